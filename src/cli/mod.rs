@@ -1,0 +1,326 @@
+//! The command line (clap): parses arguments, loads the configuration, and calls into the
+//! library. This is the binary edge: errors become `anyhow` messages and exit codes here.
+//!
+//! Must not: hold business logic; each command is a thin call into a part.
+
+mod render;
+
+use crate::config::{Config, ConfigError, Sources};
+use crate::store::{Store, TaskFilter, TaskState};
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "hermes-agent",
+    version,
+    about = "A personal-automation agent daemon: the model thinks, the code acts.",
+    propagate_version = true
+)]
+pub struct Cli {
+    /// Settings file (default: $HERMES_CONFIG, then the XDG config dir, then built-in defaults).
+    #[arg(long, global = true, env = "HERMES_CONFIG", value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Data directory for the database and the memory index (default: the XDG data dir).
+    #[arg(long, global = true, env = "HERMES_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon: worker pool, scheduler, outbox sender and the HTTP API.
+    Serve,
+    /// Run one task in this process: a live timeline on stderr, the answer on stdout.
+    Run(RunArgs),
+    /// Inspect tasks and their traces.
+    #[command(subcommand)]
+    Tasks(TasksCmd),
+    /// Manage scheduled jobs.
+    #[command(subcommand)]
+    Jobs(JobsCmd),
+    /// Manage long-term memory (facts).
+    #[command(subcommand)]
+    Memory(MemoryCmd),
+    /// Configuration commands.
+    #[command(subcommand)]
+    Config(ConfigCmd),
+    /// Install the systemd user unit.
+    #[command(subcommand)]
+    Service(ServiceCmd),
+    /// Check the config, the model endpoint, SMTP and the data dir, each with a verdict.
+    Doctor,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The task, in plain language.
+    pub task: String,
+    /// Model profile to use (default: model.default_profile).
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Print the task record with its trace as JSON instead of the answer.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TasksCmd {
+    /// List tasks, newest first.
+    List {
+        /// Only tasks in this state (pending, running, succeeded, failed, cancelled).
+        #[arg(long)]
+        state: Option<TaskState>,
+        /// At most this many.
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one task and its trace as a timeline (an unambiguous id prefix is enough).
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobsCmd {
+    /// List jobs with their next and last runs.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a job.
+    Add {
+        /// What to do at each firing.
+        task: String,
+        /// 5-field cron ("0 8 * * *"), an interval ("every 2h") or a one-shot ("in 30m", ISO 8601).
+        #[arg(long)]
+        schedule: String,
+        #[arg(long)]
+        name: Option<String>,
+        /// IANA time zone (default: scheduler.timezone).
+        #[arg(long)]
+        timezone: Option<String>,
+        /// Channel to deliver the answer to ("email" or a webhook name); repeatable.
+        #[arg(long)]
+        notify: Vec<String>,
+        #[arg(long)]
+        profile: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a job.
+    Rm { id: String },
+    /// Fire a job now (through the daemon if it runs, else in this process).
+    Run { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MemoryCmd {
+    /// Remember a fact.
+    Add {
+        text: String,
+        #[arg(long = "tag")]
+        tags: Vec<String>,
+    },
+    /// Search facts.
+    Search {
+        query: String,
+        #[arg(long, default_value_t = 5)]
+        k: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forget a fact by id.
+    Forget { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCmd {
+    /// Validate the configuration: exit 0 with a summary, or 2 with file:line: key and the problem.
+    Check,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ServiceCmd {
+    /// Write the systemd user unit for `systemctl --user`.
+    Install,
+}
+
+/// Exit code for an invalid configuration (`config check` and every command that loads one).
+pub const EXIT_CONFIG: u8 = 2;
+
+/// Parse the process arguments and run the command.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            match e.downcast_ref::<ConfigError>() {
+                Some(_) => ExitCode::from(EXIT_CONFIG),
+                None => ExitCode::FAILURE,
+            }
+        }
+    }
+}
+
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // journald adds its own timestamps; keep lines short and free of colour codes there.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
+}
+
+fn sources(cli: &Cli) -> Sources {
+    Sources {
+        config_flag: cli.config.clone(),
+        data_dir_flag: cli.data_dir.clone(),
+    }
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    let src = sources(&cli);
+    match cli.command {
+        Command::Config(ConfigCmd::Check) => config_check(&src),
+        Command::Tasks(cmd) => {
+            let config = Config::load(&src)?;
+            let store = Store::open(&config.data_dir).await?;
+            tasks(&store, cmd).await
+        }
+        Command::Serve
+        | Command::Run(_)
+        | Command::Jobs(_)
+        | Command::Memory(_)
+        | Command::Service(_)
+        | Command::Doctor => not_built(&cli.command),
+    }
+}
+
+fn not_built(cmd: &Command) -> anyhow::Result<ExitCode> {
+    let name = match cmd {
+        Command::Serve => "serve",
+        Command::Run(_) => "run",
+        Command::Jobs(_) => "jobs",
+        Command::Memory(_) => "memory",
+        Command::Service(_) => "service",
+        Command::Doctor => "doctor",
+        _ => "this command",
+    };
+    eprintln!(
+        "hermes-agent {name}: not built yet in this version ({}); see README.md for what works today",
+        env!("CARGO_PKG_VERSION")
+    );
+    Ok(ExitCode::FAILURE)
+}
+
+fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
+    let config = match Config::load(src) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+    };
+    let s = &config.settings;
+    println!("config: {} — valid", config.source);
+    println!("data dir: {}", config.data_dir.display());
+    for (name, p) in &s.model.profiles {
+        let mark = if *name == s.model.default_profile {
+            " (default)"
+        } else {
+            ""
+        };
+        println!(
+            "profile {name}{mark}: model {} at {}{}",
+            p.model,
+            p.base_url,
+            if p.api_key.is_empty() {
+                ""
+            } else {
+                " (with key)"
+            }
+        );
+    }
+    println!(
+        "agent: max_steps {}, {} workers, task timeout {} s",
+        s.agent.max_steps, s.agent.workers, s.agent.task_timeout_s
+    );
+    println!(
+        "tools: allowlist [{}], manifests in {}",
+        s.tools.allowlist.join(", "),
+        config.manifests_dir.display()
+    );
+    let email = match &s.notify.email {
+        Some(e) => format!(
+            "email via {}:{} to {} recipient(s)",
+            e.smtp_host,
+            e.smtp_port,
+            e.to.len()
+        ),
+        None => "no email".into(),
+    };
+    println!("notify: {email}, {} webhook(s)", s.notify.webhooks.len());
+    println!(
+        "server: {}:{}{}",
+        s.server.host,
+        s.server.port,
+        if s.server.token.is_empty() {
+            " (no token)"
+        } else {
+            " (token set)"
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn tasks(store: &Store, cmd: TasksCmd) -> anyhow::Result<ExitCode> {
+    match cmd {
+        TasksCmd::List { state, limit, json } => {
+            let list = store
+                .list_tasks(&TaskFilter {
+                    state,
+                    limit,
+                    ..Default::default()
+                })
+                .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "tasks": list }))?);
+            } else {
+                print!("{}", render::task_table(&list));
+            }
+        }
+        TasksCmd::Show { id, json } => {
+            let Some(record) = store.task_record(&id).await? else {
+                anyhow::bail!("no task '{id}'; `hermes-agent tasks list` shows the ids");
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&record)?);
+            } else {
+                print!("{}", render::task_timeline(&record.task, &record.steps));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

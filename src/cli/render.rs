@@ -1,0 +1,119 @@
+//! Human-readable renderings of tasks: the list table and the step timeline (shared by
+//! `tasks show` and the live output of `run`).
+
+use crate::store::{Step, StepKind, Task};
+use std::fmt::Write;
+
+/// Shorten to `max` characters on one line, marking the cut.
+pub fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        return flat;
+    }
+    let cut: String = flat.chars().take(max.saturating_sub(1)).collect();
+    format!("{cut}…")
+}
+
+pub fn task_table(tasks: &[Task]) -> String {
+    if tasks.is_empty() {
+        return "no tasks yet — start one with `hermes-agent run \"...\"`\n".into();
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<16}  {:<9}  {:<6}  {:<19}  TASK",
+        "ID", "STATE", "ORIGIN", "CREATED (UTC)"
+    );
+    for t in tasks {
+        let _ = writeln!(
+            out,
+            "{:<16}  {:<9}  {:<6}  {:<19}  {}",
+            t.id,
+            t.state.as_str(),
+            t.origin,
+            t.created_at.format("%Y-%m-%d %H:%M:%S"),
+            one_line(&t.task, 60)
+        );
+    }
+    out
+}
+
+/// One line per trace row, as `run` prints them live.
+pub fn step_line(s: &Step) -> String {
+    match s.kind {
+        StepKind::Model => {
+            let what = match (&s.arguments, &s.output) {
+                (Some(calls), _) if calls != "[]" => format!("→ tools {}", one_line(calls, 100)),
+                (_, Some(text)) => format!("→ answer {}", one_line(text, 100)),
+                _ => String::new(),
+            };
+            let err = s
+                .error
+                .as_deref()
+                .map(|e| format!("  ! {}", one_line(e, 120)))
+                .unwrap_or_default();
+            format!(
+                "[{:>2}] model {} ({} ms, {}→{} tok) {what}{err}",
+                s.step, s.name, s.duration_ms, s.request_tokens, s.result_tokens
+            )
+        }
+        StepKind::Tool => {
+            let outcome = match &s.error {
+                Some(e) => format!("✗ {}", one_line(e, 120)),
+                None => format!(
+                    "✓ {}",
+                    one_line(s.output.as_deref().unwrap_or(""), 100)
+                ),
+            };
+            format!(
+                "[{:>2}]   tool {}({}) {} ms {outcome}",
+                s.step,
+                s.name,
+                one_line(s.arguments.as_deref().unwrap_or(""), 80),
+                s.duration_ms
+            )
+        }
+        StepKind::Note => format!(
+            "[{:>2}]   note {}",
+            s.step,
+            one_line(s.output.as_deref().or(s.error.as_deref()).unwrap_or(""), 140)
+        ),
+    }
+}
+
+pub fn task_timeline(t: &Task, steps: &[Step]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "task {}  [{}]  origin {}  profile {}", t.id, t.state, t.origin, t.profile);
+    let _ = writeln!(out, "  {}", one_line(&t.task, 200));
+    let _ = writeln!(out, "  created {}", t.created_at.to_rfc3339());
+    for s in steps {
+        let _ = writeln!(out, "{}", step_line(s));
+    }
+    if let Some(f) = t.finished_at {
+        let secs = (f - t.created_at).num_milliseconds() as f64 / 1000.0;
+        let _ = writeln!(
+            out,
+            "  finished {} after {secs:.1} s; tokens {} in / {} out{}",
+            f.to_rfc3339(),
+            t.prompt_tokens,
+            t.completion_tokens,
+            if t.parse_failures > 0 {
+                format!("; {} unparseable model output(s)", t.parse_failures)
+            } else {
+                String::new()
+            }
+        );
+    }
+    if let Some(e) = &t.error {
+        let reason = t.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
+        let _ = writeln!(out, "  error{reason}: {e}");
+    }
+    if let Some(a) = &t.answer {
+        let _ = writeln!(out, "answer:\n{a}");
+    }
+    out
+}

@@ -1,0 +1,241 @@
+//! Configuration: the typed form of `settings.yaml`, where it is found, and whether it is valid.
+//!
+//! Owns: locating the file (`--config`, `HERMES_CONFIG`, the XDG config dir, else built-in
+//! defaults), `${VAR}` expansion from the environment, parsing with precise `file:line: key`
+//! errors, semantic validation, and resolving the data dir. This is the only module that reads
+//! environment variables (the entry layer passes the CLI's values in through [`Sources`]).
+//! Must not: open databases, talk to the network, or hold runtime state.
+
+mod locate;
+mod settings;
+
+pub use settings::*;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Where a configuration came from; shown by `config check`, `serve` and `doctor`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// A file that was found and parsed.
+    File(PathBuf),
+    /// No file anywhere: the built-in defaults. `looked_in` lists the places searched.
+    Defaults { looked_in: Vec<PathBuf> },
+}
+
+impl std::fmt::Display for ConfigSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigSource::File(p) => write!(f, "{}", p.display()),
+            ConfigSource::Defaults { looked_in } => {
+                write!(f, "built-in defaults (no config file; looked in ")?;
+                for (i, p) in looked_in.iter().enumerate() {
+                    if i > 0 {
+                        write!(f, ", ")?;
+                    }
+                    write!(f, "{}", p.display())?;
+                }
+                write!(f, ")")
+            }
+        }
+    }
+}
+
+/// An error in a configuration, always naming the file and, where known, the line and key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read the config file: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}:{}: {}{message}", path.display(), line.map(|l| l.to_string()).unwrap_or_else(|| "?".into()), key.as_deref().map(|k| format!("{k}: ")).unwrap_or_default())]
+    Invalid {
+        path: PathBuf,
+        line: Option<u64>,
+        key: Option<String>,
+        message: String,
+    },
+    #[error(
+        "no usable data directory: set storage.data_dir in the config, pass --data-dir, or set HERMES_DATA_DIR"
+    )]
+    NoDataDir,
+}
+
+/// Values the entry layer collected from its flags; the environment is read here.
+#[derive(Debug, Default, Clone)]
+pub struct Sources {
+    /// `--config PATH`.
+    pub config_flag: Option<PathBuf>,
+    /// `--data-dir DIR`.
+    pub data_dir_flag: Option<PathBuf>,
+}
+
+/// A loaded, validated configuration plus the facts about where it came from.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub settings: Settings,
+    pub source: ConfigSource,
+    /// The resolved data directory (flag > env > `storage.data_dir` > XDG data dir).
+    pub data_dir: PathBuf,
+    /// The resolved directory of manifest tools.
+    pub manifests_dir: PathBuf,
+}
+
+impl Config {
+    /// Locate, read, expand, parse and validate the configuration.
+    pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
+        let env: HashMap<String, String> = std::env::vars().collect();
+        let (settings, source) = match locate_file(sources, &env) {
+            Ok(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                (parse(&text, &path, &env)?, ConfigSource::File(path))
+            }
+            Err(looked_in) => (Settings::default(), ConfigSource::Defaults { looked_in }),
+        };
+        let data_dir = resolve_data_dir(sources, &env, &settings)?;
+        let manifests_dir = resolve_relative(&source, &settings.tools.manifests_dir);
+        Ok(Config {
+            settings,
+            source,
+            data_dir,
+            manifests_dir,
+        })
+    }
+
+    /// A configuration from already-built settings (tests, embedding).
+    pub fn from_settings(settings: Settings, data_dir: PathBuf) -> Config {
+        let manifests_dir = PathBuf::from(&settings.tools.manifests_dir);
+        Config {
+            settings,
+            source: ConfigSource::Defaults { looked_in: vec![] },
+            data_dir,
+            manifests_dir,
+        }
+    }
+}
+
+/// The XDG config file path (`~/.config/hermes-agent/settings.yaml` on Linux).
+pub fn xdg_config_file() -> Option<PathBuf> {
+    directories::ProjectDirs::from("", "", "hermes-agent")
+        .map(|d| d.config_dir().join("settings.yaml"))
+}
+
+/// The XDG data dir (`~/.local/share/hermes-agent` on Linux).
+pub fn xdg_data_dir() -> Option<PathBuf> {
+    directories::ProjectDirs::from("", "", "hermes-agent").map(|d| d.data_dir().to_path_buf())
+}
+
+/// Returns the config file to read, or the list of places looked in when there is none.
+/// An explicitly named file (flag or env) that does not exist is still returned, so the
+/// read fails loudly instead of silently falling back to defaults.
+fn locate_file(sources: &Sources, env: &HashMap<String, String>) -> Result<PathBuf, Vec<PathBuf>> {
+    if let Some(p) = &sources.config_flag {
+        return Ok(p.clone());
+    }
+    if let Some(p) = env.get("HERMES_CONFIG").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    let mut looked_in = Vec::new();
+    if let Some(p) = xdg_config_file() {
+        if p.is_file() {
+            return Ok(p);
+        }
+        looked_in.push(p);
+    }
+    Err(looked_in)
+}
+
+fn resolve_data_dir(
+    sources: &Sources,
+    env: &HashMap<String, String>,
+    settings: &Settings,
+) -> Result<PathBuf, ConfigError> {
+    if let Some(p) = &sources.data_dir_flag {
+        return Ok(p.clone());
+    }
+    if let Some(p) = env.get("HERMES_DATA_DIR").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    if !settings.storage.data_dir.is_empty() {
+        return Ok(PathBuf::from(&settings.storage.data_dir));
+    }
+    xdg_data_dir().ok_or(ConfigError::NoDataDir)
+}
+
+/// Relative paths in a config file are taken from the file's own directory, so a service
+/// started from `$HOME` finds the same `tools/` as a shell started next to the file.
+fn resolve_relative(source: &ConfigSource, p: &str) -> PathBuf {
+    let path = Path::new(p);
+    if path.is_absolute() {
+        return path.to_path_buf();
+    }
+    match source {
+        ConfigSource::File(f) => f
+            .parent()
+            .map(|d| d.join(path))
+            .unwrap_or_else(|| path.to_path_buf()),
+        ConfigSource::Defaults { .. } => path.to_path_buf(),
+    }
+}
+
+/// Parse and validate settings text. `path` is only used in messages.
+pub fn parse(
+    text: &str,
+    path: &Path,
+    env: &HashMap<String, String>,
+) -> Result<Settings, ConfigError> {
+    let mut options = serde_saphyr::Options::default().with_properties(env.clone());
+    // `yes`/`on` as booleans surprise people; only `true`/`false` are booleans here.
+    options.strict_booleans = true;
+    options.with_snippet = false;
+    let mut failed_path: Option<String> = None;
+    let parsed = serde_saphyr::with_deserializer_from_str_with_options(text, options, |de| {
+        serde_path_to_error::deserialize::<_, Option<Settings>>(de).map_err(|e| {
+            let p = e.path().to_string();
+            if p != "." {
+                failed_path = Some(p);
+            }
+            e.into_inner()
+        })
+    });
+    let settings = match parsed {
+        // An empty file (or one holding only comments) means "all defaults".
+        Ok(s) => s.unwrap_or_default(),
+        Err(e) => {
+            let line = e.location().map(|l| l.line());
+            let message = clean_message(&e.to_string());
+            return Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                line,
+                key: failed_path,
+                message,
+            });
+        }
+    };
+    if let Err(v) = settings.validate() {
+        let keys: Vec<&str> = v.key.split('.').collect();
+        return Err(ConfigError::Invalid {
+            path: path.to_path_buf(),
+            line: locate::line_of_key(text, &keys),
+            key: Some(v.key),
+            message: v.message,
+        });
+    }
+    Ok(settings)
+}
+
+/// serde-saphyr appends its own "at line X column Y"; we print the location ourselves.
+fn clean_message(raw: &str) -> String {
+    let first = raw.lines().next().unwrap_or(raw).trim();
+    match first.find(" at line ") {
+        Some(i) => first[..i].to_string(),
+        None => first.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

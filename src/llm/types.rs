@@ -1,0 +1,110 @@
+//! The message and tool-call types shared by the gateway, the tools and the agent.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+/// One chat message. `tool_calls` is set on assistant messages that asked for tools;
+/// `tool_call_id` on tool messages that answer one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl Message {
+    pub fn system(content: impl Into<String>) -> Message {
+        Message::plain(Role::System, content)
+    }
+    pub fn user(content: impl Into<String>) -> Message {
+        Message::plain(Role::User, content)
+    }
+    pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Message {
+        Message {
+            role: Role::Assistant,
+            content: content.into(),
+            tool_calls,
+            tool_call_id: None,
+        }
+    }
+    pub fn tool(call_id: impl Into<String>, content: impl Into<String>) -> Message {
+        Message {
+            role: Role::Tool,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: Some(call_id.into()),
+        }
+    }
+    fn plain(role: Role, content: impl Into<String>) -> Message {
+        Message {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// A tool call the model asked for. `arguments` is always a parsed JSON value here, whatever
+/// form the server sent it in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: serde_json::Value,
+}
+
+/// What the model is told about a tool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: serde_json::Value,
+}
+
+/// Token counts of one call: from the server's `usage`, or estimated when it sent none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    pub estimated: bool,
+}
+
+/// The model's reply to one request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelReply {
+    /// Text content, with any tool calls that were recovered from it removed.
+    pub content: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: Usage,
+    /// Model output that looked like a tool call but could not be repaired unambiguously.
+    pub parse_warnings: Vec<String>,
+    /// HTTP attempts this reply took (1 = no retry).
+    pub attempts: u32,
+}
+
+/// A rough token count for text the server did not count: about 4 bytes per token for
+/// Latin text, one token per CJK character. Good enough for budgets and reports.
+pub fn estimate_tokens(text: &str) -> u32 {
+    let mut ascii_bytes = 0u32;
+    let mut other = 0u32;
+    for c in text.chars() {
+        if c.is_ascii() {
+            ascii_bytes += 1;
+        } else {
+            other += 1;
+        }
+    }
+    ascii_bytes.div_ceil(4) + other
+}

@@ -1,0 +1,287 @@
+//! Scheduled jobs and the record of every firing (`jobs`, `job_runs`).
+
+use super::{Result, Store, StoreError, new_id, now};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Job {
+    pub id: String,
+    pub name: String,
+    pub task: String,
+    pub schedule: String,
+    pub timezone: String,
+    pub notify: Vec<String>,
+    pub profile: Option<String>,
+    pub origin: String,
+    pub precheck: Option<serde_json::Value>,
+    pub enabled: bool,
+    pub next_run_at: Option<DateTime<Utc>>,
+    pub running_task_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(sqlx::FromRow)]
+struct JobRow {
+    id: String,
+    name: String,
+    task: String,
+    schedule: String,
+    timezone: String,
+    notify: String,
+    profile: Option<String>,
+    origin: String,
+    precheck: Option<String>,
+    enabled: bool,
+    next_run_at: Option<DateTime<Utc>>,
+    running_task_id: Option<String>,
+    created_at: DateTime<Utc>,
+}
+
+impl TryFrom<JobRow> for Job {
+    type Error = StoreError;
+    fn try_from(r: JobRow) -> Result<Job> {
+        let notify = serde_json::from_str(&r.notify)
+            .map_err(|e| StoreError::Corrupt(format!("notify of job {}: {e}", r.id)))?;
+        let precheck = match r.precheck {
+            Some(p) => Some(
+                serde_json::from_str(&p)
+                    .map_err(|e| StoreError::Corrupt(format!("precheck of job {}: {e}", r.id)))?,
+            ),
+            None => None,
+        };
+        Ok(Job {
+            id: r.id,
+            name: r.name,
+            task: r.task,
+            schedule: r.schedule,
+            timezone: r.timezone,
+            notify,
+            profile: r.profile,
+            origin: r.origin,
+            precheck,
+            enabled: r.enabled,
+            next_run_at: r.next_run_at,
+            running_task_id: r.running_task_id,
+            created_at: r.created_at,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct NewJob {
+    pub name: String,
+    pub task: String,
+    pub schedule: String,
+    pub timezone: String,
+    pub notify: Vec<String>,
+    pub profile: Option<String>,
+    pub origin: String,
+    pub precheck: Option<serde_json::Value>,
+    pub next_run_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
+#[serde(rename_all = "lowercase")]
+#[sqlx(rename_all = "lowercase", type_name = "TEXT")]
+pub enum RunOutcome {
+    Fired,
+    Skipped,
+    Missed,
+    Failed,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow, PartialEq)]
+pub struct JobRun {
+    pub id: i64,
+    pub job_id: String,
+    pub scheduled_at: DateTime<Utc>,
+    pub fired_at: DateTime<Utc>,
+    pub outcome: RunOutcome,
+    pub task_id: Option<String>,
+    pub reason: Option<String>,
+    pub delivery: String,
+}
+
+macro_rules! job_columns {
+    () => {
+        "id, name, task, schedule, timezone, notify, profile, origin, precheck, \
+     enabled, next_run_at, running_task_id, created_at"
+    };
+}
+
+impl Store {
+    pub async fn create_job(&self, new: &NewJob) -> Result<Job> {
+        let id = format!("j_{}", new_id());
+        let precheck = new.precheck.as_ref().map(|p| p.to_string());
+        sqlx::query(
+            "INSERT INTO jobs (id, name, task, schedule, timezone, notify, profile, origin, precheck, \
+             next_run_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&id)
+        .bind(&new.name)
+        .bind(&new.task)
+        .bind(&new.schedule)
+        .bind(&new.timezone)
+        .bind(serde_json::to_string(&new.notify).unwrap_or_else(|_| "[]".into()))
+        .bind(&new.profile)
+        .bind(&new.origin)
+        .bind(precheck)
+        .bind(new.next_run_at)
+        .bind(now())
+        .execute(self.pool())
+        .await?;
+        self.job(&id).await
+    }
+
+    pub async fn job(&self, id: &str) -> Result<Job> {
+        let sql = concat!("SELECT ", job_columns!(), " FROM jobs WHERE id = ?");
+        let row: Option<JobRow> = sqlx::query_as(sql)
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?;
+        row.ok_or_else(|| StoreError::NotFound {
+            what: "job",
+            id: id.to_string(),
+        })?
+        .try_into()
+    }
+
+    pub async fn list_jobs(&self) -> Result<Vec<Job>> {
+        let sql = concat!("SELECT ", job_columns!(), " FROM jobs ORDER BY created_at, id");
+        let rows: Vec<JobRow> = sqlx::query_as(sql).fetch_all(self.pool()).await?;
+        rows.into_iter().map(Job::try_from).collect()
+    }
+
+    pub async fn job_count(&self) -> Result<i64> {
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
+            .fetch_one(self.pool())
+            .await?)
+    }
+
+    /// Returns false when there was no such job.
+    pub async fn delete_job(&self, id: &str) -> Result<bool> {
+        let done = sqlx::query("DELETE FROM jobs WHERE id = ?")
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Move a job's next due time, but only if it is still `expected`: two firers racing for
+    /// the same due time cannot both win, so a due run is claimed exactly once.
+    pub async fn claim_job_run(
+        &self,
+        id: &str,
+        expected: Option<DateTime<Utc>>,
+        next: Option<DateTime<Utc>>,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE jobs SET next_run_at = ? WHERE id = ? AND next_run_at IS ?",
+        )
+        .bind(next)
+        .bind(id)
+        .bind(expected)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn set_job_next_run(&self, id: &str, next: Option<DateTime<Utc>>) -> Result<()> {
+        sqlx::query("UPDATE jobs SET next_run_at = ? WHERE id = ?")
+            .bind(next)
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Take the job's run lock for `task_id`; false when a run is already in progress.
+    pub async fn lock_job(&self, id: &str, task_id: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE jobs SET running_task_id = ? WHERE id = ? AND running_task_id IS NULL",
+        )
+        .bind(task_id)
+        .bind(id)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn unlock_job(&self, id: &str) -> Result<()> {
+        sqlx::query("UPDATE jobs SET running_task_id = NULL WHERE id = ?")
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// At start-up no run can be in progress: clear locks a crash left behind.
+    pub async fn clear_job_locks(&self) -> Result<u64> {
+        let done = sqlx::query("UPDATE jobs SET running_task_id = NULL WHERE running_task_id IS NOT NULL")
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    pub async fn add_job_run(
+        &self,
+        job_id: &str,
+        scheduled_at: DateTime<Utc>,
+        outcome: RunOutcome,
+        task_id: Option<&str>,
+        reason: Option<&str>,
+    ) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "INSERT INTO job_runs (job_id, scheduled_at, fired_at, outcome, task_id, reason) \
+             VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+        )
+        .bind(job_id)
+        .bind(scheduled_at)
+        .bind(now())
+        .bind(outcome)
+        .bind(task_id)
+        .bind(reason)
+        .fetch_one(self.pool())
+        .await?)
+    }
+
+    /// Update a run after its task ended (a fired run may still fail, and its delivery moves on).
+    pub async fn update_job_run(
+        &self,
+        run_id: i64,
+        outcome: RunOutcome,
+        reason: Option<&str>,
+        delivery: &str,
+    ) -> Result<()> {
+        sqlx::query("UPDATE job_runs SET outcome = ?, reason = COALESCE(?, reason), delivery = ? WHERE id = ?")
+            .bind(outcome)
+            .bind(reason)
+            .bind(delivery)
+            .bind(run_id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    pub async fn set_run_delivery(&self, run_id: i64, delivery: &str) -> Result<()> {
+        sqlx::query("UPDATE job_runs SET delivery = ? WHERE id = ?")
+            .bind(delivery)
+            .bind(run_id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Newest first.
+    pub async fn job_runs(&self, job_id: &str, limit: i64) -> Result<Vec<JobRun>> {
+        Ok(sqlx::query_as::<_, JobRun>(
+            "SELECT id, job_id, scheduled_at, fired_at, outcome, task_id, reason, delivery \
+             FROM job_runs WHERE job_id = ? ORDER BY id DESC LIMIT ?",
+        )
+        .bind(job_id)
+        .bind(if limit <= 0 { 50 } else { limit })
+        .fetch_all(self.pool())
+        .await?)
+    }
+}

@@ -1,0 +1,147 @@
+//! The durable outbox (`outbox`): a notice is stored before it is sent, and stays until it is
+//! sent or has failed for good.
+
+use super::{Result, Store, now};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
+#[serde(rename_all = "lowercase")]
+#[sqlx(rename_all = "lowercase", type_name = "TEXT")]
+pub enum NoticeState {
+    Pending,
+    Sent,
+    Failed,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow, PartialEq)]
+pub struct Notice {
+    pub id: i64,
+    pub channel: String,
+    pub title: String,
+    pub body: String,
+    pub task_id: Option<String>,
+    pub job_id: Option<String>,
+    pub run_id: Option<i64>,
+    pub state: NoticeState,
+    pub attempts: i64,
+    pub last_error: Option<String>,
+    pub next_attempt_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+    pub sent_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct NewNotice {
+    pub channel: String,
+    pub title: String,
+    pub body: String,
+    pub task_id: Option<String>,
+    pub job_id: Option<String>,
+    pub run_id: Option<i64>,
+}
+
+macro_rules! notice_columns {
+    () => {
+        "id, channel, title, body, task_id, job_id, run_id, state, attempts, \
+     last_error, next_attempt_at, created_at, sent_at"
+    };
+}
+
+impl Store {
+    pub async fn enqueue_notice(&self, n: &NewNotice) -> Result<i64> {
+        let t = now();
+        Ok(sqlx::query_scalar(
+            "INSERT INTO outbox (channel, title, body, task_id, job_id, run_id, state, next_attempt_at, created_at) \
+             VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?) RETURNING id",
+        )
+        .bind(&n.channel)
+        .bind(&n.title)
+        .bind(&n.body)
+        .bind(&n.task_id)
+        .bind(&n.job_id)
+        .bind(n.run_id)
+        .bind(t)
+        .bind(t)
+        .fetch_one(self.pool())
+        .await?)
+    }
+
+    pub async fn notice(&self, id: i64) -> Result<Option<Notice>> {
+        let sql = concat!("SELECT ", notice_columns!(), " FROM outbox WHERE id = ?");
+        Ok(sqlx::query_as::<_, Notice>(sql)
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?)
+    }
+
+    /// Pending notices whose next attempt is due, oldest first.
+    pub async fn due_notices(&self, at: DateTime<Utc>, limit: i64) -> Result<Vec<Notice>> {
+        let sql = concat!("SELECT ", notice_columns!(), " FROM outbox WHERE state = 'pending' AND next_attempt_at <= ? \
+             ORDER BY next_attempt_at, id LIMIT ?");
+        Ok(sqlx::query_as::<_, Notice>(sql)
+            .bind(at)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?)
+    }
+
+    /// The earliest time a pending notice is due, so the sender can sleep until then.
+    pub async fn next_notice_due(&self) -> Result<Option<DateTime<Utc>>> {
+        Ok(sqlx::query_scalar(
+            "SELECT MIN(next_attempt_at) FROM outbox WHERE state = 'pending'",
+        )
+        .fetch_one(self.pool())
+        .await?)
+    }
+
+    pub async fn mark_notice_sent(&self, id: i64) -> Result<()> {
+        sqlx::query("UPDATE outbox SET state = 'sent', attempts = attempts + 1, sent_at = ?, last_error = NULL WHERE id = ?")
+            .bind(now())
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// A failed attempt: retry at `next`, or give up (`next` = None) and mark it failed.
+    pub async fn mark_notice_attempt_failed(
+        &self,
+        id: i64,
+        error: &str,
+        next: Option<DateTime<Utc>>,
+    ) -> Result<()> {
+        match next {
+            Some(at) => sqlx::query(
+                "UPDATE outbox SET attempts = attempts + 1, last_error = ?, next_attempt_at = ? WHERE id = ?",
+            )
+            .bind(error)
+            .bind(at)
+            .bind(id),
+            None => sqlx::query(
+                "UPDATE outbox SET state = 'failed', attempts = attempts + 1, last_error = ? WHERE id = ?",
+            )
+            .bind(error)
+            .bind(id),
+        }
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    pub async fn notices_for_task(&self, task_id: &str) -> Result<Vec<Notice>> {
+        let sql = concat!("SELECT ", notice_columns!(), " FROM outbox WHERE task_id = ? ORDER BY id");
+        Ok(sqlx::query_as::<_, Notice>(sql)
+            .bind(task_id)
+            .fetch_all(self.pool())
+            .await?)
+    }
+
+    pub async fn notices_for_run(&self, run_id: i64) -> Result<Vec<Notice>> {
+        let sql = concat!("SELECT ", notice_columns!(), " FROM outbox WHERE run_id = ? ORDER BY id");
+        Ok(sqlx::query_as::<_, Notice>(sql)
+            .bind(run_id)
+            .fetch_all(self.pool())
+            .await?)
+    }
+}

@@ -1,0 +1,350 @@
+//! Tasks and their trace (`tasks`, `task_steps`).
+
+use super::{Result, Store, StoreError, new_id, now};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
+#[serde(rename_all = "lowercase")]
+#[sqlx(rename_all = "lowercase", type_name = "TEXT")]
+pub enum TaskState {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl TaskState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Pending => "pending",
+            TaskState::Running => "running",
+            TaskState::Succeeded => "succeeded",
+            TaskState::Failed => "failed",
+            TaskState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            TaskState::Succeeded | TaskState::Failed | TaskState::Cancelled
+        )
+    }
+}
+
+impl std::fmt::Display for TaskState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for TaskState {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "pending" => Ok(TaskState::Pending),
+            "running" => Ok(TaskState::Running),
+            "succeeded" => Ok(TaskState::Succeeded),
+            "failed" => Ok(TaskState::Failed),
+            "cancelled" => Ok(TaskState::Cancelled),
+            other => Err(format!(
+                "unknown state '{other}'; use pending, running, succeeded, failed or cancelled"
+            )),
+        }
+    }
+}
+
+/// A task as stored. `steps` are loaded separately ([`Store::steps`]).
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
+pub struct Task {
+    pub id: String,
+    pub state: TaskState,
+    pub origin: String,
+    pub parent_id: Option<String>,
+    pub job_id: Option<String>,
+    pub profile: String,
+    pub task: String,
+    pub answer: Option<String>,
+    pub error: Option<String>,
+    pub reason: Option<String>,
+    pub parse_failures: i64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// What a new task needs; everything else starts empty.
+#[derive(Debug, Clone, Default)]
+pub struct NewTask {
+    pub task: String,
+    pub origin: String,
+    pub profile: String,
+    pub parent_id: Option<String>,
+    pub job_id: Option<String>,
+}
+
+/// How a task ended.
+#[derive(Debug, Clone)]
+pub struct TaskOutcome {
+    pub state: TaskState,
+    pub answer: Option<String>,
+    pub error: Option<String>,
+    pub reason: Option<String>,
+    pub parse_failures: i64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
+#[serde(rename_all = "lowercase")]
+#[sqlx(rename_all = "lowercase", type_name = "TEXT")]
+pub enum StepKind {
+    Model,
+    Tool,
+    Note,
+}
+
+/// One row of a task's trace.
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
+pub struct Step {
+    pub seq: i64,
+    pub step: i64,
+    pub kind: StepKind,
+    pub name: String,
+    pub request_tokens: i64,
+    pub result_tokens: i64,
+    pub arguments: Option<String>,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    pub duration_ms: i64,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A trace row to append; `seq` and `created_at` are assigned by the store.
+#[derive(Debug, Clone)]
+pub struct NewStep {
+    pub step: i64,
+    pub kind: StepKind,
+    pub name: String,
+    pub request_tokens: i64,
+    pub result_tokens: i64,
+    pub arguments: Option<String>,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    pub duration_ms: i64,
+}
+
+/// Filters for [`Store::list_tasks`].
+#[derive(Debug, Clone, Default)]
+pub struct TaskFilter {
+    pub state: Option<TaskState>,
+    pub job_id: Option<String>,
+    pub limit: i64,
+}
+
+macro_rules! task_columns {
+    () => {
+        "id, state, origin, parent_id, job_id, profile, task, answer, error, reason, \
+     parse_failures, prompt_tokens, completion_tokens, created_at, started_at, finished_at"
+    };
+}
+
+impl Store {
+    pub async fn create_task(&self, new: &NewTask) -> Result<Task> {
+        let id = new_id();
+        let created = now();
+        sqlx::query(
+            "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at) \
+             VALUES (?, 'pending', ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&id)
+        .bind(&new.origin)
+        .bind(&new.parent_id)
+        .bind(&new.job_id)
+        .bind(&new.profile)
+        .bind(&new.task)
+        .bind(created)
+        .execute(self.pool())
+        .await?;
+        self.task(&id).await
+    }
+
+    pub async fn task(&self, id: &str) -> Result<Task> {
+        self.find_task(id).await?.ok_or_else(|| StoreError::NotFound {
+            what: "task",
+            id: id.to_string(),
+        })
+    }
+
+    /// A task by its full id, or by a prefix that matches exactly one task (typing 6 of 16
+    /// hex characters in a terminal is enough).
+    pub async fn find_task(&self, id: &str) -> Result<Option<Task>> {
+        let sql = concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?");
+        if let Some(t) = sqlx::query_as::<_, Task>(sql)
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?
+        {
+            return Ok(Some(t));
+        }
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Ok(None);
+        }
+        let sql = concat!("SELECT ", task_columns!(), " FROM tasks WHERE id LIKE ? || '%' LIMIT 2");
+        let mut rows = sqlx::query_as::<_, Task>(sql)
+            .bind(id)
+            .fetch_all(self.pool())
+            .await?;
+        match rows.len() {
+            1 => Ok(rows.pop()),
+            0 => Ok(None),
+            _ => Err(StoreError::Conflict(format!(
+                "task id prefix '{id}' matches several tasks; type more of the id"
+            ))),
+        }
+    }
+
+    /// Newest first.
+    pub async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
+        let limit = if filter.limit <= 0 { 50 } else { filter.limit };
+        let sql = concat!("SELECT ", task_columns!(), " FROM tasks \
+             WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR job_id = ?2) \
+             ORDER BY created_at DESC, id LIMIT ?3");
+        Ok(sqlx::query_as::<_, Task>(sql)
+            .bind(filter.state)
+            .bind(&filter.job_id)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?)
+    }
+
+    /// Oldest pending tasks first: the order workers take them in.
+    pub async fn pending_tasks(&self, limit: i64) -> Result<Vec<Task>> {
+        let sql = concat!("SELECT ", task_columns!(), " FROM tasks WHERE state = 'pending' ORDER BY created_at, id LIMIT ?");
+        Ok(sqlx::query_as::<_, Task>(sql)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?)
+    }
+
+    /// pending → running. Returns false when the task was not pending (taken or cancelled).
+    pub async fn start_task(&self, id: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE tasks SET state = 'running', started_at = ? WHERE id = ? AND state = 'pending'",
+        )
+        .bind(now())
+        .bind(id)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// running|pending → a final state. A task already finished keeps its first outcome
+    /// (a cancel racing a success must not overwrite it); returns whether this call won.
+    pub async fn finish_task(&self, id: &str, outcome: &TaskOutcome) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE tasks SET state = ?, answer = ?, error = ?, reason = ?, parse_failures = ?, \
+             prompt_tokens = ?, completion_tokens = ?, finished_at = ? \
+             WHERE id = ? AND state IN ('pending', 'running')",
+        )
+        .bind(outcome.state)
+        .bind(&outcome.answer)
+        .bind(&outcome.error)
+        .bind(&outcome.reason)
+        .bind(outcome.parse_failures)
+        .bind(outcome.prompt_tokens)
+        .bind(outcome.completion_tokens)
+        .bind(now())
+        .bind(id)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Mark every task still `running` or `pending` as failed with `reason`. Used at start-up
+    /// (`interrupted`: the previous process died) and at shutdown (`shutdown`).
+    pub async fn fail_unfinished(&self, states: &[TaskState], reason: &str) -> Result<u64> {
+        let mut total = 0;
+        for state in states {
+            let done = sqlx::query(
+                "UPDATE tasks SET state = 'failed', reason = ?, \
+                 error = COALESCE(error, ?), finished_at = ? WHERE state = ?",
+            )
+            .bind(reason)
+            .bind(format!("task was {state} when the daemon stopped ({reason})"))
+            .bind(now())
+            .bind(*state)
+            .execute(self.pool())
+            .await?;
+            total += done.rows_affected();
+        }
+        Ok(total)
+    }
+
+    /// Append a trace row; `seq` continues from the task's last row.
+    pub async fn add_step(&self, task_id: &str, step: &NewStep) -> Result<i64> {
+        let seq: i64 = sqlx::query_scalar(
+            "INSERT INTO task_steps (task_id, seq, step, kind, name, request_tokens, result_tokens, \
+             arguments, output, error, duration_ms, created_at) \
+             VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM task_steps WHERE task_id = ?1), \
+             ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) RETURNING seq",
+        )
+        .bind(task_id)
+        .bind(step.step)
+        .bind(step.kind)
+        .bind(&step.name)
+        .bind(step.request_tokens)
+        .bind(step.result_tokens)
+        .bind(&step.arguments)
+        .bind(&step.output)
+        .bind(&step.error)
+        .bind(step.duration_ms)
+        .bind(now())
+        .fetch_one(self.pool())
+        .await?;
+        Ok(seq)
+    }
+
+    pub async fn steps(&self, task_id: &str) -> Result<Vec<Step>> {
+        Ok(sqlx::query_as::<_, Step>(
+            "SELECT seq, step, kind, name, request_tokens, result_tokens, arguments, output, error, \
+             duration_ms, created_at FROM task_steps WHERE task_id = ? ORDER BY seq",
+        )
+        .bind(task_id)
+        .fetch_all(self.pool())
+        .await?)
+    }
+
+    /// Count of tasks per state, for `/healthz` and `doctor`.
+    pub async fn task_counts(&self) -> Result<Vec<(TaskState, i64)>> {
+        Ok(
+            sqlx::query_as::<_, (TaskState, i64)>(
+                "SELECT state, COUNT(*) FROM tasks GROUP BY state",
+            )
+            .fetch_all(self.pool())
+            .await?,
+        )
+    }
+}
+
+/// A task with its trace: the shape of `GET /v1/tasks/{id}` and `tasks show --json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskRecord {
+    #[serde(flatten)]
+    pub task: Task,
+    pub steps: Vec<Step>,
+}
+
+impl Store {
+    pub async fn task_record(&self, id: &str) -> Result<Option<TaskRecord>> {
+        let Some(task) = self.find_task(id).await? else {
+            return Ok(None);
+        };
+        let steps = self.steps(&task.id).await?;
+        Ok(Some(TaskRecord { task, steps }))
+    }
+}
