@@ -70,3 +70,5 @@ pub trait Tool: Send + Sync {
     }
     fn call<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>>;
 }
+
+pub mod builtin;

@@ -1,0 +1,1 @@
+//! Built-in tools: memory (filled in by its owner).

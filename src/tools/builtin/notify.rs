@@ -1,0 +1,1 @@
+//! Built-in tools: notify (filled in by its owner).
