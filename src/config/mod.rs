@@ -228,11 +228,33 @@ pub fn parse(
     Ok(settings)
 }
 
-/// serde-saphyr appends its own "at line X column Y"; we print the location ourselves.
+/// serde-saphyr appends its own "at line X column Y" (we print the location ourselves) and
+/// names Rust types; say it in the user's terms instead.
 fn clean_message(raw: &str) -> String {
     let first = raw.lines().next().unwrap_or(raw).trim();
-    match first.find(" at line ") {
-        Some(i) => first[..i].to_string(),
+    let first = match first.find(" at line ") {
+        Some(i) => &first[..i],
+        None => first,
+    };
+    if let Some(name) = first
+        .strip_prefix("missing property `")
+        .and_then(|r| r.strip_suffix('`'))
+    {
+        return format!(
+            "environment variable {name} is not set (the file uses ${{{name}}}); export it, or put it in the service's EnvironmentFile"
+        );
+    }
+    let expected = match first {
+        "invalid u8" | "invalid u16" | "invalid u32" | "invalid u64" => {
+            Some("expected a whole number (0 or more)")
+        }
+        "invalid i32" | "invalid i64" => Some("expected a whole number"),
+        "invalid f32" | "invalid f64" => Some("expected a number"),
+        "invalid bool" | "invalid boolean" => Some("expected true or false"),
+        _ => None,
+    };
+    match expected {
+        Some(e) => format!("{first}: {e}"),
         None => first.to_string(),
     }
 }

@@ -1,0 +1,361 @@
+use super::*;
+use chrono::{Duration as ChronoDuration, Utc};
+
+async fn task(store: &Store) -> Task {
+    store
+        .create_task(&NewTask {
+            task: "check the weather".into(),
+            origin: "cli".into(),
+            profile: "fast".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn migrations_apply_to_an_empty_database_and_again_idempotently() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).await.unwrap();
+    assert_eq!(store.task_counts().await.unwrap(), vec![]);
+    store.close().await;
+    // A second open finds the schema current and changes nothing.
+    let store = Store::open(dir.path()).await.unwrap();
+    assert!(dir.path().join(DB_FILE).is_file());
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
+#[tokio::test]
+async fn a_database_from_a_newer_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).await.unwrap();
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (9999, 'from the future', 1, x'00', 0)",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    store.close().await;
+    let err = Store::open(dir.path()).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::NewerSchema { found: 9999, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("upgrade hermes-agent"), "{err}");
+}
+
+#[tokio::test]
+async fn tasks_and_steps_round_trip() {
+    let store = Store::open_in_memory().await.unwrap();
+    let t = task(&store).await;
+    assert_eq!(t.state, TaskState::Pending);
+    assert!(store.start_task(&t.id).await.unwrap());
+    assert!(
+        !store.start_task(&t.id).await.unwrap(),
+        "a task starts once"
+    );
+    for (i, kind) in [StepKind::Model, StepKind::Tool].into_iter().enumerate() {
+        let seq = store
+            .add_step(
+                &t.id,
+                &NewStep {
+                    step: 1,
+                    kind,
+                    name: "web_fetch".into(),
+                    request_tokens: 120,
+                    result_tokens: 30,
+                    arguments: Some(r#"{"url":"https://example.org"}"#.into()),
+                    output: Some("天气晴".into()),
+                    error: None,
+                    duration_ms: 42,
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(seq, i as i64 + 1);
+    }
+    let won = store
+        .finish_task(
+            &t.id,
+            &TaskOutcome {
+                state: TaskState::Succeeded,
+                answer: Some("sunny".into()),
+                error: None,
+                reason: None,
+                parse_failures: 1,
+                prompt_tokens: 240,
+                completion_tokens: 60,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(won);
+    let record = store.task_record(&t.id).await.unwrap().unwrap();
+    assert_eq!(record.task.state, TaskState::Succeeded);
+    assert_eq!(record.task.answer.as_deref(), Some("sunny"));
+    assert_eq!(record.task.parse_failures, 1);
+    assert!(record.task.finished_at.is_some());
+    assert_eq!(record.steps.len(), 2);
+    assert_eq!(record.steps[1].output.as_deref(), Some("天气晴"));
+    // A late cancel does not overwrite the outcome.
+    let cancelled = TaskOutcome {
+        state: TaskState::Cancelled,
+        answer: None,
+        error: None,
+        reason: Some("cancelled".into()),
+        parse_failures: 0,
+        prompt_tokens: 0,
+        completion_tokens: 0,
+    };
+    assert!(!store.finish_task(&t.id, &cancelled).await.unwrap());
+    // Lookup by a unique prefix.
+    let found = store.find_task(&t.id[..6]).await.unwrap().unwrap();
+    assert_eq!(found.id, t.id);
+    let listed = store
+        .list_tasks(&TaskFilter {
+            state: Some(TaskState::Succeeded),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+}
+
+#[tokio::test]
+async fn unfinished_tasks_are_marked_failed_with_a_reason() {
+    let store = Store::open_in_memory().await.unwrap();
+    let running = task(&store).await;
+    store.start_task(&running.id).await.unwrap();
+    let pending = task(&store).await;
+    let n = store
+        .fail_unfinished(&[TaskState::Running], "interrupted")
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let t = store.task(&running.id).await.unwrap();
+    assert_eq!(t.state, TaskState::Failed);
+    assert_eq!(t.reason.as_deref(), Some("interrupted"));
+    assert_eq!(
+        store.task(&pending.id).await.unwrap().state,
+        TaskState::Pending
+    );
+}
+
+#[tokio::test]
+async fn working_memory_round_trips_in_character_pages() {
+    let store = Store::open_in_memory().await.unwrap();
+    let t = task(&store).await;
+    let content = "乌龙茶".repeat(10) + &"x".repeat(70);
+    let key = store.put_working(&t.id, &content).await.unwrap();
+    let page = store.read_working(&key, 0, 25).await.unwrap();
+    assert_eq!(page.total_chars, 100);
+    assert_eq!(page.text.chars().count(), 25);
+    assert_eq!(page.next_offset, Some(25));
+    let last = store.read_working(&key, 90, 25).await.unwrap();
+    assert_eq!(last.text, "x".repeat(10));
+    assert_eq!(last.next_offset, None);
+    assert!(matches!(
+        store.read_working("wm_nope", 0, 10).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    let pruned = store
+        .prune_working(Utc::now() + ChronoDuration::seconds(1))
+        .await
+        .unwrap();
+    assert_eq!(pruned, 1);
+}
+
+#[tokio::test]
+async fn snapshots_round_trip_and_overwrite() {
+    let store = Store::open_in_memory().await.unwrap();
+    assert!(store.snapshot("page:x").await.unwrap().is_none());
+    store.put_snapshot("page:x", "one").await.unwrap();
+    store.put_snapshot("page:x", "two").await.unwrap();
+    assert_eq!(store.snapshot("page:x").await.unwrap().unwrap().0, "two");
+}
+
+#[tokio::test]
+async fn jobs_and_runs_round_trip_and_claims_are_exclusive() {
+    let store = Store::open_in_memory().await.unwrap();
+    let due = Utc::now();
+    let job = store
+        .create_job(&NewJob {
+            name: "digest".into(),
+            task: "summarise my feeds".into(),
+            schedule: "0 8 * * *".into(),
+            timezone: "Europe/Berlin".into(),
+            notify: vec!["email".into()],
+            profile: None,
+            origin: "cli".into(),
+            precheck: Some(serde_json::json!({"tool": "watch_page", "arguments": {"url": "https://example.org"}})),
+            next_run_at: Some(due),
+        })
+        .await
+        .unwrap();
+    assert_eq!(store.list_jobs().await.unwrap(), vec![job.clone()]);
+    assert_eq!(job.notify, vec!["email".to_string()]);
+    let next = due + ChronoDuration::days(1);
+    assert!(
+        store
+            .claim_job_run(&job.id, Some(due), Some(next))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .claim_job_run(&job.id, Some(due), Some(next))
+            .await
+            .unwrap(),
+        "the same due time is claimed once"
+    );
+    let t = task(&store).await;
+    assert!(store.lock_job(&job.id, &t.id).await.unwrap());
+    assert!(!store.lock_job(&job.id, &t.id).await.unwrap());
+    assert_eq!(store.clear_job_locks().await.unwrap(), 1);
+    let run = store
+        .add_job_run(&job.id, due, RunOutcome::Fired, Some(&t.id), None)
+        .await
+        .unwrap();
+    store
+        .update_job_run(run, RunOutcome::Failed, Some("timeout"), "pending")
+        .await
+        .unwrap();
+    let runs = store.job_runs(&job.id, 10).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].outcome, RunOutcome::Failed);
+    assert_eq!(runs[0].reason.as_deref(), Some("timeout"));
+    assert_eq!(runs[0].delivery, "pending");
+    assert!(store.delete_job(&job.id).await.unwrap());
+    assert!(
+        store.job_runs(&job.id, 10).await.unwrap().is_empty(),
+        "runs go with their job"
+    );
+}
+
+#[tokio::test]
+async fn outbox_round_trips_through_retry_and_failure() {
+    let store = Store::open_in_memory().await.unwrap();
+    let id = store
+        .enqueue_notice(&NewNotice {
+            channel: "email".into(),
+            title: "Daily digest".into(),
+            body: "# Hello".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let now = Utc::now() + ChronoDuration::seconds(1);
+    assert_eq!(store.due_notices(now, 10).await.unwrap().len(), 1);
+    let later = now + ChronoDuration::minutes(5);
+    store
+        .mark_notice_attempt_failed(id, "connection refused", Some(later))
+        .await
+        .unwrap();
+    assert!(store.due_notices(now, 10).await.unwrap().is_empty());
+    assert_eq!(store.next_notice_due().await.unwrap(), Some(later));
+    store
+        .mark_notice_attempt_failed(id, "535 auth", None)
+        .await
+        .unwrap();
+    let n = store.notice(id).await.unwrap().unwrap();
+    assert_eq!(n.state, NoticeState::Failed);
+    assert_eq!(n.attempts, 2);
+    assert_eq!(n.last_error.as_deref(), Some("535 auth"));
+    let id2 = store
+        .enqueue_notice(&NewNotice {
+            channel: "hook".into(),
+            title: "t".into(),
+            body: "b".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    store.mark_notice_sent(id2).await.unwrap();
+    assert_eq!(
+        store.notice(id2).await.unwrap().unwrap().state,
+        NoticeState::Sent
+    );
+}
+
+#[tokio::test]
+async fn facts_round_trip_and_duplicates_merge() {
+    let store = Store::open_in_memory().await.unwrap();
+    let (a, how) = store
+        .upsert_fact("用户喜欢喝乌龙茶。", &["drink".into()], "cli")
+        .await
+        .unwrap();
+    assert_eq!(how, Upsert::Created);
+    let (b, how) = store
+        .upsert_fact("  用户喜欢喝乌龙茶 ", &["preference".into()], "task:x")
+        .await
+        .unwrap();
+    assert_eq!(how, Upsert::Merged);
+    assert_eq!(a.id, b.id);
+    assert_eq!(b.tags, vec!["drink".to_string(), "preference".to_string()]);
+    assert_eq!(store.fact_count().await.unwrap(), 1);
+    assert_eq!(
+        store.all_facts().await.unwrap()[0].text,
+        "用户喜欢喝乌龙茶。"
+    );
+    assert!(store.delete_fact(&a.id).await.unwrap());
+    assert!(!store.delete_fact(&a.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn concurrent_writers_share_the_pool_without_losing_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).await.unwrap();
+    let mut handles = Vec::new();
+    for w in 0..16 {
+        let store = store.clone();
+        handles.push(tokio::spawn(async move {
+            for i in 0..25 {
+                let t = store
+                    .create_task(&NewTask {
+                        task: format!("writer {w} task {i}"),
+                        origin: "api".into(),
+                        profile: "fast".into(),
+                        ..Default::default()
+                    })
+                    .await?;
+                for s in 0..3 {
+                    store
+                        .add_step(
+                            &t.id,
+                            &NewStep {
+                                step: s,
+                                kind: StepKind::Note,
+                                name: String::new(),
+                                request_tokens: 0,
+                                result_tokens: 0,
+                                arguments: None,
+                                output: Some(format!("{s}")),
+                                error: None,
+                                duration_ms: 0,
+                            },
+                        )
+                        .await?;
+                }
+            }
+            Ok::<_, StoreError>(())
+        }));
+    }
+    for h in handles {
+        h.await.unwrap().unwrap();
+    }
+    let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tasks")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    let steps: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM task_steps")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(total, 400);
+    assert_eq!(steps, 1200);
+}
