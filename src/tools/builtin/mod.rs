@@ -3,5 +3,6 @@
 
 pub mod memory;
 pub mod notify;
+pub mod schedule;
 pub mod web;
 pub mod working;
