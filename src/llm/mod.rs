@@ -4,11 +4,13 @@
 //! Must not: know how any tool is implemented, or let an API key reach a log or a trace.
 //!
 //! [`Gateway`] is the handle the agent calls; [`parse`] holds the pure tool-call parsing and
-//! repair.
+//! repair; [`scripted`] is a real OpenAI-compatible HTTP server driven by a script, for tests
+//! and benchmarks only.
 
 mod client;
 mod error;
 pub mod parse;
+pub mod scripted;
 mod types;
 
 pub use client::{Gateway, RetryPolicy};
