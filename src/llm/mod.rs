@@ -2,7 +2,17 @@
 //!
 //! Owns: profiles, requests, retries with backoff, tool-call parsing and repair, token usage.
 //! Must not: know how any tool is implemented, or let an API key reach a log or a trace.
+//!
+//! [`Gateway`] is the handle the agent calls; [`parse`] holds the pure tool-call parsing and
+//! repair; [`scripted`] is a real OpenAI-compatible HTTP server driven by a script, for tests
+//! and benchmarks only.
 
+mod client;
+mod error;
+pub mod parse;
+pub mod scripted;
 mod types;
 
+pub use client::{Gateway, RetryPolicy};
+pub use error::LlmError;
 pub use types::*;

@@ -1,0 +1,605 @@
+//! The gateway handle: one reqwest client shared by every profile, calling
+//! `POST {base_url}/chat/completions` on any OpenAI-compatible server.
+//!
+//! Owns: building the request body from our [`Message`]s and [`ToolSpec`]s, per-profile
+//! authorization and timeout, retries with backoff (honouring `Retry-After`), reading the reply
+//! through [`super::parse`], token usage, and the count of parse failures.
+//! Must not: log, format or return an API key — it is only ever handed to reqwest as a
+//! sensitive header; server text is redacted before it is quoted.
+
+use std::collections::BTreeMap;
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::error::{body_detail, connect_hint, redact, status_hint};
+use super::{
+    LlmError, Message, ModelReply, Role, ToolCall, ToolSpec, Usage, estimate_tokens, parse,
+};
+use crate::config::{ModelSettings, Profile};
+
+/// The longest `Retry-After` we wait for: beyond that, failing with a clear error beats
+/// blocking a task for minutes.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// How much of an error body is quoted in an error message.
+const ERROR_BODY_CHARS: usize = 400;
+/// Cap for the TCP connect phase, separate from the profile's whole-request timeout so that an
+/// unreachable remote host fails fast even when a slow local model is given minutes.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How failed calls are retried: `max_retries` more attempts after the first, waiting
+/// `base_delay * 2^n` (with jitter, at most `max_delay`) unless the server says how long.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    pub max_retries: u32,
+    pub base_delay: Duration,
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 3,
+            base_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before retry number `retry` (0 = the first retry): exponential, capped, with
+    /// "equal jitter" — half fixed, half random — so that workers that failed together do not
+    /// all come back at the same instant, yet each still backs off.
+    pub fn delay_for(&self, retry: u32) -> Duration {
+        let factor = 2u32.saturating_pow(retry.min(30));
+        let exp = self.base_delay.saturating_mul(factor).min(self.max_delay);
+        let half = exp / 2;
+        let jitter = half.mul_f64(random_unit());
+        (half + jitter).min(self.max_delay)
+    }
+}
+
+/// A number in [0, 1) from the standard library's randomly keyed hasher (each `RandomState`
+/// gets fresh keys); jitter needs no more, so no extra crate.
+fn random_unit() -> f64 {
+    let mut h = RandomState::new().build_hasher();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    h.write_u128(nanos);
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// The model gateway. Cheap to clone (the reqwest client and profiles are shared); one per
+/// process is enough.
+#[derive(Clone)]
+pub struct Gateway {
+    /// One connection pool for every profile and task.
+    client: reqwest::Client,
+    /// The configured profiles, by name; holds the API keys, which never leave this struct
+    /// except as a request header.
+    profiles: Arc<BTreeMap<String, Profile>>,
+    retry: RetryPolicy,
+    /// Replies whose output looked like a tool call but could not be read (DESIGN §3).
+    parse_failures: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        struct Safe<'a>(&'a Profile);
+        impl std::fmt::Debug for Safe<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct("Profile")
+                    .field("base_url", &self.0.base_url)
+                    .field("model", &self.0.model)
+                    .field("api_key_set", &!self.0.api_key.is_empty())
+                    .field("timeout_s", &self.0.timeout_s)
+                    .finish()
+            }
+        }
+        let profiles: BTreeMap<&str, Safe<'_>> = self
+            .profiles
+            .iter()
+            .map(|(k, p)| (k.as_str(), Safe(p)))
+            .collect();
+        f.debug_struct("Gateway")
+            .field("profiles", &profiles)
+            .field("retry", &self.retry)
+            .finish()
+    }
+}
+
+impl Gateway {
+    /// Builds the gateway for the configured profiles. Fails if a profile's `base_url` is not a
+    /// usable URL or the HTTP client cannot be built.
+    pub fn new(settings: &ModelSettings) -> Result<Gateway, LlmError> {
+        for (name, profile) in &settings.profiles {
+            let url = chat_url(&profile.base_url);
+            match reqwest::Url::parse(&url) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+                Ok(_) | Err(_) => {
+                    return Err(LlmError::InvalidProfile {
+                        profile: name.clone(),
+                        reason: format!(
+                            "base_url '{}' is not an http(s) URL (expected something like http://127.0.0.1:11434/v1)",
+                            profile.base_url
+                        ),
+                    });
+                }
+            }
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .build()
+            .map_err(|e| LlmError::Setup {
+                reason: e.to_string(),
+            })?;
+        Ok(Gateway {
+            client,
+            profiles: Arc::new(settings.profiles.clone()),
+            retry: RetryPolicy::default(),
+            parse_failures: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    pub fn with_retry(mut self, policy: RetryPolicy) -> Gateway {
+        self.retry = policy;
+        self
+    }
+
+    pub fn has_profile(&self, name: &str) -> bool {
+        self.profiles.contains_key(name)
+    }
+
+    /// The model name a profile uses, for traces and reports.
+    pub fn model_of(&self, profile: &str) -> Option<&str> {
+        self.profiles.get(profile).map(|p| p.model.as_str())
+    }
+
+    /// How many replies so far carried output that looked like a tool call but could not be read.
+    pub fn parse_failures(&self) -> u64 {
+        self.parse_failures.load(Ordering::Relaxed)
+    }
+
+    /// One model turn. `tools` are offered to the model; when empty no `tools` field is sent
+    /// and calls written as text are not looked for (the model was offered nothing to call).
+    pub async fn chat(
+        &self,
+        profile_name: &str,
+        messages: &[Message],
+        tools: &[ToolSpec],
+    ) -> Result<ModelReply, LlmError> {
+        let profile = self
+            .profiles
+            .get(profile_name)
+            .ok_or_else(|| LlmError::UnknownProfile {
+                profile: profile_name.to_string(),
+                known: self.profiles.keys().cloned().collect::<Vec<_>>().join(", "),
+            })?;
+        let url = chat_url(&profile.base_url);
+        let body = request_body(profile, messages, tools).to_string();
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let started = Instant::now();
+            let outcome = self.send_once(profile, &url, &body).await;
+            let ms = started.elapsed().as_millis() as u64;
+            let status = match &outcome {
+                Ok(_) => "200".to_string(),
+                Err(f) => f.label(),
+            };
+            tracing::debug!(profile = profile_name, model = %profile.model, %status, ms, attempt = attempts, "model call");
+            let failure = match outcome {
+                Ok(reply) => {
+                    return self.read_reply(
+                        profile_name,
+                        profile,
+                        &body,
+                        reply,
+                        !tools.is_empty(),
+                        attempts,
+                    );
+                }
+                Err(f) => f,
+            };
+            let retry_after = failure.retry_after();
+            let error = failure.into_error(profile_name, profile, attempts);
+            if !error.is_retryable() || attempts > self.retry.max_retries {
+                return Err(error);
+            }
+            // The server knows best how long it needs; otherwise back off.
+            let delay = retry_after.unwrap_or_else(|| self.retry.delay_for(attempts - 1));
+            tracing::warn!(
+                profile = profile_name,
+                attempt = attempts,
+                delay_ms = delay.as_millis() as u64,
+                error = %error,
+                "model call failed; retrying"
+            );
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    async fn send_once(&self, profile: &Profile, url: &str, body: &str) -> Result<Value, Failure> {
+        let mut request = self
+            .client
+            .post(url)
+            .timeout(Duration::from_secs(profile.timeout_s.max(1)))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string());
+        if !profile.api_key.is_empty() {
+            // bearer_auth marks the header sensitive, so reqwest and hyper never print it.
+            request = request.bearer_auth(&profile.api_key);
+        }
+        let response = request.send().await.map_err(Failure::from_reqwest)?;
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(parse_retry_after);
+            let body = response.text().await.unwrap_or_default();
+            return Err(Failure::Status {
+                status: status.as_u16(),
+                body,
+                retry_after,
+            });
+        }
+        let bytes = response.bytes().await.map_err(Failure::from_reqwest)?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            Failure::BadResponse(format!(
+                "the body is not JSON: {e}; it starts with: {}",
+                body_detail(&String::from_utf8_lossy(&bytes), 120)
+            ))
+        })
+    }
+
+    fn read_reply(
+        &self,
+        profile_name: &str,
+        profile: &Profile,
+        request_body: &str,
+        response: Value,
+        text_fallback: bool,
+        attempts: u32,
+    ) -> Result<ModelReply, LlmError> {
+        let bad = |reason: String| LlmError::BadResponse {
+            profile: profile_name.to_string(),
+            base_url: profile.base_url.clone(),
+            reason: redact(&reason, &profile.api_key),
+        };
+        let Some(message) = response.pointer("/choices/0/message") else {
+            let reason = match response.get("error") {
+                Some(e) => format!(
+                    "it carries an error: {}",
+                    body_detail(&json!({"error": e}).to_string(), ERROR_BODY_CHARS)
+                ),
+                None => "no choices[0].message".to_string(),
+            };
+            return Err(bad(reason));
+        };
+        let parsed = parse::parse_message(message, text_fallback);
+        if !parsed.warnings.is_empty() {
+            self.parse_failures.fetch_add(1, Ordering::Relaxed);
+            for warning in &parsed.warnings {
+                tracing::warn!(profile = profile_name, model = %profile.model, %warning, "model output looked like a tool call but could not be read");
+            }
+        }
+        let usage = match (
+            response
+                .pointer("/usage/prompt_tokens")
+                .and_then(Value::as_u64),
+            response
+                .pointer("/usage/completion_tokens")
+                .and_then(Value::as_u64),
+        ) {
+            (Some(prompt), Some(completion)) => Usage {
+                prompt_tokens: clamp_u32(prompt),
+                completion_tokens: clamp_u32(completion),
+                estimated: false,
+            },
+            _ => Usage {
+                prompt_tokens: estimate_tokens(request_body),
+                completion_tokens: estimate_completion(&parsed.content, &parsed.tool_calls),
+                estimated: true,
+            },
+        };
+        Ok(ModelReply {
+            content: parsed.content,
+            tool_calls: parsed.tool_calls,
+            usage,
+            parse_warnings: parsed.warnings,
+            attempts,
+        })
+    }
+}
+
+fn clamp_u32(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn estimate_completion(content: &str, calls: &[ToolCall]) -> u32 {
+    let mut total = estimate_tokens(content);
+    for call in calls {
+        total += estimate_tokens(&call.name) + estimate_tokens(&call.arguments.to_string());
+    }
+    total
+}
+
+/// `{base_url}/chat/completions`, whether or not the configured URL ends in a slash.
+pub(crate) fn chat_url(base_url: &str) -> String {
+    format!("{}/chat/completions", base_url.trim().trim_end_matches('/'))
+}
+
+/// The OpenAI request body. `tools` is omitted when empty: some servers reject an empty list.
+pub(crate) fn request_body(profile: &Profile, messages: &[Message], tools: &[ToolSpec]) -> Value {
+    let messages: Vec<Value> = messages.iter().map(wire_message).collect();
+    let mut body = json!({
+        "model": profile.model,
+        "messages": messages,
+        "temperature": profile.temperature,
+        "max_tokens": profile.max_tokens,
+        "stream": false,
+    });
+    if !tools.is_empty() {
+        body["tools"] = tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.parameters,
+                }})
+            })
+            .collect();
+    }
+    body
+}
+
+fn wire_message(m: &Message) -> Value {
+    let mut out = json!({"role": m.role, "content": m.content});
+    if m.role == Role::Assistant && !m.tool_calls.is_empty() {
+        out["tool_calls"] = m
+            .tool_calls
+            .iter()
+            .map(|c| {
+                // An argument string we could not repair goes back verbatim: it is what the
+                // model wrote, and the tool's error message refers to it.
+                let arguments = match &c.arguments {
+                    Value::String(raw) => raw.clone(),
+                    other => other.to_string(),
+                };
+                json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": arguments}})
+            })
+            .collect();
+    }
+    if let Some(id) = &m.tool_call_id {
+        out["tool_call_id"] = json!(id);
+    }
+    out
+}
+
+/// `Retry-After` as delta-seconds or an HTTP date, capped at [`MAX_RETRY_AFTER`].
+pub(crate) fn parse_retry_after(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    let wait = if let Ok(secs) = value.parse::<u64>() {
+        Duration::from_secs(secs)
+    } else {
+        let when = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+        let delta = when.with_timezone(&chrono::Utc) - chrono::Utc::now();
+        delta.to_std().unwrap_or(Duration::ZERO)
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
+}
+
+/// One attempt's failure, before it is worded for the user.
+enum Failure {
+    Connect(String),
+    Timeout,
+    Status {
+        status: u16,
+        body: String,
+        retry_after: Option<Duration>,
+    },
+    BadResponse(String),
+}
+
+impl Failure {
+    fn from_reqwest(e: reqwest::Error) -> Failure {
+        if e.is_timeout() {
+            return Failure::Timeout;
+        }
+        Failure::Connect(root_cause(&e, e.is_connect()))
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Failure::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    fn label(&self) -> String {
+        match self {
+            Failure::Connect(_) => "connect-error".into(),
+            Failure::Timeout => "timeout".into(),
+            Failure::Status { status, .. } => status.to_string(),
+            Failure::BadResponse(_) => "bad-response".into(),
+        }
+    }
+
+    fn into_error(self, profile_name: &str, profile: &Profile, attempts: u32) -> LlmError {
+        let key = &profile.api_key;
+        match self {
+            Failure::Connect(reason) => LlmError::Connect {
+                profile: profile_name.to_string(),
+                base_url: profile.base_url.clone(),
+                reason: redact(&reason, key),
+                attempts,
+                hint: connect_hint(profile_name, &profile.base_url),
+            },
+            Failure::Timeout => LlmError::Timeout {
+                profile: profile_name.to_string(),
+                base_url: profile.base_url.clone(),
+                timeout_s: profile.timeout_s.max(1),
+                attempts,
+            },
+            Failure::Status { status, body, .. } => LlmError::Status {
+                status,
+                profile: profile_name.to_string(),
+                base_url: profile.base_url.clone(),
+                model: profile.model.clone(),
+                detail: redact(&body_detail(&body, ERROR_BODY_CHARS), key),
+                attempts,
+                hint: status_hint(status, profile_name, &profile.model),
+            },
+            Failure::BadResponse(reason) => LlmError::BadResponse {
+                profile: profile_name.to_string(),
+                base_url: profile.base_url.clone(),
+                reason: redact(&reason, key),
+            },
+        }
+    }
+}
+
+/// The innermost cause of a transport error, worded plainly ("connection refused").
+fn root_cause(e: &reqwest::Error, connecting: bool) -> String {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    let mut innermost = e.to_string();
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
+                std::io::ErrorKind::ConnectionReset => "connection reset by the server".to_string(),
+                _ => io.to_string(),
+            };
+        }
+        innermost = s.to_string();
+        source = s.source();
+    }
+    if connecting {
+        innermost
+    } else {
+        format!("the connection failed mid-request: {innermost}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn profile() -> Profile {
+        Profile {
+            model: "m".into(),
+            ..Profile::default()
+        }
+    }
+
+    #[test]
+    fn chat_url_tolerates_trailing_slash() {
+        assert_eq!(chat_url("http://h:1/v1"), "http://h:1/v1/chat/completions");
+        assert_eq!(chat_url("http://h:1/v1/"), "http://h:1/v1/chat/completions");
+    }
+
+    #[test]
+    fn body_has_openai_shape() {
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "recall".into(),
+            arguments: json!({"query": "tea"}),
+        };
+        let raw = ToolCall {
+            id: "c2".into(),
+            name: "recall".into(),
+            arguments: Value::String("{broken".into()),
+        };
+        let messages = vec![
+            Message::system("s"),
+            Message::user("u"),
+            Message::assistant("", vec![call, raw]),
+            Message::tool("c1", "result"),
+        ];
+        let tool = ToolSpec {
+            name: "recall".into(),
+            description: "d".into(),
+            parameters: json!({"type": "object"}),
+        };
+        let body = request_body(&profile(), &messages, std::slice::from_ref(&tool));
+        assert_eq!(body["model"], "m");
+        assert_eq!(body["stream"], false);
+        assert_eq!(body["max_tokens"], 1024);
+        let calls = &body["messages"][2]["tool_calls"];
+        assert_eq!(calls[0]["type"], "function");
+        assert_eq!(calls[0]["function"]["arguments"], "{\"query\":\"tea\"}");
+        assert_eq!(calls[1]["function"]["arguments"], "{broken");
+        assert_eq!(body["messages"][3]["tool_call_id"], "c1");
+        assert_eq!(body["messages"][3]["role"], "tool");
+        assert_eq!(body["tools"][0]["function"]["name"], "recall");
+        assert_eq!(body["tools"][0]["type"], "function");
+        let without = request_body(&profile(), &messages, &[]);
+        assert!(without.get("tools").is_none());
+        assert!(without["messages"][0].get("tool_calls").is_none());
+    }
+
+    #[test]
+    fn retry_after_seconds_and_dates() {
+        assert_eq!(parse_retry_after("1"), Some(Duration::from_secs(1)));
+        assert_eq!(parse_retry_after(" 3600 "), Some(MAX_RETRY_AFTER));
+        let soon = (chrono::Utc::now() + chrono::Duration::seconds(20)).to_rfc2822();
+        let soon = soon.replace("+0000", "GMT");
+        let d = parse_retry_after(&soon).unwrap();
+        assert!(
+            d > Duration::from_secs(17) && d <= Duration::from_secs(20),
+            "{d:?}"
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon"), None);
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let p = RetryPolicy {
+            max_retries: 10,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(1000),
+        };
+        for _ in 0..50 {
+            let d0 = p.delay_for(0);
+            assert!(d0 >= Duration::from_millis(50) && d0 <= Duration::from_millis(100));
+            let d2 = p.delay_for(2);
+            assert!(d2 >= Duration::from_millis(200) && d2 <= Duration::from_millis(400));
+            assert!(p.delay_for(20) <= Duration::from_millis(1000));
+            assert!(p.delay_for(u32::MAX) >= Duration::from_millis(500));
+        }
+    }
+
+    #[test]
+    fn debug_hides_the_key() {
+        let mut settings = ModelSettings::default();
+        if let Some(p) = settings.profiles.get_mut("fast") {
+            p.api_key = "sk-very-secret".into();
+        }
+        let gw = Gateway::new(&settings).unwrap();
+        let shown = format!("{gw:?}");
+        assert!(!shown.contains("sk-very-secret"), "{shown}");
+        assert!(shown.contains("api_key_set: true"), "{shown}");
+    }
+
+    #[test]
+    fn bad_base_url_is_rejected() {
+        let mut settings = ModelSettings::default();
+        if let Some(p) = settings.profiles.get_mut("fast") {
+            p.base_url = "localhost:11434".into();
+        }
+        let err = Gateway::new(&settings).unwrap_err();
+        assert!(err.to_string().contains("model.profiles.fast"), "{err}");
+    }
+}

@@ -1,0 +1,208 @@
+//! What can go wrong talking to a model server, each case worded so the user knows what to do.
+//!
+//! Owns: [`LlmError`], which cases are worth retrying, and the redaction of API keys from any
+//! text that came back from a server. Must not: hold a key — errors are built from text that
+//! has already been redacted.
+
+/// A failed model call. Every message names the server and the setting to change; none
+/// contains an API key (server text is redacted before it gets here).
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    #[error(
+        "unknown model profile '{profile}'; defined profiles: {known}. Pick one of those or add it under model.profiles in settings.yaml"
+    )]
+    UnknownProfile { profile: String, known: String },
+
+    #[error(
+        "model profile '{profile}' is unusable: {reason}. Fix model.profiles.{profile} in settings.yaml"
+    )]
+    InvalidProfile { profile: String, reason: String },
+
+    #[error("cannot set up the HTTP client for the model gateway: {reason}")]
+    Setup { reason: String },
+
+    #[error(
+        "cannot reach the model server at {base_url} ({reason}) after {attempts} attempt(s): {hint}"
+    )]
+    Connect {
+        profile: String,
+        base_url: String,
+        reason: String,
+        attempts: u32,
+        hint: String,
+    },
+
+    #[error(
+        "the model server at {base_url} did not answer within {timeout_s} s ({attempts} attempt(s)): raise model.profiles.{profile}.timeout_s, use a smaller model, or check the server's load"
+    )]
+    Timeout {
+        profile: String,
+        base_url: String,
+        timeout_s: u64,
+        attempts: u32,
+    },
+
+    #[error(
+        "the model server at {base_url} answered HTTP {status} for model '{model}' after {attempts} attempt(s): {detail}. {hint}"
+    )]
+    Status {
+        status: u16,
+        profile: String,
+        base_url: String,
+        model: String,
+        /// The server's own explanation (its `error.message`, or a capped excerpt of the body).
+        detail: String,
+        attempts: u32,
+        hint: String,
+    },
+
+    #[error(
+        "the model server at {base_url} sent something that is not an OpenAI chat completion ({reason}): check that model.profiles.{profile}.base_url points at an OpenAI-compatible /v1 endpoint"
+    )]
+    BadResponse {
+        profile: String,
+        base_url: String,
+        reason: String,
+    },
+}
+
+impl LlmError {
+    /// Network failures, timeouts, 429 and 5xx may pass; other 4xx mean the request itself is
+    /// wrong and sending it again would fail the same way.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            LlmError::Connect { .. } | LlmError::Timeout { .. } => true,
+            LlmError::Status { status, .. } => *status == 429 || (500..=599).contains(status),
+            _ => false,
+        }
+    }
+
+    /// HTTP attempts made before giving up (0 for errors raised before any request).
+    pub fn attempts(&self) -> u32 {
+        match self {
+            LlmError::Connect { attempts, .. }
+            | LlmError::Timeout { attempts, .. }
+            | LlmError::Status { attempts, .. } => *attempts,
+            _ => 0,
+        }
+    }
+}
+
+/// What to suggest when the server cannot be reached at all.
+pub(crate) fn connect_hint(profile: &str, base_url: &str) -> String {
+    if base_url.contains(":11434") {
+        format!("is Ollama running (`ollama serve`)? or set model.profiles.{profile}.base_url")
+    } else {
+        format!(
+            "is the model server running and listening there? or set model.profiles.{profile}.base_url"
+        )
+    }
+}
+
+/// What to suggest for an HTTP error status.
+pub(crate) fn status_hint(status: u16, profile: &str, model: &str) -> String {
+    match status {
+        401 | 403 => format!(
+            "Check model.profiles.{profile}.api_key (set it in settings.yaml, e.g. api_key: ${{OPENAI_API_KEY}})"
+        ),
+        404 => format!(
+            "Check that model '{model}' exists on the server (for Ollama: `ollama pull {model}`) and that model.profiles.{profile}.base_url ends in /v1"
+        ),
+        429 => {
+            "The server is rate limiting: wait and try again, or lower agent.workers".to_string()
+        }
+        500..=599 => "The server failed; its own logs say why".to_string(),
+        _ => format!(
+            "The server rejected the request: check that model '{model}' supports tool calling and that model.profiles.{profile}.max_tokens and temperature are in its range"
+        ),
+    }
+}
+
+/// Replaces every occurrence of `key` in `text`: a server may echo the key back (an "invalid
+/// key sk-…" body), and that text must not reach an error or a log.
+pub(crate) fn redact(text: &str, key: &str) -> String {
+    if key.is_empty() {
+        text.to_string()
+    } else {
+        text.replace(key, "<redacted>")
+    }
+}
+
+/// The useful part of an error body: `error.message` or `error` when the body is JSON, else the
+/// body itself; capped so a large HTML page does not flood the message.
+pub(crate) fn body_detail(body: &str, cap: usize) -> String {
+    let from_json = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            let e = v.get("error")?;
+            e.get("message")
+                .and_then(|m| m.as_str())
+                .or_else(|| e.as_str())
+                .map(str::to_string)
+        });
+    let text = from_json.unwrap_or_else(|| body.trim().to_string());
+    if text.is_empty() {
+        return "(empty body)".to_string();
+    }
+    match text.char_indices().nth(cap) {
+        Some((cut, _)) => format!("{}… (cut)", &text[..cut]),
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_cases() {
+        let status = |status| LlmError::Status {
+            status,
+            profile: "fast".into(),
+            base_url: "u".into(),
+            model: "m".into(),
+            detail: String::new(),
+            attempts: 1,
+            hint: String::new(),
+        };
+        assert!(status(429).is_retryable());
+        assert!(status(500).is_retryable());
+        assert!(status(503).is_retryable());
+        assert!(!status(400).is_retryable());
+        assert!(!status(401).is_retryable());
+        assert!(!status(404).is_retryable());
+        let bad = LlmError::BadResponse {
+            profile: "fast".into(),
+            base_url: "u".into(),
+            reason: "x".into(),
+        };
+        assert!(!bad.is_retryable());
+    }
+
+    #[test]
+    fn body_detail_prefers_error_message_and_caps() {
+        assert_eq!(
+            body_detail(r#"{"error":{"message":"bad model"}}"#, 50),
+            "bad model"
+        );
+        assert_eq!(body_detail(r#"{"error":"nope"}"#, 50), "nope");
+        assert_eq!(body_detail("", 50), "(empty body)");
+        let long = "x".repeat(100);
+        assert_eq!(body_detail(&long, 10), format!("{}… (cut)", "x".repeat(10)));
+    }
+
+    #[test]
+    fn redact_removes_every_occurrence() {
+        assert_eq!(
+            redact("k sk-1 and sk-1", "sk-1"),
+            "k <redacted> and <redacted>"
+        );
+        assert_eq!(redact("text", ""), "text");
+    }
+
+    #[test]
+    fn ollama_hint_only_for_ollama_port() {
+        assert!(connect_hint("fast", "http://127.0.0.1:11434/v1").contains("ollama serve"));
+        assert!(!connect_hint("fast", "http://127.0.0.1:8000/v1").contains("ollama"));
+    }
+}

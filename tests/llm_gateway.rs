@@ -1,0 +1,606 @@
+//! The gateway end to end against a real HTTP server (the scripted model on loopback): every
+//! tool-call format, retries and their limits, usage, and that the API key goes only where it
+//! belongs.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hermes_agent::config::{ModelSettings, Profile};
+use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_agent::llm::{
+    Gateway, LlmError, Message, RetryPolicy, ToolCall, ToolSpec, estimate_tokens,
+};
+use serde_json::{Value, json};
+
+const KEY: &str = "sk-test-7f3a9c2e5b1d";
+
+fn settings(base_url: &str, api_key: &str, timeout_s: u64) -> ModelSettings {
+    let mut s = ModelSettings::default();
+    s.profiles.insert(
+        "fast".into(),
+        Profile {
+            base_url: base_url.into(),
+            api_key: api_key.into(),
+            model: "test-model".into(),
+            temperature: 0.1,
+            max_tokens: 256,
+            timeout_s,
+        },
+    );
+    s
+}
+
+fn quick_retry(max_retries: u32) -> RetryPolicy {
+    RetryPolicy {
+        max_retries,
+        base_delay: Duration::from_millis(1),
+        max_delay: Duration::from_millis(5),
+    }
+}
+
+fn gateway_for(model: &ScriptedModel) -> Gateway {
+    Gateway::new(&settings(&model.base_url(), "", 10))
+        .unwrap()
+        .with_retry(quick_retry(3))
+}
+
+fn tools() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec {
+            name: "recall".into(),
+            description: "Search long-term memory.".into(),
+            parameters: json!({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}),
+        },
+        ToolSpec {
+            name: "remember".into(),
+            description: "Store a fact.".into(),
+            parameters: json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+        },
+    ]
+}
+
+fn ask(text: &str) -> Vec<Message> {
+    vec![Message::system("You are a test."), Message::user(text)]
+}
+
+async fn one_reply(reply: Reply) -> (hermes_agent::llm::ModelReply, ScriptedModel) {
+    let model = ScriptedModel::start(vec![reply]).await;
+    let gw = gateway_for(&model);
+    let out = gw.chat("fast", &ask("hi"), &tools()).await.unwrap();
+    (out, model)
+}
+
+#[tokio::test]
+async fn native_calls_with_string_arguments_and_request_shape() {
+    let (reply, model) = one_reply(Reply::tool_calls(&[
+        ("recall", json!({"query": "tea"})),
+        ("remember", json!({"text": "我喜欢乌龙茶"})),
+    ]))
+    .await;
+    assert_eq!(reply.tool_calls.len(), 2);
+    assert_eq!(reply.tool_calls[0].id, "call_1");
+    assert_eq!(reply.tool_calls[0].name, "recall");
+    assert_eq!(reply.tool_calls[0].arguments, json!({"query": "tea"}));
+    assert_eq!(reply.tool_calls[1].arguments["text"], "我喜欢乌龙茶");
+    assert_eq!(reply.attempts, 1);
+    assert!(reply.parse_warnings.is_empty());
+
+    let sent = &model.requests()[0];
+    assert_eq!(sent["model"], "test-model");
+    assert_eq!(sent["stream"], false);
+    assert_eq!(sent["max_tokens"], 256);
+    assert!((sent["temperature"].as_f64().unwrap() - 0.1).abs() < 1e-6);
+    assert_eq!(
+        sent["messages"][1],
+        json!({"role": "user", "content": "hi"})
+    );
+    assert_eq!(sent["tools"][0]["type"], "function");
+    assert_eq!(sent["tools"][0]["function"]["name"], "recall");
+    assert_eq!(
+        sent["tools"][1]["function"]["parameters"]["required"][0],
+        "text"
+    );
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn native_object_arguments_and_missing_ids() {
+    let body = json!({"choices": [{"message": {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "recall", "arguments": {"query": "x"}}},
+        {"type": "function", "function": {"name": "recall", "arguments": "{\"query\": \"y\",}"}}
+    ]}}]});
+    let (reply, model) = one_reply(Reply::Body(body)).await;
+    assert_eq!(reply.tool_calls.len(), 2);
+    assert_eq!(reply.tool_calls[0].arguments, json!({"query": "x"}));
+    assert_eq!(reply.tool_calls[1].arguments, json!({"query": "y"}));
+    assert!(!reply.tool_calls[0].id.is_empty());
+    assert_ne!(reply.tool_calls[0].id, reply.tool_calls[1].id);
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn native_unrepairable_arguments_kept_raw_with_warning() {
+    let body = json!({"choices": [{"message": {"role": "assistant", "tool_calls": [
+        {"id": "c9", "type": "function", "function": {"name": "recall", "arguments": "{query: 'x'}"}}
+    ]}}]});
+    let model = ScriptedModel::start(vec![Reply::Body(body)]).await;
+    let gw = gateway_for(&model);
+    let reply = gw.chat("fast", &ask("hi"), &tools()).await.unwrap();
+    assert_eq!(reply.tool_calls.len(), 1);
+    assert_eq!(
+        reply.tool_calls[0].arguments,
+        Value::String("{query: 'x'}".into())
+    );
+    assert_eq!(reply.parse_warnings.len(), 1);
+    assert_eq!(gw.parse_failures(), 1);
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn fenced_json_call() {
+    let (reply, model) = one_reply(Reply::content(
+        "Let me check.\n```json\n{\"name\": \"recall\", \"arguments\": {\"query\": \"tea\"}}\n```",
+    ))
+    .await;
+    assert_eq!(reply.tool_calls.len(), 1);
+    assert_eq!(reply.tool_calls[0].name, "recall");
+    assert_eq!(reply.tool_calls[0].arguments, json!({"query": "tea"}));
+    assert_eq!(reply.content, "Let me check.");
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn fence_without_language_and_function_wrapper() {
+    let (reply, model) = one_reply(Reply::content(
+        "```\n{\"function\": {\"name\": \"remember\", \"arguments\": {\"text\": \"a\"}}}\n```",
+    ))
+    .await;
+    assert_eq!(reply.tool_calls.len(), 1);
+    assert_eq!(reply.tool_calls[0].name, "remember");
+    assert_eq!(reply.content, "");
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn hermes_tool_call_tags_several_in_one_message() {
+    let content = "<tool_call>\n{\"name\": \"recall\", \"arguments\": {\"query\": \"茶\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"remember\", \"parameters\": {\"text\": \"用户喜欢\n乌龙茶\",},}\n</tool_call>";
+    let (reply, model) = one_reply(Reply::content(content)).await;
+    assert_eq!(reply.tool_calls.len(), 2, "{reply:?}");
+    assert_eq!(reply.tool_calls[0].arguments, json!({"query": "茶"}));
+    assert_eq!(
+        reply.tool_calls[1].arguments,
+        json!({"text": "用户喜欢\n乌龙茶"})
+    );
+    assert_eq!(reply.content, "");
+    assert!(reply.parse_warnings.is_empty());
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn bare_json_object_with_repairs() {
+    let (reply, model) = one_reply(Reply::content(
+        "{\"name\": \"remember\", \"arguments\": {\"text\": \"line one\nline\ttwo {not a brace}\",},}",
+    ))
+    .await;
+    assert_eq!(reply.tool_calls.len(), 1);
+    assert_eq!(
+        reply.tool_calls[0].arguments["text"],
+        "line one\nline\ttwo {not a brace}"
+    );
+    assert_eq!(reply.content, "");
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn unrepairable_text_call_becomes_plain_answer_with_warning() {
+    let raw = "<tool_call>{\"name\": \"recall\", \"arguments\": {\"query\": \"tea\"</tool_call>";
+    let model = ScriptedModel::start(vec![Reply::content(raw)]).await;
+    let gw = gateway_for(&model);
+    let reply = gw.chat("fast", &ask("hi"), &tools()).await.unwrap();
+    assert!(reply.tool_calls.is_empty());
+    assert_eq!(reply.content, raw);
+    assert_eq!(reply.parse_warnings.len(), 1);
+    assert!(
+        reply.parse_warnings[0].contains("<tool_call>"),
+        "{:?}",
+        reply.parse_warnings
+    );
+    assert_eq!(gw.parse_failures(), 1);
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn json_answer_and_no_tools_offered_stay_answers() {
+    let call_shaped = "{\"name\": \"recall\", \"arguments\": {\"query\": \"x\"}}";
+    let model = ScriptedModel::start(vec![
+        Reply::content("{\"temperature\": 21, \"city\": \"Shanghai\"}"),
+        Reply::content(call_shaped),
+    ])
+    .await;
+    let gw = gateway_for(&model);
+    let data = gw.chat("fast", &ask("hi"), &tools()).await.unwrap();
+    assert!(data.tool_calls.is_empty() && data.parse_warnings.is_empty());
+    assert_eq!(
+        data.content,
+        "{\"temperature\": 21, \"city\": \"Shanghai\"}"
+    );
+    // With no tools offered, nothing is read as a call and no `tools` field is sent.
+    let plain = gw.chat("fast", &ask("hi"), &[]).await.unwrap();
+    assert!(plain.tool_calls.is_empty());
+    assert_eq!(plain.content, call_shaped);
+    assert!(model.requests()[1].get("tools").is_none());
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn history_is_sent_in_openai_shape() {
+    let model = ScriptedModel::start(vec![Reply::text("done")]).await;
+    let gw = gateway_for(&model);
+    let call = ToolCall {
+        id: "call_a".into(),
+        name: "recall".into(),
+        arguments: json!({"query": "tea"}),
+    };
+    let messages = vec![
+        Message::system("s"),
+        Message::user("u"),
+        Message::assistant("", vec![call]),
+        Message::tool("call_a", "{\"facts\": []}"),
+    ];
+    let reply = gw.chat("fast", &messages, &tools()).await.unwrap();
+    assert_eq!(reply.content, "done");
+    let sent = &model.requests()[0]["messages"];
+    assert_eq!(
+        sent[2]["tool_calls"][0],
+        json!({"id": "call_a", "type": "function", "function": {"name": "recall", "arguments": "{\"query\":\"tea\"}"}})
+    );
+    assert_eq!(
+        sent[3],
+        json!({"role": "tool", "content": "{\"facts\": []}", "tool_call_id": "call_a"})
+    );
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn server_down_is_a_connect_error_after_retries() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let gw = Gateway::new(&settings(&url, KEY, 5))
+        .unwrap()
+        .with_retry(quick_retry(2));
+    let err = gw.chat("fast", &ask("hi"), &[]).await.unwrap_err();
+    assert!(
+        matches!(err, LlmError::Connect { attempts: 3, .. }),
+        "{err:?}"
+    );
+    assert!(err.is_retryable());
+    let text = err.to_string();
+    assert!(text.contains(&url), "{text}");
+    assert!(text.contains("connection refused"), "{text}");
+    assert!(text.contains("model.profiles.fast.base_url"), "{text}");
+    assert!(!text.contains(KEY) && !format!("{err:?}").contains(KEY));
+}
+
+#[tokio::test]
+async fn server_error_then_success_retries() {
+    let model = ScriptedModel::start(vec![
+        Reply::Status {
+            status: 500,
+            headers: vec![],
+            body: "{\"error\": {\"message\": \"model loading\"}}".into(),
+        },
+        Reply::text("ok"),
+    ])
+    .await;
+    let gw = gateway_for(&model);
+    let reply = gw.chat("fast", &ask("hi"), &[]).await.unwrap();
+    assert_eq!(reply.content, "ok");
+    assert_eq!(reply.attempts, 2);
+    assert_eq!(model.request_count(), 2);
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn exhausted_retries_report_the_last_status() {
+    let model = ScriptedModel::start(vec![]).await;
+    let gw = gateway_for(&model);
+    let err = gw.chat("fast", &ask("hi"), &[]).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LlmError::Status {
+                status: 500,
+                attempts: 4,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("script exhausted"), "{err}");
+    assert_eq!(model.request_count(), 4);
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn rate_limit_honours_retry_after() {
+    let model = ScriptedModel::start(vec![
+        Reply::Status {
+            status: 429,
+            headers: vec![("Retry-After".into(), "1".into())],
+            body: "slow down".into(),
+        },
+        Reply::text("ok"),
+    ])
+    .await;
+    let gw = gateway_for(&model);
+    let started = Instant::now();
+    let reply = gw.chat("fast", &ask("hi"), &[]).await.unwrap();
+    let waited = started.elapsed();
+    assert_eq!(reply.attempts, 2);
+    assert!(
+        waited >= Duration::from_millis(950) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn client_error_is_not_retried_and_quotes_the_body() {
+    let model = ScriptedModel::start(vec![
+        Reply::Status {
+            status: 400,
+            headers: vec![],
+            body: format!(
+                "{{\"error\": {{\"message\": \"tools are not supported by this model {}\"}}}}",
+                "x".repeat(2000)
+            ),
+        },
+        Reply::text("never reached"),
+    ])
+    .await;
+    let gw = gateway_for(&model);
+    let err = gw.chat("fast", &ask("hi"), &tools()).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LlmError::Status {
+                status: 400,
+                attempts: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable());
+    let text = err.to_string();
+    assert!(text.contains("tools are not supported"), "{text}");
+    assert!(
+        text.len() < 1200,
+        "the body excerpt is capped: {} chars",
+        text.len()
+    );
+    assert_eq!(model.request_count(), 1);
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn non_json_success_is_a_bad_response() {
+    let model = ScriptedModel::start(vec![Reply::Status {
+        status: 200,
+        headers: vec![],
+        body: "<html>proxy login</html>".into(),
+    }])
+    .await;
+    let gw = gateway_for(&model);
+    let err = gw.chat("fast", &ask("hi"), &[]).await.unwrap_err();
+    assert!(matches!(err, LlmError::BadResponse { .. }), "{err:?}");
+    assert!(err.to_string().contains("proxy login"), "{err}");
+    assert_eq!(model.request_count(), 1);
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn slow_server_times_out() {
+    let model = ScriptedModel::start(vec![Reply::Delay(
+        Duration::from_secs(3),
+        Box::new(Reply::text("late")),
+    )])
+    .await;
+    let gw = Gateway::new(&settings(&model.base_url(), "", 1))
+        .unwrap()
+        .with_retry(quick_retry(0));
+    let started = Instant::now();
+    let err = gw.chat("fast", &ask("hi"), &[]).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LlmError::Timeout {
+                timeout_s: 1,
+                attempts: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(started.elapsed() < Duration::from_millis(2500));
+    assert!(
+        err.to_string().contains("model.profiles.fast.timeout_s"),
+        "{err}"
+    );
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn usage_from_server_or_estimated() {
+    let model = ScriptedModel::start(vec![
+        Reply::Body(
+            json!({"choices": [{"message": {"role": "assistant", "content": "hello"}}],
+                           "usage": {"prompt_tokens": 123, "completion_tokens": 7}}),
+        ),
+        Reply::content("a reply without usage"),
+    ])
+    .await;
+    let gw = gateway_for(&model);
+    let counted = gw.chat("fast", &ask("hi"), &[]).await.unwrap();
+    assert_eq!(counted.usage.prompt_tokens, 123);
+    assert_eq!(counted.usage.completion_tokens, 7);
+    assert!(!counted.usage.estimated);
+
+    let estimated = gw.chat("fast", &ask("hi"), &[]).await.unwrap();
+    assert!(estimated.usage.estimated);
+    let request_text = model.requests()[1].to_string();
+    assert_eq!(
+        estimated.usage.prompt_tokens,
+        estimate_tokens(&request_text)
+    );
+    assert_eq!(
+        estimated.usage.completion_tokens,
+        estimate_tokens("a reply without usage")
+    );
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn bearer_header_only_when_a_key_is_set() {
+    let model = ScriptedModel::start(vec![Reply::text("a"), Reply::text("b")]).await;
+    let with_key = Gateway::new(&settings(&model.base_url(), KEY, 10)).unwrap();
+    with_key.chat("fast", &ask("hi"), &[]).await.unwrap();
+    let without = Gateway::new(&settings(&format!("{}/", model.base_url()), "", 10)).unwrap();
+    without.chat("fast", &ask("hi"), &[]).await.unwrap();
+    assert_eq!(
+        model.authorizations(),
+        vec![Some(format!("Bearer {KEY}")), None]
+    );
+    model.stop().await;
+}
+
+/// Collects everything the tracing subscriber writes.
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn key_never_in_debug_errors_or_logs() {
+    let logs = LogBuffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    // The test runtime is single-threaded, so a thread-local default sees every event.
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    // A server that echoes the key back in its error bodies, as some gateways do.
+    let model = ScriptedModel::start(vec![
+        Reply::Status {
+            status: 503,
+            headers: vec![],
+            body: format!("upstream rejected key {KEY}"),
+        },
+        Reply::Status {
+            status: 401,
+            headers: vec![],
+            body: format!("{{\"error\": {{\"message\": \"invalid api key {KEY}\"}}}}"),
+        },
+    ])
+    .await;
+    let gw = Gateway::new(&settings(&model.base_url(), KEY, 10))
+        .unwrap()
+        .with_retry(quick_retry(3));
+    assert!(!format!("{gw:?}").contains(KEY));
+    let err = gw.chat("fast", &ask("hi"), &[]).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LlmError::Status {
+                status: 401,
+                attempts: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("invalid api key <redacted>"), "{text}");
+    assert!(text.contains("model.profiles.fast.api_key"), "{text}");
+    assert!(!text.contains(KEY) && !format!("{err:?}").contains(KEY));
+
+    let logged = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(logged.matches("model call profile=").count(), 2, "{logged}");
+    assert!(logged.contains("retrying"), "{logged}");
+    assert!(!logged.contains(KEY), "{logged}");
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_profile_names_the_defined_ones() {
+    let gw = Gateway::new(&ModelSettings::default()).unwrap();
+    assert!(gw.has_profile("fast") && gw.has_profile("pro") && !gw.has_profile("x"));
+    let err = gw.chat("x", &ask("hi"), &[]).await.unwrap_err();
+    assert!(matches!(err, LlmError::UnknownProfile { .. }));
+    assert!(err.to_string().contains("fast, pro"), "{err}");
+}
+
+#[tokio::test]
+async fn concurrent_requests_each_get_their_own_answer() {
+    let model = ScriptedModel::start_with(|request| {
+        let question = request["messages"][1]["content"]
+            .as_str()
+            .unwrap_or("?")
+            .to_string();
+        Reply::Delay(
+            Duration::from_millis(50),
+            Box::new(Reply::text(&format!("echo {question}"))),
+        )
+    })
+    .await;
+    let gw = gateway_for(&model);
+    let started = Instant::now();
+    let calls = (0..1000).map(|i| {
+        let gw = gw.clone();
+        async move { (i, gw.chat("fast", &ask(&format!("q{i}")), &[]).await) }
+    });
+    let results = futures::future::join_all(calls).await;
+    for (i, result) in results {
+        let reply = result.unwrap();
+        assert_eq!(reply.content, format!("echo q{i}"));
+        assert_eq!(reply.attempts, 1);
+    }
+    assert_eq!(model.request_count(), 1000);
+    // Served concurrently, not one after another (1000 × 50 ms = 50 s).
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn wait_for_requests_sees_arrivals() {
+    let model = ScriptedModel::start(vec![Reply::Delay(
+        Duration::from_millis(200),
+        Box::new(Reply::text("x")),
+    )])
+    .await;
+    let gw = gateway_for(&model);
+    let call = tokio::spawn(async move { gw.chat("fast", &ask("hi"), &[]).await });
+    assert!(model.wait_for_requests(1, Duration::from_secs(5)).await);
+    assert!(!model.wait_for_requests(2, Duration::from_millis(20)).await);
+    assert_eq!(call.await.unwrap().unwrap().content, "x");
+    model.stop().await;
+}
