@@ -1,1 +1,0 @@
-//! Built-in tools: web (filled in by its owner).
