@@ -1,3 +1,247 @@
 //! Notifiers: email (lettre SMTP) and webhooks, fed by the durable outbox in the store.
 //!
-//! Must not: send to any address or URL that is not in the configuration.
+//! Owns: the channels built from `notify` in the settings (`email`, and one per
+//! `notify.webhooks.NAME`), queuing notices ([`Notifier::enqueue`]), the sender loop that
+//! drains the outbox ([`Notifier::run`], [`Notifier::deliver_due`]), and the SMTP and webhook
+//! checks for `doctor` ([`Notifier::check`]).
+//! Must not: send to any address or URL that is not in the configuration — callers (and the
+//! model, through the `notify` tool) name a channel, never an address; log secrets or a
+//! webhook's full URL; run SQL of its own (the outbox queries live in `store::outbox`).
+//!
+//! # Delivery and retries
+//!
+//! A notice is a row in the `outbox` table before anything is sent, so a crash or restart
+//! loses nothing: pending rows are sent by the next [`Notifier::run`]. Each attempt ends in
+//! one of three ways:
+//!
+//! - **sent** — SMTP accepted the message for every recipient, or the webhook answered 2xx.
+//! - **transient failure** — the SMTP relay could not be reached, timed out or answered 4xx;
+//!   the webhook could not be reached, timed out, or answered 408, 429 or 5xx. The notice
+//!   stays pending, its attempt count and last error are recorded, and it is retried after
+//!   `base_delay · 2^(attempt−1)`, capped at `max_delay`. The default [`RetryPolicy`] is 8
+//!   attempts at 30 s, 1, 2, 4, 8, 16 and 32 min: about an hour in all. After the last
+//!   attempt the notice is `failed` with its last error (and a warning in the log). There is
+//!   no jitter: one person's notices are few, and retries bunching up harms no one.
+//! - **permanent failure** — SMTP 5xx (535: the login was refused; the error says to check
+//!   `notify.email.username` and `SMTP_PASSWORD`), a TLS failure, a webhook 3xx or other 4xx.
+//!   The notice is `failed` at once with the reason: retrying would not help and would only
+//!   hammer the server.
+//!
+//! Delivery is at least once: a notice sent but not recorded (the database failing at that
+//! instant) is sent again. Failed notices stay visible in the outbox with their error.
+
+mod email;
+mod markdown;
+mod sender;
+mod webhook;
+
+pub use markdown::render_markdown;
+pub use webhook::{SIGNATURE_HEADER, signature};
+
+use crate::config::NotifySettings;
+use crate::store::{NewNotice, Store, StoreError};
+use email::EmailChannel;
+use futures::future::join_all;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use webhook::WebhookChannel;
+
+/// The email channel's name.
+pub const EMAIL: &str = "email";
+
+/// Longest a `doctor` check of the SMTP server may take.
+const SMTP_CHECK_TIMEOUT: Duration = Duration::from_secs(20);
+
+#[derive(Debug, thiserror::Error)]
+pub enum NotifyError {
+    #[error("unknown notify channel '{channel}'; {}", known_channels_hint(.known))]
+    UnknownChannel { channel: String, known: Vec<String> },
+    #[error("{key}: {message}")]
+    Config { key: String, message: String },
+    #[error("cannot queue the notice: {0}")]
+    Store(#[from] StoreError),
+}
+
+fn known_channels_hint(known: &[String]) -> String {
+    if known.is_empty() {
+        "no channels are configured (add notify.email or notify.webhooks to settings.yaml)".into()
+    } else {
+        format!("configured channels: {}", channel_list(known))
+    }
+}
+
+fn channel_list(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// How often and how long a transiently failing notice is retried. See the module doc.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    pub max_attempts: u32,
+    /// The wait after the first failed attempt; each later wait doubles.
+    pub base_delay: Duration,
+    /// No wait is longer than this.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 8,
+            base_delay: Duration::from_secs(30),
+            max_delay: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// One `doctor` verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckResult {
+    /// What was checked, e.g. `smtp smtp.example.com:587 (starttls)`; never a secret.
+    pub target: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// The notification service: a cheap-to-clone handle shared by the daemon, the scheduler and
+/// the `notify` tool.
+#[derive(Clone)]
+pub struct Notifier {
+    inner: Arc<Inner>,
+    /// Outside `inner` so [`Notifier::with_retry`] needs no rebuild; set once at start.
+    retry: RetryPolicy,
+}
+
+struct Inner {
+    /// The outbox lives here: every notice is written before it is sent.
+    store: Store,
+    /// `None` when `notify.email` is not configured; then `email` is not a channel.
+    email: Option<EmailChannel>,
+    /// Webhook channels by name (sorted, so channel lists read the same every time).
+    webhooks: BTreeMap<String, WebhookChannel>,
+    /// `enqueue` wakes the sender so a new notice goes out now, not at the next poll. A
+    /// `Notify` keeps one permit, so a wake-up during a pass is not lost.
+    wake: tokio::sync::Notify,
+    /// Serialises passes: two concurrent passes would send the same due notice twice.
+    pass: tokio::sync::Mutex<()>,
+}
+
+impl Inner {
+    fn channel_names(&self) -> Vec<String> {
+        self.email
+            .as_ref()
+            .map(|_| EMAIL.to_string())
+            .into_iter()
+            .chain(self.webhooks.keys().cloned())
+            .collect()
+    }
+}
+
+impl Notifier {
+    /// Build the channels from the settings. An address or URL that cannot be used is an
+    /// error naming its key, so a bad config shows at start, not at the first digest.
+    pub fn new(settings: NotifySettings, store: Store) -> Result<Notifier, NotifyError> {
+        let email = settings.email.as_ref().map(EmailChannel::new).transpose()?;
+        let mut webhooks = BTreeMap::new();
+        if !settings.webhooks.is_empty() {
+            let client = reqwest::Client::builder()
+                // The configured URL is the only destination; a redirect could lead anywhere.
+                .redirect(reqwest::redirect::Policy::none())
+                .user_agent(concat!("hermes-agent/", env!("CARGO_PKG_VERSION")))
+                .build()
+                .map_err(|e| NotifyError::Config {
+                    key: "notify.webhooks".into(),
+                    message: format!("cannot set up the HTTP client: {e}"),
+                })?;
+            for (name, hook) in &settings.webhooks {
+                webhooks.insert(
+                    name.clone(),
+                    WebhookChannel::new(name, hook, client.clone())?,
+                );
+            }
+        }
+        Ok(Notifier {
+            inner: Arc::new(Inner {
+                store,
+                email,
+                webhooks,
+                wake: tokio::sync::Notify::new(),
+                pass: tokio::sync::Mutex::new(()),
+            }),
+            retry: RetryPolicy::default(),
+        })
+    }
+
+    pub fn with_retry(mut self, policy: RetryPolicy) -> Notifier {
+        self.retry = policy;
+        self
+    }
+
+    /// `email` (if configured) and the webhook names.
+    pub fn channels(&self) -> Vec<String> {
+        self.inner.channel_names()
+    }
+
+    /// Store first (durable), then wake the sender. Unknown channel → error naming the known
+    /// channels.
+    pub async fn enqueue(&self, notice: NewNotice) -> Result<i64, NotifyError> {
+        let known = self.channels();
+        if !known.contains(&notice.channel) {
+            return Err(NotifyError::UnknownChannel {
+                channel: notice.channel,
+                known,
+            });
+        }
+        let id = self.inner.store.enqueue_notice(&notice).await?;
+        tracing::debug!(notice = id, channel = %notice.channel, "notice queued");
+        self.inner.wake.notify_one();
+        Ok(id)
+    }
+
+    /// doctor: SMTP connect + TLS + AUTH without sending, and each webhook URL reachable (any
+    /// HTTP answer to a HEAD counts). The checks run concurrently.
+    pub async fn check(&self) -> Vec<CheckResult> {
+        let email = async {
+            let email = self.inner.email.as_ref()?;
+            let target = format!("smtp {}", email.label());
+            let verdict = match tokio::time::timeout(SMTP_CHECK_TIMEOUT, email.check()).await {
+                Ok(v) => v,
+                Err(_) => Err(format!(
+                    "no answer within {} s",
+                    SMTP_CHECK_TIMEOUT.as_secs()
+                )),
+            };
+            Some(to_check(target, verdict))
+        };
+        let hooks = join_all(self.inner.webhooks.values().map(|hook| async move {
+            to_check(
+                format!("webhook {} ({})", hook.name, hook.label()),
+                hook.check().await,
+            )
+        }));
+        let (email, hooks) = tokio::join!(email, hooks);
+        email.into_iter().chain(hooks).collect()
+    }
+}
+
+fn to_check(target: String, verdict: Result<String, String>) -> CheckResult {
+    match verdict {
+        Ok(detail) => CheckResult {
+            target,
+            ok: true,
+            detail,
+        },
+        Err(detail) => CheckResult {
+            target,
+            ok: false,
+            detail,
+        },
+    }
+}

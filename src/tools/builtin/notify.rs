@@ -1,1 +1,147 @@
-//! Built-in tools: notify (filled in by its owner).
+//! Built-in tool `notify`: the model queues a notice on a configured channel.
+//!
+//! Owns: the tool's schema and description (which list the configured channel names) and
+//! turning a call into an outbox entry through the [`Notifier`] handle.
+//! Must not: accept an address or URL from the model — it names a channel, the settings say
+//! where that channel goes; send anything itself (the notifier's sender does, with retries).
+
+use crate::notify::Notifier;
+use crate::store::NewNotice;
+use crate::tools::{Tool, ToolContext, ToolError};
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// Longest title, in characters: it becomes an email subject.
+pub const MAX_TITLE_CHARS: usize = 200;
+/// Longest text, in characters.
+pub const MAX_TEXT_CHARS: usize = 20_000;
+
+/// The notify tools for this notifier: none when no channel is configured, since a tool that
+/// can only fail is not worth its schema in every model call.
+pub fn tools(notifier: Notifier) -> Vec<Arc<dyn Tool>> {
+    if notifier.channels().is_empty() {
+        return Vec::new();
+    }
+    vec![Arc::new(NotifyTool::new(notifier))]
+}
+
+pub struct NotifyTool {
+    notifier: Notifier,
+    description: String,
+    parameters: Value,
+}
+
+impl NotifyTool {
+    pub fn new(notifier: Notifier) -> NotifyTool {
+        let channels = notifier.channels();
+        let description = format!(
+            "Send a notice to the user on a configured channel (channels: {}). Use it when the \
+             task asks to notify, alert, email or report to the user, or to deliver a result \
+             the user is not waiting for. Do not use it to answer the current request: your \
+             final answer already reaches the user. You name a channel, never an address. \
+             `text` may be Markdown; `title` is the subject line.",
+            if channels.is_empty() {
+                "none configured".to_string()
+            } else {
+                channels.join(", ")
+            }
+        );
+        let parameters = json!({
+            "type": "object",
+            "properties": {
+                "channel": {
+                    "type": "string",
+                    "enum": channels,
+                    "description": "Where to send it: one of the configured channel names."
+                },
+                "title": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_TITLE_CHARS,
+                    "description": "Subject line, e.g. \"Daily digest — 2026-11-30\"."
+                },
+                "text": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_TEXT_CHARS,
+                    "description": "The notice itself; Markdown is rendered for email."
+                }
+            },
+            "required": ["channel", "title", "text"],
+            "additionalProperties": false
+        });
+        NotifyTool {
+            notifier,
+            description,
+            parameters,
+        }
+    }
+
+    async fn run(&self, args: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+        let channel = string_arg(&args, "channel")?;
+        let title = string_arg(&args, "title")?.trim().to_string();
+        let text = string_arg(&args, "text")?.to_string();
+        if title.is_empty() {
+            return Err(ToolError::InvalidArguments(
+                "title must not be empty".into(),
+            ));
+        }
+        let title_chars = title.chars().count();
+        if title_chars > MAX_TITLE_CHARS {
+            return Err(ToolError::InvalidArguments(format!(
+                "title is {title_chars} characters; keep it to {MAX_TITLE_CHARS}"
+            )));
+        }
+        let text_chars = text.chars().count();
+        if text_chars > MAX_TEXT_CHARS {
+            return Err(ToolError::InvalidArguments(format!(
+                "text is {text_chars} characters; keep it to {MAX_TEXT_CHARS} (summarise)"
+            )));
+        }
+        if text.trim().is_empty() {
+            return Err(ToolError::InvalidArguments("text must not be empty".into()));
+        }
+        let notice = NewNotice {
+            channel: channel.to_string(),
+            title,
+            body: text,
+            task_id: Some(ctx.task_id.clone()).filter(|t| !t.is_empty()),
+            job_id: ctx.job_id.clone(),
+            run_id: None,
+        };
+        match self.notifier.enqueue(notice).await {
+            Ok(id) => Ok(json!({"queued": true, "notice_id": id, "channel": channel})),
+            // Unknown channel: the message lists the configured ones, so the model can correct.
+            Err(e) => Err(ToolError::Failed(e.to_string())),
+        }
+    }
+}
+
+fn string_arg<'a>(args: &'a Value, key: &str) -> Result<&'a str, ToolError> {
+    args.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolError::InvalidArguments(format!("'{key}' must be a string")))
+}
+
+impl Tool for NotifyTool {
+    fn name(&self) -> &str {
+        "notify"
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> &Value {
+        &self.parameters
+    }
+
+    fn call<'a>(
+        &'a self,
+        args: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(self.run(args, ctx))
+    }
+}

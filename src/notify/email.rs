@@ -1,0 +1,248 @@
+//! The email channel: one SMTP transport (lettre) built from `notify.email`.
+//!
+//! Owns: building the transport (STARTTLS, implicit TLS, or plain for a loopback relay), the
+//! multipart message (plain text + rendered HTML) addressed to every configured recipient, and
+//! sorting SMTP failures into transient (4xx, connection, timeout) and permanent (5xx, TLS,
+//! client-side) ones.
+//! Must not: take an address from anywhere but the settings; touch the outbox.
+
+use super::NotifyError;
+use super::markdown::email_html;
+use super::sender::SendError;
+use crate::config::{EmailSettings, SmtpSecurity};
+use crate::store::Notice;
+use lettre::message::{Mailbox, Mailboxes, MultiPart, header};
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use std::time::Duration;
+
+/// Per SMTP command; a relay that stalls longer than this is treated as down (transient).
+const SMTP_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub(crate) struct EmailChannel {
+    transport: AsyncSmtpTransport<Tokio1Executor>,
+    from: Mailbox,
+    to: Mailboxes,
+    /// `host:port (security)`, for logs and `doctor`; never contains credentials.
+    label: String,
+    has_credentials: bool,
+}
+
+impl EmailChannel {
+    pub(crate) fn new(s: &EmailSettings) -> Result<EmailChannel, NotifyError> {
+        let bad = |key: &str, msg: String| NotifyError::Config {
+            key: format!("notify.email.{key}"),
+            message: msg,
+        };
+        let from: Mailbox = s
+            .from
+            .parse()
+            .map_err(|e| bad("from", format!("'{}' is not a usable address: {e}", s.from)))?;
+        if s.to.is_empty() {
+            return Err(bad("to", "must list at least one recipient".into()));
+        }
+        let mut to = Mailboxes::new();
+        for addr in &s.to {
+            let mb: Mailbox = addr
+                .parse()
+                .map_err(|e| bad("to", format!("'{addr}' is not a usable address: {e}")))?;
+            to.push(mb);
+        }
+        let builder = match s.security {
+            SmtpSecurity::Starttls => {
+                AsyncSmtpTransport::<Tokio1Executor>::starttls_relay(&s.smtp_host)
+            }
+            SmtpSecurity::Tls => AsyncSmtpTransport::<Tokio1Executor>::relay(&s.smtp_host),
+            SmtpSecurity::None => Ok(AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(
+                s.smtp_host.as_str(),
+            )),
+        }
+        .map_err(|e| {
+            bad(
+                "smtp_host",
+                format!("cannot set up TLS for '{}': {e}", s.smtp_host),
+            )
+        })?;
+        let mut builder = builder.port(s.smtp_port).timeout(Some(SMTP_TIMEOUT));
+        let has_credentials = !s.username.is_empty();
+        if has_credentials {
+            builder = builder.credentials(Credentials::new(s.username.clone(), s.password.clone()));
+        }
+        let security = match s.security {
+            SmtpSecurity::Starttls => "starttls",
+            SmtpSecurity::Tls => "tls",
+            SmtpSecurity::None => "no encryption",
+        };
+        Ok(EmailChannel {
+            transport: builder.build(),
+            from,
+            to,
+            label: format!("{}:{} ({security})", s.smtp_host, s.smtp_port),
+            has_credentials,
+        })
+    }
+
+    pub(crate) fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The message for a notice: subject = title, To = every configured recipient.
+    pub(crate) fn message(&self, notice: &Notice) -> Result<Message, SendError> {
+        // A title is one header line; a stray newline from the model must not split it.
+        let subject: String = notice
+            .title
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        Message::builder()
+            .from(self.from.clone())
+            .mailbox(header::To::from(self.to.clone()))
+            .subject(subject.trim())
+            .multipart(MultiPart::alternative_plain_html(
+                notice.body.clone(),
+                email_html(subject.trim(), &notice.body),
+            ))
+            .map_err(|e| SendError::Permanent(format!("cannot build the email: {e}")))
+    }
+
+    pub(crate) async fn send(&self, notice: &Notice) -> Result<(), SendError> {
+        let message = self.message(notice)?;
+        self.transport
+            .send(message)
+            .await
+            .map(|_| ())
+            .map_err(|e| classify(&e, &self.label))
+    }
+
+    /// Connect, negotiate TLS, authenticate and NOOP, without sending anything.
+    pub(crate) async fn check(&self) -> Result<String, String> {
+        match self.transport.test_connection().await {
+            Ok(true) => Ok(if self.has_credentials {
+                "connected, TLS as configured, login accepted".to_string()
+            } else {
+                "connected (no login configured)".to_string()
+            }),
+            Ok(false) => Err("connected, but the server did not answer NOOP".to_string()),
+            Err(e) => Err(classify(&e, &self.label).into_message()),
+        }
+    }
+}
+
+/// 4xx replies, connection failures and timeouts may pass; 5xx replies, TLS failures and
+/// client-side errors (no common AUTH mechanism, bad address) will not without a config change.
+fn classify(e: &lettre::transport::smtp::Error, label: &str) -> SendError {
+    let code = e.status().map(|c| c.to_string());
+    if e.is_permanent() {
+        let code = code.unwrap_or_default();
+        if code == "535" || code == "534" || code == "530" {
+            return SendError::Permanent(format!(
+                "SMTP server {label} rejected the login ({e}); check notify.email.username and the \
+                 password (SMTP_PASSWORD in the environment)"
+            ));
+        }
+        return SendError::Permanent(format!("SMTP server {label} refused: {e}"));
+    }
+    if e.is_transient() {
+        return SendError::Transient(format!("SMTP server {label} deferred: {e}"));
+    }
+    if e.is_tls() {
+        return SendError::Permanent(format!(
+            "TLS with SMTP server {label} failed ({}); check notify.email.security and smtp_port \
+             (starttls is usually port 587, tls port 465)",
+            chain(e)
+        ));
+    }
+    if e.is_client() {
+        return SendError::Permanent(format!(
+            "cannot talk to SMTP server {label}: {}; check notify.email",
+            chain(e)
+        ));
+    }
+    // Connection, network, timeout, a garbled reply: the relay may be back later.
+    SendError::Transient(format!("cannot reach SMTP server {label}: {}", chain(e)))
+}
+
+/// An error with its sources, since lettre's Display hides the io error behind "Connection error".
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        let text = inner.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        source = inner.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::NoticeState;
+
+    fn settings() -> EmailSettings {
+        EmailSettings {
+            smtp_host: "127.0.0.1".into(),
+            smtp_port: 2525,
+            security: SmtpSecurity::None,
+            from: "Hermes <hermes@example.com>".into(),
+            to: vec!["a@example.com".into(), "b@example.org".into()],
+            ..EmailSettings::default()
+        }
+    }
+
+    fn notice(title: &str) -> Notice {
+        let t = chrono::Utc::now();
+        Notice {
+            id: 1,
+            channel: "email".into(),
+            title: title.into(),
+            body: "# Hi\n\n- one".into(),
+            task_id: None,
+            job_id: None,
+            run_id: None,
+            state: NoticeState::Pending,
+            attempts: 0,
+            last_error: None,
+            next_attempt_at: t,
+            created_at: t,
+            sent_at: None,
+        }
+    }
+
+    #[test]
+    fn message_goes_to_every_recipient_with_both_parts() {
+        let ch = EmailChannel::new(&settings()).unwrap();
+        let msg = ch.message(&notice("Daily digest — 2026-11-30")).unwrap();
+        let to: Vec<String> = msg.envelope().to().iter().map(|a| a.to_string()).collect();
+        assert_eq!(to, ["a@example.com", "b@example.org"]);
+        let raw = String::from_utf8(msg.formatted()).unwrap();
+        assert!(raw.contains("multipart/alternative"), "{raw}");
+        assert!(raw.contains("text/plain"), "{raw}");
+        assert!(raw.contains("text/html"), "{raw}");
+    }
+
+    #[test]
+    fn a_newline_in_the_title_cannot_add_a_header() {
+        let ch = EmailChannel::new(&settings()).unwrap();
+        let msg = ch.message(&notice("Hi\r\nBcc: evil@example.net")).unwrap();
+        let raw = String::from_utf8(msg.formatted()).unwrap();
+        assert!(!raw.contains("\r\nBcc:"), "{raw}");
+        assert!(
+            msg.envelope()
+                .to()
+                .iter()
+                .all(|a| a.domain() != "example.net")
+        );
+    }
+
+    #[test]
+    fn a_bad_recipient_is_a_config_error_naming_the_key() {
+        let mut s = settings();
+        s.to.push("not an address".into());
+        let err = EmailChannel::new(&s).err().unwrap().to_string();
+        assert!(err.contains("notify.email.to"), "{err}");
+    }
+}
