@@ -76,3 +76,9 @@ pub trait Tool: Send + Sync {
 }
 
 pub mod builtin;
+pub mod breaker;
+pub mod manifest;
+pub mod registry;
+pub mod shape;
+
+pub use registry::{Registry, RegistryBuilder, RegistryError, ToolOutcome};

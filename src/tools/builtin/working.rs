@@ -1,1 +1,156 @@
-//! Built-in tools: working (filled in by its owner).
+//! Built-in tool `read_working_memory`: pages through a large result the registry put in
+//! working memory instead of showing it whole.
+//!
+//! Owns: the tool's schema and paging. Reads through [`Store::read_working`] only.
+//! Must not: write working memory (the registry does that when it truncates a result).
+
+use crate::store::{Store, StoreError};
+use crate::tools::{Tool, ToolContext, ToolError};
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// The tool's name; the registry's truncation note tells the model to call it.
+pub const READ_WORKING_MEMORY: &str = "read_working_memory";
+
+const DEFAULT_LENGTH: u64 = 2000;
+const MAX_LENGTH: u64 = 8000;
+
+/// The working-memory tools, sharing `store`.
+pub fn tools(store: Store) -> Vec<Arc<dyn Tool>> {
+    vec![Arc::new(ReadWorkingMemory::new(store))]
+}
+
+pub struct ReadWorkingMemory {
+    store: Store,
+    parameters: Value,
+}
+
+impl ReadWorkingMemory {
+    pub fn new(store: Store) -> ReadWorkingMemory {
+        ReadWorkingMemory {
+            store,
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "key": {"type": "string", "description": "The wm_… key from a truncation note."},
+                    "offset": {"type": "integer", "minimum": 0, "description": "Character to start at (default 0)."},
+                    "length": {"type": "integer", "minimum": 1, "maximum": MAX_LENGTH, "description": "Characters to read (default 2000)."}
+                },
+                "required": ["key"],
+                "additionalProperties": false
+            }),
+        }
+    }
+}
+
+impl Tool for ReadWorkingMemory {
+    fn name(&self) -> &str {
+        READ_WORKING_MEMORY
+    }
+
+    fn description(&self) -> &str {
+        "Read a page of a large earlier result that was truncated and stored in working memory. \
+         Use only with a key from a truncation note, continuing at the offset it gives; not for \
+         facts you remembered (use recall for those)."
+    }
+
+    fn parameters(&self) -> &Value {
+        &self.parameters
+    }
+
+    fn call<'a>(
+        &'a self,
+        args: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let key = args
+                .get("key")
+                .and_then(Value::as_str)
+                .ok_or_else(|| ToolError::InvalidArguments("key must be a string".into()))?;
+            let offset = args.get("offset").and_then(Value::as_u64).unwrap_or(0);
+            let length = args
+                .get("length")
+                .and_then(Value::as_u64)
+                .unwrap_or(DEFAULT_LENGTH)
+                .clamp(1, MAX_LENGTH);
+            let offset = usize::try_from(offset).unwrap_or(usize::MAX);
+            let slice = self
+                .store
+                .read_working(key, offset, length as usize)
+                .await
+                .map_err(|e| match e {
+                    StoreError::NotFound { .. } => ToolError::Failed(format!(
+                        "no working-memory entry with key '{key}' (it may have expired); use the exact key from a truncation note"
+                    )),
+                    other => ToolError::Failed(format!("cannot read working memory: {other}")),
+                })?;
+            if offset > slice.total_chars {
+                return Err(ToolError::Failed(format!(
+                    "offset {offset} is past the end of '{key}', which has {} characters",
+                    slice.total_chars
+                )));
+            }
+            Ok(page(
+                key,
+                offset,
+                &slice.text,
+                slice.total_chars,
+                slice.next_offset,
+            ))
+        })
+    }
+}
+
+fn page(key: &str, offset: usize, text: &str, total: usize, next: Option<usize>) -> Value {
+    json!({"key": key, "offset": offset, "total_chars": total, "next_offset": next, "text": text})
+}
+
+/// Shrink a page so its rendered form fits `max_tokens`, keeping `next_offset` exact.
+/// The registry calls this instead of storing a page again: re-storing a page of working
+/// memory in working memory would send the model in circles.
+pub fn fit_page(value: Value, max_tokens: u32) -> Value {
+    let (Some(key), Some(offset), Some(total), Some(text)) = (
+        value.get("key").and_then(Value::as_str),
+        value.get("offset").and_then(Value::as_u64),
+        value.get("total_chars").and_then(Value::as_u64),
+        value.get("text").and_then(Value::as_str),
+    ) else {
+        return value;
+    };
+    if crate::llm::estimate_tokens(&value.to_string()) <= max_tokens {
+        return value;
+    }
+    let (offset, total) = (offset as usize, total as usize);
+    // JSON escaping can grow the text (quotes, newlines), so shrink until the whole page fits.
+    let mut budget = max_tokens.saturating_sub(40);
+    loop {
+        let (shown, n) = crate::tools::shape::cut_to_tokens(text, budget);
+        let end = offset + n;
+        let v = page(key, offset, shown, total, (end < total).then_some(end));
+        if budget == 0 || crate::llm::estimate_tokens(&v.to_string()) <= max_tokens {
+            return v;
+        }
+        budget = budget * 9 / 10;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_page_cuts_text_and_keeps_next_offset_exact() {
+        let text = "a\"b\n".repeat(1000);
+        let v = page("wm_x", 100, &text, 10_000, Some(4100));
+        let fitted = fit_page(v, 200);
+        assert!(crate::llm::estimate_tokens(&fitted.to_string()) <= 200);
+        let shown = fitted["text"].as_str().unwrap_or_default().chars().count();
+        assert!(shown > 0);
+        assert_eq!(fitted["next_offset"], json!(100 + shown));
+
+        let small = page("wm_x", 0, "hi", 2, None);
+        assert_eq!(fit_page(small.clone(), 200), small);
+    }
+}

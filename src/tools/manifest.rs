@@ -1,0 +1,1019 @@
+//! Manifest tools: capabilities declared as YAML files in the manifests directory (`tools/`),
+//! each either a command (an argv template, run without a shell) or an HTTP request.
+//!
+//! Owns: parsing and checking manifests (with `file:line: field: message` errors),
+//! filling `{{param}}` placeholders, running the command or request, and mapping outcomes to
+//! [`ToolError`]s (connect errors and 5xx are `Network`, so the registry retries them).
+//! Must not: validate arguments, time out, retry or shape results — the registry does that
+//! for every tool alike — and must never hand a template to a shell.
+
+use super::{Tool, ToolContext, ToolError};
+use futures::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use serde_saphyr::Spanned;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// A command's stdout and an HTTP body are read up to this many bytes.
+pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+/// How much of a failing command's stderr (its tail) goes into the error.
+const STDERR_TAIL_BYTES: usize = 1000;
+/// How much of a failing HTTP response's body goes into the error.
+const BODY_EXCERPT_CHARS: usize = 300;
+/// Environment variables a command inherits; everything else (API keys, SMTP passwords)
+/// stays in the daemon. A manifest passes a secret on purpose with `${VAR}` in its argv.
+const INHERITED_ENV: [&str; 7] = ["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER"];
+
+/// A manifest that could not be loaded; always names the file, and the line and field
+/// where known.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("{}: cannot read the manifests directory: {source}", path.display())]
+    ReadDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: cannot read the manifest: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}:{}: {}{message}", path.display(), line.map(|l| l.to_string()).unwrap_or_else(|| "?".into()), field.as_deref().map(|k| format!("{k}: ")).unwrap_or_default())]
+    Invalid {
+        path: PathBuf,
+        line: Option<u64>,
+        field: Option<String>,
+        message: String,
+    },
+}
+
+/// Load every `*.yaml` / `*.yml` in `dir`, in file-name order. A missing directory holds no
+/// tools. `env` expands `${VAR}` in the files and supplies the commands' small environment.
+pub fn load_dir(
+    dir: &Path,
+    env: &HashMap<String, String>,
+) -> Result<Vec<Arc<dyn Tool>>, ManifestError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(ManifestError::ReadDir {
+                path: dir.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| ManifestError::ReadDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let path = entry.path();
+        let is_yaml = matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml")
+        );
+        if is_yaml && path.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).map_err(|source| ManifestError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let tool = parse(&text, &path, env)?;
+        if let Some(first) = seen.get(&tool.name) {
+            return Err(ManifestError::Invalid {
+                line: Some(tool.name_line),
+                path,
+                field: Some("name".into()),
+                message: format!(
+                    "the tool name '{}' is already used by {}; names must be unique",
+                    tool.name,
+                    first.display()
+                ),
+            });
+        }
+        seen.insert(tool.name.clone(), path);
+        tools.push(Arc::new(tool));
+    }
+    Ok(tools)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawManifest {
+    name: Spanned<String>,
+    description: Spanned<String>,
+    parameters: Spanned<Value>,
+    #[serde(default)]
+    command: Option<Spanned<RawCommand>>,
+    #[serde(default)]
+    http: Option<Spanned<RawHttp>>,
+    #[serde(default)]
+    keep_fields: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCommand {
+    argv: Spanned<Vec<String>>,
+    #[serde(default)]
+    timeout_s: Option<Spanned<u64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    method: Spanned<String>,
+    url: Spanned<String>,
+    #[serde(default)]
+    json: bool,
+    #[serde(default)]
+    headers: BTreeMap<String, Spanned<String>>,
+    #[serde(default)]
+    timeout_s: Option<Spanned<u64>>,
+}
+
+/// Parse one manifest's text. `path` is used in messages only.
+pub fn parse(
+    text: &str,
+    path: &Path,
+    env: &HashMap<String, String>,
+) -> Result<ManifestTool, ManifestError> {
+    let mut options = serde_saphyr::Options::default().with_properties(env.clone());
+    options.strict_booleans = true;
+    options.with_snippet = false;
+    let mut failed_path: Option<String> = None;
+    let parsed = serde_saphyr::with_deserializer_from_str_with_options(text, options, |de| {
+        serde_path_to_error::deserialize::<_, RawManifest>(de).map_err(|e| {
+            let p = e.path().to_string();
+            if p != "." {
+                failed_path = Some(p);
+            }
+            e.into_inner()
+        })
+    });
+    let raw = parsed.map_err(|e| ManifestError::Invalid {
+        path: path.to_path_buf(),
+        line: e.location().map(|l| l.line()),
+        field: failed_path.map(|p| clean_path(&p)),
+        message: friendly(clean_message(&e.to_string())),
+    })?;
+    let invalid = |line: u64, field: &str, message: String| ManifestError::Invalid {
+        path: path.to_path_buf(),
+        line: Some(line),
+        field: Some(field.to_string()),
+        message,
+    };
+
+    let name = raw.name.value;
+    let name_line = raw.name.referenced.line();
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
+        return Err(invalid(
+            name_line,
+            "name",
+            format!("'{name}' is not a valid tool name: use 1 to 64 of a-z, 0-9 and '_'"),
+        ));
+    }
+    if raw.description.value.trim().is_empty() {
+        return Err(invalid(
+            raw.description.referenced.line(),
+            "description",
+            "say when to use the tool, and when not: it is all the model knows about it".into(),
+        ));
+    }
+
+    let parameters = raw.parameters.value;
+    let params_line = raw.parameters.referenced.line();
+    if parameters.get("type").and_then(Value::as_str) != Some("object") {
+        return Err(invalid(
+            params_line,
+            "parameters",
+            "must be an object schema: {type: object, properties: {...}}".into(),
+        ));
+    }
+    if let Err(e) = jsonschema::validator_for(&parameters) {
+        return Err(invalid(
+            params_line,
+            "parameters",
+            format!("not a valid JSON Schema: {e}"),
+        ));
+    }
+    let properties: BTreeSet<String> = parameters
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default();
+    let check_placeholders = |t: &Template, line: u64, field: &str| {
+        for p in t.params() {
+            if !properties.contains(p) {
+                return Err(invalid(
+                    line,
+                    field,
+                    format!(
+                        "the placeholder {{{{{p}}}}} is not a parameter (declare it under parameters.properties)"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    };
+
+    let (action, timeout) = match (raw.command, raw.http) {
+        (Some(_), Some(h)) => {
+            return Err(invalid(
+                h.referenced.line(),
+                "http",
+                "a manifest has either `command` or `http`, not both".into(),
+            ));
+        }
+        (None, None) => {
+            return Err(invalid(
+                name_line,
+                "command",
+                "a manifest needs either `command: {argv: [...]}` or `http: {method, url}`".into(),
+            ));
+        }
+        (Some(c), None) => {
+            let argv_line = c.value.argv.referenced.line();
+            let mut argv = Vec::with_capacity(c.value.argv.value.len());
+            for a in &c.value.argv.value {
+                let a = expand_env(a, env).map_err(|m| invalid(argv_line, "command.argv", m))?;
+                argv.push(Template::parse(&a));
+            }
+            let Some(program) = argv.first() else {
+                return Err(invalid(
+                    argv_line,
+                    "command.argv",
+                    "is empty: give the program and its arguments".into(),
+                ));
+            };
+            let Some(program) = program.literal() else {
+                return Err(invalid(
+                    argv_line,
+                    "command.argv",
+                    "the program (the first element) must be fixed text, not a placeholder".into(),
+                ));
+            };
+            if program.is_empty() {
+                return Err(invalid(
+                    argv_line,
+                    "command.argv",
+                    "the program is empty".into(),
+                ));
+            }
+            for t in &argv {
+                check_placeholders(t, argv_line, "command.argv")?;
+            }
+            let timeout = checked_timeout(c.value.timeout_s, "command.timeout_s", &invalid)?;
+            let env = INHERITED_ENV
+                .iter()
+                .filter_map(|k| env.get(*k).map(|v| (k.to_string(), v.clone())))
+                .collect();
+            (
+                Action::Command {
+                    program: program.to_string(),
+                    args: argv[1..].to_vec(),
+                    env,
+                },
+                timeout,
+            )
+        }
+        (None, Some(h)) => {
+            let h = h.value;
+            let method_line = h.method.referenced.line();
+            let method = match h.method.value.to_ascii_uppercase().as_str() {
+                "GET" => reqwest::Method::GET,
+                "POST" => reqwest::Method::POST,
+                "PUT" => reqwest::Method::PUT,
+                "PATCH" => reqwest::Method::PATCH,
+                "DELETE" => reqwest::Method::DELETE,
+                other => {
+                    return Err(invalid(
+                        method_line,
+                        "http.method",
+                        format!("'{other}' is not supported: use GET, POST, PUT, PATCH or DELETE"),
+                    ));
+                }
+            };
+            let url_line = h.url.referenced.line();
+            let url =
+                expand_env(&h.url.value, env).map_err(|m| invalid(url_line, "http.url", m))?;
+            let url = Template::parse(&url);
+            check_placeholders(&url, url_line, "http.url")?;
+            check_url(&url).map_err(|m| invalid(url_line, "http.url", m))?;
+            let mut headers = reqwest::header::HeaderMap::new();
+            for (k, v) in &h.headers {
+                let field = format!("http.headers.{k}");
+                let line = v.referenced.line();
+                let v = expand_env(&v.value, env).map_err(|m| invalid(line, &field, m))?;
+                let hn = reqwest::header::HeaderName::from_bytes(k.as_bytes())
+                    .map_err(|e| invalid(line, &field, format!("not a valid header name: {e}")))?;
+                let mut hv = reqwest::header::HeaderValue::from_str(&v)
+                    .map_err(|e| invalid(line, &field, format!("not a valid header value: {e}")))?;
+                // Headers often carry tokens: keep them out of any Debug output.
+                hv.set_sensitive(true);
+                headers.insert(hn, hv);
+            }
+            let timeout = checked_timeout(h.timeout_s, "http.timeout_s", &invalid)?;
+            // A connect failure should be seen (and retried) well before the attempt's
+            // overall timeout ends the call.
+            let connect = timeout.map(|t| t / 2).unwrap_or(Duration::from_secs(5));
+            let client = reqwest::Client::builder()
+                .connect_timeout(connect)
+                .user_agent(concat!("hermes-agent/", env!("CARGO_PKG_VERSION")))
+                .build()
+                .map_err(|e| {
+                    invalid(
+                        url_line,
+                        "http",
+                        format!("cannot build an HTTP client: {e}"),
+                    )
+                })?;
+            (
+                Action::Http {
+                    method,
+                    url,
+                    json: h.json,
+                    headers,
+                    client,
+                },
+                timeout,
+            )
+        }
+    };
+
+    Ok(ManifestTool {
+        name,
+        name_line,
+        description: raw.description.value.trim().to_string(),
+        parameters,
+        keep_fields: raw.keep_fields,
+        timeout,
+        action,
+        source: path.to_path_buf(),
+    })
+}
+
+fn checked_timeout<F>(
+    t: Option<Spanned<u64>>,
+    field: &str,
+    invalid: &F,
+) -> Result<Option<Duration>, ManifestError>
+where
+    F: Fn(u64, &str, String) -> ManifestError,
+{
+    match t {
+        None => Ok(None),
+        Some(t) if t.value == 0 => Err(invalid(
+            t.referenced.line(),
+            field,
+            "must be at least 1 (seconds)".into(),
+        )),
+        Some(t) => Ok(Some(Duration::from_secs(t.value))),
+    }
+}
+
+/// A URL template must be http(s) with a fixed host: placeholders may only follow the
+/// first `/`, `?` or `#` after the authority, so no argument can pick the server.
+fn check_url(url: &Template) -> Result<(), String> {
+    let fixed = match url.0.first() {
+        Some(Piece::Lit(s)) => s.as_str(),
+        _ => "",
+    };
+    let Some(scheme_end) = fixed.find("://") else {
+        return Err("must start with a fixed http:// or https:// address".into());
+    };
+    let has_param = url.0.iter().any(|p| matches!(p, Piece::Param(_)));
+    let authority_closed = fixed[scheme_end + 3..].contains(['/', '?', '#']);
+    if has_param && !authority_closed {
+        return Err(
+            "placeholders may only appear after the host (in the path or query), so an argument can never choose the server"
+                .into(),
+        );
+    }
+    let sample = url.render(&Map::new(), |_| "x".to_string());
+    let parsed = reqwest::Url::parse(&sample).map_err(|e| format!("not a valid URL: {e}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err("must be an http:// or https:// URL with a host".into());
+    }
+    Ok(())
+}
+
+/// Expand `${NAME}` and `${NAME:-default}` from `env`. The parser already expands plain
+/// scalars; this also covers quoted ones (`"Bearer ${TOKEN}"`) in the fields that reach a
+/// program or a server. An unset name without a default is an error, never an empty string.
+fn expand_env(s: &str, env: &HashMap<String, String>) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(start) = rest.find("${") {
+        let Some(len) = rest[start + 2..].find('}') else {
+            break;
+        };
+        let inner = &rest[start + 2..start + 2 + len];
+        let (name, default) = match inner.split_once(":-") {
+            Some((n, d)) => (n, Some(d)),
+            None => (inner, None),
+        };
+        let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            out.push_str(&rest[..start + 2]);
+            rest = &rest[start + 2..];
+            continue;
+        }
+        out.push_str(&rest[..start]);
+        match (env.get(name).filter(|v| !v.is_empty()), default) {
+            (Some(v), _) => out.push_str(v),
+            (None, Some(d)) => out.push_str(d),
+            (None, None) => {
+                return Err(format!(
+                    "the environment variable {name} is not set (set it, e.g. in the service's EnvironmentFile, or write ${{{name}:-default}})"
+                ));
+            }
+        }
+        rest = &rest[start + 2 + len + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// serde-saphyr appends its own location; the error prints it in front.
+fn clean_message(raw: &str) -> String {
+    let first = raw.lines().next().unwrap_or(raw).trim();
+    match first.find(" at line ") {
+        Some(i) => first[..i].to_string(),
+        None => first.to_string(),
+    }
+}
+
+/// The parser names Rust types ("invalid u64"); say what to write instead.
+fn friendly(message: String) -> String {
+    if message.contains("u64") {
+        format!("{message} (expected a whole number, e.g. 5)")
+    } else {
+        message
+    }
+}
+
+/// `Spanned` wraps values in `value`; users never wrote that key.
+fn clean_path(p: &str) -> String {
+    p.split('.')
+        .filter(|s| *s != "value")
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// Text with `{{name}}` placeholders. Only `{{identifier}}` (spaces allowed inside the
+/// braces) is a placeholder; other braces are literal text, so `--format {{.Name}}` works.
+#[derive(Debug, Clone, PartialEq)]
+struct Template(Vec<Piece>);
+
+#[derive(Debug, Clone, PartialEq)]
+enum Piece {
+    Lit(String),
+    Param(String),
+}
+
+impl Template {
+    fn parse(s: &str) -> Template {
+        let mut pieces = Vec::new();
+        let mut lit = String::new();
+        let mut rest = s;
+        while let Some(open) = rest.find("{{") {
+            let after = &rest[open + 2..];
+            let param = after.find("}}").and_then(|close| {
+                let inner = after[..close].trim();
+                let ident = !inner.is_empty()
+                    && !inner.starts_with(|c: char| c.is_ascii_digit())
+                    && inner.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                ident.then(|| (inner.to_string(), close))
+            });
+            match param {
+                Some((name, close)) => {
+                    lit.push_str(&rest[..open]);
+                    if !lit.is_empty() {
+                        pieces.push(Piece::Lit(std::mem::take(&mut lit)));
+                    }
+                    pieces.push(Piece::Param(name));
+                    rest = &after[close + 2..];
+                }
+                None => {
+                    lit.push_str(&rest[..open + 2]);
+                    rest = after;
+                }
+            }
+        }
+        lit.push_str(rest);
+        if !lit.is_empty() {
+            pieces.push(Piece::Lit(lit));
+        }
+        Template(pieces)
+    }
+
+    fn params(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().filter_map(|p| match p {
+            Piece::Param(n) => Some(n.as_str()),
+            Piece::Lit(_) => None,
+        })
+    }
+
+    /// The text when there are no placeholders.
+    fn literal(&self) -> Option<&str> {
+        match self.0.as_slice() {
+            [] => Some(""),
+            [Piece::Lit(s)] => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The element when it is exactly one placeholder.
+    fn sole_param(&self) -> Option<&str> {
+        match self.0.as_slice() {
+            [Piece::Param(p)] => Some(p),
+            _ => None,
+        }
+    }
+
+    fn render(&self, args: &Map<String, Value>, encode: impl Fn(&str) -> String) -> String {
+        let mut out = String::new();
+        for p in &self.0 {
+            match p {
+                Piece::Lit(s) => out.push_str(s),
+                Piece::Param(n) => out.push_str(&encode(&value_text(args.get(n)))),
+            }
+        }
+        out
+    }
+}
+
+/// A parameter as text: strings as they are, numbers and booleans printed, missing or null
+/// as nothing, arrays and objects as compact JSON.
+fn value_text(v: Option<&Value>) -> String {
+    match v {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// Percent-encode everything but RFC 3986 unreserved characters, so a value can never add a
+/// path segment, a query parameter or a different host.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A tool loaded from a manifest.
+pub struct ManifestTool {
+    name: String,
+    name_line: u64,
+    description: String,
+    parameters: Value,
+    keep_fields: Vec<String>,
+    timeout: Option<Duration>,
+    action: Action,
+    /// The file it came from, for messages.
+    source: PathBuf,
+}
+
+enum Action {
+    Command {
+        program: String,
+        args: Vec<Template>,
+        /// The command's whole environment (see [`INHERITED_ENV`]).
+        env: Vec<(String, String)>,
+    },
+    Http {
+        method: reqwest::Method,
+        url: Template,
+        json: bool,
+        headers: reqwest::header::HeaderMap,
+        client: reqwest::Client,
+    },
+}
+
+impl std::fmt::Debug for ManifestTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ManifestTool")
+            .field("name", &self.name)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ManifestTool {
+    /// The manifest file this tool came from.
+    pub fn source(&self) -> &Path {
+        &self.source
+    }
+
+    async fn run_command(
+        &self,
+        program: &str,
+        templates: &[Template],
+        env: &[(String, String)],
+        args: &Map<String, Value>,
+    ) -> Result<Value, ToolError> {
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(render_argv(templates, args))
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // A timed-out call drops this future; the child must die with it.
+            .kill_on_drop(true);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| ToolError::Failed(format!("cannot run '{program}': {e}")))?;
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(ToolError::Failed(format!(
+                "cannot capture the output of '{program}'"
+            )));
+        };
+        let (out, err, status) = tokio::join!(
+            read_capped(stdout, MAX_OUTPUT_BYTES),
+            read_tail(stderr, STDERR_TAIL_BYTES),
+            child.wait()
+        );
+        let status =
+            status.map_err(|e| ToolError::Failed(format!("cannot wait for '{program}': {e}")))?;
+        let (out, truncated) = out.map_err(|e| {
+            ToolError::Failed(format!("cannot read the output of '{program}': {e}"))
+        })?;
+        if status.success() {
+            return Ok(output_value(&out, truncated));
+        }
+        let err = err.unwrap_or_default();
+        let mut tail = String::from_utf8_lossy(&err).trim().to_string();
+        if tail.is_empty() {
+            // Some programs report errors on stdout; better than saying nothing.
+            let out = String::from_utf8_lossy(&out);
+            let start = out.len().saturating_sub(STDERR_TAIL_BYTES);
+            let start = (start..=out.len())
+                .find(|i| out.is_char_boundary(*i))
+                .unwrap_or(out.len());
+            tail = out[start..].trim().to_string();
+        }
+        let how = match status.code() {
+            Some(code) => format!("exit {code}"),
+            None => {
+                #[cfg(unix)]
+                {
+                    use std::os::unix::process::ExitStatusExt;
+                    match status.signal() {
+                        Some(sig) => format!("killed by signal {sig}"),
+                        None => "ended abnormally".to_string(),
+                    }
+                }
+                #[cfg(not(unix))]
+                {
+                    "ended abnormally".to_string()
+                }
+            }
+        };
+        Err(ToolError::Failed(if tail.is_empty() {
+            how
+        } else {
+            format!("{how}: {tail}")
+        }))
+    }
+
+    async fn run_http(
+        &self,
+        method: &reqwest::Method,
+        url: &Template,
+        json: bool,
+        headers: &reqwest::header::HeaderMap,
+        client: &reqwest::Client,
+        args: &Map<String, Value>,
+    ) -> Result<Value, ToolError> {
+        let mut target = reqwest::Url::parse(&url.render(args, percent_encode))
+            .map_err(|e| ToolError::Failed(format!("the manifest's URL became invalid: {e}")))?;
+        let in_url: BTreeSet<&str> = url.params().collect();
+        let body_method = matches!(
+            *method,
+            reqwest::Method::POST | reqwest::Method::PUT | reqwest::Method::PATCH
+        );
+        let as_body = json && body_method;
+        if !as_body {
+            let mut query = args
+                .iter()
+                .filter(|(k, v)| !in_url.contains(k.as_str()) && !v.is_null())
+                .peekable();
+            // `query_pairs_mut` would leave a bare `?` behind when there is nothing to add.
+            if query.peek().is_some() {
+                let mut pairs = target.query_pairs_mut();
+                for (k, v) in query {
+                    pairs.append_pair(k, &value_text(Some(v)));
+                }
+            }
+        }
+        let mut req = client
+            .request(method.clone(), target)
+            .headers(headers.clone());
+        if as_body {
+            req = req.json(&Value::Object(args.clone()));
+        }
+        let resp = req.send().await.map_err(request_error)?;
+        let status = resp.status();
+        let (body, truncated) = read_body(resp).await?;
+        if status.is_success() {
+            return Ok(output_value(&body, truncated));
+        }
+        let excerpt = excerpt(&String::from_utf8_lossy(&body));
+        let msg = if excerpt.is_empty() {
+            format!("HTTP {status}")
+        } else {
+            format!("HTTP {status}: {excerpt}")
+        };
+        if status.is_server_error() {
+            Err(ToolError::Network(msg))
+        } else {
+            Err(ToolError::Failed(msg))
+        }
+    }
+}
+
+fn render_argv(templates: &[Template], args: &Map<String, Value>) -> Vec<String> {
+    templates
+        .iter()
+        .filter(|t| {
+            // An element that is only an absent optional parameter disappears entirely,
+            // so `--flag {{x}}`-style pairs should be written as one `--flag={{x}}` element.
+            t.sole_param()
+                .is_none_or(|p| args.get(p).is_some_and(|v| !v.is_null()))
+        })
+        .map(|t| t.render(args, |s| s.to_string()))
+        .collect()
+}
+
+/// Output as a value: JSON when it parses as JSON, else the text. A cut-off output is
+/// never valid JSON, so it is text with a note saying so.
+fn output_value(bytes: &[u8], truncated: bool) -> Value {
+    let text = String::from_utf8_lossy(bytes);
+    if truncated {
+        return Value::String(format!(
+            "{text}\n[output cut at {} bytes]",
+            MAX_OUTPUT_BYTES
+        ));
+    }
+    let trimmed = text.trim();
+    match serde_json::from_str::<Value>(trimmed) {
+        Ok(v) if !trimmed.is_empty() => v,
+        _ => Value::String(trimmed.to_string()),
+    }
+}
+
+/// Read up to `cap` bytes, then keep draining so the writer never blocks on a full pipe.
+async fn read_capped<R: AsyncRead + Unpin>(
+    mut r: R,
+    cap: usize,
+) -> std::io::Result<(Vec<u8>, bool)> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut truncated = false;
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            return Ok((out, truncated));
+        }
+        let room = cap.saturating_sub(out.len());
+        if n > room {
+            truncated = true;
+        }
+        out.extend_from_slice(&buf[..n.min(room)]);
+    }
+}
+
+/// Keep only the last `keep` bytes of a stream.
+async fn read_tail<R: AsyncRead + Unpin>(mut r: R, keep: usize) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 8 * 1024];
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+        if out.len() > 2 * keep {
+            out.drain(..out.len() - keep);
+        }
+    }
+    if out.len() > keep {
+        out.drain(..out.len() - keep);
+    }
+    Ok(out)
+}
+
+async fn read_body(mut resp: reqwest::Response) -> Result<(Vec<u8>, bool), ToolError> {
+    let mut out = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(request_error)? {
+        let room = MAX_OUTPUT_BYTES.saturating_sub(out.len());
+        if chunk.len() > room {
+            out.extend_from_slice(&chunk[..room]);
+            // Stop reading: the rest would be thrown away, and dropping the response
+            // closes the connection.
+            return Ok((out, true));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok((out, false))
+}
+
+/// A request error without its URL (a query string may carry a key), with its causes.
+fn request_error(e: reqwest::Error) -> ToolError {
+    let builder = e.is_builder();
+    let e = e.without_url();
+    let mut msg = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        source = s.source();
+    }
+    if builder {
+        ToolError::Failed(msg)
+    } else {
+        ToolError::Network(msg)
+    }
+}
+
+fn excerpt(body: &str) -> String {
+    let collapsed: String = body.split_whitespace().collect::<Vec<_>>().join(" ");
+    if collapsed.chars().count() > BODY_EXCERPT_CHARS {
+        collapsed
+            .chars()
+            .take(BODY_EXCERPT_CHARS)
+            .collect::<String>()
+            + "…"
+    } else {
+        collapsed
+    }
+}
+
+impl Tool for ManifestTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> &Value {
+        &self.parameters
+    }
+
+    fn keep_fields(&self) -> &[String] {
+        &self.keep_fields
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    fn call<'a>(
+        &'a self,
+        args: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let empty = Map::new();
+            let args = args.as_object().unwrap_or(&empty);
+            match &self.action {
+                Action::Command {
+                    program,
+                    args: t,
+                    env,
+                } => self.run_command(program, t, env, args).await,
+                Action::Http {
+                    method,
+                    url,
+                    json,
+                    headers,
+                    client,
+                } => {
+                    self.run_http(method, url, *json, headers, client, args)
+                        .await
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn templates_parse_placeholders_and_keep_other_braces() {
+        let t = Template::parse("--sku={{ sku }}-x");
+        assert_eq!(
+            t.0,
+            vec![
+                Piece::Lit("--sku=".into()),
+                Piece::Param("sku".into()),
+                Piece::Lit("-x".into())
+            ]
+        );
+        assert_eq!(Template::parse("{{.Name}}").literal(), Some("{{.Name}}"));
+        assert_eq!(Template::parse("a {{ b").literal(), Some("a {{ b"));
+        assert_eq!(Template::parse("{{x}}").sole_param(), Some("x"));
+    }
+
+    #[test]
+    fn argv_fills_whole_elements_and_drops_absent_optionals() {
+        let t: Vec<Template> = [
+            "-h",
+            "{{path}}",
+            "--n={{n}}",
+            "{{flag}}",
+            "pre{{missing}}post",
+        ]
+        .iter()
+        .map(|s| Template::parse(s))
+        .collect();
+        let args = json!({"path": "/a b; rm -rf /", "n": 3, "flag": true});
+        let args = args.as_object().cloned().unwrap_or_default();
+        assert_eq!(
+            render_argv(&t, &args),
+            vec!["-h", "/a b; rm -rf /", "--n=3", "true", "prepost"]
+        );
+        let none = Map::new();
+        assert_eq!(render_argv(&t, &none), vec!["-h", "--n=", "prepost"]);
+    }
+
+    #[test]
+    fn url_values_are_percent_encoded() {
+        let t = Template::parse("https://h.example/v1/{{id}}?q={{q}}");
+        let args = json!({"id": "../admin", "q": "a&b=c@evil.example/"});
+        let args = args.as_object().cloned().unwrap_or_default();
+        assert_eq!(
+            t.render(&args, percent_encode),
+            "https://h.example/v1/..%2Fadmin?q=a%26b%3Dc%40evil.example%2F"
+        );
+    }
+
+    #[test]
+    fn the_host_cannot_be_a_placeholder() {
+        assert!(check_url(&Template::parse("https://{{host}}/x")).is_err());
+        assert!(check_url(&Template::parse("https://api.example{{x}}/")).is_err());
+        assert!(check_url(&Template::parse("{{u}}")).is_err());
+        assert!(check_url(&Template::parse("ftp://h.example/{{x}}")).is_err());
+        assert!(check_url(&Template::parse("https://h.example/{{x}}")).is_ok());
+        assert!(check_url(&Template::parse("http://127.0.0.1:9/a?b={{x}}")).is_ok());
+    }
+
+    #[test]
+    fn env_expansion_in_quoted_values() {
+        let env = HashMap::from([("TOKEN".to_string(), "s3cret".to_string())]);
+        assert_eq!(
+            expand_env("Bearer ${TOKEN}", &env).as_deref(),
+            Ok("Bearer s3cret")
+        );
+        assert_eq!(
+            expand_env("${NOPE:-x}-${TOKEN}", &env).as_deref(),
+            Ok("x-s3cret")
+        );
+        assert_eq!(
+            expand_env("{{a}} ${ not a var } $5", &env).as_deref(),
+            Ok("{{a}} ${ not a var } $5")
+        );
+        let e = expand_env("${MISSING}", &env).unwrap_err();
+        assert!(e.contains("MISSING is not set"), "{e}");
+    }
+
+    #[test]
+    fn output_is_json_when_it_is_json() {
+        assert_eq!(output_value(b"{\"a\":1}\n", false), json!({"a": 1}));
+        assert_eq!(output_value(b"hello\n", false), json!("hello"));
+        assert_eq!(output_value(b"", false), json!(""));
+        let cut = output_value(b"{\"a\":", true);
+        assert!(cut.as_str().is_some_and(|s| s.contains("output cut")));
+    }
+}

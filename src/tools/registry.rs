@@ -1,0 +1,422 @@
+//! The tool registry: the one door between a model's tool call and a tool's executor.
+//!
+//! Owns: registration (unique names, JSON Schemas compiled once), the two-layer allowlist
+//! (what is offered, what is refused), argument validation, per-attempt timeouts, retries of
+//! network-class errors with exponential backoff, circuit breaking, result shaping and
+//! capping (large results go to working memory), delimiting, and one log line per call.
+//! Must not: know about the agent loop or messages; it returns the text the model will see
+//! and the facts the trace needs, nothing more.
+
+use super::breaker::Breakers;
+use super::builtin::working::{self, READ_WORKING_MEMORY};
+use super::shape::{self, Rest};
+use super::{Tool, ToolContext, ToolError};
+use crate::config::ToolSettings;
+use crate::llm::{ToolCall, ToolSpec, estimate_tokens};
+use crate::store::Store;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// At most this many schema violations are reported for one call; the model fixes them in
+/// a few rounds anyway, and a long list costs tokens.
+const MAX_REPORTED_VIOLATIONS: usize = 8;
+/// A single violation message is cut here (a huge wrong value would be echoed whole).
+const MAX_VIOLATION_CHARS: usize = 300;
+
+/// Why a tool could not be registered. Each names the tool.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("tool '{0}' is registered twice; tool names must be unique (rename or remove one)")]
+    Duplicate(String),
+    #[error("tool name '{0}' is invalid: use 1 to 64 characters of a-z, A-Z, 0-9, '_' or '-'")]
+    InvalidName(String),
+    #[error("tool '{tool}' has an invalid parameter schema: {message}")]
+    InvalidSchema { tool: String, message: String },
+}
+
+/// What happened to one tool call.
+#[derive(Debug, Clone)]
+pub struct ToolOutcome {
+    /// Exactly what the model will see: delimited, shaped and capped.
+    pub content: String,
+    /// `None` on success.
+    pub error: Option<ToolError>,
+    /// Executions tried (0 when the call was refused before running).
+    pub attempts: u32,
+    pub duration: Duration,
+    /// `estimate_tokens(content)`.
+    pub result_tokens: u32,
+    /// Set when the full result went to working memory.
+    pub working_key: Option<String>,
+}
+
+/// Collects tools, then freezes into a [`Registry`].
+pub struct RegistryBuilder {
+    settings: ToolSettings,
+    store: Store,
+    backoff: Duration,
+    entries: BTreeMap<String, Entry>,
+}
+
+impl RegistryBuilder {
+    pub fn new(settings: ToolSettings, store: Store) -> RegistryBuilder {
+        RegistryBuilder {
+            settings,
+            store,
+            backoff: Duration::from_millis(200),
+            entries: BTreeMap::new(),
+        }
+    }
+
+    /// The first retry waits `base`, each further one twice as long.
+    pub fn with_retry_backoff(mut self, base: Duration) -> RegistryBuilder {
+        self.backoff = base;
+        self
+    }
+
+    pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
+        let name = tool.name().to_string();
+        let name_ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !name_ok {
+            return Err(RegistryError::InvalidName(name));
+        }
+        if self.entries.contains_key(&name) {
+            return Err(RegistryError::Duplicate(name));
+        }
+        let parameters = tool.parameters();
+        if parameters.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(RegistryError::InvalidSchema {
+                tool: name,
+                message: "the parameters must be an object schema ({\"type\": \"object\", ...})"
+                    .into(),
+            });
+        }
+        let validator =
+            jsonschema::validator_for(parameters).map_err(|e| RegistryError::InvalidSchema {
+                tool: name.clone(),
+                message: violation(&e),
+            })?;
+        let spec = ToolSpec {
+            name: name.clone(),
+            description: tool.description().to_string(),
+            parameters: parameters.clone(),
+        };
+        self.entries.insert(
+            name,
+            Entry {
+                tool,
+                validator,
+                spec,
+            },
+        );
+        Ok(())
+    }
+
+    pub fn build(self) -> Registry {
+        let breakers = Breakers::new(
+            self.settings.circuit_breaker_threshold,
+            Duration::from_secs(self.settings.circuit_breaker_cooldown_s),
+        );
+        Registry(Arc::new(Inner {
+            settings: self.settings,
+            store: self.store,
+            backoff: self.backoff,
+            entries: self.entries,
+            breakers,
+        }))
+    }
+}
+
+/// The frozen set of tools; a cheap clone shared by every task.
+#[derive(Clone)]
+pub struct Registry(Arc<Inner>);
+
+struct Inner {
+    /// Timeouts, retries, breaker thresholds, the result cap and the global allowlist.
+    settings: ToolSettings,
+    /// Where over-cap results go (working memory).
+    store: Store,
+    /// Base delay of the exponential retry backoff.
+    backoff: Duration,
+    /// By name; a BTreeMap so offers come out sorted without further work.
+    entries: BTreeMap<String, Entry>,
+    breakers: Breakers,
+}
+
+struct Entry {
+    tool: Arc<dyn Tool>,
+    /// Compiled once at registration; validating is then cheap per call.
+    validator: jsonschema::Validator,
+    spec: ToolSpec,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("tools", &self.names())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A call that ended without a result: the error for the trace and the text for the model.
+struct Refusal {
+    error: ToolError,
+    message: String,
+}
+
+impl From<ToolError> for Refusal {
+    fn from(error: ToolError) -> Refusal {
+        Refusal {
+            message: error.to_string(),
+            error,
+        }
+    }
+}
+
+impl Registry {
+    /// Specs of the tools this task may use: in the global allowlist (`"*"` = all), in
+    /// `restrict` when given (a sub-agent's own list), and not circuit-open. Sorted by name.
+    pub fn offered(&self, restrict: Option<&[String]>) -> Vec<ToolSpec> {
+        self.0
+            .entries
+            .iter()
+            .filter(|(name, _)| self.allowed(name, restrict) && !self.0.breakers.is_open(name))
+            .map(|(_, e)| e.spec.clone())
+            .collect()
+    }
+
+    /// Every registered tool's name, sorted, whatever the allowlist says.
+    pub fn names(&self) -> Vec<String> {
+        self.0.entries.keys().cloned().collect()
+    }
+
+    /// Validate, authorise, run (with timeout, retries and breaker) and shape one call.
+    /// Never fails: every problem becomes an error outcome the model can read.
+    pub async fn execute(
+        &self,
+        call: &ToolCall,
+        ctx: &ToolContext,
+        restrict: Option<&[String]>,
+    ) -> ToolOutcome {
+        let started = Instant::now();
+        let name = call.name.as_str();
+        let mut attempts = 0;
+        let result = self.run(call, ctx, restrict, &mut attempts).await;
+        let (content, error, working_key) = match result {
+            Ok((entry, value)) => {
+                let (content, key) = self.present(entry, value, ctx).await;
+                (content, None, key)
+            }
+            Err(r) => {
+                let cap = self.0.settings.result_max_tokens;
+                let message = if estimate_tokens(&r.message) > cap {
+                    shape::cut_with_note(&r.message, cap, &Rest::Dropped)
+                } else {
+                    r.message
+                };
+                (shape::wrap_error(name, &message), Some(r.error), None)
+            }
+        };
+        let duration = started.elapsed();
+        let ms = duration.as_millis() as u64;
+        match &error {
+            None => tracing::info!(tool = name, ms, attempts, outcome = "ok", "tool call"),
+            Some(e) => {
+                tracing::info!(tool = name, ms, attempts, outcome = "error", error = %e, "tool call")
+            }
+        }
+        ToolOutcome {
+            result_tokens: estimate_tokens(&content),
+            content,
+            error,
+            attempts,
+            duration,
+            working_key,
+        }
+    }
+
+    fn allowed(&self, name: &str, restrict: Option<&[String]>) -> bool {
+        self.0.settings.allows(name)
+            && restrict.is_none_or(|r| r.iter().any(|a| a == "*" || a == name))
+    }
+
+    async fn run<'s>(
+        &'s self,
+        call: &ToolCall,
+        ctx: &ToolContext,
+        restrict: Option<&[String]>,
+        attempts: &mut u32,
+    ) -> Result<(&'s Entry, Value), Refusal> {
+        let name = call.name.as_str();
+        let Some(entry) = self.0.entries.get(name) else {
+            let available: Vec<String> =
+                self.offered(restrict).into_iter().map(|s| s.name).collect();
+            let list = if available.is_empty() {
+                "none".to_string()
+            } else {
+                available.join(", ")
+            };
+            return Err(Refusal {
+                message: format!(
+                    "unknown tool '{name}'; the tools available to this task are: {list}"
+                ),
+                error: ToolError::Unknown(name.to_string()),
+            });
+        };
+        if !self.allowed(name, restrict) {
+            return Err(ToolError::NotAllowed(name.to_string()).into());
+        }
+        if self.0.breakers.is_open(name) {
+            return Err(ToolError::CircuitOpen(name.to_string()).into());
+        }
+        let args = self.validate(entry, &call.arguments)?;
+
+        let settings = &self.0.settings;
+        let timeout = entry
+            .tool
+            .timeout()
+            .unwrap_or(Duration::from_secs(settings.timeout_s));
+        let result = loop {
+            *attempts += 1;
+            let attempt = tokio::time::timeout(timeout, entry.tool.call(args.clone(), ctx)).await;
+            match attempt.unwrap_or(Err(ToolError::Timeout(timeout))) {
+                Err(e) if e.is_retryable() && *attempts <= settings.max_retries => {
+                    let shift = (*attempts - 1).min(16);
+                    let delay = self.0.backoff.saturating_mul(1u32 << shift);
+                    tracing::debug!(tool = name, attempt = *attempts, error = %e, ?delay, "retrying tool call");
+                    tokio::time::sleep(delay).await;
+                }
+                other => break other,
+            }
+        };
+        match result {
+            Ok(value) => {
+                self.0.breakers.record_success(name);
+                Ok((entry, value))
+            }
+            Err(error) => {
+                // Only execution failures say something about the tool's health; a tool
+                // reporting bad arguments from inside `call` is the model's fault.
+                let counts = matches!(
+                    error,
+                    ToolError::Failed(_) | ToolError::Network(_) | ToolError::Timeout(_)
+                );
+                if counts && self.0.breakers.record_failure(name) {
+                    tracing::warn!(
+                        tool = name,
+                        cooldown_s = settings.circuit_breaker_cooldown_s,
+                        "circuit breaker opened after repeated failures"
+                    );
+                }
+                let message = match &error {
+                    ToolError::Network(_) if *attempts > 1 => {
+                        format!("{error} (after {} attempts)", *attempts)
+                    }
+                    _ => error.to_string(),
+                };
+                Err(Refusal { error, message })
+            }
+        }
+    }
+
+    fn validate(&self, entry: &Entry, arguments: &Value) -> Result<Value, Refusal> {
+        let args = match arguments {
+            // A tool without parameters is often called with nothing at all.
+            Value::Null => Value::Object(Map::new()),
+            Value::String(s) => {
+                let excerpt: String = s.chars().take(200).collect();
+                let msg = format!(
+                    "the arguments must be a JSON object, but they arrived as a string that is not valid JSON ({excerpt:?}); call again with an object matching the schema"
+                );
+                return Err(ToolError::InvalidArguments(msg).into());
+            }
+            other => other.clone(),
+        };
+        let violations: Vec<String> = entry
+            .validator
+            .iter_errors(&args)
+            .take(MAX_REPORTED_VIOLATIONS)
+            .map(|e| violation(&e))
+            .collect();
+        if violations.is_empty() {
+            return Ok(args);
+        }
+        let msg = format!("{}; fix them and call again", violations.join("; "));
+        Err(ToolError::InvalidArguments(msg).into())
+    }
+
+    /// Shape a successful result; store it whole when it is over the cap. Returns the
+    /// content for the model and the working-memory key, if one was made.
+    async fn present(
+        &self,
+        entry: &Entry,
+        value: Value,
+        ctx: &ToolContext,
+    ) -> (String, Option<String>) {
+        let name = entry.spec.name.as_str();
+        let cap = self.0.settings.result_max_tokens;
+        if name == READ_WORKING_MEMORY {
+            // A page is cut to fit rather than stored again (see `working::fit_page`).
+            let page = working::fit_page(value, cap);
+            let text = shape::render(&page);
+            let body = if estimate_tokens(&text) > cap {
+                shape::cut_with_note(&text, cap, &Rest::Dropped)
+            } else {
+                text
+            };
+            return (shape::wrap_result(name, &body), None);
+        }
+        let keep = entry.tool.keep_fields();
+        let (shown, unfiltered) = if keep.is_empty() {
+            (shape::render(&value), None)
+        } else {
+            (
+                shape::render(&shape::keep_fields(value.clone(), keep)),
+                Some(value),
+            )
+        };
+        if estimate_tokens(&shown) <= cap {
+            return (shape::wrap_result(name, &shown), None);
+        }
+        let full = unfiltered.as_ref().map(shape::render);
+        let full_text = full.as_deref().unwrap_or(&shown);
+        let (body, key) = match self.0.store.put_working(&ctx.task_id, full_text).await {
+            Ok(key) => {
+                let rest = Rest::Stored {
+                    key: &key,
+                    aligned: full.is_none(),
+                    total: full_text.chars().count(),
+                };
+                (shape::cut_with_note(&shown, cap, &rest), Some(key))
+            }
+            Err(e) => {
+                tracing::warn!(tool = name, task = %ctx.task_id, error = %e, "cannot store an over-cap tool result");
+                let why = e.to_string();
+                (
+                    shape::cut_with_note(&shown, cap, &Rest::NotStored(&why)),
+                    None,
+                )
+            }
+        };
+        (shape::wrap_result(name, &body), key)
+    }
+}
+
+/// One schema violation as `POINTER: message`, the pointer telling the model which
+/// argument to fix.
+fn violation(e: &jsonschema::ValidationError<'_>) -> String {
+    let path = e.instance_path().as_str();
+    let path = if path.is_empty() { "(root)" } else { path };
+    let mut msg = format!("{path}: {e}");
+    if msg.chars().count() > MAX_VIOLATION_CHARS {
+        msg = msg.chars().take(MAX_VIOLATION_CHARS).collect::<String>() + "…";
+    }
+    msg
+}
