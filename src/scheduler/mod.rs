@@ -1,3 +1,411 @@
 //! The scheduler: persisted jobs whose firings become fresh tasks.
 //!
-//! Must not: keep state only in RAM; every job and firing is in the store.
+//! Owns: validating new jobs (schedule, zone, limits, channels, nesting) and their views
+//! (`jobs`), computing fire times (`schedule`), the timer loop and the restore at start
+//! (`timer`), and the one code path that turns a due time into a recorded firing (`fire`). Every job and every firing lives in the
+//! store — `jobs.next_run_at` (UTC, with the job's zone name beside it) is the only schedule
+//! state; RAM holds nothing that a restart would miss.
+//! Must not: keep state only in RAM; run a task itself (it goes through [`TaskRunner`], which
+//! the agent implements) or send a notice itself (it goes through [`Deliver`], over the
+//! notifier's outbox); write SQL outside `crate::store`.
+//!
+//! Why not tokio-cron-scheduler: it keeps a zone's UTC offset from the moment a job is created,
+//! so jobs drift by an hour across DST (upstream issues #87, #107), and it holds its jobs in
+//! RAM. Instead the loop sleeps (`tokio::time::sleep_until`) until the earliest `next_run_at`
+//! in the store — at most [`RESCAN`] so a job added by another process on the same database
+//! is picked up — and [`Scheduler::wake`] cuts the sleep short when a job is added or removed.
+//! Fire times come from croner + chrono-tz, evaluated in the job's zone at each firing, so a
+//! DST change or a restart never shifts them.
+//!
+//! Firing, the same for the timer, the catch-up at start and "run now":
+//! 1. claim: `claim_job_run(id, due, next)` moves `next_run_at` on before anything runs, so two
+//!    firers (two processes, a crash and a restart) can never both run one due time;
+//! 2. the run lock: a job whose previous run still holds it is recorded `skipped`
+//!    ("previous run still running");
+//! 3. the precheck (if the job has one, not for "run now"): a result with `"changed": false`
+//!    is recorded `skipped` ("precheck: no change") — no task, no model call;
+//! 4. a brand-new task (origin `job`) is created, the run recorded `fired` with its id, run
+//!    to its end in the background, and the run row updated: its answer goes to the job's
+//!    channels (`delivery` = `queued`, or `failed: …`), an answer of exactly `[SILENT]` is not
+//!    sent (`silent`), a failed task makes the run `failed` and — with
+//!    `scheduler.notify_on_failure` — sends a short failure notice.
+//!
+//! One-shots get `next_run_at = NULL` when claimed and stay listed with their runs until
+//! removed, so what happened to them stays visible.
+//!
+//! Call [`Scheduler::start`] once per process. Without it (the CLI with no daemon), `add`,
+//! `remove`, `list` and `run_now` work alike; nothing fires by itself.
+//!
+//! Missed runs (daemon down, machine asleep): of the due times that passed, only the latest
+//! may still run — once, as a `catch-up` — and only if it is within `catch_up_grace_s`; all the
+//! others become ONE `missed` row ("daemon was down: N runs between X and Y").
+
+mod fire;
+mod jobs;
+pub mod schedule;
+mod timer;
+
+pub use schedule::{Schedule, ScheduleError, next_after, parse_timezone};
+
+use crate::config::SchedulerSettings;
+use crate::store::{Job, JobRun, Store, StoreError, Task};
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// The longest the loop sleeps without looking at the store again: jobs written by another
+/// process (the CLI on the same database) are picked up within this time.
+pub const RESCAN: Duration = Duration::from_secs(30);
+
+/// Runs one firing's task to its end. Implemented by the agent (a brand-new task from the
+/// job's text, origin "job", job_id set — no earlier messages).
+pub trait TaskRunner: Send + Sync {
+    /// Create the task row (pending) and return its id without running it.
+    fn create<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Result<String, String>>;
+    /// Run the created task to a final state and return it.
+    fn run<'a>(&'a self, task_id: &'a str) -> BoxFuture<'a, Result<Task, String>>;
+    /// Run one tool call without the model (a precheck); Ok(result JSON) or Err(message).
+    fn precheck<'a>(
+        &'a self,
+        tool: &'a str,
+        arguments: Value,
+        job: &'a Job,
+    ) -> BoxFuture<'a, Result<Value, String>>;
+}
+
+/// Delivers a finished run. Implemented over the notifier's outbox.
+pub trait Deliver: Send + Sync {
+    /// Queue a notice on `channel`; returns the outbox id. `run_id` links it to the job run.
+    fn deliver<'a>(
+        &'a self,
+        channel: &'a str,
+        title: String,
+        text: String,
+        task_id: Option<&'a str>,
+        job_id: &'a str,
+        run_id: i64,
+    ) -> BoxFuture<'a, Result<i64, String>>;
+    /// The configured channel names (`email`, webhook names).
+    fn channels(&self) -> Vec<String>;
+}
+
+/// Wall-clock "now" for every schedule decision; injectable so tests control time.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> DateTime<Utc>;
+}
+
+/// The real clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+/// A new job as asked for by the model (`schedule_task`), the API (`POST /v1/jobs`) or the CLI.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct JobRequest {
+    pub task: String,
+    pub schedule: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    /// IANA zone; default `scheduler.timezone`.
+    #[serde(default)]
+    pub timezone: Option<String>,
+    #[serde(default)]
+    pub notify: Vec<String>,
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// `{"tool": NAME, "arguments": {...}}`, run without the model before each firing.
+    #[serde(default)]
+    pub precheck: Option<Value>,
+}
+
+/// A job as the API, the CLI and the model see it (the contract's job object).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JobView {
+    pub id: String,
+    pub name: String,
+    pub task: String,
+    pub schedule: String,
+    pub timezone: String,
+    pub notify: Vec<String>,
+    pub origin: String,
+    pub next_run_at: Option<DateTime<Utc>>,
+    /// The newest run, or null.
+    pub last_run: Option<JobRun>,
+    pub precheck: Option<Value>,
+    pub profile: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SchedulerError {
+    #[error("{0}")]
+    Schedule(#[from] ScheduleError),
+    #[error("{0}")]
+    Invalid(String),
+    #[error(
+        "the limit of {max} jobs is reached (scheduler.max_jobs); cancel a job first (cancel_schedule, `hermes-agent jobs rm ID` or DELETE /v1/jobs/ID)"
+    )]
+    TooManyJobs { max: u32 },
+    #[error("unknown notify channel '{channel}'; configured channels: {}", known_list(.known))]
+    UnknownChannel { channel: String, known: Vec<String> },
+    #[error(
+        "a task started by a scheduled job cannot create jobs (scheduler.allow_nested is off); do the work in this run instead"
+    )]
+    NestedNotAllowed,
+    #[error("job '{0}' not found; list the jobs to see their ids")]
+    NotFound(String),
+    #[error(
+        "job '{job_id}' is still running task {task_id}; wait for it to finish, then run it again"
+    )]
+    Busy { job_id: String, task_id: String },
+    #[error("could not start the job's task: {0}")]
+    Runner(String),
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+fn known_list(known: &[String]) -> String {
+    if known.is_empty() {
+        "none (configure notify.email or notify.webhooks)".to_string()
+    } else {
+        known.join(", ")
+    }
+}
+
+impl From<StoreError> for SchedulerError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound { what: "job", id } => SchedulerError::NotFound(id),
+            other => SchedulerError::Store(other),
+        }
+    }
+}
+
+impl SchedulerError {
+    /// The HTTP status this error deserves: 400 for a request to fix, 403 for nesting, 404,
+    /// 409 for a busy job, 500 for the rest.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            SchedulerError::Schedule(_)
+            | SchedulerError::Invalid(_)
+            | SchedulerError::TooManyJobs { .. }
+            | SchedulerError::UnknownChannel { .. } => 400,
+            SchedulerError::NestedNotAllowed => 403,
+            SchedulerError::NotFound(_) => 404,
+            SchedulerError::Busy { .. } => 409,
+            SchedulerError::Runner(_) | SchedulerError::Store(_) => 500,
+        }
+    }
+
+    /// A stable machine-readable code for `{"error": {"code", ...}}`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SchedulerError::Schedule(_) => "invalid_schedule",
+            SchedulerError::Invalid(_) => "invalid_request",
+            SchedulerError::TooManyJobs { .. } => "too_many_jobs",
+            SchedulerError::UnknownChannel { .. } => "unknown_channel",
+            SchedulerError::NestedNotAllowed => "nested_job",
+            SchedulerError::NotFound(_) => "not_found",
+            SchedulerError::Busy { .. } => "busy",
+            SchedulerError::Runner(_) => "runner",
+            SchedulerError::Store(_) => "internal",
+        }
+    }
+}
+
+/// The scheduler handle: cheap to clone, shared by the daemon, the API, the CLI and the
+/// schedule tools.
+#[derive(Clone)]
+pub struct Scheduler {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    settings: SchedulerSettings,
+    store: Store,
+    runner: Arc<dyn TaskRunner>,
+    deliver: Arc<dyn Deliver>,
+    clock: Arc<dyn Clock>,
+    /// Cuts the loop's sleep short: a job was added or removed.
+    wake: Notify,
+    /// Serialises `add` so two concurrent adds cannot both pass the `max_jobs` check.
+    adding: tokio::sync::Mutex<()>,
+    /// The daemon's tracker once `start` ran: background runs are spawned on it, so a
+    /// shutdown waits for them. Before that (CLI in-process), plain `tokio::spawn`.
+    tracker: Mutex<Option<TaskTracker>>,
+    /// Firings in flight in this process, for `wait_idle`.
+    inflight: watch::Sender<usize>,
+}
+
+impl Scheduler {
+    pub fn new(
+        settings: SchedulerSettings,
+        store: Store,
+        runner: Arc<dyn TaskRunner>,
+        deliver: Arc<dyn Deliver>,
+    ) -> Scheduler {
+        Scheduler::with_clock(settings, store, runner, deliver, Arc::new(SystemClock))
+    }
+
+    /// As [`Scheduler::new`], with a chosen clock (tests).
+    pub fn with_clock(
+        settings: SchedulerSettings,
+        store: Store,
+        runner: Arc<dyn TaskRunner>,
+        deliver: Arc<dyn Deliver>,
+        clock: Arc<dyn Clock>,
+    ) -> Scheduler {
+        Scheduler {
+            inner: Arc::new(Inner {
+                settings,
+                store,
+                runner,
+                deliver,
+                clock,
+                wake: Notify::new(),
+                adding: tokio::sync::Mutex::new(()),
+                tracker: Mutex::new(None),
+                inflight: watch::Sender::new(0),
+            }),
+        }
+    }
+
+    pub fn settings(&self) -> &SchedulerSettings {
+        &self.inner.settings
+    }
+
+    /// The configured delivery channels (for tool descriptions and validation messages).
+    pub fn channels(&self) -> Vec<String> {
+        self.inner.deliver.channels()
+    }
+
+    /// Fire a job now, whatever its schedule (its `next_run_at` is left alone, and no
+    /// precheck gates it: the user asked for this run). Records a `fired` run, returns the new
+    /// task's id at once and runs it in the background. Works with or without the loop.
+    pub async fn run_now(&self, id: &str) -> Result<String, SchedulerError> {
+        let started = self.begin_now(id).await?;
+        let task_id = started.task_id.clone();
+        let me = self.clone();
+        self.spawn(async move {
+            me.finish(started).await;
+        });
+        Ok(task_id)
+    }
+
+    /// As [`Scheduler::run_now`], but runs the task and its delivery to the end here and
+    /// returns the final run row (the CLI's `jobs run` without a daemon).
+    pub async fn run_now_wait(&self, id: &str) -> Result<JobRun, SchedulerError> {
+        let started = self.begin_now(id).await?;
+        let (job_id, run_id) = (started.job.id.clone(), started.run_id);
+        self.finish(started).await;
+        let runs = self.inner.store.job_runs(&job_id, 50).await?;
+        runs.into_iter()
+            .find(|r| r.id == run_id)
+            .ok_or_else(|| SchedulerError::NotFound(job_id))
+    }
+
+    /// Restore and start: record runs a crash interrupted, clear the run locks it left,
+    /// handle the due times missed while down (one catch-up at most per job), then spawn the
+    /// timer loop on `tracker`; it stops when `cancel` fires.
+    pub async fn start(
+        &self,
+        tracker: &TaskTracker,
+        cancel: CancellationToken,
+    ) -> Result<(), SchedulerError> {
+        if let Ok(mut t) = self.inner.tracker.lock() {
+            *t = Some(tracker.clone());
+        }
+        self.restore().await?;
+        let me = self.clone();
+        tracker.spawn(async move { me.run_loop(cancel).await });
+        Ok(())
+    }
+
+    /// Make the loop look at the store now (a job was added or removed).
+    pub fn wake(&self) {
+        self.inner.wake.notify_one();
+    }
+
+    /// One pass of the loop: fire every job due at the clock's now. Returns how many due
+    /// times this call claimed (a claim lost to another firer is not counted).
+    pub async fn tick(&self) -> Result<usize, SchedulerError> {
+        let now = self.inner.clock.now();
+        let mut claimed = 0;
+        for job in self.inner.store.list_jobs().await? {
+            if job.enabled
+                && job.next_run_at.is_some_and(|t| t <= now)
+                && self.handle_due(job, now, false).await?
+            {
+                claimed += 1;
+            }
+        }
+        Ok(claimed)
+    }
+
+    /// Wait until every firing this process started has finished and been recorded.
+    pub async fn wait_idle(&self) {
+        let mut rx = self.inner.inflight.subscribe();
+        // The sender lives in `inner`, which `self` keeps alive: this cannot fail.
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+
+    /// Run `fut` in the background, counted in `inflight`, on the daemon's tracker if any.
+    fn spawn<F>(&self, fut: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.inner.inflight.send_modify(|n| *n += 1);
+        let guard = InflightGuard(self.clone());
+        let fut = async move {
+            fut.await;
+            drop(guard);
+        };
+        let tracker = self.inner.tracker.lock().ok().and_then(|t| t.clone());
+        match tracker {
+            Some(t) => {
+                t.spawn(fut);
+            }
+            None => {
+                tokio::spawn(fut);
+            }
+        }
+    }
+}
+
+/// Decrements `inflight` when a background firing ends — even by panic.
+struct InflightGuard(Scheduler);
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        self.0
+            .inner
+            .inflight
+            .send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_map_to_statuses() {
+        assert_eq!(SchedulerError::NotFound("j".into()).http_status(), 404);
+        assert_eq!(SchedulerError::TooManyJobs { max: 1 }.http_status(), 400);
+        let e = SchedulerError::UnknownChannel {
+            channel: "sms".into(),
+            known: vec![],
+        };
+        assert!(e.to_string().contains("configure notify.email"), "{e}");
+    }
+}

@@ -288,3 +288,32 @@ impl Store {
         .await?)
     }
 }
+
+// Queries added for the scheduler's run lock: the lock is first taken with a placeholder (so
+// an overlapping firing is refused before any precheck or task exists), then handed to the
+// task, and released only by its holder (so a late unlock never frees someone else's run).
+impl Store {
+    /// Move the run lock from `from` to `to`; false when `from` no longer holds it.
+    pub async fn swap_job_lock(&self, id: &str, from: &str, to: &str) -> Result<bool> {
+        let done =
+            sqlx::query("UPDATE jobs SET running_task_id = ? WHERE id = ? AND running_task_id = ?")
+                .bind(to)
+                .bind(id)
+                .bind(from)
+                .execute(self.pool())
+                .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Release the run lock if `holder` still holds it; false otherwise.
+    pub async fn release_job_lock(&self, id: &str, holder: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE jobs SET running_task_id = NULL WHERE id = ? AND running_task_id = ?",
+        )
+        .bind(id)
+        .bind(holder)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+}

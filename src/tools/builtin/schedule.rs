@@ -1,1 +1,214 @@
-//! Built-in tools: schedule (filled in by its owner).
+//! Built-in tools: `schedule_task`, `list_schedules`, `cancel_schedule` — the model's handle on
+//! the scheduler. They only translate arguments and errors; every rule (schedule forms, limits,
+//! channels, the nesting guard) is the scheduler's.
+
+use crate::scheduler::{JobRequest, Scheduler, SchedulerError};
+use crate::tools::{Tool, ToolContext, ToolError};
+use futures::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// The three schedule tools over one scheduler handle.
+pub fn tools(scheduler: Scheduler) -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(ScheduleTask::new(scheduler.clone())),
+        Arc::new(ListSchedules::new(scheduler.clone())),
+        Arc::new(CancelSchedule::new(scheduler)),
+    ]
+}
+
+fn failed(e: SchedulerError) -> ToolError {
+    ToolError::Failed(e.to_string())
+}
+
+/// Was this call made by a task that a job started (directly or through a sub-agent)?
+fn started_by_job(ctx: &ToolContext) -> bool {
+    ctx.origin == "job" || ctx.job_id.is_some()
+}
+
+pub struct ScheduleTask {
+    scheduler: Scheduler,
+    description: String,
+    parameters: Value,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScheduleArgs {
+    task: String,
+    schedule: String,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    timezone: Option<String>,
+    #[serde(default)]
+    notify: Vec<String>,
+    #[serde(default)]
+    profile: Option<String>,
+}
+
+impl ScheduleTask {
+    pub fn new(scheduler: Scheduler) -> ScheduleTask {
+        let channels = scheduler.channels();
+        let channel_note = if channels.is_empty() {
+            "no delivery channels are configured".to_string()
+        } else {
+            format!("channels: {}", channels.join(", "))
+        };
+        let description = format!(
+            "Schedule a task to run later as a fresh task with no memory of this conversation, so write the task in full. \
+             schedule: 5-field cron in the job's zone ('0 8 * * *' = 08:00 daily), 'every 30m|2h|1d', 'in 45m', or a time '2026-05-01T09:00'. \
+             The run's answer goes to the notify channels ({channel_note}); an answer of exactly [SILENT] sends nothing. \
+             Default zone {}.",
+            scheduler.settings().timezone
+        );
+        let mut notify_items = json!({"type": "string"});
+        if !channels.is_empty() {
+            notify_items["enum"] = json!(channels);
+        }
+        let parameters = json!({
+            "type": "object",
+            "properties": {
+                "task": {"type": "string", "description": "What to do at each run, self-contained."},
+                "schedule": {"type": "string", "description": "'0 8 * * *', 'every 2h', 'in 30m' or '2026-05-01T09:00'."},
+                "name": {"type": "string", "description": "Short name; used in notice titles."},
+                "timezone": {"type": "string", "description": "IANA zone, e.g. Europe/Berlin."},
+                "notify": {"type": "array", "items": notify_items, "description": "Channels that receive each run's answer."},
+                "profile": {"type": "string", "description": "Model profile for the runs."}
+            },
+            "required": ["task", "schedule"],
+            "additionalProperties": false
+        });
+        ScheduleTask {
+            scheduler,
+            description,
+            parameters,
+        }
+    }
+}
+
+impl Tool for ScheduleTask {
+    fn name(&self) -> &str {
+        "schedule_task"
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn parameters(&self) -> &Value {
+        &self.parameters
+    }
+    fn call<'a>(
+        &'a self,
+        args: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let a: ScheduleArgs = serde_json::from_value(args)
+                .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+            let req = JobRequest {
+                task: a.task,
+                schedule: a.schedule,
+                name: a.name,
+                timezone: a.timezone,
+                notify: a.notify,
+                profile: a.profile,
+                precheck: None,
+            };
+            // A job-started task is refused by `add` unless nesting is allowed; if it is, the
+            // job records that a job made it.
+            let origin = if started_by_job(ctx) { "job" } else { "model" };
+            let job = self.scheduler.add(req, origin).await.map_err(failed)?;
+            let view = self.scheduler.view(job).await.map_err(failed)?;
+            serde_json::to_value(view).map_err(|e| ToolError::Failed(e.to_string()))
+        })
+    }
+}
+
+pub struct ListSchedules {
+    scheduler: Scheduler,
+    parameters: Value,
+}
+
+impl ListSchedules {
+    pub fn new(scheduler: Scheduler) -> ListSchedules {
+        ListSchedules {
+            scheduler,
+            parameters: json!({"type": "object", "properties": {}, "additionalProperties": false}),
+        }
+    }
+}
+
+impl Tool for ListSchedules {
+    fn name(&self) -> &str {
+        "list_schedules"
+    }
+    fn description(&self) -> &str {
+        "List the scheduled jobs with their ids, schedules, next run and last run. Use before cancel_schedule."
+    }
+    fn parameters(&self) -> &Value {
+        &self.parameters
+    }
+    fn call<'a>(
+        &'a self,
+        _args: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let jobs = self.scheduler.list().await.map_err(failed)?;
+            Ok(json!({ "jobs": jobs }))
+        })
+    }
+}
+
+pub struct CancelSchedule {
+    scheduler: Scheduler,
+    parameters: Value,
+}
+
+impl CancelSchedule {
+    pub fn new(scheduler: Scheduler) -> CancelSchedule {
+        CancelSchedule {
+            scheduler,
+            parameters: json!({
+                "type": "object",
+                "properties": {"id": {"type": "string", "description": "The job id from list_schedules."}},
+                "required": ["id"],
+                "additionalProperties": false
+            }),
+        }
+    }
+}
+
+impl Tool for CancelSchedule {
+    fn name(&self) -> &str {
+        "cancel_schedule"
+    }
+    fn description(&self) -> &str {
+        "Cancel a scheduled job by id (from list_schedules); it never runs again."
+    }
+    fn parameters(&self) -> &Value {
+        &self.parameters
+    }
+    fn call<'a>(
+        &'a self,
+        args: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let id = args
+                .get("id")
+                .and_then(Value::as_str)
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| ToolError::InvalidArguments("'id' must be a job id".into()))?;
+            if self.scheduler.remove(id).await.map_err(failed)? {
+                Ok(json!({"id": id, "cancelled": true}))
+            } else {
+                Err(ToolError::Failed(format!(
+                    "no job with id '{id}'; list_schedules shows the ids"
+                )))
+            }
+        })
+    }
+}

@@ -1,0 +1,472 @@
+//! The firing path shared by the timer, the catch-up at start and "run now": claim, missed
+//! bookkeeping, run lock, precheck, a fresh task, its run, and the run row's outcome and
+//! delivery. Every decision here writes a `job_runs` row and one log line.
+
+use super::schedule::{Schedule, parse_timezone};
+use super::{Scheduler, SchedulerError};
+use crate::store::{Job, RunOutcome, StoreError, TaskState, new_id};
+use chrono::{DateTime, Duration, Utc};
+use chrono_tz::Tz;
+use serde_json::Value;
+
+/// Counting missed due times stops here (a per-minute job down for months).
+const MISSED_COUNT_CAP: u64 = 100_000;
+
+/// In the running loop, a due time this late is still "on time" however small the grace: the
+/// loop itself may be a moment late (a busy database, a slow wake-up).
+const LOOP_SLACK: Duration = Duration::seconds(60);
+
+/// An answer that asks for no delivery.
+pub(crate) const SILENT: &str = "[SILENT]";
+
+/// What started a firing; named in the run row's reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Trigger {
+    Timer,
+    CatchUp,
+    RunNow,
+}
+
+impl Trigger {
+    fn reason(self) -> Option<&'static str> {
+        match self {
+            Trigger::Timer => None,
+            Trigger::CatchUp => Some("catch-up"),
+            Trigger::RunNow => Some("run now"),
+        }
+    }
+}
+
+/// A firing whose task was created and recorded `fired`, waiting to be run.
+pub(crate) struct Started {
+    pub(crate) job: Job,
+    pub(crate) run_id: i64,
+    pub(crate) task_id: String,
+    pub(crate) scheduled_at: DateTime<Utc>,
+}
+
+/// How the start of a firing went.
+enum Begin {
+    Started(Box<Started>),
+    /// Recorded `skipped` (overlap, precheck) or `failed` (precheck error, task not created).
+    Ended {
+        outcome: RunOutcome,
+        reason: String,
+    },
+    /// The job was removed meanwhile: nothing to record it against.
+    Gone,
+}
+
+impl Scheduler {
+    /// A job found due at `now`: claim its due time (moving `next_run_at` on), record the due
+    /// times it is too late for as one `missed` row, and fire the latest one if it is within
+    /// the grace. Returns false when another firer had already claimed it.
+    pub(crate) async fn handle_due(
+        &self,
+        job: Job,
+        now: DateTime<Utc>,
+        at_start: bool,
+    ) -> Result<bool, StoreError> {
+        let store = &self.inner.store;
+        let Some(due) = job.next_run_at else {
+            return Ok(false);
+        };
+        let parsed = parse_timezone(&job.timezone)
+            .and_then(|tz| Schedule::parse(&job.schedule, tz, due).map(|s| (tz, s)));
+        let (tz, schedule) = match parsed {
+            Ok(p) => p,
+            Err(e) => {
+                // A stored job that no longer parses (a zone dropped from tzdata): stop it,
+                // visibly, rather than retrying forever.
+                if store.claim_job_run(&job.id, Some(due), None).await? {
+                    let reason = format!(
+                        "the job's schedule can no longer be evaluated: {e}; remove the job and add it again"
+                    );
+                    store
+                        .add_job_run(&job.id, due, RunOutcome::Failed, None, Some(&reason))
+                        .await?;
+                    tracing::warn!(job = %job.id, %reason, "job stopped");
+                    return Ok(true);
+                }
+                return Ok(false);
+            }
+        };
+        let (count, last) = schedule.due_times(tz, due, now, MISSED_COUNT_CAP);
+        let next = if schedule.is_one_shot() {
+            None
+        } else {
+            schedule.next_after(tz, now)
+        };
+        if !store.claim_job_run(&job.id, Some(due), next).await? {
+            tracing::debug!(job = %job.id, due = %due, "due time already claimed elsewhere");
+            return Ok(false);
+        }
+        let grace = Duration::seconds(
+            i64::try_from(self.inner.settings.catch_up_grace_s).unwrap_or(i64::MAX / 1000),
+        );
+        let window = if at_start {
+            grace
+        } else {
+            grace.max(LOOP_SLACK)
+        };
+        let fire_at = (now - last <= window).then_some(last);
+        let missed = count - u64::from(fire_at.is_some());
+        if missed > 0 {
+            let last_missed = match fire_at {
+                Some(at) => schedule.previous_before(tz, at).unwrap_or(due).max(due),
+                None => last,
+            };
+            let why = if at_start {
+                "daemon was down"
+            } else {
+                "the scheduler was not running (machine asleep?)"
+            };
+            let at_least = if missed >= MISSED_COUNT_CAP {
+                "at least "
+            } else {
+                ""
+            };
+            let reason = if missed == 1 {
+                format!("{why}: 1 run at {}", local(due, tz))
+            } else {
+                format!(
+                    "{why}: {at_least}{missed} runs between {} and {}",
+                    local(due, tz),
+                    local(last_missed, tz)
+                )
+            };
+            store
+                .add_job_run(&job.id, due, RunOutcome::Missed, None, Some(&reason))
+                .await?;
+            tracing::info!(job = %job.id, outcome = "missed", %reason, "job firing");
+        }
+        if let Some(at) = fire_at {
+            let trigger = if at_start || missed > 0 || now - at > LOOP_SLACK {
+                Trigger::CatchUp
+            } else {
+                Trigger::Timer
+            };
+            let me = self.clone();
+            self.spawn(async move {
+                match me.begin(&job, at, trigger).await {
+                    Ok(Begin::Started(started)) => me.finish(*started).await,
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::error!(job = %job.id, error = %e, "job firing could not be recorded")
+                    }
+                }
+            });
+        }
+        Ok(true)
+    }
+
+    /// "Run now": the same start as a timer firing, minus claim and precheck.
+    pub(crate) async fn begin_now(&self, id: &str) -> Result<Started, SchedulerError> {
+        let job = self.inner.store.job(id).await?;
+        let now = self.inner.clock.now();
+        match self.begin(&job, now, Trigger::RunNow).await? {
+            Begin::Started(s) => Ok(*s),
+            Begin::Gone => Err(SchedulerError::NotFound(id.to_string())),
+            Begin::Ended {
+                outcome: RunOutcome::Skipped,
+                ..
+            } => {
+                let task_id = self
+                    .inner
+                    .store
+                    .job(id)
+                    .await
+                    .ok()
+                    .and_then(|j| j.running_task_id)
+                    .unwrap_or_else(|| "?".into());
+                Err(SchedulerError::Busy {
+                    job_id: id.to_string(),
+                    task_id,
+                })
+            }
+            Begin::Ended { reason, .. } => Err(SchedulerError::Runner(reason)),
+        }
+    }
+
+    /// Take the run lock, run the precheck, create the task and record the firing.
+    async fn begin(
+        &self,
+        job: &Job,
+        scheduled_at: DateTime<Utc>,
+        trigger: Trigger,
+    ) -> Result<Begin, StoreError> {
+        let store = &self.inner.store;
+        // A placeholder holder first: an overlapping firing is refused before any precheck
+        // runs (a precheck may consume the change it reports) and before any task exists.
+        let token = format!("firing:{}", new_id());
+        if !store.lock_job(&job.id, &token).await? {
+            let holder = match store.job(&job.id).await {
+                Ok(j) => j.running_task_id,
+                Err(StoreError::NotFound { .. }) => return Ok(Begin::Gone),
+                Err(e) => return Err(e),
+            };
+            let reason = "previous run still running";
+            store
+                .add_job_run(
+                    &job.id,
+                    scheduled_at,
+                    RunOutcome::Skipped,
+                    None,
+                    Some(reason),
+                )
+                .await?;
+            tracing::info!(job = %job.id, outcome = "skipped", reason, running = ?holder, "job firing");
+            return Ok(Begin::Ended {
+                outcome: RunOutcome::Skipped,
+                reason: reason.into(),
+            });
+        }
+        match self.begin_locked(job, scheduled_at, trigger, &token).await {
+            Ok(b) => Ok(b),
+            Err(e) => {
+                let _ = store.release_job_lock(&job.id, &token).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn begin_locked(
+        &self,
+        job: &Job,
+        scheduled_at: DateTime<Utc>,
+        trigger: Trigger,
+        token: &str,
+    ) -> Result<Begin, StoreError> {
+        let store = &self.inner.store;
+        if trigger != Trigger::RunNow
+            && let Some(precheck) = &job.precheck
+        {
+            let tool = precheck.get("tool").and_then(Value::as_str).unwrap_or("");
+            let arguments = precheck
+                .get("arguments")
+                .cloned()
+                .unwrap_or_else(|| Value::Object(Default::default()));
+            match self.inner.runner.precheck(tool, arguments, job).await {
+                Ok(result) if result.get("changed") == Some(&Value::Bool(false)) => {
+                    store.release_job_lock(&job.id, token).await?;
+                    let reason = "precheck: no change";
+                    store
+                        .add_job_run(
+                            &job.id,
+                            scheduled_at,
+                            RunOutcome::Skipped,
+                            None,
+                            Some(reason),
+                        )
+                        .await?;
+                    tracing::info!(job = %job.id, outcome = "skipped", reason, "job firing");
+                    return Ok(Begin::Ended {
+                        outcome: RunOutcome::Skipped,
+                        reason: reason.into(),
+                    });
+                }
+                Ok(_) => {}
+                Err(message) => {
+                    store.release_job_lock(&job.id, token).await?;
+                    let reason = format!("precheck {tool} failed: {message}");
+                    return self.record_failed_start(job, scheduled_at, reason).await;
+                }
+            }
+        }
+        let task_id = match self.inner.runner.create(job).await {
+            Ok(id) => id,
+            Err(message) => {
+                store.release_job_lock(&job.id, token).await?;
+                let reason = format!("could not create the task: {message}");
+                return self.record_failed_start(job, scheduled_at, reason).await;
+            }
+        };
+        if !store.swap_job_lock(&job.id, token, &task_id).await? {
+            // Only a restore in another process clears a lock; take it again if free.
+            tracing::warn!(job = %job.id, task = %task_id, "run lock lost before the run started");
+            let _ = store.lock_job(&job.id, &task_id).await?;
+        }
+        let run_id = store
+            .add_job_run(
+                &job.id,
+                scheduled_at,
+                RunOutcome::Fired,
+                Some(&task_id),
+                trigger.reason(),
+            )
+            .await?;
+        tracing::info!(job = %job.id, outcome = "fired", task = %task_id, run = run_id,
+            reason = trigger.reason().unwrap_or("schedule"), "job firing");
+        Ok(Begin::Started(Box::new(Started {
+            job: job.clone(),
+            run_id,
+            task_id,
+            scheduled_at,
+        })))
+    }
+
+    async fn record_failed_start(
+        &self,
+        job: &Job,
+        scheduled_at: DateTime<Utc>,
+        reason: String,
+    ) -> Result<Begin, StoreError> {
+        let store = &self.inner.store;
+        let run_id = store
+            .add_job_run(
+                &job.id,
+                scheduled_at,
+                RunOutcome::Failed,
+                None,
+                Some(&reason),
+            )
+            .await?;
+        tracing::info!(job = %job.id, outcome = "failed", %reason, "job firing");
+        let delivery = self.failure_notice(job, run_id, None, &reason).await;
+        store.set_run_delivery(run_id, &delivery).await?;
+        Ok(Begin::Ended {
+            outcome: RunOutcome::Failed,
+            reason,
+        })
+    }
+
+    /// Run a started firing's task to its end, release the lock, deliver, record.
+    pub(crate) async fn finish(&self, started: Started) {
+        let Started {
+            job,
+            run_id,
+            task_id,
+            scheduled_at,
+        } = started;
+        let store = &self.inner.store;
+        let result = self.inner.runner.run(&task_id).await;
+        if let Err(e) = store.release_job_lock(&job.id, &task_id).await {
+            tracing::error!(job = %job.id, error = %e, "cannot release the job's run lock");
+        }
+        match store.job(&job.id).await {
+            Ok(_) => {}
+            Err(StoreError::NotFound { .. }) => {
+                tracing::info!(job = %job.id, task = %task_id, "job removed during its run; not delivered");
+                return;
+            }
+            Err(e) => tracing::error!(job = %job.id, error = %e, "cannot re-read the job"),
+        }
+        let (outcome, reason, delivery) = match result {
+            Ok(task) if task.state == TaskState::Succeeded => {
+                let answer = task.answer.unwrap_or_default();
+                let delivery = if answer.trim() == SILENT {
+                    "silent".to_string()
+                } else {
+                    let title = format!("{} — {}", job.name, local_date(scheduled_at, &job));
+                    self.deliver_all(&job, run_id, Some(&task_id), &title, &answer)
+                        .await
+                };
+                (RunOutcome::Fired, None, delivery)
+            }
+            Ok(task) => {
+                let why = match (task.error, task.reason) {
+                    (Some(e), _) => e,
+                    (None, Some(r)) => format!("task {} ({r})", task.state),
+                    (None, None) => format!("task {}", task.state),
+                };
+                let delivery = self
+                    .failure_notice(&job, run_id, Some(&task_id), &why)
+                    .await;
+                (RunOutcome::Failed, Some(why), delivery)
+            }
+            Err(message) => {
+                let delivery = self
+                    .failure_notice(&job, run_id, Some(&task_id), &message)
+                    .await;
+                (RunOutcome::Failed, Some(message), delivery)
+            }
+        };
+        if let Err(e) = store
+            .update_job_run(run_id, outcome, reason.as_deref(), &delivery)
+            .await
+        {
+            tracing::error!(job = %job.id, run = run_id, error = %e, "cannot record the run's end");
+        }
+        tracing::info!(job = %job.id, task = %task_id, run = run_id, outcome = ?outcome,
+            delivery = %delivery, reason = reason.as_deref().unwrap_or(""), "job run finished");
+    }
+
+    /// A short failure notice on the job's channels when `notify_on_failure`; the delivery
+    /// state for the run row.
+    pub(crate) async fn failure_notice(
+        &self,
+        job: &Job,
+        run_id: i64,
+        task_id: Option<&str>,
+        error: &str,
+    ) -> String {
+        if !self.inner.settings.notify_on_failure {
+            return "none".into();
+        }
+        let text = match task_id {
+            Some(id) => format!(
+                "{} failed: {error}; see `hermes-agent tasks show {id}`",
+                job.name
+            ),
+            None => format!("{} failed: {error}", job.name),
+        };
+        let title = format!(
+            "{} — {} (failed)",
+            job.name,
+            local_date(self.inner.clock.now(), job)
+        );
+        self.deliver_all(job, run_id, task_id, &title, &text).await
+    }
+
+    /// Queue `text` on every channel of the job: `none` (no channels), `queued`, or
+    /// `failed: CHANNEL: ERROR; …`.
+    async fn deliver_all(
+        &self,
+        job: &Job,
+        run_id: i64,
+        task_id: Option<&str>,
+        title: &str,
+        text: &str,
+    ) -> String {
+        if job.notify.is_empty() {
+            return "none".into();
+        }
+        let mut errors = Vec::new();
+        for channel in &job.notify {
+            let r = self
+                .inner
+                .deliver
+                .deliver(
+                    channel,
+                    title.to_string(),
+                    text.to_string(),
+                    task_id,
+                    &job.id,
+                    run_id,
+                )
+                .await;
+            if let Err(e) = r {
+                tracing::warn!(job = %job.id, run = run_id, channel = %channel, error = %e, "delivery failed");
+                errors.push(format!("{channel}: {e}"));
+            }
+        }
+        if errors.is_empty() {
+            "queued".into()
+        } else {
+            format!("failed: {}", errors.join("; "))
+        }
+    }
+}
+
+/// `2026-03-08 02:30 EST` in the job's zone.
+fn local(t: DateTime<Utc>, tz: Tz) -> String {
+    t.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z").to_string()
+}
+
+/// The date of `t` in the job's zone (UTC if the zone no longer parses).
+fn local_date(t: DateTime<Utc>, job: &Job) -> String {
+    match parse_timezone(&job.timezone) {
+        Ok(tz) => t.with_timezone(&tz).format("%Y-%m-%d").to_string(),
+        Err(_) => t.format("%Y-%m-%d").to_string(),
+    }
+}

@@ -1,0 +1,188 @@
+//! Job bookkeeping on the scheduler handle: validating and adding jobs, removing them, and
+//! the views the API, the CLI and the tools show. Firing is in `fire`, the loop in `timer`.
+
+use super::schedule::{self, parse_timezone};
+use super::{JobRequest, JobView, Scheduler, SchedulerError};
+use crate::store::{Job, JobRun, NewJob};
+use serde_json::Value;
+
+impl Scheduler {
+    /// Validate and persist a new job; `origin` is who asked: `model`, `cli`, `api` — or
+    /// `job` (a task started by a job), refused unless `scheduler.allow_nested`.
+    pub async fn add(&self, req: JobRequest, origin: &str) -> Result<Job, SchedulerError> {
+        let settings = &self.inner.settings;
+        if origin == "job" && !settings.allow_nested {
+            return Err(SchedulerError::NestedNotAllowed);
+        }
+        let task = req.task.trim();
+        if task.is_empty() {
+            return Err(SchedulerError::Invalid(
+                "the task is empty; say what the job should do at each firing".into(),
+            ));
+        }
+        let zone = req
+            .timezone
+            .as_deref()
+            .map(str::trim)
+            .filter(|z| !z.is_empty())
+            .unwrap_or(&settings.timezone);
+        let tz = parse_timezone(zone)?;
+        let now = self.inner.clock.now();
+        let (_, first) = schedule::validate(&req.schedule, tz, now, settings.min_interval_s)?;
+        let known = self.inner.deliver.channels();
+        let mut notify: Vec<String> = Vec::new();
+        for channel in &req.notify {
+            let channel = channel.trim();
+            if !known.iter().any(|k| k == channel) {
+                return Err(SchedulerError::UnknownChannel {
+                    channel: channel.to_string(),
+                    known,
+                });
+            }
+            if !notify.iter().any(|c| c == channel) {
+                notify.push(channel.to_string());
+            }
+        }
+        if let Some(p) = &req.precheck {
+            check_precheck(p)?;
+        }
+        let name = match req.name.as_deref().map(str::trim) {
+            Some(n) if !n.is_empty() => n.to_string(),
+            _ => default_name(task),
+        };
+        let new = NewJob {
+            name,
+            task: task.to_string(),
+            schedule: req.schedule.trim().to_string(),
+            timezone: tz.name().to_string(),
+            notify,
+            profile: req
+                .profile
+                .map(|p| p.trim().to_string())
+                .filter(|p| !p.is_empty()),
+            origin: origin.to_string(),
+            precheck: req.precheck,
+            next_run_at: Some(first),
+        };
+        let job = {
+            let _one_at_a_time = self.inner.adding.lock().await;
+            let max = settings.max_jobs;
+            if self.inner.store.job_count().await? >= i64::from(max) {
+                return Err(SchedulerError::TooManyJobs { max });
+            }
+            self.inner.store.create_job(&new).await?
+        };
+        tracing::info!(job = %job.id, name = %job.name, schedule = %job.schedule,
+            timezone = %job.timezone, origin, next_run_at = %first, "job created");
+        self.wake();
+        Ok(job)
+    }
+
+    /// Delete a job and its run history; false when there was no such job. A run in progress
+    /// finishes, but is not delivered, and the job never fires again.
+    pub async fn remove(&self, id: &str) -> Result<bool, SchedulerError> {
+        let removed = self.inner.store.delete_job(id).await?;
+        if removed {
+            tracing::info!(job = %id, "job removed");
+            self.wake();
+        }
+        Ok(removed)
+    }
+
+    /// Every job, oldest first, with its newest run.
+    pub async fn list(&self) -> Result<Vec<JobView>, SchedulerError> {
+        let jobs = self.inner.store.list_jobs().await?;
+        let mut views = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            views.push(self.view(job).await?);
+        }
+        Ok(views)
+    }
+
+    /// One job as a view.
+    pub async fn get(&self, id: &str) -> Result<JobView, SchedulerError> {
+        let job = self.inner.store.job(id).await?;
+        self.view(job).await
+    }
+
+    /// A stored job as the contract's job object (adds its newest run).
+    pub async fn view(&self, job: Job) -> Result<JobView, SchedulerError> {
+        let last_run = self
+            .inner
+            .store
+            .job_runs(&job.id, 1)
+            .await?
+            .into_iter()
+            .next();
+        Ok(JobView {
+            id: job.id,
+            name: job.name,
+            task: job.task,
+            schedule: job.schedule,
+            timezone: job.timezone,
+            notify: job.notify,
+            origin: job.origin,
+            next_run_at: job.next_run_at,
+            last_run,
+            precheck: job.precheck,
+            profile: job.profile,
+        })
+    }
+
+    /// A job's runs, newest first (`limit` ≤ 0 means 50).
+    pub async fn runs(&self, id: &str, limit: i64) -> Result<Vec<JobRun>, SchedulerError> {
+        self.inner.store.job(id).await?;
+        Ok(self.inner.store.job_runs(id, limit).await?)
+    }
+}
+
+fn check_precheck(p: &Value) -> Result<(), SchedulerError> {
+    let ok = p
+        .get("tool")
+        .and_then(Value::as_str)
+        .is_some_and(|t| !t.trim().is_empty())
+        && p.get("arguments").is_none_or(Value::is_object);
+    if ok {
+        Ok(())
+    } else {
+        Err(SchedulerError::Invalid(
+            "precheck must be {\"tool\": NAME, \"arguments\": {...}}".into(),
+        ))
+    }
+}
+
+/// A job without a name is named after the start of its task.
+fn default_name(task: &str) -> String {
+    const MAX: usize = 48;
+    let line = task.lines().next().unwrap_or(task).trim();
+    if line.chars().count() <= MAX {
+        line.to_string()
+    } else {
+        let cut: String = line.chars().take(MAX - 1).collect();
+        format!("{}…", cut.trim_end())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_names_are_short() {
+        assert_eq!(default_name("Summarise the news"), "Summarise the news");
+        let long = "x".repeat(100);
+        assert_eq!(default_name(&long).chars().count(), 48);
+        assert_eq!(default_name("first line\nsecond"), "first line");
+    }
+
+    #[test]
+    fn precheck_shape() {
+        let ok = |v| check_precheck(&v).is_ok();
+        assert!(ok(
+            serde_json::json!({"tool": "watch_page", "arguments": {"url": "x"}})
+        ));
+        assert!(ok(serde_json::json!({"tool": "watch_page"})));
+        assert!(!ok(serde_json::json!({"arguments": {}})));
+        assert!(!ok(serde_json::json!({"tool": "t", "arguments": 3})));
+    }
+}

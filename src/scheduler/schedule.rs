@@ -1,0 +1,794 @@
+//! Schedule text → fire times. Pure: no clock, no store, no I/O — "now" is always an argument.
+//!
+//! Forms (case-insensitive):
+//! - standard 5-field cron, `minute hour day-of-month month day-of-week` (`0 8 * * *`,
+//!   `30 7 * * MON-FRI`, `0 9 1 JAN *`) and the aliases `@hourly`, `@daily`, `@midnight`,
+//!   `@weekly`, `@monthly`, `@yearly`, `@annually`. Evaluated in the job's zone with croner +
+//!   chrono-tz. 6- and 7-field patterns (seconds, years) are refused: a 5-field pattern read as
+//!   6 fields would silently mean something else.
+//! - an interval: `every 30m`, `every 2h`, `every 1d`, `every 90 minutes`, `every 1h 30m`,
+//!   `every day`. Occurrences are `anchor + k·period`, k ≥ 1; the scheduler anchors at the job's
+//!   creation and then at each due time, never at the moment a run happened, so it cannot drift.
+//!   An interval is elapsed time: `every 1d` keeps its UTC instant across DST, so its local
+//!   time moves by an hour; a job meant for a local time of day should use cron.
+//! - a one-shot: `in 30m`, `in 2 hours`, or an ISO 8601 / RFC 3339 time — with an offset
+//!   (`2026-05-01T09:00:00+02:00`, `…Z`) or as local wall time in the job's zone
+//!   (`2026-05-01T09:00`, `2026-05-01 09:00:00`).
+//!
+//! DST: a cron time that falls in a spring-forward gap fires once, at the first valid instant
+//! after the gap; a time repeated by a fall-back fires once, at the earlier instant (croner's
+//! fixed-time rule; the tests below pin it down). A local one-shot inside a gap is refused.
+
+use chrono::{DateTime, Duration, LocalResult, NaiveDateTime, TimeZone, Timelike, Utc};
+use chrono_tz::Tz;
+use croner::Cron;
+use croner::parser::CronParser;
+
+/// The forms, for error messages.
+const FORMS: &str = "use 5-field cron ('0 8 * * *' = 08:00 daily), an interval ('every 30m', \
+                     'every 2h', 'every 1d'), or a one-shot ('in 30m', '2026-05-01T09:00')";
+
+/// Cron aliases accepted besides 5-field patterns.
+const ALIASES: &[(&str, &str)] = &[
+    ("@yearly", "0 0 1 1 *"),
+    ("@annually", "0 0 1 1 *"),
+    ("@monthly", "0 0 1 * *"),
+    ("@weekly", "0 0 * * SUN"),
+    ("@daily", "0 0 * * *"),
+    ("@midnight", "0 0 * * *"),
+    ("@hourly", "0 * * * *"),
+];
+
+/// How many firings of a cron pattern are examined to find its shortest gap.
+const GAP_SAMPLE: usize = 1500;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("the schedule is empty; {FORMS}")]
+    Empty,
+    #[error(
+        "'{schedule}' has {fields} fields; use standard 5-field cron (minute hour day-of-month month day-of-week, e.g. '0 8 * * *'): seconds and years are not supported"
+    )]
+    CronFieldCount { schedule: String, fields: usize },
+    #[error(
+        "invalid cron expression '{schedule}': {message}; use 5 fields (minute hour day-of-month month day-of-week), e.g. '0 8 * * *' or '*/15 * * * MON-FRI'"
+    )]
+    Cron { schedule: String, message: String },
+    #[error("unknown cron alias '{0}'; use @hourly, @daily, @weekly, @monthly or @yearly")]
+    Alias(String),
+    #[error(
+        "invalid duration in '{schedule}': {message}; write e.g. 'every 30m', 'every 2h', 'every 1d', 'every 90 minutes' or 'in 45m'"
+    )]
+    Duration { schedule: String, message: String },
+    #[error(
+        "invalid time '{schedule}': {message}; write an ISO 8601 time such as '2026-05-01T09:00' (local to the job's zone) or '2026-05-01T09:00:00+02:00'"
+    )]
+    Time { schedule: String, message: String },
+    #[error(
+        "'{schedule}' does not exist in {zone} (the clocks skip it for daylight saving time); pick a time outside the gap"
+    )]
+    NonexistentLocalTime { schedule: String, zone: String },
+    #[error("'{schedule}' is not a schedule; {FORMS}")]
+    Unrecognised { schedule: String },
+    #[error(
+        "unknown time zone '{0}'; use an IANA name such as Europe/Berlin, America/New_York or UTC"
+    )]
+    UnknownZone(String),
+    #[error("'{schedule}' never fires (no date matches it); check the day and month fields")]
+    NeverFires { schedule: String },
+    #[error("'{schedule}' is in the past ({at}); give a future time or use 'in 30m'")]
+    InPast { schedule: String, at: DateTime<Utc> },
+    #[error(
+        "'{schedule}' fires every {every_s} s, more often than the minimum of {min_s} s (scheduler.min_interval_s); choose a longer interval"
+    )]
+    TooFrequent {
+        schedule: String,
+        every_s: i64,
+        min_s: u64,
+    },
+}
+
+/// A parsed schedule. Intervals carry their anchor (see the module doc).
+#[derive(Debug, Clone)]
+pub enum Schedule {
+    Cron(Box<Cron>),
+    Every {
+        period: Duration,
+        anchor: DateTime<Utc>,
+    },
+    At(DateTime<Utc>),
+}
+
+/// An IANA zone name → zone.
+pub fn parse_timezone(name: &str) -> Result<Tz, ScheduleError> {
+    name.trim()
+        .parse::<Tz>()
+        .map_err(|_| ScheduleError::UnknownZone(name.to_string()))
+}
+
+impl Schedule {
+    /// Parse `text`. `anchor` starts intervals and relative one-shots (`in 30m` = anchor + 30m);
+    /// `tz` gives local wall times (cron, ISO times without an offset) their meaning.
+    pub fn parse(text: &str, tz: Tz, anchor: DateTime<Utc>) -> Result<Schedule, ScheduleError> {
+        let s = text.trim();
+        if s.is_empty() {
+            return Err(ScheduleError::Empty);
+        }
+        let lower = s.to_ascii_lowercase();
+        if let Some(rest) = lower.strip_prefix("every")
+            && rest.starts_with(char::is_whitespace)
+        {
+            let period = parse_duration(rest, true).map_err(|message| ScheduleError::Duration {
+                schedule: s.to_string(),
+                message,
+            })?;
+            return Ok(Schedule::Every { period, anchor });
+        }
+        if let Some(rest) = lower.strip_prefix("in ") {
+            let d = parse_duration(rest, false).map_err(|message| ScheduleError::Duration {
+                schedule: s.to_string(),
+                message,
+            })?;
+            return Ok(Schedule::At(anchor + d));
+        }
+        if looks_like_date(s) {
+            return parse_time(s, tz).map(Schedule::At);
+        }
+        if lower.starts_with('@') {
+            let pattern = ALIASES
+                .iter()
+                .find(|(alias, _)| *alias == lower)
+                .map(|(_, p)| *p)
+                .ok_or_else(|| ScheduleError::Alias(s.to_string()))?;
+            return parse_cron(pattern, s);
+        }
+        let fields = s.split_whitespace().count();
+        match fields {
+            5 => parse_cron(s, s),
+            6 | 7 => Err(ScheduleError::CronFieldCount {
+                schedule: s.to_string(),
+                fields,
+            }),
+            _ => Err(ScheduleError::Unrecognised {
+                schedule: s.to_string(),
+            }),
+        }
+    }
+
+    /// A one-shot fires once and then has no next time.
+    pub fn is_one_shot(&self) -> bool {
+        matches!(self, Schedule::At(_))
+    }
+
+    /// The first fire time strictly after `after`, or None (a one-shot already past, or a
+    /// cron pattern with no further match).
+    pub fn next_after(&self, tz: Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        match self {
+            Schedule::Cron(cron) => {
+                // croner works in whole seconds; flooring keeps "strictly after" exact.
+                let floor = after.with_nanosecond(0).unwrap_or(after);
+                cron.find_next_occurrence(&floor.with_timezone(&tz), false)
+                    .ok()
+                    .map(|t| t.with_timezone(&Utc))
+            }
+            Schedule::Every { period, anchor } => {
+                if after < *anchor {
+                    return Some(*anchor + *period);
+                }
+                let elapsed = (after - *anchor).num_milliseconds();
+                let step = period.num_milliseconds().max(1);
+                let k = elapsed / step + 1;
+                Some(*anchor + Duration::milliseconds(step * k))
+            }
+            Schedule::At(at) => (*at > after).then_some(*at),
+        }
+    }
+
+    /// The shortest gap between two consecutive firings from `from` on (None for a one-shot).
+    /// For cron this samples the next firings, enough to see any pattern's shortest gap
+    /// within a day or a month; it stops early once a gap below `stop_below` is seen.
+    pub fn shortest_gap(
+        &self,
+        tz: Tz,
+        from: DateTime<Utc>,
+        stop_below: Duration,
+    ) -> Option<Duration> {
+        match self {
+            Schedule::Every { period, .. } => Some(*period),
+            Schedule::At(_) => None,
+            Schedule::Cron(_) => {
+                let mut prev = self.next_after(tz, from)?;
+                let mut best: Option<Duration> = None;
+                for _ in 0..GAP_SAMPLE {
+                    let Some(next) = self.next_after(tz, prev) else {
+                        break;
+                    };
+                    let gap = next - prev;
+                    best = Some(best.map_or(gap, |b| b.min(gap)));
+                    if gap < stop_below {
+                        break;
+                    }
+                    prev = next;
+                }
+                best
+            }
+        }
+    }
+
+    /// Every due time in `[first, until]`, given that `first` is a due time: `(count, last)`.
+    /// Counting stops at `cap` (the count is then a lower bound) so a long outage of a
+    /// per-minute job stays cheap.
+    pub fn due_times(
+        &self,
+        tz: Tz,
+        first: DateTime<Utc>,
+        until: DateTime<Utc>,
+        cap: u64,
+    ) -> (u64, DateTime<Utc>) {
+        if first > until {
+            return (0, first);
+        }
+        if self.is_one_shot() {
+            return (1, first);
+        }
+        if let Schedule::Every { period, .. } = self {
+            let step = period.num_milliseconds().max(1);
+            let k = (until - first).num_milliseconds() / step;
+            return ((k + 1) as u64, first + Duration::milliseconds(step * k));
+        }
+        let mut count = 1;
+        let mut last = first;
+        while count < cap {
+            match self.next_after(tz, last) {
+                Some(t) if t <= until => {
+                    count += 1;
+                    last = t;
+                }
+                _ => return (count, last),
+            }
+        }
+        // Capped: the last due time is still the latest one at or before `until`.
+        let latest = self.latest_at_or_before(tz, last, until);
+        (count, latest)
+    }
+
+    /// The due time just before `t` (None for a one-shot), used to name the last missed run.
+    pub fn previous_before(&self, tz: Tz, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        match self {
+            Schedule::Every { period, .. } => Some(t - *period),
+            Schedule::At(_) => None,
+            Schedule::Cron(cron) => {
+                let floor = t.with_nanosecond(0).unwrap_or(t);
+                cron.find_previous_occurrence(&floor.with_timezone(&tz), false)
+                    .ok()
+                    .map(|p| p.with_timezone(&Utc))
+            }
+        }
+    }
+
+    fn latest_at_or_before(
+        &self,
+        tz: Tz,
+        known: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> DateTime<Utc> {
+        if let Schedule::Cron(cron) = self {
+            let floor = until.with_nanosecond(0).unwrap_or(until);
+            if let Ok(t) = cron.find_previous_occurrence(&floor.with_timezone(&tz), true) {
+                let t = t.with_timezone(&Utc);
+                if t >= known {
+                    return t;
+                }
+            }
+        }
+        known
+    }
+}
+
+/// The free-function form of [`Schedule::next_after`].
+pub fn next_after(schedule: &Schedule, tz: Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    schedule.next_after(tz, after)
+}
+
+/// Parse and check a new job's schedule at `now`: its first fire time, or why it cannot be
+/// used (in the past, never fires, more often than `min_interval_s`).
+pub fn validate(
+    text: &str,
+    tz: Tz,
+    now: DateTime<Utc>,
+    min_interval_s: u64,
+) -> Result<(Schedule, DateTime<Utc>), ScheduleError> {
+    let schedule = Schedule::parse(text, tz, now)?;
+    let s = text.trim().to_string();
+    let first = match schedule.next_after(tz, now) {
+        Some(t) => t,
+        None => {
+            return Err(match schedule {
+                Schedule::At(at) => ScheduleError::InPast { schedule: s, at },
+                _ => ScheduleError::NeverFires { schedule: s },
+            });
+        }
+    };
+    let min = Duration::seconds(i64::try_from(min_interval_s).unwrap_or(i64::MAX / 1000));
+    if let Some(gap) = schedule.shortest_gap(tz, now, min)
+        && gap < min
+    {
+        return Err(ScheduleError::TooFrequent {
+            schedule: s,
+            every_s: gap.num_seconds(),
+            min_s: min_interval_s,
+        });
+    }
+    Ok((schedule, first))
+}
+
+fn parse_cron(pattern: &str, original: &str) -> Result<Schedule, ScheduleError> {
+    CronParser::new()
+        .parse(pattern)
+        .map(|c| Schedule::Cron(Box::new(c)))
+        .map_err(|e| ScheduleError::Cron {
+            schedule: original.to_string(),
+            message: e.to_string(),
+        })
+}
+
+/// `YYYY-MM-DD…`: the start of an ISO date (no cron field looks like that).
+fn looks_like_date(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() >= 10
+        && b[..4].iter().all(u8::is_ascii_digit)
+        && b[4] == b'-'
+        && b[5..7].iter().all(u8::is_ascii_digit)
+        && b[7] == b'-'
+}
+
+fn parse_time(s: &str, tz: Tz) -> Result<DateTime<Utc>, ScheduleError> {
+    let err = |message: &str| ScheduleError::Time {
+        schedule: s.to_string(),
+        message: message.to_string(),
+    };
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    for f in [
+        "%Y-%m-%dT%H:%M%:z",
+        "%Y-%m-%d %H:%M%:z",
+        "%Y-%m-%d %H:%M:%S%:z",
+    ] {
+        if let Ok(t) = DateTime::parse_from_str(s, f) {
+            return Ok(t.with_timezone(&Utc));
+        }
+    }
+    let naive = [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%d %H:%M",
+    ]
+    .iter()
+    .find_map(|f| NaiveDateTime::parse_from_str(s, f).ok());
+    let Some(naive) = naive else {
+        if s.len() == 10 {
+            return Err(err("a date alone is ambiguous; add the time of day"));
+        }
+        return Err(err("not a valid date and time"));
+    };
+    match tz.from_local_datetime(&naive) {
+        LocalResult::Single(t) => Ok(t.with_timezone(&Utc)),
+        // A repeated wall time (fall-back) means its first occurrence.
+        LocalResult::Ambiguous(earlier, _) => Ok(earlier.with_timezone(&Utc)),
+        LocalResult::None => Err(ScheduleError::NonexistentLocalTime {
+            schedule: s.to_string(),
+            zone: tz.name().to_string(),
+        }),
+    }
+}
+
+/// `30m`, `2h`, `1d`, `90 minutes`, `1h 30m`; with `unit_alone`, also `day`, `hour`.
+fn parse_duration(text: &str, unit_alone: bool) -> Result<Duration, String> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Err("no duration given".into());
+    }
+    if unit_alone && t.chars().all(|c| c.is_ascii_alphabetic()) {
+        return unit_seconds(t).map(Duration::seconds);
+    }
+    let mut total: i64 = 0;
+    let mut rest = t;
+    while !rest.is_empty() {
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits == 0 {
+            return Err(format!("expected a number at '{rest}'"));
+        }
+        let n: i64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("'{}' is too large", &rest[..digits]))?;
+        rest = rest[digits..].trim_start();
+        let letters = rest.len()
+            - rest
+                .trim_start_matches(|c: char| c.is_ascii_alphabetic())
+                .len();
+        if letters == 0 {
+            return Err(format!("'{n}' needs a unit (s, m, h, d or w)"));
+        }
+        let unit = unit_seconds(&rest[..letters])?;
+        total = n
+            .checked_mul(unit)
+            .and_then(|v| total.checked_add(v))
+            .filter(|v| *v <= 366 * 86_400 * 10)
+            .ok_or_else(|| "the duration is too long".to_string())?;
+        rest = rest[letters..].trim_start_matches([' ', ',']);
+    }
+    if total == 0 {
+        return Err("the duration must be longer than zero".into());
+    }
+    Ok(Duration::seconds(total))
+}
+
+fn unit_seconds(unit: &str) -> Result<i64, String> {
+    Ok(match unit {
+        "s" | "sec" | "secs" | "second" | "seconds" => 1,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60,
+        "h" | "hr" | "hrs" | "hour" | "hours" => 3600,
+        "d" | "day" | "days" => 86_400,
+        "w" | "wk" | "week" | "weeks" => 7 * 86_400,
+        other => return Err(format!("unknown unit '{other}' (use s, m, h, d or w)")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    fn tz(name: &str) -> Tz {
+        parse_timezone(name).unwrap()
+    }
+
+    /// Fire times in `[from, to)` for `text` in zone `zone`, walking next_after.
+    fn firings(text: &str, zone: &str, from: &str, to: &str) -> Vec<DateTime<Utc>> {
+        let z = tz(zone);
+        let s = Schedule::parse(text, z, utc(from)).unwrap();
+        let mut out = vec![];
+        let mut t = utc(from);
+        while let Some(n) = s.next_after(z, t) {
+            if n >= utc(to) {
+                break;
+            }
+            out.push(n);
+            t = n;
+        }
+        out
+    }
+
+    #[test]
+    fn five_field_cron_fires_in_the_zone() {
+        let f = firings(
+            "0 8 * * *",
+            "Asia/Shanghai",
+            "2026-05-01T00:00:00Z",
+            "2026-05-03T00:00:00Z",
+        );
+        // 08:00 in Shanghai (UTC+8) is 00:00 UTC.
+        assert_eq!(f, vec![utc("2026-05-02T00:00:00Z")]);
+        let f = firings(
+            "30 7 * * MON-FRI",
+            "UTC",
+            "2026-05-01T00:00:00Z",
+            "2026-05-05T00:00:00Z",
+        );
+        // 2026-05-01 is a Friday; then Monday 4th.
+        assert_eq!(
+            f,
+            vec![utc("2026-05-01T07:30:00Z"), utc("2026-05-04T07:30:00Z")]
+        );
+        let f = firings(
+            "0 9 1 jan *",
+            "UTC",
+            "2026-01-01T00:00:00Z",
+            "2028-01-01T00:00:00Z",
+        );
+        assert_eq!(
+            f,
+            vec![utc("2026-01-01T09:00:00Z"), utc("2027-01-01T09:00:00Z")]
+        );
+    }
+
+    #[test]
+    fn aliases() {
+        let f = firings(
+            "@daily",
+            "Europe/Berlin",
+            "2026-06-01T00:00:00Z",
+            "2026-06-03T00:00:00Z",
+        );
+        assert_eq!(
+            f,
+            vec![utc("2026-06-01T22:00:00Z"), utc("2026-06-02T22:00:00Z")]
+        );
+        let f = firings(
+            "@HOURLY",
+            "UTC",
+            "2026-06-01T00:30:00Z",
+            "2026-06-01T03:00:00Z",
+        );
+        assert_eq!(f.len(), 2);
+        let e = Schedule::parse("@reboot", tz("UTC"), utc("2026-06-01T00:00:00Z")).unwrap_err();
+        assert!(matches!(e, ScheduleError::Alias(_)), "{e}");
+    }
+
+    #[test]
+    fn six_and_seven_fields_are_refused_with_a_hint() {
+        for s in ["0 0 8 * * *", "0 0 8 * * * 2026"] {
+            let e = Schedule::parse(s, tz("UTC"), utc("2026-06-01T00:00:00Z")).unwrap_err();
+            assert!(matches!(e, ScheduleError::CronFieldCount { .. }));
+            assert!(e.to_string().contains("5-field"), "{e}");
+        }
+    }
+
+    #[test]
+    fn bad_cron_and_gibberish() {
+        let now = utc("2026-06-01T00:00:00Z");
+        let e = Schedule::parse("61 8 * * *", tz("UTC"), now).unwrap_err();
+        assert!(matches!(e, ScheduleError::Cron { .. }), "{e}");
+        let e = Schedule::parse("0 8 * * FOO", tz("UTC"), now).unwrap_err();
+        assert!(matches!(e, ScheduleError::Cron { .. }), "{e}");
+        let e = Schedule::parse("tomorrow", tz("UTC"), now).unwrap_err();
+        assert!(matches!(e, ScheduleError::Unrecognised { .. }));
+        assert!(e.to_string().contains("every 30m"));
+        assert_eq!(
+            Schedule::parse("  ", tz("UTC"), now).unwrap_err(),
+            ScheduleError::Empty
+        );
+        let e = validate("0 0 30 2 *", tz("UTC"), now, 60).unwrap_err();
+        assert!(matches!(e, ScheduleError::NeverFires { .. }), "{e}");
+    }
+
+    #[test]
+    fn intervals_are_anchored() {
+        let anchor = utc("2026-06-01T10:00:07Z");
+        let z = tz("UTC");
+        for (text, secs) in [
+            ("every 30m", 1800),
+            ("every 2h", 7200),
+            ("every 1d", 86_400),
+            ("every 90 minutes", 5400),
+            ("EVERY 1h 30m", 5400),
+            ("every day", 86_400),
+            ("every 2 weeks", 14 * 86_400),
+        ] {
+            let s = Schedule::parse(text, z, anchor).unwrap();
+            assert_eq!(
+                s.next_after(z, anchor),
+                Some(anchor + Duration::seconds(secs)),
+                "{text}"
+            );
+        }
+        // Anchored: a late look still lands on the grid, never on "now + period".
+        let s = Schedule::parse("every 30m", z, anchor).unwrap();
+        let late = anchor + Duration::minutes(47);
+        assert_eq!(s.next_after(z, late), Some(anchor + Duration::minutes(60)));
+        let (n, last) = s.due_times(
+            z,
+            anchor + Duration::minutes(30),
+            anchor + Duration::minutes(125),
+            100,
+        );
+        assert_eq!((n, last), (4, anchor + Duration::minutes(120)));
+    }
+
+    #[test]
+    fn bad_durations() {
+        let now = utc("2026-06-01T00:00:00Z");
+        for s in [
+            "every",
+            "every 30",
+            "every 30 parsecs",
+            "in 0m",
+            "every m30",
+            "in",
+        ] {
+            let e = Schedule::parse(s, tz("UTC"), now);
+            assert!(e.is_err(), "{s} parsed");
+        }
+        let e = Schedule::parse("every 30 parsecs", tz("UTC"), now).unwrap_err();
+        assert!(e.to_string().contains("unknown unit 'parsecs'"), "{e}");
+    }
+
+    #[test]
+    fn one_shots() {
+        let now = utc("2026-06-01T10:00:00Z");
+        let z = tz("Europe/Berlin");
+        let s = Schedule::parse("in 30m", z, now).unwrap();
+        assert!(s.is_one_shot());
+        assert_eq!(s.next_after(z, now), Some(utc("2026-06-01T10:30:00Z")));
+        assert_eq!(s.next_after(z, utc("2026-06-01T10:30:00Z")), None);
+        let s = Schedule::parse("in 2 hours", z, now).unwrap();
+        assert_eq!(s.next_after(z, now), Some(utc("2026-06-01T12:00:00Z")));
+        // Local wall time in the job's zone (CEST = UTC+2).
+        for text in [
+            "2026-06-02T09:00",
+            "2026-06-02 09:00:00",
+            "2026-06-02T09:00:00",
+        ] {
+            let s = Schedule::parse(text, z, now).unwrap();
+            assert_eq!(
+                s.next_after(z, now),
+                Some(utc("2026-06-02T07:00:00Z")),
+                "{text}"
+            );
+        }
+        for text in [
+            "2026-06-02T09:00:00+05:00",
+            "2026-06-02T04:00:00Z",
+            "2026-06-02T09:00+05:00",
+        ] {
+            let s = Schedule::parse(text, z, now).unwrap();
+            assert_eq!(
+                s.next_after(z, now),
+                Some(utc("2026-06-02T04:00:00Z")),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_times() {
+        let now = utc("2026-06-01T10:00:00Z");
+        let e = Schedule::parse("2026-06-02", tz("UTC"), now).unwrap_err();
+        assert!(e.to_string().contains("add the time of day"), "{e}");
+        let e = Schedule::parse("2026-13-02T09:00", tz("UTC"), now).unwrap_err();
+        assert!(matches!(e, ScheduleError::Time { .. }));
+        // 02:30 does not exist in New York on 2026-03-08.
+        let e = Schedule::parse("2026-03-08T02:30", tz("America/New_York"), now).unwrap_err();
+        assert!(
+            matches!(e, ScheduleError::NonexistentLocalTime { .. }),
+            "{e}"
+        );
+        let e = validate("2026-05-01T09:00:00Z", tz("UTC"), now, 60).unwrap_err();
+        assert!(matches!(e, ScheduleError::InPast { .. }), "{e}");
+    }
+
+    #[test]
+    fn unknown_zone() {
+        assert!(matches!(
+            parse_timezone("Mars/Olympus"),
+            Err(ScheduleError::UnknownZone(_))
+        ));
+        assert_eq!(
+            parse_timezone("America/New_York").unwrap(),
+            chrono_tz::America::New_York
+        );
+    }
+
+    #[test]
+    fn minimum_interval() {
+        let now = utc("2026-06-01T10:00:00Z");
+        let z = tz("UTC");
+        assert!(validate("* * * * *", z, now, 60).is_ok());
+        let e = validate("*/5 * * * *", z, now, 600).unwrap_err();
+        assert_eq!(
+            e,
+            ScheduleError::TooFrequent {
+                schedule: "*/5 * * * *".into(),
+                every_s: 300,
+                min_s: 600
+            }
+        );
+        // Uneven gaps: the shortest one counts.
+        let e = validate("0,10 8 * * *", z, now, 3600).unwrap_err();
+        assert!(
+            matches!(e, ScheduleError::TooFrequent { every_s: 600, .. }),
+            "{e}"
+        );
+        let e = validate("every 30s", z, now, 60).unwrap_err();
+        assert!(matches!(e, ScheduleError::TooFrequent { every_s: 30, .. }));
+        assert!(validate("every 1m", z, now, 60).is_ok());
+        assert!(
+            validate("in 10s", z, now, 60).is_ok(),
+            "one-shots have no interval"
+        );
+    }
+
+    #[test]
+    fn spring_forward_fires_once_after_the_gap() {
+        // New York, 2026-03-08: 02:00 EST jumps to 03:00 EDT; 02:30 does not exist.
+        let f = firings(
+            "30 2 * * *",
+            "America/New_York",
+            "2026-03-07T00:00:00Z",
+            "2026-03-10T00:00:00Z",
+        );
+        assert_eq!(
+            f,
+            vec![
+                utc("2026-03-07T07:30:00Z"), // 02:30 EST
+                utc("2026-03-08T07:00:00Z"), // 03:00 EDT, the first instant after the gap
+                utc("2026-03-09T06:30:00Z"), // 02:30 EDT
+            ]
+        );
+        // Berlin, 2026-03-29: 02:00 CET jumps to 03:00 CEST.
+        let f = firings(
+            "30 2 * * *",
+            "Europe/Berlin",
+            "2026-03-28T00:00:00Z",
+            "2026-03-31T00:00:00Z",
+        );
+        assert_eq!(
+            f,
+            vec![
+                utc("2026-03-28T01:30:00Z"),
+                utc("2026-03-29T01:00:00Z"), // 03:00 CEST
+                utc("2026-03-30T00:30:00Z"),
+            ]
+        );
+    }
+
+    #[test]
+    fn fall_back_fires_once_not_twice() {
+        // Berlin, 2026-10-25: 03:00 CEST falls back to 02:00 CET; 02:30 happens twice.
+        let f = firings(
+            "30 2 * * *",
+            "Europe/Berlin",
+            "2026-10-24T00:00:00Z",
+            "2026-10-27T00:00:00Z",
+        );
+        assert_eq!(
+            f,
+            vec![
+                utc("2026-10-24T00:30:00Z"),
+                utc("2026-10-25T00:30:00Z"), // the first 02:30 (CEST) only
+                utc("2026-10-26T01:30:00Z"),
+            ]
+        );
+        // New York, 2026-11-01: 01:30 happens twice; 02:30 once.
+        let f = firings(
+            "30 1 * * *",
+            "America/New_York",
+            "2026-10-31T00:00:00Z",
+            "2026-11-03T00:00:00Z",
+        );
+        assert_eq!(
+            f,
+            vec![
+                utc("2026-10-31T05:30:00Z"),
+                utc("2026-11-01T05:30:00Z"), // 01:30 EDT only
+                utc("2026-11-02T06:30:00Z"),
+            ]
+        );
+        let f = firings(
+            "30 2 * * *",
+            "America/New_York",
+            "2026-10-31T12:00:00Z",
+            "2026-11-02T12:00:00Z",
+        );
+        assert_eq!(
+            f,
+            vec![utc("2026-11-01T07:30:00Z"), utc("2026-11-02T07:30:00Z")]
+        );
+    }
+
+    #[test]
+    fn due_times_counts_a_gap_in_service() {
+        let z = tz("UTC");
+        let s = Schedule::parse("0 * * * *", z, utc("2026-06-01T00:00:00Z")).unwrap();
+        let (n, last) = s.due_times(
+            z,
+            utc("2026-06-01T01:00:00Z"),
+            utc("2026-06-01T05:30:00Z"),
+            1000,
+        );
+        assert_eq!((n, last), (5, utc("2026-06-01T05:00:00Z")));
+        // Capped counting still finds the latest due time.
+        let (n, last) = s.due_times(
+            z,
+            utc("2026-06-01T01:00:00Z"),
+            utc("2026-06-01T05:30:00Z"),
+            2,
+        );
+        assert_eq!((n, last), (2, utc("2026-06-01T05:00:00Z")));
+    }
+}

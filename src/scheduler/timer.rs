@@ -1,0 +1,88 @@
+//! The timer loop and the restore at start. The loop keeps no schedule of its own: each pass
+//! reads the jobs from the store, fires the due ones, and sleeps until the earliest
+//! `next_run_at` (at most [`RESCAN`]), a wake-up, or cancellation.
+
+use super::{RESCAN, Scheduler, SchedulerError};
+use crate::store::RunOutcome;
+use std::time::Duration;
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+/// After a store error the loop waits this long before trying again.
+const ERROR_BACKOFF: Duration = Duration::from_secs(5);
+
+impl Scheduler {
+    pub(crate) async fn run_loop(self, cancel: CancellationToken) {
+        tracing::info!("scheduler started");
+        loop {
+            let wait = match self.pass().await {
+                Ok(wait) => wait,
+                Err(e) => {
+                    tracing::error!(error = %e, "scheduler pass failed; retrying");
+                    ERROR_BACKOFF
+                }
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = self.inner.wake.notified() => {}
+                _ = sleep_until(Instant::now() + wait) => {}
+            }
+        }
+        tracing::info!("scheduler stopped");
+    }
+
+    /// Fire what is due; return how long to sleep before the next due time.
+    async fn pass(&self) -> Result<Duration, SchedulerError> {
+        self.tick().await?;
+        let now = self.inner.clock.now();
+        let earliest = self
+            .inner
+            .store
+            .list_jobs()
+            .await?
+            .into_iter()
+            .filter(|j| j.enabled)
+            .filter_map(|j| j.next_run_at)
+            .min();
+        Ok(match earliest {
+            Some(t) => (t - now).to_std().unwrap_or(Duration::ZERO).min(RESCAN),
+            None => RESCAN,
+        })
+    }
+
+    /// At start: runs a crash interrupted are recorded `failed`, their locks cleared, and the
+    /// due times missed while down handled (one catch-up at most per job).
+    pub(crate) async fn restore(&self) -> Result<(), SchedulerError> {
+        let store = &self.inner.store;
+        for job in store.list_jobs().await? {
+            let Some(holder) = job.running_task_id.as_deref() else {
+                continue;
+            };
+            let runs = store.job_runs(&job.id, 20).await?;
+            let interrupted = runs
+                .iter()
+                .find(|r| r.outcome == RunOutcome::Fired && r.task_id.as_deref() == Some(holder));
+            if let Some(run) = interrupted {
+                let reason = "interrupted: the daemon stopped during this run";
+                let delivery = self
+                    .failure_notice(&job, run.id, Some(holder), reason)
+                    .await;
+                store
+                    .update_job_run(run.id, RunOutcome::Failed, Some(reason), &delivery)
+                    .await?;
+                tracing::warn!(job = %job.id, task = %holder, "job run interrupted by a stop");
+            }
+        }
+        let cleared = store.clear_job_locks().await?;
+        if cleared > 0 {
+            tracing::warn!(count = cleared, "cleared job run locks left by a crash");
+        }
+        let now = self.inner.clock.now();
+        for job in store.list_jobs().await? {
+            if job.enabled && job.next_run_at.is_some_and(|t| t <= now) {
+                self.handle_due(job, now, true).await?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,1110 @@
+//! The scheduler against a real store (a temporary data dir): a task runner that creates and
+//! finishes real task rows, a delivery that enqueues real outbox rows, and a clock the test
+//! sets. Waits are bounded polls on store state, never fixed sleeps.
+
+use chrono::{DateTime, Duration as CDuration, Utc};
+use futures::future::BoxFuture;
+use hermes_agent::config::SchedulerSettings;
+use hermes_agent::scheduler::{
+    Clock, Deliver, JobRequest, JobView, ScheduleError, Scheduler, SchedulerError, TaskRunner,
+};
+use hermes_agent::store::{
+    Job, JobRun, NewNotice, NewTask, RunOutcome, Store, Task, TaskFilter, TaskOutcome, TaskState,
+};
+use hermes_agent::tools::builtin::schedule::tools;
+use hermes_agent::tools::{Tool, ToolContext, ToolError};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+// ---------------------------------------------------------------------------------------------
+// Test parts
+
+/// A clock the test moves by hand.
+struct ManualClock(Mutex<DateTime<Utc>>);
+
+impl ManualClock {
+    fn at(t: &str) -> Arc<ManualClock> {
+        Arc::new(ManualClock(Mutex::new(utc(t))))
+    }
+    fn set(&self, t: &str) {
+        *self.0.lock().unwrap() = utc(t);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *self.0.lock().unwrap()
+    }
+}
+
+/// Real time shifted to a chosen start: the loop really sleeps until the due time.
+struct OffsetClock {
+    start: DateTime<Utc>,
+    since: std::time::Instant,
+}
+
+impl Clock for OffsetClock {
+    fn now(&self) -> DateTime<Utc> {
+        self.start + CDuration::from_std(self.since.elapsed()).unwrap()
+    }
+}
+
+#[derive(Clone)]
+enum Finish {
+    Answer(String),
+    Fail(String),
+}
+
+/// Creates real task rows (origin job) and finishes them as configured; `gate` holds runs
+/// until the test releases them.
+struct TestRunner {
+    store: Store,
+    finish: Mutex<Finish>,
+    gate: Mutex<Option<Arc<Semaphore>>>,
+    precheck: Mutex<Result<Value, String>>,
+    prechecks: Mutex<Vec<(String, Value)>>,
+}
+
+impl TestRunner {
+    fn new(store: Store) -> Arc<TestRunner> {
+        Arc::new(TestRunner {
+            store,
+            finish: Mutex::new(Finish::Answer("the digest".into())),
+            gate: Mutex::new(None),
+            precheck: Mutex::new(Ok(json!({"changed": true}))),
+            prechecks: Mutex::new(vec![]),
+        })
+    }
+    fn answer(&self, a: &str) {
+        *self.finish.lock().unwrap() = Finish::Answer(a.into());
+    }
+    fn fail(&self, e: &str) {
+        *self.finish.lock().unwrap() = Finish::Fail(e.into());
+    }
+    /// Hold every run until the returned semaphore gets permits.
+    fn hold(&self) -> Arc<Semaphore> {
+        let s = Arc::new(Semaphore::new(0));
+        *self.gate.lock().unwrap() = Some(s.clone());
+        s
+    }
+}
+
+impl TaskRunner for TestRunner {
+    fn create<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            let t = self
+                .store
+                .create_task(&NewTask {
+                    task: job.task.clone(),
+                    origin: "job".into(),
+                    profile: job.profile.clone().unwrap_or_else(|| "fast".into()),
+                    parent_id: None,
+                    job_id: Some(job.id.clone()),
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(t.id)
+        })
+    }
+
+    fn run<'a>(&'a self, task_id: &'a str) -> BoxFuture<'a, Result<Task, String>> {
+        Box::pin(async move {
+            let s = |e: hermes_agent::store::StoreError| e.to_string();
+            assert!(
+                self.store.start_task(task_id).await.map_err(s)?,
+                "task was not pending"
+            );
+            let gate = self.gate.lock().unwrap().clone();
+            if let Some(g) = gate {
+                g.acquire().await.map_err(|e| e.to_string())?.forget();
+            }
+            let finish = self.finish.lock().unwrap().clone();
+            let outcome = match finish {
+                Finish::Answer(a) => TaskOutcome {
+                    state: TaskState::Succeeded,
+                    answer: Some(a),
+                    error: None,
+                    reason: None,
+                    parse_failures: 0,
+                    prompt_tokens: 0,
+                    completion_tokens: 0,
+                },
+                Finish::Fail(e) => TaskOutcome {
+                    state: TaskState::Failed,
+                    answer: None,
+                    error: Some(e),
+                    reason: Some("model".into()),
+                    parse_failures: 0,
+                    prompt_tokens: 0,
+                    completion_tokens: 0,
+                },
+            };
+            self.store.finish_task(task_id, &outcome).await.map_err(s)?;
+            self.store.task(task_id).await.map_err(s)
+        })
+    }
+
+    fn precheck<'a>(
+        &'a self,
+        tool: &'a str,
+        arguments: Value,
+        _job: &'a Job,
+    ) -> BoxFuture<'a, Result<Value, String>> {
+        Box::pin(async move {
+            self.prechecks
+                .lock()
+                .unwrap()
+                .push((tool.to_string(), arguments));
+            self.precheck.lock().unwrap().clone()
+        })
+    }
+}
+
+/// Enqueues real outbox rows.
+struct TestDeliver {
+    store: Store,
+}
+
+impl Deliver for TestDeliver {
+    fn deliver<'a>(
+        &'a self,
+        channel: &'a str,
+        title: String,
+        text: String,
+        task_id: Option<&'a str>,
+        job_id: &'a str,
+        run_id: i64,
+    ) -> BoxFuture<'a, Result<i64, String>> {
+        Box::pin(async move {
+            self.store
+                .enqueue_notice(&NewNotice {
+                    channel: channel.into(),
+                    title,
+                    body: text,
+                    task_id: task_id.map(str::to_string),
+                    job_id: Some(job_id.into()),
+                    run_id: Some(run_id),
+                })
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+    fn channels(&self) -> Vec<String> {
+        vec!["email".into(), "ops-hook".into()]
+    }
+}
+
+struct Ctx {
+    dir: tempfile::TempDir,
+    store: Store,
+    runner: Arc<TestRunner>,
+    sched: Scheduler,
+}
+
+fn settings() -> SchedulerSettings {
+    SchedulerSettings {
+        timezone: "UTC".into(),
+        ..SchedulerSettings::default()
+    }
+}
+
+async fn setup(settings: SchedulerSettings, clock: Arc<dyn Clock>) -> Ctx {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).await.unwrap();
+    let runner = TestRunner::new(store.clone());
+    let sched = scheduler_on(&store, &runner, settings, clock);
+    Ctx {
+        dir,
+        store,
+        runner,
+        sched,
+    }
+}
+
+fn scheduler_on(
+    store: &Store,
+    runner: &Arc<TestRunner>,
+    settings: SchedulerSettings,
+    clock: Arc<dyn Clock>,
+) -> Scheduler {
+    let deliver = Arc::new(TestDeliver {
+        store: store.clone(),
+    });
+    Scheduler::with_clock(settings, store.clone(), runner.clone(), deliver, clock)
+}
+
+fn utc(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+fn req(task: &str, schedule: &str) -> JobRequest {
+    JobRequest {
+        task: task.into(),
+        schedule: schedule.into(),
+        ..JobRequest::default()
+    }
+}
+
+/// Poll `check` until it holds, for at most 10 s.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !check().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn idle(s: &Scheduler) {
+    tokio::time::timeout(Duration::from_secs(10), s.wait_idle())
+        .await
+        .expect("firings did not finish");
+}
+
+async fn runs(store: &Store, job: &str) -> Vec<JobRun> {
+    let mut r = store.job_runs(job, 100).await.unwrap();
+    r.reverse(); // oldest first
+    r
+}
+
+async fn tasks_of(store: &Store, job: &str) -> Vec<Task> {
+    store
+        .list_tasks(&TaskFilter {
+            job_id: Some(job.into()),
+            limit: 100,
+            ..TaskFilter::default()
+        })
+        .await
+        .unwrap()
+}
+
+async fn all_tasks(store: &Store) -> Vec<Task> {
+    store
+        .list_tasks(&TaskFilter {
+            limit: 100,
+            ..TaskFilter::default()
+        })
+        .await
+        .unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Firing through the loop
+
+#[tokio::test]
+async fn a_job_fires_through_the_loop_as_a_fresh_task_and_is_delivered() {
+    let clock = ManualClock::at("2026-06-01T07:59:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    let tracker = TaskTracker::new();
+    let cancel = CancellationToken::new();
+    c.sched.start(&tracker, cancel.clone()).await.unwrap();
+
+    // Added while the loop runs: takes effect without a restart.
+    let mut r = req("Summarise my inbox", "0 8 * * *");
+    r.name = Some("Morning digest".into());
+    r.notify = vec!["email".into(), "ops-hook".into()];
+    let job = c.sched.add(r, "api").await.unwrap();
+    assert_eq!(job.next_run_at, Some(utc("2026-06-01T08:00:00Z")));
+    assert_eq!(job.origin, "api");
+
+    clock.set("2026-06-01T08:00:00Z");
+    c.sched.wake();
+    eventually("the first run to be delivered", || async {
+        runs(&c.store, &job.id)
+            .await
+            .first()
+            .is_some_and(|r| r.delivery == "queued")
+    })
+    .await;
+
+    let r = runs(&c.store, &job.id).await;
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].outcome, RunOutcome::Fired);
+    assert_eq!(r[0].scheduled_at, utc("2026-06-01T08:00:00Z"));
+    assert_eq!(r[0].reason, None);
+    let task_id = r[0].task_id.clone().unwrap();
+    let task = c.store.task(&task_id).await.unwrap();
+    assert_eq!(task.origin, "job");
+    assert_eq!(task.job_id.as_deref(), Some(job.id.as_str()));
+    assert_eq!(task.task, "Summarise my inbox");
+    assert_eq!(task.state, TaskState::Succeeded);
+
+    let notices = c.store.notices_for_run(r[0].id).await.unwrap();
+    let channels: Vec<_> = notices.iter().map(|n| n.channel.as_str()).collect();
+    assert_eq!(channels, ["email", "ops-hook"]);
+    assert_eq!(notices[0].title, "Morning digest — 2026-06-01");
+    assert_eq!(notices[0].body, "the digest");
+    assert_eq!(notices[0].task_id.as_deref(), Some(task_id.as_str()));
+
+    let view = c.sched.get(&job.id).await.unwrap();
+    assert_eq!(view.next_run_at, Some(utc("2026-06-02T08:00:00Z")));
+    assert_eq!(view.last_run.as_ref().map(|r| r.id), Some(r[0].id));
+
+    // The next day: a second, brand-new task.
+    clock.set("2026-06-02T08:00:00Z");
+    c.sched.wake();
+    eventually("the second run", || async {
+        runs(&c.store, &job.id).await.len() == 2
+    })
+    .await;
+    idle(&c.sched).await;
+    let t = tasks_of(&c.store, &job.id).await;
+    assert_eq!(t.len(), 2);
+    assert_ne!(t[0].id, t[1].id);
+
+    cancel.cancel();
+    tracker.close();
+    tokio::time::timeout(Duration::from_secs(5), tracker.wait())
+        .await
+        .expect("the loop stops on cancel");
+}
+
+#[tokio::test]
+async fn the_loop_sleeps_until_the_due_time_without_a_wake() {
+    // Real time, shifted: "every 1s" (min interval lowered for the test) must fire twice on
+    // its own, on the creation-anchored grid.
+    let clock = Arc::new(OffsetClock {
+        start: utc("2026-06-01T10:00:00.250Z"),
+        since: std::time::Instant::now(),
+    });
+    let s = SchedulerSettings {
+        min_interval_s: 1,
+        ..settings()
+    };
+    let c = setup(s, clock).await;
+    let job = c.sched.add(req("tick", "every 1s"), "cli").await.unwrap();
+    let tracker = TaskTracker::new();
+    let cancel = CancellationToken::new();
+    c.sched.start(&tracker, cancel.clone()).await.unwrap();
+    eventually("two timer firings", || async {
+        runs(&c.store, &job.id).await.len() >= 2
+    })
+    .await;
+    cancel.cancel();
+    idle(&c.sched).await;
+    let r = runs(&c.store, &job.id).await;
+    let first = job.next_run_at.unwrap();
+    assert_eq!(r[0].scheduled_at, first);
+    assert_eq!(r[1].scheduled_at, first + CDuration::seconds(1));
+    assert!(r.iter().all(|r| r.outcome == RunOutcome::Fired));
+}
+
+#[tokio::test]
+async fn dst_spring_forward_and_fall_back_through_the_scheduler() {
+    let clock = ManualClock::at("2026-03-07T12:00:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    let mut r = req("night job", "30 2 * * *");
+    r.timezone = Some("America/New_York".into());
+    let job = c.sched.add(r, "cli").await.unwrap();
+    assert_eq!(job.timezone, "America/New_York");
+    // 02:30 does not exist on 2026-03-08: the first instant after the gap, 03:00 EDT.
+    assert_eq!(job.next_run_at, Some(utc("2026-03-08T07:00:00Z")));
+    clock.set("2026-03-08T07:00:00Z");
+    assert_eq!(c.sched.tick().await.unwrap(), 1);
+    idle(&c.sched).await;
+    let j = c.store.job(&job.id).await.unwrap();
+    assert_eq!(j.next_run_at, Some(utc("2026-03-09T06:30:00Z")));
+    // Nothing else fires that day.
+    clock.set("2026-03-09T06:29:00Z");
+    assert_eq!(c.sched.tick().await.unwrap(), 0);
+
+    assert!(c.sched.remove(&job.id).await.unwrap());
+
+    // Fall back, 2026-11-01: 01:30 happens twice; the job fires at the first only.
+    let mut r = req("early job", "30 1 * * *");
+    r.timezone = Some("America/New_York".into());
+    clock.set("2026-10-31T12:00:00Z");
+    let job = c.sched.add(r, "cli").await.unwrap();
+    assert_eq!(job.next_run_at, Some(utc("2026-11-01T05:30:00Z")));
+    clock.set("2026-11-01T05:30:00Z");
+    assert_eq!(c.sched.tick().await.unwrap(), 1);
+    idle(&c.sched).await;
+    clock.set("2026-11-01T06:30:00Z"); // the second 01:30 (EST)
+    assert_eq!(c.sched.tick().await.unwrap(), 0);
+    let j = c.store.job(&job.id).await.unwrap();
+    assert_eq!(j.next_run_at, Some(utc("2026-11-02T06:30:00Z")));
+    assert_eq!(runs(&c.store, &job.id).await.len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Overlap, precheck, claim
+
+#[tokio::test]
+async fn an_overlapping_firing_is_recorded_skipped() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    let gate = c.runner.hold();
+    let job = c.sched.add(req("slow", "every 1m"), "cli").await.unwrap();
+
+    clock.set("2026-06-01T10:01:00Z");
+    assert_eq!(c.sched.tick().await.unwrap(), 1);
+    eventually("the first run to hold the lock", || async {
+        let j = c.store.job(&job.id).await.unwrap();
+        j.running_task_id.is_some_and(|t| !t.starts_with("firing:"))
+    })
+    .await;
+
+    clock.set("2026-06-01T10:02:00Z");
+    assert_eq!(c.sched.tick().await.unwrap(), 1);
+    eventually("the skipped row", || async {
+        runs(&c.store, &job.id).await.len() == 2
+    })
+    .await;
+    // "Run now" on a busy job is refused, and recorded too.
+    let e = c.sched.run_now(&job.id).await.unwrap_err();
+    assert!(matches!(e, SchedulerError::Busy { .. }), "{e}");
+    assert_eq!(e.http_status(), 409);
+
+    gate.add_permits(10);
+    idle(&c.sched).await;
+    let r = runs(&c.store, &job.id).await;
+    assert_eq!(r.len(), 3);
+    assert_eq!(r[0].outcome, RunOutcome::Fired);
+    assert_eq!(r[1].outcome, RunOutcome::Skipped);
+    assert_eq!(r[1].reason.as_deref(), Some("previous run still running"));
+    assert_eq!(r[1].task_id, None);
+    assert_eq!(r[2].outcome, RunOutcome::Skipped);
+    assert_eq!(tasks_of(&c.store, &job.id).await.len(), 1);
+    assert_eq!(c.store.job(&job.id).await.unwrap().running_task_id, None);
+}
+
+#[tokio::test]
+async fn precheck_without_change_skips_without_a_task() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    *c.runner.precheck.lock().unwrap() = Ok(json!({"changed": false, "content": "same"}));
+    let mut r = req("Tell me what changed on the page", "every 1h");
+    r.precheck = Some(json!({"tool": "watch_page", "arguments": {"url": "http://127.0.0.1:1/x"}}));
+    let job = c.sched.add(r, "api").await.unwrap();
+
+    clock.set("2026-06-01T11:00:00Z");
+    c.sched.tick().await.unwrap();
+    idle(&c.sched).await;
+    let r = runs(&c.store, &job.id).await;
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].outcome, RunOutcome::Skipped);
+    assert_eq!(r[0].reason.as_deref(), Some("precheck: no change"));
+    assert!(
+        all_tasks(&c.store).await.is_empty(),
+        "no task, no model call"
+    );
+    assert_eq!(
+        c.runner.prechecks.lock().unwrap()[0],
+        (
+            "watch_page".to_string(),
+            json!({"url": "http://127.0.0.1:1/x"})
+        )
+    );
+
+    // A change: the task runs. A failing precheck: a failed row, still no task.
+    *c.runner.precheck.lock().unwrap() = Ok(json!({"changed": true}));
+    clock.set("2026-06-01T12:00:00Z");
+    c.sched.tick().await.unwrap();
+    idle(&c.sched).await;
+    *c.runner.precheck.lock().unwrap() = Err("connection refused".into());
+    clock.set("2026-06-01T13:00:00Z");
+    c.sched.tick().await.unwrap();
+    idle(&c.sched).await;
+    let r = runs(&c.store, &job.id).await;
+    assert_eq!(r[1].outcome, RunOutcome::Fired);
+    assert_eq!(r[2].outcome, RunOutcome::Failed);
+    assert!(
+        r[2].reason
+            .as_deref()
+            .unwrap()
+            .contains("connection refused"),
+        "{:?}",
+        r[2].reason
+    );
+    assert_eq!(tasks_of(&c.store, &job.id).await.len(), 1);
+    assert_eq!(c.store.job(&job.id).await.unwrap().running_task_id, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_firers_racing_for_one_due_time_run_it_once() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    let job = c.sched.add(req("once", "every 1h"), "cli").await.unwrap();
+    // A second process on the same database: its own pool, its own scheduler.
+    let other_store = Store::open(c.dir.path()).await.unwrap();
+    let other = scheduler_on(&other_store, &c.runner, settings(), clock.clone());
+
+    clock.set("2026-06-01T11:00:00Z");
+    let (a, b) = tokio::join!(c.sched.tick(), other.tick());
+    assert_eq!(a.unwrap() + b.unwrap(), 1, "exactly one claim wins");
+    idle(&c.sched).await;
+    idle(&other).await;
+    let r = runs(&c.store, &job.id).await;
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].outcome, RunOutcome::Fired);
+    assert_eq!(tasks_of(&c.store, &job.id).await.len(), 1);
+    // A late retry of the same due time finds nothing to claim.
+    assert_eq!(other.tick().await.unwrap(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Restart
+
+#[tokio::test]
+async fn restart_inside_the_grace_runs_one_catch_up_and_records_the_rest_missed() {
+    let clock = ManualClock::at("2026-06-01T00:30:00Z");
+    let c = setup(settings(), clock.clone()).await; // grace 3600 s
+    let job = c
+        .sched
+        .add(req("hourly", "0 * * * *"), "cli")
+        .await
+        .unwrap();
+    let dir = c.dir.path().to_path_buf();
+    c.store.close().await;
+    drop(c.sched);
+
+    // Down from 00:30 to 05:10: 01:00..05:00 were due; 05:00 is 10 min ago.
+    clock.set("2026-06-01T05:10:00Z");
+    for restart in 0..2 {
+        let store = Store::open(&dir).await.unwrap();
+        let runner = TestRunner::new(store.clone());
+        let sched = scheduler_on(&store, &runner, settings(), clock.clone());
+        let tracker = TaskTracker::new();
+        let cancel = CancellationToken::new();
+        sched.start(&tracker, cancel.clone()).await.unwrap();
+        idle(&sched).await;
+        cancel.cancel();
+        tracker.close();
+        tracker.wait().await;
+
+        let r = runs(&store, &job.id).await;
+        assert_eq!(
+            r.len(),
+            2,
+            "restart {restart}: one missed row and one catch-up: {r:?}"
+        );
+        assert_eq!(r[0].outcome, RunOutcome::Missed);
+        assert_eq!(r[0].scheduled_at, utc("2026-06-01T01:00:00Z"));
+        assert_eq!(
+            r[0].reason.as_deref(),
+            Some("daemon was down: 4 runs between 2026-06-01 01:00 UTC and 2026-06-01 04:00 UTC")
+        );
+        assert_eq!(r[1].outcome, RunOutcome::Fired);
+        assert_eq!(r[1].reason.as_deref(), Some("catch-up"));
+        assert_eq!(r[1].scheduled_at, utc("2026-06-01T05:00:00Z"));
+        assert_eq!(r[1].delivery, "none");
+        assert_eq!(tasks_of(&store, &job.id).await.len(), 1);
+        let j = store.job(&job.id).await.unwrap();
+        assert_eq!(j.next_run_at, Some(utc("2026-06-01T06:00:00Z")));
+        store.close().await;
+    }
+}
+
+#[tokio::test]
+async fn restart_outside_the_grace_records_missed_only() {
+    let clock = ManualClock::at("2026-06-01T07:00:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    let job = c.sched.add(req("daily", "0 8 * * *"), "cli").await.unwrap();
+
+    clock.set("2026-06-03T10:00:00Z"); // 3 due times; the latest is 2 h old
+    let restarted = scheduler_on(&c.store, &c.runner, settings(), clock.clone());
+    let tracker = TaskTracker::new();
+    let cancel = CancellationToken::new();
+    restarted.start(&tracker, cancel.clone()).await.unwrap();
+    idle(&restarted).await;
+    cancel.cancel();
+
+    let r = runs(&c.store, &job.id).await;
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].outcome, RunOutcome::Missed);
+    assert!(
+        r[0].reason.as_deref().unwrap().starts_with(
+            "daemon was down: 3 runs between 2026-06-01 08:00 UTC and 2026-06-03 08:00 UTC"
+        ),
+        "{:?}",
+        r[0].reason
+    );
+    assert!(all_tasks(&c.store).await.is_empty());
+    let j = c.store.job(&job.id).await.unwrap();
+    assert_eq!(j.next_run_at, Some(utc("2026-06-04T08:00:00Z")));
+}
+
+#[tokio::test]
+async fn a_loop_that_wakes_late_runs_one_catch_up_at_most() {
+    // The machine slept: the loop wakes 3 h 5 min after a due time (grace 10 min).
+    let clock = ManualClock::at("2026-06-01T00:30:00Z");
+    let s = SchedulerSettings {
+        catch_up_grace_s: 600,
+        ..settings()
+    };
+    let c = setup(s, clock.clone()).await;
+    let job = c
+        .sched
+        .add(req("hourly", "0 * * * *"), "cli")
+        .await
+        .unwrap();
+    clock.set("2026-06-01T04:05:00Z");
+    assert_eq!(c.sched.tick().await.unwrap(), 1);
+    idle(&c.sched).await;
+    let r = runs(&c.store, &job.id).await;
+    assert_eq!(r.len(), 2);
+    assert_eq!(r[0].outcome, RunOutcome::Missed);
+    assert!(
+        r[0].reason.as_deref().unwrap().contains("3 runs between"),
+        "{:?}",
+        r[0].reason
+    );
+    assert_eq!(r[1].reason.as_deref(), Some("catch-up"));
+    assert_eq!(r[1].scheduled_at, utc("2026-06-01T04:00:00Z"));
+
+    // Days late, the latest due time 30 min old: nothing runs, one missed row.
+    clock.set("2026-06-04T04:30:00Z");
+    assert_eq!(c.sched.tick().await.unwrap(), 1);
+    idle(&c.sched).await;
+    let r = runs(&c.store, &job.id).await;
+    assert_eq!(r.len(), 3);
+    assert_eq!(r[2].outcome, RunOutcome::Missed);
+    assert_eq!(tasks_of(&c.store, &job.id).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_run_lock_left_by_a_crash_is_cleared_at_start() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    let job = c.sched.add(req("crashy", "every 1h"), "cli").await.unwrap();
+    // The state a SIGKILL mid-run leaves: a running task, a fired run, the lock held.
+    let task_id = c.runner.create(&job).await.unwrap();
+    c.store.start_task(&task_id).await.unwrap();
+    let run_id = c
+        .store
+        .add_job_run(
+            &job.id,
+            utc("2026-06-01T10:00:00Z"),
+            RunOutcome::Fired,
+            Some(&task_id),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(c.store.lock_job(&job.id, &task_id).await.unwrap());
+
+    let restarted = scheduler_on(&c.store, &c.runner, settings(), clock.clone());
+    let tracker = TaskTracker::new();
+    let cancel = CancellationToken::new();
+    restarted.start(&tracker, cancel.clone()).await.unwrap();
+    let j = c.store.job(&job.id).await.unwrap();
+    assert_eq!(j.running_task_id, None);
+    let r = runs(&c.store, &job.id).await;
+    assert_eq!(r[0].id, run_id);
+    assert_eq!(r[0].outcome, RunOutcome::Failed);
+    assert!(r[0].reason.as_deref().unwrap().starts_with("interrupted"));
+
+    // And the job fires again at its next due time.
+    clock.set("2026-06-01T11:00:00Z");
+    restarted.wake();
+    eventually("the next firing", || async {
+        runs(&c.store, &job.id)
+            .await
+            .iter()
+            .any(|r| r.outcome == RunOutcome::Fired)
+    })
+    .await;
+    cancel.cancel();
+    idle(&restarted).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation and limits
+
+#[tokio::test]
+async fn validation_errors_are_precise() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let s = SchedulerSettings {
+        max_jobs: 2,
+        min_interval_s: 300,
+        ..settings()
+    };
+    let c = setup(s, clock).await;
+
+    let e = c.sched.add(req("x", "every 1m"), "cli").await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SchedulerError::Schedule(ScheduleError::TooFrequent {
+                every_s: 60,
+                min_s: 300,
+                ..
+            })
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("min_interval_s"), "{e}");
+    let e = c
+        .sched
+        .add(req("x", "*/2 * * * *"), "cli")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SchedulerError::Schedule(ScheduleError::TooFrequent { .. })
+        ),
+        "{e}"
+    );
+    let e = c
+        .sched
+        .add(req("x", "0 0 8 * * *"), "cli")
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("5-field"), "{e}");
+    let e = c
+        .sched
+        .add(req("x", "0 25 * * *"), "cli")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, SchedulerError::Schedule(ScheduleError::Cron { .. })),
+        "{e}"
+    );
+    let e = c
+        .sched
+        .add(req("x", "2026-05-01T09:00"), "cli")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, SchedulerError::Schedule(ScheduleError::InPast { .. })),
+        "{e}"
+    );
+    let mut r = req("x", "0 8 * * *");
+    r.timezone = Some("Europe/Atlantis".into());
+    let e = c.sched.add(r, "cli").await.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("unknown time zone 'Europe/Atlantis'"),
+        "{e}"
+    );
+    let mut r = req("x", "0 8 * * *");
+    r.notify = vec!["sms".into()];
+    let e = c.sched.add(r, "cli").await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "unknown notify channel 'sms'; configured channels: email, ops-hook"
+    );
+    let e = c
+        .sched
+        .add(req("  ", "0 8 * * *"), "cli")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, SchedulerError::Invalid(_)));
+    assert_eq!(e.http_status(), 400);
+
+    // Limits: * * * * * is fine at the default minimum of 60 s; max_jobs counts.
+    c.sched.add(req("a", "0 8 * * *"), "cli").await.unwrap();
+    c.sched.add(req("b", "in 30m"), "cli").await.unwrap();
+    let e = c.sched.add(req("c", "@daily"), "cli").await.unwrap_err();
+    assert!(matches!(e, SchedulerError::TooManyJobs { max: 2 }), "{e}");
+    assert!(e.to_string().contains("cancel a job first"), "{e}");
+    assert_eq!(c.sched.list().await.unwrap().len(), 2);
+
+    let c2 = setup(settings(), ManualClock::at("2026-06-01T10:00:00Z")).await;
+    c2.sched
+        .add(req("each minute", "* * * * *"), "cli")
+        .await
+        .unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tools
+
+fn tool(list: &[Arc<dyn Tool>], name: &str) -> Arc<dyn Tool> {
+    list.iter().find(|t| t.name() == name).unwrap().clone()
+}
+
+#[tokio::test]
+async fn the_schedule_tools_and_the_nesting_guard() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    let ts = tools(c.sched.clone());
+    let names: Vec<_> = ts.iter().map(|t| t.name().to_string()).collect();
+    assert_eq!(
+        names,
+        ["schedule_task", "list_schedules", "cancel_schedule"]
+    );
+    let schedule = tool(&ts, "schedule_task");
+    assert!(schedule.description().contains("every 30m"));
+    assert_eq!(
+        schedule.parameters()["required"],
+        json!(["task", "schedule"])
+    );
+
+    let args = json!({"task": "check the weather", "schedule": "0 7 * * *", "notify": ["email"]});
+    let from_job = ToolContext {
+        task_id: "t1".into(),
+        origin: "job".into(),
+        job_id: Some("j_x".into()),
+        ..ToolContext::default()
+    };
+    let e = schedule.call(args.clone(), &from_job).await.unwrap_err();
+    match e {
+        ToolError::Failed(m) => assert!(m.contains("allow_nested"), "{m}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(c.sched.list().await.unwrap().is_empty());
+
+    let from_user = ToolContext {
+        task_id: "t2".into(),
+        origin: "cli".into(),
+        ..ToolContext::default()
+    };
+    let v = schedule.call(args.clone(), &from_user).await.unwrap();
+    let view: JobView = serde_json::from_value(v.clone()).unwrap();
+    assert_eq!(view.origin, "model");
+    assert_eq!(view.notify, ["email"]);
+    for key in [
+        "id",
+        "name",
+        "task",
+        "schedule",
+        "timezone",
+        "notify",
+        "origin",
+        "next_run_at",
+        "last_run",
+    ] {
+        assert!(v.get(key).is_some(), "job object lacks {key}: {v}");
+    }
+    assert_eq!(v["next_run_at"], json!("2026-06-02T07:00:00Z"));
+
+    let e = schedule
+        .call(
+            json!({"task": "x", "schedule": "every 5 fortnights"}),
+            &from_user,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, ToolError::Failed(ref m) if m.contains("unknown unit")),
+        "{e:?}"
+    );
+
+    let listed = tool(&ts, "list_schedules")
+        .call(json!({}), &from_user)
+        .await
+        .unwrap();
+    assert_eq!(listed["jobs"][0]["id"], json!(view.id));
+
+    let cancel = tool(&ts, "cancel_schedule");
+    let v = cancel
+        .call(json!({"id": view.id}), &from_user)
+        .await
+        .unwrap();
+    assert_eq!(v["cancelled"], json!(true));
+    let e = cancel
+        .call(json!({"id": view.id}), &from_user)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, ToolError::Failed(ref m) if m.contains("list_schedules")),
+        "{e:?}"
+    );
+
+    // With nesting allowed, a job's task may schedule, and the job says who made it.
+    let nested = setup(
+        SchedulerSettings {
+            allow_nested: true,
+            ..settings()
+        },
+        clock,
+    )
+    .await;
+    let v = tool(&tools(nested.sched.clone()), "schedule_task")
+        .call(args, &from_job)
+        .await
+        .unwrap();
+    assert_eq!(v["origin"], json!("job"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Removal, run now, delivery
+
+#[tokio::test]
+async fn a_job_removed_while_the_loop_runs_never_fires_again() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    let tracker = TaskTracker::new();
+    let cancel = CancellationToken::new();
+    c.sched.start(&tracker, cancel.clone()).await.unwrap();
+    let doomed = c.sched.add(req("doomed", "every 1h"), "cli").await.unwrap();
+    let witness = c
+        .sched
+        .add(req("witness", "every 1h"), "cli")
+        .await
+        .unwrap();
+    assert!(c.sched.remove(&doomed.id).await.unwrap());
+    assert!(!c.sched.remove(&doomed.id).await.unwrap());
+
+    // Both were due at 11:00; once the witness has run, the loop has been past that time.
+    clock.set("2026-06-01T11:00:00Z");
+    c.sched.wake();
+    eventually("the witness to run", || async {
+        !runs(&c.store, &witness.id).await.is_empty()
+    })
+    .await;
+    clock.set("2026-06-01T12:00:00Z");
+    c.sched.wake();
+    eventually("the witness to run again", || async {
+        runs(&c.store, &witness.id).await.len() == 2
+    })
+    .await;
+    idle(&c.sched).await;
+    assert!(tasks_of(&c.store, &doomed.id).await.is_empty());
+    assert_eq!(all_tasks(&c.store).await.len(), 2);
+    assert!(matches!(
+        c.sched.runs(&doomed.id, 10).await,
+        Err(SchedulerError::NotFound(_))
+    ));
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn run_now_returns_the_task_at_once_and_runs_it_without_a_loop() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    let mut r = req("report", "0 8 * * MON");
+    r.notify = vec!["email".into()];
+    r.name = Some("Weekly".into());
+    let job = c.sched.add(r, "cli").await.unwrap();
+    let gate = c.runner.hold();
+
+    let task_id = c.sched.run_now(&job.id).await.unwrap();
+    // Returned while the task is still held: it runs in the background.
+    let r = runs(&c.store, &job.id).await;
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].outcome, RunOutcome::Fired);
+    assert_eq!(r[0].reason.as_deref(), Some("run now"));
+    assert_eq!(r[0].task_id.as_deref(), Some(task_id.as_str()));
+    gate.add_permits(10);
+    idle(&c.sched).await;
+    assert_eq!(
+        c.store.task(&task_id).await.unwrap().state,
+        TaskState::Succeeded
+    );
+    let r = runs(&c.store, &job.id).await;
+    assert_eq!(r[0].delivery, "queued");
+    assert_eq!(
+        c.store.notices_for_task(&task_id).await.unwrap()[0].title,
+        "Weekly — 2026-06-01"
+    );
+    // Its schedule is untouched.
+    assert_eq!(
+        c.store.job(&job.id).await.unwrap().next_run_at,
+        job.next_run_at
+    );
+
+    // The CLI's in-process form runs to the end and returns the final run.
+    let run = c.sched.run_now_wait(&job.id).await.unwrap();
+    assert_eq!(run.outcome, RunOutcome::Fired);
+    assert_eq!(run.delivery, "queued");
+    assert!(matches!(
+        c.sched.run_now("j_nope").await,
+        Err(SchedulerError::NotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_silent_answer_is_not_delivered() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let c = setup(settings(), clock).await;
+    let mut r = req("only tell me if it rains", "0 7 * * *");
+    r.notify = vec!["email".into()];
+    let job = c.sched.add(r, "cli").await.unwrap();
+    c.runner.answer("  [SILENT]\n");
+    let run = c.sched.run_now_wait(&job.id).await.unwrap();
+    assert_eq!(run.outcome, RunOutcome::Fired);
+    assert_eq!(run.delivery, "silent");
+    assert!(c.store.notices_for_run(run.id).await.unwrap().is_empty());
+    // Anything else is delivered, even if it mentions the marker.
+    c.runner.answer("[SILENT] but rain at 3pm");
+    let run = c.sched.run_now_wait(&job.id).await.unwrap();
+    assert_eq!(run.delivery, "queued");
+}
+
+#[tokio::test]
+async fn a_failed_run_is_recorded_and_sends_a_failure_notice() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    let mut r = req("digest", "0 7 * * *");
+    r.notify = vec!["ops-hook".into()];
+    r.name = Some("Digest".into());
+    let job = c.sched.add(r, "cli").await.unwrap();
+    c.runner.fail("the model endpoint refused the connection");
+    let run = c.sched.run_now_wait(&job.id).await.unwrap();
+    assert_eq!(run.outcome, RunOutcome::Failed);
+    assert_eq!(
+        run.reason.as_deref(),
+        Some("the model endpoint refused the connection")
+    );
+    assert_eq!(run.delivery, "queued");
+    let task_id = run.task_id.clone().unwrap();
+    let n = c.store.notices_for_run(run.id).await.unwrap();
+    assert_eq!(n.len(), 1);
+    assert_eq!(n[0].channel, "ops-hook");
+    assert_eq!(
+        n[0].body,
+        format!(
+            "Digest failed: the model endpoint refused the connection; see `hermes-agent tasks show {task_id}`"
+        )
+    );
+
+    // Without notify_on_failure: recorded, not sent.
+    let quiet = setup(
+        SchedulerSettings {
+            notify_on_failure: false,
+            ..settings()
+        },
+        clock,
+    )
+    .await;
+    let mut r = req("digest", "0 7 * * *");
+    r.notify = vec!["email".into()];
+    let job = quiet.sched.add(r, "cli").await.unwrap();
+    quiet.runner.fail("boom");
+    let run = quiet.sched.run_now_wait(&job.id).await.unwrap();
+    assert_eq!(run.outcome, RunOutcome::Failed);
+    assert_eq!(run.delivery, "none");
+    assert!(
+        quiet
+            .store
+            .notices_for_run(run.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn a_one_shot_fires_once_and_stays_listed() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    let job = c
+        .sched
+        .add(req("remind me", "in 30m"), "model")
+        .await
+        .unwrap();
+    assert_eq!(job.next_run_at, Some(utc("2026-06-01T10:30:00Z")));
+    clock.set("2026-06-01T10:30:05Z");
+    assert_eq!(c.sched.tick().await.unwrap(), 1);
+    idle(&c.sched).await;
+    clock.set("2026-06-02T10:30:05Z");
+    assert_eq!(c.sched.tick().await.unwrap(), 0);
+    let v = c.sched.list().await.unwrap();
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0].next_run_at, None);
+    assert_eq!(v[0].last_run.as_ref().unwrap().outcome, RunOutcome::Fired);
+    assert_eq!(c.sched.runs(&job.id, 0).await.unwrap().len(), 1);
+}
