@@ -306,7 +306,10 @@ async fn tasks(store: &Store, cmd: TasksCmd) -> anyhow::Result<ExitCode> {
                 })
                 .await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "tasks": list }))?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({ "tasks": list }))?
+                );
             } else {
                 print!("{}", render::task_table(&list));
             }

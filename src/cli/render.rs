@@ -64,10 +64,7 @@ pub fn step_line(s: &Step) -> String {
         StepKind::Tool => {
             let outcome = match &s.error {
                 Some(e) => format!("✗ {}", one_line(e, 120)),
-                None => format!(
-                    "✓ {}",
-                    one_line(s.output.as_deref().unwrap_or(""), 100)
-                ),
+                None => format!("✓ {}", one_line(s.output.as_deref().unwrap_or(""), 100)),
             };
             format!(
                 "[{:>2}]   tool {}({}) {} ms {outcome}",
@@ -80,14 +77,21 @@ pub fn step_line(s: &Step) -> String {
         StepKind::Note => format!(
             "[{:>2}]   note {}",
             s.step,
-            one_line(s.output.as_deref().or(s.error.as_deref()).unwrap_or(""), 140)
+            one_line(
+                s.output.as_deref().or(s.error.as_deref()).unwrap_or(""),
+                140
+            )
         ),
     }
 }
 
 pub fn task_timeline(t: &Task, steps: &[Step]) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "task {}  [{}]  origin {}  profile {}", t.id, t.state, t.origin, t.profile);
+    let _ = writeln!(
+        out,
+        "task {}  [{}]  origin {}  profile {}",
+        t.id, t.state, t.origin, t.profile
+    );
     let _ = writeln!(out, "  {}", one_line(&t.task, 200));
     let _ = writeln!(out, "  created {}", t.created_at.to_rfc3339());
     for s in steps {
@@ -109,7 +113,11 @@ pub fn task_timeline(t: &Task, steps: &[Step]) -> String {
         );
     }
     if let Some(e) = &t.error {
-        let reason = t.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
+        let reason = t
+            .reason
+            .as_deref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
         let _ = writeln!(out, "  error{reason}: {e}");
     }
     if let Some(a) = &t.answer {

@@ -48,7 +48,8 @@ mod tests {
 
     #[test]
     fn finds_nested_keys_and_falls_back_to_the_parent() {
-        let text = "# top\nserver:\n  host: x\n  port: 0\nmodel:\n  profiles:\n    fast: {timeout_s: 0}\n";
+        let text =
+            "# top\nserver:\n  host: x\n  port: 0\nmodel:\n  profiles:\n    fast: {timeout_s: 0}\n";
         assert_eq!(line_of_key(text, &["server", "port"]), Some(4));
         assert_eq!(line_of_key(text, &["server", "host"]), Some(3));
         assert_eq!(

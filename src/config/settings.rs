@@ -78,7 +78,11 @@ impl std::fmt::Debug for Profile {
             .field("base_url", &self.base_url)
             .field(
                 "api_key",
-                &if self.api_key.is_empty() { "" } else { "<redacted>" },
+                &if self.api_key.is_empty() {
+                    ""
+                } else {
+                    "<redacted>"
+                },
             )
             .field("model", &self.model)
             .field("temperature", &self.temperature)
@@ -321,7 +325,14 @@ impl std::fmt::Debug for ServerSettings {
         f.debug_struct("ServerSettings")
             .field("host", &self.host)
             .field("port", &self.port)
-            .field("token", &if self.token.is_empty() { "" } else { "<redacted>" })
+            .field(
+                "token",
+                &if self.token.is_empty() {
+                    ""
+                } else {
+                    "<redacted>"
+                },
+            )
             .finish()
     }
 }
@@ -405,11 +416,17 @@ impl Settings {
         positive("agent.workers", self.agent.workers.into())?;
         let t = &self.tools;
         positive("tools.timeout_s", t.timeout_s)?;
-        positive("tools.circuit_breaker_threshold", t.circuit_breaker_threshold.into())?;
+        positive(
+            "tools.circuit_breaker_threshold",
+            t.circuit_breaker_threshold.into(),
+        )?;
         positive("tools.result_max_tokens", t.result_max_tokens.into())?;
         positive("tools.web_fetch.max_bytes", t.web_fetch.max_bytes)?;
         positive("tools.web_fetch.timeout_s", t.web_fetch.timeout_s)?;
-        positive("context.summary_max_length", self.context.summary_max_length.into())?;
+        positive(
+            "context.summary_max_length",
+            self.context.summary_max_length.into(),
+        )?;
         positive("memory.recall_top_k", self.memory.recall_top_k.into())?;
         let s = &self.scheduler;
         if s.timezone.parse::<chrono_tz::Tz>().is_err() {

@@ -58,7 +58,12 @@ pub enum Upsert {
 
 impl Store {
     /// Add a fact, or merge it into the same fact stated before (tags are unioned).
-    pub async fn upsert_fact(&self, text: &str, tags: &[String], source: &str) -> Result<(Fact, Upsert)> {
+    pub async fn upsert_fact(
+        &self,
+        text: &str,
+        tags: &[String],
+        source: &str,
+    ) -> Result<(Fact, Upsert)> {
         let norm = normalise_fact(text);
         let mut tx = self.pool().begin().await?;
         let existing: Option<FactRow> = sqlx::query_as(

@@ -148,7 +148,11 @@ impl Store {
     }
 
     pub async fn list_jobs(&self) -> Result<Vec<Job>> {
-        let sql = concat!("SELECT ", job_columns!(), " FROM jobs ORDER BY created_at, id");
+        let sql = concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs ORDER BY created_at, id"
+        );
         let rows: Vec<JobRow> = sqlx::query_as(sql).fetch_all(self.pool()).await?;
         rows.into_iter().map(Job::try_from).collect()
     }
@@ -176,14 +180,12 @@ impl Store {
         expected: Option<DateTime<Utc>>,
         next: Option<DateTime<Utc>>,
     ) -> Result<bool> {
-        let done = sqlx::query(
-            "UPDATE jobs SET next_run_at = ? WHERE id = ? AND next_run_at IS ?",
-        )
-        .bind(next)
-        .bind(id)
-        .bind(expected)
-        .execute(self.pool())
-        .await?;
+        let done = sqlx::query("UPDATE jobs SET next_run_at = ? WHERE id = ? AND next_run_at IS ?")
+            .bind(next)
+            .bind(id)
+            .bind(expected)
+            .execute(self.pool())
+            .await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -218,9 +220,10 @@ impl Store {
 
     /// At start-up no run can be in progress: clear locks a crash left behind.
     pub async fn clear_job_locks(&self) -> Result<u64> {
-        let done = sqlx::query("UPDATE jobs SET running_task_id = NULL WHERE running_task_id IS NOT NULL")
-            .execute(self.pool())
-            .await?;
+        let done =
+            sqlx::query("UPDATE jobs SET running_task_id = NULL WHERE running_task_id IS NOT NULL")
+                .execute(self.pool())
+                .await?;
         Ok(done.rows_affected())
     }
 

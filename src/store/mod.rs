@@ -17,8 +17,8 @@ pub use outbox::*;
 pub use tasks::*;
 pub use working::*;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::SqlitePool;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
@@ -30,7 +30,9 @@ pub const DB_FILE: &str = "hermes.db";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("cannot create the data directory {path}: {source} (check its permissions, or choose another with --data-dir)")]
+    #[error(
+        "cannot create the data directory {path}: {source} (check its permissions, or choose another with --data-dir)"
+    )]
     DataDir {
         path: PathBuf,
         source: std::io::Error,

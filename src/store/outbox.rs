@@ -77,8 +77,12 @@ impl Store {
 
     /// Pending notices whose next attempt is due, oldest first.
     pub async fn due_notices(&self, at: DateTime<Utc>, limit: i64) -> Result<Vec<Notice>> {
-        let sql = concat!("SELECT ", notice_columns!(), " FROM outbox WHERE state = 'pending' AND next_attempt_at <= ? \
-             ORDER BY next_attempt_at, id LIMIT ?");
+        let sql = concat!(
+            "SELECT ",
+            notice_columns!(),
+            " FROM outbox WHERE state = 'pending' AND next_attempt_at <= ? \
+             ORDER BY next_attempt_at, id LIMIT ?"
+        );
         Ok(sqlx::query_as::<_, Notice>(sql)
             .bind(at)
             .bind(limit)
@@ -88,11 +92,11 @@ impl Store {
 
     /// The earliest time a pending notice is due, so the sender can sleep until then.
     pub async fn next_notice_due(&self) -> Result<Option<DateTime<Utc>>> {
-        Ok(sqlx::query_scalar(
-            "SELECT MIN(next_attempt_at) FROM outbox WHERE state = 'pending'",
+        Ok(
+            sqlx::query_scalar("SELECT MIN(next_attempt_at) FROM outbox WHERE state = 'pending'")
+                .fetch_one(self.pool())
+                .await?,
         )
-        .fetch_one(self.pool())
-        .await?)
     }
 
     pub async fn mark_notice_sent(&self, id: i64) -> Result<()> {
@@ -130,7 +134,11 @@ impl Store {
     }
 
     pub async fn notices_for_task(&self, task_id: &str) -> Result<Vec<Notice>> {
-        let sql = concat!("SELECT ", notice_columns!(), " FROM outbox WHERE task_id = ? ORDER BY id");
+        let sql = concat!(
+            "SELECT ",
+            notice_columns!(),
+            " FROM outbox WHERE task_id = ? ORDER BY id"
+        );
         Ok(sqlx::query_as::<_, Notice>(sql)
             .bind(task_id)
             .fetch_all(self.pool())
@@ -138,7 +146,11 @@ impl Store {
     }
 
     pub async fn notices_for_run(&self, run_id: i64) -> Result<Vec<Notice>> {
-        let sql = concat!("SELECT ", notice_columns!(), " FROM outbox WHERE run_id = ? ORDER BY id");
+        let sql = concat!(
+            "SELECT ",
+            notice_columns!(),
+            " FROM outbox WHERE run_id = ? ORDER BY id"
+        );
         Ok(sqlx::query_as::<_, Notice>(sql)
             .bind(run_id)
             .fetch_all(self.pool())

@@ -174,10 +174,12 @@ impl Store {
     }
 
     pub async fn task(&self, id: &str) -> Result<Task> {
-        self.find_task(id).await?.ok_or_else(|| StoreError::NotFound {
-            what: "task",
-            id: id.to_string(),
-        })
+        self.find_task(id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "task",
+                id: id.to_string(),
+            })
     }
 
     /// A task by its full id, or by a prefix that matches exactly one task (typing 6 of 16
@@ -194,7 +196,11 @@ impl Store {
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_hexdigit()) {
             return Ok(None);
         }
-        let sql = concat!("SELECT ", task_columns!(), " FROM tasks WHERE id LIKE ? || '%' LIMIT 2");
+        let sql = concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE id LIKE ? || '%' LIMIT 2"
+        );
         let mut rows = sqlx::query_as::<_, Task>(sql)
             .bind(id)
             .fetch_all(self.pool())
@@ -211,9 +217,13 @@ impl Store {
     /// Newest first.
     pub async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
         let limit = if filter.limit <= 0 { 50 } else { filter.limit };
-        let sql = concat!("SELECT ", task_columns!(), " FROM tasks \
+        let sql = concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks \
              WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR job_id = ?2) \
-             ORDER BY created_at DESC, id LIMIT ?3");
+             ORDER BY created_at DESC, id LIMIT ?3"
+        );
         Ok(sqlx::query_as::<_, Task>(sql)
             .bind(filter.state)
             .bind(&filter.job_id)
@@ -224,7 +234,11 @@ impl Store {
 
     /// Oldest pending tasks first: the order workers take them in.
     pub async fn pending_tasks(&self, limit: i64) -> Result<Vec<Task>> {
-        let sql = concat!("SELECT ", task_columns!(), " FROM tasks WHERE state = 'pending' ORDER BY created_at, id LIMIT ?");
+        let sql = concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE state = 'pending' ORDER BY created_at, id LIMIT ?"
+        );
         Ok(sqlx::query_as::<_, Task>(sql)
             .bind(limit)
             .fetch_all(self.pool())
@@ -275,7 +289,9 @@ impl Store {
                  error = COALESCE(error, ?), finished_at = ? WHERE state = ?",
             )
             .bind(reason)
-            .bind(format!("task was {state} when the daemon stopped ({reason})"))
+            .bind(format!(
+                "task was {state} when the daemon stopped ({reason})"
+            ))
             .bind(now())
             .bind(*state)
             .execute(self.pool())
@@ -321,13 +337,11 @@ impl Store {
 
     /// Count of tasks per state, for `/healthz` and `doctor`.
     pub async fn task_counts(&self) -> Result<Vec<(TaskState, i64)>> {
-        Ok(
-            sqlx::query_as::<_, (TaskState, i64)>(
-                "SELECT state, COUNT(*) FROM tasks GROUP BY state",
-            )
-            .fetch_all(self.pool())
-            .await?,
+        Ok(sqlx::query_as::<_, (TaskState, i64)>(
+            "SELECT state, COUNT(*) FROM tasks GROUP BY state",
         )
+        .fetch_all(self.pool())
+        .await?)
     }
 }
 

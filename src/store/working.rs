@@ -19,17 +19,24 @@ impl Store {
     /// Store `content` for `task_id`; returns the key the model can read it back by.
     pub async fn put_working(&self, task_id: &str, content: &str) -> Result<String> {
         let key = format!("wm_{}", new_id());
-        sqlx::query("INSERT INTO working_memory (key, task_id, content, created_at) VALUES (?, ?, ?, ?)")
-            .bind(&key)
-            .bind(task_id)
-            .bind(content)
-            .bind(now())
-            .execute(self.pool())
-            .await?;
+        sqlx::query(
+            "INSERT INTO working_memory (key, task_id, content, created_at) VALUES (?, ?, ?, ?)",
+        )
+        .bind(&key)
+        .bind(task_id)
+        .bind(content)
+        .bind(now())
+        .execute(self.pool())
+        .await?;
         Ok(key)
     }
 
-    pub async fn read_working(&self, key: &str, offset: usize, length: usize) -> Result<WorkingSlice> {
+    pub async fn read_working(
+        &self,
+        key: &str,
+        offset: usize,
+        length: usize,
+    ) -> Result<WorkingSlice> {
         let content: Option<String> =
             sqlx::query_scalar("SELECT content FROM working_memory WHERE key = ?")
                 .bind(key)
