@@ -1,4 +1,21 @@
 //! Memory in three layers: the short-term window (RAM), working memory (SQLite, via the store)
 //! and long-term facts (a tantivy index derived from the store's `facts` table).
 //!
+//! - [`window`]: [`ShortTerm`], the messages one task sends the model — preamble, goal, a summary
+//!   of older rounds (at most `summary_max_length` characters) and the last `max_dialog_rounds`
+//!   rounds. Owned by its task; nothing is shared between tasks.
+//! - [`longterm`]: [`LongTerm`], facts and preferences searched with BM25 in Chinese and English.
+//!   The store's `facts` table is the truth; the index at `DATA_DIR/memory-index` is rebuilt from
+//!   it whenever it is missing, damaged or miscounted.
+//! - [`tokenize`]: the CJK-aware, dictionary-free analyzer the index uses.
+//!
+//! Working memory (intermediate results by key) is the store's `working` API and its tool.
+//!
 //! Must not: call the model except through the gateway handle it is given.
+
+pub mod longterm;
+pub mod tokenize;
+pub mod window;
+
+pub use longterm::{LongTerm, MemoryError, Recalled};
+pub use window::{ShortTerm, Summariser, SummaryModel};

@@ -1,1 +1,393 @@
-//! Built-in tools: memory (filled in by its owner).
+//! Built-in tools over long-term memory: `remember`, `recall` and `forget`.
+//!
+//! Owns: what the model is told about long-term memory and the shape of these tools' arguments
+//! and results. A remembered fact's source is the calling task (`task:<id>`).
+//! Must not: reach the index or the facts table except through the [`LongTerm`] handle.
+
+use crate::memory::longterm::{LongTerm, MAX_FACT_CHARS, MemoryError};
+use crate::store::Upsert;
+use crate::tools::{Tool, ToolContext, ToolError};
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// Tags per fact and characters per tag: tags are labels, not a second text.
+const MAX_TAGS: usize = 10;
+const MAX_TAG_CHARS: usize = 50;
+/// Facts per recall: enough to choose from, few enough to keep the prompt small.
+const MAX_K: u64 = 20;
+const DEFAULT_K: u64 = 5;
+
+/// The three memory tools, sharing one handle.
+pub fn tools(memory: LongTerm) -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(Remember::new(memory.clone())),
+        Arc::new(Recall::new(memory.clone())),
+        Arc::new(Forget::new(memory)),
+    ]
+}
+
+fn tool_error(e: MemoryError) -> ToolError {
+    match e {
+        MemoryError::EmptyFact | MemoryError::FactTooLong(_) => {
+            ToolError::InvalidArguments(e.to_string())
+        }
+        other => ToolError::Failed(other.to_string()),
+    }
+}
+
+fn required_str<'a>(args: &'a Value, key: &str) -> Result<&'a str, ToolError> {
+    args.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolError::InvalidArguments(format!("'{key}' must be a string")))
+}
+
+pub struct Remember {
+    memory: LongTerm,
+    parameters: Value,
+}
+
+impl Remember {
+    pub fn new(memory: LongTerm) -> Remember {
+        Remember {
+            memory,
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "text": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": MAX_FACT_CHARS,
+                        "description": "The fact as one self-contained sentence, e.g. \"The user prefers oolong tea\"."
+                    },
+                    "tags": {
+                        "type": "array",
+                        "items": {"type": "string", "minLength": 1, "maxLength": MAX_TAG_CHARS},
+                        "maxItems": MAX_TAGS,
+                        "description": "Optional short labels such as \"preference\", \"contact\", \"project-x\"."
+                    }
+                },
+                "required": ["text"],
+                "additionalProperties": false
+            }),
+        }
+    }
+}
+
+impl Tool for Remember {
+    fn name(&self) -> &str {
+        "remember"
+    }
+
+    fn description(&self) -> &str {
+        "Store a lasting fact about the user or their world in long-term memory, for future tasks: \
+         preferences, names and contacts, recurring instructions, decisions. Use it when the user \
+         states something worth keeping or asks you to remember it. Do not use it for intermediate \
+         results of the current task (they are kept in working memory), for secrets such as \
+         passwords or keys, or for anything the user did not say or confirm. Saying the same fact \
+         again merges it (merged: true) instead of duplicating it."
+    }
+
+    fn parameters(&self) -> &Value {
+        &self.parameters
+    }
+
+    fn call<'a>(
+        &'a self,
+        args: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let text = required_str(&args, "text")?;
+            if text.trim().is_empty() {
+                return Err(ToolError::InvalidArguments(
+                    "'text' is empty; give the fact as a sentence".into(),
+                ));
+            }
+            let tags: Vec<String> = match args.get("tags") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(Value::Array(items)) => items
+                    .iter()
+                    .map(|t| {
+                        t.as_str().map(str::to_string).ok_or_else(|| {
+                            ToolError::InvalidArguments("'tags' must be a list of strings".into())
+                        })
+                    })
+                    .collect::<Result<_, _>>()?,
+                Some(_) => {
+                    return Err(ToolError::InvalidArguments(
+                        "'tags' must be a list of strings".into(),
+                    ));
+                }
+            };
+            let source = format!("task:{}", ctx.task_id);
+            let (fact, how) = self
+                .memory
+                .remember(text, &tags, &source)
+                .await
+                .map_err(tool_error)?;
+            Ok(json!({"id": fact.id, "merged": how == Upsert::Merged}))
+        })
+    }
+}
+
+pub struct Recall {
+    memory: LongTerm,
+    parameters: Value,
+}
+
+impl Recall {
+    pub fn new(memory: LongTerm) -> Recall {
+        Recall {
+            memory,
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "query": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "Words to look for, in any language, e.g. \"tea preference\" or \"周报 收件人\". Any matching word counts; more matching words rank higher."
+                    },
+                    "k": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": MAX_K,
+                        "default": DEFAULT_K,
+                        "description": "How many facts to return at most."
+                    }
+                },
+                "required": ["query"],
+                "additionalProperties": false
+            }),
+        }
+    }
+}
+
+impl Tool for Recall {
+    fn name(&self) -> &str {
+        "recall"
+    }
+
+    fn description(&self) -> &str {
+        "Search long-term memory for facts stored earlier (by you or the user): preferences, \
+         contacts, standing instructions. Use it when the task depends on something about the \
+         user that is not in the conversation. The most relevant facts are already given at the \
+         start of each task, so do not call it again for those, and do not use it for web or \
+         current information. Returns facts with ids (for forget) and relevance scores, best first."
+    }
+
+    fn parameters(&self) -> &Value {
+        &self.parameters
+    }
+
+    fn call<'a>(
+        &'a self,
+        args: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let query = required_str(&args, "query")?;
+            let k = match args.get("k") {
+                None | Some(Value::Null) => DEFAULT_K,
+                Some(v) => v
+                    .as_u64()
+                    .filter(|k| (1..=MAX_K).contains(k))
+                    .ok_or_else(|| {
+                        ToolError::InvalidArguments(format!(
+                            "'k' must be an integer from 1 to {MAX_K}"
+                        ))
+                    })?,
+            };
+            let found = self
+                .memory
+                .recall(query, k as usize)
+                .await
+                .map_err(tool_error)?;
+            let facts: Vec<Value> = found
+                .into_iter()
+                .map(|r| {
+                    json!({
+                        "id": r.fact.id,
+                        "text": r.fact.text,
+                        "tags": r.fact.tags,
+                        // Three decimals say all a ranking needs, in fewer tokens.
+                        "score": (f64::from(r.score) * 1000.0).round() / 1000.0,
+                    })
+                })
+                .collect();
+            Ok(json!({"facts": facts}))
+        })
+    }
+}
+
+pub struct Forget {
+    memory: LongTerm,
+    parameters: Value,
+}
+
+impl Forget {
+    pub fn new(memory: LongTerm) -> Forget {
+        Forget {
+            memory,
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "id": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "The fact's id, as returned by recall or remember."
+                    }
+                },
+                "required": ["id"],
+                "additionalProperties": false
+            }),
+        }
+    }
+}
+
+impl Tool for Forget {
+    fn name(&self) -> &str {
+        "forget"
+    }
+
+    fn description(&self) -> &str {
+        "Delete one fact from long-term memory by its id. Use it when the user asks you to forget \
+         something, or when a stored fact is wrong or outdated (then remember the corrected fact). \
+         Find the id with recall first; never guess an id. Returns forgotten: false when no fact \
+         had that id."
+    }
+
+    fn parameters(&self) -> &Value {
+        &self.parameters
+    }
+
+    fn call<'a>(
+        &'a self,
+        args: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let id = required_str(&args, "id")?.trim();
+            if id.is_empty() {
+                return Err(ToolError::InvalidArguments(
+                    "'id' is empty; use an id returned by recall".into(),
+                ));
+            }
+            let forgotten = self.memory.forget(id).await.map_err(tool_error)?;
+            Ok(json!({"forgotten": forgotten}))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+
+    async fn setup() -> (tempfile::TempDir, Store, Vec<Arc<dyn Tool>>) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open_in_memory().await.expect("store");
+        let memory = LongTerm::open(dir.path(), store.clone())
+            .await
+            .expect("open");
+        (dir, store, tools(memory))
+    }
+
+    fn ctx() -> ToolContext {
+        ToolContext {
+            task_id: "t_42".into(),
+            ..ToolContext::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn remember_recall_forget_round_trip() {
+        let (_dir, store, tools) = setup().await;
+        let [remember, recall, forget] = [&tools[0], &tools[1], &tools[2]];
+        assert_eq!(
+            tools.iter().map(|t| t.name()).collect::<Vec<_>>(),
+            vec!["remember", "recall", "forget"]
+        );
+        let ctx = ctx();
+        let made = remember
+            .call(json!({"text": "用户喜欢喝乌龙茶", "tags": ["偏好"]}), &ctx)
+            .await
+            .expect("remember");
+        assert_eq!(made["merged"], json!(false));
+        let id = made["id"].as_str().expect("id").to_string();
+        assert_eq!(store.fact(&id).await.expect("fact").source, "task:t_42");
+
+        let again = remember
+            .call(
+                json!({"text": "用户喜欢喝乌龙茶。", "tags": ["drinks"]}),
+                &ctx,
+            )
+            .await
+            .expect("remember again");
+        assert_eq!(again, json!({"id": id, "merged": true}));
+
+        let found = recall
+            .call(json!({"query": "乌龙茶"}), &ctx)
+            .await
+            .expect("recall");
+        let facts = found["facts"].as_array().expect("facts");
+        assert_eq!(facts.len(), 1);
+        assert_eq!(facts[0]["id"], json!(id));
+        assert_eq!(facts[0]["text"], json!("用户喜欢喝乌龙茶"));
+        assert_eq!(facts[0]["tags"], json!(["偏好", "drinks"]));
+        assert!(facts[0]["score"].as_f64().expect("score") > 0.0);
+
+        assert_eq!(
+            forget.call(json!({"id": id}), &ctx).await.expect("forget"),
+            json!({"forgotten": true})
+        );
+        assert_eq!(
+            forget.call(json!({"id": id}), &ctx).await.expect("forget"),
+            json!({"forgotten": false})
+        );
+        let found = recall
+            .call(json!({"query": "乌龙茶", "k": 3}), &ctx)
+            .await
+            .expect("recall");
+        assert_eq!(found, json!({"facts": []}));
+    }
+
+    #[tokio::test]
+    async fn bad_arguments_are_refused_with_a_reason() {
+        let (_dir, _store, tools) = setup().await;
+        let ctx = ctx();
+        let cases = [
+            (0, json!({"text": "   "})),
+            (0, json!({"text": "x".repeat(MAX_FACT_CHARS + 1)})),
+            (0, json!({"text": "ok", "tags": "not-a-list"})),
+            (0, json!({"text": "ok", "tags": [1]})),
+            (0, json!({})),
+            (1, json!({"query": "tea", "k": 0})),
+            (1, json!({"query": "tea", "k": 21})),
+            (1, json!({"query": "tea", "k": "5"})),
+            (2, json!({"id": " "})),
+        ];
+        for (tool, args) in cases {
+            let result = tools[tool].call(args.clone(), &ctx).await;
+            assert!(
+                matches!(result, Err(ToolError::InvalidArguments(_))),
+                "{args}: {result:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn schemas_are_objects_with_required_fields() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (_dir, _store, tools) = rt.block_on(setup());
+        for tool in &tools {
+            let p = tool.parameters();
+            assert_eq!(p["type"], json!("object"), "{}", tool.name());
+            assert!(p["required"].as_array().is_some_and(|r| !r.is_empty()));
+            assert!(tool.description().len() > 100);
+        }
+    }
+}

@@ -1,0 +1,512 @@
+//! Long-term memory: facts and preferences that outlive a task, searched with BM25.
+//!
+//! Owns: the tantivy index at `DATA_DIR/memory-index` (schema, analyzer, writer, reader) and
+//! keeping it in step with the store's `facts` table. SQLite is the source of truth; the index is
+//! derived from it and holds only the fact id and the analysed text and tags. Recall returns the
+//! facts as the store has them. A missing, corrupt, outdated or miscounted index is rebuilt from
+//! the store at [`LongTerm::open`].
+//! Must not: write facts anywhere but through the store, or hold the index lock longer than the
+//! one process that opened it (a second process gets [`MemoryError::Locked`]).
+
+use super::tokenize::{self, ANALYZER_NAME};
+use crate::store::{Fact, Store, StoreError, Upsert};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tantivy::collector::TopDocs;
+use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
+use tantivy::schema::{
+    Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
+};
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, TantivyError, Term};
+
+/// The index directory's name inside the data dir.
+pub const INDEX_DIR: &str = "memory-index";
+
+/// The writer's indexing arena. Tantivy's minimum; facts are small and rare, and the daemon's
+/// idle memory budget is tight.
+const WRITER_MEMORY_BYTES: usize = 15_000_000;
+
+/// Extra hits fetched beyond `k` so ties at the cut can be broken by recency.
+const TIE_SLACK: usize = 8;
+
+/// The longest fact text accepted, in characters.
+pub const MAX_FACT_CHARS: usize = 2000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(
+        "the memory index {path} failed: {source}; it is derived from the database, so deleting that directory and restarting rebuilds it"
+    )]
+    Index { path: PathBuf, source: TantivyError },
+    #[error(
+        "the memory index {path} is in use by another hermes-agent process; stop the daemon, or add and search memory through its HTTP API"
+    )]
+    Locked { path: PathBuf },
+    #[error("cannot prepare the memory index directory {path}: {source} (check its permissions)")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("a fact needs some text; say what to remember")]
+    EmptyFact,
+    #[error(
+        "a fact is at most {MAX_FACT_CHARS} characters (this one has {0}); remember a shorter summary"
+    )]
+    FactTooLong(usize),
+    #[error("the memory index worker stopped unexpectedly: {0}")]
+    Worker(String),
+}
+
+/// A fact found by [`LongTerm::recall`], with its BM25 score (higher is more relevant).
+#[derive(Debug, Clone, Serialize)]
+pub struct Recalled {
+    pub fact: Fact,
+    pub score: f32,
+}
+
+/// The long-term memory handle: cheap to clone, one per process.
+#[derive(Clone)]
+pub struct LongTerm {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The source of truth: every fact lives here first.
+    store: Store,
+    /// Where the index lives (for error messages).
+    path: PathBuf,
+    fields: Fields,
+    /// Searchers for recall; reloaded by hand after each commit, so a recall right after a
+    /// remember sees it.
+    reader: IndexReader,
+    /// The one writer tantivy allows; only touched inside `spawn_blocking`.
+    writer: Mutex<IndexWriter>,
+    /// Serialises "change SQL, then change the index" so the index applies writes in the order
+    /// the database made them (two merges of one fact must not land out of order).
+    write_gate: tokio::sync::Mutex<()>,
+}
+
+#[derive(Clone, Copy)]
+struct Fields {
+    id: Field,
+    text: Field,
+    tags: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut builder = Schema::builder();
+    let analysed = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default()
+            .set_tokenizer(ANALYZER_NAME)
+            .set_index_option(IndexRecordOption::WithFreqsAndPositions),
+    );
+    let id = builder.add_text_field("id", STRING | STORED);
+    let text = builder.add_text_field("text", analysed.clone());
+    let tags = builder.add_text_field("tags", analysed);
+    (builder.build(), Fields { id, text, tags })
+}
+
+/// The index, opened and ready to write, or why not.
+struct Opened {
+    reader: IndexReader,
+    writer: IndexWriter,
+}
+
+enum OpenFailure {
+    /// Another process holds the writer lock: the index may be fine, so leave it alone.
+    Locked,
+    /// Unreadable, or built with another schema: delete and rebuild.
+    Unusable(String),
+}
+
+/// [`try_open_inner`], with a panic counted as damage: tantivy can panic (an arithmetic
+/// overflow) on a truncated segment file instead of returning an error.
+fn try_open(path: &Path, schema: &Schema) -> Result<Opened, OpenFailure> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        try_open_inner(path, schema)
+    }))
+    .unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "tantivy panicked while opening it".into());
+        Err(OpenFailure::Unusable(why))
+    })
+}
+
+fn try_open_inner(path: &Path, schema: &Schema) -> Result<Opened, OpenFailure> {
+    let unusable = |e: TantivyError| OpenFailure::Unusable(e.to_string());
+    let index = if path.join("meta.json").exists() {
+        let index = Index::open_in_dir(path).map_err(unusable)?;
+        if &index.schema() != schema {
+            return Err(OpenFailure::Unusable(
+                "it was built with another schema".into(),
+            ));
+        }
+        index
+    } else {
+        Index::create_in_dir(path, schema.clone()).map_err(unusable)?
+    };
+    index
+        .tokenizers()
+        .register(ANALYZER_NAME, tokenize::analyzer());
+    // The reader opens every segment, so damaged segment files show up here, before the
+    // writer takes the lock.
+    let reader = index
+        .reader_builder()
+        .reload_policy(ReloadPolicy::Manual)
+        .try_into()
+        .map_err(unusable)?;
+    let writer = index
+        .writer_with_num_threads(1, WRITER_MEMORY_BYTES)
+        .map_err(|e| match e {
+            TantivyError::LockFailure(..) => OpenFailure::Locked,
+            other => OpenFailure::Unusable(other.to_string()),
+        })?;
+    Ok(Opened { reader, writer })
+}
+
+fn open_index(path: &Path) -> Result<(Opened, Fields), MemoryError> {
+    let io = |source| MemoryError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let (schema, fields) = schema();
+    std::fs::create_dir_all(path).map_err(io)?;
+    match try_open(path, &schema) {
+        Ok(opened) => Ok((opened, fields)),
+        Err(OpenFailure::Locked) => Err(MemoryError::Locked {
+            path: path.to_path_buf(),
+        }),
+        Err(OpenFailure::Unusable(why)) => {
+            tracing::warn!(path = %path.display(), %why, "memory index unusable; rebuilding it from the database");
+            std::fs::remove_dir_all(path).map_err(io)?;
+            std::fs::create_dir_all(path).map_err(io)?;
+            match try_open(path, &schema) {
+                Ok(opened) => Ok((opened, fields)),
+                Err(OpenFailure::Locked) => Err(MemoryError::Locked {
+                    path: path.to_path_buf(),
+                }),
+                Err(OpenFailure::Unusable(why)) => Err(MemoryError::Index {
+                    path: path.to_path_buf(),
+                    source: TantivyError::SystemError(why),
+                }),
+            }
+        }
+    }
+}
+
+impl LongTerm {
+    /// Opens (or creates) the index at data_dir/memory-index; rebuilds it from the store when it is
+    /// missing, corrupt, or its document count disagrees with the facts table.
+    pub async fn open(data_dir: &Path, store: Store) -> Result<LongTerm, MemoryError> {
+        let path = data_dir.join(INDEX_DIR);
+        let open_path = path.clone();
+        let (opened, fields) = tokio::task::spawn_blocking(move || open_index(&open_path))
+            .await
+            .map_err(|e| MemoryError::Worker(e.to_string()))??;
+        let Opened { reader, writer } = opened;
+        let memory = LongTerm {
+            inner: Arc::new(Inner {
+                store,
+                path,
+                fields,
+                reader,
+                writer: Mutex::new(writer),
+                write_gate: tokio::sync::Mutex::new(()),
+            }),
+        };
+        let indexed = memory.inner.reader.searcher().num_docs();
+        let stored = memory.inner.store.fact_count().await?;
+        if u64::try_from(stored).ok() != Some(indexed) {
+            tracing::info!(
+                indexed,
+                stored,
+                "memory index out of step with the database; rebuilding"
+            );
+            memory.rebuild().await?;
+        }
+        Ok(memory)
+    }
+
+    /// Stores a fact (merging it into the same fact said before, tags unioned) and indexes it.
+    pub async fn remember(
+        &self,
+        text: &str,
+        tags: &[String],
+        source: &str,
+    ) -> Result<(Fact, Upsert), MemoryError> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(MemoryError::EmptyFact);
+        }
+        let chars = text.chars().count();
+        if chars > MAX_FACT_CHARS {
+            return Err(MemoryError::FactTooLong(chars));
+        }
+        let tags: Vec<String> = tags
+            .iter()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+            .collect();
+        let _gate = self.inner.write_gate.lock().await;
+        let (fact, how) = self.inner.store.upsert_fact(text, &tags, source).await?;
+        let doc_fact = fact.clone();
+        self.blocking(move |inner| {
+            inner.write(|writer, fields| {
+                // Merged or new, the fact has exactly one document: the latest version.
+                writer.delete_term(Term::from_field_text(fields.id, &doc_fact.id));
+                writer.add_document(document(fields, &doc_fact))?;
+                Ok(())
+            })
+        })
+        .await?;
+        Ok((fact, how))
+    }
+
+    /// The facts best matching `query` (any of its words), best first, at most `k`. Equal
+    /// scores put the most recently updated fact first.
+    pub async fn recall(&self, query: &str, k: usize) -> Result<Vec<Recalled>, MemoryError> {
+        let terms = tokenize::terms(query);
+        if terms.is_empty() || k == 0 {
+            return Ok(Vec::new());
+        }
+        let mut hits = self
+            .blocking(move |inner| inner.search(&terms, k + TIE_SLACK))
+            .await?;
+        // Equal scores are common for short facts. Keep every hit tied with the k-th, so the
+        // tie-break below (newest first) decides, not the index's internal document order,
+        // which changes when the index is rebuilt.
+        if let Some(&(_, kth)) = hits.get(k.saturating_sub(1)) {
+            hits.retain(|&(_, score)| score >= kth);
+        }
+        let mut out = Vec::with_capacity(hits.len());
+        for (id, score) in hits {
+            match self.inner.store.fact(&id).await {
+                Ok(fact) => out.push(Recalled { fact, score }),
+                // The index can only be ahead of the store after a crash between the two
+                // writes; the store is the truth, and the next open recounts and rebuilds.
+                Err(StoreError::NotFound { .. }) => {
+                    tracing::warn!(%id, "memory index names a fact the database does not have; skipping it");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        out.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then_with(|| b.fact.updated_at.cmp(&a.fact.updated_at))
+                .then_with(|| a.fact.id.cmp(&b.fact.id))
+        });
+        out.truncate(k);
+        Ok(out)
+    }
+
+    /// Deletes a fact from the store and the index. False when there was no such fact.
+    pub async fn forget(&self, id: &str) -> Result<bool, MemoryError> {
+        let _gate = self.inner.write_gate.lock().await;
+        let existed = self.inner.store.delete_fact(id).await?;
+        let id = id.to_string();
+        // Deleted from the index even when the store had no such row: that clears a stale
+        // document left by a crash.
+        self.blocking(move |inner| {
+            inner.write(|writer, fields| {
+                writer.delete_term(Term::from_field_text(fields.id, &id));
+                Ok(())
+            })
+        })
+        .await?;
+        Ok(existed)
+    }
+
+    /// Rebuilds the index from every fact in the store. Returns how many facts it indexed.
+    pub async fn rebuild(&self) -> Result<usize, MemoryError> {
+        let _gate = self.inner.write_gate.lock().await;
+        let facts = self.inner.store.all_facts().await?;
+        self.blocking(move |inner| {
+            inner.write(|writer, fields| {
+                writer.delete_all_documents()?;
+                for fact in &facts {
+                    writer.add_document(document(fields, fact))?;
+                }
+                Ok(facts.len())
+            })
+        })
+        .await
+    }
+
+    /// Runs tantivy work off the async threads: it does file I/O and CPU-bound scoring.
+    async fn blocking<T, F>(&self, work: F) -> Result<T, MemoryError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Inner) -> Result<T, MemoryError> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || work(&inner))
+            .await
+            .map_err(|e| MemoryError::Worker(e.to_string()))?
+    }
+}
+
+fn document(fields: Fields, fact: &Fact) -> TantivyDocument {
+    let mut doc = TantivyDocument::default();
+    doc.add_text(fields.id, &fact.id);
+    doc.add_text(fields.text, &fact.text);
+    for tag in &fact.tags {
+        doc.add_text(fields.tags, tag);
+    }
+    doc
+}
+
+impl Inner {
+    fn index_error(&self, source: TantivyError) -> MemoryError {
+        MemoryError::Index {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn lock_writer(&self) -> MutexGuard<'_, IndexWriter> {
+        // A panic while holding the lock leaves at most uncommitted operations behind, and
+        // `write` rolls those back before it starts.
+        self.writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Applies `change` and commits it, or rolls it back: a failed write leaves no half-applied
+    /// operations for the next commit to pick up. The reader is reloaded after a commit.
+    fn write<T>(
+        &self,
+        change: impl FnOnce(&mut IndexWriter, Fields) -> tantivy::Result<T>,
+    ) -> Result<T, MemoryError> {
+        let mut writer = self.lock_writer();
+        let result = change(&mut writer, self.fields).and_then(|value| {
+            writer.commit()?;
+            Ok(value)
+        });
+        match result {
+            Ok(value) => {
+                drop(writer);
+                self.reader.reload().map_err(|e| self.index_error(e))?;
+                Ok(value)
+            }
+            Err(e) => {
+                if let Err(rollback) = writer.rollback() {
+                    tracing::warn!(error = %rollback, "memory index rollback failed");
+                }
+                Err(self.index_error(e))
+            }
+        }
+    }
+
+    fn search(&self, terms: &[String], k: usize) -> Result<Vec<(String, f32)>, MemoryError> {
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::with_capacity(terms.len() * 2);
+        for term in terms {
+            for field in [self.fields.text, self.fields.tags] {
+                clauses.push((
+                    Occur::Should,
+                    Box::new(TermQuery::new(
+                        Term::from_field_text(field, term),
+                        IndexRecordOption::WithFreqs,
+                    )),
+                ));
+            }
+        }
+        let query = BooleanQuery::new(clauses);
+        let searcher = self.reader.searcher();
+        let top = searcher
+            .search(&query, &TopDocs::with_limit(k).order_by_score())
+            .map_err(|e| self.index_error(e))?;
+        let mut hits = Vec::with_capacity(top.len());
+        for (score, address) in top {
+            let doc: TantivyDocument = searcher.doc(address).map_err(|e| self.index_error(e))?;
+            if let Some(id) = doc.get_first(self.fields.id).and_then(|v| v.as_str()) {
+                hits.push((id.to_string(), score));
+            }
+        }
+        Ok(hits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn memory() -> (tempfile::TempDir, LongTerm) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open_in_memory().await.expect("store");
+        let memory = LongTerm::open(dir.path(), store).await.expect("open");
+        (dir, memory)
+    }
+
+    #[tokio::test]
+    async fn empty_and_overlong_facts_are_refused() {
+        let (_dir, memory) = memory().await;
+        assert!(matches!(
+            memory.remember("  \n", &[], "test").await,
+            Err(MemoryError::EmptyFact)
+        ));
+        let long = "字".repeat(MAX_FACT_CHARS + 1);
+        assert!(matches!(
+            memory.remember(&long, &[], "test").await,
+            Err(MemoryError::FactTooLong(n)) if n == MAX_FACT_CHARS + 1
+        ));
+        assert_eq!(memory.inner.store.fact_count().await.expect("count"), 0);
+    }
+
+    #[tokio::test]
+    async fn query_syntax_is_just_text() {
+        let (_dir, memory) = memory().await;
+        memory
+            .remember("The API key lives in the vault", &[], "test")
+            .await
+            .expect("remember");
+        for query in ["\"api", "key:", "(vault", "AND OR NOT", "*", "a:b:c \" ]"] {
+            memory.recall(query, 5).await.expect(query);
+        }
+        let found = memory.recall("key: \"vault", 5).await.expect("recall");
+        assert_eq!(found.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn empty_query_or_zero_k_finds_nothing() {
+        let (_dir, memory) = memory().await;
+        memory.remember("tea", &[], "test").await.expect("remember");
+        assert!(memory.recall("", 5).await.expect("recall").is_empty());
+        assert!(memory.recall(" ，。!", 5).await.expect("recall").is_empty());
+        assert!(memory.recall("tea", 0).await.expect("recall").is_empty());
+    }
+
+    #[tokio::test]
+    async fn tags_are_searchable() {
+        let (_dir, memory) = memory().await;
+        memory
+            .remember(
+                "Prefers aisle seats",
+                &["travel".into(), "航班".into()],
+                "test",
+            )
+            .await
+            .expect("remember");
+        assert_eq!(memory.recall("travel", 5).await.expect("recall").len(), 1);
+        assert_eq!(memory.recall("航班", 5).await.expect("recall").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_second_open_of_the_same_index_is_refused_not_wiped() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open_in_memory().await.expect("store");
+        let first = LongTerm::open(dir.path(), store.clone())
+            .await
+            .expect("open");
+        first.remember("kept", &[], "test").await.expect("remember");
+        let second = LongTerm::open(dir.path(), store).await;
+        assert!(matches!(second, Err(MemoryError::Locked { .. })));
+        assert_eq!(first.recall("kept", 5).await.expect("recall").len(), 1);
+    }
+}
