@@ -5,6 +5,7 @@
 //! services reached through narrow handles; `store` holds all SQL; `config` all settings.
 
 pub mod agent;
+pub mod app;
 pub mod cli;
 pub mod config;
 pub mod llm;

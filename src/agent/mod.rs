@@ -1,6 +1,294 @@
 //! The agent: the plan-execute-check loop, the task state machine and sub-agents.
 //!
 //! Owns: turning a task into model calls and tool calls until an answer, within `max_steps`
-//! and the task's wall-clock limit; recording every transition and step through the store.
+//! and the task's wall-clock limit; recording every transition and step through the store;
+//! the worker pool that takes pending tasks in order; cancellation.
 //! Must not: write SQL or HTTP itself; it reaches the model through `llm`, tools through the
-//! `tools` registry, and memory through `memory`.
+//! `tools` registry, and memory through `memory`. Each task owns its own message list.
+
+mod delegate;
+mod pool;
+pub mod prompt;
+mod run;
+
+pub use delegate::{DelegateTools, MAX_DEPTH};
+
+use crate::config::Settings;
+use crate::llm::Gateway;
+use crate::memory::LongTerm;
+use crate::store::{NewTask, Step, Store, StoreError, Task, TaskState};
+use crate::tools::Registry;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Notify, broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("the task text is empty; say what the agent should do")]
+    EmptyTask,
+    #[error("unknown model profile '{name}'; defined profiles: {known}")]
+    UnknownProfile { name: String, known: String },
+    #[error("task '{0}' not found; `hermes-agent tasks list` shows the ids")]
+    NotFound(String),
+    #[error("task '{id}' already {state}; only pending or running tasks can be cancelled")]
+    AlreadyFinished { id: String, state: TaskState },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A request to run a task.
+#[derive(Debug, Clone, Default)]
+pub struct Submit {
+    pub task: String,
+    /// `cli`, `api`, `job`, `agent`.
+    pub origin: String,
+    pub profile: Option<String>,
+    pub parent_id: Option<String>,
+    pub job_id: Option<String>,
+}
+
+/// A task reached a final state (announced to waiters: `wait: true`, jobs, sub-agents).
+#[derive(Debug, Clone)]
+pub struct TaskFinished {
+    pub id: String,
+    pub state: TaskState,
+}
+
+/// How one execution is shaped; the defaults are a top-level task.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Receives every trace row as it is recorded (the live timeline of `run`).
+    pub observer: Option<mpsc::UnboundedSender<Step>>,
+    /// A sub-agent's own tool list, within the global allowlist.
+    pub restrict: Option<Vec<String>>,
+    /// A sub-agent's system prompt.
+    pub agent_prompt: Option<String>,
+    /// Sub-agent nesting depth.
+    pub depth: u32,
+    /// Overrides `agent.task_timeout_s`.
+    pub timeout: Option<Duration>,
+}
+
+/// Why a running task was stopped from outside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopReason {
+    Cancelled,
+    Shutdown,
+}
+
+/// A running task's stop switch and why it was pulled (the first reason wins).
+struct Running {
+    stop: CancellationToken,
+    why: Arc<Mutex<Option<StopReason>>>,
+}
+
+/// The agent service: a cheap-to-clone handle shared by the CLI, the API, the scheduler and
+/// the delegate tool.
+#[derive(Clone)]
+pub struct Agent {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    settings: Settings,
+    store: Store,
+    gateway: Gateway,
+    registry: Registry,
+    /// Long-term facts; `None` when the index could not be opened (the agent still works).
+    memory: Option<LongTerm>,
+    /// Running tasks' stop switches, so the API can cancel one and shutdown can stop all.
+    running: Mutex<HashMap<String, Running>>,
+    /// Every finished task is announced here.
+    finished: broadcast::Sender<TaskFinished>,
+    /// Wakes an idle worker when a task is queued.
+    queued: Notify,
+}
+
+impl Agent {
+    pub fn new(
+        settings: Settings,
+        store: Store,
+        gateway: Gateway,
+        registry: Registry,
+        memory: Option<LongTerm>,
+    ) -> Agent {
+        let (finished, _) = broadcast::channel(1024);
+        Agent {
+            inner: Arc::new(Inner {
+                settings,
+                store,
+                gateway,
+                registry,
+                memory,
+                running: Mutex::new(HashMap::new()),
+                finished,
+                queued: Notify::new(),
+            }),
+        }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    pub fn memory(&self) -> Option<&LongTerm> {
+        self.inner.memory.as_ref()
+    }
+
+    /// Store a new pending task (it runs when [`Agent::execute`] or a worker takes it).
+    pub async fn create(&self, req: Submit) -> Result<Task, AgentError> {
+        let text = req.task.trim();
+        if text.is_empty() {
+            return Err(AgentError::EmptyTask);
+        }
+        let profile = match req.profile.as_deref() {
+            Some(p) if !p.is_empty() => p.to_string(),
+            _ => self.inner.settings.model.default_profile.clone(),
+        };
+        if !self.inner.settings.model.profiles.contains_key(&profile) {
+            let known: Vec<&str> = self
+                .inner
+                .settings
+                .model
+                .profiles
+                .keys()
+                .map(String::as_str)
+                .collect();
+            return Err(AgentError::UnknownProfile {
+                name: profile,
+                known: known.join(", "),
+            });
+        }
+        Ok(self
+            .inner
+            .store
+            .create_task(&NewTask {
+                task: text.to_string(),
+                origin: req.origin,
+                profile,
+                parent_id: req.parent_id,
+                job_id: req.job_id,
+            })
+            .await?)
+    }
+
+    /// Store a task and wake a worker of the pool to run it.
+    pub async fn submit(&self, req: Submit) -> Result<Task, AgentError> {
+        let task = self.create(req).await?;
+        self.inner.queued.notify_one();
+        Ok(task)
+    }
+
+    /// Wake an idle worker (a task was created some other way, e.g. by a job firing).
+    pub fn wake_workers(&self) {
+        self.inner.queued.notify_one();
+    }
+
+    /// Announcements of finished tasks. Subscribe before submitting to never miss one.
+    pub fn subscribe(&self) -> broadcast::Receiver<TaskFinished> {
+        self.inner.finished.subscribe()
+    }
+
+    /// Wait until `id` is finished (or `timeout` passes) and return it as it then is.
+    pub async fn wait(
+        &self,
+        id: &str,
+        mut rx: broadcast::Receiver<TaskFinished>,
+        timeout: Duration,
+    ) -> Result<Task, AgentError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let t = self.inner.store.task(id).await?;
+            if t.state.is_finished() {
+                return Ok(t);
+            }
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Err(_) => return Ok(self.inner.store.task(id).await?),
+                Ok(Ok(ev)) if ev.id != id => continue,
+                // Our task, or we lagged behind and must look again: re-read either way.
+                Ok(_) => continue,
+            }
+        }
+    }
+
+    /// Cancel a pending or running task.
+    pub async fn cancel(&self, id: &str) -> Result<Task, AgentError> {
+        let task = self
+            .inner
+            .store
+            .find_task(id)
+            .await?
+            .ok_or_else(|| AgentError::NotFound(id.to_string()))?;
+        if task.state.is_finished() {
+            return Err(AgentError::AlreadyFinished {
+                id: task.id,
+                state: task.state,
+            });
+        }
+        if !self.stop_running(&task.id, StopReason::Cancelled) {
+            // Not running here: a pending task is finished directly.
+            let outcome = run::outcome(
+                TaskState::Cancelled,
+                None,
+                Some("cancelled before it started".into()),
+                Some("cancelled"),
+                &run::Tally::default(),
+            );
+            if self.inner.store.finish_task(&task.id, &outcome).await? {
+                self.announce(&task.id, TaskState::Cancelled);
+            }
+        }
+        Ok(self.inner.store.task(&task.id).await?)
+    }
+
+    /// Stop every running task (daemon shutdown after the grace period): each ends `failed`
+    /// with reason `shutdown`. Returns how many were stopped.
+    pub fn stop_all_running(&self) -> usize {
+        let ids: Vec<String> = match self.inner.running.lock() {
+            Ok(map) => map.keys().cloned().collect(),
+            Err(_) => return 0,
+        };
+        ids.iter()
+            .filter(|id| self.stop_running(id, StopReason::Shutdown))
+            .count()
+    }
+
+    /// How many tasks are running in this process.
+    pub fn running_count(&self) -> usize {
+        self.inner.running.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
+    fn stop_running(&self, id: &str, why: StopReason) -> bool {
+        let Ok(map) = self.inner.running.lock() else {
+            return false;
+        };
+        match map.get(id) {
+            Some(running) => {
+                if let Ok(mut r) = running.why.lock() {
+                    r.get_or_insert(why);
+                }
+                running.stop.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn announce(&self, id: &str, state: TaskState) {
+        // No receivers is normal (nobody waiting).
+        let _ = self.inner.finished.send(TaskFinished {
+            id: id.to_string(),
+            state,
+        });
+    }
+}

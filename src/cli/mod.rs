@@ -3,10 +3,16 @@
 //!
 //! Must not: hold business logic; each command is a thin call into a part.
 
+mod client;
+mod commands;
+pub mod daemon;
 mod render;
+mod setup;
+
+pub use setup::render_unit;
 
 use crate::config::{Config, ConfigError, Sources};
-use crate::store::{Store, TaskFilter, TaskState};
+use crate::store::TaskState;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -202,37 +208,20 @@ fn sources(cli: &Cli) -> Sources {
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let src = sources(&cli);
+    if let Command::Config(ConfigCmd::Check) = cli.command {
+        return config_check(&src);
+    }
+    let config = Config::load(&src)?;
     match cli.command {
         Command::Config(ConfigCmd::Check) => config_check(&src),
-        Command::Tasks(cmd) => {
-            let config = Config::load(&src)?;
-            let store = Store::open(&config.data_dir).await?;
-            tasks(&store, cmd).await
-        }
-        Command::Serve
-        | Command::Run(_)
-        | Command::Jobs(_)
-        | Command::Memory(_)
-        | Command::Service(_)
-        | Command::Doctor => not_built(&cli.command),
+        Command::Serve => daemon::serve(config).await.map(|()| ExitCode::SUCCESS),
+        Command::Run(args) => commands::run(config, args).await,
+        Command::Tasks(cmd) => commands::tasks(config, cmd).await,
+        Command::Jobs(cmd) => commands::jobs(config, cmd).await,
+        Command::Memory(cmd) => commands::memory(config, cmd).await,
+        Command::Service(ServiceCmd::Install) => setup::service_install(&config),
+        Command::Doctor => setup::doctor(config).await,
     }
-}
-
-fn not_built(cmd: &Command) -> anyhow::Result<ExitCode> {
-    let name = match cmd {
-        Command::Serve => "serve",
-        Command::Run(_) => "run",
-        Command::Jobs(_) => "jobs",
-        Command::Memory(_) => "memory",
-        Command::Service(_) => "service",
-        Command::Doctor => "doctor",
-        _ => "this command",
-    };
-    eprintln!(
-        "hermes-agent {name}: not built yet in this version ({}); see README.md for what works today",
-        env!("CARGO_PKG_VERSION")
-    );
-    Ok(ExitCode::FAILURE)
 }
 
 fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
@@ -292,38 +281,5 @@ fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
             " (token set)"
         }
     );
-    Ok(ExitCode::SUCCESS)
-}
-
-async fn tasks(store: &Store, cmd: TasksCmd) -> anyhow::Result<ExitCode> {
-    match cmd {
-        TasksCmd::List { state, limit, json } => {
-            let list = store
-                .list_tasks(&TaskFilter {
-                    state,
-                    limit,
-                    ..Default::default()
-                })
-                .await?;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&serde_json::json!({ "tasks": list }))?
-                );
-            } else {
-                print!("{}", render::task_table(&list));
-            }
-        }
-        TasksCmd::Show { id, json } => {
-            let Some(record) = store.task_record(&id).await? else {
-                anyhow::bail!("no task '{id}'; `hermes-agent tasks list` shows the ids");
-            };
-            if json {
-                println!("{}", serde_json::to_string_pretty(&record)?);
-            } else {
-                print!("{}", render::task_timeline(&record.task, &record.steps));
-            }
-        }
-    }
     Ok(ExitCode::SUCCESS)
 }

@@ -85,7 +85,7 @@ pub struct Config {
 impl Config {
     /// Locate, read, expand, parse and validate the configuration.
     pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
-        let env: HashMap<String, String> = std::env::vars().collect();
+        let env = env_map();
         let (settings, source) = match locate_file(sources, &env) {
             Ok(path) => {
                 let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
@@ -116,6 +116,12 @@ impl Config {
             manifests_dir,
         }
     }
+}
+
+/// The process environment, for `${VAR}` expansion in files other than settings.yaml (tool
+/// manifests). Read here so that no other module touches the environment.
+pub fn env_map() -> HashMap<String, String> {
+    std::env::vars().collect()
 }
 
 /// The XDG config file path (`~/.config/hermes-agent/settings.yaml` on Linux).

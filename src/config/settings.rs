@@ -99,6 +99,8 @@ pub struct AgentSettings {
     pub task_timeout_s: u64,
     pub workers: u32,
     pub system_prompt_extra: String,
+    /// On SIGTERM, how long running tasks may go on before they are stopped (reason `shutdown`).
+    pub shutdown_grace_s: u64,
 }
 
 impl Default for AgentSettings {
@@ -108,6 +110,7 @@ impl Default for AgentSettings {
             task_timeout_s: 300,
             workers: 4,
             system_prompt_extra: String::new(),
+            shutdown_grace_s: 30,
         }
     }
 }

@@ -166,6 +166,59 @@ impl Gateway {
         self.parse_failures.load(Ordering::Relaxed)
     }
 
+    /// `doctor`'s check of a profile: can the server be reached, and does it list the model?
+    /// Uses `GET {base_url}/models`, which OpenAI-compatible servers answer without a model call.
+    pub async fn probe(&self, profile_name: &str) -> Result<String, String> {
+        let profile = self
+            .profiles
+            .get(profile_name)
+            .ok_or_else(|| format!("no profile '{profile_name}'"))?;
+        let url = format!("{}/models", profile.base_url.trim_end_matches('/'));
+        let mut req = self.client.get(&url).timeout(Duration::from_secs(5));
+        if !profile.api_key.is_empty() {
+            req = req.bearer_auth(&profile.api_key);
+        }
+        let resp = req.send().await.map_err(|e| {
+            format!(
+                "cannot reach {} ({}): is the model server running? (for Ollama: `ollama serve`), or set model.profiles.{profile_name}.base_url",
+                profile.base_url,
+                redact(&e.to_string(), &profile.api_key)
+            )
+        })?;
+        let status = resp.status();
+        if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+            return Err(format!(
+                "{} refused the API key ({status}); check model.profiles.{profile_name}.api_key",
+                profile.base_url
+            ));
+        }
+        if !status.is_success() {
+            return Ok(format!(
+                "{} answers (GET /models gave {status}); model {} not verified",
+                profile.base_url, profile.model
+            ));
+        }
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        let ids: Vec<&str> = body["data"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|m| m["id"].as_str()).collect())
+            .unwrap_or_default();
+        if ids.is_empty() || ids.contains(&profile.model.as_str()) {
+            Ok(format!(
+                "{} reachable, model {}",
+                profile.base_url, profile.model
+            ))
+        } else {
+            Err(format!(
+                "{} is reachable but does not list model {} (it has: {}); pull it (`ollama pull {}`) or change model.profiles.{profile_name}.model",
+                profile.base_url,
+                profile.model,
+                ids.join(", "),
+                profile.model
+            ))
+        }
+    }
+
     /// One model turn. `tools` are offered to the model; when empty no `tools` field is sent
     /// and calls written as text are not looked for (the model was offered nothing to call).
     pub async fn chat(

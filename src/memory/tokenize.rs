@@ -135,10 +135,10 @@ fn segment(text: &str) -> Vec<Token> {
             Class::Cjk => {
                 // A unigram and the bigram starting at the same character share a position:
                 // they are two views of the same spot, not two words in a row.
-                for j in start..i {
-                    tokens.push(token(text, chars[j].0, end_of(j + 1), position));
+                for (j, &(at, _)) in chars.iter().enumerate().take(i).skip(start) {
+                    tokens.push(token(text, at, end_of(j + 1), position));
                     if j + 1 < i {
-                        tokens.push(token(text, chars[j].0, end_of(j + 2), position));
+                        tokens.push(token(text, at, end_of(j + 2), position));
                     }
                     position += 1;
                 }

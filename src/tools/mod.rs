@@ -75,8 +75,8 @@ pub trait Tool: Send + Sync {
     ) -> BoxFuture<'a, Result<Value, ToolError>>;
 }
 
-pub mod builtin;
 pub mod breaker;
+pub mod builtin;
 pub mod manifest;
 pub mod registry;
 pub mod shape;

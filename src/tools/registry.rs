@@ -242,6 +242,16 @@ impl Registry {
         }
     }
 
+    /// Run one call with every check (allowlist, breaker, schema, timeout, retries) but no
+    /// shaping: the raw result, for code that reads it rather than a model (a job's precheck).
+    pub async fn call_raw(&self, call: &ToolCall, ctx: &ToolContext) -> Result<Value, ToolError> {
+        let mut attempts = 0;
+        self.run(call, ctx, None, &mut attempts)
+            .await
+            .map(|(_, value)| value)
+            .map_err(|r| r.error)
+    }
+
     fn allowed(&self, name: &str, restrict: Option<&[String]>) -> bool {
         self.0.settings.allows(name)
             && restrict.is_none_or(|r| r.iter().any(|a| a == "*" || a == name))

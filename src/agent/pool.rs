@@ -1,0 +1,61 @@
+//! The worker pool of the daemon: `agent.workers` tasks at once, the rest wait as `pending`
+//! and are taken oldest first. Pending tasks live in the store, not in a RAM queue, so a
+//! restart loses none and the queue cannot grow memory.
+
+use super::{Agent, RunOptions};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// How often an idle worker looks at the store even without a wake-up (tasks created by
+/// another process, e.g. `jobs run` while the daemon is up).
+const IDLE_POLL: Duration = Duration::from_secs(2);
+
+impl Agent {
+    /// Start `n` workers on `tracker`. They stop taking tasks when `stop` is cancelled; a task
+    /// already running finishes (or is stopped by [`Agent::stop_all_running`]).
+    pub fn spawn_workers(&self, n: usize, tracker: &TaskTracker, stop: CancellationToken) {
+        for worker in 0..n.max(1) {
+            let agent = self.clone();
+            let stop = stop.clone();
+            tracker.spawn(async move { agent.worker(worker, stop).await });
+        }
+    }
+
+    async fn worker(&self, worker: usize, stop: CancellationToken) {
+        while !stop.is_cancelled() {
+            let next = match self.inner.store.pending_tasks(8).await {
+                Ok(list) => list,
+                Err(e) => {
+                    tracing::error!(worker, error = %e, "cannot read pending tasks; retrying");
+                    Vec::new()
+                }
+            };
+            let mut ran = false;
+            for task in next {
+                if stop.is_cancelled() {
+                    return;
+                }
+                // execute() claims the task atomically; another worker may have won it.
+                match self.execute(&task.id, RunOptions::default()).await {
+                    Ok(t) if t.started_at.is_some() => ran = true,
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::error!(worker, task = %task.id, error = %e, "task could not run")
+                    }
+                }
+                if ran {
+                    break;
+                }
+            }
+            if ran {
+                continue;
+            }
+            tokio::select! {
+                _ = self.inner.queued.notified() => {}
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(IDLE_POLL) => {}
+            }
+        }
+    }
+}

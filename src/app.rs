@@ -1,0 +1,268 @@
+//! Wiring: builds the parts from a [`Config`] and connects them through their handles. The
+//! one place that knows every part; used by the CLI (`serve`, `run`, `jobs run`, ...) and tests.
+//!
+//! Must not: hold behaviour of its own beyond construction and the adapters that let the
+//! scheduler reach the agent and the notifier without depending on them.
+
+use crate::agent::{Agent, DelegateTools, RunOptions, Submit};
+use crate::config::{Config, env_map};
+use crate::llm::{Gateway, RetryPolicy, ToolCall};
+use crate::memory::LongTerm;
+use crate::notify::Notifier;
+use crate::scheduler::{Deliver, Scheduler, TaskRunner};
+use crate::store::{Job, NewNotice, Store, Task};
+use crate::tools::{RegistryBuilder, Tool, ToolContext, builtin, manifest};
+use futures::future::BoxFuture;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("model settings: {0}")]
+    Llm(#[from] crate::llm::LlmError),
+    #[error("notify settings: {0}")]
+    Notify(#[from] crate::notify::NotifyError),
+    #[error("tool manifests in {dir}: {source}")]
+    Manifest {
+        dir: std::path::PathBuf,
+        source: crate::tools::manifest::ManifestError,
+    },
+    #[error("tools: {0}")]
+    Registry(#[from] crate::tools::RegistryError),
+}
+
+/// How tasks created by job firings get run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobExecution {
+    /// The daemon: the worker pool runs them; firings wait for the result.
+    Pool,
+    /// No daemon (`jobs run` from the CLI): run in the caller's process.
+    Direct,
+}
+
+/// Every part, built and connected. Cheap to clone.
+#[derive(Clone)]
+pub struct App {
+    pub config: Arc<Config>,
+    pub store: Store,
+    pub agent: Agent,
+    pub notifier: Notifier,
+    pub scheduler: Scheduler,
+    pub memory: Option<LongTerm>,
+}
+
+/// Adjustments to the defaults, for tests and benchmarks (short retry delays, extra tools).
+#[derive(Default)]
+pub struct BuildOptions {
+    pub model_retry: Option<RetryPolicy>,
+    pub tool_backoff: Option<Duration>,
+    pub notify_retry: Option<crate::notify::RetryPolicy>,
+    /// Registered after the built-ins and manifests.
+    pub extra_tools: Vec<Arc<dyn Tool>>,
+}
+
+impl App {
+    pub async fn build(config: Config, mode: JobExecution) -> Result<App, AppError> {
+        App::build_with(config, mode, BuildOptions::default()).await
+    }
+
+    pub async fn build_with(
+        config: Config,
+        mode: JobExecution,
+        options: BuildOptions,
+    ) -> Result<App, AppError> {
+        let s = &config.settings;
+        let store = Store::open(&config.data_dir).await?;
+        let mut gateway = Gateway::new(&s.model)?;
+        if let Some(p) = options.model_retry {
+            gateway = gateway.with_retry(p);
+        }
+        // Memory is an aid, not a prerequisite: without its index the agent still works.
+        let memory = match LongTerm::open(&config.data_dir, store.clone()).await {
+            Ok(m) => Some(m),
+            Err(e) => {
+                tracing::warn!(error = %e, "long-term memory unavailable; continuing without it");
+                None
+            }
+        };
+        let mut notifier = Notifier::new(s.notify.clone(), store.clone())?;
+        if let Some(p) = options.notify_retry {
+            notifier = notifier.with_retry(p);
+        }
+        let agent_link: Arc<OnceLock<Agent>> = Arc::new(OnceLock::new());
+        let runner = Arc::new(AgentRunner {
+            agent: agent_link.clone(),
+            mode,
+        });
+        let scheduler = Scheduler::new(
+            s.scheduler.clone(),
+            store.clone(),
+            runner,
+            Arc::new(OutboxDeliver(notifier.clone())),
+        );
+
+        let mut tools = RegistryBuilder::new(s.tools.clone(), store.clone());
+        if let Some(b) = options.tool_backoff {
+            tools = tools.with_retry_backoff(b);
+        }
+        let delegate = DelegateTools::new();
+        let mut all = Vec::new();
+        all.extend(builtin::working::tools(store.clone()));
+        all.extend(builtin::web::tools(
+            s.tools.web_fetch.clone(),
+            store.clone(),
+        ));
+        all.extend(builtin::notify::tools(notifier.clone()));
+        all.extend(builtin::schedule::tools(scheduler.clone()));
+        if let Some(m) = &memory {
+            all.extend(builtin::memory::tools(m.clone()));
+        }
+        all.extend(delegate.tools(s));
+        let manifests =
+            manifest::load_dir(&config.manifests_dir, &env_map()).map_err(|source| {
+                AppError::Manifest {
+                    dir: config.manifests_dir.clone(),
+                    source,
+                }
+            })?;
+        all.extend(manifests);
+        all.extend(options.extra_tools);
+        for t in all {
+            tools.register(t)?;
+        }
+        let registry = tools.build();
+        let agent = Agent::new(s.clone(), store.clone(), gateway, registry, memory.clone());
+        delegate.bind(&agent);
+        let _ = agent_link.set(agent.clone());
+        Ok(App {
+            config: Arc::new(config),
+            store,
+            agent,
+            notifier,
+            scheduler,
+            memory,
+        })
+    }
+}
+
+/// The scheduler's way to run a firing's task.
+///
+/// The link is set right after the agent is built; the agent (through the schedule tools) holds
+/// the scheduler, which holds this runner: a cycle of handles that lives as long as the process.
+struct AgentRunner {
+    agent: Arc<OnceLock<Agent>>,
+    mode: JobExecution,
+}
+
+impl AgentRunner {
+    fn agent(&self) -> Result<&Agent, String> {
+        self.agent
+            .get()
+            .ok_or_else(|| "the agent is not ready yet".to_string())
+    }
+}
+
+impl TaskRunner for AgentRunner {
+    fn create<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            let agent = self.agent()?;
+            let task = agent
+                .create(Submit {
+                    task: job.task.clone(),
+                    origin: "job".into(),
+                    profile: job.profile.clone(),
+                    parent_id: None,
+                    job_id: Some(job.id.clone()),
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(task.id)
+        })
+    }
+
+    fn run<'a>(&'a self, task_id: &'a str) -> BoxFuture<'a, Result<Task, String>> {
+        Box::pin(async move {
+            let agent = self.agent()?;
+            match self.mode {
+                JobExecution::Direct => agent
+                    .execute(task_id, RunOptions::default())
+                    .await
+                    .map_err(|e| e.to_string()),
+                JobExecution::Pool => {
+                    let rx = agent.subscribe();
+                    agent.wake_workers();
+                    // The agent enforces the task's own limit; this wait only has to outlast
+                    // a queue in front of it.
+                    let limit = Duration::from_secs(24 * 3600);
+                    agent
+                        .wait(task_id, rx, limit)
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+            }
+        })
+    }
+
+    fn precheck<'a>(
+        &'a self,
+        tool: &'a str,
+        arguments: serde_json::Value,
+        job: &'a Job,
+    ) -> BoxFuture<'a, Result<serde_json::Value, String>> {
+        Box::pin(async move {
+            let agent = self.agent()?;
+            let ctx = ToolContext {
+                task_id: String::new(),
+                origin: "job".into(),
+                job_id: Some(job.id.clone()),
+                depth: 0,
+                profile: job.profile.clone().unwrap_or_default(),
+            };
+            let call = ToolCall {
+                id: "precheck".into(),
+                name: tool.to_string(),
+                arguments,
+            };
+            agent
+                .registry()
+                .call_raw(&call, &ctx)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// The scheduler's way to deliver a run's result: the notifier's durable outbox.
+struct OutboxDeliver(Notifier);
+
+impl Deliver for OutboxDeliver {
+    fn deliver<'a>(
+        &'a self,
+        channel: &'a str,
+        title: String,
+        text: String,
+        task_id: Option<&'a str>,
+        job_id: &'a str,
+        run_id: i64,
+    ) -> BoxFuture<'a, Result<i64, String>> {
+        Box::pin(async move {
+            self.0
+                .enqueue(NewNotice {
+                    channel: channel.to_string(),
+                    title,
+                    body: text,
+                    task_id: task_id.map(str::to_string),
+                    job_id: Some(job_id.to_string()),
+                    run_id: Some(run_id),
+                })
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn channels(&self) -> Vec<String> {
+        self.0.channels()
+    }
+}

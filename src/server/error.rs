@@ -1,0 +1,133 @@
+//! API errors: one type, converted to `{"error": {"code", "message"}}` in one place. Details of
+//! internal failures are logged, never sent.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+    pub fn conflict(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::CONFLICT, "conflict", message)
+    }
+    pub fn unavailable(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+    }
+    /// An unexpected failure: the cause goes to the log, the client gets a generic message.
+    pub fn internal(cause: impl std::fmt::Display) -> ApiError {
+        tracing::error!(error = %cause, "API request failed");
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error; the daemon's log has the details",
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> ApiError {
+        use crate::store::StoreError;
+        match e {
+            StoreError::NotFound { .. } => ApiError::not_found(e.to_string()),
+            StoreError::Conflict(m) => ApiError::conflict(m),
+            other => ApiError::internal(other),
+        }
+    }
+}
+
+impl From<crate::agent::AgentError> for ApiError {
+    fn from(e: crate::agent::AgentError) -> ApiError {
+        use crate::agent::AgentError;
+        match e {
+            AgentError::EmptyTask | AgentError::UnknownProfile { .. } => {
+                ApiError::bad_request(e.to_string())
+            }
+            AgentError::NotFound(_) => ApiError::not_found(e.to_string()),
+            AgentError::AlreadyFinished { .. } => ApiError::conflict(e.to_string()),
+            AgentError::Store(s) => s.into(),
+        }
+    }
+}
+
+/// Rejections of the JSON extractor (bad JSON, wrong content type, unknown fields, too big)
+/// become JSON errors too.
+impl From<axum::extract::rejection::JsonRejection> for ApiError {
+    fn from(r: axum::extract::rejection::JsonRejection) -> ApiError {
+        use axum::extract::rejection::JsonRejection as J;
+        let status = r.status();
+        let code = match &r {
+            J::JsonDataError(_) => "invalid_body",
+            J::JsonSyntaxError(_) => "bad_json",
+            J::MissingJsonContentType(_) => "unsupported_media_type",
+            _ if status == StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+            _ => "bad_request",
+        };
+        let message = match &r {
+            J::MissingJsonContentType(_) => {
+                "send the body as JSON with `Content-Type: application/json`".to_string()
+            }
+            _ if status == StatusCode::PAYLOAD_TOO_LARGE => {
+                format!("request body too large (limit {} bytes)", super::BODY_LIMIT)
+            }
+            other => other.body_text(),
+        };
+        // A body over the limit surfaces as a 400 with a "length limit" cause on some paths.
+        let (status, code, message) = if message.contains("length limit") {
+            (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("request body too large (limit {} bytes)", super::BODY_LIMIT),
+            )
+        } else {
+            (status, code, message)
+        };
+        ApiError::new(status, code, message)
+    }
+}
+
+impl From<axum::extract::rejection::QueryRejection> for ApiError {
+    fn from(r: axum::extract::rejection::QueryRejection) -> ApiError {
+        ApiError::bad_request(r.body_text())
+    }
+}
+
+impl From<crate::scheduler::SchedulerError> for ApiError {
+    fn from(e: crate::scheduler::SchedulerError) -> ApiError {
+        use crate::scheduler::SchedulerError;
+        if let SchedulerError::Store(s) = e {
+            return s.into();
+        }
+        let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+        if status.is_server_error() {
+            return ApiError::internal(e);
+        }
+        ApiError::new(status, e.code(), e.to_string())
+    }
+}

@@ -1,0 +1,317 @@
+//! The handlers: each validates its input, calls one part, and shapes the answer.
+
+use super::{ApiError, ApiState, MAX_TASK_CHARS};
+use crate::agent::Submit;
+use crate::memory::LongTerm;
+use crate::scheduler::JobRequest;
+use crate::store::{TaskFilter, TaskState};
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+type ApiResult<T = Response> = Result<T, ApiError>;
+
+pub async fn health(State(s): State<ApiState>) -> ApiResult {
+    let counts = s.agent.store().task_counts().await?;
+    let count = |st: TaskState| {
+        counts
+            .iter()
+            .find(|(k, _)| *k == st)
+            .map(|(_, n)| *n)
+            .unwrap_or(0)
+    };
+    Ok(Json(json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "running": s.agent.running_count(),
+        "pending": count(TaskState::Pending),
+        "memory": s.memory.is_some(),
+    }))
+    .into_response())
+}
+
+pub async fn not_found() -> ApiError {
+    ApiError::not_found("no such endpoint; see DESIGN.md §10 or README.md for the API")
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTask {
+    task: String,
+    #[serde(default)]
+    profile: Option<String>,
+    #[serde(default)]
+    wait: bool,
+}
+
+fn check_task_text(text: &str) -> ApiResult<()> {
+    if text.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "`task` is empty; say what the agent should do",
+        ));
+    }
+    let n = text.chars().count();
+    if n > MAX_TASK_CHARS {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("`task` has {n} characters; the limit is {MAX_TASK_CHARS}"),
+        ));
+    }
+    Ok(())
+}
+
+pub async fn create_task(
+    State(s): State<ApiState>,
+    body: Result<Json<CreateTask>, JsonRejection>,
+) -> ApiResult {
+    let Json(req) = body?;
+    check_task_text(&req.task)?;
+    // Subscribe before submitting, so a fast task cannot finish unseen.
+    let rx = s.agent.subscribe();
+    let task = s
+        .agent
+        .submit(Submit {
+            task: req.task,
+            origin: "api".into(),
+            profile: req.profile,
+            ..Default::default()
+        })
+        .await?;
+    if !req.wait {
+        return Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({"id": task.id, "state": task.state})),
+        )
+            .into_response());
+    }
+    // Long enough for a queue ahead of it plus its own limit; the task's own limit is enforced
+    // by the agent, this only bounds the HTTP wait.
+    let limit = Duration::from_secs(s.agent.settings().agent.task_timeout_s.saturating_mul(3) + 30);
+    let done = s.agent.wait(&task.id, rx, limit).await?;
+    let record = s
+        .agent
+        .store()
+        .task_record(&done.id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("task '{}' vanished", done.id)))?;
+    let status = if done.state.is_finished() {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((status, Json(record)).into_response())
+}
+
+pub async fn get_task(State(s): State<ApiState>, Path(id): Path<String>) -> ApiResult {
+    match s.agent.store().task_record(&id).await? {
+        Some(r) => Ok(Json(r).into_response()),
+        None => Err(ApiError::not_found(format!("task '{id}' not found"))),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListTasks {
+    state: Option<String>,
+    limit: Option<i64>,
+    job_id: Option<String>,
+}
+
+pub async fn list_tasks(
+    State(s): State<ApiState>,
+    q: Result<Query<ListTasks>, QueryRejection>,
+) -> ApiResult {
+    let Query(q) = q?;
+    let state = match q.state.as_deref() {
+        None | Some("") => None,
+        Some(v) => Some(v.parse::<TaskState>().map_err(ApiError::bad_request)?),
+    };
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::bad_request("`limit` must be between 1 and 1000"));
+    }
+    let tasks = s
+        .agent
+        .store()
+        .list_tasks(&TaskFilter {
+            state,
+            job_id: q.job_id,
+            limit,
+        })
+        .await?;
+    Ok(Json(json!({ "tasks": tasks })).into_response())
+}
+
+pub async fn cancel_task(State(s): State<ApiState>, Path(id): Path<String>) -> ApiResult {
+    let t = s.agent.cancel(&id).await?;
+    Ok(Json(json!({"id": t.id, "state": t.state, "reason": t.reason})).into_response())
+}
+
+pub async fn list_jobs(State(s): State<ApiState>) -> ApiResult {
+    let jobs = s.scheduler.list().await?;
+    Ok(Json(json!({ "jobs": jobs })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateJob {
+    task: String,
+    schedule: String,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    timezone: Option<String>,
+    #[serde(default)]
+    notify: Vec<String>,
+    #[serde(default)]
+    profile: Option<String>,
+    #[serde(default)]
+    precheck: Option<Value>,
+}
+
+pub async fn create_job(
+    State(s): State<ApiState>,
+    body: Result<Json<CreateJob>, JsonRejection>,
+) -> ApiResult {
+    let Json(req) = body?;
+    check_task_text(&req.task)?;
+    if let Some(p) = req.profile.as_deref()
+        && !s.agent.settings().model.profiles.contains_key(p)
+    {
+        return Err(ApiError::bad_request(format!(
+            "unknown model profile '{p}'"
+        )));
+    }
+    let job = s
+        .scheduler
+        .add(
+            JobRequest {
+                task: req.task,
+                schedule: req.schedule,
+                name: req.name,
+                timezone: req.timezone,
+                notify: req.notify,
+                profile: req.profile,
+                precheck: req.precheck,
+            },
+            "api",
+        )
+        .await?;
+    let view = s.scheduler.view(job).await?;
+    Ok((StatusCode::CREATED, Json(view)).into_response())
+}
+
+pub async fn delete_job(State(s): State<ApiState>, Path(id): Path<String>) -> ApiResult {
+    if s.scheduler.remove(&id).await? {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(ApiError::not_found(format!("job '{id}' not found")))
+    }
+}
+
+pub async fn run_job(State(s): State<ApiState>, Path(id): Path<String>) -> ApiResult {
+    let task_id = s.scheduler.run_now(&id).await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({ "task_id": task_id }))).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limit {
+    limit: Option<i64>,
+}
+
+pub async fn job_runs(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+    q: Result<Query<Limit>, QueryRejection>,
+) -> ApiResult {
+    let Query(q) = q?;
+    let runs = s.scheduler.runs(&id, q.limit.unwrap_or(50)).await?;
+    Ok(Json(json!({ "runs": runs })).into_response())
+}
+
+fn memory(s: &ApiState) -> ApiResult<&LongTerm> {
+    s.memory.as_ref().ok_or_else(|| {
+        ApiError::unavailable(
+            "long-term memory is unavailable (its index could not be opened; see the daemon's log)",
+        )
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Search {
+    #[serde(default)]
+    q: String,
+    k: Option<usize>,
+}
+
+pub async fn search_memory(
+    State(s): State<ApiState>,
+    q: Result<Query<Search>, QueryRejection>,
+) -> ApiResult {
+    let Query(q) = q?;
+    let k = q.k.unwrap_or(5);
+    if !(1..=100).contains(&k) {
+        return Err(ApiError::bad_request("`k` must be between 1 and 100"));
+    }
+    let found = memory(&s)?
+        .recall(&q.q, k)
+        .await
+        .map_err(ApiError::internal)?;
+    let facts: Vec<Value> = found
+        .iter()
+        .map(|r| {
+            json!({"id": r.fact.id, "text": r.fact.text, "tags": r.fact.tags,
+                   "score": r.score, "created_at": r.fact.created_at})
+        })
+        .collect();
+    Ok(Json(json!({ "facts": facts })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddFact {
+    text: String,
+    #[serde(default)]
+    tags: Vec<String>,
+}
+
+pub async fn add_memory(
+    State(s): State<ApiState>,
+    body: Result<Json<AddFact>, JsonRejection>,
+) -> ApiResult {
+    let Json(req) = body?;
+    if req.text.trim().is_empty() {
+        return Err(ApiError::bad_request("`text` is empty"));
+    }
+    if req.text.chars().count() > 2000 {
+        return Err(ApiError::bad_request(
+            "`text` is over 2000 characters; store one fact at a time",
+        ));
+    }
+    let (fact, how) = memory(&s)?
+        .remember(&req.text, &req.tags, "api")
+        .await
+        .map_err(ApiError::internal)?;
+    let merged = matches!(how, crate::store::Upsert::Merged);
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"id": fact.id, "merged": merged})),
+    )
+        .into_response())
+}
+
+pub async fn forget_memory(State(s): State<ApiState>, Path(id): Path<String>) -> ApiResult {
+    if memory(&s)?.forget(&id).await.map_err(ApiError::internal)? {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(ApiError::not_found(format!("fact '{id}' not found")))
+    }
+}

@@ -1,0 +1,498 @@
+//! The agent loop end to end: a scripted OpenAI-compatible model server on loopback, real
+//! tools, the real store. Every test reads the stored trace, as a person would with `tasks show`.
+
+mod common;
+
+use axum::Json;
+use axum::routing::post;
+use futures::future::BoxFuture;
+use hermes_agent::agent::{RunOptions, Submit};
+use hermes_agent::config::WebhookSettings;
+use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_agent::store::{StepKind, TaskState};
+use hermes_agent::tools::{Tool, ToolContext, ToolError};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A lookup tool: returns a price for the query.
+struct Lookup {
+    schema: Value,
+}
+
+impl Lookup {
+    fn tool() -> Arc<dyn Tool> {
+        Arc::new(Lookup {
+            schema: json!({"type": "object", "properties": {"query": {"type": "string"}},
+                           "required": ["query"], "additionalProperties": false}),
+        })
+    }
+}
+
+impl Tool for Lookup {
+    fn name(&self) -> &str {
+        "lookup"
+    }
+    fn description(&self) -> &str {
+        "Look up a product's price."
+    }
+    fn parameters(&self) -> &Value {
+        &self.schema
+    }
+    fn call<'a>(
+        &'a self,
+        args: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move { Ok(json!({"query": args["query"], "price": "12 EUR"})) })
+    }
+}
+
+/// A tool that never answers.
+struct Hang {
+    schema: Value,
+}
+
+impl Tool for Hang {
+    fn name(&self) -> &str {
+        "hang"
+    }
+    fn description(&self) -> &str {
+        "Never returns."
+    }
+    fn parameters(&self) -> &Value {
+        &self.schema
+    }
+    fn timeout(&self) -> Option<Duration> {
+        Some(Duration::from_millis(200))
+    }
+    fn call<'a>(
+        &'a self,
+        _args: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(Value::Null)
+        })
+    }
+}
+
+/// A tool whose result is 5 MB of text.
+struct Huge {
+    schema: Value,
+}
+
+impl Tool for Huge {
+    fn name(&self) -> &str {
+        "huge"
+    }
+    fn description(&self) -> &str {
+        "Returns a very large document."
+    }
+    fn parameters(&self) -> &Value {
+        &self.schema
+    }
+    fn call<'a>(
+        &'a self,
+        _args: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            Ok(Value::String(
+                "lorem ipsum dolor ".repeat(5 * 1024 * 1024 / 18),
+            ))
+        })
+    }
+}
+
+fn empty_schema() -> Value {
+    json!({"type": "object", "properties": {}, "additionalProperties": false})
+}
+
+fn test_tools() -> Vec<Arc<dyn Tool>> {
+    vec![
+        Lookup::tool(),
+        Arc::new(Hang {
+            schema: empty_schema(),
+        }),
+        Arc::new(Huge {
+            schema: empty_schema(),
+        }),
+    ]
+}
+
+async fn run_task(t: &common::TestApp, text: &str) -> hermes_agent::store::TaskRecord {
+    let task = t
+        .app
+        .agent
+        .create(Submit {
+            task: text.into(),
+            origin: "cli".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    t.app
+        .agent
+        .execute(&task.id, RunOptions::default())
+        .await
+        .unwrap();
+    t.app.store.task_record(&task.id).await.unwrap().unwrap()
+}
+
+/// The text of every message of a recorded model request.
+fn request_text(req: &Value) -> String {
+    serde_json::to_string(&req["messages"]).unwrap()
+}
+
+#[tokio::test]
+async fn a_two_tool_task_looks_up_then_notifies_and_every_step_is_traced() {
+    // A real webhook receiver on loopback.
+    let received: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let sink = received.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        post(move |Json(v): Json<Value>| {
+            let sink = sink.clone();
+            async move {
+                sink.lock().unwrap().push(v);
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook_url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let model = ScriptedModel::start(vec![
+        Reply::tool_calls(&[("lookup", json!({"query": "oolong tea"}))]),
+        Reply::tool_calls(&[(
+            "notify",
+            json!({"channel": "hook", "title": "Price", "text": "Oolong tea costs 12 EUR."}),
+        )]),
+        Reply::text("Oolong tea costs 12 EUR; I sent you a notice."),
+    ])
+    .await;
+    let mut s = common::settings(&model.base_url());
+    s.notify.webhooks.insert(
+        "hook".into(),
+        WebhookSettings {
+            url: hook_url,
+            secret: String::new(),
+        },
+    );
+    let t = common::app(s, test_tools()).await;
+    let r = run_task(&t, "Look up the price of oolong tea, then notify me").await;
+
+    assert_eq!(r.task.state, TaskState::Succeeded, "{:?}", r.task.error);
+    assert_eq!(
+        r.task.answer.as_deref(),
+        Some("Oolong tea costs 12 EUR; I sent you a notice.")
+    );
+    let kinds: Vec<(StepKind, &str)> = r.steps.iter().map(|s| (s.kind, s.name.as_str())).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (StepKind::Model, "fast"),
+            (StepKind::Tool, "lookup"),
+            (StepKind::Model, "fast"),
+            (StepKind::Tool, "notify"),
+            (StepKind::Model, "fast"),
+        ]
+    );
+    assert!(r.steps[1].output.as_deref().unwrap().contains("12 EUR"));
+    assert!(r.steps.iter().all(|s| s.error.is_none()), "{:?}", r.steps);
+    assert!(r.task.prompt_tokens > 0);
+
+    // The second model request carried the lookup result as delimited data.
+    let requests = model.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(request_text(&requests[1]).contains("tool_result"));
+    assert!(request_text(&requests[1]).contains("12 EUR"));
+
+    // The notice was stored, then delivered to the receiver.
+    assert_eq!(
+        t.app
+            .store
+            .notices_for_task(&r.task.id)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(t.app.notifier.deliver_due().await, 1);
+    let got = received.lock().unwrap().clone();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0]["text"], "Oolong tea costs 12 EUR.");
+    assert_eq!(got[0]["task_id"], r.task.id.as_str());
+}
+
+#[tokio::test]
+async fn schema_invalid_arguments_get_a_precise_error_and_the_model_corrects_itself() {
+    let model = ScriptedModel::start(vec![
+        Reply::tool_calls(&[("lookup", json!({"query": 42}))]),
+        Reply::tool_calls(&[("lookup", json!({"query": "tea"}))]),
+        Reply::text("12 EUR"),
+    ])
+    .await;
+    let t = common::app(common::settings(&model.base_url()), test_tools()).await;
+    let r = run_task(&t, "price of tea?").await;
+    assert_eq!(r.task.state, TaskState::Succeeded);
+    let first_tool = &r.steps[1];
+    let err = first_tool
+        .error
+        .as_deref()
+        .expect("the bad call is an error");
+    assert!(err.contains("query"), "{err}");
+    assert!(r.steps[3].error.is_none());
+    assert!(request_text(&model.requests()[1]).contains("tool_error"));
+}
+
+#[tokio::test]
+async fn tools_outside_the_allowlist_are_neither_offered_nor_run_and_unknown_tools_are_refused() {
+    let model = ScriptedModel::start(vec![
+        Reply::tool_calls(&[("hang", json!({})), ("teleport", json!({"to": "mars"}))]),
+        Reply::text("I could not do that."),
+    ])
+    .await;
+    let mut s = common::settings(&model.base_url());
+    s.tools.allowlist = vec!["lookup".into()];
+    let t = common::app(s, test_tools()).await;
+    let r = run_task(&t, "do something forbidden").await;
+    assert_eq!(r.task.state, TaskState::Succeeded);
+    let offered: Vec<String> = model.requests()[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(offered, vec!["lookup".to_string()]);
+    let hang = r.steps.iter().find(|s| s.name == "hang").unwrap();
+    assert!(
+        hang.error.as_deref().unwrap().contains("not allowed"),
+        "{hang:?}"
+    );
+    assert!(hang.duration_ms < 100, "a refused call does not run");
+    let teleport = r.steps.iter().find(|s| s.name == "teleport").unwrap();
+    assert!(
+        teleport.error.as_deref().unwrap().contains("unknown tool"),
+        "{teleport:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_hanging_tool_times_out_and_the_task_goes_on() {
+    let model = ScriptedModel::start(vec![
+        Reply::tool_calls(&[("hang", json!({})), ("lookup", json!({"query": "x"}))]),
+        Reply::text("the lookup worked, the other tool timed out"),
+    ])
+    .await;
+    let t = common::app(common::settings(&model.base_url()), test_tools()).await;
+    let started = Instant::now();
+    let r = run_task(&t, "try both").await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(r.task.state, TaskState::Succeeded);
+    let hang = r.steps.iter().find(|s| s.name == "hang").unwrap();
+    assert!(
+        hang.error.as_deref().unwrap().contains("timed out"),
+        "{hang:?}"
+    );
+    // Both calls of the step ran concurrently: the step took about one timeout, not more.
+    assert!(hang.duration_ms < 1000, "{hang:?}");
+}
+
+#[tokio::test]
+async fn a_5_mb_tool_result_never_reaches_the_model_whole() {
+    let model = ScriptedModel::start(vec![
+        Reply::tool_calls(&[("huge", json!({}))]),
+        Reply::tool_calls(&[("read_working_memory", json!({"key": "PLACEHOLDER"}))]),
+        Reply::text("read it"),
+    ])
+    .await;
+    let t = common::app(common::settings(&model.base_url()), test_tools()).await;
+    let r = run_task(&t, "read the big document").await;
+    let second = serde_json::to_string(&model.requests()[1]).unwrap();
+    assert!(
+        second.len() < 20_000,
+        "the model got {} bytes",
+        second.len()
+    );
+    assert!(
+        second.contains("truncated"),
+        "the cut is visible to the model"
+    );
+    assert!(
+        second.contains("wm_"),
+        "the model is told the working-memory key"
+    );
+    assert_eq!(r.task.state, TaskState::Succeeded);
+}
+
+#[tokio::test]
+async fn max_steps_exhaustion_fails_the_task_with_its_reason() {
+    let model = ScriptedModel::start_with(|_req: &Value| {
+        Reply::tool_calls(&[("lookup", json!({"query": "again"}))])
+    })
+    .await;
+    let mut s = common::settings(&model.base_url());
+    s.agent.max_steps = 3;
+    let t = common::app(s, test_tools()).await;
+    let r = run_task(&t, "loop forever").await;
+    assert_eq!(r.task.state, TaskState::Failed);
+    assert_eq!(r.task.reason.as_deref(), Some("max_steps"));
+    assert!(r.task.error.as_deref().unwrap().contains("agent.max_steps"));
+    assert_eq!(model.request_count(), 3);
+}
+
+#[tokio::test]
+async fn text_fallback_tool_calls_with_chinese_arguments_run() {
+    let model = ScriptedModel::start(vec![
+        Reply::content(
+            "我来查一下。\n<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"query\": \"乌龙茶\",}}\n</tool_call>",
+        ),
+        Reply::content("```json\n{\"name\": \"lookup\", \"arguments\": {\"query\": \"绿茶\"}}\n```"),
+        Reply::text("乌龙茶 12 EUR"),
+    ])
+    .await;
+    let t = common::app(common::settings(&model.base_url()), test_tools()).await;
+    let r = run_task(&t, "乌龙茶多少钱？").await;
+    assert_eq!(r.task.state, TaskState::Succeeded, "{:?}", r.steps);
+    let tools: Vec<&str> = r
+        .steps
+        .iter()
+        .filter(|s| s.kind == StepKind::Tool)
+        .map(|s| s.arguments.as_deref().unwrap())
+        .collect();
+    assert_eq!(tools.len(), 2);
+    assert!(
+        tools[0].contains("乌龙茶") && tools[1].contains("绿茶"),
+        "{tools:?}"
+    );
+    assert_eq!(r.task.parse_failures, 0);
+}
+
+#[tokio::test]
+async fn unparseable_output_becomes_a_plain_answer_and_is_counted() {
+    let model = ScriptedModel::start(vec![Reply::content(
+        "<tool_call>{\"name\": \"lookup\", \"arguments\": {\"query\": </tool_call>",
+    )])
+    .await;
+    let t = common::app(common::settings(&model.base_url()), test_tools()).await;
+    let r = run_task(&t, "anything").await;
+    assert_eq!(r.task.state, TaskState::Succeeded);
+    assert_eq!(r.task.parse_failures, 1);
+    assert!(r.steps[0].error.as_deref().unwrap().contains("unparseable"));
+}
+
+#[tokio::test]
+async fn concurrent_tasks_never_see_each_others_messages() {
+    // The scripted model answers from what each request contains, so any cross-talk shows up
+    // as a wrong answer or a foreign task text in a request.
+    let model = ScriptedModel::start_with(|req: &Value| {
+        let msgs = req["messages"].as_array().cloned().unwrap_or_default();
+        let user = msgs
+            .iter()
+            .find(|m| m["role"] == "user")
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or("")
+            .to_string();
+        let has_tool = msgs.iter().any(|m| m["role"] == "tool");
+        let r = if has_tool {
+            Reply::text(&format!("done: {user}"))
+        } else {
+            Reply::tool_calls(&[("lookup", json!({"query": user}))])
+        };
+        Reply::Delay(Duration::from_millis(20), Box::new(r))
+    })
+    .await;
+    let t = common::app(common::settings(&model.base_url()), test_tools()).await;
+    let mut handles = Vec::new();
+    for i in 0..10 {
+        let agent = t.app.agent.clone();
+        handles.push(tokio::spawn(async move {
+            let task = agent
+                .create(Submit {
+                    task: format!("task number {i}"),
+                    origin: "api".into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            agent
+                .execute(&task.id, RunOptions::default())
+                .await
+                .unwrap()
+        }));
+    }
+    for (i, h) in handles.into_iter().enumerate() {
+        let done = h.await.unwrap();
+        assert_eq!(done.state, TaskState::Succeeded);
+        assert_eq!(
+            done.answer.as_deref(),
+            Some(format!("done: task number {i}").as_str())
+        );
+    }
+    for req in model.requests() {
+        let text = request_text(&req);
+        let mentioned = (0..10)
+            .filter(|i| text.contains(&format!("task number {i}\"")))
+            .count();
+        assert_eq!(mentioned, 1, "a request mixed tasks: {text}");
+    }
+}
+
+#[tokio::test]
+async fn a_model_server_that_is_down_fails_the_task_with_advice() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    drop(listener);
+    let t = common::app(common::settings(&url), test_tools()).await;
+    let r = run_task(&t, "hello").await;
+    assert_eq!(r.task.state, TaskState::Failed);
+    assert_eq!(r.task.reason.as_deref(), Some("model"));
+    let err = r.task.error.unwrap();
+    assert!(err.contains("base_url") || err.contains("Ollama"), "{err}");
+}
+
+#[tokio::test]
+async fn a_task_over_its_wall_clock_limit_fails_with_reason_timeout() {
+    let model = ScriptedModel::start(vec![Reply::Delay(
+        Duration::from_secs(4),
+        Box::new(Reply::text("too late")),
+    )])
+    .await;
+    let mut s = common::settings(&model.base_url());
+    s.agent.task_timeout_s = 1;
+    let t = common::app(s, test_tools()).await;
+    let r = run_task(&t, "slow").await;
+    assert_eq!(r.task.state, TaskState::Failed);
+    assert_eq!(r.task.reason.as_deref(), Some("timeout"));
+}
+
+#[tokio::test]
+async fn a_running_task_can_be_cancelled() {
+    let model = ScriptedModel::start(vec![Reply::Delay(
+        Duration::from_secs(4),
+        Box::new(Reply::text("too late")),
+    )])
+    .await;
+    let t = common::app(common::settings(&model.base_url()), test_tools()).await;
+    let task = t
+        .app
+        .agent
+        .create(Submit {
+            task: "slow".into(),
+            origin: "api".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let agent = t.app.agent.clone();
+    let id = task.id.clone();
+    let run = tokio::spawn(async move { agent.execute(&id, RunOptions::default()).await });
+    assert!(model.wait_for_requests(1, Duration::from_secs(5)).await);
+    t.app.agent.cancel(&task.id).await.unwrap();
+    let done = run.await.unwrap().unwrap();
+    assert_eq!(done.state, TaskState::Cancelled);
+}

@@ -1,0 +1,64 @@
+//! Shared set-up for the integration tests: settings pointing at a scripted model server on
+//! loopback, and an [`App`] on a temporary data dir.
+#![allow(dead_code)]
+
+use hermes_agent::app::{App, BuildOptions, JobExecution};
+use hermes_agent::config::{Config, Settings};
+use hermes_agent::llm::RetryPolicy;
+use hermes_agent::tools::Tool;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Settings whose every profile talks to `model_url`, with fast retries and no manifests.
+pub fn settings(model_url: &str) -> Settings {
+    let mut s = Settings::default();
+    for p in s.model.profiles.values_mut() {
+        p.base_url = model_url.to_string();
+        p.timeout_s = 5;
+    }
+    s.tools.manifests_dir = "/nonexistent-hermes-test-tools".into();
+    s.tools.web_fetch.allow_private = true;
+    // Tests script every model call; a summary call would consume a scripted reply.
+    s.context.summary_enabled = false;
+    s.scheduler.timezone = "UTC".into();
+    s
+}
+
+pub fn fast_retry() -> RetryPolicy {
+    RetryPolicy {
+        max_retries: 2,
+        base_delay: Duration::from_millis(5),
+        max_delay: Duration::from_millis(20),
+    }
+}
+
+pub struct TestApp {
+    pub app: App,
+    pub dir: tempfile::TempDir,
+}
+
+pub async fn app(settings: Settings, extra_tools: Vec<Arc<dyn Tool>>) -> TestApp {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let app = app_in(settings, extra_tools, dir.path()).await;
+    TestApp { app, dir }
+}
+
+pub async fn app_in(
+    settings: Settings,
+    extra_tools: Vec<Arc<dyn Tool>>,
+    dir: &std::path::Path,
+) -> App {
+    let config = Config::from_settings(settings, dir.to_path_buf());
+    App::build_with(
+        config,
+        JobExecution::Direct,
+        BuildOptions {
+            model_retry: Some(fast_retry()),
+            tool_backoff: Some(Duration::from_millis(5)),
+            extra_tools,
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("app builds")
+}
