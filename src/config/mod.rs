@@ -213,7 +213,7 @@ pub fn parse(
         Ok(s) => s.unwrap_or_default(),
         Err(e) => {
             let line = e.location().map(|l| l.line());
-            let message = clean_message(&e.to_string());
+            let message = yaml_error_message(&e.to_string());
             return Err(ConfigError::Invalid {
                 path: path.to_path_buf(),
                 line,
@@ -222,21 +222,25 @@ pub fn parse(
             });
         }
     };
-    if let Err(v) = settings.validate() {
-        let keys: Vec<&str> = v.key.split('.').collect();
-        return Err(ConfigError::Invalid {
-            path: path.to_path_buf(),
-            line: locate::line_of_key(text, &keys),
-            key: Some(v.key),
-            message: v.message,
-        });
-    }
+    let settings = expand_quoted(settings, env).and_then(|s| s.validate().map(|()| s));
+    let settings = match settings {
+        Ok(s) => s,
+        Err(v) => {
+            let keys: Vec<&str> = v.key.split('.').collect();
+            return Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                line: locate::line_of_key(text, &keys),
+                key: (!v.key.is_empty()).then_some(v.key),
+                message: v.message,
+            });
+        }
+    };
     Ok(settings)
 }
 
-/// serde-saphyr appends its own "at line X column Y" (we print the location ourselves) and
-/// names Rust types; say it in the user's terms instead.
-fn clean_message(raw: &str) -> String {
+/// A serde-saphyr error in the user's terms: its own "at line X column Y" dropped (callers
+/// print the location in front) and Rust type names replaced by what to write.
+pub(crate) fn yaml_error_message(raw: &str) -> String {
     let first = raw.lines().next().unwrap_or(raw).trim();
     let first = match first.find(" at line ") {
         Some(i) => &first[..i],
@@ -246,13 +250,11 @@ fn clean_message(raw: &str) -> String {
         .strip_prefix("missing property `")
         .and_then(|r| r.strip_suffix('`'))
     {
-        return format!(
-            "environment variable {name} is not set (the file uses ${{{name}}}); export it, or put it in the service's EnvironmentFile"
-        );
+        return unset_var_message(name);
     }
     let expected = match first {
-        "invalid u8" | "invalid u16" | "invalid u32" | "invalid u64" => {
-            Some("expected a whole number (0 or more)")
+        "invalid u8" | "invalid u16" | "invalid u32" | "invalid u64" | "invalid usize" => {
+            Some("expected a whole number (0 or more), e.g. 5")
         }
         "invalid i32" | "invalid i64" => Some("expected a whole number"),
         "invalid f32" | "invalid f64" => Some("expected a number"),
@@ -263,6 +265,93 @@ fn clean_message(raw: &str) -> String {
         Some(e) => format!("{first}: {e}"),
         None => first.to_string(),
     }
+}
+
+fn unset_var_message(name: &str) -> String {
+    format!(
+        "environment variable {name} is not set (the file uses ${{{name}}}); export it, put it in the service's EnvironmentFile, or write ${{{name}:-default}}"
+    )
+}
+
+/// Expand `${NAME}` and `${NAME:-default}` from `env`. The YAML parser expands plain scalars
+/// itself; this covers quoted ones (`"Bearer ${TOKEN}"`) too. An unset or empty name without a
+/// default is an error, never a silent empty string. Text that is not `${IDENT}` stays as is.
+pub fn expand_vars(s: &str, env: &HashMap<String, String>) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(start) = rest.find("${") {
+        let Some(len) = rest[start + 2..].find('}') else {
+            break;
+        };
+        let inner = &rest[start + 2..start + 2 + len];
+        let (name, default) = match inner.split_once(":-") {
+            Some((n, d)) => (n, Some(d)),
+            None => (inner, None),
+        };
+        let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            out.push_str(&rest[..start + 2]);
+            rest = &rest[start + 2..];
+            continue;
+        }
+        out.push_str(&rest[..start]);
+        match (env.get(name).filter(|v| !v.is_empty()), default) {
+            (Some(v), _) => out.push_str(v),
+            (None, Some(d)) => out.push_str(d),
+            (None, None) => return Err(unset_var_message(name)),
+        }
+        rest = &rest[start + 2 + len + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Expand `${VAR}` left in quoted strings after parsing, reporting the key of an unset one.
+fn expand_quoted(settings: Settings, env: &HashMap<String, String>) -> Result<Settings, Violation> {
+    fn walk(
+        v: &mut serde_json::Value,
+        path: &mut Vec<String>,
+        env: &HashMap<String, String>,
+    ) -> Result<bool, Violation> {
+        match v {
+            serde_json::Value::String(s) if s.contains("${") => {
+                let expanded = expand_vars(s, env).map_err(|message| Violation {
+                    key: path.join("."),
+                    message,
+                })?;
+                let changed = expanded != *s;
+                *s = expanded;
+                Ok(changed)
+            }
+            serde_json::Value::Object(map) => {
+                let mut changed = false;
+                for (k, child) in map.iter_mut() {
+                    path.push(k.clone());
+                    changed |= walk(child, path, env)?;
+                    path.pop();
+                }
+                Ok(changed)
+            }
+            serde_json::Value::Array(items) => {
+                let mut changed = false;
+                for child in items.iter_mut() {
+                    changed |= walk(child, path, env)?;
+                }
+                Ok(changed)
+            }
+            _ => Ok(false),
+        }
+    }
+    let Ok(mut value) = serde_json::to_value(&settings) else {
+        return Ok(settings);
+    };
+    if !walk(&mut value, &mut Vec::new(), env)? {
+        return Ok(settings);
+    }
+    serde_json::from_value(value).map_err(|e| Violation {
+        key: String::new(),
+        message: format!("after expanding environment variables: {e}"),
+    })
 }
 
 #[cfg(test)]

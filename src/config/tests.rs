@@ -150,3 +150,18 @@ fn relative_paths_resolve_against_the_config_file() {
     );
     assert_eq!(resolve_relative(&src, "/opt/t"), PathBuf::from("/opt/t"));
 }
+
+#[test]
+fn env_vars_expand_in_quoted_strings_too() {
+    let text = "server:\n  token: \"${TOK}\"\nnotify:\n  webhooks:\n    ops: {url: \"https://h.example/${HOOK_PATH:-x}\", secret: '${HOOK_SECRET}'}\n";
+    let e = env(&[("TOK", "t0k"), ("HOOK_SECRET", "s3")]);
+    let s = parse(text, Path::new("s.yaml"), &e).unwrap();
+    assert_eq!(s.server.token, "t0k");
+    assert_eq!(s.notify.webhooks["ops"].url, "https://h.example/x");
+    assert_eq!(s.notify.webhooks["ops"].secret, "s3");
+
+    let (line, key, message) = parse_err("# c\nserver:\n  token: \"${NOT_SET_TOKEN}\"\n");
+    assert_eq!(line, Some(3));
+    assert_eq!(key.as_deref(), Some("server.token"));
+    assert!(message.contains("NOT_SET_TOKEN"), "{message}");
+}

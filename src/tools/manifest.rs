@@ -168,7 +168,7 @@ pub fn parse(
         path: path.to_path_buf(),
         line: e.location().map(|l| l.line()),
         field: failed_path.map(|p| clean_path(&p)),
-        message: friendly(clean_message(&e.to_string())),
+        message: crate::config::yaml_error_message(&e.to_string()),
     })?;
     let invalid = |line: u64, field: &str, message: String| ManifestError::Invalid {
         path: path.to_path_buf(),
@@ -254,7 +254,8 @@ pub fn parse(
             let argv_line = c.value.argv.referenced.line();
             let mut argv = Vec::with_capacity(c.value.argv.value.len());
             for a in &c.value.argv.value {
-                let a = expand_env(a, env).map_err(|m| invalid(argv_line, "command.argv", m))?;
+                let a = crate::config::expand_vars(a, env)
+                    .map_err(|m| invalid(argv_line, "command.argv", m))?;
                 argv.push(Template::parse(&a));
             }
             let Some(program) = argv.first() else {
@@ -313,8 +314,8 @@ pub fn parse(
                 }
             };
             let url_line = h.url.referenced.line();
-            let url =
-                expand_env(&h.url.value, env).map_err(|m| invalid(url_line, "http.url", m))?;
+            let url = crate::config::expand_vars(&h.url.value, env)
+                .map_err(|m| invalid(url_line, "http.url", m))?;
             let url = Template::parse(&url);
             check_placeholders(&url, url_line, "http.url")?;
             check_url(&url).map_err(|m| invalid(url_line, "http.url", m))?;
@@ -322,7 +323,8 @@ pub fn parse(
             for (k, v) in &h.headers {
                 let field = format!("http.headers.{k}");
                 let line = v.referenced.line();
-                let v = expand_env(&v.value, env).map_err(|m| invalid(line, &field, m))?;
+                let v = crate::config::expand_vars(&v.value, env)
+                    .map_err(|m| invalid(line, &field, m))?;
                 let hn = reqwest::header::HeaderName::from_bytes(k.as_bytes())
                     .map_err(|e| invalid(line, &field, format!("not a valid header name: {e}")))?;
                 let mut hv = reqwest::header::HeaderValue::from_str(&v)
@@ -414,61 +416,6 @@ fn check_url(url: &Template) -> Result<(), String> {
         return Err("must be an http:// or https:// URL with a host".into());
     }
     Ok(())
-}
-
-/// Expand `${NAME}` and `${NAME:-default}` from `env`. The parser already expands plain
-/// scalars; this also covers quoted ones (`"Bearer ${TOKEN}"`) in the fields that reach a
-/// program or a server. An unset name without a default is an error, never an empty string.
-fn expand_env(s: &str, env: &HashMap<String, String>) -> Result<String, String> {
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(start) = rest.find("${") {
-        let Some(len) = rest[start + 2..].find('}') else {
-            break;
-        };
-        let inner = &rest[start + 2..start + 2 + len];
-        let (name, default) = match inner.split_once(":-") {
-            Some((n, d)) => (n, Some(d)),
-            None => (inner, None),
-        };
-        let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !valid {
-            out.push_str(&rest[..start + 2]);
-            rest = &rest[start + 2..];
-            continue;
-        }
-        out.push_str(&rest[..start]);
-        match (env.get(name).filter(|v| !v.is_empty()), default) {
-            (Some(v), _) => out.push_str(v),
-            (None, Some(d)) => out.push_str(d),
-            (None, None) => {
-                return Err(format!(
-                    "the environment variable {name} is not set (set it, e.g. in the service's EnvironmentFile, or write ${{{name}:-default}})"
-                ));
-            }
-        }
-        rest = &rest[start + 2 + len + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
-}
-
-/// serde-saphyr appends its own location; the error prints it in front.
-fn clean_message(raw: &str) -> String {
-    let first = raw.lines().next().unwrap_or(raw).trim();
-    match first.find(" at line ") {
-        Some(i) => first[..i].to_string(),
-        None => first.to_string(),
-    }
-}
-
-/// The parser names Rust types ("invalid u64"); say what to write instead.
-fn friendly(message: String) -> String {
-    if message.contains("u64") {
-        format!("{message} (expected a whole number, e.g. 5)")
-    } else {
-        message
-    }
 }
 
 /// `Spanned` wraps values in `value`; users never wrote that key.
@@ -993,18 +940,18 @@ mod tests {
     fn env_expansion_in_quoted_values() {
         let env = HashMap::from([("TOKEN".to_string(), "s3cret".to_string())]);
         assert_eq!(
-            expand_env("Bearer ${TOKEN}", &env).as_deref(),
+            crate::config::expand_vars("Bearer ${TOKEN}", &env).as_deref(),
             Ok("Bearer s3cret")
         );
         assert_eq!(
-            expand_env("${NOPE:-x}-${TOKEN}", &env).as_deref(),
+            crate::config::expand_vars("${NOPE:-x}-${TOKEN}", &env).as_deref(),
             Ok("x-s3cret")
         );
         assert_eq!(
-            expand_env("{{a}} ${ not a var } $5", &env).as_deref(),
+            crate::config::expand_vars("{{a}} ${ not a var } $5", &env).as_deref(),
             Ok("{{a}} ${ not a var } $5")
         );
-        let e = expand_env("${MISSING}", &env).unwrap_err();
+        let e = crate::config::expand_vars("${MISSING}", &env).unwrap_err();
         assert!(e.contains("MISSING is not set"), "{e}");
     }
 
