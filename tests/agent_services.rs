@@ -1,0 +1,311 @@
+//! The agent together with its services: the model schedules a job through its tool and the job
+//! fires fresh; a remembered fact reaches a later job's task; sub-agents report partial failure.
+
+mod common;
+
+use axum::Json;
+use axum::routing::post;
+use hermes_agent::agent::{RunOptions, Submit};
+use hermes_agent::config::{SubAgent, WebhookSettings};
+use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_agent::store::{RunOutcome, TaskState};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+async fn webhook_receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
+    let received: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let sink = received.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        post(move |Json(v): Json<Value>| {
+            let sink = sink.clone();
+            async move {
+                sink.lock().unwrap().push(v);
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, received)
+}
+
+fn roles(req: &Value) -> Vec<String> {
+    req["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_model_schedules_a_job_which_fires_fresh_and_delivers_its_answer() {
+    let (hook, received) = webhook_receiver().await;
+    let model = ScriptedModel::start(vec![
+        // The conversation in which the person asks for a daily check.
+        Reply::tool_calls(&[(
+            "schedule_task",
+            json!({"task": "Check the oolong tea price and report it", "schedule": "0 8 * * *",
+                   "name": "tea price", "timezone": "Europe/Berlin", "notify": ["ops"]}),
+        )]),
+        Reply::text("Done: every morning at 8 I will check the price and tell you."),
+        // The job's firing.
+        Reply::text("Oolong tea costs 12 EUR today."),
+    ])
+    .await;
+    let mut s = common::settings(&model.base_url());
+    s.notify.webhooks.insert(
+        "ops".into(),
+        WebhookSettings {
+            url: hook,
+            secret: String::new(),
+        },
+    );
+    let t = common::app(s, vec![]).await;
+    let task = t
+        .app
+        .agent
+        .create(Submit {
+            task: "Every morning at 8, check the oolong tea price and send it to ops".into(),
+            origin: "cli".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let done = t
+        .app
+        .agent
+        .execute(&task.id, RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(done.state, TaskState::Succeeded, "{:?}", done.error);
+
+    let jobs = t.app.scheduler.list().await.unwrap();
+    assert_eq!(jobs.len(), 1);
+    let job = &jobs[0];
+    assert_eq!(job.origin, "model");
+    assert_eq!(job.timezone, "Europe/Berlin");
+    let next = job.next_run_at.expect("a next run time");
+    let local = next.with_timezone(&chrono_tz::Europe::Berlin);
+    assert_eq!(local.format("%H:%M").to_string(), "08:00");
+
+    // Fire it now, as `jobs run` does without a daemon.
+    let run = t.app.scheduler.run_now_wait(&job.id).await.unwrap();
+    assert_eq!(run.outcome, RunOutcome::Fired);
+    let job_task = t
+        .app
+        .store
+        .task(run.task_id.as_deref().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(job_task.origin, "job");
+    assert_eq!(job_task.job_id.as_deref(), Some(job.id.as_str()));
+    assert_eq!(
+        job_task.answer.as_deref(),
+        Some("Oolong tea costs 12 EUR today.")
+    );
+
+    // The firing's request holds no earlier conversation: system prompt(s) and the job's text.
+    let requests = model.requests();
+    assert_eq!(requests.len(), 3);
+    let firing = &requests[2];
+    assert!(
+        roles(firing).iter().all(|r| r == "system" || r == "user"),
+        "{firing}"
+    );
+    let text = serde_json::to_string(&firing["messages"]).unwrap();
+    assert!(text.contains("Check the oolong tea price and report it"));
+    assert!(
+        !text.contains("Every morning at 8"),
+        "the old conversation leaked: {text}"
+    );
+
+    // Delivered on the job's channel with a dated title.
+    assert_eq!(t.app.notifier.deliver_due().await, 1);
+    let got = received.lock().unwrap().clone();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0]["text"], "Oolong tea costs 12 EUR today.");
+    assert!(
+        got[0]["title"]
+            .as_str()
+            .unwrap()
+            .starts_with("tea price — ")
+    );
+    let runs = t.app.scheduler.runs(&job.id, 10).await.unwrap();
+    assert_eq!(runs[0].delivery, "queued");
+}
+
+#[tokio::test]
+async fn a_fact_remembered_in_one_task_reaches_a_later_jobs_task_in_either_language() {
+    let model = ScriptedModel::start(vec![
+        Reply::tool_calls(&[(
+            "remember",
+            json!({"text": "用户喜欢喝乌龙茶，不喝咖啡", "tags": ["preference"]}),
+        )]),
+        Reply::text("记住了。"),
+        Reply::tool_calls(&[(
+            "remember",
+            json!({"text": "The user wants the digest in English, short", "tags": ["preference"]}),
+        )]),
+        Reply::text("Noted."),
+        // The job's firing, days later.
+        Reply::text("Here is your short digest."),
+    ])
+    .await;
+    let t = common::app(common::settings(&model.base_url()), vec![]).await;
+    for text in [
+        "记住：我喜欢喝乌龙茶，不喝咖啡",
+        "Remember: digest in English, short",
+    ] {
+        let task = t
+            .app
+            .agent
+            .create(Submit {
+                task: text.into(),
+                origin: "cli".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let done = t
+            .app
+            .agent
+            .execute(&task.id, RunOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(done.state, TaskState::Succeeded, "{:?}", done.error);
+    }
+    let job = t
+        .app
+        .scheduler
+        .add(
+            hermes_agent::scheduler::JobRequest {
+                task: "Write the morning digest; suggest a drink (乌龙茶 or coffee?)".into(),
+                schedule: "0 8 * * *".into(),
+                ..Default::default()
+            },
+            "cli",
+        )
+        .await
+        .unwrap();
+    let run = t.app.scheduler.run_now_wait(&job.id).await.unwrap();
+    assert_eq!(run.outcome, RunOutcome::Fired);
+    let firing = serde_json::to_string(&model.requests()[4]["messages"]).unwrap();
+    assert!(firing.contains("<memory>"), "{firing}");
+    assert!(
+        firing.contains("用户喜欢喝乌龙茶"),
+        "the Chinese fact is recalled: {firing}"
+    );
+    assert!(
+        firing.contains("digest in English"),
+        "the English fact is recalled: {firing}"
+    );
+}
+
+#[tokio::test]
+async fn delegate_parallel_reports_success_failure_and_timeout_per_sub_agent() {
+    // A dead port for the broken sub-agent's model profile.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_url = format!("http://{}/v1", dead.local_addr().unwrap());
+    drop(dead);
+    let model = ScriptedModel::start_with(|req: &Value| {
+        let msgs = req["messages"].as_array().cloned().unwrap_or_default();
+        let user = msgs
+            .iter()
+            .find(|m| m["role"] == "user")
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or("")
+            .to_string();
+        let has_tool = msgs.iter().any(|m| m["role"] == "tool");
+        match user.as_str() {
+            "find the tea price" => Reply::text("12 EUR"),
+            "think for a long time" => {
+                Reply::Delay(Duration::from_secs(5), Box::new(Reply::text("too late")))
+            }
+            _ if !has_tool => Reply::tool_calls(&[(
+                "delegate_parallel",
+                json!({"tasks": [
+                    {"agent": "researcher", "task": "find the tea price"},
+                    {"agent": "broken", "task": "anything"},
+                    {"agent": "slow", "task": "think for a long time"}
+                ]}),
+            )]),
+            _ => Reply::text("One sub-agent answered: 12 EUR; one failed and one timed out."),
+        }
+    })
+    .await;
+    let mut s = common::settings(&model.base_url());
+    let mut dead_profile = s.model.profiles["fast"].clone();
+    dead_profile.base_url = dead_url;
+    s.model.profiles.insert("dead".into(), dead_profile);
+    let agent = |profile: &str, timeout_s: u64| SubAgent {
+        description: "test agent".into(),
+        profile: profile.into(),
+        tools: vec![],
+        system_prompt: "You are a sub-agent.".into(),
+        timeout_s,
+    };
+    s.agents.insert("researcher".into(), agent("fast", 30));
+    s.agents.insert("broken".into(), agent("dead", 30));
+    s.agents.insert("slow".into(), agent("fast", 1));
+    let t = common::app(s, vec![]).await;
+    let task = t
+        .app
+        .agent
+        .create(Submit {
+            task: "split this across the sub-agents".into(),
+            origin: "cli".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let done = t
+        .app
+        .agent
+        .execute(&task.id, RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(done.state, TaskState::Succeeded, "{:?}", done.error);
+    let record = t.app.store.task_record(&task.id).await.unwrap().unwrap();
+    let tool = record
+        .steps
+        .iter()
+        .find(|s| s.name == "delegate_parallel")
+        .expect("the delegation is traced");
+    let out = tool.output.as_deref().unwrap();
+    assert!(out.contains("\"status\":\"success\""), "{out}");
+    assert!(out.contains("\"status\":\"failed\""), "{out}");
+    assert!(out.contains("\"status\":\"timeout\""), "{out}");
+    assert!(out.contains("12 EUR"), "{out}");
+
+    // Each sub-agent ran as its own task, linked to the parent, with its own trace.
+    let subs = t
+        .app
+        .store
+        .list_tasks(&hermes_agent::store::TaskFilter {
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let children: Vec<_> = subs
+        .iter()
+        .filter(|c| c.parent_id.as_deref() == Some(task.id.as_str()))
+        .collect();
+    assert_eq!(children.len(), 3);
+    assert!(
+        children
+            .iter()
+            .all(|c| c.origin == "agent" && c.state.is_finished())
+    );
+    // The sub-agents were offered no tools: their own allowlist is empty.
+    for req in model.requests() {
+        let user = serde_json::to_string(&req["messages"]).unwrap();
+        if user.contains("find the tea price") && !user.contains("split this") {
+            assert!(req.get("tools").is_none(), "{req}");
+        }
+    }
+}
