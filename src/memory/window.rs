@@ -79,6 +79,8 @@ impl ShortTerm {
     }
 
     /// A round = one assistant message (with its tool calls) plus the tool messages answering it.
+    /// Rounds pushed out of the window wait for the next [`ShortTerm::compact`]; call it after
+    /// each push so their content reaches the summary.
     pub fn push_round(&mut self, assistant: Message, tool_results: Vec<Message>) {
         self.rounds.push_back(Round {
             assistant,
