@@ -126,7 +126,7 @@ pub async fn tasks(config: Config, cmd: TasksCmd) -> anyhow::Result<ExitCode> {
                     print_json(&v)?;
                 } else {
                     let r: TaskRecord = serde_json::from_value(v)?;
-                    print!("{}", render::task_timeline(&r.task, &r.steps));
+                    print!("{}", render::task_timeline(&r.task, &r.steps, &r.notices));
                 }
                 Ok(ExitCode::SUCCESS)
             }
@@ -155,7 +155,10 @@ pub async fn tasks(config: Config, cmd: TasksCmd) -> anyhow::Result<ExitCode> {
             if json {
                 print_json(&record)?;
             } else {
-                print!("{}", render::task_timeline(&record.task, &record.steps));
+                print!(
+                    "{}",
+                    render::task_timeline(&record.task, &record.steps, &record.notices)
+                );
             }
         }
     }
@@ -197,6 +200,17 @@ fn print_jobs(v: &Value) {
     }
 }
 
+fn parse_precheck(p: Option<&str>) -> anyhow::Result<Option<Value>> {
+    p.map(|text| {
+        serde_json::from_str(text).map_err(|e| {
+            anyhow::anyhow!(
+                "--precheck is not valid JSON ({e}); example: '{{\"tool\": \"watch_page\", \"arguments\": {{\"url\": \"https://example.org\"}}}}'"
+            )
+        })
+    })
+    .transpose()
+}
+
 pub async fn jobs(config: Config, cmd: JobsCmd) -> anyhow::Result<ExitCode> {
     if let Some(d) = Daemon::detect(&config.settings).await {
         match cmd {
@@ -215,10 +229,12 @@ pub async fn jobs(config: Config, cmd: JobsCmd) -> anyhow::Result<ExitCode> {
                 timezone,
                 notify,
                 profile,
+                precheck,
                 json,
             } => {
+                let precheck = parse_precheck(precheck.as_deref())?;
                 let body = json!({"task": task, "schedule": schedule, "name": name,
-                    "timezone": timezone, "notify": notify, "profile": profile});
+                    "timezone": timezone, "notify": notify, "profile": profile, "precheck": precheck});
                 let (_, v) = d.call(Method::POST, "/v1/jobs", Some(body)).await?;
                 if json {
                     print_json(&v)?;
@@ -276,8 +292,15 @@ pub async fn jobs(config: Config, cmd: JobsCmd) -> anyhow::Result<ExitCode> {
             timezone,
             notify,
             profile,
+            precheck,
             json,
         } => {
+            let precheck = parse_precheck(precheck.as_deref())?;
+            if let Some(p) = profile.as_deref()
+                && !app.config.settings.model.profiles.contains_key(p)
+            {
+                anyhow::bail!("unknown model profile '{p}'; see model.profiles in the config");
+            }
             let job = app
                 .scheduler
                 .add(
@@ -288,7 +311,7 @@ pub async fn jobs(config: Config, cmd: JobsCmd) -> anyhow::Result<ExitCode> {
                         timezone,
                         notify,
                         profile,
-                        precheck: None,
+                        precheck,
                     },
                     "cli",
                 )

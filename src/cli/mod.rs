@@ -117,6 +117,11 @@ pub enum JobsCmd {
         notify: Vec<String>,
         #[arg(long)]
         profile: Option<String>,
+        /// A tool call run before each firing, without the model, as JSON:
+        /// '{"tool": "watch_page", "arguments": {"url": "https://…"}}'. When it reports
+        /// `"changed": false` the run is skipped and no tokens are spent.
+        #[arg(long, value_name = "JSON")]
+        precheck: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -164,7 +169,12 @@ pub const EXIT_CONFIG: u8 = 2;
 /// Parse the process arguments and run the command.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    // The daemon logs its work; one-shot commands print their own output and only warn.
+    init_tracing(if matches!(cli.command, Command::Serve) {
+        "info"
+    } else {
+        "warn"
+    });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -187,9 +197,9 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_tracing() {
+fn init_tracing(default: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     // journald adds its own timestamps; keep lines short and free of colour codes there.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -1,7 +1,7 @@
 //! Human-readable renderings of tasks: the list table and the step timeline (shared by
 //! `tasks show` and the live output of `run`).
 
-use crate::store::{Step, StepKind, Task};
+use crate::store::{Notice, NoticeState, Step, StepKind, Task};
 use std::fmt::Write;
 
 /// Shorten to `max` characters on one line, marking the cut.
@@ -85,7 +85,7 @@ pub fn step_line(s: &Step) -> String {
     }
 }
 
-pub fn task_timeline(t: &Task, steps: &[Step]) -> String {
+pub fn task_timeline(t: &Task, steps: &[Step], notices: &[Notice]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -119,6 +119,25 @@ pub fn task_timeline(t: &Task, steps: &[Step]) -> String {
             .map(|r| format!(" ({r})"))
             .unwrap_or_default();
         let _ = writeln!(out, "  error{reason}: {e}");
+    }
+    for n in notices {
+        let state = match n.state {
+            NoticeState::Sent => "sent".to_string(),
+            NoticeState::Pending => format!("pending (attempt {} done)", n.attempts),
+            NoticeState::Failed => "FAILED".to_string(),
+        };
+        let err = n
+            .last_error
+            .as_deref()
+            .map(|e| format!(" — {}", one_line(e, 120)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  notice #{} to {} \"{}\": {state}{err}",
+            n.id,
+            n.channel,
+            one_line(&n.title, 60)
+        );
     }
     if let Some(a) = &t.answer {
         let _ = writeln!(out, "answer:\n{a}");

@@ -345,12 +345,15 @@ impl Store {
     }
 }
 
-/// A task with its trace: the shape of `GET /v1/tasks/{id}` and `tasks show --json`.
+/// A task with its trace and the delivery state of the notices it queued: the shape of
+/// `GET /v1/tasks/{id}` and `tasks show --json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TaskRecord {
     #[serde(flatten)]
     pub task: Task,
     pub steps: Vec<Step>,
+    #[serde(default)]
+    pub notices: Vec<super::Notice>,
 }
 
 impl Store {
@@ -359,6 +362,11 @@ impl Store {
             return Ok(None);
         };
         let steps = self.steps(&task.id).await?;
-        Ok(Some(TaskRecord { task, steps }))
+        let notices = self.notices_for_task(&task.id).await?;
+        Ok(Some(TaskRecord {
+            task,
+            steps,
+            notices,
+        }))
     }
 }

@@ -80,12 +80,8 @@ impl Tool for Remember {
     }
 
     fn description(&self) -> &str {
-        "Store a lasting fact about the user or their world in long-term memory, for future tasks: \
-         preferences, names and contacts, recurring instructions, decisions. Use it when the user \
-         states something worth keeping or asks you to remember it. Do not use it for intermediate \
-         results of the current task (they are kept in working memory), for secrets such as \
-         passwords or keys, or for anything the user did not say or confirm. Saying the same fact \
-         again merges it (merged: true) instead of duplicating it."
+        "Keep a lasting fact the user stated (preference, contact, standing instruction) for \
+         future tasks. Not for this task's intermediate results, secrets, or guesses."
     }
 
     fn parameters(&self) -> &Value {
@@ -146,7 +142,7 @@ impl Recall {
                     "query": {
                         "type": "string",
                         "minLength": 1,
-                        "description": "Words to look for, in any language, e.g. \"tea preference\" or \"周报 收件人\". Any matching word counts; more matching words rank higher."
+                        "description": "Words to look for, any language."
                     },
                     "k": {
                         "type": "integer",
@@ -169,11 +165,8 @@ impl Tool for Recall {
     }
 
     fn description(&self) -> &str {
-        "Search long-term memory for facts stored earlier (by you or the user): preferences, \
-         contacts, standing instructions. Use it when the task depends on something about the \
-         user that is not in the conversation. The most relevant facts are already given at the \
-         start of each task, so do not call it again for those, and do not use it for web or \
-         current information. Returns facts with ids (for forget) and relevance scores, best first."
+        "Search long-term memory for facts about the user not already given in <memory>. \
+         Returns facts with ids, best first. Not for web or current information."
     }
 
     fn parameters(&self) -> &Value {
@@ -251,10 +244,7 @@ impl Tool for Forget {
     }
 
     fn description(&self) -> &str {
-        "Delete one fact from long-term memory by its id. Use it when the user asks you to forget \
-         something, or when a stored fact is wrong or outdated (then remember the corrected fact). \
-         Find the id with recall first; never guess an id. Returns forgotten: false when no fact \
-         had that id."
+        "Delete a fact by the id recall returned, when the user asks or it is outdated. Never guess an id."
     }
 
     fn parameters(&self) -> &Value {
@@ -387,7 +377,7 @@ mod tests {
             let p = tool.parameters();
             assert_eq!(p["type"], json!("object"), "{}", tool.name());
             assert!(p["required"].as_array().is_some_and(|r| !r.is_empty()));
-            assert!(tool.description().len() > 100);
+            assert!(tool.description().len() > 40);
         }
     }
 }
