@@ -91,9 +91,8 @@ pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
                 ),
             );
             match &app.memory {
-                Some(m) => {
+                Some(_) => {
                     let n = app.store.fact_count().await.unwrap_or(0);
-                    let _ = m;
                     check(Verdict::Ok, "memory", format!("{n} fact(s) indexed"))
                 }
                 None => check(
