@@ -6,13 +6,17 @@ use crate::config::Config;
 use crate::server::{self, ApiState};
 use crate::store::TaskState;
 use anyhow::Context;
+use std::fs::{File, TryLockError};
 use std::future::Future;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+/// The file in the data dir a running daemon holds locked.
+const LOCK_FILE: &str = "daemon.lock";
 /// How often old working-memory rows are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
@@ -30,8 +34,37 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let listener = TcpListener::bind(&addr).await.with_context(|| {
         format!("cannot listen on {addr}: is another hermes-agent running? (change server.port to use another port)")
     })?;
+    // Held until this function returns, i.e. for the daemon's whole life.
+    let _lock = lock_data_dir(&config.data_dir)?;
     let app = App::build(config, JobExecution::Pool).await?;
     run(app, listener, shutdown_signal()).await
+}
+
+/// One daemon per data dir. A second one would take the first one's running tasks for
+/// leftovers of a crash and mark them failed, and run the same jobs twice. The OS releases the
+/// lock when the process ends, however it ends, so a crash leaves nothing to clean up.
+fn lock_data_dir(data_dir: &Path) -> anyhow::Result<File> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create the data dir {}", data_dir.display()))?;
+    let path = data_dir.join(LOCK_FILE);
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => anyhow::bail!(
+            "another hermes-agent daemon is already using the data dir {} (it holds {}); \
+             stop it first (`systemctl --user stop hermes-agent`) or use another --data-dir",
+            data_dir.display(),
+            path.display()
+        ),
+        Err(TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("cannot lock {}", path.display()))
+        }
+    }
 }
 
 /// Run the daemon on `listener` until `shutdown` completes, then drain.
@@ -103,6 +136,9 @@ pub async fn run(
 
     shutdown.await;
     let grace = Duration::from_secs(settings.agent.shutdown_grace_s);
+    // Stop accepting first: a task submitted now would only wait as `pending` until the next
+    // start. Requests already in flight (a `wait` on a running task) are still answered.
+    server_stop.cancel();
     tracing::info!(
         running = app.agent.running_count(),
         "shutting down: taking no new tasks; running tasks get {} s to finish",
@@ -124,7 +160,6 @@ pub async fn run(
         }
     }
     // Requests waiting on tasks are answered now that every task has ended.
-    server_stop.cancel();
     match tokio::time::timeout(Duration::from_secs(5), server).await {
         Ok(Ok(Ok(()))) => {}
         Ok(Ok(Err(e))) => tracing::warn!(error = %e, "API server ended with an error"),

@@ -150,20 +150,30 @@ pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// The unit text for this machine: ExecStart at this binary, the data dir writable.
+/// The unit text for this machine: ExecStart at this binary, the data dir writable. Paths are
+/// written as unit-file words (see [`unit_word`]), so a space or a `%` in them survives.
 pub fn render_unit(exe: &Path, config: Option<&Path>, data_dir: &Path) -> String {
-    let mut exec = format!("ExecStart={}", exe.display());
+    let mut exec = format!("ExecStart={}", unit_word(&exe.to_string_lossy(), true));
     if let Some(c) = config {
-        exec.push_str(&format!(" --config {}", c.display()));
+        exec.push_str(&format!(
+            " --config {}",
+            unit_word(&c.to_string_lossy(), true)
+        ));
     }
-    exec.push_str(&format!(" --data-dir {} serve", data_dir.display()));
+    exec.push_str(&format!(
+        " --data-dir {} serve",
+        unit_word(&data_dir.to_string_lossy(), true)
+    ));
     UNIT_TEMPLATE
         .lines()
         .map(|l| {
             if l.starts_with("ExecStart=") {
                 exec.clone()
             } else if l.starts_with("ReadWritePaths=") {
-                format!("ReadWritePaths={}", data_dir.display())
+                format!(
+                    "ReadWritePaths={}",
+                    unit_word(&data_dir.to_string_lossy(), false)
+                )
             } else {
                 l.to_string()
             }
@@ -171,6 +181,24 @@ pub fn render_unit(exe: &Path, config: Option<&Path>, data_dir: &Path) -> String
         .collect::<Vec<_>>()
         .join("\n")
         + "\n"
+}
+
+/// One word of a unit file. systemd expands `%` specifiers everywhere and `$VAR` in command
+/// lines, and splits on whitespace: escape the first two, and quote a word that has whitespace,
+/// quotes or backslashes (C-style escapes inside the quotes).
+fn unit_word(word: &str, exec: bool) -> String {
+    let mut out = word.replace('%', "%%");
+    if exec {
+        out = out.replace('$', "$$");
+    }
+    if out.is_empty()
+        || out
+            .chars()
+            .any(|c| c.is_whitespace() || matches!(c, '"' | '\'' | '\\'))
+    {
+        out = format!("\"{}\"", out.replace('\\', "\\\\").replace('"', "\\\""));
+    }
+    out
 }
 
 pub fn service_install(config: &Config) -> anyhow::Result<ExitCode> {
@@ -183,11 +211,14 @@ pub fn service_install(config: &Config) -> anyhow::Result<ExitCode> {
     // The unit makes only the data dir writable, and systemd refuses to start if it is missing.
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create the data dir {}", config.data_dir.display()))?;
+    // systemd runs the service from another directory and wants absolute paths.
+    let data_dir = std::fs::canonicalize(&config.data_dir)
+        .with_context(|| format!("cannot resolve the data dir {}", config.data_dir.display()))?;
     let config_file: Option<PathBuf> = match &config.source {
         crate::config::ConfigSource::File(p) => Some(std::fs::canonicalize(p).unwrap_or(p.clone())),
         crate::config::ConfigSource::Defaults { .. } => None,
     };
-    let unit = render_unit(&exe, config_file.as_deref(), &config.data_dir);
+    let unit = render_unit(&exe, config_file.as_deref(), &data_dir);
     let path = unit_dir.join("hermes-agent.service");
     std::fs::write(&path, unit).with_context(|| format!("cannot write {}", path.display()))?;
     println!("wrote {}", path.display());
@@ -220,5 +251,39 @@ fn linger_enabled() -> Option<bool> {
         "yes" => Some(true),
         "no" => Some(false),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unit_words_are_escaped_and_quoted_only_when_needed() {
+        assert_eq!(
+            unit_word("/usr/bin/hermes-agent", true),
+            "/usr/bin/hermes-agent"
+        );
+        assert_eq!(unit_word("/home/a b/data", false), "\"/home/a b/data\"");
+        assert_eq!(unit_word("/srv/100%/x", false), "/srv/100%%/x");
+        assert_eq!(unit_word("/srv/$HOME", true), "/srv/$$HOME");
+        assert_eq!(unit_word("/srv/$HOME", false), "/srv/$HOME");
+        assert_eq!(unit_word("/a\"b", true), "\"/a\\\"b\"");
+    }
+
+    #[test]
+    fn the_rendered_unit_points_at_the_binary_and_the_data_dir() {
+        let unit = render_unit(
+            Path::new("/opt/hermes/bin/hermes-agent"),
+            Some(Path::new("/etc/hermes settings.yaml")),
+            Path::new("/var/lib/hermes"),
+        );
+        assert!(unit.contains(
+            "ExecStart=/opt/hermes/bin/hermes-agent --config \"/etc/hermes settings.yaml\" \
+             --data-dir /var/lib/hermes serve\n"
+        ));
+        assert!(unit.contains("ReadWritePaths=/var/lib/hermes\n"));
+        assert_eq!(unit.matches("ExecStart=").count(), 1);
+        assert!(unit.contains("Restart=on-failure"));
     }
 }

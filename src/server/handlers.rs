@@ -8,7 +8,7 @@ use crate::store::{TaskFilter, TaskState};
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -37,6 +37,17 @@ pub async fn health(State(s): State<ApiState>) -> ApiResult {
 
 pub async fn not_found() -> ApiError {
     ApiError::not_found("no such endpoint; see DESIGN.md §10 or README.md for the API")
+}
+
+pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!(
+            "{method} is not allowed on {}; the `Allow` header lists the methods that are",
+            uri.path()
+        ),
+    )
 }
 
 #[derive(Debug, Deserialize)]
@@ -148,8 +159,19 @@ pub async fn list_tasks(
     Ok(Json(json!({ "tasks": tasks })).into_response())
 }
 
+/// How long a cancel request waits for a running task to reach its final state.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
+
 pub async fn cancel_task(State(s): State<ApiState>, Path(id): Path<String>) -> ApiResult {
+    // Subscribe first: a running task only stops at its next await point, after `cancel`
+    // returns, and the answer should be its final state rather than `running`.
+    let rx = s.agent.subscribe();
     let t = s.agent.cancel(&id).await?;
+    let t = if t.state.is_finished() {
+        t
+    } else {
+        s.agent.wait(&t.id, rx, CANCEL_WAIT).await?
+    };
     Ok(Json(json!({"id": t.id, "state": t.state, "reason": t.reason})).into_response())
 }
 

@@ -64,6 +64,8 @@ pub fn router(state: ApiState) -> Router {
     Router::new()
         .route("/healthz", get(handlers::health))
         .merge(api)
+        // After the routes: it is set on each route present, and keeps axum's `Allow` header.
+        .method_not_allowed_fallback(handlers::method_not_allowed)
         .fallback(handlers::not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
@@ -92,7 +94,7 @@ async fn require_token(
         .headers()
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(bearer_token)
         .unwrap_or("");
     if token_matches(given, &state.token) {
         Ok(next.run(req).await)
@@ -103,6 +105,15 @@ async fn require_token(
             "missing or wrong bearer token; send `Authorization: Bearer <server.token>`",
         ))
     }
+}
+
+/// The credentials of an `Authorization: Bearer …` value; the scheme name is case-insensitive
+/// (RFC 9110 §11.1), so `bearer x` from a hand-written client works too.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start_matches(' '))
 }
 
 /// Constant-time in the token's content, so timing does not reveal how much of a guess was right.
@@ -132,6 +143,16 @@ mod tests {
         assert!(!token_matches("abd", "abc"));
         assert!(!token_matches("ab", "abc"));
         assert!(!token_matches("", "abc"));
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("BEARER  abc"), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearerabc"), None);
+        assert_eq!(bearer_token(""), None);
     }
 
     #[test]

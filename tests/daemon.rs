@@ -1,0 +1,1257 @@
+//! The daemon as its users meet it: the real `hermes-agent serve` binary started as a process,
+//! talking to a scripted OpenAI-compatible model on loopback, driven over its HTTP API, by the
+//! CLI, and by signals. Each test owns its ports and directories, so they run in parallel; every
+//! child process is killed when its guard drops, so a failing test leaves nothing running.
+
+use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hermes-agent");
+/// Upper bound for anything that should take a moment: start-up, a task, a shutdown.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// The last user message of a chat request: the task text.
+fn task_text(req: &Value) -> String {
+    req["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A model that echoes its task, waits long on tasks that say `slow`, a little on `quick`.
+fn echo_model(req: &Value) -> Reply {
+    let task = task_text(req);
+    let answer = Reply::text(&format!("answer to: {task}"));
+    if task.contains("slow") {
+        Reply::Delay(Duration::from_secs(30), Box::new(answer))
+    } else if task.contains("quick") {
+        Reply::Delay(Duration::from_millis(300), Box::new(answer))
+    } else {
+        answer
+    }
+}
+
+/// A temporary home for one daemon: its settings file, data dir and log.
+struct Site {
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Site {
+    /// Settings pointing every profile at `model_url`; `agent` and `server` are extra lines for
+    /// those sections (indented by two spaces).
+    fn new(model_url: &str, agent: &[&str], server: &[&str]) -> Site {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = free_port();
+        let mut yaml = format!(
+            "model:\n  profiles:\n    fast: {{base_url: \"{model_url}\", model: scripted, timeout_s: 60}}\n    \
+             pro: {{base_url: \"{model_url}\", model: scripted-pro, timeout_s: 60}}\n\
+             tools:\n  manifests_dir: /nonexistent-hermes-daemon-test-tools\n\
+             context:\n  summary_enabled: false\n\
+             scheduler:\n  timezone: UTC\n\
+             server:\n  port: {port}\n"
+        );
+        for l in server {
+            yaml.push_str(&format!("  {l}\n"));
+        }
+        yaml.push_str("agent:\n  workers: 4\n");
+        for l in agent {
+            yaml.push_str(&format!("  {l}\n"));
+        }
+        std::fs::write(dir.path().join("settings.yaml"), yaml).expect("write settings");
+        Site { dir, port }
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.path().join("settings.yaml")
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// A CLI command against this site's config and data dir.
+    fn cli(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut cmd = base_command(self.dir.path(), env);
+        cmd.arg("--config")
+            .arg(self.config())
+            .arg("--data-dir")
+            .arg(self.data())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd.output().expect("the binary runs")
+    }
+
+    fn start(&self, env: &[(&str, &str)]) -> Daemon {
+        let mut cmd = base_command(self.dir.path(), env);
+        cmd.arg("--config")
+            .arg(self.config())
+            .arg("--data-dir")
+            .arg(self.data())
+            .arg("serve");
+        Daemon::spawn(cmd, self.dir.path(), self.port)
+    }
+}
+
+/// The binary with a clean environment: no stray user config or token can leak in.
+fn base_command(dir: &Path, env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.current_dir(dir)
+        .env_remove("HERMES_CONFIG")
+        .env_remove("HERMES_DATA_DIR")
+        .env_remove("HERMES_TOKEN")
+        .env("XDG_CONFIG_HOME", dir.join("xdg-config"))
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A running daemon process; killed (and reaped) on drop.
+struct Daemon {
+    child: Option<Child>,
+    base: String,
+    log: PathBuf,
+    spawned: Instant,
+    http: reqwest::Client,
+    token: Option<String>,
+}
+
+impl Daemon {
+    fn spawn(mut cmd: Command, dir: &Path, port: u16) -> Daemon {
+        // Each start of the same site appends to one log, like journald would.
+        let log = dir.join("daemon.log");
+        let file = File::options()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("log file");
+        let err = file.try_clone().expect("log file handle");
+        cmd.stdout(Stdio::from(file)).stderr(Stdio::from(err));
+        let spawned = Instant::now();
+        let child = cmd.spawn().expect("the daemon starts");
+        Daemon {
+            child: Some(child),
+            base: format!("http://127.0.0.1:{port}"),
+            log,
+            spawned,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .expect("http client"),
+            token: None,
+        }
+    }
+
+    fn with_token(mut self, token: &str) -> Daemon {
+        self.token = Some(token.to_string());
+        self
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("child").id()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Poll `/healthz` until it answers `ok`; the time since spawn. Panics (with the log) if
+    /// the process exits or the bound passes.
+    async fn ready(&mut self) -> Duration {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("the daemon exited early ({status}):\n{}", self.log());
+            }
+            if let Ok(r) = self
+                .http
+                .get(format!("{}/healthz", self.base))
+                .timeout(Duration::from_millis(500))
+                .send()
+                .await
+                && r.status() == StatusCode::OK
+                && let Ok(v) = r.json::<Value>().await
+                && v["status"] == "ok"
+            {
+                return self.spawned.elapsed();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the daemon was not ready within {PATIENCE:?}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Send an HTTP request (with the daemon's token, if any); the status and the JSON body
+    /// (`null` when there is none).
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("the daemon answers");
+        let status = resp.status();
+        let bytes = resp.bytes().await.expect("a body");
+        let value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {}", text(&bytes)))
+        };
+        (status, value)
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.call(Method::GET, path, None).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.call(Method::POST, path, Some(body)).await
+    }
+
+    /// Submit a task and return its id.
+    async fn submit(&self, task: &str) -> String {
+        let (status, v) = self.post("/v1/tasks", json!({ "task": task })).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{v}");
+        v["id"].as_str().expect("an id").to_string()
+    }
+
+    /// Poll a task until it is finished; its record.
+    async fn finished(&self, id: &str) -> Value {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let (status, v) = self.get(&format!("/v1/tasks/{id}")).await;
+            assert_eq!(status, StatusCode::OK, "{v}");
+            if ["succeeded", "failed", "cancelled"].contains(&v["state"].as_str().unwrap_or("")) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "task {id} did not finish: {v}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Poll the log until it contains `needle`.
+    async fn wait_log(&self, needle: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        while !self.log().contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "the log never said {needle:?}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([sig, &self.pid().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {sig} failed");
+    }
+
+    /// Wait for the process to exit on its own (bounded); its status.
+    async fn exited(&mut self, within: Duration) -> ExitStatus {
+        let deadline = Instant::now() + within;
+        let child = self.child.as_mut().expect("child");
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                self.child = None;
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not exit within {within:?}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    async fn stop(&mut self) {
+        self.signal("-TERM");
+        let status = self.exited(PATIENCE).await;
+        assert_eq!(status.code(), Some(0), "{}", self.log());
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn error_of(v: &Value) -> (&str, &str) {
+    (
+        v.pointer("/error/code")
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("not an error body: {v}")),
+        v.pointer("/error/message")
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("not an error body: {v}")),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_on_defaults_with_a_data_dir_and_a_port_and_restarts_fast() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // Only the port: everything else is the embedded defaults. Found in the XDG config dir.
+    let xdg_file = dir.path().join("xdg-config/hermes-agent/settings.yaml");
+    std::fs::create_dir_all(xdg_file.parent().unwrap()).unwrap();
+    std::fs::write(&xdg_file, format!("server:\n  port: {port}\n")).unwrap();
+    let data = dir.path().join("data");
+    let start = || {
+        let mut cmd = base_command(dir.path(), &[]);
+        cmd.arg("--data-dir").arg(&data).arg("serve");
+        Daemon::spawn(cmd, dir.path(), port)
+    };
+
+    let mut d = start();
+    let first = d.ready().await;
+    let log = d.log();
+    assert!(log.contains(&xdg_file.display().to_string()), "{log}");
+    assert!(log.contains(&data.display().to_string()), "{log}");
+    let (status, health) = d.get("/healthz").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["memory"], true, "{health}");
+    d.stop().await;
+
+    // Again, on the now existing data dir.
+    let mut d = start();
+    let again = d.ready().await;
+    eprintln!("start-up to ready: first {first:?}, on an existing data dir {again:?}");
+    assert!(
+        again < Duration::from_secs(2),
+        "ready after {again:?} on an existing data dir"
+    );
+    // Ctrl-C stops it as cleanly as SIGTERM.
+    d.signal("-INT");
+    let status = d.exited(PATIENCE).await;
+    assert_eq!(status.code(), Some(0), "{}", d.log());
+    assert_eq!(d.log().matches("INFO stopped").count(), 2, "{}", d.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_pure_defaults_it_says_where_it_looked_and_a_busy_port_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    // Hold the default port so this daemon can never serve on it (another test's CLI might
+    // otherwise take it for "the daemon"). If something else holds it, the outcome is the same.
+    let _hold = std::net::TcpListener::bind("127.0.0.1:8765");
+    let mut cmd = base_command(dir.path(), &[]);
+    cmd.arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("serve");
+    let mut d = Daemon::spawn(cmd, dir.path(), 8765);
+    let status = d.exited(PATIENCE).await;
+    let log = d.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("built-in defaults"), "{log}");
+    assert!(
+        log.contains("xdg-config/hermes-agent/settings.yaml"),
+        "{log}"
+    );
+    assert!(log.contains("cannot listen on 127.0.0.1:8765"), "{log}");
+    assert!(log.contains("server.port"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_over_http_submit_wait_list_and_cancel() {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let site = Site::new(&model.base_url(), &[], &[]);
+    let mut d = site.start(&[]);
+    d.ready().await;
+
+    // 202 with exactly the id and the state.
+    let (status, v) = d
+        .post("/v1/tasks", json!({"task": "what is 17 * 23?"}))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{v}");
+    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, ["id", "state"], "{v}");
+    assert!(["pending", "running"].contains(&v["state"].as_str().unwrap()));
+    let id = v["id"].as_str().unwrap().to_string();
+
+    let t = d.finished(&id).await;
+    for key in [
+        "id",
+        "state",
+        "origin",
+        "answer",
+        "error",
+        "created_at",
+        "finished_at",
+        "steps",
+    ] {
+        assert!(t.get(key).is_some(), "no {key} in {t}");
+    }
+    assert_eq!(t["id"], id.as_str());
+    assert_eq!(t["state"], "succeeded", "{t}");
+    assert_eq!(t["origin"], "api");
+    assert_eq!(t["answer"], "answer to: what is 17 * 23?");
+    assert!(t["error"].is_null());
+    assert!(t["finished_at"].is_string());
+    let steps = t["steps"].as_array().unwrap();
+    assert!(!steps.is_empty(), "{t}");
+
+    // wait: the finished task with its trace, in the same response.
+    let (status, w) = d
+        .post(
+            "/v1/tasks",
+            json!({"task": "name a colour", "wait": true, "profile": "pro"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{w}");
+    assert_eq!(w["state"], "succeeded");
+    assert_eq!(w["answer"], "answer to: name a colour");
+    assert!(!w["steps"].as_array().unwrap().is_empty());
+    let last = model.requests().last().cloned().unwrap();
+    assert_eq!(last["model"], "scripted-pro", "the pro profile was used");
+
+    // Lists are wrapped, filtered and limited.
+    let (status, l) = d.get("/v1/tasks?state=succeeded&limit=5").await;
+    assert_eq!(status, StatusCode::OK);
+    let tasks = l["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 2, "{l}");
+    assert!(tasks.iter().all(|t| t["state"] == "succeeded"));
+    let (_, l) = d.get("/v1/tasks?state=succeeded&limit=1").await;
+    assert_eq!(l["tasks"].as_array().unwrap().len(), 1);
+    assert_eq!(l["tasks"][0]["id"], w["id"], "newest first");
+
+    // Cancel a running slow task.
+    let before = model.request_count();
+    let slow = d.submit("a slow one").await;
+    assert!(model.wait_for_requests(before + 1, PATIENCE).await);
+    let (status, c) = d.post(&format!("/v1/tasks/{slow}/cancel"), json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{c}");
+    assert_eq!(c["state"], "cancelled", "{c}");
+    let t = d.finished(&slow).await;
+    assert_eq!(t["state"], "cancelled");
+    assert_eq!(t["reason"], "cancelled");
+    // Cancelling a finished task is a conflict, whichever way it finished.
+    for done in [&slow, &id] {
+        let (status, e) = d.post(&format!("/v1/tasks/{done}/cancel"), json!({})).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{e}");
+        assert_eq!(error_of(&e).0, "conflict");
+    }
+
+    // A log line per task start and end.
+    let log = d.log();
+    for task in [&id, &slow] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains("task started") && l.contains(task.as_str())),
+            "{log}"
+        );
+        assert!(
+            log.lines()
+                .any(|l| l.contains("task finished") && l.contains(task.as_str())),
+            "{log}"
+        );
+    }
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_concurrent_tasks_each_get_their_own_answer_on_four_workers() {
+    let model = ScriptedModel::start_with(|req| {
+        let task = task_text(req);
+        Reply::Delay(
+            Duration::from_millis(20),
+            Box::new(Reply::text(&format!("done: {task}"))),
+        )
+    })
+    .await;
+    let site = Site::new(&model.base_url(), &[], &[]);
+    let mut d = site.start(&[]);
+    d.ready().await;
+
+    let d = std::sync::Arc::new(d);
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let watcher = {
+        let (d, watching) = (d.clone(), watching.clone());
+        tokio::spawn(async move {
+            let mut max = 0;
+            while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                let (_, h) = d.get("/healthz").await;
+                max = max.max(h["running"].as_u64().unwrap_or(0));
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            max
+        })
+    };
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for n in 0..100 {
+        let d = d.clone();
+        handles.push(tokio::spawn(async move {
+            let task = format!("job number {n}: token-{n}-end");
+            let (status, v) = d
+                .post("/v1/tasks", json!({"task": task, "wait": true}))
+                .await;
+            (n, status, v)
+        }));
+    }
+    let mut ids = std::collections::HashSet::new();
+    for h in handles {
+        let (n, status, v) = h.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{v}");
+        assert_eq!(v["state"], "succeeded", "{v}");
+        assert_eq!(
+            v["answer"],
+            format!("done: job number {n}: token-{n}-end"),
+            "task {n} got someone else's answer"
+        );
+        assert!(ids.insert(v["id"].as_str().unwrap().to_string()));
+    }
+    let took = started.elapsed();
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    let max_running = watcher.await.unwrap();
+    eprintln!("100 tasks over HTTP in {took:?}; at most {max_running} running at once");
+    assert!(max_running <= 4, "{max_running} tasks ran at once");
+    assert!(max_running >= 2, "the pool never ran tasks side by side");
+    // Each model request carried one task only: no shared message list.
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 100);
+    for r in &reqs {
+        assert_eq!(r.to_string().matches("token-").count(), 1, "{r}");
+    }
+    let (_, l) = d.get("/v1/tasks?state=succeeded&limit=1000").await;
+    assert_eq!(l["tasks"].as_array().unwrap().len(), 100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_guards_every_endpoint_but_health() {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let site = Site::new(&model.base_url(), &[], &["token: ${HERMES_TOKEN}"]);
+    let token = "s3cret-token-for-tests";
+    let mut d = site.start(&[("HERMES_TOKEN", token)]);
+    d.ready().await;
+
+    let endpoints: Vec<(Method, &str, Option<Value>)> = vec![
+        (Method::POST, "/v1/tasks", Some(json!({"task": "hello"}))),
+        (Method::GET, "/v1/tasks", None),
+        (Method::GET, "/v1/tasks/abc", None),
+        (Method::POST, "/v1/tasks/abc/cancel", Some(json!({}))),
+        (Method::GET, "/v1/jobs", None),
+        (
+            Method::POST,
+            "/v1/jobs",
+            Some(json!({"task": "t", "schedule": "every 2h"})),
+        ),
+        (Method::DELETE, "/v1/jobs/abc", None),
+        (Method::POST, "/v1/jobs/abc/run", Some(json!({}))),
+        (Method::GET, "/v1/jobs/abc/runs", None),
+        (Method::GET, "/v1/memory?q=tea", None),
+        (
+            Method::POST,
+            "/v1/memory",
+            Some(json!({"text": "likes tea"})),
+        ),
+        (Method::DELETE, "/v1/memory/abc", None),
+    ];
+    let raw = d.http.clone();
+    for (method, path, body) in &endpoints {
+        for auth in [None, Some("wrong-token"), Some("s3cret-token-for-test")] {
+            let mut req = raw.request(method.clone(), format!("{}{path}", d.base));
+            if let Some(a) = auth {
+                req = req.bearer_auth(a);
+            }
+            if let Some(b) = body {
+                req = req.json(b);
+            }
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{method} {path}");
+            let v: Value = resp.json().await.unwrap();
+            let (code, message) = error_of(&v);
+            assert_eq!(code, "unauthorized");
+            assert!(message.contains("Bearer"), "{message}");
+        }
+    }
+    let (status, h) = d.get("/healthz").await;
+    assert_eq!(status, StatusCode::OK, "{h}");
+
+    let d = d.with_token(token);
+    for (method, path, body) in endpoints {
+        let (status, v) = d.call(method.clone(), path, body).await;
+        assert_ne!(status, StatusCode::UNAUTHORIZED, "{method} {path}: {v}");
+        assert!(
+            status.is_success() || status == StatusCode::NOT_FOUND,
+            "{method} {path}: {status} {v}"
+        );
+    }
+    // The scheme name is case-insensitive (RFC 9110 §11.1).
+    let resp = d
+        .http
+        .get(format!("{}/v1/tasks", d.base))
+        .header("authorization", format!("bearer {token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+
+    // The CLI reads the same config (and env) and passes the token.
+    let out = site.cli(&["tasks", "list", "--json"], &[("HERMES_TOKEN", token)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["tasks"].as_array().unwrap().len(), 1, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_public_bind_without_a_token_refuses_to_start() {
+    let site = Site::new("http://127.0.0.1:9/v1", &[], &["host: 0.0.0.0"]);
+    let mut d = site.start(&[]);
+    let status = d.exited(PATIENCE).await;
+    let log = d.log();
+    assert_ne!(status.code(), Some(0), "{log}");
+    assert!(status.code().is_some(), "it exits, not crashes: {status}");
+    assert!(log.contains("server.token"), "{log}");
+    assert!(log.contains("0.0.0.0"), "{log}");
+    assert!(!log.contains("ready"), "{log}");
+    assert!(
+        !site.data().exists(),
+        "it refused before touching the data dir"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bad_input_gets_a_clear_json_error() {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let site = Site::new(&model.base_url(), &[], &[]);
+    let mut d = site.start(&[]);
+    d.ready().await;
+    let url = |p: &str| format!("{}{p}", d.base);
+
+    async fn check(resp: reqwest::Response, status: StatusCode, code: &str, words: &str) {
+        assert_eq!(resp.status(), status, "expected {code}");
+        let ct = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        assert!(ct.starts_with("application/json"), "{code}: {ct}");
+        let v: Value = resp.json().await.unwrap();
+        let (c, m) = error_of(&v);
+        assert_eq!(c, code, "{v}");
+        assert!(
+            m.to_lowercase().contains(&words.to_lowercase()),
+            "{code}: {m:?} lacks {words:?}"
+        );
+        assert!(!m.contains("panicked") && !m.contains("src/"), "{m}");
+    }
+    let http = &d.http;
+    let post_raw = |path: &str, ct: &str, body: String| {
+        http.post(url(path))
+            .header("content-type", ct)
+            .body(body)
+            .send()
+    };
+
+    let r = post_raw("/v1/tasks", "application/json", "{\"task\": ".into()).await;
+    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_json", "").await;
+    let r = post_raw("/v1/tasks", "text/plain", "{\"task\": \"x\"}".into()).await;
+    check(
+        r.unwrap(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        "application/json",
+    )
+    .await;
+    let r = post_raw(
+        "/v1/tasks",
+        "application/json",
+        json!({"task": "x", "priority": 1}).to_string(),
+    )
+    .await;
+    check(
+        r.unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_body",
+        "priority",
+    )
+    .await;
+    let r = post_raw(
+        "/v1/tasks",
+        "application/json",
+        json!({"task": 42}).to_string(),
+    )
+    .await;
+    check(
+        r.unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_body",
+        "task",
+    )
+    .await;
+    let r = post_raw(
+        "/v1/tasks",
+        "application/json",
+        json!({"task": "   "}).to_string(),
+    )
+    .await;
+    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_request", "empty").await;
+    let big = json!({"task": "x".repeat(70 * 1024)}).to_string();
+    let r = post_raw("/v1/tasks", "application/json", big).await;
+    check(
+        r.unwrap(),
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "too_large",
+        "65536",
+    )
+    .await;
+    let long = json!({"task": "字".repeat(20_001)}).to_string();
+    assert!(
+        long.len() < 64 * 1024,
+        "under the body limit, over the text limit"
+    );
+    let r = post_raw("/v1/tasks", "application/json", long).await;
+    check(
+        r.unwrap(),
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "too_large",
+        "20000",
+    )
+    .await;
+    let r = post_raw(
+        "/v1/tasks",
+        "application/json",
+        json!({"task": "x", "profile": "turbo"}).to_string(),
+    )
+    .await;
+    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_request", "turbo").await;
+
+    let r = http.get(url("/v1/tasks?state=done")).send().await;
+    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_request", "done").await;
+    let r = http.get(url("/v1/tasks?limit=many")).send().await;
+    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_request", "limit").await;
+    let r = http.get(url("/v1/tasks?limit=0")).send().await;
+    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_request", "limit").await;
+    let r = http.get(url("/v1/tasks/0123456789abcdef")).send().await;
+    check(
+        r.unwrap(),
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "0123456789abcdef",
+    )
+    .await;
+    let r = http
+        .post(url("/v1/tasks/0123456789abcdef/cancel"))
+        .send()
+        .await;
+    check(
+        r.unwrap(),
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "0123456789abcdef",
+    )
+    .await;
+    let r = http.get(url("/v1/nothing-here")).send().await;
+    check(r.unwrap(), StatusCode::NOT_FOUND, "not_found", "endpoint").await;
+    let r = http.put(url("/v1/tasks")).send().await;
+    check(
+        r.unwrap(),
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "PUT",
+    )
+    .await;
+
+    let r = post_raw(
+        "/v1/jobs",
+        "application/json",
+        json!({"task": "digest", "schedule": "at teatime"}).to_string(),
+    )
+    .await;
+    check(
+        r.unwrap(),
+        StatusCode::BAD_REQUEST,
+        "invalid_schedule",
+        "at teatime",
+    )
+    .await;
+    let r = post_raw(
+        "/v1/jobs",
+        "application/json",
+        json!({"task": "digest", "schedule": "every 5s"}).to_string(),
+    )
+    .await;
+    check(
+        r.unwrap(),
+        StatusCode::BAD_REQUEST,
+        "invalid_schedule",
+        "60",
+    )
+    .await;
+    let r = http.delete(url("/v1/jobs/nosuchjob")).send().await;
+    check(r.unwrap(), StatusCode::NOT_FOUND, "not_found", "nosuchjob").await;
+    let r = http.get(url("/v1/jobs/nosuchjob/runs")).send().await;
+    check(r.unwrap(), StatusCode::NOT_FOUND, "not_found", "nosuchjob").await;
+    let r = http.post(url("/v1/jobs/nosuchjob/run")).send().await;
+    check(r.unwrap(), StatusCode::NOT_FOUND, "not_found", "nosuchjob").await;
+    let r = post_raw(
+        "/v1/memory",
+        "application/json",
+        json!({"text": ""}).to_string(),
+    )
+    .await;
+    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_request", "empty").await;
+    let r = http.delete(url("/v1/memory/nosuchfact")).send().await;
+    check(r.unwrap(), StatusCode::NOT_FOUND, "not_found", "nosuchfact").await;
+
+    // Nothing bad got stored, and the daemon is still well.
+    let (_, l) = d.get("/v1/tasks").await;
+    assert_eq!(l["tasks"].as_array().unwrap().len(), 0, "{l}");
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_over_the_api_create_list_run_and_delete() {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let site = Site::new(&model.base_url(), &[], &[]);
+    let mut d = site.start(&[]);
+    d.ready().await;
+
+    let (status, job) = d
+        .post(
+            "/v1/jobs",
+            json!({"task": "summarise the news", "schedule": "0 8 * * *", "name": "digest"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    let id = job["id"].as_str().unwrap().to_string();
+    assert_eq!(job["name"], "digest");
+    assert_eq!(job["schedule"], "0 8 * * *");
+    assert_eq!(job["timezone"], "UTC");
+    assert_eq!(job["origin"], "api");
+    let next = job["next_run_at"].as_str().expect("next_run_at");
+    assert!(next.contains("08:00:00"), "{next}");
+    assert!(job["last_run"].is_null(), "{job}");
+
+    let (status, list) = d.get("/v1/jobs").await;
+    assert_eq!(status, StatusCode::OK);
+    let jobs = list["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0]["id"], id.as_str());
+
+    let (status, run) = d.post(&format!("/v1/jobs/{id}/run"), json!({})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{run}");
+    let task_id = run["task_id"].as_str().unwrap().to_string();
+    let t = d.finished(&task_id).await;
+    assert_eq!(t["state"], "succeeded", "{t}");
+    assert_eq!(t["origin"], "job");
+    assert_eq!(t["answer"], "answer to: summarise the news");
+
+    let (status, runs) = d.get(&format!("/v1/jobs/{id}/runs")).await;
+    assert_eq!(status, StatusCode::OK);
+    let runs = runs["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["outcome"], "fired");
+    assert_eq!(runs[0]["task_id"], task_id.as_str());
+    assert!(runs[0]["fired_at"].is_string());
+    let (_, list) = d.get("/v1/jobs").await;
+    assert_eq!(list["jobs"][0]["last_run"]["outcome"], "fired", "{list}");
+
+    let (status, body) = d
+        .call(Method::DELETE, &format!("/v1/jobs/{id}"), None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert!(body.is_null());
+    let (_, list) = d.get("/v1/jobs").await;
+    assert_eq!(list["jobs"].as_array().unwrap().len(), 0);
+    let (status, _) = d
+        .call(Method::DELETE, &format!("/v1/jobs/{id}"), None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_over_the_api_and_the_cli_talks_to_the_running_daemon() {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let site = Site::new(&model.base_url(), &[], &[]);
+    let mut d = site.start(&[]);
+    d.ready().await;
+
+    let (status, added) = d
+        .post(
+            "/v1/memory",
+            json!({"text": "用户喜欢喝乌龙茶", "tags": ["偏好"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{added}");
+    let fact = added["id"].as_str().unwrap().to_string();
+    let (status, found) = d.get("/v1/memory?q=乌龙茶").await;
+    assert_eq!(status, StatusCode::OK);
+    let facts = found["facts"].as_array().unwrap();
+    assert_eq!(facts.len(), 1, "{found}");
+    assert_eq!(facts[0]["id"], fact.as_str());
+    assert_eq!(facts[0]["text"], "用户喜欢喝乌龙茶");
+    assert_eq!(facts[0]["tags"], json!(["偏好"]));
+    assert!(facts[0]["score"].as_f64().unwrap() > 0.0);
+    assert!(facts[0]["created_at"].is_string());
+
+    // The CLI, while the daemon holds the index lock, answers from the daemon.
+    let task = d.submit("what do I like to drink?").await;
+    d.finished(&task).await;
+    let out = site.cli(&["tasks", "list", "--json"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (_, api) = d.get("/v1/tasks?limit=20").await;
+    assert_eq!(listed, api, "the CLI shows what the API has");
+    let out = site.cli(&["tasks", "show", &task[..8], "--json"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["id"], task.as_str());
+    assert_eq!(shown["answer"], "answer to: what do I like to drink?");
+    let out = site.cli(&["memory", "search", "乌龙茶", "--json"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let searched = text(&out.stdout);
+    assert!(searched.contains(&fact), "{searched}");
+    assert!(searched.contains("用户喜欢喝乌龙茶"), "{searched}");
+    let out = site.cli(&["memory", "search", "乌龙茶"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("乌龙茶"),
+        "{}",
+        text(&out.stdout)
+    );
+    // A fact added by the CLI goes through the daemon too: the API finds it at once.
+    let out = site.cli(&["memory", "add", "the user's cat is called Miso"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (_, found) = d.get("/v1/memory?q=cat%20Miso").await;
+    assert_eq!(found["facts"].as_array().unwrap().len(), 1, "{found}");
+
+    let (status, _) = d
+        .call(Method::DELETE, &format!("/v1/memory/{fact}"), None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (_, found) = d.get("/v1/memory?q=乌龙茶").await;
+    assert_eq!(found["facts"].as_array().unwrap().len(), 0, "{found}");
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_what_fits_in_the_grace_and_records_the_rest() {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let site = Site::new(&model.base_url(), &["shutdown_grace_s: 1"], &[]);
+    let mut d = site.start(&[]);
+    d.ready().await;
+
+    let slow = d.submit("a slow task").await;
+    let quick = d.submit("a quick task").await;
+    assert!(model.wait_for_requests(2, PATIENCE).await);
+    // A client waiting on the slow task gets its outcome, not a reset connection.
+    let waiter = {
+        let http = d.http.clone();
+        let url = format!("{}/v1/tasks", d.base);
+        tokio::spawn(async move {
+            let r = http
+                .post(url)
+                .json(&json!({"task": "another slow task", "wait": true}))
+                .send()
+                .await?;
+            Ok::<_, reqwest::Error>((r.status(), r.json::<Value>().await?))
+        })
+    };
+    assert!(model.wait_for_requests(3, PATIENCE).await);
+    let signalled = Instant::now();
+    d.signal("-TERM");
+    d.wait_log("shutting down").await;
+    // No new work is taken once shutdown has begun.
+    let refused = d
+        .http
+        .post(format!("{}/v1/tasks", d.base))
+        .json(&json!({"task": "too late"}))
+        .send()
+        .await;
+    assert!(refused.is_err(), "accepted during shutdown: {refused:?}");
+    let status = d.exited(PATIENCE).await;
+    let took = signalled.elapsed();
+    assert_eq!(status.code(), Some(0), "{}", d.log());
+    assert!(took < Duration::from_secs(10), "shutdown took {took:?}");
+    eprintln!("SIGTERM to exit: {took:?}");
+
+    let (status, waited) = waiter
+        .await
+        .unwrap()
+        .expect("the waiting client got an answer");
+    assert_eq!(status, StatusCode::OK, "{waited}");
+    assert_eq!(waited["state"], "failed", "{waited}");
+    assert_eq!(waited["reason"], "shutdown");
+
+    let show = |id: &str| {
+        let out = site.cli(&["tasks", "show", id, "--json"], &[]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let t = show(&slow);
+    assert_eq!(t["state"], "failed", "{t}");
+    assert_eq!(t["reason"], "shutdown", "{t}");
+    assert!(t["error"].as_str().unwrap().contains("stopped"), "{t}");
+    let t = show(&quick);
+    assert_eq!(t["state"], "succeeded", "{t}");
+    assert_eq!(t["answer"], "answer to: a quick task");
+    let out = site.cli(&["tasks", "list", "--json"], &[]);
+    let all: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        !all.to_string().contains("too late"),
+        "a task was stored during shutdown: {all}"
+    );
+    assert!(d.log().contains("grace period over"), "{}", d.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_then_restart_keeps_what_was_committed_and_marks_the_cut_task() {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let site = Site::new(&model.base_url(), &[], &[]);
+    let mut d = site.start(&[]);
+    d.ready().await;
+
+    let (status, job) = d
+        .post(
+            "/v1/jobs",
+            json!({"task": "check the weather", "schedule": "every 2h"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    let (status, fact) = d.post("/v1/memory", json!({"text": "用户住在杭州"})).await;
+    assert_eq!(status, StatusCode::CREATED, "{fact}");
+    let (status, done) = d
+        .post("/v1/tasks", json!({"task": "say hi", "wait": true}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    let before = model.request_count();
+    let cut = d.submit("a slow task").await;
+    assert!(model.wait_for_requests(before + 1, PATIENCE).await);
+
+    d.signal("-KILL");
+    let status = d.exited(PATIENCE).await;
+    assert_eq!(status.code(), None, "killed by a signal");
+
+    let mut d = site.start(&[]);
+    d.ready().await;
+    d.wait_log("marked failed (interrupted)").await;
+    let t = d.finished(&cut).await;
+    assert_eq!(t["state"], "failed", "{t}");
+    assert_eq!(t["reason"], "interrupted", "{t}");
+    let (_, t) = d
+        .get(&format!("/v1/tasks/{}", done["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(t["state"], "succeeded");
+    assert_eq!(t["answer"], "answer to: say hi");
+    let (_, jobs) = d.get("/v1/jobs").await;
+    assert_eq!(jobs["jobs"][0]["id"], job["id"], "{jobs}");
+    let (_, found) = d.get("/v1/memory?q=杭州").await;
+    assert_eq!(found["facts"][0]["id"], fact["id"], "{found}");
+    // The restarted daemon works normally.
+    let (status, again) = d
+        .post("/v1/tasks", json!({"task": "say hi again", "wait": true}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(again["state"], "succeeded", "{again}");
+    d.stop().await;
+}
+
+/// `systemd-analyze verify` on a unit, with `HOME` set so `%h` resolves into `home`. It runs in
+/// system mode: a user manager is usually not reachable from a test (no XDG_RUNTIME_DIR).
+fn verify_unit(unit: &Path, home: &Path) -> Output {
+    Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(unit)
+        .env("HOME", home)
+        .env("SYSTEMD_LOG_COLOR", "0")
+        .output()
+        .expect("systemd-analyze runs")
+}
+
+fn has_systemd_analyze() -> bool {
+    Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn the_systemd_unit_installs_and_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    // A space in the path: ExecStart and ReadWritePaths must quote it.
+    let home = dir.path().join("the home");
+    let data = home.join("my data");
+    let config = home.join("hermes settings.yaml");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(&config, "server:\n  port: 8799\n").unwrap();
+    let out = Command::new(BIN)
+        .current_dir(&home)
+        .env("HOME", &home)
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("HERMES_CONFIG")
+        .env_remove("HERMES_DATA_DIR")
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["service", "install"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let unit_path = home.join(".config/systemd/user/hermes-agent.service");
+    assert!(text(&out.stdout).contains(&unit_path.display().to_string()));
+    assert!(data.is_dir(), "the data dir exists for ReadWritePaths");
+    let unit = std::fs::read_to_string(&unit_path).unwrap();
+    let exec = unit
+        .lines()
+        .find(|l| l.starts_with("ExecStart="))
+        .expect("ExecStart");
+    assert!(
+        exec.starts_with(&format!("ExecStart={BIN} "))
+            || exec.starts_with(&format!("ExecStart=\"{BIN}\" ")),
+        "{exec}"
+    );
+    assert!(
+        exec.contains(&format!("--config \"{}\"", config.display())),
+        "{exec}"
+    );
+    assert!(
+        exec.ends_with(&format!("--data-dir \"{}\" serve", data.display())),
+        "{exec}"
+    );
+    assert!(
+        unit.contains(&format!("ReadWritePaths=\"{}\"", data.display())),
+        "{unit}"
+    );
+    assert!(unit.contains("Restart=on-failure"));
+    assert!(unit.contains("EnvironmentFile=-%h/.config/hermes-agent/env"));
+
+    // A relative --data-dir becomes absolute: systemd needs absolute paths.
+    let out = Command::new(BIN)
+        .current_dir(&home)
+        .env("HOME", &home)
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("HERMES_CONFIG")
+        .env_remove("HERMES_DATA_DIR")
+        .args(["--data-dir", "rel-data", "service", "install"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let relative = std::fs::read_to_string(&unit_path).unwrap();
+    let rw = relative
+        .lines()
+        .find(|l| l.starts_with("ReadWritePaths="))
+        .unwrap();
+    assert!(
+        rw.contains(&home.join("rel-data").display().to_string()),
+        "{rw}"
+    );
+    assert!(!rw.starts_with("ReadWritePaths=rel-data"), "{rw}");
+
+    if !has_systemd_analyze() {
+        eprintln!("note: systemd-analyze is not installed; unit verification skipped");
+        return;
+    }
+    // The first install again (the one with spaces), verified as written.
+    std::fs::write(&unit_path, &unit).unwrap();
+    let out = verify_unit(&unit_path, &home);
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "rendered unit:\n{unit}\n{}",
+        text(&out.stderr)
+    );
+
+    // The shipped template, with `%h/.cargo/bin/hermes-agent` made to exist.
+    let bin_dir = home.join(".cargo/bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    std::os::unix::fs::symlink(BIN, bin_dir.join("hermes-agent")).unwrap();
+    std::fs::create_dir_all(home.join(".local/share/hermes-agent")).unwrap();
+    let template = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/hermes-agent.service");
+    let out = verify_unit(&template, &home);
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_daemon_on_the_same_data_dir_refuses_to_start() {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let site = Site::new(&model.base_url(), &[], &[]);
+    let mut first = site.start(&[]);
+    first.ready().await;
+    let slow = first.submit("a slow task").await;
+    assert!(model.wait_for_requests(1, PATIENCE).await);
+
+    // Same data dir, another port: it would take the first one's running task for a crash.
+    let other_port = free_port();
+    let yaml = std::fs::read_to_string(site.config()).unwrap().replace(
+        &format!("port: {}", site.port),
+        &format!("port: {other_port}"),
+    );
+    let other_dir = tempfile::tempdir().unwrap();
+    let other_config = other_dir.path().join("settings.yaml");
+    std::fs::write(&other_config, yaml).unwrap();
+    let mut cmd = base_command(other_dir.path(), &[]);
+    cmd.arg("--config")
+        .arg(&other_config)
+        .arg("--data-dir")
+        .arg(site.data())
+        .arg("serve");
+    let mut second = Daemon::spawn(cmd, other_dir.path(), other_port);
+    let status = second.exited(PATIENCE).await;
+    let log = second.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("already"), "{log}");
+    assert!(log.contains(&site.data().display().to_string()), "{log}");
+
+    let (_, t) = first.get(&format!("/v1/tasks/{slow}")).await;
+    assert_eq!(t["state"], "running", "{t}");
+    let (status, _) = first
+        .post(&format!("/v1/tasks/{slow}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    first.stop().await;
+    // Once the first has stopped, the data dir is free again.
+    let mut again = site.start(&[]);
+    again.ready().await;
+    again.stop().await;
+}
