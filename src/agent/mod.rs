@@ -235,18 +235,22 @@ impl Agent {
                 state: task.state,
             });
         }
-        if !self.stop_running(&task.id, StopReason::Cancelled) {
-            // Not running here: a pending task is finished directly.
-            let outcome = run::outcome(
-                TaskState::Cancelled,
-                None,
-                Some("cancelled before it started".into()),
-                Some("cancelled"),
-                &run::Tally::default(),
-            );
-            if self.inner.store.finish_task(&task.id, &outcome).await? {
-                self.announce(&task.id, TaskState::Cancelled);
-            }
+        // Subscribed before the stop, so the end of the task cannot be missed.
+        let rx = self.subscribe();
+        if self.stop_running(&task.id, StopReason::Cancelled) {
+            // The loop notices the stop at its next await; report the state it ends in.
+            return self.wait(&task.id, rx, Duration::from_secs(5)).await;
+        }
+        // Not running here: a pending task is finished directly.
+        let outcome = run::outcome(
+            TaskState::Cancelled,
+            None,
+            Some("cancelled before it started".into()),
+            Some("cancelled"),
+            &run::Tally::default(),
+        );
+        if self.inner.store.finish_task(&task.id, &outcome).await? {
+            self.announce(&task.id, TaskState::Cancelled);
         }
         Ok(self.inner.store.task(&task.id).await?)
     }

@@ -120,7 +120,7 @@ pub async fn tasks(config: Config, cmd: TasksCmd) -> anyhow::Result<ExitCode> {
             }
             TasksCmd::Show { id, json } => {
                 let (_, v) = d
-                    .call(Method::GET, &format!("/v1/tasks/{id}"), None)
+                    .call(Method::GET, &format!("/v1/tasks/{}", seg(&id)), None)
                     .await?;
                 if json {
                     print_json(&v)?;
@@ -247,13 +247,13 @@ pub async fn jobs(config: Config, cmd: JobsCmd) -> anyhow::Result<ExitCode> {
                 }
             }
             JobsCmd::Rm { id } => {
-                d.call(Method::DELETE, &format!("/v1/jobs/{id}"), None)
+                d.call(Method::DELETE, &format!("/v1/jobs/{}", seg(&id)), None)
                     .await?;
                 println!("job {id} removed");
             }
             JobsCmd::Run { id } => {
                 let (_, v) = d
-                    .call(Method::POST, &format!("/v1/jobs/{id}/run"), None)
+                    .call(Method::POST, &format!("/v1/jobs/{}/run", seg(&id)), None)
                     .await?;
                 let task_id = v["task_id"].as_str().unwrap_or("").to_string();
                 eprintln!(
@@ -263,7 +263,7 @@ pub async fn jobs(config: Config, cmd: JobsCmd) -> anyhow::Result<ExitCode> {
                 // Follow it to the end so the person sees the outcome here too.
                 loop {
                     let (_, t) = d
-                        .call(Method::GET, &format!("/v1/tasks/{task_id}"), None)
+                        .call(Method::GET, &format!("/v1/tasks/{}", seg(&task_id)), None)
                         .await?;
                     let r: TaskRecord = serde_json::from_value(t)?;
                     if r.task.state.is_finished() {
@@ -389,7 +389,7 @@ pub async fn memory(config: Config, cmd: MemoryCmd) -> anyhow::Result<ExitCode> 
                 }
             }
             MemoryCmd::Forget { id } => {
-                d.call(Method::DELETE, &format!("/v1/memory/{id}"), None)
+                d.call(Method::DELETE, &format!("/v1/memory/{}", seg(&id)), None)
                     .await?;
                 println!("forgot {id}");
             }
@@ -449,6 +449,11 @@ fn print_facts(facts: &Value) {
             f["text"].as_str().unwrap_or("")
         );
     }
+}
+
+/// An id as one URL path segment: `tasks show ../jobs` must not reach another endpoint.
+fn seg(id: &str) -> String {
+    form_urlencode(id)
 }
 
 fn form_urlencode(s: &str) -> String {
