@@ -3,8 +3,6 @@
 
 mod common;
 
-use axum::Json;
-use axum::routing::post;
 use futures::future::BoxFuture;
 use hermes_agent::agent::{RunOptions, Submit};
 use hermes_agent::config::WebhookSettings;
@@ -12,7 +10,7 @@ use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::store::{StepKind, TaskState};
 use hermes_agent::tools::{Tool, ToolContext, ToolError};
 use serde_json::{Value, json};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A lookup tool: returns a price for the query.
@@ -148,22 +146,7 @@ fn request_text(req: &Value) -> String {
 
 #[tokio::test]
 async fn a_two_tool_task_looks_up_then_notifies_and_every_step_is_traced() {
-    // A real webhook receiver on loopback.
-    let received: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let sink = received.clone();
-    let app = axum::Router::new().route(
-        "/hook",
-        post(move |Json(v): Json<Value>| {
-            let sink = sink.clone();
-            async move {
-                sink.lock().unwrap().push(v);
-                "ok"
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let hook_url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (hook_url, received) = common::webhook_receiver().await;
 
     let model = ScriptedModel::start(vec![
         Reply::tool_calls(&[("lookup", json!({"query": "oolong tea"}))]),

@@ -3,34 +3,12 @@
 
 mod common;
 
-use axum::Json;
-use axum::routing::post;
 use hermes_agent::agent::{RunOptions, Submit};
 use hermes_agent::config::{SubAgent, WebhookSettings};
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::store::{RunOutcome, TaskState};
 use serde_json::{Value, json};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-async fn webhook_receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
-    let received: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let sink = received.clone();
-    let app = axum::Router::new().route(
-        "/hook",
-        post(move |Json(v): Json<Value>| {
-            let sink = sink.clone();
-            async move {
-                sink.lock().unwrap().push(v);
-                "ok"
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, received)
-}
 
 fn roles(req: &Value) -> Vec<String> {
     req["messages"]
@@ -43,7 +21,7 @@ fn roles(req: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn the_model_schedules_a_job_which_fires_fresh_and_delivers_its_answer() {
-    let (hook, received) = webhook_receiver().await;
+    let (hook, received) = common::webhook_receiver().await;
     let model = ScriptedModel::start(vec![
         // The conversation in which the person asks for a daily check.
         Reply::tool_calls(&[(

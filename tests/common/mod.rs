@@ -62,3 +62,28 @@ pub async fn app_in(
     .await
     .expect("app builds")
 }
+
+/// A real webhook receiver on loopback: its URL, and every JSON body it got.
+pub async fn webhook_receiver() -> (String, Arc<std::sync::Mutex<Vec<serde_json::Value>>>) {
+    use axum::Json;
+    let received: Arc<std::sync::Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let sink = received.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |Json(v): Json<serde_json::Value>| {
+            let sink = sink.clone();
+            async move {
+                if let Ok(mut s) = sink.lock() {
+                    s.push(v);
+                }
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a loopback port");
+    let url = format!("http://{}/hook", listener.local_addr().expect("local addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, received)
+}
