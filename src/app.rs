@@ -4,7 +4,7 @@
 //! Must not: hold behaviour of its own beyond construction and the adapters that let the
 //! scheduler reach the agent and the notifier without depending on them.
 
-use crate::agent::{Agent, DelegateTools, RunOptions, Submit};
+use crate::agent::{Agent, Claimed, DelegateTools, RunOptions, Submit};
 use crate::config::{Config, env_map};
 use crate::llm::{Gateway, RetryPolicy, ToolCall};
 use crate::memory::LongTerm;
@@ -13,6 +13,8 @@ use crate::scheduler::{Deliver, Scheduler, TaskRunner};
 use crate::store::{Job, NewNotice, Store, Task};
 use crate::tools::{RegistryBuilder, Tool, ToolContext, builtin, manifest};
 use futures::future::BoxFuture;
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -95,6 +97,7 @@ impl App {
         let runner = Arc::new(AgentRunner {
             agent: agent_link.clone(),
             mode,
+            claimed: Mutex::new(HashMap::new()),
         });
         let scheduler = Scheduler::new(
             s.scheduler.clone(),
@@ -154,6 +157,8 @@ impl App {
 struct AgentRunner {
     agent: Arc<OnceLock<Agent>>,
     mode: JobExecution,
+    /// Direct mode: tasks created for a firing, held between `create` and `run`.
+    claimed: Mutex<HashMap<String, Claimed>>,
 }
 
 impl AgentRunner {
@@ -168,17 +173,29 @@ impl TaskRunner for AgentRunner {
     fn create<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
             let agent = self.agent()?;
-            let task = agent
-                .create(Submit {
-                    task: job.task.clone(),
-                    origin: "job".into(),
-                    profile: job.profile.clone(),
-                    parent_id: None,
-                    job_id: Some(job.id.clone()),
-                })
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(task.id)
+            let submit = Submit {
+                task: job.task.clone(),
+                origin: "job".into(),
+                profile: job.profile.clone(),
+                parent_id: None,
+                job_id: Some(job.id.clone()),
+            };
+            match self.mode {
+                // Pending: a worker of the pool takes it.
+                JobExecution::Pool => Ok(agent.create(submit).await.map_err(|e| e.to_string())?.id),
+                // Claimed for this process, kept until `run` (a daemon elsewhere must not take it).
+                JobExecution::Direct => {
+                    let claimed = agent
+                        .create_claimed(submit)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let id = claimed.task().id.clone();
+                    if let Ok(mut held) = self.claimed.lock() {
+                        held.insert(id.clone(), claimed);
+                    }
+                    Ok(id)
+                }
+            }
         })
     }
 
@@ -186,10 +203,14 @@ impl TaskRunner for AgentRunner {
         Box::pin(async move {
             let agent = self.agent()?;
             match self.mode {
-                JobExecution::Direct => agent
-                    .execute(task_id, RunOptions::default())
-                    .await
-                    .map_err(|e| e.to_string()),
+                JobExecution::Direct => {
+                    let claimed = self.claimed.lock().ok().and_then(|mut h| h.remove(task_id));
+                    match claimed {
+                        Some(c) => agent.run_claimed(c, RunOptions::default()).await,
+                        None => agent.execute(task_id, RunOptions::default()).await,
+                    }
+                    .map_err(|e| e.to_string())
+                }
                 JobExecution::Pool => {
                     let rx = agent.subscribe();
                     agent.wake_workers();

@@ -479,3 +479,37 @@ async fn a_running_task_can_be_cancelled() {
     let done = run.await.unwrap().unwrap();
     assert_eq!(done.state, TaskState::Cancelled);
 }
+
+#[tokio::test]
+async fn a_task_claimed_by_this_process_is_never_offered_to_workers() {
+    let model = ScriptedModel::start(vec![Reply::text("mine")]).await;
+    let t = common::app(common::settings(&model.base_url()), test_tools()).await;
+    let claimed = t
+        .app
+        .agent
+        .create_claimed(Submit {
+            task: "run me here".into(),
+            origin: "cli".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed.task().state, TaskState::Running);
+    assert!(t.app.store.pending_tasks(10).await.unwrap().is_empty());
+    // A worker pool on the same store finds nothing to take.
+    let tracker = tokio_util::task::TaskTracker::new();
+    let stop = tokio_util::sync::CancellationToken::new();
+    t.app.agent.spawn_workers(2, &tracker, stop.clone());
+    let done = t
+        .app
+        .agent
+        .run_claimed(claimed, RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(done.state, TaskState::Succeeded);
+    assert_eq!(done.answer.as_deref(), Some("mine"));
+    assert_eq!(model.request_count(), 1, "nobody else ran it");
+    stop.cancel();
+    tracker.close();
+    tracker.wait().await;
+}

@@ -104,6 +104,7 @@ impl TaskRunner for TestRunner {
                     profile: job.profile.clone().unwrap_or_else(|| "fast".into()),
                     parent_id: None,
                     job_id: Some(job.id.clone()),
+                    claimed: false,
                 })
                 .await
                 .map_err(|e| e.to_string())?;

@@ -112,7 +112,7 @@ impl DelegateTools {
             .then(|| def.profile.clone())
             .or(Some(ctx.profile.clone()));
         let created = agent
-            .create(Submit {
+            .create_claimed(Submit {
                 task: task.to_string(),
                 origin: "agent".into(),
                 profile,
@@ -121,9 +121,10 @@ impl DelegateTools {
             })
             .await;
         let sub = match created {
-            Ok(t) => t,
+            Ok(c) => c,
             Err(e) => return json!({"agent": name, "status": "failed", "error": e.to_string()}),
         };
+        let sub_id = sub.task().id.clone();
         let opts = RunOptions {
             observer: None,
             restrict: Some(def.tools.clone()),
@@ -132,8 +133,7 @@ impl DelegateTools {
             timeout: (def.timeout_s > 0).then(|| Duration::from_secs(def.timeout_s)),
         };
         // Spawned, so the sub-task always reaches a final state even if this call is dropped.
-        let id = sub.id.clone();
-        let handle = tokio::spawn(async move { agent.execute(&id, opts).await });
+        let handle = tokio::spawn(async move { agent.run_claimed(sub, opts).await });
         match handle.await {
             Ok(Ok(t)) => match (t.state, t.reason.as_deref()) {
                 (TaskState::Succeeded, _) => {
@@ -145,10 +145,10 @@ impl DelegateTools {
                 _ => json!({"agent": name, "status": "failed", "task_id": t.id, "error": t.error}),
             },
             Ok(Err(e)) => {
-                json!({"agent": name, "status": "failed", "task_id": sub.id, "error": e.to_string()})
+                json!({"agent": name, "status": "failed", "task_id": sub_id, "error": e.to_string()})
             }
             Err(e) => {
-                json!({"agent": name, "status": "failed", "task_id": sub.id, "error": format!("sub-agent crashed: {e}")})
+                json!({"agent": name, "status": "failed", "task_id": sub_id, "error": format!("sub-agent crashed: {e}")})
             }
         }
     }

@@ -49,6 +49,16 @@ pub struct Submit {
     pub job_id: Option<String>,
 }
 
+/// A task created running for the process that holds this value; see [`Agent::create_claimed`].
+#[derive(Debug)]
+pub struct Claimed(Task);
+
+impl Claimed {
+    pub fn task(&self) -> &Task {
+        &self.0
+    }
+}
+
 /// A task reached a final state (announced to waiters: `wait: true`, jobs, sub-agents).
 #[derive(Debug, Clone)]
 pub struct TaskFinished {
@@ -147,6 +157,19 @@ impl Agent {
 
     /// Store a new pending task (it runs when [`Agent::execute`] or a worker takes it).
     pub async fn create(&self, req: Submit) -> Result<Task, AgentError> {
+        let new = self.new_task(req, false)?;
+        Ok(self.inner.store.create_task(&new).await?)
+    }
+
+    /// Store a new task already running and owned by the caller, who runs it with
+    /// [`Agent::run_claimed`]. Workers never see it, so a daemon sharing the data dir cannot
+    /// take a task meant for this process (the CLI's `run`, a sub-agent, a job run in-process).
+    pub async fn create_claimed(&self, req: Submit) -> Result<Claimed, AgentError> {
+        let new = self.new_task(req, true)?;
+        Ok(Claimed(self.inner.store.create_task(&new).await?))
+    }
+
+    fn new_task(&self, req: Submit, claimed: bool) -> Result<NewTask, AgentError> {
         let text = req.task.trim();
         if text.is_empty() {
             return Err(AgentError::EmptyTask);
@@ -169,17 +192,14 @@ impl Agent {
                 known: known.join(", "),
             });
         }
-        Ok(self
-            .inner
-            .store
-            .create_task(&NewTask {
-                task: text.to_string(),
-                origin: req.origin,
-                profile,
-                parent_id: req.parent_id,
-                job_id: req.job_id,
-            })
-            .await?)
+        Ok(NewTask {
+            task: text.to_string(),
+            origin: req.origin,
+            profile,
+            parent_id: req.parent_id,
+            job_id: req.job_id,
+            claimed,
+        })
     }
 
     /// Store a task and wake a worker of the pool to run it.

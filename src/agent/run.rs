@@ -81,6 +81,21 @@ impl Agent {
             return Ok(store.task(task_id).await?);
         }
         let task = store.task(task_id).await?;
+        self.drive(task, opts).await
+    }
+
+    /// Run a task this process created with [`Agent::create_claimed`].
+    pub async fn run_claimed(
+        &self,
+        claimed: super::Claimed,
+        opts: RunOptions,
+    ) -> Result<Task, super::AgentError> {
+        self.drive(claimed.0, opts).await
+    }
+
+    /// The running task's life: the loop under its limits, then its final state.
+    async fn drive(&self, task: Task, opts: RunOptions) -> Result<Task, super::AgentError> {
+        let store = &self.inner.store;
         let token = CancellationToken::new();
         let why = Arc::new(Mutex::new(None));
         if let Ok(mut map) = self.inner.running.lock() {

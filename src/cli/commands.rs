@@ -54,15 +54,16 @@ fn print_outcome(record: &TaskRecord, json: bool) -> anyhow::Result<ExitCode> {
 pub async fn run(config: Config, args: RunArgs) -> anyhow::Result<ExitCode> {
     let daemon_up = Daemon::detect(&config.settings).await.is_some();
     let app = App::build(config, JobExecution::Direct).await?;
-    let task = app
+    let claimed = app
         .agent
-        .create(Submit {
+        .create_claimed(Submit {
             task: args.task,
             origin: "cli".into(),
             profile: args.profile,
             ..Default::default()
         })
         .await?;
+    let task = claimed.task().clone();
     eprintln!("task {} ({} profile)", task.id, task.profile);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let printer = tokio::spawn(async move {
@@ -74,7 +75,7 @@ pub async fn run(config: Config, args: RunArgs) -> anyhow::Result<ExitCode> {
         observer: Some(tx),
         ..Default::default()
     };
-    let exec = app.agent.execute(&task.id, opts);
+    let exec = app.agent.run_claimed(claimed, opts);
     tokio::pin!(exec);
     let done = tokio::select! {
         r = &mut exec => r?,

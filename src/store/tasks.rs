@@ -85,6 +85,8 @@ pub struct NewTask {
     pub profile: String,
     pub parent_id: Option<String>,
     pub job_id: Option<String>,
+    /// Create it already `running`, owned by the creating process: no worker may take it.
+    pub claimed: bool,
 }
 
 /// How a task ended.
@@ -157,17 +159,24 @@ impl Store {
     pub async fn create_task(&self, new: &NewTask) -> Result<Task> {
         let id = new_id();
         let created = now();
+        let (state, started) = if new.claimed {
+            (TaskState::Running, Some(created))
+        } else {
+            (TaskState::Pending, None)
+        };
         sqlx::query(
-            "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at) \
-             VALUES (?, 'pending', ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&id)
+        .bind(state)
         .bind(&new.origin)
         .bind(&new.parent_id)
         .bind(&new.job_id)
         .bind(&new.profile)
         .bind(&new.task)
         .bind(created)
+        .bind(started)
         .execute(self.pool())
         .await?;
         self.task(&id).await
