@@ -104,7 +104,8 @@ impl App {
             store.clone(),
             runner,
             Arc::new(OutboxDeliver(notifier.clone())),
-        );
+        )
+        .with_profiles(s.model.profiles.keys().cloned().collect());
 
         let mut tools = RegistryBuilder::new(s.tools.clone(), store.clone());
         if let Some(b) = options.tool_backoff {

@@ -287,3 +287,26 @@ async fn delegate_parallel_reports_success_failure_and_timeout_per_sub_agent() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_job_naming_an_unknown_profile_is_refused_when_made() {
+    let model = ScriptedModel::start(vec![]).await;
+    let t = common::app(common::settings(&model.base_url()), vec![]).await;
+    let err = t
+        .app
+        .scheduler
+        .add(
+            hermes_agent::scheduler::JobRequest {
+                task: "digest".into(),
+                schedule: "0 8 * * *".into(),
+                profile: Some("turbo".into()),
+                ..Default::default()
+            },
+            "api",
+        )
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("turbo") && text.contains("fast"), "{text}");
+    assert_eq!(err.http_status(), 400);
+}

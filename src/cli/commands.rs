@@ -297,11 +297,6 @@ pub async fn jobs(config: Config, cmd: JobsCmd) -> anyhow::Result<ExitCode> {
             json,
         } => {
             let precheck = parse_precheck(precheck.as_deref())?;
-            if let Some(p) = profile.as_deref()
-                && !app.config.settings.model.profiles.contains_key(p)
-            {
-                anyhow::bail!("unknown model profile '{p}'; see model.profiles in the config");
-            }
             let job = app
                 .scheduler
                 .add(

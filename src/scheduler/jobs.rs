@@ -46,6 +46,16 @@ impl Scheduler {
         if let Some(p) = &req.precheck {
             check_precheck(p)?;
         }
+        let profiles = &self.inner.profiles;
+        if let Some(p) = req.profile.as_deref().filter(|p| !p.is_empty())
+            && !profiles.is_empty()
+            && !profiles.iter().any(|k| k == p)
+        {
+            return Err(SchedulerError::Invalid(format!(
+                "unknown model profile '{p}'; defined profiles: {}",
+                profiles.join(", ")
+            )));
+        }
         let name = match req.name.as_deref().map(str::trim) {
             Some(n) if !n.is_empty() => n.to_string(),
             _ => default_name(task),

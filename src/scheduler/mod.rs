@@ -245,6 +245,8 @@ struct Inner {
     tracker: Mutex<Option<TaskTracker>>,
     /// Firings in flight in this process, for `wait_idle`.
     inflight: watch::Sender<usize>,
+    /// Model profiles a job may name; empty means "not checked here".
+    profiles: Vec<String>,
 }
 
 impl Scheduler {
@@ -276,8 +278,18 @@ impl Scheduler {
                 adding: tokio::sync::Mutex::new(()),
                 tracker: Mutex::new(None),
                 inflight: watch::Sender::new(0),
+                profiles: Vec::new(),
             }),
         }
+    }
+
+    /// Check the `profile` of new jobs against these names, so a typo is refused when the job
+    /// is made instead of failing every firing. Call right after construction.
+    pub fn with_profiles(mut self, names: Vec<String>) -> Scheduler {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.profiles = names;
+        }
+        self
     }
 
     pub fn settings(&self) -> &SchedulerSettings {
