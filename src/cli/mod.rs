@@ -188,13 +188,27 @@ pub fn main() -> ExitCode {
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             match e.downcast_ref::<ConfigError>() {
                 Some(_) => ExitCode::from(EXIT_CONFIG),
                 None => ExitCode::FAILURE,
             }
         }
     }
+}
+
+/// The error and its causes on one line, skipping a cause whose text the message already
+/// carries (many errors quote their source, and `{:#}` would print it twice).
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
 }
 
 fn init_tracing(default: &str) {

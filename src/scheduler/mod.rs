@@ -148,7 +148,7 @@ pub struct JobView {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SchedulerError {
-    #[error("{0}")]
+    #[error(transparent)]
     Schedule(#[from] ScheduleError),
     #[error("{0}")]
     Invalid(String),
