@@ -1,0 +1,308 @@
+//! Running a manifest tool: the command (no shell, capped output, a clean environment) or
+//! the HTTP request, and mapping what happened to a [`ToolError`].
+
+use super::*;
+
+impl ManifestTool {
+    /// The manifest file this tool came from.
+    pub fn source(&self) -> &Path {
+        &self.source
+    }
+
+    async fn run_command(
+        &self,
+        program: &str,
+        templates: &[Template],
+        env: &[(String, String)],
+        args: &Map<String, Value>,
+    ) -> Result<Value, ToolError> {
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(render_argv(templates, args))
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // A timed-out call drops this future; the child must die with it.
+            .kill_on_drop(true);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| ToolError::Failed(format!("cannot run '{program}': {e}")))?;
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(ToolError::Failed(format!(
+                "cannot capture the output of '{program}'"
+            )));
+        };
+        let (out, err, status) = tokio::join!(
+            read_capped(stdout, MAX_OUTPUT_BYTES),
+            read_tail(stderr, STDERR_TAIL_BYTES),
+            child.wait()
+        );
+        let status =
+            status.map_err(|e| ToolError::Failed(format!("cannot wait for '{program}': {e}")))?;
+        let (out, truncated) = out.map_err(|e| {
+            ToolError::Failed(format!("cannot read the output of '{program}': {e}"))
+        })?;
+        if status.success() {
+            return Ok(output_value(&out, truncated));
+        }
+        let err = err.unwrap_or_default();
+        let mut tail = String::from_utf8_lossy(&err).trim().to_string();
+        if tail.is_empty() {
+            // Some programs report errors on stdout; better than saying nothing.
+            let out = String::from_utf8_lossy(&out);
+            let start = out.len().saturating_sub(STDERR_TAIL_BYTES);
+            let start = (start..=out.len())
+                .find(|i| out.is_char_boundary(*i))
+                .unwrap_or(out.len());
+            tail = out[start..].trim().to_string();
+        }
+        let how = match status.code() {
+            Some(code) => format!("exit {code}"),
+            None => {
+                #[cfg(unix)]
+                {
+                    use std::os::unix::process::ExitStatusExt;
+                    match status.signal() {
+                        Some(sig) => format!("killed by signal {sig}"),
+                        None => "ended abnormally".to_string(),
+                    }
+                }
+                #[cfg(not(unix))]
+                {
+                    "ended abnormally".to_string()
+                }
+            }
+        };
+        Err(ToolError::Failed(if tail.is_empty() {
+            how
+        } else {
+            format!("{how}: {tail}")
+        }))
+    }
+
+    async fn run_http(
+        &self,
+        method: &reqwest::Method,
+        url: &Template,
+        json: bool,
+        headers: &reqwest::header::HeaderMap,
+        client: &reqwest::Client,
+        args: &Map<String, Value>,
+    ) -> Result<Value, ToolError> {
+        let mut target = reqwest::Url::parse(&url.render(args, percent_encode))
+            .map_err(|e| ToolError::Failed(format!("the manifest's URL became invalid: {e}")))?;
+        let in_url: BTreeSet<&str> = url.params().collect();
+        let body_method = matches!(
+            *method,
+            reqwest::Method::POST | reqwest::Method::PUT | reqwest::Method::PATCH
+        );
+        let as_body = json && body_method;
+        if !as_body {
+            let mut query = args
+                .iter()
+                .filter(|(k, v)| !in_url.contains(k.as_str()) && !v.is_null())
+                .peekable();
+            // `query_pairs_mut` would leave a bare `?` behind when there is nothing to add.
+            if query.peek().is_some() {
+                let mut pairs = target.query_pairs_mut();
+                for (k, v) in query {
+                    pairs.append_pair(k, &value_text(Some(v)));
+                }
+            }
+        }
+        let mut req = client
+            .request(method.clone(), target)
+            .headers(headers.clone());
+        if as_body {
+            req = req.json(&Value::Object(args.clone()));
+        }
+        let resp = req.send().await.map_err(request_error)?;
+        let status = resp.status();
+        let (body, truncated) = read_body(resp).await?;
+        if status.is_success() {
+            return Ok(output_value(&body, truncated));
+        }
+        let excerpt = excerpt(&String::from_utf8_lossy(&body));
+        let msg = if excerpt.is_empty() {
+            format!("HTTP {status}")
+        } else {
+            format!("HTTP {status}: {excerpt}")
+        };
+        if status.is_server_error() {
+            Err(ToolError::Network(msg))
+        } else {
+            Err(ToolError::Failed(msg))
+        }
+    }
+}
+
+pub(super) fn render_argv(templates: &[Template], args: &Map<String, Value>) -> Vec<String> {
+    templates
+        .iter()
+        .filter(|t| {
+            // An element that is only an absent optional parameter disappears entirely,
+            // so `--flag {{x}}`-style pairs should be written as one `--flag={{x}}` element.
+            t.sole_param()
+                .is_none_or(|p| args.get(p).is_some_and(|v| !v.is_null()))
+        })
+        .map(|t| t.render(args, |s| s.to_string()))
+        .collect()
+}
+
+/// Output as a value: JSON when it parses as JSON, else the text. A cut-off output is
+/// never valid JSON, so it is text with a note saying so.
+pub(super) fn output_value(bytes: &[u8], truncated: bool) -> Value {
+    let text = String::from_utf8_lossy(bytes);
+    if truncated {
+        return Value::String(format!(
+            "{text}\n[output cut at {} bytes]",
+            MAX_OUTPUT_BYTES
+        ));
+    }
+    let trimmed = text.trim();
+    match serde_json::from_str::<Value>(trimmed) {
+        Ok(v) if !trimmed.is_empty() => v,
+        _ => Value::String(trimmed.to_string()),
+    }
+}
+
+/// Read up to `cap` bytes, then keep draining so the writer never blocks on a full pipe.
+pub(super) async fn read_capped<R: AsyncRead + Unpin>(
+    mut r: R,
+    cap: usize,
+) -> std::io::Result<(Vec<u8>, bool)> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut truncated = false;
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            return Ok((out, truncated));
+        }
+        let room = cap.saturating_sub(out.len());
+        if n > room {
+            truncated = true;
+        }
+        out.extend_from_slice(&buf[..n.min(room)]);
+    }
+}
+
+/// Keep only the last `keep` bytes of a stream.
+pub(super) async fn read_tail<R: AsyncRead + Unpin>(
+    mut r: R,
+    keep: usize,
+) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 8 * 1024];
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+        if out.len() > 2 * keep {
+            out.drain(..out.len() - keep);
+        }
+    }
+    if out.len() > keep {
+        out.drain(..out.len() - keep);
+    }
+    Ok(out)
+}
+
+pub(super) async fn read_body(mut resp: reqwest::Response) -> Result<(Vec<u8>, bool), ToolError> {
+    let mut out = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(request_error)? {
+        let room = MAX_OUTPUT_BYTES.saturating_sub(out.len());
+        if chunk.len() > room {
+            out.extend_from_slice(&chunk[..room]);
+            // Stop reading: the rest would be thrown away, and dropping the response
+            // closes the connection.
+            return Ok((out, true));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok((out, false))
+}
+
+/// A request error without its URL (a query string may carry a key), with its causes.
+pub(super) fn request_error(e: reqwest::Error) -> ToolError {
+    let builder = e.is_builder();
+    let e = e.without_url();
+    let mut msg = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        source = s.source();
+    }
+    if builder {
+        ToolError::Failed(msg)
+    } else {
+        ToolError::Network(msg)
+    }
+}
+
+pub(super) fn excerpt(body: &str) -> String {
+    let collapsed: String = body.split_whitespace().collect::<Vec<_>>().join(" ");
+    if collapsed.chars().count() > BODY_EXCERPT_CHARS {
+        collapsed
+            .chars()
+            .take(BODY_EXCERPT_CHARS)
+            .collect::<String>()
+            + "…"
+    } else {
+        collapsed
+    }
+}
+
+impl Tool for ManifestTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> &Value {
+        &self.parameters
+    }
+
+    fn keep_fields(&self) -> &[String] {
+        &self.keep_fields
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    fn call<'a>(
+        &'a self,
+        args: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let empty = Map::new();
+            let args = args.as_object().unwrap_or(&empty);
+            match &self.action {
+                Action::Command {
+                    program,
+                    args: t,
+                    env,
+                } => self.run_command(program, t, env, args).await,
+                Action::Http {
+                    method,
+                    url,
+                    json,
+                    headers,
+                    client,
+                } => {
+                    self.run_http(method, url, *json, headers, client, args)
+                        .await
+                }
+            }
+        })
+    }
+}
