@@ -232,11 +232,18 @@ impl Agent {
             if t.state.is_finished() {
                 return Ok(t);
             }
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Err(_) => return Ok(self.inner.store.task(id).await?),
-                Ok(Ok(ev)) if ev.id != id => continue,
-                // Our task, or we lagged behind and must look again: re-read either way.
-                Ok(_) => continue,
+            // Other tasks' announcements are skipped without touching the store: with many
+            // waiters, re-reading on every event would cost waiters × events queries.
+            loop {
+                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Err(_) => return Ok(self.inner.store.task(id).await?),
+                    Ok(Ok(ev)) if ev.id != id => continue,
+                    Ok(Err(broadcast::error::RecvError::Closed)) => {
+                        return Ok(self.inner.store.task(id).await?);
+                    }
+                    // Our task, or we lagged behind and may have missed it: look again.
+                    Ok(_) => break,
+                }
             }
         }
     }
