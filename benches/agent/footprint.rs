@@ -1,0 +1,462 @@
+//! Footprint of the real daemon: the release binary `hermes-agent serve`, started by the bench
+//! on a loopback port with a scripted model. RSS (VmRSS of /proc/PID/status) idle after start,
+//! along 10,000 tasks submitted over the HTTP API, along an hour-equivalent of job firings, and
+//! idle again; start-up time to a ready `/healthz` on an empty and on a 100k-task data dir; the
+//! binary's size.
+
+use crate::common::{self, figure, percentile};
+use anyhow::{Context, Result, bail};
+use futures::StreamExt;
+use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_agent::store::{NewTask, Store, TaskOutcome, TaskState};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TASKS: usize = 10_000;
+const SAMPLE_EVERY: usize = 1_000;
+const IN_FLIGHT: usize = 16;
+/// 60 jobs firing every second for 60 s: 3,600 firings, as many as 60 per-minute jobs make
+/// in an hour.
+const JOBS: usize = 60;
+const JOB_SECONDS: u64 = 60;
+const HISTORY_TASKS: usize = 100_000;
+const STARTS: usize = 5;
+
+pub fn binary() -> PathBuf {
+    std::env::var_os("HERMES_BENCH_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/hermes-agent")
+        })
+}
+
+pub async fn run() -> Result<()> {
+    println!("\n== footprint: the release daemon (`hermes-agent serve`)");
+    let bin = binary();
+    if !bin.exists() {
+        bail!(
+            "{} is missing: build it first with `cargo build --release` (or point HERMES_BENCH_BIN at a release binary)",
+            bin.display()
+        );
+    }
+    size(&bin)?;
+    // Two model calls per task: `recall` (a real built-in: a tantivy search), then the answer.
+    let model = ScriptedModel::start_with(|req: &Value| {
+        let asked = req["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+        if asked || req["tools"].as_array().is_none_or(|t| t.is_empty()) {
+            Reply::text("done")
+        } else {
+            Reply::tool_calls(&[("recall", json!({"query": "benchmark preferences"}))])
+        }
+    })
+    .await;
+    let client = reqwest::Client::new();
+    let root = tempfile::tempdir()?;
+    let cfg = write_config(root.path(), &model.base_url())?;
+
+    // Start-up on an empty data dir (fresh each time: schema and index are created).
+    let mut empty = Vec::new();
+    for i in 0..STARTS {
+        let d = Daemon::spawn(
+            &bin,
+            &cfg,
+            &root.path().join(format!("empty{i}")),
+            root.path(),
+        )?;
+        let (d, ready) = d.ready(&client).await?;
+        empty.push(ready.as_secs_f64() * 1e3);
+        d.stop().await?;
+    }
+
+    // The soak: one daemon, 10,000 tasks, then job firings.
+    let data = root.path().join("soak");
+    let d = Daemon::spawn(&bin, &cfg, &data, root.path())?;
+    let (d, _) = d.ready(&client).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle_start = d.rss()?;
+    let mut task_series = Vec::new();
+    let t0 = Instant::now();
+    for batch in 0..TASKS / SAMPLE_EVERY {
+        let failures = futures::stream::iter(0..SAMPLE_EVERY)
+            .map(|i| {
+                let client = client.clone();
+                let url = d.url("/v1/tasks");
+                async move {
+                    let r = client
+                        .post(url)
+                        .json(&json!({"task": format!("Soak task {}: recall, then answer.", batch * SAMPLE_EVERY + i)}))
+                        .send()
+                        .await;
+                    match r {
+                        Ok(r) if r.status().as_u16() == 202 => 0,
+                        _ => 1,
+                    }
+                }
+            })
+            .buffer_unordered(IN_FLIGHT)
+            .fold(0usize, |a, b| async move { a + b })
+            .await;
+        if failures > 0 {
+            bail!("{failures} task submissions were refused");
+        }
+        d.drain(&client).await?;
+        task_series.push(d.rss()?);
+    }
+    let tasks_s = t0.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle_after_tasks = d.rss()?;
+
+    // Job firings: 60 jobs, every second, for a minute.
+    let mut job_ids = Vec::new();
+    for i in 0..JOBS {
+        let r = client
+            .post(d.url("/v1/jobs"))
+            .json(&json!({"task": format!("Soak job {i}: recall, then answer."), "schedule": "every 1s", "timezone": "UTC"}))
+            .send()
+            .await?;
+        let status = r.status();
+        let body: Value = r.json().await.unwrap_or(Value::Null);
+        if status.as_u16() != 201 {
+            bail!("creating a job: {status} {body}");
+        }
+        job_ids.push(body["id"].as_str().unwrap_or_default().to_string());
+    }
+    let mut job_series = Vec::new();
+    for _ in 0..JOB_SECONDS / 10 {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        job_series.push(d.rss()?);
+    }
+    let mut runs = std::collections::BTreeMap::<String, usize>::new();
+    for id in &job_ids {
+        let r = client
+            .delete(d.url(&format!("/v1/jobs/{id}")))
+            .send()
+            .await?;
+        if !r.status().is_success() {
+            bail!("deleting job {id}: {}", r.status());
+        }
+    }
+    d.drain(&client).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle_after_jobs = d.rss()?;
+    d.stop().await?;
+    // Count what happened, from the data dir.
+    let store = Store::open(&data).await?;
+    let counts = store.task_counts().await?;
+    store.close().await;
+    for (state, n) in &counts {
+        runs.insert(state.to_string(), *n as usize);
+    }
+    let succeeded = runs.get("succeeded").copied().unwrap_or(0);
+    let firings = succeeded.saturating_sub(TASKS);
+
+    let mib = |kib: u64| format!("{:.1}", kib as f64 / 1024.0);
+    figure("idle after start", format!("{} MiB", mib(idle_start)));
+    let series: Vec<String> = task_series.iter().map(|k| mib(*k)).collect();
+    figure(
+        &format!("after each {SAMPLE_EVERY} of {TASKS} API tasks (MiB)"),
+        series.join(" "),
+    );
+    figure(
+        "  tasks/s through the API (2 model calls + recall each)",
+        format!("{:.0}", TASKS as f64 / tasks_s),
+    );
+    figure(
+        "idle after the tasks",
+        format!("{} MiB", mib(idle_after_tasks)),
+    );
+    let series: Vec<String> = job_series.iter().map(|k| mib(*k)).collect();
+    figure(
+        &format!("every 10 s of {JOBS} jobs firing every 1 s (MiB)"),
+        series.join(" "),
+    );
+    figure(
+        "  job firings run to success",
+        format!("{firings} (≈ {JOBS} per-minute jobs for an hour)"),
+    );
+    figure(
+        "idle after the jobs",
+        format!("{} MiB", mib(idle_after_jobs)),
+    );
+    figure("task states in the data dir", format!("{runs:?}"));
+    let growth = |a: u64, b: u64| (b as f64 - a as f64) / 1024.0;
+    figure(
+        "growth from 2,000 to 10,000 tasks",
+        format!(
+            "{:+.1} MiB",
+            growth(task_series[1], task_series[task_series.len() - 1])
+        ),
+    );
+    figure(
+        "growth over the firings (first to last sample)",
+        format!(
+            "{:+.1} MiB",
+            growth(job_series[0], job_series[job_series.len() - 1])
+        ),
+    );
+    if runs.get("failed").copied().unwrap_or(0) > 0 {
+        bail!("some soak tasks failed: {runs:?}");
+    }
+
+    // Start-up on a data dir with 100,000 finished tasks.
+    let history = root.path().join("history");
+    let t_fill = Instant::now();
+    fill_history(&history).await?;
+    let fill_s = t_fill.elapsed().as_secs_f64();
+    let mut full = Vec::new();
+    let mut full_rss = 0;
+    for _ in 0..STARTS {
+        let d = Daemon::spawn(&bin, &cfg, &history, root.path())?;
+        let (d, ready) = d.ready(&client).await?;
+        full.push(ready.as_secs_f64() * 1e3);
+        full_rss = d.rss()?;
+        d.stop().await?;
+    }
+    let p = |v: &[f64]| {
+        format!(
+            "median {:.0} ms (min {:.0}, max {:.0}; {STARTS} starts)",
+            percentile(v, 50.0),
+            percentile(v, 0.0),
+            percentile(v, 100.0)
+        )
+    };
+    figure("start-up to /healthz ready, empty data dir", p(&empty));
+    figure("start-up to /healthz ready, 100k-task data dir", p(&full));
+    figure(
+        "  RSS when ready on the 100k-task data dir",
+        format!("{} MiB", mib(full_rss)),
+    );
+    figure(
+        "  (filling 100k finished tasks via the Store API took)",
+        format!("{fill_s:.1} s"),
+    );
+    model.stop().await;
+    Ok(())
+}
+
+fn size(bin: &Path) -> Result<()> {
+    let len = std::fs::metadata(bin)?.len();
+    figure(
+        "release binary size",
+        format!("{:.1} MiB ({})", len as f64 / 1048576.0, bin.display()),
+    );
+    let tmp = tempfile::tempdir()?;
+    let stripped = tmp.path().join("hermes-agent.stripped");
+    let ok = Command::new("strip")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(bin)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if ok {
+        let s = std::fs::metadata(&stripped)?.len();
+        figure(
+            "  stripped (strip -o copy)",
+            format!("{:.1} MiB", s as f64 / 1048576.0),
+        );
+    }
+    Ok(())
+}
+
+fn write_config(dir: &Path, model_url: &str) -> Result<PathBuf> {
+    let port = common::free_port()?;
+    let text = format!(
+        "# written by benches/agent/footprint.rs
+model:
+  profiles:
+    fast: {{base_url: \"{model_url}\", model: scripted, timeout_s: 60}}
+    pro: {{base_url: \"{model_url}\", model: scripted, timeout_s: 60}}
+tools:
+  manifests_dir: /nonexistent-hermes-bench-tools
+scheduler:
+  timezone: UTC
+  min_interval_s: 1
+  max_jobs: 1000
+server:
+  port: {port}
+"
+    );
+    let path = dir.join("settings.yaml");
+    std::fs::write(&path, text)?;
+    Ok(path)
+}
+
+async fn fill_history(dir: &Path) -> Result<()> {
+    let store = Store::open(dir).await?;
+    let output = common::filler(300);
+    let chunks = 4;
+    let per = HISTORY_TASKS / chunks;
+    let results = futures::future::join_all((0..chunks).map(|c| {
+        let store = store.clone();
+        let output = output.clone();
+        async move {
+            for i in 0..per {
+                let t = store
+                    .create_task(&NewTask {
+                        task: format!("History task {c}-{i}: summarise the morning news."),
+                        origin: "api".into(),
+                        profile: "fast".into(),
+                        ..Default::default()
+                    })
+                    .await?;
+                store
+                    .finish_task(
+                        &t.id,
+                        &TaskOutcome {
+                            state: TaskState::Succeeded,
+                            answer: Some(output.clone()),
+                            error: None,
+                            reason: None,
+                            parse_failures: 0,
+                            prompt_tokens: 700,
+                            completion_tokens: 80,
+                        },
+                    )
+                    .await?;
+            }
+            anyhow::Ok(())
+        }
+    }))
+    .await;
+    for r in results {
+        r?;
+    }
+    store.close().await;
+    Ok(())
+}
+
+/// A daemon process started by the bench; killed if dropped while running.
+struct Daemon {
+    child: Child,
+    port: u16,
+    spawned: Instant,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn spawn(bin: &Path, cfg: &Path, data_dir: &Path, logs: &Path) -> Result<Daemon> {
+        let text = std::fs::read_to_string(cfg)?;
+        let port: u16 = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("port:"))
+            .and_then(|p| p.trim().parse().ok())
+            .context("no server port in the bench config")?;
+        let log = logs.join(format!(
+            "daemon-{}.log",
+            data_dir.file_name().and_then(|n| n.to_str()).unwrap_or("x")
+        ));
+        let stderr = std::fs::File::create(&log)?;
+        let spawned = Instant::now();
+        let child = Command::new(bin)
+            .arg("--config")
+            .arg(cfg)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("serve")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        Ok(Daemon {
+            child,
+            port,
+            spawned,
+            log,
+        })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn rss(&self) -> Result<u64> {
+        common::rss_kib(self.pid())
+    }
+
+    /// Waits for `/healthz` to answer 200; returns the time since spawn.
+    async fn ready(mut self, client: &reqwest::Client) -> Result<(Daemon, Duration)> {
+        let url = self.url("/healthz");
+        loop {
+            if let Ok(r) = client.get(&url).send().await
+                && r.status().is_success()
+            {
+                let took = self.spawned.elapsed();
+                return Ok((self, took));
+            }
+            if let Some(status) = self.child.try_wait()? {
+                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+                bail!("the daemon exited ({status}) before it was ready:\n{log}");
+            }
+            if self.spawned.elapsed() > Duration::from_secs(60) {
+                bail!(
+                    "the daemon was not ready within 60 s; log: {}",
+                    self.log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Waits until no task is pending or running.
+    async fn drain(&self, client: &reqwest::Client) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            let h: Value = client
+                .get(self.url("/healthz"))
+                .send()
+                .await?
+                .json()
+                .await?;
+            if h["pending"] == 0 && h["running"] == 0 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("tasks still open after 5 minutes: {h}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGTERM, then wait (bounded) for a clean exit.
+    async fn stop(mut self) -> Result<()> {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                if !status.success() {
+                    bail!(
+                        "the daemon exited with {status}; log: {}",
+                        self.log.display()
+                    );
+                }
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("the daemon did not stop within 40 s of SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! The scheduler's fire-time error with 1,000 jobs due at the same instant, and the SQLite
+//! write throughput of trace rows (`Store::add_step`), alone and from concurrent writers.
+
+use crate::common::{self, StepScript, figure, percentile};
+use anyhow::{Context, Result, bail};
+use futures::future::join_all;
+use hermes_agent::app::JobExecution;
+use hermes_agent::llm::scripted::ScriptedModel;
+use hermes_agent::scheduler::JobRequest;
+use hermes_agent::store::{NewStep, NewTask, RunOutcome, StepKind, Store};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+const JOBS: usize = 1000;
+/// The jobs are due this long after the bench starts adding them (adding must finish first).
+const LEAD: Duration = Duration::from_secs(20);
+const STEP_ROWS: usize = 20_000;
+
+pub async fn run() -> Result<()> {
+    println!("\n== sched: fire-time error, {JOBS} one-shot jobs due at the same instant");
+    fire_error().await
+}
+
+pub async fn run_store() -> Result<()> {
+    println!(
+        "\n== store: SQLite write throughput of trace rows (Store::add_step, ≈ 400-byte output)"
+    );
+    step_writes().await?;
+    println!(
+        "  the same INSERT through a pool of ONE connection (writers queue in the pool instead of \
+         meeting SQLITE_BUSY and sleeping in SQLite's busy handler):"
+    );
+    single_writer().await
+}
+
+/// The INSERT of `Store::add_step`, verbatim, run through a one-connection sqlx pool on a
+/// database the Store created: what routing the store's writes through one connection buys.
+async fn single_writer() -> Result<()> {
+    use sqlx::sqlite::{
+        SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
+    };
+    const INSERT: &str = "INSERT INTO task_steps (task_id, seq, step, kind, name, request_tokens, result_tokens, \
+         arguments, output, error, duration_ms, created_at) \
+         VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM task_steps WHERE task_id = ?1), \
+         ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) RETURNING seq";
+    let output = common::filler(400);
+    for writers in [1usize, 8, 64] {
+        let dir = tempfile::tempdir()?;
+        let store = Store::open(dir.path()).await?;
+        let mut tasks = Vec::with_capacity(writers);
+        for _ in 0..writers {
+            tasks.push(
+                store
+                    .create_task(&NewTask {
+                        task: "benchmark".into(),
+                        origin: "cli".into(),
+                        profile: "fast".into(),
+                        ..Default::default()
+                    })
+                    .await?
+                    .id,
+            );
+        }
+        store.close().await;
+        let options = SqliteConnectOptions::new()
+            .filename(dir.path().join(hermes_agent::store::DB_FILE))
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await?;
+        let per = STEP_ROWS / writers;
+        let t0 = Instant::now();
+        let results = join_all(tasks.iter().map(|id| {
+            let pool = pool.clone();
+            let output = output.clone();
+            async move {
+                for k in 0..per {
+                    let _: i64 = sqlx::query_scalar(INSERT)
+                        .bind(id)
+                        .bind(k as i64 + 1)
+                        .bind("tool")
+                        .bind("noop")
+                        .bind(0i64)
+                        .bind(100i64)
+                        .bind(r#"{"nonce":"x","step":1}"#)
+                        .bind(&output)
+                        .bind(None::<String>)
+                        .bind(0i64)
+                        .bind(chrono::Utc::now())
+                        .fetch_one(&pool)
+                        .await?;
+                }
+                anyhow::Ok(())
+            }
+        }))
+        .await;
+        let secs = t0.elapsed().as_secs_f64();
+        for r in results {
+            r?;
+        }
+        let rows = per * writers;
+        figure(
+            &format!("{writers:>2} concurrent writer(s), {rows} rows, one connection"),
+            format!("{:.0} rows/s", rows as f64 / secs),
+        );
+        pool.close().await;
+    }
+    Ok(())
+}
+
+async fn fire_error() -> Result<()> {
+    let script = StepScript {
+        steps: 1,
+        delay: Duration::ZERO,
+        tool: "noop".into(),
+    };
+    let model = ScriptedModel::start_with(move |req| script.reply(req)).await;
+    let dir = tempfile::tempdir()?;
+    let mut s = common::settings(&model.base_url());
+    s.scheduler.max_jobs = JOBS as u32 + 10;
+    let workers = s.agent.workers as usize;
+    let app = common::build_app(s, dir.path(), JobExecution::Pool, vec![]).await?;
+    let tracker = TaskTracker::new();
+    let stop = CancellationToken::new();
+    app.agent.spawn_workers(workers, &tracker, stop.clone());
+    app.scheduler.start(&tracker, stop.clone()).await?;
+
+    // Whole seconds, so the time written in the schedule is exactly the one stored.
+    let due = chrono::Utc::now() + chrono::Duration::from_std(LEAD)?;
+    let due = due
+        .with_timezone(&chrono::Utc)
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let t_add = Instant::now();
+    let mut ids = Vec::with_capacity(JOBS);
+    for i in 0..JOBS {
+        let job = app
+            .scheduler
+            .add(
+                JobRequest {
+                    task: format!("Benchmark job nonce=j{i}: answer."),
+                    schedule: due.clone(),
+                    ..Default::default()
+                },
+                "api",
+            )
+            .await
+            .with_context(|| format!("adding job {i}"))?;
+        ids.push(job.id);
+    }
+    let add_s = t_add.elapsed().as_secs_f64();
+    if add_s > LEAD.as_secs_f64() - 2.0 {
+        bail!(
+            "adding {JOBS} jobs took {add_s:.1} s, longer than the lead of {LEAD:?}: the jobs were due before all existed"
+        );
+    }
+
+    // Wait for every job to have recorded its firing (bounded).
+    let deadline = Instant::now() + LEAD + Duration::from_secs(120);
+    let mut errors_ms = Vec::with_capacity(JOBS);
+    let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut all = true;
+        errors_ms.clear();
+        outcomes.clear();
+        for id in &ids {
+            let runs = app.store.job_runs(id, 5).await?;
+            match runs.first() {
+                Some(r) => {
+                    *outcomes.entry(format!("{:?}", r.outcome)).or_default() += 1;
+                    if r.outcome == RunOutcome::Fired {
+                        errors_ms.push(
+                            (r.fired_at - r.scheduled_at)
+                                .num_microseconds()
+                                .unwrap_or(0) as f64
+                                / 1e3,
+                        );
+                    }
+                }
+                None => all = false,
+            }
+        }
+        if all {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "not every job fired within 2 minutes of its due time ({} recorded)",
+                errors_ms.len()
+            );
+        }
+    }
+    // Then let their tasks finish, so the figure below is the whole burst.
+    let t_done = Instant::now();
+    loop {
+        let counts = app.store.task_counts().await?;
+        let open: i64 = counts
+            .iter()
+            .filter(|(s, _)| !s.is_finished())
+            .map(|(_, n)| n)
+            .sum();
+        if open == 0 {
+            break;
+        }
+        if t_done.elapsed() > Duration::from_secs(120) {
+            bail!("{open} job tasks still unfinished 2 minutes after the burst");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let burst_s = t_done.elapsed().as_secs_f64();
+    figure(
+        "adding the jobs (Scheduler::add, loop running)",
+        format!("{:.2} s ({:.0} jobs/s)", add_s, JOBS as f64 / add_s),
+    );
+    figure(
+        "fire-time error (fired_at − scheduled_at)",
+        format!(
+            "p50 {:.0} ms   p99 {:.0} ms   max {:.0} ms",
+            percentile(&errors_ms, 50.0),
+            percentile(&errors_ms, 99.0),
+            percentile(&errors_ms, 100.0)
+        ),
+    );
+    figure("run outcomes", format!("{outcomes:?}"));
+    figure(
+        "after the last firing, all job tasks finished within",
+        format!("{burst_s:.1} s (agent.workers = {workers})"),
+    );
+    stop.cancel();
+    tracker.close();
+    let _ = tokio::time::timeout(Duration::from_secs(30), tracker.wait()).await;
+    model.stop().await;
+    if outcomes.get("Fired").copied().unwrap_or(0) != JOBS {
+        bail!("not every job fired: {outcomes:?}");
+    }
+    Ok(())
+}
+
+async fn step_writes() -> Result<()> {
+    let output = common::filler(400);
+    for writers in [1usize, 8, 64] {
+        let dir = tempfile::tempdir()?;
+        let store = Store::open(dir.path()).await?;
+        let mut tasks = Vec::with_capacity(writers);
+        for _ in 0..writers {
+            tasks.push(
+                store
+                    .create_task(&NewTask {
+                        task: "benchmark".into(),
+                        origin: "cli".into(),
+                        profile: "fast".into(),
+                        ..Default::default()
+                    })
+                    .await?
+                    .id,
+            );
+        }
+        let per = STEP_ROWS / writers;
+        let t0 = Instant::now();
+        let results = join_all(tasks.iter().map(|id| {
+            let store = store.clone();
+            let output = output.clone();
+            async move {
+                for k in 0..per {
+                    store
+                        .add_step(
+                            id,
+                            &NewStep {
+                                step: k as i64 + 1,
+                                kind: StepKind::Tool,
+                                name: "noop".into(),
+                                request_tokens: 0,
+                                result_tokens: 100,
+                                arguments: Some(r#"{"nonce":"x","step":1}"#.into()),
+                                output: Some(output.clone()),
+                                error: None,
+                                duration_ms: 0,
+                            },
+                        )
+                        .await?;
+                }
+                anyhow::Ok(())
+            }
+        }))
+        .await;
+        let secs = t0.elapsed().as_secs_f64();
+        for r in results {
+            r?;
+        }
+        let rows = per * writers;
+        figure(
+            &format!("{writers:>2} concurrent writer(s), {rows} rows"),
+            format!("{:.0} rows/s", rows as f64 / secs),
+        );
+        store.close().await;
+    }
+    Ok(())
+}
