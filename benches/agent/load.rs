@@ -9,8 +9,9 @@
 //! - `collector`: the worker pool, and one collector on `Agent::subscribe` that hands each finish
 //!   to its client (what `Agent::wait` would cost if it did not re-read the store on every other
 //!   task's finish);
-//! - `direct`: no pool; each client runs its own task (`Agent::create` + `Agent::execute`, as
-//!   `hermes-agent run` does) — the engine's capacity without the pool's claiming.
+//! - `direct`: no pool; each client runs its own task (`Agent::create_claimed` +
+//!   `Agent::run_claimed`, as `hermes-agent run` does) — the engine's capacity without the
+//!   pool's claiming.
 
 use crate::common::{self, Echo, StepScript, figure, percentile};
 use anyhow::{Result, bail};
@@ -43,7 +44,7 @@ fn rounds(concurrency: usize) -> usize {
 pub enum Waiting {
     AgentWait,
     Collector,
-    /// No pool: each client runs its task itself (`Agent::create` + `Agent::execute`).
+    /// No pool: each client runs its own task (`Agent::create_claimed` + `Agent::run_claimed`).
     Direct,
 }
 
@@ -205,7 +206,7 @@ async fn level(c: usize, mode: Waiting) -> Result<LevelResult> {
                 let outcome = async {
                     if mode == Waiting::Direct {
                         let task = agent
-                            .create(Submit {
+                            .create_claimed(Submit {
                                 task: format!(
                                     "Benchmark task nonce={nonce}: call noop twice, then answer."
                                 ),
@@ -213,7 +214,7 @@ async fn level(c: usize, mode: Waiting) -> Result<LevelResult> {
                                 ..Default::default()
                             })
                             .await?;
-                        return anyhow::Ok(agent.execute(&task.id, RunOptions::default()).await?);
+                        return anyhow::Ok(agent.run_claimed(task, RunOptions::default()).await?);
                     }
                     let task = agent
                         .submit(Submit {

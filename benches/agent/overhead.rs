@@ -2,7 +2,7 @@
 //! with a model that answers instantly and a tool that does nothing.
 //!
 //! Definition. The scripted server stamps the moment each request reaches its handler. For
-//! one task with model calls at a₁…aₙ, started at t₀ (create) and done at t₁ (execute returned):
+//! one task with model calls at a₁…aₙ, started at t₀ (create) and done at t₁ (run returned):
 //! - between steps: aₖ₊₁ − aₖ − (time inside the tool in that step) — reading the reply,
 //!   recording the model row, validating and running the tool, shaping and recording its
 //!   result, windowing, building and sending the next request;
@@ -82,13 +82,14 @@ pub async fn run() -> Result<()> {
         let t0 = Instant::now();
         let task = app
             .agent
-            .create(Submit {
+            .create_claimed(Submit {
                 task: format!("Benchmark task nonce={nonce}: call noop three times, then answer."),
                 origin: "cli".into(),
                 ..Default::default()
             })
             .await?;
-        let done = app.agent.execute(&task.id, RunOptions::default()).await?;
+        // As `hermes-agent run` does: created running, run in this process.
+        let done = app.agent.run_claimed(task, RunOptions::default()).await?;
         let t1 = Instant::now();
         if done.state != TaskState::Succeeded
             || done.answer.as_deref() != Some(&format!("done {nonce}"))

@@ -97,13 +97,13 @@ async fn fixed_part() -> Result<()> {
 
     let task = app
         .agent
-        .create(Submit {
+        .create_claimed(Submit {
             task: "What is 17 * 23? Answer with the number.".into(),
             origin: "cli".into(),
             ..Default::default()
         })
         .await?;
-    let done = app.agent.execute(&task.id, RunOptions::default()).await?;
+    let done = app.agent.run_claimed(task, RunOptions::default()).await?;
     if done.state != TaskState::Succeeded {
         bail!(
             "the first-request task ended {}: {:?}",
@@ -154,14 +154,14 @@ async fn big_task(rounds: u32, cap: u32, summary: bool) -> Result<(Vec<i64>, Vec
     .await?;
     let task = app
         .agent
-        .create(Submit {
+        .create_claimed(Submit {
             task: "Benchmark task nonce=big: read the quarterly report five times, then answer."
                 .into(),
             origin: "cli".into(),
             ..Default::default()
         })
         .await?;
-    let done = app.agent.execute(&task.id, RunOptions::default()).await?;
+    let done = app.agent.run_claimed(task, RunOptions::default()).await?;
     if done.state != TaskState::Succeeded || done.answer.as_deref() != Some("done big") {
         bail!(
             "large-result task ended {} with {:?} ({:?})",
