@@ -24,32 +24,17 @@ impl Agent {
 
     async fn worker(&self, worker: usize, stop: CancellationToken) {
         while !stop.is_cancelled() {
-            let next = match self.inner.store.pending_tasks(8).await {
-                Ok(list) => list,
-                Err(e) => {
-                    tracing::error!(worker, error = %e, "cannot read pending tasks; retrying");
-                    Vec::new()
-                }
-            };
-            let mut ran = false;
-            for task in next {
-                if stop.is_cancelled() {
-                    return;
-                }
-                // execute() claims the task atomically; another worker may have won it.
-                match self.execute(&task.id, RunOptions::default()).await {
-                    Ok(t) if t.started_at.is_some() => ran = true,
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::error!(worker, task = %task.id, error = %e, "task could not run")
+            match self.inner.store.claim_next_pending().await {
+                Ok(Some(task)) => {
+                    if let Err(e) = self.run_taken(task, RunOptions::default()).await {
+                        tracing::error!(worker, error = %e, "task could not run");
                     }
+                    continue;
                 }
-                if ran {
-                    break;
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::error!(worker, error = %e, "cannot take a pending task; retrying")
                 }
-            }
-            if ran {
-                continue;
             }
             tokio::select! {
                 _ = self.inner.queued.notified() => {}

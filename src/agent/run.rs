@@ -84,6 +84,15 @@ impl Agent {
         self.drive(task, opts).await
     }
 
+    /// Run a task a worker already took from the queue (it is `running`).
+    pub(super) async fn run_taken(
+        &self,
+        task: Task,
+        opts: RunOptions,
+    ) -> Result<Task, super::AgentError> {
+        self.drive(task, opts).await
+    }
+
     /// Run a task this process created with [`Agent::create_claimed`].
     pub async fn run_claimed(
         &self,

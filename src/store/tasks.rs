@@ -254,6 +254,21 @@ impl Store {
             .await?)
     }
 
+    /// Take the oldest pending task and mark it running, in one statement: workers never race
+    /// each other for the same row, and no read-then-claim window exists.
+    pub async fn claim_next_pending(&self) -> Result<Option<Task>> {
+        let sql = concat!(
+            "UPDATE tasks SET state = 'running', started_at = ?1 WHERE id = \
+             (SELECT id FROM tasks WHERE state = 'pending' ORDER BY created_at, id LIMIT 1) \
+             AND state = 'pending' RETURNING ",
+            task_columns!()
+        );
+        Ok(sqlx::query_as::<_, Task>(sql)
+            .bind(now())
+            .fetch_optional(self.pool())
+            .await?)
+    }
+
     /// pending → running. Returns false when the task was not pending (taken or cancelled).
     pub async fn start_task(&self, id: &str) -> Result<bool> {
         let done = sqlx::query(

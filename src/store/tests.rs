@@ -359,3 +359,36 @@ async fn concurrent_writers_share_the_pool_without_losing_rows() {
     assert_eq!(total, 400);
     assert_eq!(steps, 1200);
 }
+
+#[tokio::test]
+async fn workers_claim_pending_tasks_oldest_first_and_each_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        ids.push(task(&store).await.id);
+    }
+    let first = store.claim_next_pending().await.unwrap().unwrap();
+    assert_eq!(first.id, ids[0]);
+    assert_eq!(first.state, TaskState::Running);
+    // Concurrent claimers take the rest, each task exactly once.
+    let mut handles = Vec::new();
+    for _ in 0..8 {
+        let store = store.clone();
+        handles.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(t) = store.claim_next_pending().await.unwrap() {
+                got.push(t.id);
+            }
+            got
+        }));
+    }
+    let mut claimed = vec![first.id];
+    for h in handles {
+        claimed.extend(h.await.unwrap());
+    }
+    claimed.sort();
+    ids.sort();
+    assert_eq!(claimed, ids);
+    assert!(store.claim_next_pending().await.unwrap().is_none());
+}
