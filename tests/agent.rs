@@ -513,3 +513,24 @@ async fn a_task_claimed_by_this_process_is_never_offered_to_workers() {
     tracker.close();
     tracker.wait().await;
 }
+
+#[tokio::test]
+async fn a_task_running_in_another_process_is_not_marked_cancelled() {
+    let model = ScriptedModel::start(vec![]).await;
+    let t = common::app(common::settings(&model.base_url()), test_tools()).await;
+    // Claimed and running, but not by this agent (as a `hermes-agent run` elsewhere).
+    let claimed = t
+        .app
+        .agent
+        .create_claimed(Submit {
+            task: "elsewhere".into(),
+            origin: "cli".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let err = t.app.agent.cancel(&claimed.task().id).await.unwrap_err();
+    assert!(err.to_string().contains("another process"), "{err}");
+    let still = t.app.store.task(&claimed.task().id).await.unwrap();
+    assert_eq!(still.state, TaskState::Running);
+}

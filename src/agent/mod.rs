@@ -34,6 +34,10 @@ pub enum AgentError {
     NotFound(String),
     #[error("task '{id}' already {state}; only pending or running tasks can be cancelled")]
     AlreadyFinished { id: String, state: TaskState },
+    #[error(
+        "task '{0}' is running in another process (e.g. a `hermes-agent run`); stop it there (Ctrl-C)"
+    )]
+    RunningElsewhere(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -268,18 +272,22 @@ impl Agent {
             // The loop notices the stop at its next await; report the state it ends in.
             return self.wait(&task.id, rx, Duration::from_secs(5)).await;
         }
-        // Not running here: a pending task is finished directly.
-        let outcome = run::outcome(
-            TaskState::Cancelled,
-            None,
-            Some("cancelled before it started".into()),
-            Some("cancelled"),
-            &run::Tally::default(),
-        );
-        if self.inner.store.finish_task(&task.id, &outcome).await? {
+        // Not running here: only a task still pending is finished directly. One running in
+        // another process (a CLI `run`) cannot be stopped from here, and must not be marked.
+        if self
+            .inner
+            .store
+            .cancel_pending(&task.id, "cancelled before it started")
+            .await?
+        {
             self.announce(&task.id, TaskState::Cancelled);
+            return Ok(self.inner.store.task(&task.id).await?);
         }
-        Ok(self.inner.store.task(&task.id).await?)
+        let now = self.inner.store.task(&task.id).await?;
+        if now.state.is_finished() {
+            return Ok(now);
+        }
+        Err(AgentError::RunningElsewhere(task.id))
     }
 
     /// Stop every running task (daemon shutdown after the grace period): each ends `failed`

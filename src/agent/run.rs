@@ -168,7 +168,14 @@ impl Agent {
                 &tally,
             ),
         };
-        store.finish_task(&task.id, &out).await?;
+        if let Err(e) = store.finish_task(&task.id, &out).await {
+            // Waiters (API clients, a job's run holding its lock) must not wait forever on a
+            // row that could not be written; the row stays `running` and is marked
+            // `interrupted` at the next start.
+            tracing::error!(task = %task.id, error = %e, "could not record the task's end");
+            self.announce(&task.id, out.state);
+            return Err(e.into());
+        }
         let done = store.task(&task.id).await?;
         tracing::info!(
             task = %done.id,

@@ -78,7 +78,10 @@ pub async fn run(
     let interrupted = app
         .store
         .fail_unfinished(&[TaskState::Running], "interrupted")
-        .await?;
+        .await?
+        // Job tasks still queued by the previous daemon: their firing is over (the scheduler
+        // records it as interrupted), so running them now would deliver nowhere.
+        + app.store.fail_pending_of_origin("job", "interrupted").await?;
     if interrupted > 0 {
         tracing::warn!(
             count = interrupted,
@@ -90,11 +93,14 @@ pub async fn run(
     app.agent
         .spawn_workers(settings.agent.workers as usize, &tracker, stop.clone());
     app.scheduler.start(&tracker, stop.clone()).await?;
-    {
+    // The outbox sender stops last, so answers of tasks that end during the grace period are
+    // still sent before the process exits.
+    let sender_stop = CancellationToken::new();
+    let sender = {
         let notifier = app.notifier.clone();
-        let stop = stop.clone();
-        tracker.spawn(async move { notifier.run(stop).await });
-    }
+        let stop = sender_stop.clone();
+        tokio::spawn(async move { notifier.run(stop).await })
+    };
     {
         let store = app.store.clone();
         let days = i64::from(settings.memory.working_retention_days);
@@ -158,6 +164,16 @@ pub async fn run(
         {
             tracing::error!("some background work did not stop in time");
         }
+    }
+    // One bounded last pass for notices queued during the grace; what does not go out now
+    // stays in the outbox for the next start.
+    let _ = tokio::time::timeout(Duration::from_secs(10), app.notifier.deliver_due()).await;
+    sender_stop.cancel();
+    if tokio::time::timeout(Duration::from_secs(5), sender)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the outbox sender did not stop in time; pending notices stay queued");
     }
     // Requests waiting on tasks are answered now that every task has ended.
     match tokio::time::timeout(Duration::from_secs(5), server).await {

@@ -379,6 +379,22 @@ fn positive(key: &str, v: u64) -> Result<(), Violation> {
     Ok(())
 }
 
+/// Durations beyond a year are typos, and would overflow time arithmetic.
+const MAX_SECONDS: u64 = 366 * 24 * 3600;
+
+fn seconds(key: &str, v: u64, allow_zero: bool) -> Result<(), Violation> {
+    if !allow_zero {
+        positive(key, v)?;
+    }
+    if v > MAX_SECONDS {
+        return bad(
+            key,
+            format!("{v} s is more than a year; use at most {MAX_SECONDS}"),
+        );
+    }
+    Ok(())
+}
+
 impl Settings {
     /// Values that parse but cannot work. The first problem found is reported.
     pub fn validate(&self) -> Result<(), Violation> {
@@ -412,20 +428,26 @@ impl Settings {
                 return bad(k("temperature"), "must be between 0 and 2");
             }
             positive(&k("max_tokens"), p.max_tokens.into())?;
-            positive(&k("timeout_s"), p.timeout_s)?;
+            seconds(&k("timeout_s"), p.timeout_s, false)?;
         }
         positive("agent.max_steps", self.agent.max_steps.into())?;
-        positive("agent.task_timeout_s", self.agent.task_timeout_s)?;
+        seconds("agent.task_timeout_s", self.agent.task_timeout_s, false)?;
+        seconds("agent.shutdown_grace_s", self.agent.shutdown_grace_s, true)?;
         positive("agent.workers", self.agent.workers.into())?;
         let t = &self.tools;
-        positive("tools.timeout_s", t.timeout_s)?;
+        seconds("tools.timeout_s", t.timeout_s, false)?;
+        seconds(
+            "tools.circuit_breaker_cooldown_s",
+            t.circuit_breaker_cooldown_s,
+            true,
+        )?;
         positive(
             "tools.circuit_breaker_threshold",
             t.circuit_breaker_threshold.into(),
         )?;
         positive("tools.result_max_tokens", t.result_max_tokens.into())?;
         positive("tools.web_fetch.max_bytes", t.web_fetch.max_bytes)?;
-        positive("tools.web_fetch.timeout_s", t.web_fetch.timeout_s)?;
+        seconds("tools.web_fetch.timeout_s", t.web_fetch.timeout_s, false)?;
         positive(
             "context.summary_max_length",
             self.context.summary_max_length.into(),
@@ -442,6 +464,8 @@ impl Settings {
             );
         }
         positive("scheduler.max_jobs", s.max_jobs.into())?;
+        seconds("scheduler.min_interval_s", s.min_interval_s, true)?;
+        seconds("scheduler.catch_up_grace_s", s.catch_up_grace_s, true)?;
         if let Some(e) = &self.notify.email {
             if e.smtp_host.is_empty() {
                 return bad("notify.email.smtp_host", "must name the SMTP server");
@@ -479,6 +503,7 @@ impl Settings {
         }
         positive("server.port", self.server.port.into())?;
         for (name, a) in &self.agents {
+            seconds(&format!("agents.{name}.timeout_s"), a.timeout_s, true)?;
             if !a.profile.is_empty() && !m.profiles.contains_key(&a.profile) {
                 return bad(
                     format!("agents.{name}.profile"),

@@ -165,3 +165,11 @@ fn env_vars_expand_in_quoted_strings_too() {
     assert_eq!(key.as_deref(), Some("server.token"));
     assert!(message.contains("NOT_SET_TOKEN"), "{message}");
 }
+
+#[test]
+fn durations_beyond_a_year_are_refused() {
+    let (line, key, message) = parse_err("scheduler:\n  catch_up_grace_s: 99999999999\n");
+    assert_eq!(line, Some(2));
+    assert_eq!(key.as_deref(), Some("scheduler.catch_up_grace_s"));
+    assert!(message.contains("more than a year"), "{message}");
+}

@@ -354,11 +354,17 @@ impl Scheduler {
         let now = self.inner.clock.now();
         let mut claimed = 0;
         for job in self.inner.store.list_jobs().await? {
-            if job.enabled
-                && job.next_run_at.is_some_and(|t| t <= now)
-                && self.handle_due(job, now, false).await?
-            {
-                claimed += 1;
+            if !(job.enabled && job.next_run_at.is_some_and(|t| t <= now)) {
+                continue;
+            }
+            let id = job.id.clone();
+            // One job's failure must not keep the jobs after it from firing.
+            match self.handle_due(job, now, false).await {
+                Ok(true) => claimed += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::error!(job = %id, error = %e, "could not fire the job; will try again")
+                }
             }
         }
         Ok(claimed)

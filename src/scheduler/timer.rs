@@ -80,7 +80,10 @@ impl Scheduler {
         let now = self.inner.clock.now();
         for job in store.list_jobs().await? {
             if job.enabled && job.next_run_at.is_some_and(|t| t <= now) {
-                self.handle_due(job, now, true).await?;
+                let id = job.id.clone();
+                if let Err(e) = self.handle_due(job, now, true).await {
+                    tracing::error!(job = %id, error = %e, "could not handle the job's missed runs; the loop will try again");
+                }
             }
         }
         Ok(())

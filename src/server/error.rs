@@ -70,7 +70,9 @@ impl From<crate::agent::AgentError> for ApiError {
                 ApiError::bad_request(e.to_string())
             }
             AgentError::NotFound(_) => ApiError::not_found(e.to_string()),
-            AgentError::AlreadyFinished { .. } => ApiError::conflict(e.to_string()),
+            AgentError::AlreadyFinished { .. } | AgentError::RunningElsewhere(_) => {
+                ApiError::conflict(e.to_string())
+            }
             AgentError::Store(s) => s.into(),
         }
     }

@@ -103,7 +103,14 @@ pub async fn create_task(
     }
     // Long enough for a queue ahead of it plus its own limit; the task's own limit is enforced
     // by the agent, this only bounds the HTTP wait.
-    let limit = Duration::from_secs(s.agent.settings().agent.task_timeout_s.saturating_mul(3) + 30);
+    let limit = Duration::from_secs(
+        s.agent
+            .settings()
+            .agent
+            .task_timeout_s
+            .saturating_mul(3)
+            .saturating_add(30),
+    );
     let done = s.agent.wait(&task.id, rx, limit).await?;
     let record = s
         .agent
@@ -254,7 +261,11 @@ pub async fn job_runs(
     q: Result<Query<Limit>, QueryRejection>,
 ) -> ApiResult {
     let Query(q) = q?;
-    let runs = s.scheduler.runs(&id, q.limit.unwrap_or(50)).await?;
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::bad_request("`limit` must be between 1 and 1000"));
+    }
+    let runs = s.scheduler.runs(&id, limit).await?;
     Ok(Json(json!({ "runs": runs })).into_response())
 }
 

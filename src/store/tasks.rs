@@ -303,6 +303,37 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
+    /// pending → cancelled; false when the task is no longer pending (it started somewhere).
+    pub async fn cancel_pending(&self, id: &str, error: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE tasks SET state = 'cancelled', reason = 'cancelled', error = ?, finished_at = ? \
+             WHERE id = ? AND state = 'pending'",
+        )
+        .bind(error)
+        .bind(now())
+        .bind(id)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Fail the pending tasks of one origin (at daemon start: job tasks queued by a previous
+    /// daemon, whose firing is over and whose answer would have nowhere to go).
+    pub async fn fail_pending_of_origin(&self, origin: &str, reason: &str) -> Result<u64> {
+        let done = sqlx::query(
+            "UPDATE tasks SET state = 'failed', reason = ?, \
+             error = 'task was pending when the daemon stopped (' || ? || ')', finished_at = ? \
+             WHERE state = 'pending' AND origin = ?",
+        )
+        .bind(reason)
+        .bind(reason)
+        .bind(now())
+        .bind(origin)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected())
+    }
+
     /// Mark every task still `running` or `pending` as failed with `reason`. Used at start-up
     /// (`interrupted`: the previous process died) and at shutdown (`shutdown`).
     pub async fn fail_unfinished(&self, states: &[TaskState], reason: &str) -> Result<u64> {
