@@ -286,7 +286,7 @@ impl Scheduler {
             tracing::warn!(job = %job.id, task = %task_id, "run lock lost before the run started");
             let _ = store.lock_job(&job.id, &task_id).await?;
         }
-        let run_id = store
+        let run_id = match store
             .add_job_run(
                 &job.id,
                 scheduled_at,
@@ -294,7 +294,16 @@ impl Scheduler {
                 Some(&task_id),
                 trigger.reason(),
             )
-            .await?;
+            .await
+        {
+            Ok(id) => id,
+            Err(e) => {
+                // The lock is the task's now; the caller's release (by the placeholder token)
+                // would not free it, and the job would stay locked until a restart.
+                let _ = store.release_job_lock(&job.id, &task_id).await;
+                return Err(e);
+            }
+        };
         tracing::info!(job = %job.id, outcome = "fired", task = %task_id, run = run_id,
             reason = trigger.reason().unwrap_or("schedule"), "job firing");
         Ok(Begin::Started(Box::new(Started {
