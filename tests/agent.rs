@@ -120,25 +120,6 @@ fn test_tools() -> Vec<Arc<dyn Tool>> {
     ]
 }
 
-async fn run_task(t: &common::TestApp, text: &str) -> hermes_agent::store::TaskRecord {
-    let task = t
-        .app
-        .agent
-        .create(Submit {
-            task: text.into(),
-            origin: "cli".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    t.app
-        .agent
-        .execute(&task.id, RunOptions::default())
-        .await
-        .unwrap();
-    t.app.store.task_record(&task.id).await.unwrap().unwrap()
-}
-
 /// The text of every message of a recorded model request.
 fn request_text(req: &Value) -> String {
     serde_json::to_string(&req["messages"]).unwrap()
@@ -166,7 +147,7 @@ async fn a_two_tool_task_looks_up_then_notifies_and_every_step_is_traced() {
         },
     );
     let t = common::app(s, test_tools()).await;
-    let r = run_task(&t, "Look up the price of oolong tea, then notify me").await;
+    let r = common::run_task(&t, "Look up the price of oolong tea, then notify me").await;
 
     assert_eq!(r.task.state, TaskState::Succeeded, "{:?}", r.task.error);
     assert_eq!(
@@ -220,7 +201,7 @@ async fn schema_invalid_arguments_get_a_precise_error_and_the_model_corrects_its
     ])
     .await;
     let t = common::app(common::settings(&model.base_url()), test_tools()).await;
-    let r = run_task(&t, "price of tea?").await;
+    let r = common::run_task(&t, "price of tea?").await;
     assert_eq!(r.task.state, TaskState::Succeeded);
     let first_tool = &r.steps[1];
     let err = first_tool
@@ -242,7 +223,7 @@ async fn tools_outside_the_allowlist_are_neither_offered_nor_run_and_unknown_too
     let mut s = common::settings(&model.base_url());
     s.tools.allowlist = vec!["lookup".into()];
     let t = common::app(s, test_tools()).await;
-    let r = run_task(&t, "do something forbidden").await;
+    let r = common::run_task(&t, "do something forbidden").await;
     assert_eq!(r.task.state, TaskState::Succeeded);
     let offered: Vec<String> = model.requests()[0]["tools"]
         .as_array()
@@ -273,7 +254,7 @@ async fn a_hanging_tool_times_out_and_the_task_goes_on() {
     .await;
     let t = common::app(common::settings(&model.base_url()), test_tools()).await;
     let started = Instant::now();
-    let r = run_task(&t, "try both").await;
+    let r = common::run_task(&t, "try both").await;
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(r.task.state, TaskState::Succeeded);
     let hang = r.steps.iter().find(|s| s.name == "hang").unwrap();
@@ -294,7 +275,7 @@ async fn a_5_mb_tool_result_never_reaches_the_model_whole() {
     ])
     .await;
     let t = common::app(common::settings(&model.base_url()), test_tools()).await;
-    let r = run_task(&t, "read the big document").await;
+    let r = common::run_task(&t, "read the big document").await;
     let second = serde_json::to_string(&model.requests()[1]).unwrap();
     assert!(
         second.len() < 20_000,
@@ -321,7 +302,7 @@ async fn max_steps_exhaustion_fails_the_task_with_its_reason() {
     let mut s = common::settings(&model.base_url());
     s.agent.max_steps = 3;
     let t = common::app(s, test_tools()).await;
-    let r = run_task(&t, "loop forever").await;
+    let r = common::run_task(&t, "loop forever").await;
     assert_eq!(r.task.state, TaskState::Failed);
     assert_eq!(r.task.reason.as_deref(), Some("max_steps"));
     assert!(r.task.error.as_deref().unwrap().contains("agent.max_steps"));
@@ -339,7 +320,7 @@ async fn text_fallback_tool_calls_with_chinese_arguments_run() {
     ])
     .await;
     let t = common::app(common::settings(&model.base_url()), test_tools()).await;
-    let r = run_task(&t, "乌龙茶多少钱？").await;
+    let r = common::run_task(&t, "乌龙茶多少钱？").await;
     assert_eq!(r.task.state, TaskState::Succeeded, "{:?}", r.steps);
     let tools: Vec<&str> = r
         .steps
@@ -362,7 +343,7 @@ async fn unparseable_output_becomes_a_plain_answer_and_is_counted() {
     )])
     .await;
     let t = common::app(common::settings(&model.base_url()), test_tools()).await;
-    let r = run_task(&t, "anything").await;
+    let r = common::run_task(&t, "anything").await;
     assert_eq!(r.task.state, TaskState::Succeeded);
     assert_eq!(r.task.parse_failures, 1);
     assert!(r.steps[0].error.as_deref().unwrap().contains("unparseable"));
@@ -431,7 +412,7 @@ async fn a_model_server_that_is_down_fails_the_task_with_advice() {
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
     drop(listener);
     let t = common::app(common::settings(&url), test_tools()).await;
-    let r = run_task(&t, "hello").await;
+    let r = common::run_task(&t, "hello").await;
     assert_eq!(r.task.state, TaskState::Failed);
     assert_eq!(r.task.reason.as_deref(), Some("model"));
     let err = r.task.error.unwrap();
@@ -448,7 +429,7 @@ async fn a_task_over_its_wall_clock_limit_fails_with_reason_timeout() {
     let mut s = common::settings(&model.base_url());
     s.agent.task_timeout_s = 1;
     let t = common::app(s, test_tools()).await;
-    let r = run_task(&t, "slow").await;
+    let r = common::run_task(&t, "slow").await;
     assert_eq!(r.task.state, TaskState::Failed);
     assert_eq!(r.task.reason.as_deref(), Some("timeout"));
 }

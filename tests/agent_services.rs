@@ -3,7 +3,6 @@
 
 mod common;
 
-use hermes_agent::agent::{RunOptions, Submit};
 use hermes_agent::config::{SubAgent, WebhookSettings};
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::store::{RunOutcome, TaskState};
@@ -43,23 +42,13 @@ async fn the_model_schedules_a_job_which_fires_fresh_and_delivers_its_answer() {
         },
     );
     let t = common::app(s, vec![]).await;
-    let task = t
-        .app
-        .agent
-        .create(Submit {
-            task: "Every morning at 8, check the oolong tea price and send it to ops".into(),
-            origin: "cli".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let done = t
-        .app
-        .agent
-        .execute(&task.id, RunOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(done.state, TaskState::Succeeded, "{:?}", done.error);
+    let record = common::run_task(
+        &t,
+        "Every morning at 8, check the oolong tea price and send it to ops",
+    )
+    .await;
+    let task = &record.task;
+    assert_eq!(task.state, TaskState::Succeeded, "{:?}", task.error);
 
     let jobs = t.app.scheduler.list().await.unwrap();
     assert_eq!(jobs.len(), 1);
@@ -138,22 +127,7 @@ async fn a_fact_remembered_in_one_task_reaches_a_later_jobs_task_in_either_langu
         "记住：我喜欢喝乌龙茶，不喝咖啡",
         "Remember: digest in English, short",
     ] {
-        let task = t
-            .app
-            .agent
-            .create(Submit {
-                task: text.into(),
-                origin: "cli".into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        let done = t
-            .app
-            .agent
-            .execute(&task.id, RunOptions::default())
-            .await
-            .unwrap();
+        let done = common::run_task(&t, text).await.task;
         assert_eq!(done.state, TaskState::Succeeded, "{:?}", done.error);
     }
     let job = t
@@ -230,24 +204,9 @@ async fn delegate_parallel_reports_success_failure_and_timeout_per_sub_agent() {
     s.agents.insert("broken".into(), agent("dead", 30));
     s.agents.insert("slow".into(), agent("fast", 1));
     let t = common::app(s, vec![]).await;
-    let task = t
-        .app
-        .agent
-        .create(Submit {
-            task: "split this across the sub-agents".into(),
-            origin: "cli".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let done = t
-        .app
-        .agent
-        .execute(&task.id, RunOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(done.state, TaskState::Succeeded, "{:?}", done.error);
-    let record = t.app.store.task_record(&task.id).await.unwrap().unwrap();
+    let record = common::run_task(&t, "split this across the sub-agents").await;
+    let task = &record.task;
+    assert_eq!(task.state, TaskState::Succeeded, "{:?}", task.error);
     let tool = record
         .steps
         .iter()

@@ -87,3 +87,28 @@ pub async fn webhook_receiver() -> (String, Arc<std::sync::Mutex<Vec<serde_json:
     tokio::spawn(async move { axum::serve(listener, app).await });
     (url, received)
 }
+
+/// Create a task from the CLI and run it in this process; the stored record with its trace.
+pub async fn run_task(t: &TestApp, text: &str) -> hermes_agent::store::TaskRecord {
+    let task = t
+        .app
+        .agent
+        .create(hermes_agent::agent::Submit {
+            task: text.into(),
+            origin: "cli".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("task created");
+    t.app
+        .agent
+        .execute(&task.id, hermes_agent::agent::RunOptions::default())
+        .await
+        .expect("task ran");
+    t.app
+        .store
+        .task_record(&task.id)
+        .await
+        .expect("store readable")
+        .expect("task stored")
+}
