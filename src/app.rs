@@ -10,7 +10,7 @@ use crate::llm::{Gateway, RetryPolicy, ToolCall};
 use crate::memory::LongTerm;
 use crate::notify::Notifier;
 use crate::scheduler::{Deliver, Scheduler, TaskRunner};
-use crate::store::{Job, NewNotice, Store, Task};
+use crate::store::{Job, NewNotice, Origin, Store, Task};
 use crate::tools::{RegistryBuilder, Tool, ToolContext, builtin, manifest};
 use futures::future::BoxFuture;
 use std::collections::HashMap;
@@ -176,7 +176,7 @@ impl TaskRunner for AgentRunner {
             let agent = self.agent()?;
             let submit = Submit {
                 task: job.task.clone(),
-                origin: "job".into(),
+                origin: Origin::Job,
                 profile: job.profile.clone(),
                 parent_id: None,
                 job_id: Some(job.id.clone()),
@@ -237,7 +237,7 @@ impl TaskRunner for AgentRunner {
             let agent = self.agent()?;
             let ctx = ToolContext {
                 task_id: String::new(),
-                origin: "job".into(),
+                origin: Origin::Job,
                 job_id: Some(job.id.clone()),
                 depth: 0,
                 profile: job.profile.clone().unwrap_or_default(),

@@ -15,3 +15,4 @@ pub mod scheduler;
 pub mod server;
 pub mod store;
 pub mod tools;
+pub mod util;

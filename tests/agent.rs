@@ -7,6 +7,7 @@ use futures::future::BoxFuture;
 use hermes_agent::agent::{RunOptions, Submit};
 use hermes_agent::config::WebhookSettings;
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_agent::store::{FailReason, Origin};
 use hermes_agent::store::{StepKind, TaskState};
 use hermes_agent::tools::{Tool, ToolContext, ToolError};
 use serde_json::{Value, json};
@@ -304,7 +305,7 @@ async fn max_steps_exhaustion_fails_the_task_with_its_reason() {
     let t = common::app(s, test_tools()).await;
     let r = common::run_task(&t, "loop forever").await;
     assert_eq!(r.task.state, TaskState::Failed);
-    assert_eq!(r.task.reason.as_deref(), Some("max_steps"));
+    assert_eq!(r.task.reason, Some(FailReason::MaxSteps));
     assert!(r.task.error.as_deref().unwrap().contains("agent.max_steps"));
     assert_eq!(model.request_count(), 3);
 }
@@ -378,7 +379,7 @@ async fn concurrent_tasks_never_see_each_others_messages() {
             let task = agent
                 .create(Submit {
                     task: format!("task number {i}"),
-                    origin: "api".into(),
+                    origin: Origin::Api,
                     ..Default::default()
                 })
                 .await
@@ -414,7 +415,7 @@ async fn a_model_server_that_is_down_fails_the_task_with_advice() {
     let t = common::app(common::settings(&url), test_tools()).await;
     let r = common::run_task(&t, "hello").await;
     assert_eq!(r.task.state, TaskState::Failed);
-    assert_eq!(r.task.reason.as_deref(), Some("model"));
+    assert_eq!(r.task.reason, Some(FailReason::Model));
     let err = r.task.error.unwrap();
     assert!(err.contains("base_url") || err.contains("Ollama"), "{err}");
 }
@@ -431,7 +432,7 @@ async fn a_task_over_its_wall_clock_limit_fails_with_reason_timeout() {
     let t = common::app(s, test_tools()).await;
     let r = common::run_task(&t, "slow").await;
     assert_eq!(r.task.state, TaskState::Failed);
-    assert_eq!(r.task.reason.as_deref(), Some("timeout"));
+    assert_eq!(r.task.reason, Some(FailReason::Timeout));
 }
 
 #[tokio::test]
@@ -447,7 +448,7 @@ async fn a_running_task_can_be_cancelled() {
         .agent
         .create(Submit {
             task: "slow".into(),
-            origin: "api".into(),
+            origin: Origin::Api,
             ..Default::default()
         })
         .await
@@ -470,7 +471,7 @@ async fn a_task_claimed_by_this_process_is_never_offered_to_workers() {
         .agent
         .create_claimed(Submit {
             task: "run me here".into(),
-            origin: "cli".into(),
+            origin: Origin::Cli,
             ..Default::default()
         })
         .await
@@ -505,7 +506,7 @@ async fn a_task_running_in_another_process_is_not_marked_cancelled() {
         .agent
         .create_claimed(Submit {
             task: "elsewhere".into(),
-            origin: "cli".into(),
+            origin: Origin::Cli,
             ..Default::default()
         })
         .await

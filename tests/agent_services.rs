@@ -5,6 +5,7 @@ mod common;
 
 use hermes_agent::config::{SubAgent, WebhookSettings};
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_agent::store::{Delivery, Origin};
 use hermes_agent::store::{RunOutcome, TaskState};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -53,7 +54,7 @@ async fn the_model_schedules_a_job_which_fires_fresh_and_delivers_its_answer() {
     let jobs = t.app.scheduler.list().await.unwrap();
     assert_eq!(jobs.len(), 1);
     let job = &jobs[0];
-    assert_eq!(job.origin, "model");
+    assert_eq!(job.origin, Origin::Model);
     assert_eq!(job.timezone, "Europe/Berlin");
     let next = job.next_run_at.expect("a next run time");
     let local = next.with_timezone(&chrono_tz::Europe::Berlin);
@@ -68,7 +69,7 @@ async fn the_model_schedules_a_job_which_fires_fresh_and_delivers_its_answer() {
         .task(run.task_id.as_deref().unwrap())
         .await
         .unwrap();
-    assert_eq!(job_task.origin, "job");
+    assert_eq!(job_task.origin, Origin::Job);
     assert_eq!(job_task.job_id.as_deref(), Some(job.id.as_str()));
     assert_eq!(
         job_task.answer.as_deref(),
@@ -102,7 +103,7 @@ async fn the_model_schedules_a_job_which_fires_fresh_and_delivers_its_answer() {
             .starts_with("tea price — ")
     );
     let runs = t.app.scheduler.runs(&job.id, 10).await.unwrap();
-    assert_eq!(runs[0].delivery, "queued");
+    assert_eq!(runs[0].delivery, Delivery::Queued);
 }
 
 #[tokio::test]
@@ -139,7 +140,7 @@ async fn a_fact_remembered_in_one_task_reaches_a_later_jobs_task_in_either_langu
                 schedule: "0 8 * * *".into(),
                 ..Default::default()
             },
-            "cli",
+            Origin::Cli,
         )
         .await
         .unwrap();
@@ -236,7 +237,7 @@ async fn delegate_parallel_reports_success_failure_and_timeout_per_sub_agent() {
     assert!(
         children
             .iter()
-            .all(|c| c.origin == "agent" && c.state.is_finished())
+            .all(|c| c.origin == Origin::Agent && c.state.is_finished())
     );
     // The sub-agents were offered no tools: their own allowlist is empty.
     for req in model.requests() {
@@ -261,7 +262,7 @@ async fn a_job_naming_an_unknown_profile_is_refused_when_made() {
                 profile: Some("turbo".into()),
                 ..Default::default()
             },
-            "api",
+            Origin::Api,
         )
         .await
         .unwrap_err();

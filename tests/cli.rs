@@ -133,7 +133,7 @@ fn tasks_show_renders_a_stored_trace_as_a_timeline_and_json() {
         let t = store
             .create_task(&NewTask {
                 task: "look up the price, then notify me".into(),
-                origin: "cli".into(),
+                origin: Origin::Cli,
                 profile: "fast".into(),
                 ..Default::default()
             })

@@ -11,6 +11,7 @@ use axum::routing::post;
 use base64::Engine;
 use hermes_agent::config::{EmailSettings, NotifySettings, SmtpSecurity, WebhookSettings};
 use hermes_agent::notify::{Notifier, NotifyError, RetryPolicy};
+use hermes_agent::store::Origin;
 use hermes_agent::store::{NewNotice, NewTask, NoticeState, Store};
 use hermes_agent::tools::builtin::notify::tools;
 use hermes_agent::tools::{ToolContext, ToolError};
@@ -650,7 +651,7 @@ async fn a_webhook_gets_a_signed_json_notice() {
     let task = store
         .create_task(&NewTask {
             task: "summarise the news".into(),
-            origin: "job".into(),
+            origin: Origin::Job,
             profile: "fast".into(),
             ..NewTask::default()
         })
@@ -848,7 +849,7 @@ async fn the_notify_tool_queues_and_the_notice_is_delivered() {
     let task = store
         .create_task(&NewTask {
             task: "check the site".into(),
-            origin: "job".into(),
+            origin: Origin::Job,
             profile: "fast".into(),
             job_id: None,
             ..NewTask::default()
@@ -869,7 +870,7 @@ async fn the_notify_tool_queues_and_the_notice_is_delivered() {
 
     let ctx = ToolContext {
         task_id: task.id.clone(),
-        origin: "job".into(),
+        origin: Origin::Job,
         job_id: Some("job7".into()),
         ..ToolContext::default()
     };

@@ -8,6 +8,7 @@ use hermes_agent::config::SchedulerSettings;
 use hermes_agent::scheduler::{
     Clock, Deliver, JobRequest, JobView, ScheduleError, Scheduler, SchedulerError, TaskRunner,
 };
+use hermes_agent::store::{Delivery, FailReason, Origin};
 use hermes_agent::store::{
     Job, JobRun, NewNotice, NewTask, RunOutcome, Store, Task, TaskFilter, TaskOutcome, TaskState,
 };
@@ -100,7 +101,7 @@ impl TaskRunner for TestRunner {
                 .store
                 .create_task(&NewTask {
                     task: job.task.clone(),
-                    origin: "job".into(),
+                    origin: Origin::Job,
                     profile: job.profile.clone().unwrap_or_else(|| "fast".into()),
                     parent_id: None,
                     job_id: Some(job.id.clone()),
@@ -138,7 +139,7 @@ impl TaskRunner for TestRunner {
                     state: TaskState::Failed,
                     answer: None,
                     error: Some(e),
-                    reason: Some("model".into()),
+                    reason: Some(FailReason::Model),
                     parse_failures: 0,
                     prompt_tokens: 0,
                     completion_tokens: 0,
@@ -314,9 +315,9 @@ async fn a_job_fires_through_the_loop_as_a_fresh_task_and_is_delivered() {
     let mut r = req("Summarise my inbox", "0 8 * * *");
     r.name = Some("Morning digest".into());
     r.notify = vec!["email".into(), "ops-hook".into()];
-    let job = c.sched.add(r, "api").await.unwrap();
+    let job = c.sched.add(r, Origin::Api).await.unwrap();
     assert_eq!(job.next_run_at, Some(utc("2026-06-01T08:00:00Z")));
-    assert_eq!(job.origin, "api");
+    assert_eq!(job.origin, Origin::Api);
 
     clock.set("2026-06-01T08:00:00Z");
     c.sched.wake();
@@ -324,7 +325,7 @@ async fn a_job_fires_through_the_loop_as_a_fresh_task_and_is_delivered() {
         runs(&c.store, &job.id)
             .await
             .first()
-            .is_some_and(|r| r.delivery == "queued")
+            .is_some_and(|r| r.delivery == Delivery::Queued)
     })
     .await;
 
@@ -335,7 +336,7 @@ async fn a_job_fires_through_the_loop_as_a_fresh_task_and_is_delivered() {
     assert_eq!(r[0].reason, None);
     let task_id = r[0].task_id.clone().unwrap();
     let task = c.store.task(&task_id).await.unwrap();
-    assert_eq!(task.origin, "job");
+    assert_eq!(task.origin, Origin::Job);
     assert_eq!(task.job_id.as_deref(), Some(job.id.as_str()));
     assert_eq!(task.task, "Summarise my inbox");
     assert_eq!(task.state, TaskState::Succeeded);
@@ -383,7 +384,11 @@ async fn the_loop_sleeps_until_the_due_time_without_a_wake() {
         ..settings()
     };
     let c = setup(s, clock).await;
-    let job = c.sched.add(req("tick", "every 1s"), "cli").await.unwrap();
+    let job = c
+        .sched
+        .add(req("tick", "every 1s"), Origin::Cli)
+        .await
+        .unwrap();
     let tracker = TaskTracker::new();
     let cancel = CancellationToken::new();
     c.sched.start(&tracker, cancel.clone()).await.unwrap();
@@ -406,7 +411,7 @@ async fn dst_spring_forward_and_fall_back_through_the_scheduler() {
     let c = setup(settings(), clock.clone()).await;
     let mut r = req("night job", "30 2 * * *");
     r.timezone = Some("America/New_York".into());
-    let job = c.sched.add(r, "cli").await.unwrap();
+    let job = c.sched.add(r, Origin::Cli).await.unwrap();
     assert_eq!(job.timezone, "America/New_York");
     // 02:30 does not exist on 2026-03-08: the first instant after the gap, 03:00 EDT.
     assert_eq!(job.next_run_at, Some(utc("2026-03-08T07:00:00Z")));
@@ -425,7 +430,7 @@ async fn dst_spring_forward_and_fall_back_through_the_scheduler() {
     let mut r = req("early job", "30 1 * * *");
     r.timezone = Some("America/New_York".into());
     clock.set("2026-10-31T12:00:00Z");
-    let job = c.sched.add(r, "cli").await.unwrap();
+    let job = c.sched.add(r, Origin::Cli).await.unwrap();
     assert_eq!(job.next_run_at, Some(utc("2026-11-01T05:30:00Z")));
     clock.set("2026-11-01T05:30:00Z");
     assert_eq!(c.sched.tick().await.unwrap(), 1);
@@ -445,7 +450,11 @@ async fn an_overlapping_firing_is_recorded_skipped() {
     let clock = ManualClock::at("2026-06-01T10:00:00Z");
     let c = setup(settings(), clock.clone()).await;
     let gate = c.runner.hold();
-    let job = c.sched.add(req("slow", "every 1m"), "cli").await.unwrap();
+    let job = c
+        .sched
+        .add(req("slow", "every 1m"), Origin::Cli)
+        .await
+        .unwrap();
 
     clock.set("2026-06-01T10:01:00Z");
     assert_eq!(c.sched.tick().await.unwrap(), 1);
@@ -486,7 +495,7 @@ async fn precheck_without_change_skips_without_a_task() {
     *c.runner.precheck.lock().unwrap() = Ok(json!({"changed": false, "content": "same"}));
     let mut r = req("Tell me what changed on the page", "every 1h");
     r.precheck = Some(json!({"tool": "watch_page", "arguments": {"url": "http://127.0.0.1:1/x"}}));
-    let job = c.sched.add(r, "api").await.unwrap();
+    let job = c.sched.add(r, Origin::Api).await.unwrap();
 
     clock.set("2026-06-01T11:00:00Z");
     c.sched.tick().await.unwrap();
@@ -535,7 +544,11 @@ async fn precheck_without_change_skips_without_a_task() {
 async fn two_firers_racing_for_one_due_time_run_it_once() {
     let clock = ManualClock::at("2026-06-01T10:00:00Z");
     let c = setup(settings(), clock.clone()).await;
-    let job = c.sched.add(req("once", "every 1h"), "cli").await.unwrap();
+    let job = c
+        .sched
+        .add(req("once", "every 1h"), Origin::Cli)
+        .await
+        .unwrap();
     // A second process on the same database: its own pool, its own scheduler.
     let other_store = Store::open(c.dir.path()).await.unwrap();
     let other = scheduler_on(&other_store, &c.runner, settings(), clock.clone());
@@ -562,7 +575,7 @@ async fn restart_inside_the_grace_runs_one_catch_up_and_records_the_rest_missed(
     let c = setup(settings(), clock.clone()).await; // grace 3600 s
     let job = c
         .sched
-        .add(req("hourly", "0 * * * *"), "cli")
+        .add(req("hourly", "0 * * * *"), Origin::Cli)
         .await
         .unwrap();
     let dir = c.dir.path().to_path_buf();
@@ -598,7 +611,7 @@ async fn restart_inside_the_grace_runs_one_catch_up_and_records_the_rest_missed(
         assert_eq!(r[1].outcome, RunOutcome::Fired);
         assert_eq!(r[1].reason.as_deref(), Some("catch-up"));
         assert_eq!(r[1].scheduled_at, utc("2026-06-01T05:00:00Z"));
-        assert_eq!(r[1].delivery, "none");
+        assert_eq!(r[1].delivery, Delivery::None);
         assert_eq!(tasks_of(&store, &job.id).await.len(), 1);
         let j = store.job(&job.id).await.unwrap();
         assert_eq!(j.next_run_at, Some(utc("2026-06-01T06:00:00Z")));
@@ -610,7 +623,11 @@ async fn restart_inside_the_grace_runs_one_catch_up_and_records_the_rest_missed(
 async fn restart_outside_the_grace_records_missed_only() {
     let clock = ManualClock::at("2026-06-01T07:00:00Z");
     let c = setup(settings(), clock.clone()).await;
-    let job = c.sched.add(req("daily", "0 8 * * *"), "cli").await.unwrap();
+    let job = c
+        .sched
+        .add(req("daily", "0 8 * * *"), Origin::Cli)
+        .await
+        .unwrap();
 
     clock.set("2026-06-03T10:00:00Z"); // 3 due times; the latest is 2 h old
     let restarted = scheduler_on(&c.store, &c.runner, settings(), clock.clone());
@@ -646,7 +663,7 @@ async fn a_loop_that_wakes_late_runs_one_catch_up_at_most() {
     let c = setup(s, clock.clone()).await;
     let job = c
         .sched
-        .add(req("hourly", "0 * * * *"), "cli")
+        .add(req("hourly", "0 * * * *"), Origin::Cli)
         .await
         .unwrap();
     clock.set("2026-06-01T04:05:00Z");
@@ -677,7 +694,11 @@ async fn a_loop_that_wakes_late_runs_one_catch_up_at_most() {
 async fn a_run_lock_left_by_a_crash_is_cleared_at_start() {
     let clock = ManualClock::at("2026-06-01T10:00:00Z");
     let c = setup(settings(), clock.clone()).await;
-    let job = c.sched.add(req("crashy", "every 1h"), "cli").await.unwrap();
+    let job = c
+        .sched
+        .add(req("crashy", "every 1h"), Origin::Cli)
+        .await
+        .unwrap();
     // The state a SIGKILL mid-run leaves: a running task, a fired run, the lock held.
     let task_id = c.runner.create(&job).await.unwrap();
     c.store.start_task(&task_id).await.unwrap();
@@ -732,7 +753,11 @@ async fn validation_errors_are_precise() {
     };
     let c = setup(s, clock).await;
 
-    let e = c.sched.add(req("x", "every 1m"), "cli").await.unwrap_err();
+    let e = c
+        .sched
+        .add(req("x", "every 1m"), Origin::Cli)
+        .await
+        .unwrap_err();
     assert!(
         matches!(
             e,
@@ -747,7 +772,7 @@ async fn validation_errors_are_precise() {
     assert!(e.to_string().contains("min_interval_s"), "{e}");
     let e = c
         .sched
-        .add(req("x", "*/2 * * * *"), "cli")
+        .add(req("x", "*/2 * * * *"), Origin::Cli)
         .await
         .unwrap_err();
     assert!(
@@ -759,13 +784,13 @@ async fn validation_errors_are_precise() {
     );
     let e = c
         .sched
-        .add(req("x", "0 0 8 * * *"), "cli")
+        .add(req("x", "0 0 8 * * *"), Origin::Cli)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("5-field"), "{e}");
     let e = c
         .sched
-        .add(req("x", "0 25 * * *"), "cli")
+        .add(req("x", "0 25 * * *"), Origin::Cli)
         .await
         .unwrap_err();
     assert!(
@@ -774,7 +799,7 @@ async fn validation_errors_are_precise() {
     );
     let e = c
         .sched
-        .add(req("x", "2026-05-01T09:00"), "cli")
+        .add(req("x", "2026-05-01T09:00"), Origin::Cli)
         .await
         .unwrap_err();
     assert!(
@@ -783,7 +808,7 @@ async fn validation_errors_are_precise() {
     );
     let mut r = req("x", "0 8 * * *");
     r.timezone = Some("Europe/Atlantis".into());
-    let e = c.sched.add(r, "cli").await.unwrap_err();
+    let e = c.sched.add(r, Origin::Cli).await.unwrap_err();
     assert!(
         e.to_string()
             .contains("unknown time zone 'Europe/Atlantis'"),
@@ -791,30 +816,37 @@ async fn validation_errors_are_precise() {
     );
     let mut r = req("x", "0 8 * * *");
     r.notify = vec!["sms".into()];
-    let e = c.sched.add(r, "cli").await.unwrap_err();
+    let e = c.sched.add(r, Origin::Cli).await.unwrap_err();
     assert_eq!(
         e.to_string(),
         "unknown notify channel 'sms'; configured channels: email, ops-hook"
     );
     let e = c
         .sched
-        .add(req("  ", "0 8 * * *"), "cli")
+        .add(req("  ", "0 8 * * *"), Origin::Cli)
         .await
         .unwrap_err();
     assert!(matches!(e, SchedulerError::Invalid(_)));
     assert_eq!(e.http_status(), 400);
 
     // Limits: * * * * * is fine at the default minimum of 60 s; max_jobs counts.
-    c.sched.add(req("a", "0 8 * * *"), "cli").await.unwrap();
-    c.sched.add(req("b", "in 30m"), "cli").await.unwrap();
-    let e = c.sched.add(req("c", "@daily"), "cli").await.unwrap_err();
+    c.sched
+        .add(req("a", "0 8 * * *"), Origin::Cli)
+        .await
+        .unwrap();
+    c.sched.add(req("b", "in 30m"), Origin::Cli).await.unwrap();
+    let e = c
+        .sched
+        .add(req("c", "@daily"), Origin::Cli)
+        .await
+        .unwrap_err();
     assert!(matches!(e, SchedulerError::TooManyJobs { max: 2 }), "{e}");
     assert!(e.to_string().contains("cancel a job first"), "{e}");
     assert_eq!(c.sched.list().await.unwrap().len(), 2);
 
     let c2 = setup(settings(), ManualClock::at("2026-06-01T10:00:00Z")).await;
     c2.sched
-        .add(req("each minute", "* * * * *"), "cli")
+        .add(req("each minute", "* * * * *"), Origin::Cli)
         .await
         .unwrap();
 }
@@ -846,7 +878,7 @@ async fn the_schedule_tools_and_the_nesting_guard() {
     let args = json!({"task": "check the weather", "schedule": "0 7 * * *", "notify": ["email"]});
     let from_job = ToolContext {
         task_id: "t1".into(),
-        origin: "job".into(),
+        origin: Origin::Job,
         job_id: Some("j_x".into()),
         ..ToolContext::default()
     };
@@ -859,12 +891,12 @@ async fn the_schedule_tools_and_the_nesting_guard() {
 
     let from_user = ToolContext {
         task_id: "t2".into(),
-        origin: "cli".into(),
+        origin: Origin::Cli,
         ..ToolContext::default()
     };
     let v = schedule.call(args.clone(), &from_user).await.unwrap();
     let view: JobView = serde_json::from_value(v.clone()).unwrap();
-    assert_eq!(view.origin, "model");
+    assert_eq!(view.origin, Origin::Model);
     assert_eq!(view.notify, ["email"]);
     for key in [
         "id",
@@ -940,10 +972,14 @@ async fn a_job_removed_while_the_loop_runs_never_fires_again() {
     let tracker = TaskTracker::new();
     let cancel = CancellationToken::new();
     c.sched.start(&tracker, cancel.clone()).await.unwrap();
-    let doomed = c.sched.add(req("doomed", "every 1h"), "cli").await.unwrap();
+    let doomed = c
+        .sched
+        .add(req("doomed", "every 1h"), Origin::Cli)
+        .await
+        .unwrap();
     let witness = c
         .sched
-        .add(req("witness", "every 1h"), "cli")
+        .add(req("witness", "every 1h"), Origin::Cli)
         .await
         .unwrap();
     assert!(c.sched.remove(&doomed.id).await.unwrap());
@@ -979,7 +1015,7 @@ async fn run_now_returns_the_task_at_once_and_runs_it_without_a_loop() {
     let mut r = req("report", "0 8 * * MON");
     r.notify = vec!["email".into()];
     r.name = Some("Weekly".into());
-    let job = c.sched.add(r, "cli").await.unwrap();
+    let job = c.sched.add(r, Origin::Cli).await.unwrap();
     let gate = c.runner.hold();
 
     let task_id = c.sched.run_now(&job.id).await.unwrap();
@@ -996,7 +1032,7 @@ async fn run_now_returns_the_task_at_once_and_runs_it_without_a_loop() {
         TaskState::Succeeded
     );
     let r = runs(&c.store, &job.id).await;
-    assert_eq!(r[0].delivery, "queued");
+    assert_eq!(r[0].delivery, Delivery::Queued);
     assert_eq!(
         c.store.notices_for_task(&task_id).await.unwrap()[0].title,
         "Weekly — 2026-06-01"
@@ -1010,7 +1046,7 @@ async fn run_now_returns_the_task_at_once_and_runs_it_without_a_loop() {
     // The CLI's in-process form runs to the end and returns the final run.
     let run = c.sched.run_now_wait(&job.id).await.unwrap();
     assert_eq!(run.outcome, RunOutcome::Fired);
-    assert_eq!(run.delivery, "queued");
+    assert_eq!(run.delivery, Delivery::Queued);
     assert!(matches!(
         c.sched.run_now("j_nope").await,
         Err(SchedulerError::NotFound(_))
@@ -1023,16 +1059,16 @@ async fn a_silent_answer_is_not_delivered() {
     let c = setup(settings(), clock).await;
     let mut r = req("only tell me if it rains", "0 7 * * *");
     r.notify = vec!["email".into()];
-    let job = c.sched.add(r, "cli").await.unwrap();
+    let job = c.sched.add(r, Origin::Cli).await.unwrap();
     c.runner.answer("  [SILENT]\n");
     let run = c.sched.run_now_wait(&job.id).await.unwrap();
     assert_eq!(run.outcome, RunOutcome::Fired);
-    assert_eq!(run.delivery, "silent");
+    assert_eq!(run.delivery, Delivery::Silent);
     assert!(c.store.notices_for_run(run.id).await.unwrap().is_empty());
     // Anything else is delivered, even if it mentions the marker.
     c.runner.answer("[SILENT] but rain at 3pm");
     let run = c.sched.run_now_wait(&job.id).await.unwrap();
-    assert_eq!(run.delivery, "queued");
+    assert_eq!(run.delivery, Delivery::Queued);
 }
 
 #[tokio::test]
@@ -1042,7 +1078,7 @@ async fn a_failed_run_is_recorded_and_sends_a_failure_notice() {
     let mut r = req("digest", "0 7 * * *");
     r.notify = vec!["ops-hook".into()];
     r.name = Some("Digest".into());
-    let job = c.sched.add(r, "cli").await.unwrap();
+    let job = c.sched.add(r, Origin::Cli).await.unwrap();
     c.runner.fail("the model endpoint refused the connection");
     let run = c.sched.run_now_wait(&job.id).await.unwrap();
     assert_eq!(run.outcome, RunOutcome::Failed);
@@ -1050,7 +1086,7 @@ async fn a_failed_run_is_recorded_and_sends_a_failure_notice() {
         run.reason.as_deref(),
         Some("the model endpoint refused the connection")
     );
-    assert_eq!(run.delivery, "queued");
+    assert_eq!(run.delivery, Delivery::Queued);
     let task_id = run.task_id.clone().unwrap();
     let n = c.store.notices_for_run(run.id).await.unwrap();
     assert_eq!(n.len(), 1);
@@ -1073,11 +1109,11 @@ async fn a_failed_run_is_recorded_and_sends_a_failure_notice() {
     .await;
     let mut r = req("digest", "0 7 * * *");
     r.notify = vec!["email".into()];
-    let job = quiet.sched.add(r, "cli").await.unwrap();
+    let job = quiet.sched.add(r, Origin::Cli).await.unwrap();
     quiet.runner.fail("boom");
     let run = quiet.sched.run_now_wait(&job.id).await.unwrap();
     assert_eq!(run.outcome, RunOutcome::Failed);
-    assert_eq!(run.delivery, "none");
+    assert_eq!(run.delivery, Delivery::None);
     assert!(
         quiet
             .store
@@ -1094,7 +1130,7 @@ async fn a_one_shot_fires_once_and_stays_listed() {
     let c = setup(settings(), clock.clone()).await;
     let job = c
         .sched
-        .add(req("remind me", "in 30m"), "model")
+        .add(req("remind me", "in 30m"), Origin::Model)
         .await
         .unwrap();
     assert_eq!(job.next_run_at, Some(utc("2026-06-01T10:30:00Z")));

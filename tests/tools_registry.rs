@@ -5,6 +5,7 @@
 use futures::future::BoxFuture;
 use hermes_agent::config::ToolSettings;
 use hermes_agent::llm::{ToolCall, estimate_tokens};
+use hermes_agent::store::Origin;
 use hermes_agent::store::{NewTask, Store};
 use hermes_agent::tools::builtin::working;
 use hermes_agent::tools::manifest::{self, ManifestError};
@@ -112,7 +113,7 @@ async fn setup(settings: ToolSettings, tools: Vec<Arc<dyn Tool>>) -> Setup {
     let task = store
         .create_task(&NewTask {
             task: "test".into(),
-            origin: "cli".into(),
+            origin: Origin::Cli,
             profile: "fast".into(),
             ..NewTask::default()
         })
@@ -131,7 +132,7 @@ async fn setup(settings: ToolSettings, tools: Vec<Arc<dyn Tool>>) -> Setup {
         store,
         ctx: ToolContext {
             task_id: task.id,
-            origin: "cli".into(),
+            origin: Origin::Cli,
             ..ToolContext::default()
         },
     }

@@ -299,7 +299,7 @@ async fn fill_history(dir: &Path) -> Result<()> {
                 let t = store
                     .create_task(&NewTask {
                         task: format!("History task {c}-{i}: summarise the morning news."),
-                        origin: "api".into(),
+                        origin: hermes_agent::store::Origin::Api,
                         profile: "fast".into(),
                         ..Default::default()
                     })

@@ -210,7 +210,7 @@ async fn level(c: usize, mode: Waiting) -> Result<LevelResult> {
                                 task: format!(
                                     "Benchmark task nonce={nonce}: call noop twice, then answer."
                                 ),
-                                origin: "api".into(),
+                                origin: hermes_agent::store::Origin::Api,
                                 ..Default::default()
                             })
                             .await?;
@@ -221,7 +221,7 @@ async fn level(c: usize, mode: Waiting) -> Result<LevelResult> {
                             task: format!(
                                 "Benchmark task nonce={nonce}: call noop twice, then answer."
                             ),
-                            origin: "api".into(),
+                            origin: hermes_agent::store::Origin::Api,
                             ..Default::default()
                         })
                         .await?;

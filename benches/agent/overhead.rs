@@ -84,7 +84,7 @@ pub async fn run() -> Result<()> {
             .agent
             .create_claimed(Submit {
                 task: format!("Benchmark task nonce={nonce}: call noop three times, then answer."),
-                origin: "cli".into(),
+                origin: hermes_agent::store::Origin::Cli,
                 ..Default::default()
             })
             .await?;

@@ -54,7 +54,7 @@ async fn single_writer() -> Result<()> {
                 store
                     .create_task(&NewTask {
                         task: "benchmark".into(),
-                        origin: "cli".into(),
+                        origin: hermes_agent::store::Origin::Cli,
                         profile: "fast".into(),
                         ..Default::default()
                     })
@@ -147,7 +147,7 @@ async fn fire_error() -> Result<()> {
                     schedule: due.clone(),
                     ..Default::default()
                 },
-                "api",
+                hermes_agent::store::Origin::Api,
             )
             .await
             .with_context(|| format!("adding job {i}"))?;
@@ -265,7 +265,7 @@ async fn step_writes() -> Result<()> {
                 store
                     .create_task(&NewTask {
                         task: "benchmark".into(),
-                        origin: "cli".into(),
+                        origin: hermes_agent::store::Origin::Cli,
                         profile: "fast".into(),
                         ..Default::default()
                     })

@@ -99,7 +99,7 @@ async fn fixed_part() -> Result<()> {
         .agent
         .create_claimed(Submit {
             task: "What is 17 * 23? Answer with the number.".into(),
-            origin: "cli".into(),
+            origin: hermes_agent::store::Origin::Cli,
             ..Default::default()
         })
         .await?;
@@ -157,7 +157,7 @@ async fn big_task(rounds: u32, cap: u32, summary: bool) -> Result<(Vec<i64>, Vec
         .create_claimed(Submit {
             task: "Benchmark task nonce=big: read the quarterly report five times, then answer."
                 .into(),
-            origin: "cli".into(),
+            origin: hermes_agent::store::Origin::Cli,
             ..Default::default()
         })
         .await?;

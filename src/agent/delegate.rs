@@ -4,7 +4,7 @@
 //! over partial failure.
 
 use super::{Agent, Inner, RunOptions, Submit};
-use crate::store::TaskState;
+use crate::store::{FailReason, Origin, TaskState};
 use crate::tools::{Tool, ToolContext, ToolError};
 use futures::future::{BoxFuture, join_all};
 use serde_json::{Value, json};
@@ -114,7 +114,7 @@ impl DelegateTools {
         let created = agent
             .create_claimed(Submit {
                 task: task.to_string(),
-                origin: "agent".into(),
+                origin: Origin::Agent,
                 profile,
                 parent_id: Some(ctx.task_id.clone()),
                 job_id: ctx.job_id.clone(),
@@ -135,11 +135,11 @@ impl DelegateTools {
         // Spawned, so the sub-task always reaches a final state even if this call is dropped.
         let handle = tokio::spawn(async move { agent.run_claimed(sub, opts).await });
         match handle.await {
-            Ok(Ok(t)) => match (t.state, t.reason.as_deref()) {
+            Ok(Ok(t)) => match (t.state, t.reason) {
                 (TaskState::Succeeded, _) => {
                     json!({"agent": name, "status": "success", "task_id": t.id, "answer": t.answer})
                 }
-                (_, Some("timeout")) => {
+                (_, Some(FailReason::Timeout)) => {
                     json!({"agent": name, "status": "timeout", "task_id": t.id, "error": t.error})
                 }
                 _ => json!({"agent": name, "status": "failed", "task_id": t.id, "error": t.error}),

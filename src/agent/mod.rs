@@ -16,7 +16,7 @@ pub use delegate::{DelegateTools, MAX_DEPTH};
 use crate::config::Settings;
 use crate::llm::Gateway;
 use crate::memory::LongTerm;
-use crate::store::{NewTask, Step, Store, StoreError, Task, TaskState};
+use crate::store::{NewTask, Origin, Step, Store, StoreError, Task, TaskState};
 use crate::tools::Registry;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -46,8 +46,7 @@ pub enum AgentError {
 #[derive(Debug, Clone, Default)]
 pub struct Submit {
     pub task: String,
-    /// `cli`, `api`, `job`, `agent`.
-    pub origin: String,
+    pub origin: Origin,
     pub profile: Option<String>,
     pub parent_id: Option<String>,
     pub job_id: Option<String>,

@@ -4,7 +4,7 @@
 use super::{Agent, RunOptions, StopReason, prompt};
 use crate::llm::{Gateway, Message, ToolCall};
 use crate::memory::{ShortTerm, Summariser, SummaryModel};
-use crate::store::{NewStep, Step, StepKind, Task, TaskOutcome, TaskState, now};
+use crate::store::{FailReason, NewStep, Step, StepKind, Task, TaskOutcome, TaskState, now};
 use crate::tools::ToolContext;
 use futures::future::{BoxFuture, join_all};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -24,14 +24,14 @@ pub(super) fn outcome(
     state: TaskState,
     answer: Option<String>,
     error: Option<String>,
-    reason: Option<&str>,
+    reason: Option<FailReason>,
     tally: &Tally,
 ) -> TaskOutcome {
     TaskOutcome {
         state,
         answer,
         error,
-        reason: reason.map(str::to_string),
+        reason,
         parse_failures: tally.parse_failures.load(Ordering::Relaxed),
         prompt_tokens: tally.prompt_tokens.load(Ordering::Relaxed),
         completion_tokens: tally.completion_tokens.load(Ordering::Relaxed),
@@ -41,7 +41,7 @@ pub(super) fn outcome(
 /// How the loop ended, before it becomes a stored outcome.
 enum LoopEnd {
     Answer(String),
-    Failed { reason: &'static str, error: String },
+    Failed { reason: FailReason, error: String },
 }
 
 /// The model-backed summariser: a short `fast`-profile call through the gateway handle.
@@ -127,7 +127,7 @@ impl Agent {
                 Ok(Ok(end)) => Ok(end),
                 Ok(Err(e)) => Err(e),
                 Err(_) => Ok(LoopEnd::Failed {
-                    reason: "timeout",
+                    reason: FailReason::Timeout,
                     error: format!(
                         "the task ran longer than its limit of {} s (agent.task_timeout_s)",
                         limit.as_secs()
@@ -136,10 +136,10 @@ impl Agent {
             },
             _ = token.cancelled() => Ok(match why.lock().ok().and_then(|r| *r) {
                 Some(StopReason::Shutdown) => LoopEnd::Failed {
-                    reason: "shutdown",
+                    reason: FailReason::Shutdown,
                     error: "the daemon stopped before the task finished".into(),
                 },
-                _ => LoopEnd::Failed { reason: "cancelled", error: "cancelled".into() },
+                _ => LoopEnd::Failed { reason: FailReason::Cancelled, error: "cancelled".into() },
             }),
         };
         if let Ok(mut map) = self.inner.running.lock() {
@@ -147,24 +147,19 @@ impl Agent {
         }
         let out = match end {
             Ok(LoopEnd::Answer(a)) => outcome(TaskState::Succeeded, Some(a), None, None, &tally),
-            Ok(LoopEnd::Failed {
-                reason: "cancelled",
-                error,
-            }) => outcome(
-                TaskState::Cancelled,
-                None,
-                Some(error),
-                Some("cancelled"),
-                &tally,
-            ),
             Ok(LoopEnd::Failed { reason, error }) => {
-                outcome(TaskState::Failed, None, Some(error), Some(reason), &tally)
+                // A cancelled task is not a failed one: it ends in its own state.
+                let state = match reason {
+                    FailReason::Cancelled => TaskState::Cancelled,
+                    _ => TaskState::Failed,
+                };
+                outcome(state, None, Some(error), Some(reason), &tally)
             }
             Err(e) => outcome(
                 TaskState::Failed,
                 None,
                 Some(format!("could not record the task's progress: {e}")),
-                Some("store"),
+                Some(FailReason::Store),
                 &tally,
             ),
         };
@@ -180,7 +175,7 @@ impl Agent {
         tracing::info!(
             task = %done.id,
             state = %done.state,
-            reason = done.reason.as_deref().unwrap_or(""),
+            reason = done.reason.map(FailReason::as_str).unwrap_or(""),
             ms = started.elapsed().as_millis() as u64,
             tokens_in = done.prompt_tokens,
             tokens_out = done.completion_tokens,
@@ -199,7 +194,7 @@ impl Agent {
         let s = &self.inner.settings;
         let ctx = ToolContext {
             task_id: task.id.clone(),
-            origin: task.origin.clone(),
+            origin: task.origin,
             job_id: task.job_id.clone(),
             depth: opts.depth,
             profile: task.profile.clone(),
@@ -299,7 +294,7 @@ impl Agent {
                     )
                     .await?;
                     return Ok(LoopEnd::Failed {
-                        reason: "model",
+                        reason: FailReason::Model,
                         error,
                     });
                 }
@@ -341,7 +336,7 @@ impl Agent {
                 let answer = reply.content.trim();
                 if answer.is_empty() {
                     return Ok(LoopEnd::Failed {
-                        reason: "empty_answer",
+                        reason: FailReason::EmptyAnswer,
                         error: "the model answered with neither text nor a tool call".into(),
                     });
                 }
@@ -383,7 +378,7 @@ impl Agent {
             window.compact(&summariser).await;
         }
         Ok(LoopEnd::Failed {
-            reason: "max_steps",
+            reason: FailReason::MaxSteps,
             error: format!(
                 "no final answer after {max_steps} model calls (agent.max_steps); the trace shows what was tried"
             ),

@@ -8,7 +8,7 @@ use crate::app::{App, JobExecution};
 use crate::config::Config;
 use crate::memory::LongTerm;
 use crate::scheduler::JobRequest;
-use crate::store::{Store, Task, TaskFilter, TaskRecord, TaskState};
+use crate::store::{Origin, Store, Task, TaskFilter, TaskRecord, TaskState};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::process::ExitCode;
@@ -40,10 +40,7 @@ fn print_outcome(record: &TaskRecord, json: bool) -> anyhow::Result<ExitCode> {
                 "task {} {}{}: {}",
                 t.id,
                 t.state,
-                t.reason
-                    .as_deref()
-                    .map(|r| format!(" ({r})"))
-                    .unwrap_or_default(),
+                t.reason.map(|r| format!(" ({r})")).unwrap_or_default(),
                 t.error.as_deref().unwrap_or("no answer")
             ),
         }
@@ -58,7 +55,7 @@ pub async fn run(config: Config, args: RunArgs) -> anyhow::Result<ExitCode> {
         .agent
         .create_claimed(Submit {
             task: args.task,
-            origin: "cli".into(),
+            origin: Origin::Cli,
             profile: args.profile,
             ..Default::default()
         })
@@ -309,7 +306,7 @@ pub async fn jobs(config: Config, cmd: JobsCmd) -> anyhow::Result<ExitCode> {
                         profile,
                         precheck,
                     },
-                    "cli",
+                    Origin::Cli,
                 )
                 .await?;
             let view = app.scheduler.view(job.clone()).await?;

@@ -4,7 +4,7 @@
 use crate::app::{App, JobExecution};
 use crate::config::Config;
 use crate::server::{self, ApiState};
-use crate::store::TaskState;
+use crate::store::{FailReason, Origin, TaskState};
 use anyhow::Context;
 use std::fs::{File, TryLockError};
 use std::future::Future;
@@ -77,11 +77,11 @@ pub async fn run(
     // Nothing can be running at start: a task still marked running was cut off by a crash.
     let interrupted = app
         .store
-        .fail_unfinished(&[TaskState::Running], "interrupted")
+        .fail_unfinished(&[TaskState::Running], FailReason::Interrupted)
         .await?
         // Job tasks still queued by the previous daemon: their firing is over (the scheduler
         // records it as interrupted), so running them now would deliver nowhere.
-        + app.store.fail_pending_of_origin("job", "interrupted").await?;
+        + app.store.fail_pending_of_origin(Origin::Job, FailReason::Interrupted).await?;
     if interrupted > 0 {
         tracing::warn!(
             count = interrupted,

@@ -113,11 +113,7 @@ pub fn task_timeline(t: &Task, steps: &[Step], notices: &[Notice]) -> String {
         );
     }
     if let Some(e) = &t.error {
-        let reason = t
-            .reason
-            .as_deref()
-            .map(|r| format!(" ({r})"))
-            .unwrap_or_default();
+        let reason = t.reason.map(|r| format!(" ({r})")).unwrap_or_default();
         let _ = writeln!(out, "  error{reason}: {e}");
     }
     for n in notices {

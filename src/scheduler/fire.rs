@@ -4,7 +4,7 @@
 
 use super::schedule::{Schedule, parse_timezone};
 use super::{Scheduler, SchedulerError};
-use crate::store::{Job, RunOutcome, StoreError, TaskState, new_id};
+use crate::store::{Delivery, Job, RunOutcome, StoreError, TaskState, new_id};
 use chrono::{DateTime, Duration, Utc};
 use chrono_tz::Tz;
 use serde_json::Value;
@@ -364,7 +364,7 @@ impl Scheduler {
             Ok(task) if task.state == TaskState::Succeeded => {
                 let answer = task.answer.unwrap_or_default();
                 let delivery = if answer.trim() == SILENT {
-                    "silent".to_string()
+                    Delivery::Silent
                 } else {
                     let title = format!("{} — {}", job.name, local_date(scheduled_at, &job));
                     self.deliver_all(&job, run_id, Some(&task_id), &title, &answer)
@@ -408,9 +408,9 @@ impl Scheduler {
         run_id: i64,
         task_id: Option<&str>,
         error: &str,
-    ) -> String {
+    ) -> Delivery {
         if !self.inner.settings.notify_on_failure {
-            return "none".into();
+            return Delivery::None;
         }
         let text = match task_id {
             Some(id) => format!(
@@ -427,8 +427,7 @@ impl Scheduler {
         self.deliver_all(job, run_id, task_id, &title, &text).await
     }
 
-    /// Queue `text` on every channel of the job: `none` (no channels), `queued`, or
-    /// `failed: CHANNEL: ERROR; …`.
+    /// Queue `text` on every channel of the job; the run's delivery state.
     async fn deliver_all(
         &self,
         job: &Job,
@@ -436,9 +435,9 @@ impl Scheduler {
         task_id: Option<&str>,
         title: &str,
         text: &str,
-    ) -> String {
+    ) -> Delivery {
         if job.notify.is_empty() {
-            return "none".into();
+            return Delivery::None;
         }
         let mut errors = Vec::new();
         for channel in &job.notify {
@@ -460,9 +459,9 @@ impl Scheduler {
             }
         }
         if errors.is_empty() {
-            "queued".into()
+            Delivery::Queued
         } else {
-            format!("failed: {}", errors.join("; "))
+            Delivery::Failed(errors.join("; "))
         }
     }
 }

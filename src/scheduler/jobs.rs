@@ -3,15 +3,15 @@
 
 use super::schedule::{self, parse_timezone};
 use super::{JobRequest, JobView, Scheduler, SchedulerError};
-use crate::store::{Job, JobRun, NewJob};
+use crate::store::{Job, JobRun, NewJob, Origin};
 use serde_json::Value;
 
 impl Scheduler {
-    /// Validate and persist a new job; `origin` is who asked: `model`, `cli`, `api` — or
-    /// `job` (a task started by a job), refused unless `scheduler.allow_nested`.
-    pub async fn add(&self, req: JobRequest, origin: &str) -> Result<Job, SchedulerError> {
+    /// Validate and persist a new job; `origin` is who asked. [`Origin::Job`] (a task started
+    /// by a job) is refused unless `scheduler.allow_nested`.
+    pub async fn add(&self, req: JobRequest, origin: Origin) -> Result<Job, SchedulerError> {
         let settings = &self.inner.settings;
-        if origin == "job" && !settings.allow_nested {
+        if origin == Origin::Job && !settings.allow_nested {
             return Err(SchedulerError::NestedNotAllowed);
         }
         let task = req.task.trim();
@@ -70,7 +70,7 @@ impl Scheduler {
                 .profile
                 .map(|p| p.trim().to_string())
                 .filter(|p| !p.is_empty()),
-            origin: origin.to_string(),
+            origin,
             precheck: req.precheck,
             next_run_at: Some(first),
         };
@@ -83,7 +83,7 @@ impl Scheduler {
             self.inner.store.create_job(&new).await?
         };
         tracing::info!(job = %job.id, name = %job.name, schedule = %job.schedule,
-            timezone = %job.timezone, origin, next_run_at = %first, "job created");
+            timezone = %job.timezone, %origin, next_run_at = %first, "job created");
         self.wake();
         Ok(job)
     }

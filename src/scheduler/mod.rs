@@ -48,7 +48,7 @@ mod timer;
 pub use schedule::{Schedule, ScheduleError, next_after, parse_timezone};
 
 use crate::config::SchedulerSettings;
-use crate::store::{Job, JobRun, Store, StoreError, Task};
+use crate::store::{Job, JobRun, Origin, Store, StoreError, Task};
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -138,7 +138,7 @@ pub struct JobView {
     pub schedule: String,
     pub timezone: String,
     pub notify: Vec<String>,
-    pub origin: String,
+    pub origin: Origin,
     pub next_run_at: Option<DateTime<Utc>>,
     /// The newest run, or null.
     pub last_run: Option<JobRun>,

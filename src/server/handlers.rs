@@ -4,7 +4,7 @@ use super::{ApiError, ApiState, MAX_TASK_CHARS};
 use crate::agent::Submit;
 use crate::memory::LongTerm;
 use crate::scheduler::JobRequest;
-use crate::store::{TaskFilter, TaskState};
+use crate::store::{Origin, TaskFilter, TaskState};
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -89,7 +89,7 @@ pub async fn create_task(
         .agent
         .submit(Submit {
             task: req.task,
-            origin: "api".into(),
+            origin: Origin::Api,
             profile: req.profile,
             ..Default::default()
         })
@@ -229,7 +229,7 @@ pub async fn create_job(
                 profile: req.profile,
                 precheck: req.precheck,
             },
-            "api",
+            Origin::Api,
         )
         .await?;
     let view = s.scheduler.view(job).await?;

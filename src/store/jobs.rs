@@ -1,6 +1,6 @@
 //! Scheduled jobs and the record of every firing (`jobs`, `job_runs`).
 
-use super::{Result, Store, StoreError, new_id, now};
+use super::{Delivery, Origin, Result, Store, StoreError, new_id, now};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -13,7 +13,7 @@ pub struct Job {
     pub timezone: String,
     pub notify: Vec<String>,
     pub profile: Option<String>,
-    pub origin: String,
+    pub origin: Origin,
     pub precheck: Option<serde_json::Value>,
     pub enabled: bool,
     pub next_run_at: Option<DateTime<Utc>>,
@@ -30,7 +30,7 @@ struct JobRow {
     timezone: String,
     notify: String,
     profile: Option<String>,
-    origin: String,
+    origin: Origin,
     precheck: Option<String>,
     enabled: bool,
     next_run_at: Option<DateTime<Utc>>,
@@ -76,7 +76,7 @@ pub struct NewJob {
     pub timezone: String,
     pub notify: Vec<String>,
     pub profile: Option<String>,
-    pub origin: String,
+    pub origin: Origin,
     pub precheck: Option<serde_json::Value>,
     pub next_run_at: Option<DateTime<Utc>>,
 }
@@ -100,7 +100,7 @@ pub struct JobRun {
     pub outcome: RunOutcome,
     pub task_id: Option<String>,
     pub reason: Option<String>,
-    pub delivery: String,
+    pub delivery: Delivery,
 }
 
 macro_rules! job_columns {
@@ -125,7 +125,7 @@ impl Store {
         .bind(&new.timezone)
         .bind(serde_json::to_string(&new.notify).unwrap_or_else(|_| "[]".into()))
         .bind(&new.profile)
-        .bind(&new.origin)
+        .bind(new.origin)
         .bind(precheck)
         .bind(new.next_run_at)
         .bind(now())
@@ -255,7 +255,7 @@ impl Store {
         run_id: i64,
         outcome: RunOutcome,
         reason: Option<&str>,
-        delivery: &str,
+        delivery: &Delivery,
     ) -> Result<()> {
         sqlx::query("UPDATE job_runs SET outcome = ?, reason = COALESCE(?, reason), delivery = ? WHERE id = ?")
             .bind(outcome)
@@ -267,7 +267,7 @@ impl Store {
         Ok(())
     }
 
-    pub async fn set_run_delivery(&self, run_id: i64, delivery: &str) -> Result<()> {
+    pub async fn set_run_delivery(&self, run_id: i64, delivery: &Delivery) -> Result<()> {
         sqlx::query("UPDATE job_runs SET delivery = ? WHERE id = ?")
             .bind(delivery)
             .bind(run_id)

@@ -7,12 +7,14 @@
 
 mod facts;
 mod jobs;
+mod kinds;
 mod outbox;
 mod tasks;
 mod working;
 
 pub use facts::*;
 pub use jobs::*;
+pub use kinds::*;
 pub use outbox::*;
 pub use tasks::*;
 pub use working::*;

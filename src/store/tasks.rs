@@ -1,6 +1,6 @@
 //! Tasks and their trace (`tasks`, `task_steps`).
 
-use super::{Result, Store, StoreError, new_id, now};
+use super::{FailReason, Origin, Result, Store, StoreError, new_id, now};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -61,14 +61,14 @@ impl std::str::FromStr for TaskState {
 pub struct Task {
     pub id: String,
     pub state: TaskState,
-    pub origin: String,
+    pub origin: Origin,
     pub parent_id: Option<String>,
     pub job_id: Option<String>,
     pub profile: String,
     pub task: String,
     pub answer: Option<String>,
     pub error: Option<String>,
-    pub reason: Option<String>,
+    pub reason: Option<FailReason>,
     pub parse_failures: i64,
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
@@ -81,7 +81,7 @@ pub struct Task {
 #[derive(Debug, Clone, Default)]
 pub struct NewTask {
     pub task: String,
-    pub origin: String,
+    pub origin: Origin,
     pub profile: String,
     pub parent_id: Option<String>,
     pub job_id: Option<String>,
@@ -95,7 +95,7 @@ pub struct TaskOutcome {
     pub state: TaskState,
     pub answer: Option<String>,
     pub error: Option<String>,
-    pub reason: Option<String>,
+    pub reason: Option<FailReason>,
     pub parse_failures: i64,
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
@@ -170,7 +170,7 @@ impl Store {
         )
         .bind(&id)
         .bind(state)
-        .bind(&new.origin)
+        .bind(new.origin)
         .bind(&new.parent_id)
         .bind(&new.job_id)
         .bind(&new.profile)
@@ -292,7 +292,7 @@ impl Store {
         .bind(outcome.state)
         .bind(&outcome.answer)
         .bind(&outcome.error)
-        .bind(&outcome.reason)
+        .bind(outcome.reason)
         .bind(outcome.parse_failures)
         .bind(outcome.prompt_tokens)
         .bind(outcome.completion_tokens)
@@ -319,14 +319,14 @@ impl Store {
 
     /// Fail the pending tasks of one origin (at daemon start: job tasks queued by a previous
     /// daemon, whose firing is over and whose answer would have nowhere to go).
-    pub async fn fail_pending_of_origin(&self, origin: &str, reason: &str) -> Result<u64> {
+    pub async fn fail_pending_of_origin(&self, origin: Origin, reason: FailReason) -> Result<u64> {
         let done = sqlx::query(
             "UPDATE tasks SET state = 'failed', reason = ?, \
              error = 'task was pending when the daemon stopped (' || ? || ')', finished_at = ? \
              WHERE state = 'pending' AND origin = ?",
         )
         .bind(reason)
-        .bind(reason)
+        .bind(reason.as_str())
         .bind(now())
         .bind(origin)
         .execute(self.pool())
@@ -336,7 +336,7 @@ impl Store {
 
     /// Mark every task still `running` or `pending` as failed with `reason`. Used at start-up
     /// (`interrupted`: the previous process died) and at shutdown (`shutdown`).
-    pub async fn fail_unfinished(&self, states: &[TaskState], reason: &str) -> Result<u64> {
+    pub async fn fail_unfinished(&self, states: &[TaskState], reason: FailReason) -> Result<u64> {
         let mut total = 0;
         for state in states {
             let done = sqlx::query(

@@ -1,11 +1,12 @@
 use super::*;
+use crate::store::{Delivery, FailReason, Origin};
 use chrono::{Duration as ChronoDuration, Utc};
 
 async fn task(store: &Store) -> Task {
     store
         .create_task(&NewTask {
             task: "check the weather".into(),
-            origin: "cli".into(),
+            origin: Origin::Cli,
             profile: "fast".into(),
             ..Default::default()
         })
@@ -107,7 +108,7 @@ async fn tasks_and_steps_round_trip() {
         state: TaskState::Cancelled,
         answer: None,
         error: None,
-        reason: Some("cancelled".into()),
+        reason: Some(FailReason::Cancelled),
         parse_failures: 0,
         prompt_tokens: 0,
         completion_tokens: 0,
@@ -133,13 +134,13 @@ async fn unfinished_tasks_are_marked_failed_with_a_reason() {
     store.start_task(&running.id).await.unwrap();
     let pending = task(&store).await;
     let n = store
-        .fail_unfinished(&[TaskState::Running], "interrupted")
+        .fail_unfinished(&[TaskState::Running], FailReason::Interrupted)
         .await
         .unwrap();
     assert_eq!(n, 1);
     let t = store.task(&running.id).await.unwrap();
     assert_eq!(t.state, TaskState::Failed);
-    assert_eq!(t.reason.as_deref(), Some("interrupted"));
+    assert_eq!(t.reason, Some(FailReason::Interrupted));
     assert_eq!(
         store.task(&pending.id).await.unwrap().state,
         TaskState::Pending
@@ -191,7 +192,7 @@ async fn jobs_and_runs_round_trip_and_claims_are_exclusive() {
             timezone: "Europe/Berlin".into(),
             notify: vec!["email".into()],
             profile: None,
-            origin: "cli".into(),
+            origin: Origin::Cli,
             precheck: Some(serde_json::json!({"tool": "watch_page", "arguments": {"url": "https://example.org"}})),
             next_run_at: Some(due),
         })
@@ -222,14 +223,14 @@ async fn jobs_and_runs_round_trip_and_claims_are_exclusive() {
         .await
         .unwrap();
     store
-        .update_job_run(run, RunOutcome::Failed, Some("timeout"), "pending")
+        .update_job_run(run, RunOutcome::Failed, Some("timeout"), &Delivery::Queued)
         .await
         .unwrap();
     let runs = store.job_runs(&job.id, 10).await.unwrap();
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0].outcome, RunOutcome::Failed);
     assert_eq!(runs[0].reason.as_deref(), Some("timeout"));
-    assert_eq!(runs[0].delivery, "pending");
+    assert_eq!(runs[0].delivery, Delivery::Queued);
     assert!(store.delete_job(&job.id).await.unwrap());
     assert!(
         store.job_runs(&job.id, 10).await.unwrap().is_empty(),
@@ -318,7 +319,7 @@ async fn concurrent_writers_share_the_pool_without_losing_rows() {
                 let t = store
                     .create_task(&NewTask {
                         task: format!("writer {w} task {i}"),
-                        origin: "api".into(),
+                        origin: Origin::Api,
                         profile: "fast".into(),
                         ..Default::default()
                     })

@@ -16,8 +16,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, Default)]
 pub struct ToolContext {
     pub task_id: String,
-    /// The task's origin: `cli`, `api`, `job`, `agent`, ...
-    pub origin: String,
+    pub origin: crate::store::Origin,
     pub job_id: Option<String>,
     /// Sub-agent nesting depth: 0 for a top-level task.
     pub depth: u32,

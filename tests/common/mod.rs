@@ -5,6 +5,7 @@
 use hermes_agent::app::{App, BuildOptions, JobExecution};
 use hermes_agent::config::{Config, Settings};
 use hermes_agent::llm::RetryPolicy;
+use hermes_agent::store::Origin;
 use hermes_agent::tools::Tool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,7 +96,7 @@ pub async fn run_task(t: &TestApp, text: &str) -> hermes_agent::store::TaskRecor
         .agent
         .create(hermes_agent::agent::Submit {
             task: text.into(),
-            origin: "cli".into(),
+            origin: Origin::Cli,
             ..Default::default()
         })
         .await

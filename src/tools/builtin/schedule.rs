@@ -3,6 +3,7 @@
 //! channels, the nesting guard) is the scheduler's.
 
 use crate::scheduler::{JobRequest, Scheduler, SchedulerError};
+use crate::store::Origin;
 use crate::tools::{Tool, ToolContext, ToolError};
 use futures::future::BoxFuture;
 use serde::Deserialize;
@@ -24,7 +25,7 @@ fn failed(e: SchedulerError) -> ToolError {
 
 /// Was this call made by a task that a job started (directly or through a sub-agent)?
 fn started_by_job(ctx: &ToolContext) -> bool {
-    ctx.origin == "job" || ctx.job_id.is_some()
+    ctx.origin == Origin::Job || ctx.job_id.is_some()
 }
 
 pub struct ScheduleTask {
@@ -117,7 +118,11 @@ impl Tool for ScheduleTask {
             };
             // A job-started task is refused by `add` unless nesting is allowed; if it is, the
             // job records that a job made it.
-            let origin = if started_by_job(ctx) { "job" } else { "model" };
+            let origin = if started_by_job(ctx) {
+                Origin::Job
+            } else {
+                Origin::Model
+            };
             let job = self.scheduler.add(req, origin).await.map_err(failed)?;
             let view = self.scheduler.view(job).await.map_err(failed)?;
             serde_json::to_value(view).map_err(|e| ToolError::Failed(e.to_string()))

@@ -1,0 +1,264 @@
+//! The closed sets of words stored in text columns and shown by the API: who made a task or
+//! a job ([`Origin`]), why a task did not succeed ([`FailReason`]) and what became of a job
+//! run's delivery ([`Delivery`]). Each is an enum in the code and the same word as before in
+//! the database and in JSON, so neither changed when they stopped being strings.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use sqlx::Sqlite;
+use sqlx::encode::IsNull;
+use sqlx::error::BoxDynError;
+
+/// An enum of unit variants, each with the word it is stored and serialised as.
+macro_rules! word_enum {
+    ($(#[$meta:meta])* $name:ident, $what:literal { $($(#[$vmeta:meta])* $variant:ident = $word:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $word,)+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($word => Ok($name::$variant),)+
+                    other => Err(format!(
+                        concat!("unknown ", $what, " '{}'; use one of: {}"),
+                        other,
+                        $name::ALL.iter().map(|v| v.as_str()).collect::<Vec<_>>().join(", ")
+                    )),
+                }
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+
+        text_column!($name);
+    };
+}
+
+/// Store a type as its text form (`Display`) and read it back with `FromStr`.
+macro_rules! text_column {
+    ($name:ty) => {
+        impl sqlx::Type<Sqlite> for $name {
+            fn type_info() -> sqlx::sqlite::SqliteTypeInfo {
+                <String as sqlx::Type<Sqlite>>::type_info()
+            }
+            fn compatible(ty: &sqlx::sqlite::SqliteTypeInfo) -> bool {
+                <String as sqlx::Type<Sqlite>>::compatible(ty)
+            }
+        }
+
+        impl<'q> sqlx::Encode<'q, Sqlite> for $name {
+            fn encode_by_ref(
+                &self,
+                buf: &mut <Sqlite as sqlx::Database>::ArgumentBuffer,
+            ) -> Result<IsNull, BoxDynError> {
+                <String as sqlx::Encode<'q, Sqlite>>::encode(self.to_string(), buf)
+            }
+        }
+
+        impl<'r> sqlx::Decode<'r, Sqlite> for $name {
+            fn decode(value: sqlx::sqlite::SqliteValueRef<'r>) -> Result<Self, BoxDynError> {
+                let text = <&str as sqlx::Decode<'r, Sqlite>>::decode(value)?;
+                text.parse::<$name>().map_err(Into::into)
+            }
+        }
+    };
+}
+
+word_enum! {
+    /// Who asked for a task or a job. A task started by a job (directly or through a
+    /// sub-agent) may not create jobs unless `scheduler.allow_nested` is on.
+    Origin, "origin" {
+        /// The command line (`run`, `jobs add`).
+        Cli = "cli",
+        /// The HTTP API.
+        Api = "api",
+        /// A job firing.
+        Job = "job",
+        /// A sub-agent started by `delegate`.
+        Agent = "agent",
+        /// The model, through a tool (`schedule_task`).
+        Model = "model",
+        /// The dashboard in a browser.
+        Web = "web",
+        /// An MCP client, through `hermes-agent mcp`.
+        Mcp = "mcp",
+    }
+}
+
+/// A person at the command line: the origin of a request that names none (tests, tools
+/// built by hand).
+impl Default for Origin {
+    fn default() -> Origin {
+        Origin::Cli
+    }
+}
+
+word_enum! {
+    /// Why a task ended without an answer (the `reason` column and field).
+    FailReason, "reason" {
+        /// `agent.max_steps` model calls without a final answer.
+        MaxSteps = "max_steps",
+        /// The task's wall-clock limit.
+        Timeout = "timeout",
+        /// The process died while the task was running.
+        Interrupted = "interrupted",
+        /// The daemon stopped before the task finished.
+        Shutdown = "shutdown",
+        /// The model call failed (connection, status, a reply that cannot be read).
+        Model = "model",
+        /// Cancelled by the user.
+        Cancelled = "cancelled",
+        /// The model answered with neither text nor a tool call.
+        EmptyAnswer = "empty_answer",
+        /// The task's progress could not be recorded.
+        Store = "store",
+        /// The loop guard stopped a model repeating the same call.
+        Loop = "loop",
+    }
+}
+
+/// What became of a job run's result on its channels (the `delivery` column and field).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// The job has no channels (or failure notices are off).
+    None,
+    /// Queued in the outbox on every channel; the outbox shows each notice's progress.
+    Queued,
+    /// The answer was exactly `[SILENT]`: recorded, not sent.
+    Silent,
+    /// The run failed again after a failure report; no further notice until it recovers.
+    Suppressed,
+    /// Queuing failed on at least one channel: `CHANNEL: ERROR; …`.
+    Failed(String),
+}
+
+impl Delivery {
+    const FAILED_PREFIX: &'static str = "failed: ";
+
+    pub fn is_failed(&self) -> bool {
+        matches!(self, Delivery::Failed(_))
+    }
+}
+
+impl std::fmt::Display for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Delivery::None => f.write_str("none"),
+            Delivery::Queued => f.write_str("queued"),
+            Delivery::Silent => f.write_str("silent"),
+            Delivery::Suppressed => f.write_str("suppressed"),
+            Delivery::Failed(why) => write!(f, "{}{why}", Delivery::FAILED_PREFIX),
+        }
+    }
+}
+
+impl std::str::FromStr for Delivery {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "none" => Delivery::None,
+            "queued" => Delivery::Queued,
+            "silent" => Delivery::Silent,
+            "suppressed" => Delivery::Suppressed,
+            other => match other.strip_prefix(Delivery::FAILED_PREFIX) {
+                Some(why) => Delivery::Failed(why.to_string()),
+                None => return Err(format!("unknown delivery state '{other}'")),
+            },
+        })
+    }
+}
+
+impl Serialize for Delivery {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Delivery {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+text_column!(Delivery);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_round_trip_through_json() {
+        for o in Origin::ALL {
+            let json = serde_json::to_string(o).unwrap_or_default();
+            assert_eq!(json, format!("\"{}\"", o.as_str()));
+            assert_eq!(serde_json::from_str::<Origin>(&json).ok(), Some(*o));
+        }
+        assert_eq!(FailReason::MaxSteps.as_str(), "max_steps");
+        assert_eq!("loop".parse::<FailReason>(), Ok(FailReason::Loop));
+        let err = "bogus".parse::<Origin>().unwrap_err();
+        assert!(err.contains("cli, api, job"), "{err}");
+    }
+
+    #[test]
+    fn delivery_keeps_the_old_words() {
+        let cases = [
+            (Delivery::None, "none"),
+            (Delivery::Queued, "queued"),
+            (Delivery::Silent, "silent"),
+            (
+                Delivery::Failed("email: down".into()),
+                "failed: email: down",
+            ),
+        ];
+        for (d, word) in cases {
+            assert_eq!(d.to_string(), word);
+            assert_eq!(word.parse::<Delivery>(), Ok(d.clone()));
+            assert_eq!(serde_json::to_value(&d).ok(), Some(serde_json::json!(word)));
+        }
+        assert!("pending".parse::<Delivery>().is_err());
+    }
+
+    #[tokio::test]
+    async fn stored_as_text() {
+        let store = crate::store::Store::open_in_memory().await.expect("store");
+        let (o, d): (Origin, Delivery) = sqlx::query_as("SELECT ?, ?")
+            .bind(Origin::Mcp)
+            .bind(Delivery::Failed("x".into()))
+            .fetch_one(store.pool())
+            .await
+            .expect("round trip");
+        assert_eq!((o, d), (Origin::Mcp, Delivery::Failed("x".into())));
+    }
+}

@@ -1,0 +1,88 @@
+//! Small helpers every part uses alike: cutting text for messages and traces, walking an
+//! error's causes, the one backoff arithmetic, and the one policy for poisoned mutexes.
+//!
+//! Owns: nothing with state. Must not: depend on any other part of the crate, so that every
+//! part may depend on it.
+
+mod backoff;
+pub mod text;
+
+pub use backoff::Backoff;
+
+use std::sync::{Mutex, MutexGuard};
+
+/// An error and its causes on one line, `outer: inner: innermost`, skipping a cause whose
+/// text the line already carries (many errors quote their source, and printing it again
+/// only makes the line longer).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line
+}
+
+/// The first error of type `T` in `e`'s cause chain (`e` itself included).
+pub fn find_cause<'a, T: std::error::Error + 'static>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut current = Some(e);
+    while let Some(err) = current {
+        if let Some(found) = err.downcast_ref::<T>() {
+            return Some(found);
+        }
+        current = err.source();
+    }
+    None
+}
+
+/// Lock a mutex, taking the data even when another thread panicked while holding it.
+///
+/// The one policy for poisoned locks in this crate: every mutex here guards plain maps and
+/// counters whose updates are single stores, so a panic cannot leave them half-written, and
+/// skipping the work instead (the old `if let Ok(..)`) silently lost cancellations.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer failed")]
+    struct Outer(#[source] std::io::Error);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("wrapper: {0}")]
+    struct Quoting(#[source] std::io::Error);
+
+    #[test]
+    fn chains_causes_once() {
+        let io = || std::io::Error::other("disk on fire");
+        assert_eq!(error_chain(&Outer(io())), "outer failed: disk on fire");
+        assert_eq!(error_chain(&Quoting(io())), "wrapper: disk on fire");
+        assert!(find_cause::<std::io::Error>(&Outer(io())).is_some());
+        assert!(find_cause::<std::fmt::Error>(&Outer(io())).is_none());
+    }
+
+    #[test]
+    fn a_poisoned_lock_still_yields_its_data() {
+        let m = std::sync::Arc::new(Mutex::new(1));
+        let m2 = m.clone();
+        let _ = std::thread::spawn(move || {
+            let _g = m2.lock();
+            panic!("poison it");
+        })
+        .join();
+        assert!(m.is_poisoned());
+        *lock(&m) += 1;
+        assert_eq!(*lock(&m), 2);
+    }
+}
