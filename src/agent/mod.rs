@@ -16,7 +16,7 @@ pub use delegate::{DelegateTools, MAX_DEPTH};
 use crate::config::Settings;
 use crate::llm::Gateway;
 use crate::memory::LongTerm;
-use crate::store::{NewTask, Origin, Step, Store, StoreError, Task, TaskState};
+use crate::store::{MAX_TASK_CHARS, NewTask, Origin, Step, Store, StoreError, Task, TaskState};
 use crate::tools::Registry;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -28,6 +28,8 @@ use tokio_util::sync::CancellationToken;
 pub enum AgentError {
     #[error("the task text is empty; say what the agent should do")]
     EmptyTask,
+    #[error("the task has {chars} characters; the limit is {max}")]
+    TaskTooLong { chars: usize, max: usize },
     #[error("unknown model profile '{name}'; defined profiles: {known}")]
     UnknownProfile { name: String, known: String },
     #[error("task '{0}' not found; `hermes-agent tasks list` shows the ids")]
@@ -176,6 +178,13 @@ impl Agent {
         let text = req.task.trim();
         if text.is_empty() {
             return Err(AgentError::EmptyTask);
+        }
+        let chars = text.chars().count();
+        if chars > MAX_TASK_CHARS {
+            return Err(AgentError::TaskTooLong {
+                chars,
+                max: MAX_TASK_CHARS,
+            });
         }
         let profile = match req.profile.as_deref() {
             Some(p) if !p.is_empty() => p.to_string(),

@@ -7,7 +7,6 @@ use crate::agent::{RunOptions, Submit};
 use crate::app::{App, JobExecution};
 use crate::config::Config;
 use crate::memory::LongTerm;
-use crate::scheduler::JobRequest;
 use crate::store::{Origin, Store, Task, TaskFilter, TaskRecord, TaskState};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -198,17 +197,6 @@ fn print_jobs(v: &Value) {
     }
 }
 
-fn parse_precheck(p: Option<&str>) -> anyhow::Result<Option<Value>> {
-    p.map(|text| {
-        serde_json::from_str(text).map_err(|e| {
-            anyhow::anyhow!(
-                "--precheck is not valid JSON ({e}); example: '{{\"tool\": \"watch_page\", \"arguments\": {{\"url\": \"https://example.org\"}}}}'"
-            )
-        })
-    })
-    .transpose()
-}
-
 pub async fn jobs(config: Config, cmd: JobsCmd) -> anyhow::Result<ExitCode> {
     if let Some(d) = Daemon::detect(&config.settings).await {
         match cmd {
@@ -220,19 +208,8 @@ pub async fn jobs(config: Config, cmd: JobsCmd) -> anyhow::Result<ExitCode> {
                     print_jobs(&v["jobs"]);
                 }
             }
-            JobsCmd::Add {
-                task,
-                schedule,
-                name,
-                timezone,
-                notify,
-                profile,
-                precheck,
-                json,
-            } => {
-                let precheck = parse_precheck(precheck.as_deref())?;
-                let body = json!({"task": task, "schedule": schedule, "name": name,
-                    "timezone": timezone, "notify": notify, "profile": profile, "precheck": precheck});
+            JobsCmd::Add { job, json } => {
+                let body = serde_json::to_value(job)?;
                 let (_, v) = d.call(Method::POST, "/v1/jobs", Some(body)).await?;
                 if json {
                     print_json(&v)?;
@@ -283,32 +260,8 @@ pub async fn jobs(config: Config, cmd: JobsCmd) -> anyhow::Result<ExitCode> {
                 print_jobs(&jobs);
             }
         }
-        JobsCmd::Add {
-            task,
-            schedule,
-            name,
-            timezone,
-            notify,
-            profile,
-            precheck,
-            json,
-        } => {
-            let precheck = parse_precheck(precheck.as_deref())?;
-            let job = app
-                .scheduler
-                .add(
-                    JobRequest {
-                        task,
-                        schedule,
-                        name,
-                        timezone,
-                        notify,
-                        profile,
-                        precheck,
-                    },
-                    Origin::Cli,
-                )
-                .await?;
+        JobsCmd::Add { job, json } => {
+            let job = app.scheduler.add(job, Origin::Cli).await?;
             let view = app.scheduler.view(job.clone()).await?;
             if json {
                 print_json(&view)?;

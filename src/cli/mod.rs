@@ -12,6 +12,7 @@ mod setup;
 pub use setup::render_unit;
 
 use crate::config::{Config, ConfigError, Sources};
+use crate::scheduler::JobRequest;
 use crate::store::TaskState;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -102,26 +103,8 @@ pub enum JobsCmd {
     },
     /// Add a job.
     Add {
-        /// What to do at each firing.
-        task: String,
-        /// 5-field cron ("0 8 * * *"), an interval ("every 2h") or a one-shot ("in 30m", ISO 8601).
-        #[arg(long)]
-        schedule: String,
-        #[arg(long)]
-        name: Option<String>,
-        /// IANA time zone (default: scheduler.timezone).
-        #[arg(long)]
-        timezone: Option<String>,
-        /// Channel to deliver the answer to ("email" or a webhook name); repeatable.
-        #[arg(long)]
-        notify: Vec<String>,
-        #[arg(long)]
-        profile: Option<String>,
-        /// A tool call run before each firing, without the model, as JSON:
-        /// '{"tool": "watch_page", "arguments": {"url": "https://…"}}'. When it reports
-        /// `"changed": false` the run is skipped and no tokens are spent.
-        #[arg(long, value_name = "JSON")]
-        precheck: Option<String>,
+        #[command(flatten)]
+        job: JobRequest,
         #[arg(long)]
         json: bool,
     },

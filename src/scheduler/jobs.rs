@@ -3,7 +3,7 @@
 
 use super::schedule::{self, parse_timezone};
 use super::{JobRequest, JobView, Scheduler, SchedulerError};
-use crate::store::{Job, JobRun, NewJob, Origin};
+use crate::store::{Job, JobRun, MAX_TASK_CHARS, NewJob, Origin};
 use serde_json::Value;
 
 impl Scheduler {
@@ -19,6 +19,13 @@ impl Scheduler {
             return Err(SchedulerError::Invalid(
                 "the task is empty; say what the job should do at each firing".into(),
             ));
+        }
+        let chars = task.chars().count();
+        if chars > MAX_TASK_CHARS {
+            return Err(SchedulerError::TaskTooLong {
+                chars,
+                max: MAX_TASK_CHARS,
+            });
         }
         let zone = req
             .timezone

@@ -110,23 +110,48 @@ impl Clock for SystemClock {
     }
 }
 
-/// A new job as asked for by the model (`schedule_task`), the API (`POST /v1/jobs`) or the CLI.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+/// A new job, the one shape for every way in: the model's `schedule_task` arguments, the
+/// API's `POST /v1/jobs` body and `hermes-agent jobs add`'s flags. [`Scheduler::add`] checks
+/// it; nothing in front of it does the same checks again.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, clap::Args)]
+#[serde(deny_unknown_fields)]
 pub struct JobRequest {
+    /// What to do at each firing: a self-contained task (a fresh task runs it each time).
     pub task: String,
+    /// 5-field cron ("0 8 * * *"), an interval ("every 2h") or a one-shot ("in 30m", ISO 8601).
+    #[arg(long)]
     pub schedule: String,
+    /// A short name, used in notice titles (default: the start of the task).
     #[serde(default)]
+    #[arg(long)]
     pub name: Option<String>,
-    /// IANA zone; default `scheduler.timezone`.
+    /// IANA time zone (default: scheduler.timezone).
     #[serde(default)]
+    #[arg(long)]
     pub timezone: Option<String>,
+    /// Channel to deliver the answer to ("email" or a webhook name); repeatable.
     #[serde(default)]
+    #[arg(long)]
     pub notify: Vec<String>,
+    /// Model profile for the runs (default: model.default_profile).
     #[serde(default)]
+    #[arg(long)]
     pub profile: Option<String>,
-    /// `{"tool": NAME, "arguments": {...}}`, run without the model before each firing.
+    /// A tool call run before each firing, without the model, as JSON:
+    /// '{"tool": "watch_page", "arguments": {"url": "https://…"}}'. When it reports
+    /// `"changed": false` the run is skipped and no tokens are spent.
     #[serde(default)]
+    #[arg(long, value_name = "JSON", value_parser = parse_precheck)]
     pub precheck: Option<Value>,
+}
+
+/// `--precheck` as JSON; its shape is checked by [`Scheduler::add`] like any other way in.
+fn parse_precheck(text: &str) -> Result<Value, String> {
+    serde_json::from_str(text).map_err(|e| {
+        format!(
+            "not valid JSON ({e}); example: '{{\"tool\": \"watch_page\", \"arguments\": {{\"url\": \"https://example.org\"}}}}'"
+        )
+    })
 }
 
 /// A job as the API, the CLI and the model see it (the contract's job object).
@@ -152,6 +177,8 @@ pub enum SchedulerError {
     Schedule(#[from] ScheduleError),
     #[error("{0}")]
     Invalid(String),
+    #[error("the task has {chars} characters; the limit is {max}")]
+    TaskTooLong { chars: usize, max: usize },
     #[error(
         "the limit of {max} jobs is reached (scheduler.max_jobs); cancel a job first (cancel_schedule, `hermes-agent jobs rm ID` or DELETE /v1/jobs/ID)"
     )]
@@ -200,6 +227,7 @@ impl SchedulerError {
             | SchedulerError::Invalid(_)
             | SchedulerError::TooManyJobs { .. }
             | SchedulerError::UnknownChannel { .. } => 400,
+            SchedulerError::TaskTooLong { .. } => 413,
             SchedulerError::NestedNotAllowed => 403,
             SchedulerError::NotFound(_) => 404,
             SchedulerError::Busy { .. } => 409,
@@ -212,6 +240,7 @@ impl SchedulerError {
         match self {
             SchedulerError::Schedule(_) => "invalid_schedule",
             SchedulerError::Invalid(_) => "invalid_request",
+            SchedulerError::TaskTooLong { .. } => "too_large",
             SchedulerError::TooManyJobs { .. } => "too_many_jobs",
             SchedulerError::UnknownChannel { .. } => "unknown_channel",
             SchedulerError::NestedNotAllowed => "nested_job",

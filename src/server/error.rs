@@ -69,6 +69,9 @@ impl From<crate::agent::AgentError> for ApiError {
             AgentError::EmptyTask | AgentError::UnknownProfile { .. } => {
                 ApiError::bad_request(e.to_string())
             }
+            AgentError::TaskTooLong { .. } => {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", e.to_string())
+            }
             AgentError::NotFound(_) => ApiError::not_found(e.to_string()),
             AgentError::AlreadyFinished { .. } | AgentError::RunningElsewhere(_) => {
                 ApiError::conflict(e.to_string())

@@ -1,6 +1,6 @@
 //! The handlers: each validates its input, calls one part, and shapes the answer.
 
-use super::{ApiError, ApiState, MAX_TASK_CHARS};
+use super::{ApiError, ApiState};
 use crate::agent::Submit;
 use crate::memory::LongTerm;
 use crate::scheduler::JobRequest;
@@ -60,29 +60,11 @@ pub struct CreateTask {
     wait: bool,
 }
 
-fn check_task_text(text: &str) -> ApiResult<()> {
-    if text.trim().is_empty() {
-        return Err(ApiError::bad_request(
-            "`task` is empty; say what the agent should do",
-        ));
-    }
-    let n = text.chars().count();
-    if n > MAX_TASK_CHARS {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!("`task` has {n} characters; the limit is {MAX_TASK_CHARS}"),
-        ));
-    }
-    Ok(())
-}
-
 pub async fn create_task(
     State(s): State<ApiState>,
     body: Result<Json<CreateTask>, JsonRejection>,
 ) -> ApiResult {
     let Json(req) = body?;
-    check_task_text(&req.task)?;
     // Subscribe before submitting, so a fast task cannot finish unseen.
     let rx = s.agent.subscribe();
     let task = s
@@ -187,51 +169,12 @@ pub async fn list_jobs(State(s): State<ApiState>) -> ApiResult {
     Ok(Json(json!({ "jobs": jobs })).into_response())
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateJob {
-    task: String,
-    schedule: String,
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    timezone: Option<String>,
-    #[serde(default)]
-    notify: Vec<String>,
-    #[serde(default)]
-    profile: Option<String>,
-    #[serde(default)]
-    precheck: Option<Value>,
-}
-
 pub async fn create_job(
     State(s): State<ApiState>,
-    body: Result<Json<CreateJob>, JsonRejection>,
+    body: Result<Json<JobRequest>, JsonRejection>,
 ) -> ApiResult {
     let Json(req) = body?;
-    check_task_text(&req.task)?;
-    if let Some(p) = req.profile.as_deref()
-        && !s.agent.settings().model.profiles.contains_key(p)
-    {
-        return Err(ApiError::bad_request(format!(
-            "unknown model profile '{p}'"
-        )));
-    }
-    let job = s
-        .scheduler
-        .add(
-            JobRequest {
-                task: req.task,
-                schedule: req.schedule,
-                name: req.name,
-                timezone: req.timezone,
-                notify: req.notify,
-                profile: req.profile,
-                precheck: req.precheck,
-            },
-            Origin::Api,
-        )
-        .await?;
+    let job = s.scheduler.add(req, Origin::Api).await?;
     let view = s.scheduler.view(job).await?;
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }

@@ -24,8 +24,6 @@ use tokio::net::TcpListener;
 
 /// Largest request body accepted (a task text is capped well below this).
 pub const BODY_LIMIT: usize = 64 * 1024;
-/// Largest task text, in characters.
-pub const MAX_TASK_CHARS: usize = 20_000;
 
 /// What the handlers reach: cheap-to-clone handles of the parts.
 #[derive(Clone)]

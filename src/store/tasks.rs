@@ -56,6 +56,10 @@ impl std::str::FromStr for TaskState {
     }
 }
 
+/// The longest task text accepted from any way in (API, CLI, a job), in characters: far more
+/// than an instruction needs, far less than would crowd the model's context.
+pub const MAX_TASK_CHARS: usize = 20_000;
+
 /// A task as stored. `steps` are loaded separately ([`Store::steps`]).
 #[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
 pub struct Task {

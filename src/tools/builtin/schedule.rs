@@ -6,7 +6,6 @@ use crate::scheduler::{JobRequest, Scheduler, SchedulerError};
 use crate::store::Origin;
 use crate::tools::{Tool, ToolContext, ToolError};
 use futures::future::BoxFuture;
-use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -32,21 +31,6 @@ pub struct ScheduleTask {
     scheduler: Scheduler,
     description: String,
     parameters: Value,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ScheduleArgs {
-    task: String,
-    schedule: String,
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    timezone: Option<String>,
-    #[serde(default)]
-    notify: Vec<String>,
-    #[serde(default)]
-    profile: Option<String>,
 }
 
 impl ScheduleTask {
@@ -105,17 +89,9 @@ impl Tool for ScheduleTask {
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
-            let a: ScheduleArgs = serde_json::from_value(args)
+            // The schema offers no `precheck`, and arguments are validated against it first.
+            let req: JobRequest = serde_json::from_value(args)
                 .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
-            let req = JobRequest {
-                task: a.task,
-                schedule: a.schedule,
-                name: a.name,
-                timezone: a.timezone,
-                notify: a.notify,
-                profile: a.profile,
-                precheck: None,
-            };
             // A job-started task is refused by `add` unless nesting is allowed; if it is, the
             // job records that a job made it.
             let origin = if started_by_job(ctx) {
