@@ -3,122 +3,49 @@
 
 mod common;
 
-use futures::future::BoxFuture;
 use hermes_agent::agent::{RunOptions, Submit};
 use hermes_agent::config::WebhookSettings;
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::store::{FailReason, Origin};
 use hermes_agent::store::{StepKind, TaskState};
-use hermes_agent::tools::{Tool, ToolContext, ToolError};
+use hermes_agent::tools::{FnTool, Tool, ToolInfo, tool_fn};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A lookup tool: returns a price for the query.
-struct Lookup {
-    schema: Value,
-}
-
-impl Lookup {
-    fn tool() -> Arc<dyn Tool> {
-        Arc::new(Lookup {
-            schema: json!({"type": "object", "properties": {"query": {"type": "string"}},
-                           "required": ["query"], "additionalProperties": false}),
-        })
-    }
-}
-
-impl Tool for Lookup {
-    fn name(&self) -> &str {
-        "lookup"
-    }
-    fn description(&self) -> &str {
-        "Look up a product's price."
-    }
-    fn parameters(&self) -> &Value {
-        &self.schema
-    }
-    fn call<'a>(
-        &'a self,
-        args: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move { Ok(json!({"query": args["query"], "price": "12 EUR"})) })
-    }
-}
-
-/// A tool that never answers.
-struct Hang {
-    schema: Value,
-}
-
-impl Tool for Hang {
-    fn name(&self) -> &str {
-        "hang"
-    }
-    fn description(&self) -> &str {
-        "Never returns."
-    }
-    fn parameters(&self) -> &Value {
-        &self.schema
-    }
-    fn timeout(&self) -> Option<Duration> {
-        Some(Duration::from_millis(200))
-    }
-    fn call<'a>(
-        &'a self,
-        _args: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-            Ok(Value::Null)
-        })
-    }
-}
-
-/// A tool whose result is 5 MB of text.
-struct Huge {
-    schema: Value,
-}
-
-impl Tool for Huge {
-    fn name(&self) -> &str {
-        "huge"
-    }
-    fn description(&self) -> &str {
-        "Returns a very large document."
-    }
-    fn parameters(&self) -> &Value {
-        &self.schema
-    }
-    fn call<'a>(
-        &'a self,
-        _args: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            Ok(Value::String(
-                "lorem ipsum dolor ".repeat(5 * 1024 * 1024 / 18),
-            ))
-        })
-    }
-}
 
 fn empty_schema() -> Value {
     json!({"type": "object", "properties": {}, "additionalProperties": false})
 }
 
+/// A lookup tool that returns a price for the query; a tool that never answers; a tool whose
+/// result is 5 MB of text.
 fn test_tools() -> Vec<Arc<dyn Tool>> {
-    vec![
-        Lookup::tool(),
-        Arc::new(Hang {
-            schema: empty_schema(),
-        }),
-        Arc::new(Huge {
-            schema: empty_schema(),
-        }),
-    ]
+    let lookup = tool_fn(
+        ToolInfo::new(
+            "lookup",
+            "Look up a product's price.",
+            json!({"type": "object", "properties": {"query": {"type": "string"}},
+                   "required": ["query"], "additionalProperties": false}),
+        ),
+        |args: Value, _| async move { Ok(json!({"query": args["query"], "price": "12 EUR"})) },
+    );
+    let hang = FnTool::new(
+        ToolInfo::new("hang", "Never returns.", empty_schema()),
+        |_: Value, _| async move {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(Value::Null)
+        },
+    )
+    .with_timeout(Duration::from_millis(200));
+    let huge = tool_fn(
+        ToolInfo::new("huge", "Returns a very large document.", empty_schema()),
+        |_: Value, _| async move {
+            Ok(Value::String(
+                "lorem ipsum dolor ".repeat(5 * 1024 * 1024 / 18),
+            ))
+        },
+    );
+    vec![lookup, Arc::new(hang), huge]
 }
 
 /// The text of every message of a recorded model request.

@@ -861,10 +861,14 @@ async fn the_notify_tool_queues_and_the_notice_is_delivered() {
     let list = tools(n.clone());
     assert_eq!(list.len(), 1);
     let tool = &list[0];
-    assert_eq!(tool.name(), "notify");
-    assert!(tool.description().contains("ops"), "{}", tool.description());
+    assert_eq!(tool.info().name, "notify");
+    assert!(
+        tool.info().description.contains("ops"),
+        "{}",
+        tool.info().description
+    );
     assert_eq!(
-        tool.parameters()["properties"]["channel"]["enum"],
+        tool.info().parameters["properties"]["channel"]["enum"],
         json!(["ops"])
     );
 

@@ -855,7 +855,7 @@ async fn validation_errors_are_precise() {
 // Tools
 
 fn tool(list: &[Arc<dyn Tool>], name: &str) -> Arc<dyn Tool> {
-    list.iter().find(|t| t.name() == name).unwrap().clone()
+    list.iter().find(|t| t.info().name == name).unwrap().clone()
 }
 
 #[tokio::test]
@@ -863,15 +863,15 @@ async fn the_schedule_tools_and_the_nesting_guard() {
     let clock = ManualClock::at("2026-06-01T10:00:00Z");
     let c = setup(settings(), clock.clone()).await;
     let ts = tools(c.sched.clone());
-    let names: Vec<_> = ts.iter().map(|t| t.name().to_string()).collect();
+    let names: Vec<_> = ts.iter().map(|t| t.info().name.to_string()).collect();
     assert_eq!(
         names,
         ["schedule_task", "list_schedules", "cancel_schedule"]
     );
     let schedule = tool(&ts, "schedule_task");
-    assert!(schedule.description().contains("every 30m"));
+    assert!(schedule.info().description.contains("every 30m"));
     assert_eq!(
-        schedule.parameters()["required"],
+        schedule.info().parameters["required"],
         json!(["task", "schedule"])
     );
 

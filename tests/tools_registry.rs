@@ -10,7 +10,7 @@ use hermes_agent::store::{NewTask, Store};
 use hermes_agent::tools::builtin::working;
 use hermes_agent::tools::manifest::{self, ManifestError};
 use hermes_agent::tools::{
-    Registry, RegistryBuilder, RegistryError, Tool, ToolContext, ToolError, ToolOutcome,
+    Registry, RegistryBuilder, RegistryError, Tool, ToolContext, ToolError, ToolInfo, ToolOutcome,
 };
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -25,8 +25,7 @@ use std::time::Duration;
 type Behaviour = dyn Fn(u32, Value) -> Result<Value, ToolError> + Send + Sync;
 
 struct TestTool {
-    name: String,
-    params: Value,
+    info: ToolInfo,
     keep: Vec<String>,
     timeout: Option<Duration>,
     calls: AtomicU32,
@@ -40,8 +39,11 @@ impl TestTool {
         behaviour: impl Fn(u32, Value) -> Result<Value, ToolError> + Send + Sync + 'static,
     ) -> TestTool {
         TestTool {
-            name: name.into(),
-            params: json!({"type": "object", "properties": {}}),
+            info: ToolInfo::new(
+                name,
+                "a test tool",
+                json!({"type": "object", "properties": {}}),
+            ),
             keep: vec![],
             timeout: None,
             calls: AtomicU32::new(0),
@@ -55,14 +57,8 @@ impl TestTool {
 }
 
 impl Tool for TestTool {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn description(&self) -> &str {
-        "a test tool"
-    }
-    fn parameters(&self) -> &Value {
-        &self.params
+    fn info(&self) -> &ToolInfo {
+        &self.info
     }
     fn keep_fields(&self) -> &[String] {
         &self.keep
@@ -87,7 +83,7 @@ impl Tool for TestTool {
 
 fn echo() -> TestTool {
     let mut t = TestTool::new("echo", |_, args| Ok(args));
-    t.params = json!({
+    t.info.parameters = json!({
         "type": "object",
         "properties": {"sku": {"type": "string"}, "qty": {"type": "integer", "minimum": 1}},
         "required": ["sku"],
@@ -245,11 +241,11 @@ fn registering_a_duplicate_or_a_bad_schema_names_the_tool() {
         let dup = b.register(Arc::new(echo())).expect_err("duplicate");
         assert!(matches!(dup, RegistryError::Duplicate(ref n) if n == "echo"));
         let mut bad = TestTool::new("bad_schema", |_, _| Ok(json!(null)));
-        bad.params = json!({"type": "object", "properties": {"x": {"type": "strnig"}}});
+        bad.info.parameters = json!({"type": "object", "properties": {"x": {"type": "strnig"}}});
         let e = b.register(Arc::new(bad)).expect_err("bad schema");
         assert!(e.to_string().contains("bad_schema"), "{e}");
         let mut not_obj = TestTool::new("not_obj", |_, _| Ok(json!(null)));
-        not_obj.params = json!({"type": "string"});
+        not_obj.info.parameters = json!({"type": "string"});
         assert!(b.register(Arc::new(not_obj)).is_err());
     });
 }

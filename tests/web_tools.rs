@@ -133,7 +133,7 @@ impl Kit {
         let tool = self
             .tools
             .iter()
-            .find(|t| t.name() == name)
+            .find(|t| t.info().name == name)
             .expect("tool is registered");
         tool.call(args, &ToolContext::default()).await
     }
@@ -159,15 +159,15 @@ fn strings(v: &Value) -> Vec<String> {
 #[tokio::test]
 async fn the_three_tools_are_offered_with_object_schemas() {
     let kit = Kit::new(WebFetchSettings::default()).await;
-    let names: Vec<&str> = kit.tools.iter().map(|t| t.name()).collect();
+    let names: Vec<&str> = kit.tools.iter().map(|t| t.info().name.as_str()).collect();
     assert_eq!(names, vec!["web_fetch", "watch_page", "read_feed"]);
     for t in &kit.tools {
-        assert_eq!(t.parameters()["type"], "object");
-        assert_eq!(t.parameters()["required"], json!(["url"]));
+        assert_eq!(t.info().parameters["type"], "object");
+        assert_eq!(t.info().parameters["required"], json!(["url"]));
         assert!(
-            t.description().len() < 400,
+            t.info().description.len() < 400,
             "{} description is too long",
-            t.name()
+            t.info().name
         );
     }
 }

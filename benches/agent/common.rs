@@ -8,7 +8,7 @@ use hermes_agent::app::{App, BuildOptions, JobExecution};
 use hermes_agent::config::{Config, Settings};
 use hermes_agent::llm::RetryPolicy;
 use hermes_agent::llm::scripted::Reply;
-use hermes_agent::tools::{Tool, ToolContext, ToolError};
+use hermes_agent::tools::{Tool, ToolContext, ToolError, ToolInfo};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::Path;
@@ -134,8 +134,7 @@ pub fn nonce_of(text: &str) -> &str {
 /// The tool the scripted model calls: echoes its arguments (so the nonce reaches the model)
 /// plus `pad` characters of filler, and records how long each call took, by nonce.
 pub struct Echo {
-    name: String,
-    schema: Value,
+    info: ToolInfo,
     pad: String,
     /// Per nonce, the duration of each call in order (one call per step).
     spent: Mutex<HashMap<String, Vec<Duration>>>,
@@ -144,9 +143,12 @@ pub struct Echo {
 impl Echo {
     pub fn new(name: &str, pad_chars: usize) -> Arc<Echo> {
         Arc::new(Echo {
-            name: name.to_string(),
-            schema: json!({"type": "object", "properties": {
-                "nonce": {"type": "string"}, "step": {"type": "integer"}}}),
+            info: ToolInfo::new(
+                name,
+                "Benchmark tool: echoes its arguments.",
+                json!({"type": "object", "properties": {
+                    "nonce": {"type": "string"}, "step": {"type": "integer"}}}),
+            ),
             pad: filler(pad_chars),
             spent: Mutex::new(HashMap::new()),
         })
@@ -162,14 +164,8 @@ impl Echo {
 }
 
 impl Tool for Echo {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn description(&self) -> &str {
-        "Benchmark tool: echoes its arguments."
-    }
-    fn parameters(&self) -> &Value {
-        &self.schema
+    fn info(&self) -> &ToolInfo {
+        &self.info
     }
     fn call<'a>(
         &'a self,

@@ -5,8 +5,9 @@
 
 use super::{Agent, Inner, RunOptions, Submit};
 use crate::store::{FailReason, Origin, TaskState};
-use crate::tools::{Tool, ToolContext, ToolError};
-use futures::future::{BoxFuture, join_all};
+use crate::tools::{Tool, ToolContext, ToolError, ToolInfo, TypedTool};
+use futures::future::join_all;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
@@ -72,21 +73,25 @@ impl DelegateTools {
             "additionalProperties": false
         });
         vec![
-            Arc::new(DelegateTool {
+            Arc::new(Delegate {
                 shared: self.clone(),
-                parallel: false,
-                description: format!(
-                    "Hand a self-contained sub-task to a sub-agent and get its answer. Agents: {}.",
-                    listing.join("; ")
+                info: ToolInfo::new(
+                    "delegate",
+                    format!(
+                        "Hand a self-contained sub-task to a sub-agent and get its answer. Agents: {}.",
+                        listing.join("; ")
+                    ),
+                    one,
                 ),
-                parameters: one,
                 timeout,
             }),
-            Arc::new(DelegateTool {
+            Arc::new(DelegateParallel {
                 shared: self.clone(),
-                parallel: true,
-                description: "Run several independent sub-tasks on sub-agents at once; each result is tagged success, failed or timeout.".into(),
-                parameters: many,
+                info: ToolInfo::new(
+                    "delegate_parallel",
+                    "Run several independent sub-tasks on sub-agents at once; each result is tagged success, failed or timeout.",
+                    many,
+                ),
                 timeout,
             }),
         ]
@@ -154,64 +159,69 @@ impl DelegateTools {
     }
 }
 
-struct DelegateTool {
+/// `{agent, task}`: one sub-task.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubTask {
+    agent: String,
+    task: String,
+}
+
+/// `{tasks: [{agent, task}, …]}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubTasks {
+    tasks: Vec<SubTask>,
+}
+
+struct Delegate {
     shared: DelegateTools,
-    parallel: bool,
-    description: String,
-    parameters: Value,
+    info: ToolInfo,
     timeout: Duration,
 }
 
-impl Tool for DelegateTool {
-    fn name(&self) -> &str {
-        if self.parallel {
-            "delegate_parallel"
-        } else {
-            "delegate"
-        }
+impl TypedTool for Delegate {
+    type Args = SubTask;
+
+    fn info(&self) -> &ToolInfo {
+        &self.info
     }
-    fn description(&self) -> &str {
-        &self.description
-    }
-    fn parameters(&self) -> &Value {
-        &self.parameters
-    }
+
     fn timeout(&self) -> Option<Duration> {
         Some(self.timeout)
     }
-    fn call<'a>(
-        &'a self,
-        args: Value,
-        ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            let pair = |v: &Value| {
-                (
-                    v.get("agent")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string(),
-                    v.get("task")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string(),
-                )
-            };
-            if !self.parallel {
-                let (agent, task) = pair(&args);
-                let r = self.shared.run_one(ctx, &agent, &task).await;
-                return match r.get("status").and_then(Value::as_str) {
-                    Some("success") => Ok(r),
-                    _ => Err(ToolError::Failed(r.to_string())),
-                };
-            }
-            let jobs: Vec<(String, String)> = args
-                .get("tasks")
-                .and_then(Value::as_array)
-                .map(|a| a.iter().map(pair).collect())
-                .unwrap_or_default();
-            let results = join_all(jobs.iter().map(|(a, t)| self.shared.run_one(ctx, a, t))).await;
-            Ok(json!({"results": results}))
-        })
+
+    async fn run(&self, a: SubTask, ctx: &ToolContext) -> Result<Value, ToolError> {
+        let r = self.shared.run_one(ctx, &a.agent, &a.task).await;
+        match r.get("status").and_then(Value::as_str) {
+            Some("success") => Ok(r),
+            _ => Err(ToolError::Failed(r.to_string())),
+        }
+    }
+}
+
+struct DelegateParallel {
+    shared: DelegateTools,
+    info: ToolInfo,
+    timeout: Duration,
+}
+
+impl TypedTool for DelegateParallel {
+    type Args = SubTasks;
+
+    fn info(&self) -> &ToolInfo {
+        &self.info
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        Some(self.timeout)
+    }
+
+    async fn run(&self, a: SubTasks, ctx: &ToolContext) -> Result<Value, ToolError> {
+        let runs = a
+            .tasks
+            .iter()
+            .map(|t| self.shared.run_one(ctx, &t.agent, &t.task));
+        Ok(json!({"results": join_all(runs).await}))
     }
 }

@@ -7,6 +7,7 @@
 //! Must not: know about the agent loop or the model's messages.
 
 use futures::future::BoxFuture;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -51,14 +52,41 @@ impl ToolError {
     }
 }
 
-/// A tool: a name, a description for the model, a JSON Schema for its arguments, and an
-/// async executor. Arguments reach `call` only after they validated against `parameters`.
-pub trait Tool: Send + Sync {
-    fn name(&self) -> &str;
+/// What the model is told about a tool: its name, when to use it, and a JSON Schema (an
+/// object schema) for its arguments. The one spec every tool has, built once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolInfo {
+    pub name: String,
     /// When to use it, and when not: this is all the model knows about the tool.
-    fn description(&self) -> &str;
-    /// JSON Schema (an object schema) for the arguments.
-    fn parameters(&self) -> &Value;
+    pub description: String,
+    pub parameters: Value,
+}
+
+impl ToolInfo {
+    pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> Self {
+        ToolInfo {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+        }
+    }
+}
+
+/// How a result over the registry's cap is brought under it.
+#[derive(Debug)]
+pub enum Fit {
+    /// The registry's rule: show a cut, keep the whole in working memory under a key.
+    Store(Value),
+    /// The tool fitted it itself; the registry only cuts text that still does not fit, and
+    /// stores nothing (a page read from working memory must not be stored there again).
+    Fitted(Value),
+}
+
+/// A tool: its [`ToolInfo`] and an async executor. Arguments reach `call` only after they
+/// validated against `info().parameters`. Built-ins implement [`TypedTool`] instead and get
+/// this trait from it; tools whose schema is data (manifests) implement it directly.
+pub trait Tool: Send + Sync {
+    fn info(&self) -> &ToolInfo;
     /// Top-level fields of an object result to keep; empty keeps everything.
     fn keep_fields(&self) -> &[String] {
         &[]
@@ -67,11 +95,143 @@ pub trait Tool: Send + Sync {
     fn timeout(&self) -> Option<Duration> {
         None
     }
+    /// Fit a result to `max_tokens`; the default leaves it to the registry's rule.
+    fn fit(&self, value: Value, _max_tokens: u32) -> Fit {
+        Fit::Store(value)
+    }
     fn call<'a>(
         &'a self,
         args: Value,
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<Value, ToolError>>;
+}
+
+/// A tool whose arguments are a typed struct, read with `serde_json::from_value` after the
+/// registry validated them against the schema. Every built-in tool is one.
+pub trait TypedTool: Send + Sync {
+    type Args: DeserializeOwned + Send;
+    fn info(&self) -> &ToolInfo;
+    /// Overrides `tools.timeout_s` for this tool.
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
+    /// As [`Tool::fit`].
+    fn fit(&self, value: Value, _max_tokens: u32) -> Fit {
+        Fit::Store(value)
+    }
+    fn run(
+        &self,
+        args: Self::Args,
+        ctx: &ToolContext,
+    ) -> impl Future<Output = Result<Value, ToolError>> + Send;
+}
+
+impl<T: TypedTool> Tool for T {
+    fn info(&self) -> &ToolInfo {
+        TypedTool::info(self)
+    }
+    fn timeout(&self) -> Option<Duration> {
+        TypedTool::timeout(self)
+    }
+    fn fit(&self, value: Value, max_tokens: u32) -> Fit {
+        TypedTool::fit(self, value, max_tokens)
+    }
+    fn call<'a>(
+        &'a self,
+        args: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move { self.run(parse_args(args)?, ctx).await })
+    }
+}
+
+/// Arguments as a typed struct. The schema was checked first, so an error here names what the
+/// schema could not say (a wrong type deep inside, an unknown field) and where.
+pub fn parse_args<A: DeserializeOwned>(args: Value) -> Result<A, ToolError> {
+    // A tool without parameters is often called with nothing at all.
+    let args = if args.is_null() {
+        Value::Object(Default::default())
+    } else {
+        args
+    };
+    serde_path_to_error::deserialize(args).map_err(|e| {
+        let at = e.path().to_string();
+        let inner = e.into_inner();
+        ToolError::InvalidArguments(if at == "." {
+            inner.to_string()
+        } else {
+            format!("{at}: {inner}")
+        })
+    })
+}
+
+/// Arguments of a tool that takes none (`{}`).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoArgs {}
+
+/// `{id}`: the arguments of tools that act on one stored thing.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdArgs {
+    pub id: String,
+}
+
+/// A simple tool from its info and an async function of its typed arguments: for tools with
+/// no state beyond a cloned handle, and for tests.
+pub fn tool_fn<A, F, Fut>(info: ToolInfo, f: F) -> std::sync::Arc<dyn Tool>
+where
+    A: DeserializeOwned + Send + 'static,
+    F: Fn(A, ToolContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+{
+    std::sync::Arc::new(FnTool::new(info, f))
+}
+
+/// See [`tool_fn`]; [`FnTool::with_timeout`] sets its own timeout.
+pub struct FnTool<A, F> {
+    info: ToolInfo,
+    timeout: Option<Duration>,
+    f: F,
+    args: std::marker::PhantomData<fn(A)>,
+}
+
+impl<A, F> FnTool<A, F> {
+    pub fn new(info: ToolInfo, f: F) -> Self {
+        FnTool {
+            info,
+            timeout: None,
+            f,
+            args: std::marker::PhantomData,
+        }
+    }
+
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+}
+
+impl<A, F, Fut> TypedTool for FnTool<A, F>
+where
+    A: DeserializeOwned + Send + 'static,
+    F: Fn(A, ToolContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+{
+    type Args = A;
+    fn info(&self) -> &ToolInfo {
+        &self.info
+    }
+    fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+    fn run(
+        &self,
+        args: A,
+        ctx: &ToolContext,
+    ) -> impl Future<Output = Result<Value, ToolError>> + Send {
+        (self.f)(args, ctx.clone())
+    }
 }
 
 pub mod breaker;

@@ -8,12 +8,12 @@
 //! and the facts the trace needs, nothing more.
 
 use super::breaker::Breakers;
-use super::builtin::working::{self, READ_WORKING_MEMORY};
 use super::shape::{self, Rest};
-use super::{Tool, ToolContext, ToolError};
+use super::{Fit, Tool, ToolContext, ToolError};
 use crate::config::ToolSettings;
 use crate::llm::{ToolCall, ToolSpec, estimate_tokens};
 use crate::store::Store;
+use crate::util::Backoff;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,6 +25,10 @@ use tokio::time::Instant;
 const MAX_REPORTED_VIOLATIONS: usize = 8;
 /// A single violation message is cut here (a huge wrong value would be echoed whole).
 const MAX_VIOLATION_CHARS: usize = 300;
+
+/// Retries of a tool call: quick, since the task waits on them, and never longer than a
+/// tool's usual timeout.
+const DEFAULT_BACKOFF: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
 
 /// Why a tool could not be registered. Each names the tool.
 #[derive(Debug, thiserror::Error)]
@@ -57,7 +61,7 @@ pub struct ToolOutcome {
 pub struct RegistryBuilder {
     settings: ToolSettings,
     store: Store,
-    backoff: Duration,
+    backoff: Backoff,
     entries: BTreeMap<String, Entry>,
 }
 
@@ -66,19 +70,20 @@ impl RegistryBuilder {
         RegistryBuilder {
             settings,
             store,
-            backoff: Duration::from_millis(200),
+            backoff: DEFAULT_BACKOFF,
             entries: BTreeMap::new(),
         }
     }
 
     /// The first retry waits `base`, each further one twice as long.
     pub fn with_retry_backoff(mut self, base: Duration) -> RegistryBuilder {
-        self.backoff = base;
+        self.backoff.base = base;
         self
     }
 
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
-        let name = tool.name().to_string();
+        let info = tool.info();
+        let name = info.name.clone();
         let name_ok = !name.is_empty()
             && name.len() <= 64
             && name
@@ -90,7 +95,7 @@ impl RegistryBuilder {
         if self.entries.contains_key(&name) {
             return Err(RegistryError::Duplicate(name));
         }
-        let parameters = tool.parameters();
+        let parameters = &info.parameters;
         if parameters.get("type").and_then(Value::as_str) != Some("object") {
             return Err(RegistryError::InvalidSchema {
                 tool: name,
@@ -105,7 +110,7 @@ impl RegistryBuilder {
             })?;
         let spec = ToolSpec {
             name: name.clone(),
-            description: tool.description().to_string(),
+            description: info.description.clone(),
             parameters: parameters.clone(),
         };
         self.entries.insert(
@@ -143,8 +148,8 @@ struct Inner {
     settings: ToolSettings,
     /// Where over-cap results go (working memory).
     store: Store,
-    /// Base delay of the exponential retry backoff.
-    backoff: Duration,
+    /// Waits between retries of network-class errors.
+    backoff: Backoff,
     /// By name; a BTreeMap so offers come out sorted without further work.
     entries: BTreeMap<String, Entry>,
     breakers: Breakers,
@@ -298,8 +303,7 @@ impl Registry {
             let attempt = tokio::time::timeout(timeout, entry.tool.call(args.clone(), ctx)).await;
             match attempt.unwrap_or(Err(ToolError::Timeout(timeout))) {
                 Err(e) if e.is_retryable() && *attempts <= settings.max_retries => {
-                    let shift = (*attempts - 1).min(16);
-                    let delay = self.0.backoff.saturating_mul(1u32 << shift);
+                    let delay = self.0.backoff.delay(*attempts - 1);
                     tracing::debug!(tool = name, attempt = *attempts, error = %e, ?delay, "retrying tool call");
                     tokio::time::sleep(delay).await;
                 }
@@ -341,7 +345,7 @@ impl Registry {
             // A tool without parameters is often called with nothing at all.
             Value::Null => Value::Object(Map::new()),
             Value::String(s) => {
-                let excerpt: String = s.chars().take(200).collect();
+                let excerpt = crate::util::text::prefix(s, 200);
                 let msg = format!(
                     "the arguments must be a JSON object, but they arrived as a string that is not valid JSON ({excerpt:?}); call again with an object matching the schema"
                 );
@@ -372,17 +376,18 @@ impl Registry {
     ) -> (String, Option<String>) {
         let name = entry.spec.name.as_str();
         let cap = self.0.settings.result_max_tokens;
-        if name == READ_WORKING_MEMORY {
-            // A page is cut to fit rather than stored again (see `working::fit_page`).
-            let page = working::fit_page(value, cap);
-            let text = shape::render(&page);
-            let body = if estimate_tokens(&text) > cap {
-                shape::cut_with_note(&text, cap, &Rest::Dropped)
-            } else {
-                text
-            };
-            return (shape::wrap_result(name, &body), None);
-        }
+        let value = match entry.tool.fit(value, cap) {
+            Fit::Store(value) => value,
+            Fit::Fitted(fitted) => {
+                let text = shape::render(&fitted);
+                let body = if estimate_tokens(&text) > cap {
+                    shape::cut_with_note(&text, cap, &Rest::Dropped)
+                } else {
+                    text
+                };
+                return (shape::wrap_result(name, &body), None);
+            }
+        };
         let keep = entry.tool.keep_fields();
         let (shown, unfiltered) = if keep.is_empty() {
             (shape::render(&value), None)
@@ -424,9 +429,6 @@ impl Registry {
 fn violation(e: &jsonschema::ValidationError<'_>) -> String {
     let path = e.instance_path().as_str();
     let path = if path.is_empty() { "(root)" } else { path };
-    let mut msg = format!("{path}: {e}");
-    if msg.chars().count() > MAX_VIOLATION_CHARS {
-        msg = msg.chars().take(MAX_VIOLATION_CHARS).collect::<String>() + "…";
-    }
-    msg
+    let msg = format!("{path}: {e}");
+    crate::util::text::cut(&msg, MAX_VIOLATION_CHARS).into_owned()
 }

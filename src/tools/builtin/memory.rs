@@ -6,8 +6,8 @@
 
 use crate::memory::longterm::{LongTerm, MAX_FACT_CHARS, MemoryError};
 use crate::store::Upsert;
-use crate::tools::{Tool, ToolContext, ToolError};
-use futures::future::BoxFuture;
+use crate::tools::{IdArgs, Tool, ToolContext, ToolError, ToolInfo, TypedTool};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -36,22 +36,34 @@ fn tool_error(e: MemoryError) -> ToolError {
     }
 }
 
-fn required_str<'a>(args: &'a Value, key: &str) -> Result<&'a str, ToolError> {
-    args.get(key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| ToolError::InvalidArguments(format!("'{key}' must be a string")))
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RememberArgs {
+    text: String,
+    #[serde(default)]
+    tags: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecallArgs {
+    query: String,
+    #[serde(default)]
+    k: Option<u64>,
 }
 
 pub struct Remember {
     memory: LongTerm,
-    parameters: Value,
+    info: ToolInfo,
 }
 
 impl Remember {
     pub fn new(memory: LongTerm) -> Remember {
-        Remember {
-            memory,
-            parameters: json!({
+        let info = ToolInfo::new(
+            "remember",
+            "Keep a lasting fact the user stated (preference, contact, standing instruction) for \
+             future tasks. Not for this task's intermediate results, secrets, or guesses.",
+            json!({
                 "type": "object",
                 "properties": {
                     "text": {
@@ -70,73 +82,47 @@ impl Remember {
                 "required": ["text"],
                 "additionalProperties": false
             }),
-        }
+        );
+        Remember { memory, info }
     }
 }
 
-impl Tool for Remember {
-    fn name(&self) -> &str {
-        "remember"
+impl TypedTool for Remember {
+    type Args = RememberArgs;
+
+    fn info(&self) -> &ToolInfo {
+        &self.info
     }
 
-    fn description(&self) -> &str {
-        "Keep a lasting fact the user stated (preference, contact, standing instruction) for \
-         future tasks. Not for this task's intermediate results, secrets, or guesses."
-    }
-
-    fn parameters(&self) -> &Value {
-        &self.parameters
-    }
-
-    fn call<'a>(
-        &'a self,
-        args: Value,
-        ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            let text = required_str(&args, "text")?;
-            if text.trim().is_empty() {
-                return Err(ToolError::InvalidArguments(
-                    "'text' is empty; give the fact as a sentence".into(),
-                ));
-            }
-            let tags: Vec<String> = match args.get("tags") {
-                None | Some(Value::Null) => Vec::new(),
-                Some(Value::Array(items)) => items
-                    .iter()
-                    .map(|t| {
-                        t.as_str().map(str::to_string).ok_or_else(|| {
-                            ToolError::InvalidArguments("'tags' must be a list of strings".into())
-                        })
-                    })
-                    .collect::<Result<_, _>>()?,
-                Some(_) => {
-                    return Err(ToolError::InvalidArguments(
-                        "'tags' must be a list of strings".into(),
-                    ));
-                }
-            };
-            let source = format!("task:{}", ctx.task_id);
-            let (fact, how) = self
-                .memory
-                .remember(text, &tags, &source)
-                .await
-                .map_err(tool_error)?;
-            Ok(json!({"id": fact.id, "merged": how == Upsert::Merged}))
-        })
+    async fn run(&self, a: RememberArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
+        if a.text.trim().is_empty() {
+            return Err(ToolError::InvalidArguments(
+                "'text' is empty; give the fact as a sentence".into(),
+            ));
+        }
+        let source = format!("task:{}", ctx.task_id);
+        let tags = a.tags.unwrap_or_default();
+        let (fact, how) = self
+            .memory
+            .remember(&a.text, &tags, &source)
+            .await
+            .map_err(tool_error)?;
+        Ok(json!({"id": fact.id, "merged": how == Upsert::Merged}))
     }
 }
 
 pub struct Recall {
     memory: LongTerm,
-    parameters: Value,
+    info: ToolInfo,
 }
 
 impl Recall {
     pub fn new(memory: LongTerm) -> Recall {
-        Recall {
-            memory,
-            parameters: json!({
+        let info = ToolInfo::new(
+            "recall",
+            "Search long-term memory for facts about the user not already given in <memory>. \
+             Returns facts with ids, best first. Not for web or current information.",
+            json!({
                 "type": "object",
                 "properties": {
                     "query": {
@@ -155,74 +141,57 @@ impl Recall {
                 "required": ["query"],
                 "additionalProperties": false
             }),
-        }
+        );
+        Recall { memory, info }
     }
 }
 
-impl Tool for Recall {
-    fn name(&self) -> &str {
-        "recall"
+impl TypedTool for Recall {
+    type Args = RecallArgs;
+
+    fn info(&self) -> &ToolInfo {
+        &self.info
     }
 
-    fn description(&self) -> &str {
-        "Search long-term memory for facts about the user not already given in <memory>. \
-         Returns facts with ids, best first. Not for web or current information."
-    }
-
-    fn parameters(&self) -> &Value {
-        &self.parameters
-    }
-
-    fn call<'a>(
-        &'a self,
-        args: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            let query = required_str(&args, "query")?;
-            let k = match args.get("k") {
-                None | Some(Value::Null) => DEFAULT_K,
-                Some(v) => v
-                    .as_u64()
-                    .filter(|k| (1..=MAX_K).contains(k))
-                    .ok_or_else(|| {
-                        ToolError::InvalidArguments(format!(
-                            "'k' must be an integer from 1 to {MAX_K}"
-                        ))
-                    })?,
-            };
-            let found = self
-                .memory
-                .recall(query, k as usize)
-                .await
-                .map_err(tool_error)?;
-            let facts: Vec<Value> = found
-                .into_iter()
-                .map(|r| {
-                    json!({
-                        "id": r.fact.id,
-                        "text": r.fact.text,
-                        "tags": r.fact.tags,
-                        // Three decimals say all a ranking needs, in fewer tokens.
-                        "score": (f64::from(r.score) * 1000.0).round() / 1000.0,
-                    })
+    async fn run(&self, a: RecallArgs, _ctx: &ToolContext) -> Result<Value, ToolError> {
+        let k = a.k.unwrap_or(DEFAULT_K);
+        if !(1..=MAX_K).contains(&k) {
+            return Err(ToolError::InvalidArguments(format!(
+                "'k' must be an integer from 1 to {MAX_K}"
+            )));
+        }
+        let found = self
+            .memory
+            .recall(&a.query, k as usize)
+            .await
+            .map_err(tool_error)?;
+        let facts: Vec<Value> = found
+            .into_iter()
+            .map(|r| {
+                json!({
+                    "id": r.fact.id,
+                    "text": r.fact.text,
+                    "tags": r.fact.tags,
+                    // Three decimals say all a ranking needs, in fewer tokens.
+                    "score": (f64::from(r.score) * 1000.0).round() / 1000.0,
                 })
-                .collect();
-            Ok(json!({"facts": facts}))
-        })
+            })
+            .collect();
+        Ok(json!({"facts": facts}))
     }
 }
 
 pub struct Forget {
     memory: LongTerm,
-    parameters: Value,
+    info: ToolInfo,
 }
 
 impl Forget {
     pub fn new(memory: LongTerm) -> Forget {
-        Forget {
-            memory,
-            parameters: json!({
+        let info = ToolInfo::new(
+            "forget",
+            "Delete a fact by the id recall returned, when the user asks or it is outdated. Never guess an id.",
+            json!({
                 "type": "object",
                 "properties": {
                     "id": {
@@ -234,38 +203,27 @@ impl Forget {
                 "required": ["id"],
                 "additionalProperties": false
             }),
-        }
+        );
+        Forget { memory, info }
     }
 }
 
-impl Tool for Forget {
-    fn name(&self) -> &str {
-        "forget"
+impl TypedTool for Forget {
+    type Args = IdArgs;
+
+    fn info(&self) -> &ToolInfo {
+        &self.info
     }
 
-    fn description(&self) -> &str {
-        "Delete a fact by the id recall returned, when the user asks or it is outdated. Never guess an id."
-    }
-
-    fn parameters(&self) -> &Value {
-        &self.parameters
-    }
-
-    fn call<'a>(
-        &'a self,
-        args: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            let id = required_str(&args, "id")?.trim();
-            if id.is_empty() {
-                return Err(ToolError::InvalidArguments(
-                    "'id' is empty; use an id returned by recall".into(),
-                ));
-            }
-            let forgotten = self.memory.forget(id).await.map_err(tool_error)?;
-            Ok(json!({"forgotten": forgotten}))
-        })
+    async fn run(&self, a: IdArgs, _ctx: &ToolContext) -> Result<Value, ToolError> {
+        let id = a.id.trim();
+        if id.is_empty() {
+            return Err(ToolError::InvalidArguments(
+                "'id' is empty; use an id returned by recall".into(),
+            ));
+        }
+        let forgotten = self.memory.forget(id).await.map_err(tool_error)?;
+        Ok(json!({"forgotten": forgotten}))
     }
 }
 
@@ -295,7 +253,10 @@ mod tests {
         let (_dir, store, tools) = setup().await;
         let [remember, recall, forget] = [&tools[0], &tools[1], &tools[2]];
         assert_eq!(
-            tools.iter().map(|t| t.name()).collect::<Vec<_>>(),
+            tools
+                .iter()
+                .map(|t| t.info().name.as_str())
+                .collect::<Vec<_>>(),
             vec!["remember", "recall", "forget"]
         );
         let ctx = ctx();
@@ -374,10 +335,11 @@ mod tests {
             .expect("runtime");
         let (_dir, _store, tools) = rt.block_on(setup());
         for tool in &tools {
-            let p = tool.parameters();
-            assert_eq!(p["type"], json!("object"), "{}", tool.name());
+            let info = tool.info();
+            let p = &info.parameters;
+            assert_eq!(p["type"], json!("object"), "{}", info.name);
             assert!(p["required"].as_array().is_some_and(|r| !r.is_empty()));
-            assert!(tool.description().len() > 40);
+            assert!(info.description.len() > 40);
         }
     }
 }

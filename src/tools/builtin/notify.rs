@@ -7,8 +7,8 @@
 
 use crate::notify::Notifier;
 use crate::store::NewNotice;
-use crate::tools::{Tool, ToolContext, ToolError};
-use futures::future::BoxFuture;
+use crate::tools::{Tool, ToolContext, ToolError, ToolInfo, TypedTool};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -28,8 +28,15 @@ pub fn tools(notifier: Notifier) -> Vec<Arc<dyn Tool>> {
 
 pub struct NotifyTool {
     notifier: Notifier,
-    description: String,
-    parameters: Value,
+    info: ToolInfo,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotifyArgs {
+    channel: String,
+    title: String,
+    text: String,
 }
 
 impl NotifyTool {
@@ -73,15 +80,20 @@ impl NotifyTool {
         });
         NotifyTool {
             notifier,
-            description,
-            parameters,
+            info: ToolInfo::new("notify", description, parameters),
         }
     }
+}
 
-    async fn run(&self, args: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
-        let channel = string_arg(&args, "channel")?;
-        let title = string_arg(&args, "title")?.trim().to_string();
-        let text = string_arg(&args, "text")?.to_string();
+impl TypedTool for NotifyTool {
+    type Args = NotifyArgs;
+
+    fn info(&self) -> &ToolInfo {
+        &self.info
+    }
+
+    async fn run(&self, a: NotifyArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
+        let title = a.title.trim().to_string();
         if title.is_empty() {
             return Err(ToolError::InvalidArguments(
                 "title must not be empty".into(),
@@ -93,55 +105,27 @@ impl NotifyTool {
                 "title is {title_chars} characters; keep it to {MAX_TITLE_CHARS}"
             )));
         }
-        let text_chars = text.chars().count();
+        let text_chars = a.text.chars().count();
         if text_chars > MAX_TEXT_CHARS {
             return Err(ToolError::InvalidArguments(format!(
                 "text is {text_chars} characters; keep it to {MAX_TEXT_CHARS} (summarise)"
             )));
         }
-        if text.trim().is_empty() {
+        if a.text.trim().is_empty() {
             return Err(ToolError::InvalidArguments("text must not be empty".into()));
         }
         let notice = NewNotice {
-            channel: channel.to_string(),
+            channel: a.channel.clone(),
             title,
-            body: text,
+            body: a.text,
             task_id: Some(ctx.task_id.clone()).filter(|t| !t.is_empty()),
             job_id: ctx.job_id.clone(),
             run_id: None,
         };
         match self.notifier.enqueue(notice).await {
-            Ok(id) => Ok(json!({"queued": true, "notice_id": id, "channel": channel})),
+            Ok(id) => Ok(json!({"queued": true, "notice_id": id, "channel": a.channel})),
             // Unknown channel: the message lists the configured ones, so the model can correct.
             Err(e) => Err(ToolError::Failed(e.to_string())),
         }
-    }
-}
-
-fn string_arg<'a>(args: &'a Value, key: &str) -> Result<&'a str, ToolError> {
-    args.get(key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| ToolError::InvalidArguments(format!("'{key}' must be a string")))
-}
-
-impl Tool for NotifyTool {
-    fn name(&self) -> &str {
-        "notify"
-    }
-
-    fn description(&self) -> &str {
-        &self.description
-    }
-
-    fn parameters(&self) -> &Value {
-        &self.parameters
-    }
-
-    fn call<'a>(
-        &'a self,
-        args: Value,
-        ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(self.run(args, ctx))
     }
 }

@@ -4,18 +4,61 @@
 
 use crate::scheduler::{JobRequest, Scheduler, SchedulerError};
 use crate::store::Origin;
-use crate::tools::{Tool, ToolContext, ToolError};
-use futures::future::BoxFuture;
+use crate::tools::{IdArgs, NoArgs, Tool, ToolContext, ToolError, ToolInfo, TypedTool, tool_fn};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
 /// The three schedule tools over one scheduler handle.
 pub fn tools(scheduler: Scheduler) -> Vec<Arc<dyn Tool>> {
-    vec![
-        Arc::new(ScheduleTask::new(scheduler.clone())),
-        Arc::new(ListSchedules::new(scheduler.clone())),
-        Arc::new(CancelSchedule::new(scheduler)),
-    ]
+    let list = {
+        let scheduler = scheduler.clone();
+        tool_fn(
+            ToolInfo::new(
+                "list_schedules",
+                "List the scheduled jobs with their ids, schedules, next run and last run. Use before cancel_schedule.",
+                json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            ),
+            move |_: NoArgs, _| {
+                let scheduler = scheduler.clone();
+                async move {
+                    let jobs = scheduler.list().await.map_err(failed)?;
+                    Ok(json!({ "jobs": jobs }))
+                }
+            },
+        )
+    };
+    let cancel = {
+        let scheduler = scheduler.clone();
+        tool_fn(
+            ToolInfo::new(
+                "cancel_schedule",
+                "Cancel a scheduled job by id (from list_schedules); it never runs again.",
+                json!({
+                    "type": "object",
+                    "properties": {"id": {"type": "string", "description": "The job id from list_schedules."}},
+                    "required": ["id"],
+                    "additionalProperties": false
+                }),
+            ),
+            move |a: IdArgs, _| {
+                let scheduler = scheduler.clone();
+                async move {
+                    let id = a.id.trim();
+                    if id.is_empty() {
+                        return Err(ToolError::InvalidArguments("'id' must be a job id".into()));
+                    }
+                    if scheduler.remove(id).await.map_err(failed)? {
+                        Ok(json!({"id": id, "cancelled": true}))
+                    } else {
+                        Err(ToolError::Failed(format!(
+                            "no job with id '{id}'; list_schedules shows the ids"
+                        )))
+                    }
+                }
+            },
+        )
+    };
+    vec![Arc::new(ScheduleTask::new(scheduler)), list, cancel]
 }
 
 fn failed(e: SchedulerError) -> ToolError {
@@ -29,8 +72,7 @@ fn started_by_job(ctx: &ToolContext) -> bool {
 
 pub struct ScheduleTask {
     scheduler: Scheduler,
-    description: String,
-    parameters: Value,
+    info: ToolInfo,
 }
 
 impl ScheduleTask {
@@ -67,129 +109,29 @@ impl ScheduleTask {
         });
         ScheduleTask {
             scheduler,
-            description,
-            parameters,
+            info: ToolInfo::new("schedule_task", description, parameters),
         }
     }
 }
 
-impl Tool for ScheduleTask {
-    fn name(&self) -> &str {
-        "schedule_task"
-    }
-    fn description(&self) -> &str {
-        &self.description
-    }
-    fn parameters(&self) -> &Value {
-        &self.parameters
-    }
-    fn call<'a>(
-        &'a self,
-        args: Value,
-        ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            // The schema offers no `precheck`, and arguments are validated against it first.
-            let req: JobRequest = serde_json::from_value(args)
-                .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
-            // A job-started task is refused by `add` unless nesting is allowed; if it is, the
-            // job records that a job made it.
-            let origin = if started_by_job(ctx) {
-                Origin::Job
-            } else {
-                Origin::Model
-            };
-            let job = self.scheduler.add(req, origin).await.map_err(failed)?;
-            let view = self.scheduler.view(job).await.map_err(failed)?;
-            serde_json::to_value(view).map_err(|e| ToolError::Failed(e.to_string()))
-        })
-    }
-}
+impl TypedTool for ScheduleTask {
+    /// The schema offers no `precheck`, and arguments are validated against it first.
+    type Args = JobRequest;
 
-pub struct ListSchedules {
-    scheduler: Scheduler,
-    parameters: Value,
-}
+    fn info(&self) -> &ToolInfo {
+        &self.info
+    }
 
-impl ListSchedules {
-    pub fn new(scheduler: Scheduler) -> ListSchedules {
-        ListSchedules {
-            scheduler,
-            parameters: json!({"type": "object", "properties": {}, "additionalProperties": false}),
-        }
-    }
-}
-
-impl Tool for ListSchedules {
-    fn name(&self) -> &str {
-        "list_schedules"
-    }
-    fn description(&self) -> &str {
-        "List the scheduled jobs with their ids, schedules, next run and last run. Use before cancel_schedule."
-    }
-    fn parameters(&self) -> &Value {
-        &self.parameters
-    }
-    fn call<'a>(
-        &'a self,
-        _args: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            let jobs = self.scheduler.list().await.map_err(failed)?;
-            Ok(json!({ "jobs": jobs }))
-        })
-    }
-}
-
-pub struct CancelSchedule {
-    scheduler: Scheduler,
-    parameters: Value,
-}
-
-impl CancelSchedule {
-    pub fn new(scheduler: Scheduler) -> CancelSchedule {
-        CancelSchedule {
-            scheduler,
-            parameters: json!({
-                "type": "object",
-                "properties": {"id": {"type": "string", "description": "The job id from list_schedules."}},
-                "required": ["id"],
-                "additionalProperties": false
-            }),
-        }
-    }
-}
-
-impl Tool for CancelSchedule {
-    fn name(&self) -> &str {
-        "cancel_schedule"
-    }
-    fn description(&self) -> &str {
-        "Cancel a scheduled job by id (from list_schedules); it never runs again."
-    }
-    fn parameters(&self) -> &Value {
-        &self.parameters
-    }
-    fn call<'a>(
-        &'a self,
-        args: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            let id = args
-                .get("id")
-                .and_then(Value::as_str)
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .ok_or_else(|| ToolError::InvalidArguments("'id' must be a job id".into()))?;
-            if self.scheduler.remove(id).await.map_err(failed)? {
-                Ok(json!({"id": id, "cancelled": true}))
-            } else {
-                Err(ToolError::Failed(format!(
-                    "no job with id '{id}'; list_schedules shows the ids"
-                )))
-            }
-        })
+    async fn run(&self, req: JobRequest, ctx: &ToolContext) -> Result<Value, ToolError> {
+        // A job-started task is refused by `add` unless nesting is allowed; if it is, the
+        // job records that a job made it.
+        let origin = if started_by_job(ctx) {
+            Origin::Job
+        } else {
+            Origin::Model
+        };
+        let job = self.scheduler.add(req, origin).await.map_err(failed)?;
+        let view = self.scheduler.view(job).await.map_err(failed)?;
+        serde_json::to_value(view).map_err(|e| ToolError::Failed(e.to_string()))
     }
 }

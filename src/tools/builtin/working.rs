@@ -5,16 +5,16 @@
 //! Must not: write working memory (the registry does that when it truncates a result).
 
 use crate::store::{Store, StoreError};
-use crate::tools::{Tool, ToolContext, ToolError};
-use futures::future::BoxFuture;
+use crate::tools::{Fit, Tool, ToolContext, ToolError, ToolInfo, TypedTool};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
 /// The tool's name; the registry's truncation note tells the model to call it.
 pub const READ_WORKING_MEMORY: &str = "read_working_memory";
 
-const DEFAULT_LENGTH: u64 = 2000;
-const MAX_LENGTH: u64 = 8000;
+const DEFAULT_LENGTH: usize = 2000;
+const MAX_LENGTH: usize = 8000;
 
 /// The working-memory tools, sharing `store`.
 pub fn tools(store: Store) -> Vec<Arc<dyn Tool>> {
@@ -23,14 +23,26 @@ pub fn tools(store: Store) -> Vec<Arc<dyn Tool>> {
 
 pub struct ReadWorkingMemory {
     store: Store,
-    parameters: Value,
+    info: ToolInfo,
+}
+
+#[derive(Deserialize)]
+pub struct Args {
+    key: String,
+    #[serde(default)]
+    offset: usize,
+    #[serde(default)]
+    length: Option<usize>,
 }
 
 impl ReadWorkingMemory {
     pub fn new(store: Store) -> ReadWorkingMemory {
-        ReadWorkingMemory {
-            store,
-            parameters: json!({
+        let info = ToolInfo::new(
+            READ_WORKING_MEMORY,
+            "Read a page of a large earlier result that was truncated and stored in working memory. \
+             Use only with a key from a truncation note, continuing at the offset it gives; not for \
+             facts you remembered (use recall for those).",
+            json!({
                 "type": "object",
                 "properties": {
                     "key": {"type": "string", "description": "The wm_… key from a truncation note."},
@@ -40,66 +52,50 @@ impl ReadWorkingMemory {
                 "required": ["key"],
                 "additionalProperties": false
             }),
-        }
+        );
+        ReadWorkingMemory { store, info }
     }
 }
 
-impl Tool for ReadWorkingMemory {
-    fn name(&self) -> &str {
-        READ_WORKING_MEMORY
+impl TypedTool for ReadWorkingMemory {
+    type Args = Args;
+
+    fn info(&self) -> &ToolInfo {
+        &self.info
     }
 
-    fn description(&self) -> &str {
-        "Read a page of a large earlier result that was truncated and stored in working memory. \
-         Use only with a key from a truncation note, continuing at the offset it gives; not for \
-         facts you remembered (use recall for those)."
+    /// A page is cut to fit rather than stored again: re-storing a page of working memory in
+    /// working memory would send the model in circles.
+    fn fit(&self, value: Value, max_tokens: u32) -> Fit {
+        Fit::Fitted(fit_page(value, max_tokens))
     }
 
-    fn parameters(&self) -> &Value {
-        &self.parameters
-    }
-
-    fn call<'a>(
-        &'a self,
-        args: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            let key = args
-                .get("key")
-                .and_then(Value::as_str)
-                .ok_or_else(|| ToolError::InvalidArguments("key must be a string".into()))?;
-            let offset = args.get("offset").and_then(Value::as_u64).unwrap_or(0);
-            let length = args
-                .get("length")
-                .and_then(Value::as_u64)
-                .unwrap_or(DEFAULT_LENGTH)
-                .clamp(1, MAX_LENGTH);
-            let offset = usize::try_from(offset).unwrap_or(usize::MAX);
-            let slice = self
-                .store
-                .read_working(key, offset, length as usize)
-                .await
-                .map_err(|e| match e {
-                    StoreError::NotFound { .. } => ToolError::Failed(format!(
-                        "no working-memory entry with key '{key}' (it may have expired); use the exact key from a truncation note"
-                    )),
-                    other => ToolError::Failed(format!("cannot read working memory: {other}")),
-                })?;
-            if offset > slice.total_chars {
-                return Err(ToolError::Failed(format!(
-                    "offset {offset} is past the end of '{key}', which has {} characters",
-                    slice.total_chars
-                )));
-            }
-            Ok(page(
-                key,
-                offset,
-                &slice.text,
-                slice.total_chars,
-                slice.next_offset,
-            ))
-        })
+    async fn run(&self, a: Args, _ctx: &ToolContext) -> Result<Value, ToolError> {
+        let key = a.key.as_str();
+        let length = a.length.unwrap_or(DEFAULT_LENGTH).clamp(1, MAX_LENGTH);
+        let slice = self
+            .store
+            .read_working(key, a.offset, length)
+            .await
+            .map_err(|e| match e {
+                StoreError::NotFound { .. } => ToolError::Failed(format!(
+                    "no working-memory entry with key '{key}' (it may have expired); use the exact key from a truncation note"
+                )),
+                other => ToolError::Failed(format!("cannot read working memory: {other}")),
+            })?;
+        if a.offset > slice.total_chars {
+            return Err(ToolError::Failed(format!(
+                "offset {} is past the end of '{key}', which has {} characters",
+                a.offset, slice.total_chars
+            )));
+        }
+        Ok(page(
+            key,
+            a.offset,
+            &slice.text,
+            slice.total_chars,
+            slice.next_offset,
+        ))
     }
 }
 

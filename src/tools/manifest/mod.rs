@@ -7,11 +7,9 @@
 //! Must not: validate arguments, time out, retry or shape results — the registry does that
 //! for every tool alike — and must never hand a template to a shell.
 
-use super::{Tool, ToolContext, ToolError};
+use super::{Tool, ToolContext, ToolError, ToolInfo};
 use futures::future::BoxFuture;
-use serde::Deserialize;
 use serde_json::{Map, Value};
-use serde_saphyr::Spanned;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -19,10 +17,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+mod parse;
 mod run;
 mod template;
 
-use template::{Piece, Template, percent_encode, value_text};
+pub use parse::parse;
+use template::{Template, percent_encode, value_text};
 
 /// A command's stdout and an HTTP body are read up to this many bytes.
 pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
@@ -97,346 +97,29 @@ pub fn load_dir(
             source,
         })?;
         let tool = parse(&text, &path, env)?;
-        if let Some(first) = seen.get(&tool.name) {
+        let name = tool.info.name.clone();
+        if let Some(first) = seen.get(&name) {
             return Err(ManifestError::Invalid {
                 line: Some(tool.name_line),
                 path,
                 field: Some("name".into()),
                 message: format!(
-                    "the tool name '{}' is already used by {}; names must be unique",
-                    tool.name,
+                    "the tool name '{name}' is already used by {}; names must be unique",
                     first.display()
                 ),
             });
         }
-        seen.insert(tool.name.clone(), path);
+        seen.insert(name, path);
         tools.push(Arc::new(tool));
     }
     Ok(tools)
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawManifest {
-    name: Spanned<String>,
-    description: Spanned<String>,
-    parameters: Spanned<Value>,
-    #[serde(default)]
-    command: Option<Spanned<RawCommand>>,
-    #[serde(default)]
-    http: Option<Spanned<RawHttp>>,
-    #[serde(default)]
-    keep_fields: Vec<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawCommand {
-    argv: Spanned<Vec<String>>,
-    #[serde(default)]
-    timeout_s: Option<Spanned<u64>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawHttp {
-    method: Spanned<String>,
-    url: Spanned<String>,
-    #[serde(default)]
-    json: bool,
-    #[serde(default)]
-    headers: BTreeMap<String, Spanned<String>>,
-    #[serde(default)]
-    timeout_s: Option<Spanned<u64>>,
-}
-
-/// Parse one manifest's text. `path` is used in messages only.
-pub fn parse(
-    text: &str,
-    path: &Path,
-    env: &HashMap<String, String>,
-) -> Result<ManifestTool, ManifestError> {
-    let mut options = serde_saphyr::Options::default().with_properties(env.clone());
-    options.strict_booleans = true;
-    options.with_snippet = false;
-    let mut failed_path: Option<String> = None;
-    let parsed = serde_saphyr::with_deserializer_from_str_with_options(text, options, |de| {
-        serde_path_to_error::deserialize::<_, RawManifest>(de).map_err(|e| {
-            let p = e.path().to_string();
-            if p != "." {
-                failed_path = Some(p);
-            }
-            e.into_inner()
-        })
-    });
-    let raw = parsed.map_err(|e| ManifestError::Invalid {
-        path: path.to_path_buf(),
-        line: e.location().map(|l| l.line()),
-        field: failed_path.map(|p| clean_path(&p)),
-        message: crate::config::yaml_error_message(&e.to_string()),
-    })?;
-    let invalid = |line: u64, field: &str, message: String| ManifestError::Invalid {
-        path: path.to_path_buf(),
-        line: Some(line),
-        field: Some(field.to_string()),
-        message,
-    };
-
-    let name = raw.name.value;
-    let name_line = raw.name.referenced.line();
-    if name.is_empty()
-        || name.len() > 64
-        || !name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-    {
-        return Err(invalid(
-            name_line,
-            "name",
-            format!("'{name}' is not a valid tool name: use 1 to 64 of a-z, 0-9 and '_'"),
-        ));
-    }
-    if raw.description.value.trim().is_empty() {
-        return Err(invalid(
-            raw.description.referenced.line(),
-            "description",
-            "say when to use the tool, and when not: it is all the model knows about it".into(),
-        ));
-    }
-
-    let parameters = raw.parameters.value;
-    let params_line = raw.parameters.referenced.line();
-    if parameters.get("type").and_then(Value::as_str) != Some("object") {
-        return Err(invalid(
-            params_line,
-            "parameters",
-            "must be an object schema: {type: object, properties: {...}}".into(),
-        ));
-    }
-    if let Err(e) = jsonschema::validator_for(&parameters) {
-        return Err(invalid(
-            params_line,
-            "parameters",
-            format!("not a valid JSON Schema: {e}"),
-        ));
-    }
-    let properties: BTreeSet<String> = parameters
-        .get("properties")
-        .and_then(Value::as_object)
-        .map(|p| p.keys().cloned().collect())
-        .unwrap_or_default();
-    let check_placeholders = |t: &Template, line: u64, field: &str| {
-        for p in t.params() {
-            if !properties.contains(p) {
-                return Err(invalid(
-                    line,
-                    field,
-                    format!(
-                        "the placeholder {{{{{p}}}}} is not a parameter (declare it under parameters.properties)"
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    };
-
-    let (action, timeout) = match (raw.command, raw.http) {
-        (Some(_), Some(h)) => {
-            return Err(invalid(
-                h.referenced.line(),
-                "http",
-                "a manifest has either `command` or `http`, not both".into(),
-            ));
-        }
-        (None, None) => {
-            return Err(invalid(
-                name_line,
-                "command",
-                "a manifest needs either `command: {argv: [...]}` or `http: {method, url}`".into(),
-            ));
-        }
-        (Some(c), None) => {
-            let argv_line = c.value.argv.referenced.line();
-            let mut argv = Vec::with_capacity(c.value.argv.value.len());
-            for a in &c.value.argv.value {
-                let a = crate::config::expand_vars(a, env)
-                    .map_err(|m| invalid(argv_line, "command.argv", m))?;
-                argv.push(Template::parse(&a));
-            }
-            let Some(program) = argv.first() else {
-                return Err(invalid(
-                    argv_line,
-                    "command.argv",
-                    "is empty: give the program and its arguments".into(),
-                ));
-            };
-            let Some(program) = program.literal() else {
-                return Err(invalid(
-                    argv_line,
-                    "command.argv",
-                    "the program (the first element) must be fixed text, not a placeholder".into(),
-                ));
-            };
-            if program.is_empty() {
-                return Err(invalid(
-                    argv_line,
-                    "command.argv",
-                    "the program is empty".into(),
-                ));
-            }
-            for t in &argv {
-                check_placeholders(t, argv_line, "command.argv")?;
-            }
-            let timeout = checked_timeout(c.value.timeout_s, "command.timeout_s", &invalid)?;
-            let env = INHERITED_ENV
-                .iter()
-                .filter_map(|k| env.get(*k).map(|v| (k.to_string(), v.clone())))
-                .collect();
-            (
-                Action::Command {
-                    program: program.to_string(),
-                    args: argv[1..].to_vec(),
-                    env,
-                },
-                timeout,
-            )
-        }
-        (None, Some(h)) => {
-            let h = h.value;
-            let method_line = h.method.referenced.line();
-            let method = match h.method.value.to_ascii_uppercase().as_str() {
-                "GET" => reqwest::Method::GET,
-                "POST" => reqwest::Method::POST,
-                "PUT" => reqwest::Method::PUT,
-                "PATCH" => reqwest::Method::PATCH,
-                "DELETE" => reqwest::Method::DELETE,
-                other => {
-                    return Err(invalid(
-                        method_line,
-                        "http.method",
-                        format!("'{other}' is not supported: use GET, POST, PUT, PATCH or DELETE"),
-                    ));
-                }
-            };
-            let url_line = h.url.referenced.line();
-            let url = crate::config::expand_vars(&h.url.value, env)
-                .map_err(|m| invalid(url_line, "http.url", m))?;
-            let url = Template::parse(&url);
-            check_placeholders(&url, url_line, "http.url")?;
-            check_url(&url).map_err(|m| invalid(url_line, "http.url", m))?;
-            let mut headers = reqwest::header::HeaderMap::new();
-            for (k, v) in &h.headers {
-                let field = format!("http.headers.{k}");
-                let line = v.referenced.line();
-                let v = crate::config::expand_vars(&v.value, env)
-                    .map_err(|m| invalid(line, &field, m))?;
-                let hn = reqwest::header::HeaderName::from_bytes(k.as_bytes())
-                    .map_err(|e| invalid(line, &field, format!("not a valid header name: {e}")))?;
-                let mut hv = reqwest::header::HeaderValue::from_str(&v)
-                    .map_err(|e| invalid(line, &field, format!("not a valid header value: {e}")))?;
-                // Headers often carry tokens: keep them out of any Debug output.
-                hv.set_sensitive(true);
-                headers.insert(hn, hv);
-            }
-            let timeout = checked_timeout(h.timeout_s, "http.timeout_s", &invalid)?;
-            // A connect failure should be seen (and retried) well before the attempt's
-            // overall timeout ends the call.
-            let connect = timeout.map(|t| t / 2).unwrap_or(Duration::from_secs(5));
-            let client = reqwest::Client::builder()
-                .connect_timeout(connect)
-                .user_agent(concat!("hermes-agent/", env!("CARGO_PKG_VERSION")))
-                .build()
-                .map_err(|e| {
-                    invalid(
-                        url_line,
-                        "http",
-                        format!("cannot build an HTTP client: {e}"),
-                    )
-                })?;
-            (
-                Action::Http {
-                    method,
-                    url,
-                    json: h.json,
-                    headers,
-                    client,
-                },
-                timeout,
-            )
-        }
-    };
-
-    Ok(ManifestTool {
-        name,
-        name_line,
-        description: raw.description.value.trim().to_string(),
-        parameters,
-        keep_fields: raw.keep_fields,
-        timeout,
-        action,
-        source: path.to_path_buf(),
-    })
-}
-
-fn checked_timeout<F>(
-    t: Option<Spanned<u64>>,
-    field: &str,
-    invalid: &F,
-) -> Result<Option<Duration>, ManifestError>
-where
-    F: Fn(u64, &str, String) -> ManifestError,
-{
-    match t {
-        None => Ok(None),
-        Some(t) if t.value == 0 => Err(invalid(
-            t.referenced.line(),
-            field,
-            "must be at least 1 (seconds)".into(),
-        )),
-        Some(t) => Ok(Some(Duration::from_secs(t.value))),
-    }
-}
-
-/// A URL template must be http(s) with a fixed host: placeholders may only follow the
-/// first `/`, `?` or `#` after the authority, so no argument can pick the server.
-fn check_url(url: &Template) -> Result<(), String> {
-    let fixed = match url.0.first() {
-        Some(Piece::Lit(s)) => s.as_str(),
-        _ => "",
-    };
-    let Some(scheme_end) = fixed.find("://") else {
-        return Err("must start with a fixed http:// or https:// address".into());
-    };
-    let has_param = url.0.iter().any(|p| matches!(p, Piece::Param(_)));
-    let authority_closed = fixed[scheme_end + 3..].contains(['/', '?', '#']);
-    if has_param && !authority_closed {
-        return Err(
-            "placeholders may only appear after the host (in the path or query), so an argument can never choose the server"
-                .into(),
-        );
-    }
-    let sample = url.render(&Map::new(), |_| "x".to_string());
-    let parsed = reqwest::Url::parse(&sample).map_err(|e| format!("not a valid URL: {e}"))?;
-    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err("must be an http:// or https:// URL with a host".into());
-    }
-    Ok(())
-}
-
-/// `Spanned` wraps values in `value`; users never wrote that key.
-fn clean_path(p: &str) -> String {
-    p.split('.')
-        .filter(|s| *s != "value")
-        .collect::<Vec<_>>()
-        .join(".")
-}
-
 /// A tool loaded from a manifest.
 pub struct ManifestTool {
-    name: String,
+    info: ToolInfo,
+    /// Where `name:` is, for the duplicate-name error.
     name_line: u64,
-    description: String,
-    parameters: Value,
     keep_fields: Vec<String>,
     timeout: Option<Duration>,
     action: Action,
@@ -463,7 +146,7 @@ enum Action {
 impl std::fmt::Debug for ManifestTool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ManifestTool")
-            .field("name", &self.name)
+            .field("name", &self.info.name)
             .field("source", &self.source)
             .finish_non_exhaustive()
     }
@@ -471,7 +154,9 @@ impl std::fmt::Debug for ManifestTool {
 
 #[cfg(test)]
 mod tests {
+    use super::parse::check_url;
     use super::run::{output_value, render_argv};
+    use super::template::Piece;
     use super::*;
     use serde_json::json;
 

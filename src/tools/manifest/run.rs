@@ -258,16 +258,8 @@ pub(super) fn excerpt(body: &str) -> String {
 }
 
 impl Tool for ManifestTool {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn description(&self) -> &str {
-        &self.description
-    }
-
-    fn parameters(&self) -> &Value {
-        &self.parameters
+    fn info(&self) -> &ToolInfo {
+        &self.info
     }
 
     fn keep_fields(&self) -> &[String] {
