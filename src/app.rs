@@ -12,6 +12,7 @@ use crate::notify::Notifier;
 use crate::scheduler::{Deliver, Scheduler, TaskRunner};
 use crate::store::{Job, NewNotice, Origin, Store, Task};
 use crate::tools::{RegistryBuilder, Tool, ToolContext, builtin, manifest};
+use crate::util::lock;
 use futures::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -191,9 +192,7 @@ impl TaskRunner for AgentRunner {
                         .await
                         .map_err(|e| e.to_string())?;
                     let id = claimed.task().id.clone();
-                    if let Ok(mut held) = self.claimed.lock() {
-                        held.insert(id.clone(), claimed);
-                    }
+                    lock(&self.claimed).insert(id.clone(), claimed);
                     Ok(id)
                 }
             }
@@ -205,7 +204,7 @@ impl TaskRunner for AgentRunner {
             let agent = self.agent()?;
             match self.mode {
                 JobExecution::Direct => {
-                    let claimed = self.claimed.lock().ok().and_then(|mut h| h.remove(task_id));
+                    let claimed = lock(&self.claimed).remove(task_id);
                     match claimed {
                         Some(c) => agent.run_claimed(c, RunOptions::default()).await,
                         None => agent.execute(task_id, RunOptions::default()).await,

@@ -11,6 +11,7 @@ use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::llm::{
     Gateway, LlmError, Message, RetryPolicy, ToolCall, ToolSpec, estimate_tokens,
 };
+use hermes_agent::util::Backoff;
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-test-7f3a9c2e5b1d";
@@ -34,8 +35,7 @@ fn settings(base_url: &str, api_key: &str, timeout_s: u64) -> ModelSettings {
 fn quick_retry(max_retries: u32) -> RetryPolicy {
     RetryPolicy {
         max_retries,
-        base_delay: Duration::from_millis(1),
-        max_delay: Duration::from_millis(5),
+        backoff: Backoff::new(Duration::from_millis(1), Duration::from_millis(5)).with_jitter(),
     }
 }
 

@@ -15,6 +15,7 @@ use hermes_agent::store::Origin;
 use hermes_agent::store::{NewNotice, NewTask, NoticeState, Store};
 use hermes_agent::tools::builtin::notify::tools;
 use hermes_agent::tools::{ToolContext, ToolError};
+use hermes_agent::util::Backoff;
 use hmac::{Hmac, KeyInit, Mac};
 use mailin_embedded::{AuthMechanism, Handler, Response, response};
 use serde_json::{Value, json};
@@ -392,9 +393,8 @@ fn webhooks(list: &[(&str, &str, &str)]) -> NotifySettings {
 
 fn fast_retry(max_attempts: u32) -> RetryPolicy {
     RetryPolicy {
-        max_attempts,
-        base_delay: Duration::from_millis(1),
-        max_delay: Duration::from_millis(5),
+        max_retries: max_attempts - 1,
+        backoff: Backoff::new(Duration::from_millis(1), Duration::from_millis(5)),
     }
 }
 

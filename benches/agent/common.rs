@@ -9,6 +9,7 @@ use hermes_agent::config::{Config, Settings};
 use hermes_agent::llm::RetryPolicy;
 use hermes_agent::llm::scripted::Reply;
 use hermes_agent::tools::{Tool, ToolContext, ToolError, ToolInfo};
+use hermes_agent::util::Backoff;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::Path;
@@ -44,8 +45,7 @@ pub async fn build_app(
             // A failed call must show up as a failed task, not be hidden by slow retries.
             model_retry: Some(RetryPolicy {
                 max_retries: 0,
-                base_delay: Duration::from_millis(5),
-                max_delay: Duration::from_millis(5),
+                backoff: Backoff::new(Duration::from_millis(5), Duration::from_millis(5)),
             }),
             extra_tools,
             ..Default::default()

@@ -10,6 +10,7 @@ mod delegate;
 mod pool;
 pub mod prompt;
 mod run;
+mod trace;
 
 pub use delegate::{DelegateTools, MAX_DEPTH};
 
@@ -18,6 +19,7 @@ use crate::llm::Gateway;
 use crate::memory::LongTerm;
 use crate::store::{MAX_TASK_CHARS, NewTask, Origin, Step, Store, StoreError, Task, TaskState};
 use crate::tools::Registry;
+use crate::util::lock;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -301,10 +303,7 @@ impl Agent {
     /// Stop every running task (daemon shutdown after the grace period): each ends `failed`
     /// with reason `shutdown`. Returns how many were stopped.
     pub fn stop_all_running(&self) -> usize {
-        let ids: Vec<String> = match self.inner.running.lock() {
-            Ok(map) => map.keys().cloned().collect(),
-            Err(_) => return 0,
-        };
+        let ids: Vec<String> = lock(&self.inner.running).keys().cloned().collect();
         ids.iter()
             .filter(|id| self.stop_running(id, StopReason::Shutdown))
             .count()
@@ -312,18 +311,13 @@ impl Agent {
 
     /// How many tasks are running in this process.
     pub fn running_count(&self) -> usize {
-        self.inner.running.lock().map(|m| m.len()).unwrap_or(0)
+        lock(&self.inner.running).len()
     }
 
     fn stop_running(&self, id: &str, why: StopReason) -> bool {
-        let Ok(map) = self.inner.running.lock() else {
-            return false;
-        };
-        match map.get(id) {
+        match lock(&self.inner.running).get(id) {
             Some(running) => {
-                if let Ok(mut r) = running.why.lock() {
-                    r.get_or_insert(why);
-                }
+                lock(&running.why).get_or_insert(why);
                 running.stop.cancel();
                 true
             }

@@ -1,12 +1,14 @@
 //! One task's execution: pending → running → succeeded | failed | cancelled, and the
 //! plan-execute-check loop in between. Every model call and tool call becomes a trace row.
 
-use super::{Agent, RunOptions, StopReason, prompt};
-use crate::llm::{Gateway, Message, ToolCall};
+use super::{Agent, RunOptions, StopReason, prompt, trace};
+use crate::llm::{Gateway, Message, ModelReply, ToolCall};
 use crate::memory::{ShortTerm, Summariser, SummaryModel};
-use crate::store::{FailReason, NewStep, Step, StepKind, Task, TaskOutcome, TaskState, now};
+use crate::store::{FailReason, NewStep, StoreError, Task, TaskOutcome, TaskState, now};
 use crate::tools::ToolContext;
+use crate::util::lock;
 use futures::future::{BoxFuture, join_all};
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,6 +20,18 @@ pub(super) struct Tally {
     prompt_tokens: AtomicI64,
     completion_tokens: AtomicI64,
     parse_failures: AtomicI64,
+}
+
+impl Tally {
+    fn add(&self, reply: &ModelReply) {
+        let add = |counter: &AtomicI64, n: i64| counter.fetch_add(n, Ordering::Relaxed);
+        add(&self.prompt_tokens, reply.usage.prompt_tokens.into());
+        add(
+            &self.completion_tokens,
+            reply.usage.completion_tokens.into(),
+        );
+        add(&self.parse_failures, reply.parse_warnings.len() as i64);
+    }
 }
 
 pub(super) fn outcome(
@@ -107,15 +121,13 @@ impl Agent {
         let store = &self.inner.store;
         let token = CancellationToken::new();
         let why = Arc::new(Mutex::new(None));
-        if let Ok(mut map) = self.inner.running.lock() {
-            map.insert(
-                task.id.clone(),
-                super::Running {
-                    stop: token.clone(),
-                    why: why.clone(),
-                },
-            );
-        }
+        lock(&self.inner.running).insert(
+            task.id.clone(),
+            super::Running {
+                stop: token.clone(),
+                why: why.clone(),
+            },
+        );
         tracing::info!(task = %task.id, origin = %task.origin, profile = %task.profile, "task started");
         let started = Instant::now();
         let limit = opts.timeout.unwrap_or(Duration::from_secs(
@@ -134,7 +146,7 @@ impl Agent {
                     ),
                 }),
             },
-            _ = token.cancelled() => Ok(match why.lock().ok().and_then(|r| *r) {
+            _ = token.cancelled() => Ok(match *lock(&why) {
                 Some(StopReason::Shutdown) => LoopEnd::Failed {
                     reason: FailReason::Shutdown,
                     error: "the daemon stopped before the task finished".into(),
@@ -142,9 +154,7 @@ impl Agent {
                 _ => LoopEnd::Failed { reason: FailReason::Cancelled, error: "cancelled".into() },
             }),
         };
-        if let Ok(mut map) = self.inner.running.lock() {
-            map.remove(&task.id);
-        }
+        lock(&self.inner.running).remove(&task.id);
         let out = match end {
             Ok(LoopEnd::Answer(a)) => outcome(TaskState::Succeeded, Some(a), None, None, &tally),
             Ok(LoopEnd::Failed { reason, error }) => {
@@ -190,8 +200,7 @@ impl Agent {
         task: &Task,
         opts: &RunOptions,
         tally: &Tally,
-    ) -> Result<LoopEnd, crate::store::StoreError> {
-        let s = &self.inner.settings;
+    ) -> Result<LoopEnd, StoreError> {
         let ctx = ToolContext {
             task_id: task.id.clone(),
             origin: task.origin,
@@ -199,7 +208,39 @@ impl Agent {
             depth: opts.depth,
             profile: task.profile.clone(),
         };
-        let restrict = opts.restrict.as_deref();
+        let mut window = self.prepare_window(task, opts).await?;
+        let summariser = self.summariser(task);
+        let max_steps = i64::from(self.inner.settings.agent.max_steps);
+        for step in 1..=max_steps {
+            let reply = match self.model_turn(task, opts, step, &window, tally).await? {
+                ControlFlow::Continue(reply) => reply,
+                ControlFlow::Break(end) => return Ok(end),
+            };
+            if reply.tool_calls.is_empty() {
+                return Ok(final_answer(&reply.content));
+            }
+            let results = self
+                .tool_round(task, opts, &ctx, step, &reply.tool_calls)
+                .await?;
+            window.push_round(Message::assistant(reply.content, reply.tool_calls), results);
+            window.compact(&summariser).await;
+        }
+        Ok(LoopEnd::Failed {
+            reason: FailReason::MaxSteps,
+            error: format!(
+                "no final answer after {max_steps} model calls (agent.max_steps); the trace shows what was tried"
+            ),
+        })
+    }
+
+    /// The task's message window at its start: the system prompt, the facts memory recalls
+    /// for it (noted in the trace), and the task itself.
+    async fn prepare_window(
+        &self,
+        task: &Task,
+        opts: &RunOptions,
+    ) -> Result<ShortTerm, StoreError> {
+        let s = &self.inner.settings;
         let tz: chrono_tz::Tz = s.scheduler.timezone.parse().unwrap_or(chrono_tz::UTC);
         let now_local = now()
             .with_timezone(&tz)
@@ -219,230 +260,124 @@ impl Agent {
                 Ok(facts) => {
                     if let Some(m) = prompt::memory_message(&facts) {
                         preamble.push(m);
-                        self.note(
-                            task,
-                            0,
-                            opts,
-                            format!("recalled {} fact(s) from memory", facts.len()),
-                            None,
-                        )
-                        .await?;
+                        let text = format!("recalled {} fact(s) from memory", facts.len());
+                        self.record(task, opts, trace::note(0, Some(text), None))
+                            .await?;
                     }
                 }
                 Err(e) => {
                     tracing::warn!(task = %task.id, error = %e, "memory recall failed; continuing without");
-                    self.note(
-                        task,
-                        0,
-                        opts,
-                        String::new(),
-                        Some(format!("memory recall failed: {e}")),
-                    )
-                    .await?;
+                    let error = format!("memory recall failed: {e}");
+                    self.record(task, opts, trace::note(0, None, Some(error)))
+                        .await?;
                 }
             }
         }
-        let mut window = ShortTerm::new(
+        Ok(ShortTerm::new(
             preamble,
             Message::user(task.task.clone()),
             s.context.max_dialog_rounds as usize,
             s.context.summary_max_length as usize,
-        );
-        let summariser = if s.context.summary_enabled {
-            let profile = if self.inner.gateway.has_profile("fast") {
-                "fast".to_string()
-            } else {
-                task.profile.clone()
-            };
-            Summariser::Model(Arc::new(GatewaySummary {
-                gateway: self.inner.gateway.clone(),
-                profile,
-            }))
-        } else {
-            Summariser::Rules
-        };
-
-        let max_steps = s.agent.max_steps as i64;
-        for step in 1..=max_steps {
-            let tools = self.inner.registry.offered(restrict);
-            let messages = window.messages();
-            let t0 = Instant::now();
-            let reply = self
-                .inner
-                .gateway
-                .chat(&task.profile, &messages, &tools)
-                .await;
-            let ms = t0.elapsed().as_millis() as i64;
-            let reply = match reply {
-                Ok(r) => r,
-                Err(e) => {
-                    let error = e.to_string();
-                    self.record(
-                        task,
-                        opts,
-                        NewStep {
-                            step,
-                            kind: StepKind::Model,
-                            name: task.profile.clone(),
-                            request_tokens: 0,
-                            result_tokens: 0,
-                            arguments: None,
-                            output: None,
-                            error: Some(error.clone()),
-                            duration_ms: ms,
-                        },
-                    )
-                    .await?;
-                    return Ok(LoopEnd::Failed {
-                        reason: FailReason::Model,
-                        error,
-                    });
-                }
-            };
-            tally
-                .prompt_tokens
-                .fetch_add(reply.usage.prompt_tokens.into(), Ordering::Relaxed);
-            tally
-                .completion_tokens
-                .fetch_add(reply.usage.completion_tokens.into(), Ordering::Relaxed);
-            tally
-                .parse_failures
-                .fetch_add(reply.parse_warnings.len() as i64, Ordering::Relaxed);
-            let calls_json =
-                (!reply.tool_calls.is_empty()).then(|| calls_summary(&reply.tool_calls));
-            self.record(
-                task,
-                opts,
-                NewStep {
-                    step,
-                    kind: StepKind::Model,
-                    name: task.profile.clone(),
-                    request_tokens: reply.usage.prompt_tokens.into(),
-                    result_tokens: reply.usage.completion_tokens.into(),
-                    arguments: calls_json,
-                    output: (!reply.content.trim().is_empty()).then(|| reply.content.clone()),
-                    error: (!reply.parse_warnings.is_empty()).then(|| {
-                        format!(
-                            "unparseable tool call treated as text: {}",
-                            reply.parse_warnings.join("; ")
-                        )
-                    }),
-                    duration_ms: ms,
-                },
-            )
-            .await?;
-
-            if reply.tool_calls.is_empty() {
-                let answer = reply.content.trim();
-                if answer.is_empty() {
-                    return Ok(LoopEnd::Failed {
-                        reason: FailReason::EmptyAnswer,
-                        error: "the model answered with neither text nor a tool call".into(),
-                    });
-                }
-                return Ok(LoopEnd::Answer(answer.to_string()));
-            }
-
-            // Independent calls of one step run concurrently; results keep the call order.
-            let outcomes = join_all(
-                reply
-                    .tool_calls
-                    .iter()
-                    .map(|c| self.inner.registry.execute(c, &ctx, restrict)),
-            )
-            .await;
-            let mut results = Vec::with_capacity(outcomes.len());
-            for (call, o) in reply.tool_calls.iter().zip(outcomes) {
-                self.record(
-                    task,
-                    opts,
-                    NewStep {
-                        step,
-                        kind: StepKind::Tool,
-                        name: call.name.clone(),
-                        request_tokens: 0,
-                        result_tokens: o.result_tokens.into(),
-                        arguments: Some(call.arguments.to_string()),
-                        output: Some(o.content.clone()),
-                        error: o.error.as_ref().map(|e| e.to_string()),
-                        duration_ms: o.duration.as_millis() as i64,
-                    },
-                )
-                .await?;
-                results.push(Message::tool(call.id.clone(), o.content));
-            }
-            window.push_round(
-                Message::assistant(reply.content.clone(), reply.tool_calls.clone()),
-                results,
-            );
-            window.compact(&summariser).await;
-        }
-        Ok(LoopEnd::Failed {
-            reason: FailReason::MaxSteps,
-            error: format!(
-                "no final answer after {max_steps} model calls (agent.max_steps); the trace shows what was tried"
-            ),
-        })
+        ))
     }
 
-    async fn record(
+    /// How older rounds are folded: by a short `fast`-profile model call, or by rules.
+    fn summariser(&self, task: &Task) -> Summariser {
+        if !self.inner.settings.context.summary_enabled {
+            return Summariser::Rules;
+        }
+        let profile = if self.inner.gateway.has_profile("fast") {
+            "fast".to_string()
+        } else {
+            task.profile.clone()
+        };
+        Summariser::Model(Arc::new(GatewaySummary {
+            gateway: self.inner.gateway.clone(),
+            profile,
+        }))
+    }
+
+    /// One model call with the window and the tools on offer, recorded; the reply, or the end
+    /// of the loop when the call failed.
+    async fn model_turn(
         &self,
         task: &Task,
         opts: &RunOptions,
-        step: NewStep,
-    ) -> Result<(), crate::store::StoreError> {
-        let seq = self.inner.store.add_step(&task.id, &step).await?;
+        step: i64,
+        window: &ShortTerm,
+        tally: &Tally,
+    ) -> Result<ControlFlow<LoopEnd, ModelReply>, StoreError> {
+        let tools = self.inner.registry.offered(opts.restrict.as_deref());
+        let t0 = Instant::now();
+        let reply = self
+            .inner
+            .gateway
+            .chat(&task.profile, &window.messages(), &tools)
+            .await;
+        let ms = t0.elapsed().as_millis() as i64;
+        match reply {
+            Ok(reply) => {
+                tally.add(&reply);
+                self.record(task, opts, trace::model(step, &task.profile, &reply, ms))
+                    .await?;
+                Ok(ControlFlow::Continue(reply))
+            }
+            Err(e) => {
+                let error = e.to_string();
+                let row = trace::model_error(step, &task.profile, error.clone(), ms);
+                self.record(task, opts, row).await?;
+                Ok(ControlFlow::Break(LoopEnd::Failed {
+                    reason: FailReason::Model,
+                    error,
+                }))
+            }
+        }
+    }
+
+    /// Run the calls of one model turn — concurrently, since the model asked for them together
+    /// — record each, and return the results as messages in the calls' order.
+    async fn tool_round(
+        &self,
+        task: &Task,
+        opts: &RunOptions,
+        ctx: &ToolContext,
+        step: i64,
+        calls: &[ToolCall],
+    ) -> Result<Vec<Message>, StoreError> {
+        let restrict = opts.restrict.as_deref();
+        let outcomes = join_all(
+            calls
+                .iter()
+                .map(|c| self.inner.registry.execute(c, ctx, restrict)),
+        )
+        .await;
+        let mut results = Vec::with_capacity(outcomes.len());
+        for (call, o) in calls.iter().zip(outcomes) {
+            self.record(task, opts, trace::tool(step, call, &o)).await?;
+            results.push(Message::tool(call.id.clone(), o.content));
+        }
+        Ok(results)
+    }
+
+    /// Append a trace row, and show it to the observer (the live timeline of `run`).
+    async fn record(&self, task: &Task, opts: &RunOptions, row: NewStep) -> Result<(), StoreError> {
+        let seq = self.inner.store.add_step(&task.id, &row).await?;
         if let Some(tx) = &opts.observer {
             // The observer may have gone (a closed terminal); the trace is stored regardless.
-            let _ = tx.send(Step {
-                seq,
-                step: step.step,
-                kind: step.kind,
-                name: step.name,
-                request_tokens: step.request_tokens,
-                result_tokens: step.result_tokens,
-                arguments: step.arguments,
-                output: step.output,
-                error: step.error,
-                duration_ms: step.duration_ms,
-                created_at: now(),
-            });
+            let _ = tx.send(row.into_step(seq, now()));
         }
         Ok(())
     }
-
-    async fn note(
-        &self,
-        task: &Task,
-        step: i64,
-        opts: &RunOptions,
-        text: String,
-        error: Option<String>,
-    ) -> Result<(), crate::store::StoreError> {
-        self.record(
-            task,
-            opts,
-            NewStep {
-                step,
-                kind: StepKind::Note,
-                name: String::new(),
-                request_tokens: 0,
-                result_tokens: 0,
-                arguments: None,
-                output: (!text.is_empty()).then_some(text),
-                error,
-                duration_ms: 0,
-            },
-        )
-        .await
-    }
 }
 
-/// The calls a model asked for, as stored in its trace row.
-fn calls_summary(calls: &[ToolCall]) -> String {
-    let v: Vec<serde_json::Value> = calls
-        .iter()
-        .map(|c| serde_json::json!({"name": c.name, "arguments": c.arguments}))
-        .collect();
-    serde_json::Value::Array(v).to_string()
+/// A reply without tool calls ends the loop: its text is the answer, if it has any.
+fn final_answer(content: &str) -> LoopEnd {
+    let answer = content.trim();
+    if answer.is_empty() {
+        return LoopEnd::Failed {
+            reason: FailReason::EmptyAnswer,
+            error: "the model answered with neither text nor a tool call".into(),
+        };
+    }
+    LoopEnd::Answer(answer.to_string())
 }

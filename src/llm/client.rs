@@ -8,8 +8,6 @@
 //! sensitive header; server text is redacted before it is quoted.
 
 use std::collections::BTreeMap;
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -21,6 +19,7 @@ use super::{
     LlmError, Message, ModelReply, Role, ToolCall, ToolSpec, Usage, estimate_tokens, parse,
 };
 use crate::config::{ModelSettings, Profile};
+use crate::util::{Backoff, RetryPolicy};
 
 /// The longest `Retry-After` we wait for: beyond that, failing with a clear error beats
 /// blocking a task for minutes.
@@ -31,49 +30,12 @@ const ERROR_BODY_CHARS: usize = 400;
 /// unreachable remote host fails fast even when a slow local model is given minutes.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How failed calls are retried: `max_retries` more attempts after the first, waiting
-/// `base_delay * 2^n` (with jitter, at most `max_delay`) unless the server says how long.
-#[derive(Debug, Clone)]
-pub struct RetryPolicy {
-    pub max_retries: u32,
-    pub base_delay: Duration,
-    pub max_delay: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            max_retries: 3,
-            base_delay: Duration::from_millis(500),
-            max_delay: Duration::from_secs(30),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// The wait before retry number `retry` (0 = the first retry): exponential, capped, with
-    /// "equal jitter" — half fixed, half random — so that workers that failed together do not
-    /// all come back at the same instant, yet each still backs off.
-    pub fn delay_for(&self, retry: u32) -> Duration {
-        let factor = 2u32.saturating_pow(retry.min(30));
-        let exp = self.base_delay.saturating_mul(factor).min(self.max_delay);
-        let half = exp / 2;
-        let jitter = half.mul_f64(random_unit());
-        (half + jitter).min(self.max_delay)
-    }
-}
-
-/// A number in [0, 1) from the standard library's randomly keyed hasher (each `RandomState`
-/// gets fresh keys); jitter needs no more, so no extra crate.
-fn random_unit() -> f64 {
-    let mut h = RandomState::new().build_hasher();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    h.write_u128(nanos);
-    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
-}
+/// The gateway's retries by default: three, from half a second, with jitter so that workers
+/// that failed together do not all come back at the same instant.
+pub const DEFAULT_RETRY: RetryPolicy = RetryPolicy {
+    max_retries: 3,
+    backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)).with_jitter(),
+};
 
 /// The model gateway. Cheap to clone (the reqwest client and profiles are shared); one per
 /// process is enough.
@@ -142,7 +104,7 @@ impl Gateway {
         Ok(Gateway {
             client,
             profiles: Arc::new(settings.profiles.clone()),
-            retry: RetryPolicy::default(),
+            retry: DEFAULT_RETRY,
             parse_failures: Arc::new(AtomicU64::new(0)),
         })
     }
@@ -266,7 +228,7 @@ impl Gateway {
                 return Err(error);
             }
             // The server knows best how long it needs; otherwise back off.
-            let delay = retry_after.unwrap_or_else(|| self.retry.delay_for(attempts - 1));
+            let delay = retry_after.unwrap_or_else(|| self.retry.delay(attempts - 1));
             tracing::warn!(
                 profile = profile_name,
                 attempt = attempts,
@@ -521,16 +483,16 @@ impl Failure {
 
 /// The innermost cause of a transport error, worded plainly ("connection refused").
 fn root_cause(e: &reqwest::Error, connecting: bool) -> String {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    if let Some(io) = crate::util::find_cause::<std::io::Error>(e) {
+        return match io.kind() {
+            std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
+            std::io::ErrorKind::ConnectionReset => "connection reset by the server".to_string(),
+            _ => io.to_string(),
+        };
+    }
     let mut innermost = e.to_string();
+    let mut source = std::error::Error::source(e);
     while let Some(s) = source {
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            return match io.kind() {
-                std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
-                std::io::ErrorKind::ConnectionReset => "connection reset by the server".to_string(),
-                _ => io.to_string(),
-            };
-        }
         innermost = s.to_string();
         source = s.source();
     }
@@ -615,23 +577,6 @@ mod tests {
             Some(Duration::ZERO)
         );
         assert_eq!(parse_retry_after("soon"), None);
-    }
-
-    #[test]
-    fn backoff_grows_and_is_capped() {
-        let p = RetryPolicy {
-            max_retries: 10,
-            base_delay: Duration::from_millis(100),
-            max_delay: Duration::from_millis(1000),
-        };
-        for _ in 0..50 {
-            let d0 = p.delay_for(0);
-            assert!(d0 >= Duration::from_millis(50) && d0 <= Duration::from_millis(100));
-            let d2 = p.delay_for(2);
-            assert!(d2 >= Duration::from_millis(200) && d2 <= Duration::from_millis(400));
-            assert!(p.delay_for(20) <= Duration::from_millis(1000));
-            assert!(p.delay_for(u32::MAX) >= Duration::from_millis(500));
-        }
     }
 
     #[test]

@@ -144,9 +144,11 @@ pub(crate) fn body_detail(body: &str, cap: usize) -> String {
     if text.is_empty() {
         return "(empty body)".to_string();
     }
-    match text.char_indices().nth(cap) {
-        Some((cut, _)) => format!("{}… (cut)", &text[..cut]),
-        None => text,
+    let kept = crate::util::text::prefix(&text, cap);
+    if kept.len() == text.len() {
+        text
+    } else {
+        format!("{kept}… (cut)")
     }
 }
 

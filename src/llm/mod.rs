@@ -13,6 +13,7 @@ pub mod parse;
 pub mod scripted;
 mod types;
 
-pub use client::{Gateway, RetryPolicy};
+pub use crate::util::RetryPolicy;
+pub use client::{DEFAULT_RETRY, Gateway};
 pub use error::LlmError;
 pub use types::*;

@@ -506,14 +506,8 @@ fn tidy(text: &str) -> String {
 }
 
 fn excerpt(text: &str) -> String {
-    let flat: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    match flat.char_indices().nth(EXCERPT_CHARS) {
-        Some((cut, _)) => format!("{}…", &flat[..cut]),
-        None => flat,
-    }
+    let flat = crate::util::text::collapse(text);
+    crate::util::text::cut(&flat, EXCERPT_CHARS).into_owned()
 }
 
 /// Some servers omit call ids; the agent needs one to pair each tool result with its call.

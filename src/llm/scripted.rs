@@ -140,7 +140,7 @@ struct Shared {
 impl Shared {
     fn received(&self) -> MutexGuard<'_, Received> {
         // A panic while holding the lock (a test's handler) leaves plain data behind; keep it.
-        self.received.lock().unwrap_or_else(|p| p.into_inner())
+        crate::util::lock(&self.received)
     }
 }
 
@@ -298,7 +298,7 @@ async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, raw: Bytes)
     let mut reply = match &shared.source {
         Source::Handler(handler) => handler(&request),
         Source::Script(queue) => {
-            let next = queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
+            let next = crate::util::lock(queue).pop_front();
             match next {
                 Some(reply) => reply,
                 None => Reply::Status {

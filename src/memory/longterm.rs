@@ -373,9 +373,7 @@ impl Inner {
     fn lock_writer(&self) -> MutexGuard<'_, IndexWriter> {
         // A panic while holding the lock leaves at most uncommitted operations behind, and
         // `write` rolls those back before it starts.
-        self.writer
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::util::lock(&self.writer)
     }
 
     /// Applies `change` and commits it, or rolls it back: a failed write leaves no half-applied

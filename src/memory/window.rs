@@ -343,21 +343,15 @@ fn char_len(text: &str) -> usize {
 
 /// At most `max` characters, cut on a character boundary.
 fn cut_chars(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((byte, _)) => text[..byte].to_string(),
-        None => text.to_string(),
-    }
+    crate::util::text::prefix(text, max).to_string()
 }
 
 /// At most `max` characters, with "…" marking a cut.
 fn shorten(text: &str, max: usize) -> String {
-    if char_len(text) <= max {
-        text.to_string()
-    } else if max == 0 {
-        String::new()
-    } else {
-        format!("{}…", cut_chars(text, max - 1).trim_end())
+    if max == 0 {
+        return String::new();
     }
+    crate::util::text::one_line(text, max)
 }
 
 #[cfg(test)]

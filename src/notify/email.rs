@@ -149,32 +149,20 @@ fn classify(e: &lettre::transport::smtp::Error, label: &str) -> SendError {
         return SendError::Permanent(format!(
             "TLS with SMTP server {label} failed ({}); check notify.email.security and smtp_port \
              (starttls is usually port 587, tls port 465)",
-            chain(e)
+            crate::util::error_chain(e)
         ));
     }
     if e.is_client() {
         return SendError::Permanent(format!(
             "cannot talk to SMTP server {label}: {}; check notify.email",
-            chain(e)
+            crate::util::error_chain(e)
         ));
     }
     // Connection, network, timeout, a garbled reply: the relay may be back later.
-    SendError::Transient(format!("cannot reach SMTP server {label}: {}", chain(e)))
-}
-
-/// An error with its sources, since lettre's Display hides the io error behind "Connection error".
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        let text = inner.to_string();
-        if !s.contains(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        source = inner.source();
-    }
-    s
+    SendError::Transient(format!(
+        "cannot reach SMTP server {label}: {}",
+        crate::util::error_chain(e)
+    ))
 }
 
 #[cfg(test)]

@@ -35,11 +35,13 @@ mod markdown;
 mod sender;
 mod webhook;
 
+pub use crate::util::RetryPolicy;
 pub use markdown::render_markdown;
 pub use webhook::{SIGNATURE_HEADER, signature};
 
 use crate::config::NotifySettings;
 use crate::store::{NewNotice, Store, StoreError};
+use crate::util::Backoff;
 use email::EmailChannel;
 use futures::future::join_all;
 use serde::Serialize;
@@ -80,26 +82,12 @@ fn channel_list(names: &[String]) -> String {
     }
 }
 
-/// How often and how long a transiently failing notice is retried. See the module doc.
-#[derive(Debug, Clone)]
-pub struct RetryPolicy {
-    /// Attempts in all, the first included.
-    pub max_attempts: u32,
-    /// The wait after the first failed attempt; each later wait doubles.
-    pub base_delay: Duration,
-    /// No wait is longer than this.
-    pub max_delay: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            max_attempts: 8,
-            base_delay: Duration::from_secs(30),
-            max_delay: Duration::from_secs(3600),
-        }
-    }
-}
+/// How a transiently failing notice is retried by default: 8 attempts in all, waiting 30 s
+/// and doubling up to an hour (see the module doc). No jitter: one person's notices are few.
+pub const DEFAULT_RETRY: RetryPolicy = RetryPolicy {
+    max_retries: 7,
+    backoff: Backoff::new(Duration::from_secs(30), Duration::from_secs(3600)),
+};
 
 /// One `doctor` verdict.
 #[derive(Debug, Clone, Serialize)]
@@ -175,7 +163,7 @@ impl Notifier {
                 wake: tokio::sync::Notify::new(),
                 pass: tokio::sync::Mutex::new(()),
             }),
-            retry: RetryPolicy::default(),
+            retry: DEFAULT_RETRY,
         })
     }
 

@@ -42,19 +42,6 @@ impl SendError {
     }
 }
 
-impl super::RetryPolicy {
-    /// The wait after the `attempt`-th failed attempt (1-based): base · 2^(attempt−1), capped.
-    pub fn delay_after(&self, attempt: u32) -> Duration {
-        let factor = 1u32
-            .checked_shl(attempt.saturating_sub(1))
-            .unwrap_or(u32::MAX);
-        self.base_delay
-            .checked_mul(factor)
-            .unwrap_or(self.max_delay)
-            .min(self.max_delay)
-    }
-}
-
 impl Notifier {
     /// One pass: send every due pending notice; returns how many were sent.
     pub async fn deliver_due(&self) -> usize {
@@ -121,13 +108,13 @@ impl Notifier {
                 warn!(notice = id, channel = %notice.channel, attempt, error = %msg, "notice failed; not retrying");
                 store.mark_notice_attempt_failed(id, &msg, None).await
             }
-            Err(SendError::Transient(msg)) if attempt >= self.retry.max_attempts => {
+            Err(SendError::Transient(msg)) if attempt > self.retry.max_retries => {
                 let msg = format!("gave up after {attempt} attempts; last error: {msg}");
                 warn!(notice = id, channel = %notice.channel, error = %msg, "notice failed");
                 store.mark_notice_attempt_failed(id, &msg, None).await
             }
             Err(SendError::Transient(msg)) => {
-                let delay = self.retry.delay_after(attempt);
+                let delay = self.retry.delay(attempt - 1);
                 let next = Utc::now()
                     + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::hours(1));
                 info!(notice = id, channel = %notice.channel, attempt, retry_in_s = delay.as_secs_f64(), error = %msg, "notice not sent; will retry");
@@ -205,15 +192,14 @@ impl Inner {
 
 #[cfg(test)]
 mod tests {
-    use super::super::RetryPolicy;
     use std::time::Duration;
 
     #[test]
-    fn the_default_policy_doubles_from_30_s_up_to_an_hour() {
-        let p = RetryPolicy::default();
-        assert_eq!(p.max_attempts, 8);
-        let secs: Vec<u64> = (1..=9).map(|a| p.delay_after(a).as_secs()).collect();
+    fn the_default_policy_is_8_attempts_doubling_from_30_s_up_to_an_hour() {
+        let p = super::super::DEFAULT_RETRY;
+        assert_eq!(p.max_retries + 1, 8);
+        let secs: Vec<u64> = (0..9).map(|r| p.delay(r).as_secs()).collect();
         assert_eq!(secs, [30, 60, 120, 240, 480, 960, 1920, 3600, 3600]);
-        assert_eq!(p.delay_after(200), Duration::from_secs(3600));
+        assert_eq!(p.delay(200), Duration::from_secs(3600));
     }
 }

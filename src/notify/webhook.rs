@@ -111,7 +111,7 @@ impl WebhookChannel {
             return Ok(());
         }
         let text = response.text().await.unwrap_or_default();
-        let excerpt: String = text.trim().chars().take(EXCERPT_CHARS).collect();
+        let excerpt = crate::util::text::prefix(text.trim(), EXCERPT_CHARS);
         let what = format!(
             "webhook '{}' ({label}) answered HTTP {status}{}",
             self.name,
@@ -161,23 +161,17 @@ fn is_transient(status: StatusCode) -> bool {
 /// is left out on purpose (see the module doc).
 fn describe(e: reqwest::Error) -> String {
     let e = e.without_url();
-    let mut s = if e.is_timeout() {
-        "timed out".to_string()
+    let what = if e.is_timeout() {
+        "timed out"
     } else if e.is_connect() {
-        "connection failed".to_string()
+        "connection failed"
     } else {
-        e.to_string()
+        return crate::util::error_chain(&e);
     };
-    let mut source = std::error::Error::source(&e);
-    while let Some(inner) = source {
-        let text = inner.to_string();
-        if !s.contains(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        source = inner.source();
+    match std::error::Error::source(&e) {
+        Some(cause) => format!("{what}: {}", crate::util::error_chain(cause)),
+        None => what.to_string(),
     }
-    s
 }
 
 /// `sha256=<hex of HMAC-SHA256(secret, body)>`: what a receiver recomputes over the raw body.

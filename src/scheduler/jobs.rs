@@ -171,13 +171,7 @@ fn check_precheck(p: &Value) -> Result<(), SchedulerError> {
 /// A job without a name is named after the start of its task.
 fn default_name(task: &str) -> String {
     const MAX: usize = 48;
-    let line = task.lines().next().unwrap_or(task).trim();
-    if line.chars().count() <= MAX {
-        line.to_string()
-    } else {
-        let cut: String = line.chars().take(MAX - 1).collect();
-        format!("{}…", cut.trim_end())
-    }
+    crate::util::text::one_line(task.lines().next().unwrap_or(task), MAX)
 }
 
 #[cfg(test)]

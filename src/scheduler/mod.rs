@@ -49,6 +49,7 @@ pub use schedule::{Schedule, ScheduleError, next_after, parse_timezone};
 
 use crate::config::SchedulerSettings;
 use crate::store::{Job, JobRun, Origin, Store, StoreError, Task};
+use crate::util::lock;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -363,9 +364,7 @@ impl Scheduler {
         tracker: &TaskTracker,
         cancel: CancellationToken,
     ) -> Result<(), SchedulerError> {
-        if let Ok(mut t) = self.inner.tracker.lock() {
-            *t = Some(tracker.clone());
-        }
+        *lock(&self.inner.tracker) = Some(tracker.clone());
         self.restore().await?;
         let me = self.clone();
         tracker.spawn(async move { me.run_loop(cancel).await });
@@ -417,7 +416,7 @@ impl Scheduler {
             fut.await;
             drop(guard);
         };
-        let tracker = self.inner.tracker.lock().ok().and_then(|t| t.clone());
+        let tracker = lock(&self.inner.tracker).clone();
         match tracker {
             Some(t) => {
                 t.spawn(fut);

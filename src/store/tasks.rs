@@ -144,6 +144,25 @@ pub struct NewStep {
     pub duration_ms: i64,
 }
 
+impl NewStep {
+    /// The row as stored, once the store gave it its `seq` and time.
+    pub fn into_step(self, seq: i64, created_at: DateTime<Utc>) -> Step {
+        Step {
+            seq,
+            step: self.step,
+            kind: self.kind,
+            name: self.name,
+            request_tokens: self.request_tokens,
+            result_tokens: self.result_tokens,
+            arguments: self.arguments,
+            output: self.output,
+            error: self.error,
+            duration_ms: self.duration_ms,
+            created_at,
+        }
+    }
+}
+
 /// Filters for [`Store::list_tasks`].
 #[derive(Debug, Clone, Default)]
 pub struct TaskFilter {

@@ -85,9 +85,7 @@ impl Breakers {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Record>> {
-        // A panic while holding this lock cannot leave a record half-written (each update is
-        // a plain field store), so a poisoned lock is still consistent.
-        self.records.lock().unwrap_or_else(|p| p.into_inner())
+        crate::util::lock(&self.records)
     }
 }
 

@@ -47,6 +47,22 @@ impl Backoff {
     }
 }
 
+/// How often a failed attempt is tried again, and how long to wait before each retry. The
+/// model gateway and the outbox sender each have one (with their own numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts after the first; 0 never retries.
+    pub max_retries: u32,
+    pub backoff: Backoff,
+}
+
+impl RetryPolicy {
+    /// The wait before retry number `retry` (0 = the first retry).
+    pub fn delay(&self, retry: u32) -> Duration {
+        self.backoff.delay(retry)
+    }
+}
+
 /// A number in [0, 1) from the standard library's randomly keyed hasher (each `RandomState`
 /// gets fresh keys); jitter needs no more, so no extra crate.
 fn random_unit() -> f64 {

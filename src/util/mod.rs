@@ -7,7 +7,7 @@
 mod backoff;
 pub mod text;
 
-pub use backoff::Backoff;
+pub use backoff::{Backoff, RetryPolicy};
 
 use std::sync::{Mutex, MutexGuard};
 

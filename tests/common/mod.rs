@@ -7,6 +7,7 @@ use hermes_agent::config::{Config, Settings};
 use hermes_agent::llm::RetryPolicy;
 use hermes_agent::store::Origin;
 use hermes_agent::tools::Tool;
+use hermes_agent::util::Backoff;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,8 +29,7 @@ pub fn settings(model_url: &str) -> Settings {
 pub fn fast_retry() -> RetryPolicy {
     RetryPolicy {
         max_retries: 2,
-        base_delay: Duration::from_millis(5),
-        max_delay: Duration::from_millis(20),
+        backoff: Backoff::new(Duration::from_millis(5), Duration::from_millis(20)).with_jitter(),
     }
 }
 

@@ -229,14 +229,7 @@ pub(super) async fn read_body(mut resp: reqwest::Response) -> Result<(Vec<u8>, b
 /// A request error without its URL (a query string may carry a key), with its causes.
 pub(super) fn request_error(e: reqwest::Error) -> ToolError {
     let builder = e.is_builder();
-    let e = e.without_url();
-    let mut msg = e.to_string();
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        source = s.source();
-    }
+    let msg = crate::util::error_chain(&e.without_url());
     if builder {
         ToolError::Failed(msg)
     } else {
@@ -245,16 +238,8 @@ pub(super) fn request_error(e: reqwest::Error) -> ToolError {
 }
 
 pub(super) fn excerpt(body: &str) -> String {
-    let collapsed: String = body.split_whitespace().collect::<Vec<_>>().join(" ");
-    if collapsed.chars().count() > BODY_EXCERPT_CHARS {
-        collapsed
-            .chars()
-            .take(BODY_EXCERPT_CHARS)
-            .collect::<String>()
-            + "…"
-    } else {
-        collapsed
-    }
+    let collapsed = crate::util::text::collapse(body);
+    crate::util::text::cut(&collapsed, BODY_EXCERPT_CHARS).into_owned()
 }
 
 impl Tool for ManifestTool {

@@ -208,10 +208,7 @@ fn collapse(text: &str) -> String {
 }
 
 fn truncate_chars(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_string(),
-    }
+    crate::util::text::cut(text, max).into_owned()
 }
 
 fn title_of(doc: &Html) -> Option<String> {

@@ -43,10 +43,7 @@ pub fn looks_like_feed(body: &[u8]) -> bool {
 }
 
 fn short(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", text[..at].trim_end()),
-        None => text.to_string(),
-    }
+    crate::util::text::cut(text, max).into_owned()
 }
 
 /// Parse raw feed bytes (feed-rs honours the XML encoding declaration itself, so bytes, not

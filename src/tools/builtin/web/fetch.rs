@@ -180,13 +180,7 @@ fn send_error(url: &Url, err: reqwest::Error) -> ToolError {
     if let Some(refusal) = guard::find_refusal(&err) {
         return ToolError::Failed(refusal.to_string());
     }
-    let mut detail = err.to_string();
-    let mut source = std::error::Error::source(&err);
-    while let Some(s) = source {
-        detail.push_str(": ");
-        detail.push_str(&s.to_string());
-        source = s.source();
-    }
+    let detail = crate::util::error_chain(&err);
     if err.is_timeout() {
         ToolError::Network(format!("fetching {url} timed out ({detail})"))
     } else if err.is_connect() {

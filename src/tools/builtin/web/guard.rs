@@ -311,14 +311,7 @@ impl Resolve for GuardResolver {
 
 /// The refusal somewhere in an error's source chain, if the guard caused the error.
 pub fn find_refusal<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a Refusal> {
-    let mut current = Some(err);
-    while let Some(e) = current {
-        if let Some(refusal) = e.downcast_ref::<Refusal>() {
-            return Some(refusal);
-        }
-        current = e.source();
-    }
-    None
+    crate::util::find_cause::<Refusal>(err)
 }
 
 #[cfg(test)]
