@@ -7,7 +7,9 @@ use futures::future::join_all;
 use hermes_agent::app::JobExecution;
 use hermes_agent::llm::scripted::ScriptedModel;
 use hermes_agent::scheduler::JobRequest;
-use hermes_agent::store::{NewStep, NewTask, RunOutcome, StepKind, Store, TaskFilter};
+use hermes_agent::store::{
+    NewStep, NewTask, RunOutcome, StepKind, Store, StoreOptions, TaskFilter,
+};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -26,91 +28,27 @@ pub async fn run_store() -> Result<()> {
     println!(
         "\n== store: SQLite write throughput of trace rows (Store::add_step, ≈ 400-byte output)"
     );
-    step_writes().await?;
+    step_writes(StoreOptions::default(), "").await?;
     println!(
         "  the same INSERT through a pool of ONE connection (writers queue in the pool instead of \
          meeting SQLITE_BUSY and sleeping in SQLite's busy handler):"
     );
-    single_writer().await
+    step_writes(StoreOptions { max_connections: 1 }, ", one connection").await
 }
 
-/// The INSERT of `Store::add_step`, verbatim, run through a one-connection sqlx pool on a
-/// database the Store created: what routing the store's writes through one connection buys.
-async fn single_writer() -> Result<()> {
-    use sqlx::sqlite::{
-        SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
-    };
-    const INSERT: &str = "INSERT INTO task_steps (task_id, seq, step, kind, name, request_tokens, result_tokens, \
-         arguments, output, error, duration_ms, created_at) \
-         VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM task_steps WHERE task_id = ?1), \
-         ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) RETURNING seq";
-    let output = common::filler(400);
-    for writers in [1usize, 8, 64] {
-        let dir = tempfile::tempdir()?;
-        let store = Store::open(dir.path()).await?;
-        let mut tasks = Vec::with_capacity(writers);
-        for _ in 0..writers {
-            tasks.push(
-                store
-                    .create_task(&NewTask {
-                        task: "benchmark".into(),
-                        origin: hermes_agent::store::Origin::Cli,
-                        profile: "fast".into(),
-                        ..Default::default()
-                    })
-                    .await?
-                    .id,
-            );
-        }
-        store.close().await;
-        let options = SqliteConnectOptions::new()
-            .filename(dir.path().join(hermes_agent::store::DB_FILE))
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(10));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(options)
-            .await?;
-        let per = STEP_ROWS / writers;
-        let t0 = Instant::now();
-        let results = join_all(tasks.iter().map(|id| {
-            let pool = pool.clone();
-            let output = output.clone();
-            async move {
-                for k in 0..per {
-                    let _: i64 = sqlx::query_scalar(INSERT)
-                        .bind(id)
-                        .bind(k as i64 + 1)
-                        .bind("tool")
-                        .bind("noop")
-                        .bind(0i64)
-                        .bind(100i64)
-                        .bind(r#"{"nonce":"x","step":1}"#)
-                        .bind(&output)
-                        .bind(None::<String>)
-                        .bind(0i64)
-                        .bind(chrono::Utc::now())
-                        .fetch_one(&pool)
-                        .await?;
-                }
-                anyhow::Ok(())
-            }
-        }))
-        .await;
-        let secs = t0.elapsed().as_secs_f64();
-        for r in results {
-            r?;
-        }
-        let rows = per * writers;
-        figure(
-            &format!("{writers:>2} concurrent writer(s), {rows} rows, one connection"),
-            format!("{:.0} rows/s", rows as f64 / secs),
-        );
-        pool.close().await;
+/// A tool row like the ones a busy agent writes (≈ 400 bytes of output).
+fn bench_row(output: &str) -> NewStep {
+    NewStep {
+        step: 1,
+        kind: StepKind::Tool,
+        name: "noop".into(),
+        request_tokens: 0,
+        result_tokens: 100,
+        arguments: Some(r#"{"nonce":"x","step":1}"#.into()),
+        output: Some(output.to_string()),
+        error: None,
+        duration_ms: 0,
     }
-    Ok(())
 }
 
 async fn fire_error() -> Result<()> {
@@ -254,11 +192,12 @@ async fn fire_error() -> Result<()> {
     Ok(())
 }
 
-async fn step_writes() -> Result<()> {
+/// `Store::add_step` from 1, 8 and 64 concurrent writers through a store opened with `opts`.
+async fn step_writes(opts: StoreOptions, label: &str) -> Result<()> {
     let output = common::filler(400);
     for writers in [1usize, 8, 64] {
         let dir = tempfile::tempdir()?;
-        let store = Store::open(dir.path()).await?;
+        let store = Store::open_with(dir.path(), opts).await?;
         let mut tasks = Vec::with_capacity(writers);
         for _ in 0..writers {
             tasks.push(
@@ -277,25 +216,10 @@ async fn step_writes() -> Result<()> {
         let t0 = Instant::now();
         let results = join_all(tasks.iter().map(|id| {
             let store = store.clone();
-            let output = output.clone();
+            let row = bench_row(&output);
             async move {
-                for k in 0..per {
-                    store
-                        .add_step(
-                            id,
-                            &NewStep {
-                                step: k as i64 + 1,
-                                kind: StepKind::Tool,
-                                name: "noop".into(),
-                                request_tokens: 0,
-                                result_tokens: 100,
-                                arguments: Some(r#"{"nonce":"x","step":1}"#.into()),
-                                output: Some(output.clone()),
-                                error: None,
-                                duration_ms: 0,
-                            },
-                        )
-                        .await?;
+                for _ in 0..per {
+                    store.add_step(id, &row).await?;
                 }
                 anyhow::Ok(())
             }
@@ -307,7 +231,7 @@ async fn step_writes() -> Result<()> {
         }
         let rows = per * writers;
         figure(
-            &format!("{writers:>2} concurrent writer(s), {rows} rows"),
+            &format!("{writers:>2} concurrent writer(s), {rows} rows{label}"),
             format!("{:.0} rows/s", rows as f64 / secs),
         );
         store.close().await;

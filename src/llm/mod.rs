@@ -4,12 +4,13 @@
 //! Must not: know how any tool is implemented, or let an API key reach a log or a trace.
 //!
 //! [`Gateway`] is the handle the agent calls; [`parse`] holds the pure tool-call parsing and
-//! repair; [`scripted`] is a real OpenAI-compatible HTTP server driven by a script, for tests
-//! and benchmarks only.
+//! repair; `scripted` (with the `test-support` feature) is a real OpenAI-compatible HTTP server
+//! driven by a script, for tests and benchmarks only.
 
 mod client;
 mod error;
 pub mod parse;
+#[cfg(any(test, feature = "test-support"))]
 pub mod scripted;
 mod types;
 

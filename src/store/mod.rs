@@ -66,6 +66,20 @@ pub enum StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// How the database is opened; the defaults suit the daemon.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreOptions {
+    /// Connections in the pool. Readers run in parallel in WAL mode; writers queue in SQLite's
+    /// busy handler. Each connection keeps its own page cache.
+    pub max_connections: u32,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions { max_connections: 8 }
+    }
+}
+
 /// A cheap-to-clone handle to the database; clone it into every part that needs storage.
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -75,6 +89,11 @@ pub struct Store {
 impl Store {
     /// Open (creating if needed) the database in `data_dir` and bring its schema up to date.
     pub async fn open(data_dir: &Path) -> Result<Store> {
+        Store::open_with(data_dir, StoreOptions::default()).await
+    }
+
+    /// As [`Store::open`], with chosen options (benchmarks compare pool sizes).
+    pub async fn open_with(data_dir: &Path, opts: StoreOptions) -> Result<Store> {
         std::fs::create_dir_all(data_dir).map_err(|source| StoreError::DataDir {
             path: data_dir.to_path_buf(),
             source,
@@ -90,7 +109,7 @@ impl Store {
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
         let pool = SqlitePoolOptions::new()
-            .max_connections(8)
+            .max_connections(opts.max_connections.max(1))
             .connect_with(options)
             .await
             .map_err(|source| StoreError::Open {
