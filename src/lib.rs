@@ -1,6 +1,7 @@
 //! hermes-agent: a personal-automation agent daemon. The model thinks, the code acts.
 //!
-//! Parts and their one-way dependencies (see `../shared/DESIGN.md` §1):
+//! Parts and their one-way dependencies (`docs/ARCHITECTURE.md` has the map, a task's path
+//! through them, and where each behaviour lives):
 //! `cli`/`server` (entry) → `agent` → `tools` / `memory` / `llm`; `scheduler` and `notify` are
 //! services reached through narrow handles; `store` holds all SQL; `config` all settings.
 

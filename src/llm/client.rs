@@ -47,7 +47,7 @@ pub struct Gateway {
     /// except as a request header.
     profiles: Arc<BTreeMap<String, Profile>>,
     retry: RetryPolicy,
-    /// Replies whose output looked like a tool call but could not be read (DESIGN §3).
+    /// Replies whose output looked like a tool call but could not be read.
     parse_failures: Arc<AtomicU64>,
 }
 

@@ -36,7 +36,7 @@ pub async fn health(State(s): State<ApiState>) -> ApiResult {
 }
 
 pub async fn not_found() -> ApiError {
-    ApiError::not_found("no such endpoint; see DESIGN.md §10 or README.md for the API")
+    ApiError::not_found("no such endpoint; README.md lists the API's endpoints")
 }
 
 pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {

@@ -1,5 +1,5 @@
 //! The HTTP API (axum): request validation, authentication, and mapping to the agent, the
-//! scheduler and memory. Shapes follow DESIGN.md §10 exactly.
+//! scheduler and memory. The endpoints and their shapes are the contract listed in README.md.
 //!
 //! Owns: routes, the bearer-token check, body limits, JSON errors.
 //! Must not: hold business logic — every handler is a thin call into a part.
