@@ -63,7 +63,11 @@ fn config_check_points_at_the_broken_line() {
             ":3: agent.max_stepz:",
             "unknown field",
         ),
-        ("server:\n  port: 0\n", ":2: server.port:", "greater than 0"),
+        (
+            "agent:\n  workers: 0\n",
+            ":2: agent.workers:",
+            "greater than 0",
+        ),
         (
             "tools:\n  timeout_s: -1\n",
             ":2: tools.timeout_s:",

@@ -7,7 +7,7 @@ use super::{Agent, Inner, RunOptions, Submit};
 use crate::store::{FailReason, Origin, TaskState};
 use crate::tools::{Tool, ToolContext, ToolError, ToolInfo, TypedTool};
 use futures::future::join_all;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
@@ -97,21 +97,23 @@ impl DelegateTools {
         ]
     }
 
-    async fn run_one(&self, ctx: &ToolContext, name: &str, task: &str) -> Value {
+    async fn run_one(&self, ctx: &ToolContext, name: &str, task: &str) -> SubResult {
+        let failed = |error: String| SubResult::new(name, SubStatus::Failed, None).error(error);
         let Some(agent) = self
             .agent
             .get()
             .and_then(Weak::upgrade)
             .map(|inner| Agent { inner })
         else {
-            return json!({"agent": name, "status": "failed", "error": "the agent is shutting down"});
+            return failed("the agent is shutting down".into());
         };
         if ctx.depth + 1 > MAX_DEPTH {
-            return json!({"agent": name, "status": "failed",
-                "error": format!("delegation is limited to depth {MAX_DEPTH}; do this part yourself")});
+            return failed(format!(
+                "delegation is limited to depth {MAX_DEPTH}; do this part yourself"
+            ));
         }
         let Some(def) = agent.settings().agents.get(name).cloned() else {
-            return json!({"agent": name, "status": "failed", "error": format!("no sub-agent '{name}'")});
+            return failed(format!("no sub-agent '{name}'"));
         };
         let profile = (!def.profile.is_empty())
             .then(|| def.profile.clone())
@@ -127,7 +129,7 @@ impl DelegateTools {
             .await;
         let sub = match created {
             Ok(c) => c,
-            Err(e) => return json!({"agent": name, "status": "failed", "error": e.to_string()}),
+            Err(e) => return failed(e.to_string()),
         };
         let sub_id = sub.task().id.clone();
         let opts = RunOptions {
@@ -139,23 +141,67 @@ impl DelegateTools {
         };
         // Spawned, so the sub-task always reaches a final state even if this call is dropped.
         let handle = tokio::spawn(async move { agent.run_claimed(sub, opts).await });
+        let with_id = |status| SubResult::new(name, status, Some(sub_id.clone()));
         match handle.await {
-            Ok(Ok(t)) => match (t.state, t.reason) {
-                (TaskState::Succeeded, _) => {
-                    json!({"agent": name, "status": "success", "task_id": t.id, "answer": t.answer})
+            Ok(Ok(t)) => {
+                let status = match (t.state, t.reason) {
+                    (TaskState::Succeeded, _) => SubStatus::Success,
+                    (_, Some(FailReason::Timeout)) => SubStatus::Timeout,
+                    _ => SubStatus::Failed,
+                };
+                SubResult {
+                    answer: t.answer,
+                    error: t.error,
+                    ..with_id(status)
                 }
-                (_, Some(FailReason::Timeout)) => {
-                    json!({"agent": name, "status": "timeout", "task_id": t.id, "error": t.error})
-                }
-                _ => json!({"agent": name, "status": "failed", "task_id": t.id, "error": t.error}),
-            },
-            Ok(Err(e)) => {
-                json!({"agent": name, "status": "failed", "task_id": sub_id, "error": e.to_string()})
             }
-            Err(e) => {
-                json!({"agent": name, "status": "failed", "task_id": sub_id, "error": format!("sub-agent crashed: {e}")})
-            }
+            Ok(Err(e)) => with_id(SubStatus::Failed).error(e.to_string()),
+            Err(e) => with_id(SubStatus::Failed).error(format!("sub-agent crashed: {e}")),
         }
+    }
+}
+
+/// How a sub-task ended, as the parent model sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum SubStatus {
+    Success,
+    Failed,
+    Timeout,
+}
+
+/// One sub-task's result: `{agent, status, task_id?, answer?, error?}`.
+#[derive(Debug, Serialize)]
+struct SubResult {
+    agent: String,
+    status: SubStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    task_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    answer: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+impl SubResult {
+    fn new(agent: &str, status: SubStatus, task_id: Option<String>) -> SubResult {
+        SubResult {
+            agent: agent.to_string(),
+            status,
+            task_id,
+            answer: None,
+            error: None,
+        }
+    }
+
+    fn error(mut self, error: String) -> SubResult {
+        self.error = Some(error);
+        self
+    }
+
+    fn to_value(&self) -> Value {
+        serde_json::to_value(self)
+            .unwrap_or_else(|e| json!({"status": "failed", "error": e.to_string()}))
     }
 }
 
@@ -193,9 +239,11 @@ impl TypedTool for Delegate {
 
     async fn run(&self, a: SubTask, ctx: &ToolContext) -> Result<Value, ToolError> {
         let r = self.shared.run_one(ctx, &a.agent, &a.task).await;
-        match r.get("status").and_then(Value::as_str) {
-            Some("success") => Ok(r),
-            _ => Err(ToolError::Failed(r.to_string())),
+        match r.status {
+            SubStatus::Success => Ok(r.to_value()),
+            SubStatus::Failed | SubStatus::Timeout => {
+                Err(ToolError::Failed(r.to_value().to_string()))
+            }
         }
     }
 }
@@ -222,6 +270,11 @@ impl TypedTool for DelegateParallel {
             .tasks
             .iter()
             .map(|t| self.shared.run_one(ctx, &t.agent, &t.task));
-        Ok(json!({"results": join_all(runs).await}))
+        let results: Vec<Value> = join_all(runs)
+            .await
+            .iter()
+            .map(SubResult::to_value)
+            .collect();
+        Ok(json!({ "results": results }))
     }
 }

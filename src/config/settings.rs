@@ -398,6 +398,15 @@ fn seconds(key: &str, v: u64, allow_zero: bool) -> Result<(), Violation> {
 impl Settings {
     /// Values that parse but cannot work. The first problem found is reported.
     pub fn validate(&self) -> Result<(), Violation> {
+        self.validate_model()?;
+        self.validate_limits()?;
+        self.validate_scheduler()?;
+        self.validate_notify()?;
+        self.validate_server()?;
+        self.validate_agents()
+    }
+
+    fn validate_model(&self) -> Result<(), Violation> {
         let m = &self.model;
         if !m.profiles.contains_key(&m.default_profile) {
             let known: Vec<&str> = m.profiles.keys().map(String::as_str).collect();
@@ -430,6 +439,11 @@ impl Settings {
             positive(&k("max_tokens"), p.max_tokens.into())?;
             seconds(&k("timeout_s"), p.timeout_s, false)?;
         }
+        Ok(())
+    }
+
+    /// The numbers of the agent, tools, context and memory sections.
+    fn validate_limits(&self) -> Result<(), Violation> {
         positive("agent.max_steps", self.agent.max_steps.into())?;
         seconds("agent.task_timeout_s", self.agent.task_timeout_s, false)?;
         seconds("agent.shutdown_grace_s", self.agent.shutdown_grace_s, true)?;
@@ -452,7 +466,10 @@ impl Settings {
             "context.summary_max_length",
             self.context.summary_max_length.into(),
         )?;
-        positive("memory.recall_top_k", self.memory.recall_top_k.into())?;
+        positive("memory.recall_top_k", self.memory.recall_top_k.into())
+    }
+
+    fn validate_scheduler(&self) -> Result<(), Violation> {
         let s = &self.scheduler;
         if s.timezone.parse::<chrono_tz::Tz>().is_err() {
             return bad(
@@ -465,7 +482,10 @@ impl Settings {
         }
         positive("scheduler.max_jobs", s.max_jobs.into())?;
         seconds("scheduler.min_interval_s", s.min_interval_s, true)?;
-        seconds("scheduler.catch_up_grace_s", s.catch_up_grace_s, true)?;
+        seconds("scheduler.catch_up_grace_s", s.catch_up_grace_s, true)
+    }
+
+    fn validate_notify(&self) -> Result<(), Violation> {
         if let Some(e) = &self.notify.email {
             if e.smtp_host.is_empty() {
                 return bad("notify.email.smtp_host", "must name the SMTP server");
@@ -498,10 +518,19 @@ impl Settings {
                 );
             }
         }
+        Ok(())
+    }
+
+    fn validate_server(&self) -> Result<(), Violation> {
+        // Port 0 is allowed: the daemon then binds a free port and writes it to the data dir.
         if self.server.host.trim().is_empty() {
             return bad("server.host", "must be an address such as 127.0.0.1");
         }
-        positive("server.port", self.server.port.into())?;
+        Ok(())
+    }
+
+    fn validate_agents(&self) -> Result<(), Violation> {
+        let m = &self.model;
         for (name, a) in &self.agents {
             seconds(&format!("agents.{name}.timeout_s"), a.timeout_s, true)?;
             if !a.profile.is_empty() && !m.profiles.contains_key(&a.profile) {

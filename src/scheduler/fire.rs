@@ -2,7 +2,7 @@
 //! bookkeeping, run lock, precheck, a fresh task, its run, and the run row's outcome and
 //! delivery. Every decision here writes a `job_runs` row and one log line.
 
-use super::schedule::{Schedule, parse_timezone};
+use super::schedule::{Schedule, ScheduleError, parse_timezone};
 use super::{Scheduler, SchedulerError};
 use crate::store::{Delivery, Job, RunOutcome, StoreError, TaskState, new_id};
 use chrono::{DateTime, Duration, Utc};
@@ -75,21 +75,7 @@ impl Scheduler {
             .and_then(|tz| Schedule::parse(&job.schedule, tz, due).map(|s| (tz, s)));
         let (tz, schedule) = match parsed {
             Ok(p) => p,
-            Err(e) => {
-                // A stored job that no longer parses (a zone dropped from tzdata): stop it,
-                // visibly, rather than retrying forever.
-                if store.claim_job_run(&job.id, Some(due), None).await? {
-                    let reason = format!(
-                        "the job's schedule can no longer be evaluated: {e}; remove the job and add it again"
-                    );
-                    store
-                        .add_job_run(&job.id, due, RunOutcome::Failed, None, Some(&reason))
-                        .await?;
-                    tracing::warn!(job = %job.id, %reason, "job stopped");
-                    return Ok(true);
-                }
-                return Ok(false);
-            }
+            Err(e) => return self.stop_unparseable(&job, due, e).await,
         };
         let (count, last) = schedule.due_times(tz, due, now, MISSED_COUNT_CAP);
         let next = if schedule.is_one_shot() {
@@ -116,29 +102,8 @@ impl Scheduler {
                 Some(at) => schedule.previous_before(tz, at).unwrap_or(due).max(due),
                 None => last,
             };
-            let why = if at_start {
-                "daemon was down"
-            } else {
-                "the scheduler was not running (machine asleep?)"
-            };
-            let at_least = if missed >= MISSED_COUNT_CAP {
-                "at least "
-            } else {
-                ""
-            };
-            let reason = if missed == 1 {
-                format!("{why}: 1 run at {}", local(due, tz))
-            } else {
-                format!(
-                    "{why}: {at_least}{missed} runs between {} and {}",
-                    local(due, tz),
-                    local(last_missed, tz)
-                )
-            };
-            store
-                .add_job_run(&job.id, due, RunOutcome::Missed, None, Some(&reason))
+            self.record_missed(&job, tz, missed, due, last_missed, at_start)
                 .await?;
-            tracing::info!(job = %job.id, outcome = "missed", %reason, "job firing");
         }
         if let Some(at) = fire_at {
             let trigger = if at_start || missed > 0 || now - at > LOOP_SLACK {
@@ -158,6 +123,65 @@ impl Scheduler {
             });
         }
         Ok(true)
+    }
+
+    /// A stored job that no longer parses (a zone dropped from tzdata): stop it, visibly,
+    /// rather than retrying forever. False when another firer claimed it first.
+    async fn stop_unparseable(
+        &self,
+        job: &Job,
+        due: DateTime<Utc>,
+        e: ScheduleError,
+    ) -> Result<bool, StoreError> {
+        let store = &self.inner.store;
+        if !store.claim_job_run(&job.id, Some(due), None).await? {
+            return Ok(false);
+        }
+        let reason = format!(
+            "the job's schedule can no longer be evaluated: {e}; remove the job and add it again"
+        );
+        store
+            .add_job_run(&job.id, due, RunOutcome::Failed, None, Some(&reason))
+            .await?;
+        tracing::warn!(job = %job.id, %reason, "job stopped");
+        Ok(true)
+    }
+
+    /// One `missed` row for `missed` due times from `first` to `last`.
+    async fn record_missed(
+        &self,
+        job: &Job,
+        tz: Tz,
+        missed: u64,
+        first: DateTime<Utc>,
+        last: DateTime<Utc>,
+        at_start: bool,
+    ) -> Result<(), StoreError> {
+        let why = if at_start {
+            "daemon was down"
+        } else {
+            "the scheduler was not running (machine asleep?)"
+        };
+        let at_least = if missed >= MISSED_COUNT_CAP {
+            "at least "
+        } else {
+            ""
+        };
+        let reason = if missed == 1 {
+            format!("{why}: 1 run at {}", local(first, tz))
+        } else {
+            format!(
+                "{why}: {at_least}{missed} runs between {} and {}",
+                local(first, tz),
+                local(last, tz)
+            )
+        };
+        self.inner
+            .store
+            .add_job_run(&job.id, first, RunOutcome::Missed, None, Some(&reason))
+            .await?;
+        tracing::info!(job = %job.id, outcome = "missed", %reason, "job firing");
+        Ok(())
     }
 
     /// "Run now": the same start as a timer firing, minus claim and precheck.
@@ -205,21 +229,10 @@ impl Scheduler {
                 Err(StoreError::NotFound { .. }) => return Ok(Begin::Gone),
                 Err(e) => return Err(e),
             };
-            let reason = "previous run still running";
-            store
-                .add_job_run(
-                    &job.id,
-                    scheduled_at,
-                    RunOutcome::Skipped,
-                    None,
-                    Some(reason),
-                )
-                .await?;
-            tracing::info!(job = %job.id, outcome = "skipped", reason, running = ?holder, "job firing");
-            return Ok(Begin::Ended {
-                outcome: RunOutcome::Skipped,
-                reason: reason.into(),
-            });
+            tracing::debug!(job = %job.id, running = ?holder, "the previous run holds the lock");
+            return self
+                .record_skipped(job, scheduled_at, "previous run still running")
+                .await;
         }
         match self.begin_locked(job, scheduled_at, trigger, &token).await {
             Ok(b) => Ok(b),
@@ -240,38 +253,9 @@ impl Scheduler {
         let store = &self.inner.store;
         if trigger != Trigger::RunNow
             && let Some(precheck) = &job.precheck
+            && let Some(ended) = self.precheck(job, precheck, scheduled_at, token).await?
         {
-            let tool = precheck.get("tool").and_then(Value::as_str).unwrap_or("");
-            let arguments = precheck
-                .get("arguments")
-                .cloned()
-                .unwrap_or_else(|| Value::Object(Default::default()));
-            match self.inner.runner.precheck(tool, arguments, job).await {
-                Ok(result) if result.get("changed") == Some(&Value::Bool(false)) => {
-                    store.release_job_lock(&job.id, token).await?;
-                    let reason = "precheck: no change";
-                    store
-                        .add_job_run(
-                            &job.id,
-                            scheduled_at,
-                            RunOutcome::Skipped,
-                            None,
-                            Some(reason),
-                        )
-                        .await?;
-                    tracing::info!(job = %job.id, outcome = "skipped", reason, "job firing");
-                    return Ok(Begin::Ended {
-                        outcome: RunOutcome::Skipped,
-                        reason: reason.into(),
-                    });
-                }
-                Ok(_) => {}
-                Err(message) => {
-                    store.release_job_lock(&job.id, token).await?;
-                    let reason = format!("precheck {tool} failed: {message}");
-                    return self.record_failed_start(job, scheduled_at, reason).await;
-                }
-            }
+            return Ok(ended);
         }
         let task_id = match self.inner.runner.create(job).await {
             Ok(id) => id,
@@ -312,6 +296,59 @@ impl Scheduler {
             task_id,
             scheduled_at,
         })))
+    }
+
+    /// Run the job's precheck; the firing's end when it says "no change" or fails (the run
+    /// lock released), `None` to go on.
+    async fn precheck(
+        &self,
+        job: &Job,
+        precheck: &Value,
+        scheduled_at: DateTime<Utc>,
+        token: &str,
+    ) -> Result<Option<Begin>, StoreError> {
+        let tool = precheck.get("tool").and_then(Value::as_str).unwrap_or("");
+        let arguments = precheck
+            .get("arguments")
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Default::default()));
+        let ended = match self.inner.runner.precheck(tool, arguments, job).await {
+            Ok(result) if result.get("changed") == Some(&Value::Bool(false)) => {
+                self.inner.store.release_job_lock(&job.id, token).await?;
+                self.record_skipped(job, scheduled_at, "precheck: no change")
+                    .await?
+            }
+            Ok(_) => return Ok(None),
+            Err(message) => {
+                self.inner.store.release_job_lock(&job.id, token).await?;
+                let reason = format!("precheck {tool} failed: {message}");
+                self.record_failed_start(job, scheduled_at, reason).await?
+            }
+        };
+        Ok(Some(ended))
+    }
+
+    async fn record_skipped(
+        &self,
+        job: &Job,
+        scheduled_at: DateTime<Utc>,
+        reason: &str,
+    ) -> Result<Begin, StoreError> {
+        self.inner
+            .store
+            .add_job_run(
+                &job.id,
+                scheduled_at,
+                RunOutcome::Skipped,
+                None,
+                Some(reason),
+            )
+            .await?;
+        tracing::info!(job = %job.id, outcome = "skipped", reason, "job firing");
+        Ok(Begin::Ended {
+            outcome: RunOutcome::Skipped,
+            reason: reason.into(),
+        })
     }
 
     async fn record_failed_start(

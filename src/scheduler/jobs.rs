@@ -36,33 +36,11 @@ impl Scheduler {
         let tz = parse_timezone(zone)?;
         let now = self.inner.clock.now();
         let (_, first) = schedule::validate(&req.schedule, tz, now, settings.min_interval_s)?;
-        let known = self.inner.deliver.channels();
-        let mut notify: Vec<String> = Vec::new();
-        for channel in &req.notify {
-            let channel = channel.trim();
-            if !known.iter().any(|k| k == channel) {
-                return Err(SchedulerError::UnknownChannel {
-                    channel: channel.to_string(),
-                    known,
-                });
-            }
-            if !notify.iter().any(|c| c == channel) {
-                notify.push(channel.to_string());
-            }
-        }
+        let notify = self.check_channels(&req.notify)?;
         if let Some(p) = &req.precheck {
             check_precheck(p)?;
         }
-        let profiles = &self.inner.profiles;
-        if let Some(p) = req.profile.as_deref().filter(|p| !p.is_empty())
-            && !profiles.is_empty()
-            && !profiles.iter().any(|k| k == p)
-        {
-            return Err(SchedulerError::Invalid(format!(
-                "unknown model profile '{p}'; defined profiles: {}",
-                profiles.join(", ")
-            )));
-        }
+        self.check_profile(req.profile.as_deref())?;
         let name = match req.name.as_deref().map(str::trim) {
             Some(n) if !n.is_empty() => n.to_string(),
             _ => default_name(task),
@@ -93,6 +71,39 @@ impl Scheduler {
             timezone = %job.timezone, %origin, next_run_at = %first, "job created");
         self.wake();
         Ok(job)
+    }
+
+    /// The channels named, each configured, without repeats.
+    fn check_channels(&self, names: &[String]) -> Result<Vec<String>, SchedulerError> {
+        let known = self.inner.deliver.channels();
+        let mut notify: Vec<String> = Vec::new();
+        for channel in names.iter().map(|c| c.trim()) {
+            if !known.iter().any(|k| k == channel) {
+                return Err(SchedulerError::UnknownChannel {
+                    channel: channel.to_string(),
+                    known,
+                });
+            }
+            if !notify.iter().any(|c| c == channel) {
+                notify.push(channel.to_string());
+            }
+        }
+        Ok(notify)
+    }
+
+    /// A profile named for the runs must exist, so a typo is refused now rather than failing
+    /// every firing.
+    fn check_profile(&self, profile: Option<&str>) -> Result<(), SchedulerError> {
+        let profiles = &self.inner.profiles;
+        match profile.filter(|p| !p.is_empty()) {
+            Some(p) if !profiles.is_empty() && !profiles.iter().any(|k| k == p) => {
+                Err(SchedulerError::Invalid(format!(
+                    "unknown model profile '{p}'; defined profiles: {}",
+                    profiles.join(", ")
+                )))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Delete a job and its run history; false when there was no such job. A run in progress
