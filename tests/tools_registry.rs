@@ -1033,100 +1033,83 @@ fn load_error(file: &str, text: &str, env: &HashMap<String, String>) -> String {
 
 #[test]
 fn broken_manifests_name_the_file_the_line_and_the_field() {
-    let env = HashMap::new();
-    let base =
+    const BASE: &str =
         "name: t\ndescription: d\nparameters: {type: object, properties: {x: {type: string}}}\n";
-
-    let e = load_error(
-        "unknown.yaml",
-        &format!("{base}command: {{argv: [echo]}}\ntimeout: 5\n"),
-        &env,
-    );
-    assert!(e.contains("unknown.yaml:5:"), "{e}");
-    assert!(e.contains("timeout"), "{e}");
-
-    let e = load_error(
-        "nested.yaml",
-        &format!("{base}command:\n  argv: [echo]\n  shell: true\n"),
-        &env,
-    );
-    assert!(e.contains("nested.yaml:6:"), "{e}");
-    assert!(e.contains("shell"), "{e}");
-
-    let e = load_error(
-        "wrongtype.yaml",
-        &format!("{base}command:\n  argv: [echo]\n  timeout_s: soon\n"),
-        &env,
-    );
-    assert!(e.contains("wrongtype.yaml:6:"), "{e}");
-    assert!(e.contains("command.timeout_s"), "{e}");
-
-    let e = load_error(
-        "placeholder.yaml",
-        &format!("{base}command:\n  argv: [echo, \"{{{{y}}}}\"]\n"),
-        &env,
-    );
-    assert!(e.contains("placeholder.yaml:5: command.argv:"), "{e}");
-    assert!(e.contains("{{y}}"), "{e}");
-
-    let e = load_error(
-        "both.yaml",
-        &format!(
-            "{base}command: {{argv: [echo]}}\nhttp: {{method: GET, url: \"http://127.0.0.1/\"}}\n"
+    // (file, what follows BASE — or the whole text when it starts with "name:", what the
+    // error must say: each fragment in turn)
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "unknown",
+            "command: {argv: [echo]}\ntimeout: 5\n",
+            &["unknown.yaml:5:", "timeout"],
         ),
-        &env,
-    );
-    assert!(e.contains("both.yaml:5: http:"), "{e}");
-    assert!(e.contains("not both"), "{e}");
-
-    let e = load_error("neither.yaml", base, &env);
-    assert!(e.contains("neither.yaml:1: command:"), "{e}");
-
-    let e = load_error(
-        "name.yaml",
-        "name: Check-Stock\ndescription: d\nparameters: {type: object}\ncommand: {argv: [echo]}\n",
-        &env,
-    );
-    assert!(e.contains("name.yaml:1: name:"), "{e}");
-
-    let e = load_error(
-        "empty.yaml",
-        &format!("{base}command: {{argv: []}}\n"),
-        &env,
-    );
-    assert!(e.contains("empty.yaml:4: command.argv:"), "{e}");
-
-    let e = load_error(
-        "host.yaml",
-        &format!("{base}http: {{method: GET, url: \"http://{{{{x}}}}/a\"}}\n"),
-        &env,
-    );
-    assert!(e.contains("host.yaml:4: http.url:"), "{e}");
-
-    let e = load_error(
-        "unset.yaml",
-        &format!(
-            "{base}http:\n  method: GET\n  url: http://127.0.0.1/\n  headers: {{X-Key: \"${{NOT_SET_ANYWHERE}}\"}}\n"
+        (
+            "nested",
+            "command:\n  argv: [echo]\n  shell: true\n",
+            &["nested.yaml:6:", "shell"],
         ),
-        &env,
-    );
-    assert!(e.contains("unset.yaml:7: http.headers.X-Key:"), "{e}");
-    assert!(e.contains("NOT_SET_ANYWHERE is not set"), "{e}");
-
-    let e = load_error(
-        "unset_plain.yaml",
-        &format!("{base}http:\n  method: GET\n  url: http://127.0.0.1/${{NOT_SET_PLAIN}}\n"),
-        &env,
-    );
-    assert!(e.contains("unset_plain.yaml:6:"), "{e}");
-    assert!(e.contains("NOT_SET_PLAIN"), "{e}");
-
-    let e = load_error(
-        "schema.yaml",
-        "name: t\ndescription: d\nparameters: {type: object, properties: {x: {type: 12}}}\ncommand: {argv: [echo]}\n",
-        &env,
-    );
-    assert!(e.contains("schema.yaml:3: parameters:"), "{e}");
+        (
+            "wrongtype",
+            "command:\n  argv: [echo]\n  timeout_s: soon\n",
+            &["wrongtype.yaml:6:", "command.timeout_s"],
+        ),
+        (
+            "placeholder",
+            "command:\n  argv: [echo, \"{{y}}\"]\n",
+            &["placeholder.yaml:5: command.argv:", "{{y}}"],
+        ),
+        (
+            "both",
+            "command: {argv: [echo]}\nhttp: {method: GET, url: \"http://127.0.0.1/\"}\n",
+            &["both.yaml:5: http:", "not both"],
+        ),
+        ("neither", "", &["neither.yaml:1: command:"]),
+        (
+            "name",
+            "name: Check-Stock\ndescription: d\nparameters: {type: object}\ncommand: {argv: [echo]}\n",
+            &["name.yaml:1: name:"],
+        ),
+        (
+            "empty",
+            "command: {argv: []}\n",
+            &["empty.yaml:4: command.argv:"],
+        ),
+        (
+            "host",
+            "http: {method: GET, url: \"http://{{x}}/a\"}\n",
+            &["host.yaml:4: http.url:"],
+        ),
+        (
+            "unset",
+            "http:\n  method: GET\n  url: http://127.0.0.1/\n  headers: {X-Key: \"${NOT_SET_ANYWHERE}\"}\n",
+            &[
+                "unset.yaml:7: http.headers.X-Key:",
+                "NOT_SET_ANYWHERE is not set",
+            ],
+        ),
+        (
+            "unset_plain",
+            "http:\n  method: GET\n  url: http://127.0.0.1/${NOT_SET_PLAIN}\n",
+            &["unset_plain.yaml:6:", "NOT_SET_PLAIN"],
+        ),
+        (
+            "schema",
+            "name: t\ndescription: d\nparameters: {type: object, properties: {x: {type: 12}}}\ncommand: {argv: [echo]}\n",
+            &["schema.yaml:3: parameters:"],
+        ),
+    ];
+    let env = HashMap::new();
+    for (file, rest, says) in cases {
+        let text = if rest.starts_with("name:") {
+            rest.to_string()
+        } else {
+            format!("{BASE}{rest}")
+        };
+        let e = load_error(&format!("{file}.yaml"), &text, &env);
+        for fragment in *says {
+            assert!(e.contains(fragment), "{file}: {e}");
+        }
+    }
 }
 
 #[test]
