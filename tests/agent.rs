@@ -3,7 +3,7 @@
 
 mod common;
 
-use hermes_agent::agent::{RunOptions, Submit};
+use hermes_agent::agent::{Followed, RunOptions, Submit};
 use hermes_agent::config::WebhookSettings;
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::store::{FailReason, Origin};
@@ -442,4 +442,139 @@ async fn a_task_running_in_another_process_is_not_marked_cancelled() {
     assert!(err.to_string().contains("another process"), "{err}");
     let still = t.app.store.task(&claimed.task().id).await.unwrap();
     assert_eq!(still.state, TaskState::Running);
+}
+
+/// Collect a follow stream to its end, with a bound so a bug cannot hang the suite.
+async fn followed(
+    stream: impl futures::Stream<Item = Result<Followed, hermes_agent::agent::AgentError>>,
+) -> Vec<Followed> {
+    use futures::StreamExt;
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        stream.map(|e| e.expect("follow event")).collect::<Vec<_>>(),
+    )
+    .await
+    .expect("the stream ends when the task does")
+}
+
+#[tokio::test]
+async fn a_follower_sees_every_step_once_then_the_end_live_or_late() {
+    let model = ScriptedModel::start_with(|_req| {
+        Reply::Delay(
+            Duration::from_millis(30),
+            Box::new(Reply::tool_calls(&[("lookup", json!({"query": "tea"}))])),
+        )
+    })
+    .await;
+    let mut s = common::settings(&model.base_url());
+    s.agent.max_steps = 3;
+    let t = common::app(s, test_tools()).await;
+    let task = t
+        .app
+        .agent
+        .create(Submit {
+            task: "price of tea, three times".into(),
+            origin: Origin::Api,
+            ..Default::default()
+        })
+        .await
+        .expect("task");
+    // Live: subscribed while the task is still pending.
+    let live = t.app.agent.follow(&task.id).await.expect("follow");
+    let run = {
+        let agent = t.app.agent.clone();
+        let id = task.id.clone();
+        tokio::spawn(async move { agent.execute(&id, RunOptions::default()).await })
+    };
+    let live = followed(live).await;
+    run.await.expect("joined").expect("ran");
+    // Late: the task is over; the stream replays it.
+    let late = followed(t.app.agent.follow(&task.id[..8]).await.expect("follow")).await;
+
+    let record = t.app.store.task_record(&task.id).await.unwrap().unwrap();
+    for events in [&live, &late] {
+        let seqs: Vec<i64> = events
+            .iter()
+            .filter_map(|e| match e {
+                Followed::Step(s) => Some(s.seq),
+                Followed::End(_) => None,
+            })
+            .collect();
+        let stored: Vec<i64> = record.steps.iter().map(|s| s.seq).collect();
+        assert_eq!(seqs, stored, "every row once, in order");
+        match events.last() {
+            Some(Followed::End(t)) => {
+                assert_eq!(t.state, TaskState::Failed);
+                assert_eq!(t.reason, Some(FailReason::MaxSteps));
+            }
+            other => panic!("the last event is the end, not {other:?}"),
+        }
+    }
+    assert!(t.app.agent.follow("ffffffffffffffff").await.is_err());
+}
+
+#[tokio::test]
+async fn the_schemas_sent_to_the_model_carry_no_grammar_bounds() {
+    use hermes_agent::tools::schema::is_grammar_friendly;
+    let model = ScriptedModel::start(vec![Reply::text("ok")]).await;
+    let mut s = common::settings(&model.base_url());
+    // Every built-in, the sub-agent tools and the shipped manifests.
+    s.tools.manifests_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tools").into();
+    s.notify.webhooks.insert(
+        "hook".into(),
+        WebhookSettings {
+            url: "http://127.0.0.1:9/hook".into(),
+            secret: String::new(),
+        },
+    );
+    s.agents.insert(
+        "helper".into(),
+        serde_json::from_value(json!({"description": "helps"})).expect("sub-agent"),
+    );
+    let t = common::app(s, vec![]).await;
+    let offered = t.app.agent.registry().offered(None);
+    let names: Vec<&str> = offered.iter().map(|t| t.name.as_str()).collect();
+    for expected in [
+        "remember",
+        "notify",
+        "delegate_parallel",
+        "weather",
+        "disk_usage",
+    ] {
+        assert!(names.contains(&expected), "{expected} offered: {names:?}");
+    }
+    for spec in &offered {
+        assert!(
+            is_grammar_friendly(&spec.parameters),
+            "{}: {}",
+            spec.name,
+            spec.parameters
+        );
+    }
+    // Validation still enforces what the sent schema leaves out.
+    let r = model.requests();
+    assert!(r.is_empty());
+    let too_long = "x".repeat(5000);
+    let outcome = t
+        .app
+        .agent
+        .registry()
+        .execute(
+            &hermes_agent::llm::ToolCall {
+                id: "c".into(),
+                name: "remember".into(),
+                arguments: json!({ "text": too_long }),
+            },
+            &Default::default(),
+            None,
+        )
+        .await;
+    assert!(
+        matches!(
+            outcome.error,
+            Some(hermes_agent::tools::ToolError::InvalidArguments(_))
+        ),
+        "{:?}",
+        outcome.error
+    );
 }

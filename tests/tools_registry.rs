@@ -1164,3 +1164,57 @@ async fn the_shipped_manifests_load_and_disk_usage_runs() {
         .await;
     assert!(matches!(o.error, Some(ToolError::Failed(_))), "{o:?}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Tools that change at runtime (an MCP server's)
+
+#[tokio::test]
+async fn a_sources_tools_are_offered_replaced_and_guarded_like_any_other() {
+    let settings = ToolSettings {
+        allowlist: vec!["echo".into(), "time__*".into()],
+        ..ToolSettings::default()
+    };
+    let s = setup(settings, vec![Arc::new(echo())]).await;
+    let offered = |s: &Setup| -> Vec<String> {
+        s.registry
+            .offered(None)
+            .into_iter()
+            .map(|t| t.name)
+            .collect()
+    };
+    assert_eq!(offered(&s), ["echo"]);
+
+    let clock = TestTool::new("time__now", |_, _| Ok(json!({"now": "08:00"})));
+    let other = TestTool::new("files__read", |_, _| Ok(json!("secret")));
+    let clash = TestTool::new("echo", |_, _| Ok(json!("shadow")));
+    let errors = s.registry.set_source_tools(
+        "time",
+        vec![Arc::new(clock), Arc::new(other), Arc::new(clash)],
+    );
+    assert!(
+        matches!(errors.as_slice(), [RegistryError::Duplicate(n)] if n == "echo"),
+        "{errors:?}"
+    );
+    // The glob allows the time server's tools; files__read is registered but not allowed.
+    assert_eq!(offered(&s), ["echo", "time__now"]);
+    let ok = s
+        .registry
+        .execute(&call("time__now", json!({})), &s.ctx, None)
+        .await;
+    assert!(ok.error.is_none(), "{:?}", ok.error);
+    assert!(ok.content.contains("08:00"));
+    let refused = s
+        .registry
+        .execute(&call("files__read", json!({})), &s.ctx, None)
+        .await;
+    assert!(matches!(refused.error, Some(ToolError::NotAllowed(_))));
+
+    // The server restarted with a smaller list: the old tool is gone.
+    assert!(s.registry.set_source_tools("time", vec![]).is_empty());
+    assert_eq!(offered(&s), ["echo"]);
+    let gone = s
+        .registry
+        .execute(&call("time__now", json!({})), &s.ctx, None)
+        .await;
+    assert!(matches!(gone.error, Some(ToolError::Unknown(_))));
+}

@@ -7,12 +7,14 @@
 //! `tools` registry, and memory through `memory`. Each task owns its own message list.
 
 mod delegate;
+mod follow;
 mod pool;
 pub mod prompt;
 mod run;
 mod trace;
 
 pub use delegate::{DelegateTools, MAX_DEPTH};
+pub use follow::Followed;
 
 use crate::config::Settings;
 use crate::llm::Gateway;
@@ -73,6 +75,15 @@ pub struct TaskFinished {
     pub state: TaskState,
 }
 
+/// A trace row was stored for a task (announced to live followers: the API's event stream and
+/// the dashboard). It carries only where to look: followers read the row from the store, the
+/// one source of truth, so a follower that lags or joins late misses nothing.
+#[derive(Debug, Clone)]
+pub struct StepRecorded {
+    pub task_id: String,
+    pub seq: i64,
+}
+
 /// How one execution is shaped; the defaults are a top-level task.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
@@ -119,6 +130,8 @@ struct Inner {
     running: Mutex<HashMap<String, Running>>,
     /// Every finished task is announced here.
     finished: broadcast::Sender<TaskFinished>,
+    /// Every stored trace row is announced here.
+    steps: broadcast::Sender<StepRecorded>,
     /// Wakes an idle worker when a task is queued.
     queued: Notify,
 }
@@ -132,6 +145,7 @@ impl Agent {
         memory: Option<LongTerm>,
     ) -> Agent {
         let (finished, _) = broadcast::channel(1024);
+        let (steps, _) = broadcast::channel(1024);
         Agent {
             inner: Arc::new(Inner {
                 settings,
@@ -141,6 +155,7 @@ impl Agent {
                 memory,
                 running: Mutex::new(HashMap::new()),
                 finished,
+                steps,
                 queued: Notify::new(),
             }),
         }
@@ -231,6 +246,12 @@ impl Agent {
     /// Announcements of finished tasks. Subscribe before submitting to never miss one.
     pub fn subscribe(&self) -> broadcast::Receiver<TaskFinished> {
         self.inner.finished.subscribe()
+    }
+
+    /// Announcements of stored trace rows (see [`StepRecorded`]). Subscribe before reading the
+    /// rows recorded so far, so none falls between the read and the first announcement.
+    pub fn subscribe_steps(&self) -> broadcast::Receiver<StepRecorded> {
+        self.inner.steps.subscribe()
     }
 
     /// Wait until `id` is finished (or `timeout` passes) and return it as it then is.

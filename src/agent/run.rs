@@ -362,6 +362,11 @@ impl Agent {
     /// Append a trace row, and show it to the observer (the live timeline of `run`).
     async fn record(&self, task: &Task, opts: &RunOptions, row: NewStep) -> Result<(), StoreError> {
         let seq = self.inner.store.add_step(&task.id, &row).await?;
+        // No receivers is normal (nobody following).
+        let _ = self.inner.steps.send(super::StepRecorded {
+            task_id: task.id.clone(),
+            seq,
+        });
         if let Some(tx) = &opts.observer {
             // The observer may have gone (a closed terminal); the trace is stored regardless.
             let _ = tx.send(row.into_step(seq, now()));

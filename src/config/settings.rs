@@ -146,7 +146,9 @@ impl Default for ToolSettings {
 
 impl ToolSettings {
     pub fn allows(&self, name: &str) -> bool {
-        self.allowlist.iter().any(|a| a == "*" || a == name)
+        self.allowlist
+            .iter()
+            .any(|a| crate::util::glob_matches(a, name))
     }
 }
 

@@ -404,11 +404,17 @@ impl Store {
     }
 
     pub async fn steps(&self, task_id: &str) -> Result<Vec<Step>> {
+        self.steps_after(task_id, 0).await
+    }
+
+    /// The task's trace rows with `seq` above `after`, in order: what a follower has not seen.
+    pub async fn steps_after(&self, task_id: &str, after: i64) -> Result<Vec<Step>> {
         Ok(sqlx::query_as::<_, Step>(
             "SELECT seq, step, kind, name, request_tokens, result_tokens, arguments, output, error, \
-             duration_ms, created_at FROM task_steps WHERE task_id = ? ORDER BY seq",
+             duration_ms, created_at FROM task_steps WHERE task_id = ? AND seq > ? ORDER BY seq",
         )
         .bind(task_id)
+        .bind(after)
         .fetch_all(self.pool())
         .await?)
     }

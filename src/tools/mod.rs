@@ -238,6 +238,7 @@ pub mod breaker;
 pub mod builtin;
 pub mod manifest;
 pub mod registry;
+pub mod schema;
 pub mod shape;
 
 pub use registry::{Registry, RegistryBuilder, RegistryError, ToolOutcome};

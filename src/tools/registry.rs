@@ -9,14 +9,14 @@
 
 use super::breaker::Breakers;
 use super::shape::{self, Rest};
-use super::{Fit, Tool, ToolContext, ToolError};
+use super::{Fit, Tool, ToolContext, ToolError, schema};
 use crate::config::ToolSettings;
 use crate::llm::{ToolCall, ToolSpec, estimate_tokens};
 use crate::store::Store;
 use crate::util::Backoff;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -57,12 +57,12 @@ pub struct ToolOutcome {
     pub working_key: Option<String>,
 }
 
-/// Collects tools, then freezes into a [`Registry`].
+/// Collects the tools known at start, then becomes a [`Registry`].
 pub struct RegistryBuilder {
     settings: ToolSettings,
     store: Store,
     backoff: Backoff,
-    entries: BTreeMap<String, Entry>,
+    entries: BTreeMap<String, Arc<Entry>>,
 }
 
 impl RegistryBuilder {
@@ -82,6 +82,61 @@ impl RegistryBuilder {
     }
 
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
+        let entry = Entry::compile(tool, None)?;
+        if self.entries.contains_key(&entry.spec.name) {
+            return Err(RegistryError::Duplicate(entry.spec.name.clone()));
+        }
+        self.entries
+            .insert(entry.spec.name.clone(), Arc::new(entry));
+        Ok(())
+    }
+
+    pub fn build(self) -> Registry {
+        let breakers = Breakers::new(
+            self.settings.circuit_breaker_threshold,
+            Duration::from_secs(self.settings.circuit_breaker_cooldown_s),
+        );
+        Registry(Arc::new(Inner {
+            settings: self.settings,
+            store: self.store,
+            backoff: self.backoff,
+            entries: RwLock::new(self.entries),
+            breakers,
+        }))
+    }
+}
+
+/// The tools; a cheap clone shared by every task.
+#[derive(Clone)]
+pub struct Registry(Arc<Inner>);
+
+struct Inner {
+    /// Timeouts, retries, breaker thresholds, the result cap and the global allowlist.
+    settings: ToolSettings,
+    /// Where over-cap results go (working memory).
+    store: Store,
+    /// Waits between retries of network-class errors.
+    backoff: Backoff,
+    /// Every tool by name: those registered at start, and the current tools of each source.
+    /// Written only when a source's tools change (an MCP server starts, dies, or says its list
+    /// changed), read at every step; a BTreeMap so offers come out sorted.
+    entries: RwLock<BTreeMap<String, Arc<Entry>>>,
+    breakers: Breakers,
+}
+
+struct Entry {
+    tool: Arc<dyn Tool>,
+    /// Compiled once at registration; validating is then cheap per call.
+    validator: jsonschema::Validator,
+    /// What the model is sent: the schema without grammar-unfriendly keywords.
+    spec: ToolSpec,
+    /// The source whose tools can change at runtime (an MCP server's name); `None` for tools
+    /// registered at start.
+    source: Option<String>,
+}
+
+impl Entry {
+    fn compile(tool: Arc<dyn Tool>, source: Option<&str>) -> Result<Entry, RegistryError> {
         let info = tool.info();
         let name = info.name.clone();
         let name_ok = !name.is_empty()
@@ -91,9 +146,6 @@ impl RegistryBuilder {
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
         if !name_ok {
             return Err(RegistryError::InvalidName(name));
-        }
-        if self.entries.contains_key(&name) {
-            return Err(RegistryError::Duplicate(name));
         }
         let parameters = &info.parameters;
         if parameters.get("type").and_then(Value::as_str) != Some("object") {
@@ -109,57 +161,17 @@ impl RegistryBuilder {
                 message: violation(&e),
             })?;
         let spec = ToolSpec {
-            name: name.clone(),
-            description: info.description.clone(),
-            parameters: parameters.clone(),
-        };
-        self.entries.insert(
             name,
-            Entry {
-                tool,
-                validator,
-                spec,
-            },
-        );
-        Ok(())
+            description: info.description.clone(),
+            parameters: schema::for_model(parameters),
+        };
+        Ok(Entry {
+            tool,
+            validator,
+            spec,
+            source: source.map(str::to_string),
+        })
     }
-
-    pub fn build(self) -> Registry {
-        let breakers = Breakers::new(
-            self.settings.circuit_breaker_threshold,
-            Duration::from_secs(self.settings.circuit_breaker_cooldown_s),
-        );
-        Registry(Arc::new(Inner {
-            settings: self.settings,
-            store: self.store,
-            backoff: self.backoff,
-            entries: self.entries,
-            breakers,
-        }))
-    }
-}
-
-/// The frozen set of tools; a cheap clone shared by every task.
-#[derive(Clone)]
-pub struct Registry(Arc<Inner>);
-
-struct Inner {
-    /// Timeouts, retries, breaker thresholds, the result cap and the global allowlist.
-    settings: ToolSettings,
-    /// Where over-cap results go (working memory).
-    store: Store,
-    /// Waits between retries of network-class errors.
-    backoff: Backoff,
-    /// By name; a BTreeMap so offers come out sorted without further work.
-    entries: BTreeMap<String, Entry>,
-    breakers: Breakers,
-}
-
-struct Entry {
-    tool: Arc<dyn Tool>,
-    /// Compiled once at registration; validating is then cheap per call.
-    validator: jsonschema::Validator,
-    spec: ToolSpec,
 }
 
 impl std::fmt::Debug for Registry {
@@ -186,20 +198,59 @@ impl From<ToolError> for Refusal {
 }
 
 impl Registry {
-    /// Specs of the tools this task may use: in the global allowlist (`"*"` = all), in
-    /// `restrict` when given (a sub-agent's own list), and not circuit-open. Sorted by name.
+    /// Specs of the tools this task may use: in the global allowlist, in `restrict` when given
+    /// (a sub-agent's own list), and not circuit-open. Sorted by name.
     pub fn offered(&self, restrict: Option<&[String]>) -> Vec<ToolSpec> {
-        self.0
-            .entries
-            .iter()
-            .filter(|(name, _)| self.allowed(name, restrict) && !self.0.breakers.is_open(name))
-            .map(|(_, e)| e.spec.clone())
+        self.entries()
+            .values()
+            .filter(|e| {
+                let name = e.spec.name.as_str();
+                self.allowed(name, restrict) && !self.0.breakers.is_open(name)
+            })
+            .map(|e| e.spec.clone())
             .collect()
     }
 
-    /// Every registered tool's name, sorted, whatever the allowlist says.
+    /// Every tool's name, sorted, whatever the allowlist says.
     pub fn names(&self) -> Vec<String> {
-        self.0.entries.keys().cloned().collect()
+        self.entries().keys().cloned().collect()
+    }
+
+    /// Make `tools` the current tools of `source` (an MCP server), replacing what it had. A
+    /// tool that cannot be registered (a bad name or schema, a name another tool has) is left
+    /// out and reported; the rest are offered from the next step on.
+    pub fn set_source_tools(&self, source: &str, tools: Vec<Arc<dyn Tool>>) -> Vec<RegistryError> {
+        let mut errors = Vec::new();
+        let mut fresh = Vec::with_capacity(tools.len());
+        for tool in tools {
+            match Entry::compile(tool, Some(source)) {
+                Ok(e) => fresh.push(e),
+                Err(e) => errors.push(e),
+            }
+        }
+        let mut entries = self.entries_mut();
+        entries.retain(|_, e| e.source.as_deref() != Some(source));
+        for e in fresh {
+            if entries.contains_key(&e.spec.name) {
+                errors.push(RegistryError::Duplicate(e.spec.name.clone()));
+                continue;
+            }
+            entries.insert(e.spec.name.clone(), Arc::new(e));
+        }
+        errors
+    }
+
+    fn entries(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<Entry>>> {
+        // Writers only swap whole entries in and out, so a poisoned map is still consistent.
+        self.0.entries.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn entries_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Arc<Entry>>> {
+        self.0.entries.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn entry(&self, name: &str) -> Option<Arc<Entry>> {
+        self.entries().get(name).cloned()
     }
 
     /// Validate, authorise, run (with timeout, retries and breaker) and shape one call.
@@ -216,7 +267,7 @@ impl Registry {
         let result = self.run(call, ctx, restrict, &mut attempts).await;
         let (content, error, working_key) = match result {
             Ok((entry, value)) => {
-                let (content, key) = self.present(entry, value, ctx).await;
+                let (content, key) = self.present(&entry, value, ctx).await;
                 (content, None, key)
             }
             Err(r) => {
@@ -259,18 +310,18 @@ impl Registry {
 
     fn allowed(&self, name: &str, restrict: Option<&[String]>) -> bool {
         self.0.settings.allows(name)
-            && restrict.is_none_or(|r| r.iter().any(|a| a == "*" || a == name))
+            && restrict.is_none_or(|r| r.iter().any(|a| crate::util::glob_matches(a, name)))
     }
 
-    async fn run<'s>(
-        &'s self,
+    async fn run(
+        &self,
         call: &ToolCall,
         ctx: &ToolContext,
         restrict: Option<&[String]>,
         attempts: &mut u32,
-    ) -> Result<(&'s Entry, Value), Refusal> {
+    ) -> Result<(Arc<Entry>, Value), Refusal> {
         let name = call.name.as_str();
-        let Some(entry) = self.0.entries.get(name) else {
+        let Some(entry) = self.entry(name) else {
             let available: Vec<String> =
                 self.offered(restrict).into_iter().map(|s| s.name).collect();
             let list = if available.is_empty() {
@@ -291,7 +342,7 @@ impl Registry {
         if self.0.breakers.is_open(name) {
             return Err(ToolError::CircuitOpen(name.to_string()).into());
         }
-        let args = self.validate(entry, &call.arguments)?;
+        let args = self.validate(&entry, &call.arguments)?;
 
         let settings = &self.0.settings;
         let timeout = entry

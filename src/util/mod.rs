@@ -51,6 +51,26 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A name matching an allowlist pattern: `*` matches any run of characters (`*` alone allows
+/// everything, `time__*` every tool of the MCP server `time`); anything else is literal.
+pub fn glob_matches(pattern: &str, name: &str) -> bool {
+    let Some((head, rest)) = pattern.split_once('*') else {
+        return pattern == name;
+    };
+    let Some(mut tail) = name.strip_prefix(head) else {
+        return false;
+    };
+    let parts: Vec<&str> = rest.split('*').collect();
+    let (middle, last) = parts.split_at(parts.len() - 1);
+    for part in middle {
+        match tail.find(part) {
+            Some(at) => tail = &tail[at + part.len()..],
+            None => return false,
+        }
+    }
+    tail.ends_with(last[0])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +104,19 @@ mod tests {
         assert!(m.is_poisoned());
         *lock(&m) += 1;
         assert_eq!(*lock(&m), 2);
+    }
+
+    #[test]
+    fn allowlist_patterns() {
+        assert!(glob_matches("*", "web_fetch"));
+        assert!(glob_matches("web_fetch", "web_fetch"));
+        assert!(!glob_matches("web_fetch", "web_fetch2"));
+        assert!(glob_matches("time__*", "time__get_current_time"));
+        assert!(!glob_matches("time__*", "timer__x"));
+        assert!(glob_matches("*__get_*", "time__get_current_time"));
+        assert!(glob_matches("a*b*c", "a-x-b-y-c"));
+        assert!(!glob_matches("a*b*c", "a-x-c-y-b"));
+        assert!(glob_matches("read_*", "read_feed"));
+        assert!(!glob_matches("", "x"));
     }
 }
