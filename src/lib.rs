@@ -1,13 +1,14 @@
 //! hermes-agent: a personal-automation agent daemon. The model thinks, the code acts.
 //!
 //! Parts and their one-way dependencies (see `../shared/DESIGN.md` §1):
-//! `cli`/`server` (entry) → `agent` → `tools` / `memory` / `llm`; `scheduler` and `notify` are
+//! `cli`/`daemon`/`server` (entry) → `agent` → `tools` / `memory` / `llm`; `scheduler` and `notify` are
 //! services reached through narrow handles; `store` holds all SQL; `config` all settings.
 
 pub mod agent;
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod llm;
 pub mod memory;
 pub mod notify;

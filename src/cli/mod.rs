@@ -5,7 +5,6 @@
 
 mod client;
 mod commands;
-pub mod daemon;
 mod render;
 mod setup;
 
@@ -221,7 +220,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let config = Config::load(&src)?;
     match cli.command {
         Command::Config(ConfigCmd::Check) => config_check(&src),
-        Command::Serve => daemon::serve(config).await.map(|()| ExitCode::SUCCESS),
+        Command::Serve => crate::daemon::serve(config)
+            .await
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Into::into),
         Command::Run(args) => commands::run(config, args).await,
         Command::Tasks(cmd) => commands::tasks(config, cmd).await,
         Command::Jobs(cmd) => commands::jobs(config, cmd).await,
