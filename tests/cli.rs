@@ -63,7 +63,11 @@ fn config_check_points_at_the_broken_line() {
             ":3: agent.max_stepz:",
             "unknown field",
         ),
-        ("server:\n  port: 0\n", ":2: server.port:", "greater than 0"),
+        (
+            "agent:\n  workers: 0\n",
+            ":2: agent.workers:",
+            "greater than 0",
+        ),
         (
             "tools:\n  timeout_s: -1\n",
             ":2: tools.timeout_s:",
@@ -96,6 +100,19 @@ fn config_check_points_at_the_broken_line() {
         );
         assert!(stderr.contains(words), "{yaml}: {stderr}");
     }
+}
+
+#[test]
+fn config_check_accepts_port_0_as_any_free_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("any-port.yaml");
+    std::fs::write(&file, "server:\n  port: 0\n").unwrap();
+    let out = hermes(
+        dir.path(),
+        &["--config", file.to_str().unwrap(), "config", "check"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("server: 127.0.0.1:0"));
 }
 
 #[test]

@@ -3,10 +3,14 @@
 //! CLI, and by signals. Each test owns its ports and directories, so they run in parallel; every
 //! child process is killed when its guard drops, so a failing test leaves nothing running.
 
+mod common;
+
+use hermes_agent::daemon::{addr_path, read_addr};
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use std::fs::File;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -14,6 +18,25 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_hermes-agent");
 /// Upper bound for anything that should take a moment: start-up, a task, a shutdown.
 const PATIENCE: Duration = Duration::from_secs(20);
+/// How long a starting daemon may take to write its address file, and how often to look.
+const ADDR_WAIT: Duration = Duration::from_secs(10);
+const ADDR_POLL: Duration = Duration::from_millis(20);
+
+/// Wait (bounded) for the address file of `data_dir` to name an address.
+async fn wait_for_addr(data_dir: &Path) -> SocketAddr {
+    let deadline = Instant::now() + ADDR_WAIT;
+    loop {
+        if let Some(addr) = read_addr(data_dir).expect("a readable address file") {
+            return addr;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {} within {ADDR_WAIT:?}",
+            addr_path(data_dir).display()
+        );
+        tokio::time::sleep(ADDR_POLL).await;
+    }
+}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -1254,4 +1277,45 @@ async fn a_second_daemon_on_the_same_data_dir_refuses_to_start() {
     let mut again = site.start(&[]);
     again.ready().await;
     again.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_writes_the_bound_address_and_removes_it_at_a_clean_exit() {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let t = common::app(common::settings(&model.base_url()), vec![]).await;
+    let data = t.dir.path().to_path_buf();
+    assert!(!addr_path(&data).exists());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let bound = listener.local_addr().expect("its address");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(hermes_agent::daemon::run(
+        t.app.clone(),
+        listener,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+
+    let addr = wait_for_addr(&data).await;
+    assert_eq!(addr, bound, "the file names the port actually bound");
+    let health: Value = reqwest::get(format!("http://{addr}/healthz"))
+        .await
+        .expect("the API answers at that address")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(health["status"], "ok", "{health}");
+
+    stop.send(()).expect("the daemon listens for its shutdown");
+    tokio::time::timeout(PATIENCE, daemon)
+        .await
+        .expect("the daemon stops in time")
+        .expect("the daemon task joins")
+        .expect("a clean exit");
+    assert!(
+        !addr_path(&data).exists(),
+        "the address file is gone after a clean exit"
+    );
 }

@@ -308,6 +308,7 @@ impl std::fmt::Debug for WebhookSettings {
 #[serde(deny_unknown_fields, default)]
 pub struct ServerSettings {
     pub host: String,
+    /// 0: any free port; the daemon writes the one it got to `DATA_DIR/daemon.addr`.
     pub port: u16,
     /// Bearer token; empty means none (allowed only on loopback).
     pub token: String,
@@ -501,7 +502,7 @@ impl Settings {
         if self.server.host.trim().is_empty() {
             return bad("server.host", "must be an address such as 127.0.0.1");
         }
-        positive("server.port", self.server.port.into())?;
+        // server.port 0 is allowed: any free port, written to DATA_DIR/daemon.addr for the CLI.
         for (name, a) in &self.agents {
             seconds(&format!("agents.{name}.timeout_s"), a.timeout_s, true)?;
             if !a.profile.is_empty() && !m.profiles.contains_key(&a.profile) {

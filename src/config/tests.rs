@@ -94,9 +94,9 @@ fn wrong_types_are_errors_with_line_and_key() {
 
 #[test]
 fn bad_values_are_errors_with_line_and_key() {
-    let (line, key, message) = parse_err("# c\nserver:\n  port: 0\n");
+    let (line, key, message) = parse_err("# c\nagent:\n  workers: 0\n");
     assert_eq!(line, Some(3));
-    assert_eq!(key.as_deref(), Some("server.port"));
+    assert_eq!(key.as_deref(), Some("agent.workers"));
     assert!(message.contains("greater than 0"), "{message}");
 
     let (line, key, message) = parse_err("model:\n  default_profile: turbo\n");
@@ -124,9 +124,14 @@ fn bad_values_are_errors_with_line_and_key() {
 
 #[test]
 fn the_error_names_the_file() {
-    let err = parse("server:\n  port: 0\n", Path::new("/etc/h.yaml"), &env(&[])).unwrap_err();
+    let err = parse(
+        "agent:\n  workers: 0\n",
+        Path::new("/etc/h.yaml"),
+        &env(&[]),
+    )
+    .unwrap_err();
     let text = err.to_string();
-    assert!(text.starts_with("/etc/h.yaml:2: server.port:"), "{text}");
+    assert!(text.starts_with("/etc/h.yaml:2: agent.workers:"), "{text}");
 }
 
 #[test]

@@ -2,14 +2,16 @@
 //! builds the parts; [`run`] starts the worker pool, the scheduler, the outbox sender and the
 //! API on a listener it is given, and drains them in order when its shutdown future completes.
 //!
-//! Owns: the start-up order, the data-dir lock (`lock`), the shutdown sequence and its time
-//! bounds.
+//! Owns: the start-up order, the data-dir lock (`lock`), the address file (`addr`), the
+//! shutdown sequence and its time bounds.
 //! Must not: parse arguments or print — the CLI does both; this reports through `tracing` and
 //! [`DaemonError`].
 
+mod addr;
 mod lock;
 mod run;
 
+pub use addr::{ADDR_FILE, AddrFile, AddrFileError, addr_path, read_addr};
 pub use lock::{LOCK_FILE, lock_data_dir};
 pub use run::run;
 
@@ -60,6 +62,8 @@ pub enum DaemonError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    AddrFile(#[from] AddrFileError),
     /// Boxed: the parts' build errors are large, and every lifecycle step returns this type.
     #[error(transparent)]
     App(Box<AppError>),
@@ -76,7 +80,8 @@ impl From<AppError> for DaemonError {
 }
 
 /// The daemon as `hermes-agent serve` runs it: on the configured address, until SIGTERM or
-/// Ctrl-C.
+/// Ctrl-C. `server.port: 0` binds any free port; [`run`] writes the one it got to
+/// `DATA_DIR/daemon.addr`.
 pub async fn serve(config: Config) -> Result<(), DaemonError> {
     let s = &config.settings.server;
     if s.token.is_empty() && !server::is_loopback_host(&s.host) {

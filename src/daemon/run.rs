@@ -4,7 +4,7 @@
 //! Owns: the order of start-up and shutdown, and how long each shutdown step may take.
 //! Must not: bind, lock or build anything (`serve` does), parse arguments or print.
 
-use super::DaemonError;
+use super::{AddrFile, DaemonError};
 use crate::app::App;
 use crate::server::{self, ApiState};
 use crate::store::{FailReason, Origin, TaskState};
@@ -41,20 +41,26 @@ pub async fn run(
     let local = listener
         .local_addr()
         .map_err(|source| DaemonError::ListenerAddr { source })?;
+    // Written before anything starts, so a failure leaves nothing to stop; a CLI that reads
+    // it a moment early waits in the listener's backlog until the API accepts.
+    let addr_file = AddrFile::write(&app.config.data_dir, local)?;
     let services = Services::start(&app).await?;
     let api = Api::start(&app, listener);
     let settings = &app.config.settings;
     tracing::info!(
-        "ready: API on http://{local} ({} workers, {} tools, memory {})",
+        "ready: API on http://{local} ({} workers, {} tools, memory {}; address in {})",
         settings.agent.workers,
         app.agent.registry().names().len(),
-        if app.memory.is_some() { "on" } else { "off" }
+        if app.memory.is_some() { "on" } else { "off" },
+        addr_file.path().display()
     );
 
     shutdown.await;
     // Stop accepting first: a task submitted now would only wait as `pending` until the next
     // start. Requests already in flight (a `wait` on a running task) are still answered.
     api.stop.cancel();
+    // The address is no longer served: the CLI must not wait on it from now on.
+    drop(addr_file);
     services.drain(&app).await;
     api.finish().await;
     app.store.close().await;
