@@ -1,10 +1,12 @@
 //! The daemon as its users meet it: the real `hermes-agent serve` binary started as a process,
 //! talking to a scripted OpenAI-compatible model on loopback, driven over its HTTP API, by the
-//! CLI, and by signals. Each test owns its ports and directories, so they run in parallel; every
+//! CLI, and by signals. The API's requests and answers are tested in-process (tests/api.rs).
+//! Each test owns its ports and directories, so they run in parallel; every
 //! child process is killed when its guard drops, so a failing test leaves nothing running.
 
 mod common;
 
+use common::{echo_model, task_text};
 use hermes_agent::daemon::{addr_path, read_addr};
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use reqwest::{Method, StatusCode};
@@ -43,32 +45,6 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("a free loopback port")
         .port()
-}
-
-/// The last user message of a chat request: the task text.
-fn task_text(req: &Value) -> String {
-    req["messages"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .rev()
-        .find(|m| m["role"] == "user")
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// A model that echoes its task, waits long on tasks that say `slow`, a little on `quick`.
-fn echo_model(req: &Value) -> Reply {
-    let task = task_text(req);
-    let answer = Reply::text(&format!("answer to: {task}"));
-    if task.contains("slow") {
-        Reply::Delay(Duration::from_secs(30), Box::new(answer))
-    } else if task.contains("quick") {
-        Reply::Delay(Duration::from_millis(300), Box::new(answer))
-    } else {
-        answer
-    }
 }
 
 /// A temporary home for one daemon: its settings file, data dir and log.
@@ -584,80 +560,28 @@ async fn a_hundred_concurrent_tasks_each_get_their_own_answer_on_four_workers() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_token_guards_every_endpoint_but_health() {
+async fn the_cli_passes_the_token_of_its_config_to_a_guarded_daemon() {
     let model = ScriptedModel::start_with(echo_model).await;
     let site = Site::new(&model.base_url(), &[], &["token: ${HERMES_TOKEN}"]);
     let token = "s3cret-token-for-tests";
     let mut d = site.start(&[("HERMES_TOKEN", token)]);
     d.ready().await;
-
-    let endpoints: Vec<(Method, &str, Option<Value>)> = vec![
-        (Method::POST, "/v1/tasks", Some(json!({"task": "hello"}))),
-        (Method::GET, "/v1/tasks", None),
-        (Method::GET, "/v1/tasks/abc", None),
-        (Method::POST, "/v1/tasks/abc/cancel", Some(json!({}))),
-        (Method::GET, "/v1/jobs", None),
-        (
-            Method::POST,
-            "/v1/jobs",
-            Some(json!({"task": "t", "schedule": "every 2h"})),
-        ),
-        (Method::DELETE, "/v1/jobs/abc", None),
-        (Method::POST, "/v1/jobs/abc/run", Some(json!({}))),
-        (Method::GET, "/v1/jobs/abc/runs", None),
-        (Method::GET, "/v1/memory?q=tea", None),
-        (
-            Method::POST,
-            "/v1/memory",
-            Some(json!({"text": "likes tea"})),
-        ),
-        (Method::DELETE, "/v1/memory/abc", None),
-    ];
-    let raw = d.http.clone();
-    for (method, path, body) in &endpoints {
-        for auth in [None, Some("wrong-token"), Some("s3cret-token-for-test")] {
-            let mut req = raw.request(method.clone(), format!("{}{path}", d.base));
-            if let Some(a) = auth {
-                req = req.bearer_auth(a);
-            }
-            if let Some(b) = body {
-                req = req.json(b);
-            }
-            let resp = req.send().await.unwrap();
-            assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{method} {path}");
-            let v: Value = resp.json().await.unwrap();
-            let (code, message) = error_of(&v);
-            assert_eq!(code, "unauthorized");
-            assert!(message.contains("Bearer"), "{message}");
-        }
-    }
-    let (status, h) = d.get("/healthz").await;
-    assert_eq!(status, StatusCode::OK, "{h}");
-
+    let (status, _) = d.get("/v1/tasks").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "the daemon is guarded");
     let d = d.with_token(token);
-    for (method, path, body) in endpoints {
-        let (status, v) = d.call(method.clone(), path, body).await;
-        assert_ne!(status, StatusCode::UNAUTHORIZED, "{method} {path}: {v}");
-        assert!(
-            status.is_success() || status == StatusCode::NOT_FOUND,
-            "{method} {path}: {status} {v}"
-        );
-    }
-    // The scheme name is case-insensitive (RFC 9110 §11.1).
-    let resp = d
-        .http
-        .get(format!("{}/v1/tasks", d.base))
-        .header("authorization", format!("bearer {token}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
+    d.submit("hello").await;
 
     // The CLI reads the same config (and env) and passes the token.
     let out = site.cli(&["tasks", "list", "--json"], &[("HERMES_TOKEN", token)]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["tasks"].as_array().unwrap().len(), 1, "{v}");
+    // A wrong one is refused, with what to do about it.
+    let out = site.cli(&["tasks", "list"], &[("HERMES_TOKEN", "wrong-token")]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("server.token"), "{stderr}");
+    assert_eq!(stderr.matches("error:").count(), 1, "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -675,258 +599,6 @@ async fn a_public_bind_without_a_token_refuses_to_start() {
         !site.data().exists(),
         "it refused before touching the data dir"
     );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_bad_input_gets_a_clear_json_error() {
-    let model = ScriptedModel::start_with(echo_model).await;
-    let site = Site::new(&model.base_url(), &[], &[]);
-    let mut d = site.start(&[]);
-    d.ready().await;
-    let url = |p: &str| format!("{}{p}", d.base);
-
-    async fn check(resp: reqwest::Response, status: StatusCode, code: &str, words: &str) {
-        assert_eq!(resp.status(), status, "expected {code}");
-        let ct = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
-        assert!(ct.starts_with("application/json"), "{code}: {ct}");
-        let v: Value = resp.json().await.unwrap();
-        let (c, m) = error_of(&v);
-        assert_eq!(c, code, "{v}");
-        assert!(
-            m.to_lowercase().contains(&words.to_lowercase()),
-            "{code}: {m:?} lacks {words:?}"
-        );
-        assert!(!m.contains("panicked") && !m.contains("src/"), "{m}");
-    }
-    let http = &d.http;
-    let post_raw = |path: &str, ct: &str, body: String| {
-        http.post(url(path))
-            .header("content-type", ct)
-            .body(body)
-            .send()
-    };
-
-    let r = post_raw("/v1/tasks", "application/json", "{\"task\": ".into()).await;
-    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_json", "").await;
-    let r = post_raw("/v1/tasks", "text/plain", "{\"task\": \"x\"}".into()).await;
-    check(
-        r.unwrap(),
-        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        "unsupported_media_type",
-        "application/json",
-    )
-    .await;
-    let r = post_raw(
-        "/v1/tasks",
-        "application/json",
-        json!({"task": "x", "priority": 1}).to_string(),
-    )
-    .await;
-    check(
-        r.unwrap(),
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "invalid_body",
-        "priority",
-    )
-    .await;
-    let r = post_raw(
-        "/v1/tasks",
-        "application/json",
-        json!({"task": 42}).to_string(),
-    )
-    .await;
-    check(
-        r.unwrap(),
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "invalid_body",
-        "task",
-    )
-    .await;
-    let r = post_raw(
-        "/v1/tasks",
-        "application/json",
-        json!({"task": "   "}).to_string(),
-    )
-    .await;
-    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_request", "empty").await;
-    let big = json!({"task": "x".repeat(70 * 1024)}).to_string();
-    let r = post_raw("/v1/tasks", "application/json", big).await;
-    check(
-        r.unwrap(),
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "too_large",
-        "65536",
-    )
-    .await;
-    let long = json!({"task": "字".repeat(20_001)}).to_string();
-    assert!(
-        long.len() < 64 * 1024,
-        "under the body limit, over the text limit"
-    );
-    let r = post_raw("/v1/tasks", "application/json", long).await;
-    check(
-        r.unwrap(),
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "too_large",
-        "20000",
-    )
-    .await;
-    let r = post_raw(
-        "/v1/tasks",
-        "application/json",
-        json!({"task": "x", "profile": "turbo"}).to_string(),
-    )
-    .await;
-    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_request", "turbo").await;
-
-    let r = http.get(url("/v1/tasks?state=done")).send().await;
-    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_request", "done").await;
-    let r = http.get(url("/v1/tasks?limit=many")).send().await;
-    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_request", "limit").await;
-    let r = http.get(url("/v1/tasks?limit=0")).send().await;
-    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_request", "limit").await;
-    let r = http.get(url("/v1/tasks/0123456789abcdef")).send().await;
-    check(
-        r.unwrap(),
-        StatusCode::NOT_FOUND,
-        "not_found",
-        "0123456789abcdef",
-    )
-    .await;
-    let r = http
-        .post(url("/v1/tasks/0123456789abcdef/cancel"))
-        .send()
-        .await;
-    check(
-        r.unwrap(),
-        StatusCode::NOT_FOUND,
-        "not_found",
-        "0123456789abcdef",
-    )
-    .await;
-    let r = http.get(url("/v1/nothing-here")).send().await;
-    check(r.unwrap(), StatusCode::NOT_FOUND, "not_found", "endpoint").await;
-    let r = http.put(url("/v1/tasks")).send().await;
-    check(
-        r.unwrap(),
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-        "PUT",
-    )
-    .await;
-
-    let r = post_raw(
-        "/v1/jobs",
-        "application/json",
-        json!({"task": "digest", "schedule": "at teatime"}).to_string(),
-    )
-    .await;
-    check(
-        r.unwrap(),
-        StatusCode::BAD_REQUEST,
-        "invalid_schedule",
-        "at teatime",
-    )
-    .await;
-    let r = post_raw(
-        "/v1/jobs",
-        "application/json",
-        json!({"task": "digest", "schedule": "every 5s"}).to_string(),
-    )
-    .await;
-    check(
-        r.unwrap(),
-        StatusCode::BAD_REQUEST,
-        "invalid_schedule",
-        "60",
-    )
-    .await;
-    let r = http.delete(url("/v1/jobs/nosuchjob")).send().await;
-    check(r.unwrap(), StatusCode::NOT_FOUND, "not_found", "nosuchjob").await;
-    let r = http.get(url("/v1/jobs/nosuchjob/runs")).send().await;
-    check(r.unwrap(), StatusCode::NOT_FOUND, "not_found", "nosuchjob").await;
-    let r = http.post(url("/v1/jobs/nosuchjob/run")).send().await;
-    check(r.unwrap(), StatusCode::NOT_FOUND, "not_found", "nosuchjob").await;
-    let r = post_raw(
-        "/v1/memory",
-        "application/json",
-        json!({"text": ""}).to_string(),
-    )
-    .await;
-    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_request", "empty").await;
-    let r = http.delete(url("/v1/memory/nosuchfact")).send().await;
-    check(r.unwrap(), StatusCode::NOT_FOUND, "not_found", "nosuchfact").await;
-
-    // Nothing bad got stored, and the daemon is still well.
-    let (_, l) = d.get("/v1/tasks").await;
-    assert_eq!(l["tasks"].as_array().unwrap().len(), 0, "{l}");
-    d.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jobs_over_the_api_create_list_run_and_delete() {
-    let model = ScriptedModel::start_with(echo_model).await;
-    let site = Site::new(&model.base_url(), &[], &[]);
-    let mut d = site.start(&[]);
-    d.ready().await;
-
-    let (status, job) = d
-        .post(
-            "/v1/jobs",
-            json!({"task": "summarise the news", "schedule": "0 8 * * *", "name": "digest"}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{job}");
-    let id = job["id"].as_str().unwrap().to_string();
-    assert_eq!(job["name"], "digest");
-    assert_eq!(job["schedule"], "0 8 * * *");
-    assert_eq!(job["timezone"], "UTC");
-    assert_eq!(job["origin"], "api");
-    let next = job["next_run_at"].as_str().expect("next_run_at");
-    assert!(next.contains("08:00:00"), "{next}");
-    assert!(job["last_run"].is_null(), "{job}");
-
-    let (status, list) = d.get("/v1/jobs").await;
-    assert_eq!(status, StatusCode::OK);
-    let jobs = list["jobs"].as_array().unwrap();
-    assert_eq!(jobs.len(), 1);
-    assert_eq!(jobs[0]["id"], id.as_str());
-
-    let (status, run) = d.post(&format!("/v1/jobs/{id}/run"), json!({})).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{run}");
-    let task_id = run["task_id"].as_str().unwrap().to_string();
-    let t = d.finished(&task_id).await;
-    assert_eq!(t["state"], "succeeded", "{t}");
-    assert_eq!(t["origin"], "job");
-    assert_eq!(t["answer"], "answer to: summarise the news");
-
-    let (status, runs) = d.get(&format!("/v1/jobs/{id}/runs")).await;
-    assert_eq!(status, StatusCode::OK);
-    let runs = runs["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 1, "{runs:?}");
-    assert_eq!(runs[0]["outcome"], "fired");
-    assert_eq!(runs[0]["task_id"], task_id.as_str());
-    assert!(runs[0]["fired_at"].is_string());
-    let (_, list) = d.get("/v1/jobs").await;
-    assert_eq!(list["jobs"][0]["last_run"]["outcome"], "fired", "{list}");
-
-    let (status, body) = d
-        .call(Method::DELETE, &format!("/v1/jobs/{id}"), None)
-        .await;
-    assert_eq!(status, StatusCode::NO_CONTENT);
-    assert!(body.is_null());
-    let (_, list) = d.get("/v1/jobs").await;
-    assert_eq!(list["jobs"].as_array().unwrap().len(), 0);
-    let (status, _) = d
-        .call(Method::DELETE, &format!("/v1/jobs/{id}"), None)
-        .await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
-    d.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
