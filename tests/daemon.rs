@@ -1,8 +1,11 @@
 //! The daemon as its users meet it: the real `hermes-agent serve` binary started as a process,
 //! talking to a scripted OpenAI-compatible model on loopback, driven over its HTTP API, by the
-//! CLI, and by signals. The API's requests and answers are tested in-process (tests/api.rs).
-//! Each test owns its ports and directories, so they run in parallel; every
-//! child process is killed when its guard drops, so a failing test leaves nothing running.
+//! CLI, and by signals — what needs a process: signals, restarts, the data-dir lock, the CLI
+//! finding a running daemon. The API's requests and answers are tested in-process (tests/api.rs).
+//!
+//! Each daemon binds `server.port: 0` and the test reads the port it got from
+//! `DATA_DIR/daemon.addr`, so tests run in parallel without racing for ports; every child
+//! process is killed when its guard drops, so a failing test leaves nothing running.
 
 mod common;
 
@@ -40,17 +43,9 @@ async fn wait_for_addr(data_dir: &Path) -> SocketAddr {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
-
 /// A temporary home for one daemon: its settings file, data dir and log.
 struct Site {
     dir: tempfile::TempDir,
-    port: u16,
 }
 
 impl Site {
@@ -58,14 +53,13 @@ impl Site {
     /// those sections (indented by two spaces).
     fn new(model_url: &str, agent: &[&str], server: &[&str]) -> Site {
         let dir = tempfile::tempdir().expect("temp dir");
-        let port = free_port();
         let mut yaml = format!(
             "model:\n  profiles:\n    fast: {{base_url: \"{model_url}\", model: scripted, timeout_s: 60}}\n    \
              pro: {{base_url: \"{model_url}\", model: scripted-pro, timeout_s: 60}}\n\
              tools:\n  manifests_dir: /nonexistent-hermes-daemon-test-tools\n\
              context:\n  summary_enabled: false\n\
              scheduler:\n  timezone: UTC\n\
-             server:\n  port: {port}\n"
+             server:\n  port: 0\n"
         );
         for l in server {
             yaml.push_str(&format!("  {l}\n"));
@@ -75,7 +69,7 @@ impl Site {
             yaml.push_str(&format!("  {l}\n"));
         }
         std::fs::write(dir.path().join("settings.yaml"), yaml).expect("write settings");
-        Site { dir, port }
+        Site { dir }
     }
 
     fn config(&self) -> PathBuf {
@@ -99,14 +93,23 @@ impl Site {
         cmd.output().expect("the binary runs")
     }
 
-    fn start(&self, env: &[(&str, &str)]) -> Daemon {
-        let mut cmd = base_command(self.dir.path(), env);
+    /// `serve` on this site's config and data dir, logging to `log_dir/daemon.log`.
+    fn spawn(&self, env: &[(&str, &str)], log_dir: &Path) -> Daemon {
+        let mut cmd = base_command(log_dir, env);
         cmd.arg("--config")
             .arg(self.config())
             .arg("--data-dir")
             .arg(self.data())
             .arg("serve");
-        Daemon::spawn(cmd, self.dir.path(), self.port)
+        Daemon::spawn(cmd, log_dir, &self.data())
+    }
+
+    /// Start this site's daemon, the only one on its data dir.
+    fn start(&self, env: &[(&str, &str)]) -> Daemon {
+        // A daemon killed by SIGKILL leaves its address file behind; this start must wait for
+        // the new daemon's, not read the dead one's.
+        let _ = std::fs::remove_file(addr_path(&self.data()));
+        self.spawn(env, self.dir.path())
     }
 }
 
@@ -133,7 +136,9 @@ fn text(b: &[u8]) -> String {
 /// A running daemon process; killed (and reaped) on drop.
 struct Daemon {
     child: Option<Child>,
+    /// `http://ADDR`, known once [`Daemon::ready`] has read the address file.
     base: String,
+    data: PathBuf,
     log: PathBuf,
     spawned: Instant,
     http: reqwest::Client,
@@ -141,7 +146,9 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn spawn(mut cmd: Command, dir: &Path, port: u16) -> Daemon {
+    /// Spawn `cmd` (a `serve`) logging to `dir/daemon.log`; it will write its address to
+    /// `data`'s address file.
+    fn spawn(mut cmd: Command, dir: &Path, data: &Path) -> Daemon {
         // Each start of the same site appends to one log, like journald would.
         let log = dir.join("daemon.log");
         let file = File::options()
@@ -155,7 +162,8 @@ impl Daemon {
         let child = cmd.spawn().expect("the daemon starts");
         Daemon {
             child: Some(child),
-            base: format!("http://127.0.0.1:{port}"),
+            base: String::new(),
+            data: data.to_path_buf(),
             log,
             spawned,
             http: reqwest::Client::builder()
@@ -179,18 +187,42 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Poll `/healthz` until it answers `ok`; the time since spawn. Panics (with the log) if
-    /// the process exits or the bound passes.
+    /// Panic with the log if the process has exited.
+    fn still_running(&mut self) {
+        if let Some(status) = self
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+        {
+            panic!("the daemon exited early ({status}):\n{}", self.log());
+        }
+    }
+
+    /// The address the daemon wrote to its address file, once it is there (bounded).
+    async fn bound_addr(&mut self) -> SocketAddr {
+        let deadline = Instant::now() + ADDR_WAIT;
+        loop {
+            self.still_running();
+            if let Some(addr) = read_addr(&self.data).expect("a readable address file") {
+                return addr;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {} within {ADDR_WAIT:?}:\n{}",
+                addr_path(&self.data).display(),
+                self.log()
+            );
+            tokio::time::sleep(ADDR_POLL).await;
+        }
+    }
+
+    /// Read the bound address, then poll `/healthz` there until it answers `ok`; the time since
+    /// spawn. Panics (with the log) if the process exits or a bound passes.
     async fn ready(&mut self) -> Duration {
+        self.base = format!("http://{}", self.bound_addr().await);
         let deadline = Instant::now() + PATIENCE;
         loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!("the daemon exited early ({status}):\n{}", self.log());
-            }
+            self.still_running();
             if let Ok(r) = self
                 .http
                 .get(format!("{}/healthz", self.base))
@@ -302,11 +334,15 @@ impl Daemon {
         }
     }
 
-    /// SIGTERM and wait for a clean exit.
+    /// SIGTERM and wait for a clean exit, which removes the address file.
     async fn stop(&mut self) {
         self.signal("-TERM");
         let status = self.exited(PATIENCE).await;
         assert_eq!(status.code(), Some(0), "{}", self.log());
+        assert!(
+            !addr_path(&self.data).exists(),
+            "the address file outlived a clean exit"
+        );
     }
 }
 
@@ -333,16 +369,15 @@ fn error_of(v: &Value) -> (&str, &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn starts_on_defaults_with_a_data_dir_and_a_port_and_restarts_fast() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
     // Only the port: everything else is the embedded defaults. Found in the XDG config dir.
     let xdg_file = dir.path().join("xdg-config/hermes-agent/settings.yaml");
     std::fs::create_dir_all(xdg_file.parent().unwrap()).unwrap();
-    std::fs::write(&xdg_file, format!("server:\n  port: {port}\n")).unwrap();
+    std::fs::write(&xdg_file, "server:\n  port: 0\n").unwrap();
     let data = dir.path().join("data");
     let start = || {
         let mut cmd = base_command(dir.path(), &[]);
         cmd.arg("--data-dir").arg(&data).arg("serve");
-        Daemon::spawn(cmd, dir.path(), port)
+        Daemon::spawn(cmd, dir.path(), &data)
     };
 
     let mut d = start();
@@ -381,7 +416,7 @@ async fn on_pure_defaults_it_says_where_it_looked_and_a_busy_port_is_a_clear_err
     cmd.arg("--data-dir")
         .arg(dir.path().join("data"))
         .arg("serve");
-    let mut d = Daemon::spawn(cmd, dir.path(), 8765);
+    let mut d = Daemon::spawn(cmd, dir.path(), &dir.path().join("data"));
     let status = d.exited(PATIENCE).await;
     let log = d.log();
     assert_eq!(status.code(), Some(1), "{log}");
@@ -602,31 +637,20 @@ async fn a_public_bind_without_a_token_refuses_to_start() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_over_the_api_and_the_cli_talks_to_the_running_daemon() {
+async fn the_cli_finds_a_daemon_on_port_0_through_its_address_file() {
     let model = ScriptedModel::start_with(echo_model).await;
     let site = Site::new(&model.base_url(), &[], &[]);
     let mut d = site.start(&[]);
     d.ready().await;
+    let addr = read_addr(&site.data()).unwrap().expect("an address file");
+    assert_ne!(addr.port(), 0);
+    assert!(
+        d.log().contains(&format!("ready: API on http://{addr}")),
+        "{}",
+        d.log()
+    );
 
-    let (status, added) = d
-        .post(
-            "/v1/memory",
-            json!({"text": "用户喜欢喝乌龙茶", "tags": ["偏好"]}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{added}");
-    let fact = added["id"].as_str().unwrap().to_string();
-    let (status, found) = d.get("/v1/memory?q=乌龙茶").await;
-    assert_eq!(status, StatusCode::OK);
-    let facts = found["facts"].as_array().unwrap();
-    assert_eq!(facts.len(), 1, "{found}");
-    assert_eq!(facts[0]["id"], fact.as_str());
-    assert_eq!(facts[0]["text"], "用户喜欢喝乌龙茶");
-    assert_eq!(facts[0]["tags"], json!(["偏好"]));
-    assert!(facts[0]["score"].as_f64().unwrap() > 0.0);
-    assert!(facts[0]["created_at"].is_string());
-
-    // The CLI, while the daemon holds the index lock, answers from the daemon.
+    // Tasks: the CLI shows what the API has.
     let task = d.submit("what do I like to drink?").await;
     d.finished(&task).await;
     let out = site.cli(&["tasks", "list", "--json"], &[]);
@@ -639,6 +663,16 @@ async fn memory_over_the_api_and_the_cli_talks_to_the_running_daemon() {
     let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(shown["id"], task.as_str());
     assert_eq!(shown["answer"], "answer to: what do I like to drink?");
+
+    // Memory: the daemon holds the index, so only going through it can answer.
+    let (status, added) = d
+        .post(
+            "/v1/memory",
+            json!({"text": "用户喜欢喝乌龙茶", "tags": ["偏好"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{added}");
+    let fact = added["id"].as_str().unwrap().to_string();
     let out = site.cli(&["memory", "search", "乌龙茶", "--json"], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let searched = text(&out.stdout);
@@ -657,13 +691,42 @@ async fn memory_over_the_api_and_the_cli_talks_to_the_running_daemon() {
     let (_, found) = d.get("/v1/memory?q=cat%20Miso").await;
     assert_eq!(found["facts"].as_array().unwrap().len(), 1, "{found}");
 
-    let (status, _) = d
-        .call(Method::DELETE, &format!("/v1/memory/{fact}"), None)
-        .await;
-    assert_eq!(status, StatusCode::NO_CONTENT);
-    let (_, found) = d.get("/v1/memory?q=乌龙茶").await;
-    assert_eq!(found["facts"].as_array().unwrap().len(), 0, "{found}");
+    // Jobs: added by the CLI on the daemon, fired there and followed to the end.
+    let out = site.cli(
+        &[
+            "jobs",
+            "add",
+            "summarise the news",
+            "--schedule",
+            "every 2h",
+            "--json",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let job: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let job_id = job["id"].as_str().unwrap().to_string();
+    let (_, jobs) = d.get("/v1/jobs").await;
+    assert_eq!(jobs["jobs"][0]["id"], job_id.as_str(), "{jobs}");
+    let out = site.cli(&["jobs", "run", &job_id], &[]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("fired on the daemon at http://{addr}")),
+        "{stderr}"
+    );
+    assert_eq!(text(&out.stdout).trim(), "answer to: summarise the news");
     d.stop().await;
+
+    // Without a daemon the same commands work on the data dir.
+    let out = site.cli(&["jobs", "list"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(&job_id), "{}", text(&out.stdout));
+    // An address file left by a daemon that could not remove it costs only the probe.
+    std::fs::write(addr_path(&site.data()), "127.0.0.1:9\n").unwrap();
+    let out = site.cli(&["memory", "search", "乌龙茶", "--json"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(&fact), "{}", text(&out.stdout));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -916,27 +979,21 @@ async fn a_second_daemon_on_the_same_data_dir_refuses_to_start() {
     let slow = first.submit("a slow task").await;
     assert!(model.wait_for_requests(1, PATIENCE).await);
 
-    // Same data dir, another port: it would take the first one's running task for a crash.
-    let other_port = free_port();
-    let yaml = std::fs::read_to_string(site.config()).unwrap().replace(
-        &format!("port: {}", site.port),
-        &format!("port: {other_port}"),
-    );
+    // Same data dir (and any free port): it would take the first one's running task for a
+    // crash. Its own log, so what it says is not mixed with the first one's.
+    let first_addr = read_addr(&site.data()).unwrap();
     let other_dir = tempfile::tempdir().unwrap();
-    let other_config = other_dir.path().join("settings.yaml");
-    std::fs::write(&other_config, yaml).unwrap();
-    let mut cmd = base_command(other_dir.path(), &[]);
-    cmd.arg("--config")
-        .arg(&other_config)
-        .arg("--data-dir")
-        .arg(site.data())
-        .arg("serve");
-    let mut second = Daemon::spawn(cmd, other_dir.path(), other_port);
+    let mut second = site.spawn(&[], other_dir.path());
     let status = second.exited(PATIENCE).await;
     let log = second.log();
     assert_eq!(status.code(), Some(1), "{log}");
     assert!(log.contains("already"), "{log}");
     assert!(log.contains(&site.data().display().to_string()), "{log}");
+    assert_eq!(
+        read_addr(&site.data()).unwrap(),
+        first_addr,
+        "the refused daemon left the first one's address alone"
+    );
 
     let (_, t) = first.get(&format!("/v1/tasks/{slow}")).await;
     assert_eq!(t["state"], "running", "{t}");
