@@ -1,5 +1,7 @@
 //! `config check`: validate the configuration and summarise what it sets up. Exits 2 with
 //! `file:line: key: problem` on an invalid one, like every command that loads it.
+//!
+//! Must not: open the data dir or reach the network: checking a config changes nothing.
 
 use super::EXIT_CONFIG;
 use crate::config::{Config, Sources};

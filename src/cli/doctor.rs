@@ -1,5 +1,7 @@
 //! `doctor`: each dependency — the config, the model endpoints, the daemon, the data dir,
 //! memory, tools, SMTP and webhooks — with a verdict. Exits 1 if any check failed.
+//!
+//! Must not: change anything: it probes, and with a daemon up it leaves the data dir alone.
 
 use super::backend::Remote;
 use crate::agent::prompt;

@@ -1,5 +1,7 @@
 //! `jobs list`, `jobs add`, `jobs rm` and `jobs run`, from whichever backend answered. `jobs
 //! run` follows the fired task to its end, so the person sees its outcome here either way.
+//!
+//! Must not: reach the daemon or the data dir except through the [`Backend`] it is given.
 
 use super::JobsCmd;
 use super::backend::{Backend, Fired};

@@ -1,5 +1,7 @@
 //! `memory add`, `memory search` and `memory forget`: long-term facts, from whichever backend
 //! answered (with a daemon up, only it may open the memory index).
+//!
+//! Must not: reach the daemon or the data dir except through the [`Backend`] it is given.
 
 use super::MemoryCmd;
 use super::backend::Backend;

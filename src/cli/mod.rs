@@ -1,7 +1,7 @@
 //! The command line (clap): parses arguments, loads the configuration, calls into the library
 //! and prints. This is the binary edge: errors become `anyhow` messages and exit codes here.
 //! One file per command group; `tasks`, `jobs` and `memory` are written once against
-//! [`backend::Backend`], answered by the running daemon or by the data dir in this process.
+//! `backend::Backend`, answered by the running daemon or by the data dir in this process.
 //!
 //! Must not: hold business logic; each command is a thin call into a part or a backend.
 

@@ -1,5 +1,7 @@
 //! `run`: one task in this process, always — a live timeline on stderr, the answer on stdout.
 //! A running daemon is only asked whether it is there, to leave the sending of notices to it.
+//!
+//! Must not: hand the task to the daemon — its live timeline only exists in this process.
 
 use super::RunArgs;
 use super::backend::{DELIVER_NOW, Remote};

@@ -1,4 +1,6 @@
 //! `service install`: the systemd user unit for this binary, with the data dir made writable.
+//!
+//! Must not: start, enable or reload anything: it writes the unit and says what to run next.
 
 use crate::config::Config;
 use anyhow::Context;
@@ -8,7 +10,7 @@ use std::process::ExitCode;
 const UNIT_TEMPLATE: &str = include_str!("../../systemd/hermes-agent.service");
 
 /// The unit text for this machine: ExecStart at this binary, the data dir writable. Paths are
-/// written as unit-file words (see [`unit_word`]), so a space or a `%` in them survives.
+/// written as unit-file words (see `unit_word`), so a space or a `%` in them survives.
 pub fn render_unit(exe: &Path, config: Option<&Path>, data_dir: &Path) -> String {
     let mut exec = format!("ExecStart={}", unit_word(&exe.to_string_lossy(), true));
     if let Some(c) = config {

@@ -1,4 +1,6 @@
 //! `tasks list` and `tasks show`: task history and traces, from whichever backend answered.
+//!
+//! Must not: reach the daemon or the data dir except through the [`Backend`] it is given.
 
 use super::TasksCmd;
 use super::backend::Backend;
