@@ -664,33 +664,6 @@ async fn the_cli_finds_a_daemon_on_port_0_through_its_address_file() {
     assert_eq!(shown["id"], task.as_str());
     assert_eq!(shown["answer"], "answer to: what do I like to drink?");
 
-    // Memory: the daemon holds the index, so only going through it can answer.
-    let (status, added) = d
-        .post(
-            "/v1/memory",
-            json!({"text": "用户喜欢喝乌龙茶", "tags": ["偏好"]}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{added}");
-    let fact = added["id"].as_str().unwrap().to_string();
-    let out = site.cli(&["memory", "search", "乌龙茶", "--json"], &[]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let searched = text(&out.stdout);
-    assert!(searched.contains(&fact), "{searched}");
-    assert!(searched.contains("用户喜欢喝乌龙茶"), "{searched}");
-    let out = site.cli(&["memory", "search", "乌龙茶"], &[]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stdout).contains("乌龙茶"),
-        "{}",
-        text(&out.stdout)
-    );
-    // A fact added by the CLI goes through the daemon too: the API finds it at once.
-    let out = site.cli(&["memory", "add", "the user's cat is called Miso"], &[]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let (_, found) = d.get("/v1/memory?q=cat%20Miso").await;
-    assert_eq!(found["facts"].as_array().unwrap().len(), 1, "{found}");
-
     // Jobs: added by the CLI on the daemon, fired there and followed to the end.
     let out = site.cli(
         &[
@@ -718,10 +691,51 @@ async fn the_cli_finds_a_daemon_on_port_0_through_its_address_file() {
     assert_eq!(text(&out.stdout).trim(), "answer to: summarise the news");
     d.stop().await;
 
-    // Without a daemon the same commands work on the data dir.
+    // Once it stopped, the same command works on the data dir.
     let out = site.cli(&["jobs", "list"], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains(&job_id), "{}", text(&out.stdout));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_goes_through_the_daemon_and_to_the_data_dir_once_it_stopped() {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let site = Site::new(&model.base_url(), &[], &[]);
+    let mut d = site.start(&[]);
+    d.ready().await;
+
+    // Memory: the daemon holds the index, so only going through it can answer.
+    let (status, added) = d
+        .post(
+            "/v1/memory",
+            json!({"text": "用户喜欢喝乌龙茶", "tags": ["偏好"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{added}");
+    let fact = added["id"].as_str().unwrap().to_string();
+    let out = site.cli(&["memory", "search", "乌龙茶", "--json"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let searched = text(&out.stdout);
+    assert!(searched.contains(&fact), "{searched}");
+    assert!(searched.contains("用户喜欢喝乌龙茶"), "{searched}");
+    let out = site.cli(&["memory", "search", "乌龙茶"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("乌龙茶"),
+        "{}",
+        text(&out.stdout)
+    );
+    // A fact added by the CLI goes through the daemon too: the API finds it at once.
+    let out = site.cli(&["memory", "add", "the user's cat is called Miso"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (_, found) = d.get("/v1/memory?q=cat%20Miso").await;
+    assert_eq!(found["facts"].as_array().unwrap().len(), 1, "{found}");
+    d.stop().await;
+
+    // Without a daemon the data dir answers: the index is free again.
+    let out = site.cli(&["memory", "search", "Miso", "--json"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("Miso"), "{}", text(&out.stdout));
     // An address file left by a daemon that could not remove it costs only the probe.
     std::fs::write(addr_path(&site.data()), "127.0.0.1:9\n").unwrap();
     let out = site.cli(&["memory", "search", "乌龙茶", "--json"], &[]);
