@@ -2,13 +2,14 @@
 //!
 //! Parts and their one-way dependencies (`docs/ARCHITECTURE.md` has the map, a task's path
 //! through them, and where each behaviour lives):
-//! `cli`/`server` (entry) → `agent` → `tools` / `memory` / `llm`; `scheduler` and `notify` are
+//! `cli`/`daemon`/`server` (entry) → `agent` → `tools` / `memory` / `llm`; `scheduler` and `notify` are
 //! services reached through narrow handles; `store` holds all SQL; `config` all settings.
 
 pub mod agent;
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod llm;
 pub mod memory;
 pub mod notify;

@@ -103,6 +103,19 @@ fn config_check_points_at_the_broken_line() {
 }
 
 #[test]
+fn config_check_accepts_port_0_as_any_free_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("any-port.yaml");
+    std::fs::write(&file, "server:\n  port: 0\n").unwrap();
+    let out = hermes(
+        dir.path(),
+        &["--config", file.to_str().unwrap(), "config", "check"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("server: 127.0.0.1:0"));
+}
+
+#[test]
 fn a_named_config_file_that_does_not_exist_is_an_error_not_defaults() {
     let dir = tempfile::tempdir().unwrap();
     let out = hermes(

@@ -1,12 +1,21 @@
 //! The daemon as its users meet it: the real `hermes-agent serve` binary started as a process,
 //! talking to a scripted OpenAI-compatible model on loopback, driven over its HTTP API, by the
-//! CLI, and by signals. Each test owns its ports and directories, so they run in parallel; every
-//! child process is killed when its guard drops, so a failing test leaves nothing running.
+//! CLI, and by signals — what needs a process: signals, restarts, the data-dir lock, the CLI
+//! finding a running daemon. The API's requests and answers are tested in-process (tests/api.rs).
+//!
+//! Each daemon binds `server.port: 0` and the test reads the port it got from
+//! `DATA_DIR/daemon.addr`, so tests run in parallel without racing for ports; every child
+//! process is killed when its guard drops, so a failing test leaves nothing running.
 
+mod common;
+
+use common::{echo_model, task_text};
+use hermes_agent::daemon::{addr_path, read_addr};
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use std::fs::File;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -14,44 +23,29 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_hermes-agent");
 /// Upper bound for anything that should take a moment: start-up, a task, a shutdown.
 const PATIENCE: Duration = Duration::from_secs(20);
+/// How long a starting daemon may take to write its address file, and how often to look.
+const ADDR_WAIT: Duration = Duration::from_secs(10);
+const ADDR_POLL: Duration = Duration::from_millis(20);
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
-
-/// The last user message of a chat request: the task text.
-fn task_text(req: &Value) -> String {
-    req["messages"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .rev()
-        .find(|m| m["role"] == "user")
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// A model that echoes its task, waits long on tasks that say `slow`, a little on `quick`.
-fn echo_model(req: &Value) -> Reply {
-    let task = task_text(req);
-    let answer = Reply::text(&format!("answer to: {task}"));
-    if task.contains("slow") {
-        Reply::Delay(Duration::from_secs(30), Box::new(answer))
-    } else if task.contains("quick") {
-        Reply::Delay(Duration::from_millis(300), Box::new(answer))
-    } else {
-        answer
+/// Wait (bounded) for the address file of `data_dir` to name an address.
+async fn wait_for_addr(data_dir: &Path) -> SocketAddr {
+    let deadline = Instant::now() + ADDR_WAIT;
+    loop {
+        if let Some(addr) = read_addr(data_dir).expect("a readable address file") {
+            return addr;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {} within {ADDR_WAIT:?}",
+            addr_path(data_dir).display()
+        );
+        tokio::time::sleep(ADDR_POLL).await;
     }
 }
 
 /// A temporary home for one daemon: its settings file, data dir and log.
 struct Site {
     dir: tempfile::TempDir,
-    port: u16,
 }
 
 impl Site {
@@ -59,14 +53,13 @@ impl Site {
     /// those sections (indented by two spaces).
     fn new(model_url: &str, agent: &[&str], server: &[&str]) -> Site {
         let dir = tempfile::tempdir().expect("temp dir");
-        let port = free_port();
         let mut yaml = format!(
             "model:\n  profiles:\n    fast: {{base_url: \"{model_url}\", model: scripted, timeout_s: 60}}\n    \
              pro: {{base_url: \"{model_url}\", model: scripted-pro, timeout_s: 60}}\n\
              tools:\n  manifests_dir: /nonexistent-hermes-daemon-test-tools\n\
              context:\n  summary_enabled: false\n\
              scheduler:\n  timezone: UTC\n\
-             server:\n  port: {port}\n"
+             server:\n  port: 0\n"
         );
         for l in server {
             yaml.push_str(&format!("  {l}\n"));
@@ -76,7 +69,7 @@ impl Site {
             yaml.push_str(&format!("  {l}\n"));
         }
         std::fs::write(dir.path().join("settings.yaml"), yaml).expect("write settings");
-        Site { dir, port }
+        Site { dir }
     }
 
     fn config(&self) -> PathBuf {
@@ -100,14 +93,23 @@ impl Site {
         cmd.output().expect("the binary runs")
     }
 
-    fn start(&self, env: &[(&str, &str)]) -> Daemon {
-        let mut cmd = base_command(self.dir.path(), env);
+    /// `serve` on this site's config and data dir, logging to `log_dir/daemon.log`.
+    fn spawn(&self, env: &[(&str, &str)], log_dir: &Path) -> Daemon {
+        let mut cmd = base_command(log_dir, env);
         cmd.arg("--config")
             .arg(self.config())
             .arg("--data-dir")
             .arg(self.data())
             .arg("serve");
-        Daemon::spawn(cmd, self.dir.path(), self.port)
+        Daemon::spawn(cmd, log_dir, &self.data())
+    }
+
+    /// Start this site's daemon, the only one on its data dir.
+    fn start(&self, env: &[(&str, &str)]) -> Daemon {
+        // A daemon killed by SIGKILL leaves its address file behind; this start must wait for
+        // the new daemon's, not read the dead one's.
+        let _ = std::fs::remove_file(addr_path(&self.data()));
+        self.spawn(env, self.dir.path())
     }
 }
 
@@ -134,7 +136,9 @@ fn text(b: &[u8]) -> String {
 /// A running daemon process; killed (and reaped) on drop.
 struct Daemon {
     child: Option<Child>,
+    /// `http://ADDR`, known once [`Daemon::ready`] has read the address file.
     base: String,
+    data: PathBuf,
     log: PathBuf,
     spawned: Instant,
     http: reqwest::Client,
@@ -142,7 +146,9 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn spawn(mut cmd: Command, dir: &Path, port: u16) -> Daemon {
+    /// Spawn `cmd` (a `serve`) logging to `dir/daemon.log`; it will write its address to
+    /// `data`'s address file.
+    fn spawn(mut cmd: Command, dir: &Path, data: &Path) -> Daemon {
         // Each start of the same site appends to one log, like journald would.
         let log = dir.join("daemon.log");
         let file = File::options()
@@ -156,7 +162,8 @@ impl Daemon {
         let child = cmd.spawn().expect("the daemon starts");
         Daemon {
             child: Some(child),
-            base: format!("http://127.0.0.1:{port}"),
+            base: String::new(),
+            data: data.to_path_buf(),
             log,
             spawned,
             http: reqwest::Client::builder()
@@ -180,18 +187,42 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Poll `/healthz` until it answers `ok`; the time since spawn. Panics (with the log) if
-    /// the process exits or the bound passes.
+    /// Panic with the log if the process has exited.
+    fn still_running(&mut self) {
+        if let Some(status) = self
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+        {
+            panic!("the daemon exited early ({status}):\n{}", self.log());
+        }
+    }
+
+    /// The address the daemon wrote to its address file, once it is there (bounded).
+    async fn bound_addr(&mut self) -> SocketAddr {
+        let deadline = Instant::now() + ADDR_WAIT;
+        loop {
+            self.still_running();
+            if let Some(addr) = read_addr(&self.data).expect("a readable address file") {
+                return addr;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {} within {ADDR_WAIT:?}:\n{}",
+                addr_path(&self.data).display(),
+                self.log()
+            );
+            tokio::time::sleep(ADDR_POLL).await;
+        }
+    }
+
+    /// Read the bound address, then poll `/healthz` there until it answers `ok`; the time since
+    /// spawn. Panics (with the log) if the process exits or a bound passes.
     async fn ready(&mut self) -> Duration {
+        self.base = format!("http://{}", self.bound_addr().await);
         let deadline = Instant::now() + PATIENCE;
         loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!("the daemon exited early ({status}):\n{}", self.log());
-            }
+            self.still_running();
             if let Ok(r) = self
                 .http
                 .get(format!("{}/healthz", self.base))
@@ -303,11 +334,15 @@ impl Daemon {
         }
     }
 
-    /// SIGTERM and wait for a clean exit.
+    /// SIGTERM and wait for a clean exit, which removes the address file.
     async fn stop(&mut self) {
         self.signal("-TERM");
         let status = self.exited(PATIENCE).await;
         assert_eq!(status.code(), Some(0), "{}", self.log());
+        assert!(
+            !addr_path(&self.data).exists(),
+            "the address file outlived a clean exit"
+        );
     }
 }
 
@@ -334,16 +369,15 @@ fn error_of(v: &Value) -> (&str, &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn starts_on_defaults_with_a_data_dir_and_a_port_and_restarts_fast() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
     // Only the port: everything else is the embedded defaults. Found in the XDG config dir.
     let xdg_file = dir.path().join("xdg-config/hermes-agent/settings.yaml");
     std::fs::create_dir_all(xdg_file.parent().unwrap()).unwrap();
-    std::fs::write(&xdg_file, format!("server:\n  port: {port}\n")).unwrap();
+    std::fs::write(&xdg_file, "server:\n  port: 0\n").unwrap();
     let data = dir.path().join("data");
     let start = || {
         let mut cmd = base_command(dir.path(), &[]);
         cmd.arg("--data-dir").arg(&data).arg("serve");
-        Daemon::spawn(cmd, dir.path(), port)
+        Daemon::spawn(cmd, dir.path(), &data)
     };
 
     let mut d = start();
@@ -382,7 +416,7 @@ async fn on_pure_defaults_it_says_where_it_looked_and_a_busy_port_is_a_clear_err
     cmd.arg("--data-dir")
         .arg(dir.path().join("data"))
         .arg("serve");
-    let mut d = Daemon::spawn(cmd, dir.path(), 8765);
+    let mut d = Daemon::spawn(cmd, dir.path(), &dir.path().join("data"));
     let status = d.exited(PATIENCE).await;
     let log = d.log();
     assert_eq!(status.code(), Some(1), "{log}");
@@ -561,80 +595,28 @@ async fn a_hundred_concurrent_tasks_each_get_their_own_answer_on_four_workers() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_token_guards_every_endpoint_but_health() {
+async fn the_cli_passes_the_token_of_its_config_to_a_guarded_daemon() {
     let model = ScriptedModel::start_with(echo_model).await;
     let site = Site::new(&model.base_url(), &[], &["token: ${HERMES_TOKEN}"]);
     let token = "s3cret-token-for-tests";
     let mut d = site.start(&[("HERMES_TOKEN", token)]);
     d.ready().await;
-
-    let endpoints: Vec<(Method, &str, Option<Value>)> = vec![
-        (Method::POST, "/v1/tasks", Some(json!({"task": "hello"}))),
-        (Method::GET, "/v1/tasks", None),
-        (Method::GET, "/v1/tasks/abc", None),
-        (Method::POST, "/v1/tasks/abc/cancel", Some(json!({}))),
-        (Method::GET, "/v1/jobs", None),
-        (
-            Method::POST,
-            "/v1/jobs",
-            Some(json!({"task": "t", "schedule": "every 2h"})),
-        ),
-        (Method::DELETE, "/v1/jobs/abc", None),
-        (Method::POST, "/v1/jobs/abc/run", Some(json!({}))),
-        (Method::GET, "/v1/jobs/abc/runs", None),
-        (Method::GET, "/v1/memory?q=tea", None),
-        (
-            Method::POST,
-            "/v1/memory",
-            Some(json!({"text": "likes tea"})),
-        ),
-        (Method::DELETE, "/v1/memory/abc", None),
-    ];
-    let raw = d.http.clone();
-    for (method, path, body) in &endpoints {
-        for auth in [None, Some("wrong-token"), Some("s3cret-token-for-test")] {
-            let mut req = raw.request(method.clone(), format!("{}{path}", d.base));
-            if let Some(a) = auth {
-                req = req.bearer_auth(a);
-            }
-            if let Some(b) = body {
-                req = req.json(b);
-            }
-            let resp = req.send().await.unwrap();
-            assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{method} {path}");
-            let v: Value = resp.json().await.unwrap();
-            let (code, message) = error_of(&v);
-            assert_eq!(code, "unauthorized");
-            assert!(message.contains("Bearer"), "{message}");
-        }
-    }
-    let (status, h) = d.get("/healthz").await;
-    assert_eq!(status, StatusCode::OK, "{h}");
-
+    let (status, _) = d.get("/v1/tasks").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "the daemon is guarded");
     let d = d.with_token(token);
-    for (method, path, body) in endpoints {
-        let (status, v) = d.call(method.clone(), path, body).await;
-        assert_ne!(status, StatusCode::UNAUTHORIZED, "{method} {path}: {v}");
-        assert!(
-            status.is_success() || status == StatusCode::NOT_FOUND,
-            "{method} {path}: {status} {v}"
-        );
-    }
-    // The scheme name is case-insensitive (RFC 9110 §11.1).
-    let resp = d
-        .http
-        .get(format!("{}/v1/tasks", d.base))
-        .header("authorization", format!("bearer {token}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
+    d.submit("hello").await;
 
     // The CLI reads the same config (and env) and passes the token.
     let out = site.cli(&["tasks", "list", "--json"], &[("HERMES_TOKEN", token)]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["tasks"].as_array().unwrap().len(), 1, "{v}");
+    // A wrong one is refused, with what to do about it.
+    let out = site.cli(&["tasks", "list"], &[("HERMES_TOKEN", "wrong-token")]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("server.token"), "{stderr}");
+    assert_eq!(stderr.matches("error:").count(), 1, "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -655,283 +637,20 @@ async fn a_public_bind_without_a_token_refuses_to_start() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_bad_input_gets_a_clear_json_error() {
+async fn the_cli_finds_a_daemon_on_port_0_through_its_address_file() {
     let model = ScriptedModel::start_with(echo_model).await;
     let site = Site::new(&model.base_url(), &[], &[]);
     let mut d = site.start(&[]);
     d.ready().await;
-    let url = |p: &str| format!("{}{p}", d.base);
-
-    async fn check(resp: reqwest::Response, status: StatusCode, code: &str, words: &str) {
-        assert_eq!(resp.status(), status, "expected {code}");
-        let ct = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
-        assert!(ct.starts_with("application/json"), "{code}: {ct}");
-        let v: Value = resp.json().await.unwrap();
-        let (c, m) = error_of(&v);
-        assert_eq!(c, code, "{v}");
-        assert!(
-            m.to_lowercase().contains(&words.to_lowercase()),
-            "{code}: {m:?} lacks {words:?}"
-        );
-        assert!(!m.contains("panicked") && !m.contains("src/"), "{m}");
-    }
-    let http = &d.http;
-    let post_raw = |path: &str, ct: &str, body: String| {
-        http.post(url(path))
-            .header("content-type", ct)
-            .body(body)
-            .send()
-    };
-
-    let r = post_raw("/v1/tasks", "application/json", "{\"task\": ".into()).await;
-    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_json", "").await;
-    let r = post_raw("/v1/tasks", "text/plain", "{\"task\": \"x\"}".into()).await;
-    check(
-        r.unwrap(),
-        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        "unsupported_media_type",
-        "application/json",
-    )
-    .await;
-    let r = post_raw(
-        "/v1/tasks",
-        "application/json",
-        json!({"task": "x", "priority": 1}).to_string(),
-    )
-    .await;
-    check(
-        r.unwrap(),
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "invalid_body",
-        "priority",
-    )
-    .await;
-    let r = post_raw(
-        "/v1/tasks",
-        "application/json",
-        json!({"task": 42}).to_string(),
-    )
-    .await;
-    check(
-        r.unwrap(),
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "invalid_body",
-        "task",
-    )
-    .await;
-    let r = post_raw(
-        "/v1/tasks",
-        "application/json",
-        json!({"task": "   "}).to_string(),
-    )
-    .await;
-    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_request", "empty").await;
-    let big = json!({"task": "x".repeat(70 * 1024)}).to_string();
-    let r = post_raw("/v1/tasks", "application/json", big).await;
-    check(
-        r.unwrap(),
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "too_large",
-        "65536",
-    )
-    .await;
-    let long = json!({"task": "字".repeat(20_001)}).to_string();
+    let addr = read_addr(&site.data()).unwrap().expect("an address file");
+    assert_ne!(addr.port(), 0);
     assert!(
-        long.len() < 64 * 1024,
-        "under the body limit, over the text limit"
+        d.log().contains(&format!("ready: API on http://{addr}")),
+        "{}",
+        d.log()
     );
-    let r = post_raw("/v1/tasks", "application/json", long).await;
-    check(
-        r.unwrap(),
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "too_large",
-        "20000",
-    )
-    .await;
-    let r = post_raw(
-        "/v1/tasks",
-        "application/json",
-        json!({"task": "x", "profile": "turbo"}).to_string(),
-    )
-    .await;
-    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_request", "turbo").await;
 
-    let r = http.get(url("/v1/tasks?state=done")).send().await;
-    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_request", "done").await;
-    let r = http.get(url("/v1/tasks?limit=many")).send().await;
-    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_request", "limit").await;
-    let r = http.get(url("/v1/tasks?limit=0")).send().await;
-    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_request", "limit").await;
-    let r = http.get(url("/v1/tasks/0123456789abcdef")).send().await;
-    check(
-        r.unwrap(),
-        StatusCode::NOT_FOUND,
-        "not_found",
-        "0123456789abcdef",
-    )
-    .await;
-    let r = http
-        .post(url("/v1/tasks/0123456789abcdef/cancel"))
-        .send()
-        .await;
-    check(
-        r.unwrap(),
-        StatusCode::NOT_FOUND,
-        "not_found",
-        "0123456789abcdef",
-    )
-    .await;
-    let r = http.get(url("/v1/nothing-here")).send().await;
-    check(r.unwrap(), StatusCode::NOT_FOUND, "not_found", "endpoint").await;
-    let r = http.put(url("/v1/tasks")).send().await;
-    check(
-        r.unwrap(),
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-        "PUT",
-    )
-    .await;
-
-    let r = post_raw(
-        "/v1/jobs",
-        "application/json",
-        json!({"task": "digest", "schedule": "at teatime"}).to_string(),
-    )
-    .await;
-    check(
-        r.unwrap(),
-        StatusCode::BAD_REQUEST,
-        "invalid_schedule",
-        "at teatime",
-    )
-    .await;
-    let r = post_raw(
-        "/v1/jobs",
-        "application/json",
-        json!({"task": "digest", "schedule": "every 5s"}).to_string(),
-    )
-    .await;
-    check(
-        r.unwrap(),
-        StatusCode::BAD_REQUEST,
-        "invalid_schedule",
-        "60",
-    )
-    .await;
-    let r = http.delete(url("/v1/jobs/nosuchjob")).send().await;
-    check(r.unwrap(), StatusCode::NOT_FOUND, "not_found", "nosuchjob").await;
-    let r = http.get(url("/v1/jobs/nosuchjob/runs")).send().await;
-    check(r.unwrap(), StatusCode::NOT_FOUND, "not_found", "nosuchjob").await;
-    let r = http.post(url("/v1/jobs/nosuchjob/run")).send().await;
-    check(r.unwrap(), StatusCode::NOT_FOUND, "not_found", "nosuchjob").await;
-    let r = post_raw(
-        "/v1/memory",
-        "application/json",
-        json!({"text": ""}).to_string(),
-    )
-    .await;
-    check(r.unwrap(), StatusCode::BAD_REQUEST, "bad_request", "empty").await;
-    let r = http.delete(url("/v1/memory/nosuchfact")).send().await;
-    check(r.unwrap(), StatusCode::NOT_FOUND, "not_found", "nosuchfact").await;
-
-    // Nothing bad got stored, and the daemon is still well.
-    let (_, l) = d.get("/v1/tasks").await;
-    assert_eq!(l["tasks"].as_array().unwrap().len(), 0, "{l}");
-    d.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jobs_over_the_api_create_list_run_and_delete() {
-    let model = ScriptedModel::start_with(echo_model).await;
-    let site = Site::new(&model.base_url(), &[], &[]);
-    let mut d = site.start(&[]);
-    d.ready().await;
-
-    let (status, job) = d
-        .post(
-            "/v1/jobs",
-            json!({"task": "summarise the news", "schedule": "0 8 * * *", "name": "digest"}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{job}");
-    let id = job["id"].as_str().unwrap().to_string();
-    assert_eq!(job["name"], "digest");
-    assert_eq!(job["schedule"], "0 8 * * *");
-    assert_eq!(job["timezone"], "UTC");
-    assert_eq!(job["origin"], "api");
-    let next = job["next_run_at"].as_str().expect("next_run_at");
-    assert!(next.contains("08:00:00"), "{next}");
-    assert!(job["last_run"].is_null(), "{job}");
-
-    let (status, list) = d.get("/v1/jobs").await;
-    assert_eq!(status, StatusCode::OK);
-    let jobs = list["jobs"].as_array().unwrap();
-    assert_eq!(jobs.len(), 1);
-    assert_eq!(jobs[0]["id"], id.as_str());
-
-    let (status, run) = d.post(&format!("/v1/jobs/{id}/run"), json!({})).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{run}");
-    let task_id = run["task_id"].as_str().unwrap().to_string();
-    let t = d.finished(&task_id).await;
-    assert_eq!(t["state"], "succeeded", "{t}");
-    assert_eq!(t["origin"], "job");
-    assert_eq!(t["answer"], "answer to: summarise the news");
-
-    let (status, runs) = d.get(&format!("/v1/jobs/{id}/runs")).await;
-    assert_eq!(status, StatusCode::OK);
-    let runs = runs["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 1, "{runs:?}");
-    assert_eq!(runs[0]["outcome"], "fired");
-    assert_eq!(runs[0]["task_id"], task_id.as_str());
-    assert!(runs[0]["fired_at"].is_string());
-    let (_, list) = d.get("/v1/jobs").await;
-    assert_eq!(list["jobs"][0]["last_run"]["outcome"], "fired", "{list}");
-
-    let (status, body) = d
-        .call(Method::DELETE, &format!("/v1/jobs/{id}"), None)
-        .await;
-    assert_eq!(status, StatusCode::NO_CONTENT);
-    assert!(body.is_null());
-    let (_, list) = d.get("/v1/jobs").await;
-    assert_eq!(list["jobs"].as_array().unwrap().len(), 0);
-    let (status, _) = d
-        .call(Method::DELETE, &format!("/v1/jobs/{id}"), None)
-        .await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
-    d.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_over_the_api_and_the_cli_talks_to_the_running_daemon() {
-    let model = ScriptedModel::start_with(echo_model).await;
-    let site = Site::new(&model.base_url(), &[], &[]);
-    let mut d = site.start(&[]);
-    d.ready().await;
-
-    let (status, added) = d
-        .post(
-            "/v1/memory",
-            json!({"text": "用户喜欢喝乌龙茶", "tags": ["偏好"]}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{added}");
-    let fact = added["id"].as_str().unwrap().to_string();
-    let (status, found) = d.get("/v1/memory?q=乌龙茶").await;
-    assert_eq!(status, StatusCode::OK);
-    let facts = found["facts"].as_array().unwrap();
-    assert_eq!(facts.len(), 1, "{found}");
-    assert_eq!(facts[0]["id"], fact.as_str());
-    assert_eq!(facts[0]["text"], "用户喜欢喝乌龙茶");
-    assert_eq!(facts[0]["tags"], json!(["偏好"]));
-    assert!(facts[0]["score"].as_f64().unwrap() > 0.0);
-    assert!(facts[0]["created_at"].is_string());
-
-    // The CLI, while the daemon holds the index lock, answers from the daemon.
+    // Tasks: the CLI shows what the API has.
     let task = d.submit("what do I like to drink?").await;
     d.finished(&task).await;
     let out = site.cli(&["tasks", "list", "--json"], &[]);
@@ -944,6 +663,56 @@ async fn memory_over_the_api_and_the_cli_talks_to_the_running_daemon() {
     let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(shown["id"], task.as_str());
     assert_eq!(shown["answer"], "answer to: what do I like to drink?");
+
+    // Jobs: added by the CLI on the daemon, fired there and followed to the end.
+    let out = site.cli(
+        &[
+            "jobs",
+            "add",
+            "summarise the news",
+            "--schedule",
+            "every 2h",
+            "--json",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let job: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let job_id = job["id"].as_str().unwrap().to_string();
+    let (_, jobs) = d.get("/v1/jobs").await;
+    assert_eq!(jobs["jobs"][0]["id"], job_id.as_str(), "{jobs}");
+    let out = site.cli(&["jobs", "run", &job_id], &[]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("fired on the daemon at http://{addr}")),
+        "{stderr}"
+    );
+    assert_eq!(text(&out.stdout).trim(), "answer to: summarise the news");
+    d.stop().await;
+
+    // Once it stopped, the same command works on the data dir.
+    let out = site.cli(&["jobs", "list"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(&job_id), "{}", text(&out.stdout));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_goes_through_the_daemon_and_to_the_data_dir_once_it_stopped() {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let site = Site::new(&model.base_url(), &[], &[]);
+    let mut d = site.start(&[]);
+    d.ready().await;
+
+    // Memory: the daemon holds the index, so only going through it can answer.
+    let (status, added) = d
+        .post(
+            "/v1/memory",
+            json!({"text": "用户喜欢喝乌龙茶", "tags": ["偏好"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{added}");
+    let fact = added["id"].as_str().unwrap().to_string();
     let out = site.cli(&["memory", "search", "乌龙茶", "--json"], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let searched = text(&out.stdout);
@@ -961,14 +730,17 @@ async fn memory_over_the_api_and_the_cli_talks_to_the_running_daemon() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let (_, found) = d.get("/v1/memory?q=cat%20Miso").await;
     assert_eq!(found["facts"].as_array().unwrap().len(), 1, "{found}");
-
-    let (status, _) = d
-        .call(Method::DELETE, &format!("/v1/memory/{fact}"), None)
-        .await;
-    assert_eq!(status, StatusCode::NO_CONTENT);
-    let (_, found) = d.get("/v1/memory?q=乌龙茶").await;
-    assert_eq!(found["facts"].as_array().unwrap().len(), 0, "{found}");
     d.stop().await;
+
+    // Without a daemon the data dir answers: the index is free again.
+    let out = site.cli(&["memory", "search", "Miso", "--json"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("Miso"), "{}", text(&out.stdout));
+    // An address file left by a daemon that could not remove it costs only the probe.
+    std::fs::write(addr_path(&site.data()), "127.0.0.1:9\n").unwrap();
+    let out = site.cli(&["memory", "search", "乌龙茶", "--json"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(&fact), "{}", text(&out.stdout));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1221,27 +993,21 @@ async fn a_second_daemon_on_the_same_data_dir_refuses_to_start() {
     let slow = first.submit("a slow task").await;
     assert!(model.wait_for_requests(1, PATIENCE).await);
 
-    // Same data dir, another port: it would take the first one's running task for a crash.
-    let other_port = free_port();
-    let yaml = std::fs::read_to_string(site.config()).unwrap().replace(
-        &format!("port: {}", site.port),
-        &format!("port: {other_port}"),
-    );
+    // Same data dir (and any free port): it would take the first one's running task for a
+    // crash. Its own log, so what it says is not mixed with the first one's.
+    let first_addr = read_addr(&site.data()).unwrap();
     let other_dir = tempfile::tempdir().unwrap();
-    let other_config = other_dir.path().join("settings.yaml");
-    std::fs::write(&other_config, yaml).unwrap();
-    let mut cmd = base_command(other_dir.path(), &[]);
-    cmd.arg("--config")
-        .arg(&other_config)
-        .arg("--data-dir")
-        .arg(site.data())
-        .arg("serve");
-    let mut second = Daemon::spawn(cmd, other_dir.path(), other_port);
+    let mut second = site.spawn(&[], other_dir.path());
     let status = second.exited(PATIENCE).await;
     let log = second.log();
     assert_eq!(status.code(), Some(1), "{log}");
     assert!(log.contains("already"), "{log}");
     assert!(log.contains(&site.data().display().to_string()), "{log}");
+    assert_eq!(
+        read_addr(&site.data()).unwrap(),
+        first_addr,
+        "the refused daemon left the first one's address alone"
+    );
 
     let (_, t) = first.get(&format!("/v1/tasks/{slow}")).await;
     assert_eq!(t["state"], "running", "{t}");
@@ -1254,4 +1020,45 @@ async fn a_second_daemon_on_the_same_data_dir_refuses_to_start() {
     let mut again = site.start(&[]);
     again.ready().await;
     again.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_writes_the_bound_address_and_removes_it_at_a_clean_exit() {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let t = common::app(common::settings(&model.base_url()), vec![]).await;
+    let data = t.dir.path().to_path_buf();
+    assert!(!addr_path(&data).exists());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let bound = listener.local_addr().expect("its address");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(hermes_agent::daemon::run(
+        t.app.clone(),
+        listener,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+
+    let addr = wait_for_addr(&data).await;
+    assert_eq!(addr, bound, "the file names the port actually bound");
+    let health: Value = reqwest::get(format!("http://{addr}/healthz"))
+        .await
+        .expect("the API answers at that address")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(health["status"], "ok", "{health}");
+
+    stop.send(()).expect("the daemon listens for its shutdown");
+    tokio::time::timeout(PATIENCE, daemon)
+        .await
+        .expect("the daemon stops in time")
+        .expect("the daemon task joins")
+        .expect("a clean exit");
+    assert!(
+        !addr_path(&data).exists(),
+        "the address file is gone after a clean exit"
+    );
 }

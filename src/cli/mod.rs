@@ -1,15 +1,21 @@
-//! The command line (clap): parses arguments, loads the configuration, and calls into the
-//! library. This is the binary edge: errors become `anyhow` messages and exit codes here.
+//! The command line (clap): parses arguments, loads the configuration, calls into the library
+//! and prints. This is the binary edge: errors become `anyhow` messages and exit codes here.
+//! One file per command group; `tasks`, `jobs` and `memory` are written once against
+//! `backend::Backend`, answered by the running daemon or by the data dir in this process.
 //!
-//! Must not: hold business logic; each command is a thin call into a part.
+//! Must not: hold business logic; each command is a thin call into a part or a backend.
 
-mod client;
-mod commands;
-pub mod daemon;
+mod backend;
+mod config;
+mod doctor;
+mod jobs;
+mod memory;
 mod render;
-mod setup;
+mod run;
+mod service;
+mod tasks;
 
-pub use setup::render_unit;
+pub use service::render_unit;
 
 use crate::config::{Config, ConfigError, Sources};
 use crate::scheduler::JobRequest;
@@ -216,77 +222,20 @@ fn sources(cli: &Cli) -> Sources {
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let src = sources(&cli);
     if let Command::Config(ConfigCmd::Check) = cli.command {
-        return config_check(&src);
+        return config::config_check(&src);
     }
     let config = Config::load(&src)?;
     match cli.command {
-        Command::Config(ConfigCmd::Check) => config_check(&src),
-        Command::Serve => daemon::serve(config).await.map(|()| ExitCode::SUCCESS),
-        Command::Run(args) => commands::run(config, args).await,
-        Command::Tasks(cmd) => commands::tasks(config, cmd).await,
-        Command::Jobs(cmd) => commands::jobs(config, cmd).await,
-        Command::Memory(cmd) => commands::memory(config, cmd).await,
-        Command::Service(ServiceCmd::Install) => setup::service_install(&config),
-        Command::Doctor => setup::doctor(config).await,
+        Command::Config(ConfigCmd::Check) => config::config_check(&src),
+        Command::Serve => crate::daemon::serve(config)
+            .await
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Into::into),
+        Command::Run(args) => run::run(config, args).await,
+        Command::Tasks(cmd) => tasks::tasks(backend::connect(config).await.as_ref(), cmd).await,
+        Command::Jobs(cmd) => jobs::jobs(backend::connect(config).await.as_ref(), cmd).await,
+        Command::Memory(cmd) => memory::memory(backend::connect(config).await.as_ref(), cmd).await,
+        Command::Service(ServiceCmd::Install) => service::service_install(&config),
+        Command::Doctor => doctor::doctor(config).await,
     }
-}
-
-fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
-    let config = match Config::load(src) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(ExitCode::from(EXIT_CONFIG));
-        }
-    };
-    let s = &config.settings;
-    println!("config: {} — valid", config.source);
-    println!("data dir: {}", config.data_dir.display());
-    for (name, p) in &s.model.profiles {
-        let mark = if *name == s.model.default_profile {
-            " (default)"
-        } else {
-            ""
-        };
-        println!(
-            "profile {name}{mark}: model {} at {}{}",
-            p.model,
-            p.base_url,
-            if p.api_key.is_empty() {
-                ""
-            } else {
-                " (with key)"
-            }
-        );
-    }
-    println!(
-        "agent: max_steps {}, {} workers, task timeout {} s",
-        s.agent.max_steps, s.agent.workers, s.agent.task_timeout_s
-    );
-    println!(
-        "tools: allowlist [{}], manifests in {}",
-        s.tools.allowlist.join(", "),
-        config.manifests_dir.display()
-    );
-    let email = match &s.notify.email {
-        Some(e) => format!(
-            "email via {}:{} to {} recipient(s)",
-            e.smtp_host,
-            e.smtp_port,
-            e.to.len()
-        ),
-        None => "no email".into(),
-    };
-    println!("notify: {email}, {} webhook(s)", s.notify.webhooks.len());
-    println!(
-        "server: {}:{}{}",
-        s.server.host,
-        s.server.port,
-        if s.server.token.is_empty() {
-            " (no token)"
-        } else {
-            " (token set)"
-        }
-    );
-    Ok(ExitCode::SUCCESS)
 }

@@ -1,8 +1,66 @@
-//! Human-readable renderings of tasks: the list table and the step timeline (shared by
-//! `tasks show` and the live output of `run`).
+//! What the commands print, whichever backend answered: the task table and the step timeline
+//! (shared by `tasks show` and the live output of `run`), the job table, found facts, a
+//! finished task's outcome, and JSON.
+//!
+//! Must not: fetch anything — every function takes the typed values a backend returned.
 
-use crate::store::{Notice, NoticeState, Step, StepKind, Task};
+use super::backend::FoundFact;
+use crate::scheduler::JobView;
+use crate::store::{Notice, NoticeState, Step, StepKind, Task, TaskRecord, TaskState};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Serialize;
 use std::fmt::Write;
+use std::process::ExitCode;
+
+/// Print as pretty JSON. Through `serde_json::Value`, whose keys are sorted: the same text
+/// whether the value came from the daemon's API or from the data dir.
+pub fn print_json(v: &impl Serialize) -> anyhow::Result<()> {
+    let value = serde_json::to_value(v)?;
+    println!("{}", serde_json::to_string_pretty(&value)?);
+    Ok(())
+}
+
+/// A time as the API writes it (RFC 3339, `Z`), so tables read the same as the JSON.
+pub fn time(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+/// A value's JSON word (an enum such as a run's outcome), or `?`.
+pub fn word(v: &impl Serialize) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => "?".into(),
+    }
+}
+
+/// Exit 0 for a task that succeeded, 1 for any other end.
+pub fn exit_for(state: TaskState) -> ExitCode {
+    if state == TaskState::Succeeded {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Print a finished task the way `run` promises: the answer on stdout, problems on stderr.
+pub fn print_outcome(record: &TaskRecord, json: bool) -> anyhow::Result<ExitCode> {
+    if json {
+        print_json(record)?;
+    } else {
+        let t = &record.task;
+        match (&t.answer, t.state) {
+            (Some(a), TaskState::Succeeded) => println!("{a}"),
+            _ => eprintln!(
+                "task {} {}{}: {}",
+                t.id,
+                t.state,
+                t.reason.map(|r| format!(" ({r})")).unwrap_or_default(),
+                t.error.as_deref().unwrap_or("no answer")
+            ),
+        }
+    }
+    Ok(exit_for(record.task.state))
+}
 
 /// Shorten to `max` characters on one line, marking the cut.
 pub fn one_line(s: &str, max: usize) -> String {
@@ -137,6 +195,55 @@ pub fn task_timeline(t: &Task, steps: &[Step], notices: &[Notice]) -> String {
     }
     if let Some(a) = &t.answer {
         let _ = writeln!(out, "answer:\n{a}");
+    }
+    out
+}
+
+pub fn job_table(jobs: &[JobView]) -> String {
+    if jobs.is_empty() {
+        return "no jobs — add one with `hermes-agent jobs add \"TASK\" --schedule \"0 8 * * *\"`\n"
+            .into();
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<18}  {:<16}  {:<14}  {:<20}  LAST RUN",
+        "ID", "NAME", "SCHEDULE", "NEXT (UTC)"
+    );
+    for j in jobs {
+        let last = match &j.last_run {
+            Some(r) => format!(
+                "{} {}{}",
+                word(&r.outcome),
+                time(r.fired_at),
+                r.reason
+                    .as_deref()
+                    .map(|x| format!(" ({x})"))
+                    .unwrap_or_default()
+            ),
+            None => "never".into(),
+        };
+        let next = j.next_run_at.map(time).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{:<18}  {:<16}  {:<14}  {:<20}  {last}",
+            j.id,
+            one_line(&j.name, 16),
+            j.schedule,
+            one_line(&next, 20)
+        );
+    }
+    out
+}
+
+/// One line per fact: id, score, text.
+pub fn fact_list(facts: &[FoundFact]) -> String {
+    if facts.is_empty() {
+        return "nothing found\n".into();
+    }
+    let mut out = String::new();
+    for f in facts {
+        let _ = writeln!(out, "{}  {:.2}  {}", f.id, f.score, f.text);
     }
     out
 }

@@ -310,6 +310,7 @@ impl std::fmt::Debug for WebhookSettings {
 #[serde(deny_unknown_fields, default)]
 pub struct ServerSettings {
     pub host: String,
+    /// 0: any free port; the daemon writes the one it got to `DATA_DIR/daemon.addr`.
     pub port: u16,
     /// Bearer token; empty means none (allowed only on loopback).
     pub token: String,

@@ -113,3 +113,30 @@ pub async fn run_task(t: &TestApp, text: &str) -> hermes_agent::store::TaskRecor
         .expect("store readable")
         .expect("task stored")
 }
+
+/// The last user message of a chat request: the task text.
+pub fn task_text(req: &serde_json::Value) -> String {
+    req["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A model that echoes its task, waits long on tasks that say `slow`, a little on `quick`.
+pub fn echo_model(req: &serde_json::Value) -> hermes_agent::llm::scripted::Reply {
+    use hermes_agent::llm::scripted::Reply;
+    let task = task_text(req);
+    let answer = Reply::text(&format!("answer to: {task}"));
+    if task.contains("slow") {
+        Reply::Delay(Duration::from_secs(30), Box::new(answer))
+    } else if task.contains("quick") {
+        Reply::Delay(Duration::from_millis(300), Box::new(answer))
+    } else {
+        answer
+    }
+}

@@ -1,157 +1,16 @@
-//! `doctor` (each dependency with a verdict) and `service install` (the systemd user unit).
+//! `service install`: the systemd user unit for this binary, with the data dir made writable.
+//!
+//! Must not: start, enable or reload anything: it writes the unit and says what to run next.
 
-use super::client::Daemon;
-use crate::agent::prompt;
-use crate::app::{App, JobExecution};
 use crate::config::Config;
-use crate::llm::Gateway;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 const UNIT_TEMPLATE: &str = include_str!("../../systemd/hermes-agent.service");
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Verdict {
-    Ok,
-    Warn,
-    Fail,
-}
-
-fn say(v: Verdict, what: &str, detail: impl AsRef<str>) {
-    let tag = match v {
-        Verdict::Ok => "ok  ",
-        Verdict::Warn => "warn",
-        Verdict::Fail => "FAIL",
-    };
-    println!("[{tag}] {what}: {}", detail.as_ref());
-}
-
-pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
-    let mut failed = false;
-    let mut check = |v: Verdict, what: &str, detail: String| {
-        failed |= v == Verdict::Fail;
-        say(v, what, detail);
-    };
-    check(Verdict::Ok, "config", format!("{} is valid", config.source));
-    let s = config.settings.clone();
-
-    match Gateway::new(&s.model) {
-        Ok(gateway) => {
-            for name in s.model.profiles.keys() {
-                match gateway.probe(name).await {
-                    Ok(detail) => check(Verdict::Ok, &format!("model profile {name}"), detail),
-                    Err(e) => check(
-                        Verdict::Fail,
-                        &format!("model profile {name}"),
-                        e.to_string(),
-                    ),
-                }
-            }
-        }
-        Err(e) => check(Verdict::Fail, "model", e.to_string()),
-    }
-
-    let daemon = Daemon::detect(&s).await;
-    match &daemon {
-        Some(d) => check(Verdict::Ok, "daemon", format!("running at {}", d.base())),
-        None => check(
-            Verdict::Warn,
-            "daemon",
-            format!(
-                "not running on {}:{} (start it with `hermes-agent serve` or `systemctl --user start hermes-agent`)",
-                s.server.host, s.server.port
-            ),
-        ),
-    }
-
-    // With a daemon up, the memory index is the daemon's; open the rest only when it is not.
-    if daemon.is_some() {
-        check(
-            Verdict::Ok,
-            "data dir",
-            format!("{} (in use by the daemon)", config.data_dir.display()),
-        );
-        return Ok(if failed {
-            ExitCode::FAILURE
-        } else {
-            ExitCode::SUCCESS
-        });
-    }
-    let data_dir = config.data_dir.clone();
-    match App::build(config, JobExecution::Direct).await {
-        Ok(app) => {
-            check(
-                Verdict::Ok,
-                "data dir",
-                format!(
-                    "{} (database schema v{})",
-                    data_dir.display(),
-                    crate::store::Store::schema_version()
-                ),
-            );
-            match &app.memory {
-                Some(_) => {
-                    let n = app.store.fact_count().await.unwrap_or(0);
-                    check(Verdict::Ok, "memory", format!("{n} fact(s) indexed"))
-                }
-                None => check(
-                    Verdict::Warn,
-                    "memory",
-                    "long-term memory index could not be opened; see the log above".into(),
-                ),
-            }
-            let tools = app.agent.registry().offered(None);
-            let system = prompt::system_prompt(
-                "2026-01-01 08:00 UTC (Thursday)",
-                &s.agent.system_prompt_extra,
-                None,
-            );
-            check(
-                Verdict::Ok,
-                "tools",
-                format!(
-                    "{} offered ({}); fixed prompt overhead ≈ {} tokens per model call",
-                    tools.len(),
-                    tools
-                        .iter()
-                        .map(|t| t.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    prompt::fixed_overhead_tokens(&system, &tools)
-                ),
-            );
-            let results = app.notifier.check().await;
-            if results.is_empty() {
-                check(
-                    Verdict::Warn,
-                    "notify",
-                    "no email or webhook configured (notify.email, notify.webhooks)".into(),
-                );
-            }
-            for r in results {
-                check(
-                    if r.ok { Verdict::Ok } else { Verdict::Fail },
-                    &r.target,
-                    r.detail,
-                );
-            }
-        }
-        Err(e) => check(
-            Verdict::Fail,
-            "data dir",
-            format!("{}: {e:#}", data_dir.display()),
-        ),
-    }
-    Ok(if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
-}
-
 /// The unit text for this machine: ExecStart at this binary, the data dir writable. Paths are
-/// written as unit-file words (see [`unit_word`]), so a space or a `%` in them survives.
+/// written as unit-file words (see `unit_word`), so a space or a `%` in them survives.
 pub fn render_unit(exe: &Path, config: Option<&Path>, data_dir: &Path) -> String {
     let mut exec = format!("ExecStart={}", unit_word(&exe.to_string_lossy(), true));
     if let Some(c) = config {

@@ -1,0 +1,85 @@
+//! Where `tasks`, `jobs` and `memory` do their work: one [`Backend`] trait with two
+//! implementations — [`Remote`], the running daemon's HTTP API (it owns the memory index and
+//! the live scheduler), and [`Local`], the data dir opened in this process when no daemon
+//! answers. Each command is written once against the trait and prints what it returns.
+//!
+//! Owns: choosing the backend, and the typed values both return.
+//! Must not: print — the command files do, so output is the same whichever backend answered.
+
+mod local;
+mod remote;
+
+pub use local::Local;
+pub use remote::Remote;
+
+use crate::config::Config;
+use crate::scheduler::{JobRequest, JobView};
+use crate::store::{JobRun, Task, TaskRecord, TaskState};
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// How long a command that ran a task in this process (`run`, `jobs run`) tries to send its
+/// notices before it exits; what does not go out stays in the outbox for the daemon to retry.
+pub const DELIVER_NOW: Duration = Duration::from_secs(60);
+
+/// What a backend call gives back: boxed so the trait can be used as `dyn Backend`.
+pub type Reply<'a, T> = BoxFuture<'a, anyhow::Result<T>>;
+
+pub trait Backend: Send + Sync {
+    /// The daemon's base URL when the work happens there; `None` in this process.
+    fn daemon(&self) -> Option<&str>;
+
+    /// Tasks, newest first.
+    fn tasks(&self, state: Option<TaskState>, limit: i64) -> Reply<'_, Vec<Task>>;
+    /// One task with its trace; an unambiguous id prefix is enough.
+    fn task<'a>(&'a self, id: &'a str) -> Reply<'a, TaskRecord>;
+
+    fn jobs(&self) -> Reply<'_, Vec<JobView>>;
+    fn add_job(&self, job: JobRequest) -> Reply<'_, JobView>;
+    fn remove_job<'a>(&'a self, id: &'a str) -> Reply<'a, ()>;
+    /// Fire a job now, whatever its schedule.
+    fn fire_job<'a>(&'a self, id: &'a str) -> Reply<'a, Fired>;
+
+    fn remember<'a>(&'a self, text: &'a str, tags: &'a [String]) -> Reply<'a, Remembered>;
+    fn recall<'a>(&'a self, query: &'a str, k: usize) -> Reply<'a, Vec<FoundFact>>;
+    fn forget<'a>(&'a self, id: &'a str) -> Reply<'a, ()>;
+}
+
+/// What firing a job did.
+#[derive(Debug)]
+pub enum Fired {
+    /// The daemon took it: its task runs there, to be followed to its end.
+    OnDaemon { base: String, task_id: String },
+    /// It ran to its end in this process and its notices were sent (`delivered` of them); the
+    /// run says which task it ran, or why it did not.
+    Here { run: JobRun, delivered: usize },
+}
+
+/// A fact as `memory add` reports it.
+#[derive(Debug, Deserialize)]
+pub struct Remembered {
+    pub id: String,
+    /// The same fact was stated before; the two became one.
+    #[serde(default)]
+    pub merged: bool,
+}
+
+/// A fact found by `memory search`: the API's shape, so both backends print the same JSON.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct FoundFact {
+    pub id: String,
+    pub text: String,
+    pub tags: Vec<String>,
+    pub score: f64,
+    pub created_at: DateTime<Utc>,
+}
+
+/// The daemon if one answers, else the data dir in this process.
+pub async fn connect(config: Config) -> Box<dyn Backend> {
+    match Remote::detect(&config).await {
+        Some(remote) => Box::new(remote),
+        None => Box::new(Local::new(config)),
+    }
+}

@@ -1,0 +1,313 @@
+//! The remote backend: a running daemon, reached over its HTTP API.
+//!
+//! Owns: finding the daemon (the configured address, then `DATA_DIR/daemon.addr`), the
+//! bearer token, and turning API answers into typed values and API errors into messages.
+//! Must not: fall back to the data dir — `connect` decides that, before any call.
+
+use super::{Backend, Fired, FoundFact, Remembered, Reply};
+use crate::config::Config;
+use crate::scheduler::{JobRequest, JobView};
+use crate::store::{Task, TaskRecord, TaskState};
+use anyhow::Context;
+use reqwest::{Method, StatusCode};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+/// How long a daemon may take to answer `/healthz` before the CLI works without it: a live
+/// daemon answers in milliseconds, and every command pays this wait when none is up.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(700);
+/// Bound on any one API call. The CLI never asks the API to wait on a task, so only a hung
+/// daemon comes near it.
+const CALL_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A daemon that answered `/healthz`.
+pub struct Remote {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl Remote {
+    /// Look for a daemon: at the configured address (unless `server.port` is 0), then at the
+    /// address the daemon on this data dir wrote; `None` when nothing answers quickly.
+    pub async fn detect(config: &Config) -> Option<Remote> {
+        let http = reqwest::Client::builder()
+            .timeout(CALL_TIMEOUT)
+            .build()
+            .ok()?;
+        for base in candidates(config) {
+            if answers_health(&http, &base).await {
+                return Some(Remote {
+                    base,
+                    token: config.settings.server.token.clone(),
+                    http,
+                });
+            }
+        }
+        None
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Call the API; a JSON error body becomes an error carrying its message.
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if !self.token.is_empty() {
+            req = req.bearer_auth(&self.token);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req
+            .send()
+            .await
+            .with_context(|| format!("the daemon at {} stopped answering", self.base))?;
+        let status = resp.status();
+        let value: Value = if status == StatusCode::NO_CONTENT {
+            Value::Null
+        } else {
+            resp.json().await.unwrap_or(Value::Null)
+        };
+        if status.is_success() {
+            return Ok(value);
+        }
+        let message = value
+            .pointer("/error/message")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("the daemon answered {status}"));
+        if status == StatusCode::UNAUTHORIZED {
+            anyhow::bail!(
+                "{message} (the daemon requires server.token; set it in this config too)"
+            );
+        }
+        anyhow::bail!("{message}")
+    }
+
+    /// Call the API and read the answer as `T`.
+    async fn typed<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<T> {
+        let value = self.call(method, path, body).await?;
+        serde_json::from_value(value).with_context(|| {
+            format!(
+                "the daemon at {} answered {path} in an unexpected shape; is it the same version as this command?",
+                self.base
+            )
+        })
+    }
+}
+
+impl Backend for Remote {
+    fn daemon(&self) -> Option<&str> {
+        Some(&self.base)
+    }
+
+    fn tasks(&self, state: Option<TaskState>, limit: i64) -> Reply<'_, Vec<Task>> {
+        Box::pin(async move {
+            let mut path = format!("/v1/tasks?limit={limit}");
+            if let Some(s) = state {
+                path.push_str(&format!("&state={s}"));
+            }
+            #[derive(Deserialize)]
+            struct List {
+                tasks: Vec<Task>,
+            }
+            Ok(self.typed::<List>(Method::GET, &path, None).await?.tasks)
+        })
+    }
+
+    fn task<'a>(&'a self, id: &'a str) -> Reply<'a, TaskRecord> {
+        Box::pin(async move {
+            let path = format!("/v1/tasks/{}", seg(id));
+            self.typed(Method::GET, &path, None).await
+        })
+    }
+
+    fn jobs(&self) -> Reply<'_, Vec<JobView>> {
+        Box::pin(async move {
+            #[derive(Deserialize)]
+            struct List {
+                jobs: Vec<JobView>,
+            }
+            Ok(self
+                .typed::<List>(Method::GET, "/v1/jobs", None)
+                .await?
+                .jobs)
+        })
+    }
+
+    fn add_job(&self, job: JobRequest) -> Reply<'_, JobView> {
+        Box::pin(async move {
+            let body = serde_json::to_value(job)?;
+            self.typed(Method::POST, "/v1/jobs", Some(body)).await
+        })
+    }
+
+    fn remove_job<'a>(&'a self, id: &'a str) -> Reply<'a, ()> {
+        Box::pin(async move {
+            let path = format!("/v1/jobs/{}", seg(id));
+            self.call(Method::DELETE, &path, None).await.map(drop)
+        })
+    }
+
+    fn fire_job<'a>(&'a self, id: &'a str) -> Reply<'a, Fired> {
+        Box::pin(async move {
+            #[derive(Deserialize)]
+            struct Started {
+                task_id: String,
+            }
+            let path = format!("/v1/jobs/{}/run", seg(id));
+            let started: Started = self.typed(Method::POST, &path, None).await?;
+            Ok(Fired::OnDaemon {
+                base: self.base.clone(),
+                task_id: started.task_id,
+            })
+        })
+    }
+
+    fn remember<'a>(&'a self, text: &'a str, tags: &'a [String]) -> Reply<'a, Remembered> {
+        Box::pin(async move {
+            let body = json!({"text": text, "tags": tags});
+            self.typed(Method::POST, "/v1/memory", Some(body)).await
+        })
+    }
+
+    fn recall<'a>(&'a self, query: &'a str, k: usize) -> Reply<'a, Vec<FoundFact>> {
+        Box::pin(async move {
+            #[derive(Deserialize)]
+            struct Found {
+                facts: Vec<FoundFact>,
+            }
+            let path = format!("/v1/memory?q={}&k={k}", form_urlencode(query));
+            Ok(self.typed::<Found>(Method::GET, &path, None).await?.facts)
+        })
+    }
+
+    fn forget<'a>(&'a self, id: &'a str) -> Reply<'a, ()> {
+        Box::pin(async move {
+            let path = format!("/v1/memory/{}", seg(id));
+            self.call(Method::DELETE, &path, None).await.map(drop)
+        })
+    }
+}
+
+/// The base URLs to probe, in order: the configured address (a fixed port is where the
+/// person expects the daemon), then the one the daemon on this data dir wrote (the only way
+/// to find one bound to port 0, or to another port than this config says).
+fn candidates(config: &Config) -> Vec<String> {
+    let s = &config.settings.server;
+    let mut bases = Vec::new();
+    if s.port != 0 {
+        let host = match s.host.as_str() {
+            // A wildcard bind is reachable on loopback.
+            "0.0.0.0" | "::" | "[::]" => "127.0.0.1".to_string(),
+            h if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
+            h => h.to_string(),
+        };
+        bases.push(format!("http://{host}:{}", s.port));
+    }
+    match crate::daemon::read_addr(&config.data_dir) {
+        Ok(Some(addr)) => {
+            let base = format!("http://{}", reachable(addr));
+            if !bases.contains(&base) {
+                bases.push(base);
+            }
+        }
+        Ok(None) => {}
+        // A broken file only costs the way to a daemon on another port; say why it was skipped.
+        Err(e) => tracing::warn!("{e}"),
+    }
+    bases
+}
+
+/// A bound address as a client reaches it: a wildcard bind answers on loopback.
+fn reachable(addr: SocketAddr) -> SocketAddr {
+    let ip = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    SocketAddr::new(ip, addr.port())
+}
+
+async fn answers_health(http: &reqwest::Client, base: &str) -> bool {
+    let Ok(probe) = http
+        .get(format!("{base}/healthz"))
+        .timeout(PROBE_TIMEOUT)
+        .send()
+        .await
+    else {
+        return false;
+    };
+    let Ok(body) = probe.json::<Value>().await else {
+        return false;
+    };
+    body.get("status").and_then(Value::as_str) == Some("ok")
+}
+
+/// An id as one URL path segment: `tasks show ../jobs` must not reach another endpoint.
+fn seg(id: &str) -> String {
+    form_urlencode(id)
+}
+
+fn form_urlencode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Settings;
+
+    fn config(host: &str, port: u16, data_dir: &std::path::Path) -> Config {
+        let mut s = Settings::default();
+        s.server.host = host.into();
+        s.server.port = port;
+        Config::from_settings(s, data_dir.to_path_buf())
+    }
+
+    #[test]
+    fn the_configured_port_first_then_the_address_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let c = config("0.0.0.0", 8765, dir.path());
+        assert_eq!(candidates(&c), ["http://127.0.0.1:8765"]);
+        let addr: SocketAddr = "0.0.0.0:41234".parse().expect("an address");
+        let _file = crate::daemon::AddrFile::write(dir.path(), addr).expect("written");
+        assert_eq!(
+            candidates(&c),
+            ["http://127.0.0.1:8765", "http://127.0.0.1:41234"]
+        );
+        // Port 0 is no address to probe: only the file says where the daemon is.
+        let c = config("127.0.0.1", 0, dir.path());
+        assert_eq!(candidates(&c), ["http://127.0.0.1:41234"]);
+        // The same address twice is probed once.
+        let c = config("::1", 41234, dir.path());
+        let _file = crate::daemon::AddrFile::write(dir.path(), "[::1]:41234".parse().expect("v6"))
+            .expect("written");
+        assert_eq!(candidates(&c), ["http://[::1]:41234"]);
+    }
+
+    #[test]
+    fn ids_are_one_path_segment() {
+        assert_eq!(seg("../jobs"), "..%2Fjobs");
+        assert_eq!(form_urlencode("cat Miso"), "cat%20Miso");
+    }
+}

@@ -1,0 +1,88 @@
+//! `jobs list`, `jobs add`, `jobs rm` and `jobs run`, from whichever backend answered. `jobs
+//! run` follows the fired task to its end, so the person sees its outcome here either way.
+//!
+//! Must not: reach the daemon or the data dir except through the [`Backend`] it is given.
+
+use super::JobsCmd;
+use super::backend::{Backend, Fired};
+use super::render::{self, print_json, print_outcome};
+use crate::store::TaskRecord;
+use serde_json::json;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// How often `jobs run` asks the daemon about the task it follows: soon enough that the
+/// outcome shows promptly, seldom enough to cost the daemon nothing.
+const FOLLOW_EVERY: Duration = Duration::from_millis(300);
+
+pub async fn jobs(backend: &dyn Backend, cmd: JobsCmd) -> anyhow::Result<ExitCode> {
+    match cmd {
+        JobsCmd::List { json } => {
+            let jobs = backend.jobs().await?;
+            if json {
+                print_json(&json!({ "jobs": jobs }))?;
+            } else {
+                print!("{}", render::job_table(&jobs));
+            }
+        }
+        JobsCmd::Add { job, json } => {
+            let view = backend.add_job(job).await?;
+            if json {
+                print_json(&view)?;
+            } else {
+                println!(
+                    "job {} added; next run {}",
+                    view.id,
+                    view.next_run_at
+                        .map(render::time)
+                        .unwrap_or_else(|| "none".into())
+                );
+            }
+        }
+        JobsCmd::Rm { id } => {
+            backend.remove_job(&id).await?;
+            println!("job {id} removed");
+        }
+        JobsCmd::Run { id } => return run(backend, &id).await,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Fire a job now and print its task's outcome; the exit code is the task's.
+async fn run(backend: &dyn Backend, id: &str) -> anyhow::Result<ExitCode> {
+    if backend.daemon().is_none() {
+        eprintln!("job {id}: firing in this process (no daemon running)");
+    }
+    let record = match backend.fire_job(id).await? {
+        Fired::OnDaemon { base, task_id } => {
+            eprintln!("job {id} fired on the daemon at {base}: task {task_id}");
+            follow(backend, &task_id).await?
+        }
+        Fired::Here { run, delivered } => {
+            if delivered > 0 {
+                eprintln!("delivered {delivered} notice(s)");
+            }
+            let Some(task_id) = run.task_id else {
+                anyhow::bail!(
+                    "job {id} did not run: {} ({})",
+                    render::word(&run.outcome),
+                    run.reason.as_deref().unwrap_or("no reason recorded")
+                );
+            };
+            // The run is over: its task is as final as it will get.
+            backend.task(&task_id).await?
+        }
+    };
+    print_outcome(&record, false)
+}
+
+/// The record of a task the daemon runs, once it is finished.
+async fn follow(backend: &dyn Backend, task_id: &str) -> anyhow::Result<TaskRecord> {
+    loop {
+        let record = backend.task(task_id).await?;
+        if record.task.state.is_finished() {
+            return Ok(record);
+        }
+        tokio::time::sleep(FOLLOW_EVERY).await;
+    }
+}

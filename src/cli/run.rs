@@ -1,0 +1,65 @@
+//! `run`: one task in this process, always — a live timeline on stderr, the answer on stdout.
+//! A running daemon is only asked whether it is there, to leave the sending of notices to it.
+//!
+//! Must not: hand the task to the daemon — its live timeline only exists in this process.
+
+use super::RunArgs;
+use super::backend::{DELIVER_NOW, Remote};
+use super::render::{self, print_outcome};
+use crate::agent::{RunOptions, Submit};
+use crate::app::{App, JobExecution};
+use crate::config::Config;
+use crate::store::Origin;
+use std::process::ExitCode;
+use tokio::sync::mpsc;
+
+pub async fn run(config: Config, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let daemon_up = Remote::detect(&config).await.is_some();
+    let app = App::build(config, JobExecution::Direct).await?;
+    let claimed = app
+        .agent
+        .create_claimed(Submit {
+            task: args.task,
+            origin: Origin::Cli,
+            profile: args.profile,
+            ..Default::default()
+        })
+        .await?;
+    let task = claimed.task().clone();
+    eprintln!("task {} ({} profile)", task.id, task.profile);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let printer = tokio::spawn(async move {
+        while let Some(step) = rx.recv().await {
+            eprintln!("{}", render::step_line(&step));
+        }
+    });
+    let opts = RunOptions {
+        observer: Some(tx),
+        ..Default::default()
+    };
+    let exec = app.agent.run_claimed(claimed, opts);
+    tokio::pin!(exec);
+    let done = tokio::select! {
+        r = &mut exec => r?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("interrupted: cancelling task {}", task.id);
+            app.agent.cancel(&task.id).await?;
+            exec.await?
+        }
+    };
+    let _ = printer.await;
+    // Notices the task queued: with no daemon to send them, send them now (they stay queued
+    // in the outbox, and are retried by the daemon, if this fails).
+    if !daemon_up && !app.store.notices_for_task(&done.id).await?.is_empty() {
+        let sent = tokio::time::timeout(DELIVER_NOW, app.notifier.deliver_due())
+            .await
+            .unwrap_or(0);
+        eprintln!("delivered {sent} notice(s)");
+    }
+    let record = app
+        .store
+        .task_record(&done.id)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("task {} disappeared from the store", done.id))?;
+    print_outcome(&record, args.json)
+}

@@ -1,0 +1,34 @@
+//! `tasks list` and `tasks show`: task history and traces, from whichever backend answered.
+//!
+//! Must not: reach the daemon or the data dir except through the [`Backend`] it is given.
+
+use super::TasksCmd;
+use super::backend::Backend;
+use super::render::{self, print_json};
+use serde_json::json;
+use std::process::ExitCode;
+
+pub async fn tasks(backend: &dyn Backend, cmd: TasksCmd) -> anyhow::Result<ExitCode> {
+    match cmd {
+        TasksCmd::List { state, limit, json } => {
+            let list = backend.tasks(state, limit).await?;
+            if json {
+                print_json(&json!({ "tasks": list }))?;
+            } else {
+                print!("{}", render::task_table(&list));
+            }
+        }
+        TasksCmd::Show { id, json } => {
+            let record = backend.task(&id).await?;
+            if json {
+                print_json(&record)?;
+            } else {
+                print!(
+                    "{}",
+                    render::task_timeline(&record.task, &record.steps, &record.notices)
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,213 @@
+//! [`run`]: the daemon's parts started on a given listener, then drained in order. Separate
+//! from binding so tests run a daemon on 127.0.0.1:0 in-process and stop it at will.
+//!
+//! Owns: the order of start-up and shutdown, and how long each shutdown step may take.
+//! Must not: bind, lock or build anything (`serve` does), parse arguments or print.
+
+use super::{AddrFile, DaemonError};
+use crate::app::App;
+use crate::server::{self, ApiState};
+use crate::store::{FailReason, Origin, TaskState};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// How often old working-memory rows are pruned: they age in days, an hourly look is plenty.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// After the grace, tasks are stopped; ending them is a store write each, not a model call,
+/// so background work that still has not stopped after this is stuck, not slow.
+const SECOND_CHANCE: Duration = Duration::from_secs(10);
+/// The last outbox pass: notices queued during the grace go out now or wait in the outbox for
+/// the next start; a slow mail server must not hold the exit hostage.
+const LAST_OUTBOX_PASS: Duration = Duration::from_secs(10);
+/// The outbox sender stops at its next await; this bounds a send already in flight.
+const SENDER_STOP: Duration = Duration::from_secs(5);
+/// Requests waiting on tasks are answered once every task has ended; this bounds slow clients.
+/// With the default 30 s grace, the steps after it add at most 30 s: well inside the unit's
+/// `TimeoutStopSec=90s`, so systemd never has to SIGKILL a draining daemon.
+const SERVER_STOP: Duration = Duration::from_secs(5);
+
+/// Run the daemon on `listener` until `shutdown` completes, then drain.
+pub async fn run(
+    app: App,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), DaemonError> {
+    mark_interrupted(&app).await?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| DaemonError::ListenerAddr { source })?;
+    // Written before anything starts, so a failure leaves nothing to stop; a CLI that reads
+    // it a moment early waits in the listener's backlog until the API accepts.
+    let addr_file = AddrFile::write(&app.config.data_dir, local)?;
+    let services = Services::start(&app).await?;
+    let api = Api::start(&app, listener);
+    let settings = &app.config.settings;
+    tracing::info!(
+        "ready: API on http://{local} ({} workers, {} tools, memory {}; address in {})",
+        settings.agent.workers,
+        app.agent.registry().names().len(),
+        if app.memory.is_some() { "on" } else { "off" },
+        addr_file.path().display()
+    );
+
+    shutdown.await;
+    // Stop accepting first: a task submitted now would only wait as `pending` until the next
+    // start. Requests already in flight (a `wait` on a running task) are still answered.
+    api.stop.cancel();
+    // The address is no longer served: the CLI must not wait on it from now on.
+    drop(addr_file);
+    services.drain(&app).await;
+    api.finish().await;
+    app.store.close().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Nothing can be running at start: a task still marked running was cut off by a crash.
+async fn mark_interrupted(app: &App) -> Result<(), DaemonError> {
+    let interrupted = app
+        .store
+        .fail_unfinished(&[TaskState::Running], FailReason::Interrupted)
+        .await?
+        // Job tasks still queued by the previous daemon: their firing is over (the scheduler
+        // records it as interrupted), so running them now would deliver nowhere.
+        + app.store.fail_pending_of_origin(Origin::Job, FailReason::Interrupted).await?;
+    if interrupted > 0 {
+        tracing::warn!(
+            count = interrupted,
+            "tasks left running by the previous process marked failed (interrupted)"
+        );
+    }
+    Ok(())
+}
+
+/// The background work: workers, the scheduler loop and the pruner on one tracker, and the
+/// outbox sender apart from them.
+struct Services {
+    tracker: TaskTracker,
+    stop: CancellationToken,
+    sender: JoinHandle<()>,
+    sender_stop: CancellationToken,
+}
+
+impl Services {
+    async fn start(app: &App) -> Result<Services, DaemonError> {
+        let settings = &app.config.settings;
+        let tracker = TaskTracker::new();
+        let stop = CancellationToken::new();
+        app.agent
+            .spawn_workers(settings.agent.workers as usize, &tracker, stop.clone());
+        app.scheduler.start(&tracker, stop.clone()).await?;
+        // The outbox sender stops last, so answers of tasks that end during the grace period
+        // are still sent before the process exits.
+        let sender_stop = CancellationToken::new();
+        let sender = {
+            let notifier = app.notifier.clone();
+            let stop = sender_stop.clone();
+            tokio::spawn(async move { notifier.run(stop).await })
+        };
+        spawn_pruner(app, &tracker, stop.clone());
+        Ok(Services {
+            tracker,
+            stop,
+            sender,
+            sender_stop,
+        })
+    }
+
+    /// Give running tasks the grace, stop what is left, send what was queued, stop the sender.
+    async fn drain(self, app: &App) {
+        let grace = Duration::from_secs(app.config.settings.agent.shutdown_grace_s);
+        tracing::info!(
+            running = app.agent.running_count(),
+            "shutting down: taking no new tasks; running tasks get {} s to finish",
+            grace.as_secs()
+        );
+        self.stop.cancel();
+        self.tracker.close();
+        if tokio::time::timeout(grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            let n = app.agent.stop_all_running();
+            tracing::warn!(
+                count = n,
+                "grace period over: unfinished tasks stopped (failed, reason shutdown)"
+            );
+            if tokio::time::timeout(SECOND_CHANCE, self.tracker.wait())
+                .await
+                .is_err()
+            {
+                tracing::error!("some background work did not stop in time");
+            }
+        }
+        // One bounded last pass for notices queued during the grace; what does not go out now
+        // stays in the outbox for the next start.
+        let _ = tokio::time::timeout(LAST_OUTBOX_PASS, app.notifier.deliver_due()).await;
+        self.sender_stop.cancel();
+        if tokio::time::timeout(SENDER_STOP, self.sender)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the outbox sender did not stop in time; pending notices stay queued");
+        }
+    }
+}
+
+fn spawn_pruner(app: &App, tracker: &TaskTracker, stop: CancellationToken) {
+    let store = app.store.clone();
+    let days = i64::from(app.config.settings.memory.working_retention_days);
+    tracker.spawn(async move {
+        loop {
+            let before = crate::store::now() - chrono::Duration::days(days);
+            match store.prune_working(before).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(rows = n, "pruned old working memory"),
+                Err(e) => tracing::warn!(error = %e, "could not prune working memory"),
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(PRUNE_EVERY) => {}
+            }
+        }
+    });
+}
+
+/// The HTTP API, served until `stop` is cancelled.
+struct Api {
+    stop: CancellationToken,
+    server: JoinHandle<std::io::Result<()>>,
+}
+
+impl Api {
+    fn start(app: &App, listener: TcpListener) -> Api {
+        let state = ApiState {
+            agent: app.agent.clone(),
+            scheduler: app.scheduler.clone(),
+            memory: app.memory.clone(),
+            token: Arc::from(app.config.settings.server.token.as_str()),
+        };
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(server::serve(
+            listener,
+            state,
+            stop.clone().cancelled_owned(),
+        ));
+        Api { stop, server }
+    }
+
+    /// Requests waiting on tasks are answered now that every task has ended.
+    async fn finish(self) {
+        match tokio::time::timeout(SERVER_STOP, self.server).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "API server ended with an error"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "API server task failed"),
+            Err(_) => tracing::warn!("API server did not stop in time"),
+        }
+    }
+}

@@ -1,0 +1,405 @@
+//! The HTTP API in-process: `server::router` driven with `tower::ServiceExt::oneshot` on an
+//! [`App`](hermes_agent::app::App) over a temporary data dir, talking to a scripted model on
+//! loopback. Everything about the API's requests and answers that needs no process is here;
+//! tests/daemon.rs keeps what does (signals, restarts, the data-dir lock, the CLI).
+
+mod common;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use common::{TestApp, echo_model};
+use hermes_agent::llm::scripted::ScriptedModel;
+use hermes_agent::server::{ApiState, BODY_LIMIT, router};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tower::ServiceExt;
+
+/// Upper bound for a task to finish on the scripted model.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// The API of one app: its router, and what it must outlive.
+struct Api {
+    router: Router,
+    t: TestApp,
+    _model: ScriptedModel,
+}
+
+/// An app on a fresh data dir and the API over it; `token` empty means no authentication.
+async fn api(token: &str) -> Api {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let t = common::app(common::settings(&model.base_url()), vec![]).await;
+    let state = ApiState {
+        agent: t.app.agent.clone(),
+        scheduler: t.app.scheduler.clone(),
+        memory: t.app.memory.clone(),
+        token: Arc::from(token),
+    };
+    Api {
+        router: router(state),
+        t,
+        _model: model,
+    }
+}
+
+/// What came back: the status, the content type and the JSON body (`null` when empty).
+struct Answer {
+    status: StatusCode,
+    content_type: String,
+    body: Value,
+}
+
+impl Api {
+    async fn send(&self, req: Request<Body>) -> Answer {
+        let what = format!("{} {}", req.method(), req.uri());
+        let resp = self
+            .router
+            .clone()
+            .oneshot(req)
+            .await
+            .expect("the router answers");
+        let status = resp.status();
+        let content_type = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .expect("a body");
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                panic!(
+                    "{what}: not JSON ({e}): {}",
+                    String::from_utf8_lossy(&bytes)
+                )
+            })
+        };
+        Answer {
+            status,
+            content_type,
+            body,
+        }
+    }
+
+    /// A request with an optional JSON body and bearer token.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        token: Option<&str>,
+    ) -> Answer {
+        let mut req = Request::builder().method(method).uri(path);
+        if let Some(t) = token {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let req = match body {
+            Some(b) => req
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(b.to_string())),
+            None => req.body(Body::empty()),
+        };
+        self.send(req.expect("a request")).await
+    }
+
+    async fn get(&self, path: &str) -> Answer {
+        self.call(Method::GET, path, None, None).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Answer {
+        self.call(Method::POST, path, Some(body), None).await
+    }
+}
+
+fn error_of(v: &Value) -> (&str, &str) {
+    (
+        v.pointer("/error/code")
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("not an error body: {v}")),
+        v.pointer("/error/message")
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("not an error body: {v}")),
+    )
+}
+
+/// One bad request and the error it must get.
+struct Bad {
+    method: Method,
+    path: &'static str,
+    content_type: Option<&'static str>,
+    body: String,
+    status: StatusCode,
+    code: &'static str,
+    /// A fragment the message must contain (case-insensitive).
+    words: &'static str,
+}
+
+fn bad(
+    method: Method,
+    path: &'static str,
+    body: Option<(&'static str, String)>,
+    status: StatusCode,
+    code: &'static str,
+    words: &'static str,
+) -> Bad {
+    let (content_type, body) = match body {
+        Some((ct, b)) => (Some(ct), b),
+        None => (None, String::new()),
+    };
+    Bad {
+        method,
+        path,
+        content_type,
+        body,
+        status,
+        code,
+        words,
+    }
+}
+
+fn json_body(v: Value) -> Option<(&'static str, String)> {
+    Some(("application/json", v.to_string()))
+}
+
+// A table: one case per line reads better than rustfmt's one argument per line.
+#[rustfmt::skip]
+fn bad_inputs() -> Vec<Bad> {
+    use Method as M;
+    use StatusCode as S;
+    let long = json!({"task": "字".repeat(20_001)}).to_string();
+    assert!(
+        long.len() < BODY_LIMIT,
+        "under the body limit, over the text limit"
+    );
+    let big = json!({"task": "x".repeat(70 * 1024)}).to_string();
+    let t = "/v1/tasks";
+    vec![
+        bad(M::POST, t, Some(("application/json", "{\"task\": ".into())), S::BAD_REQUEST, "bad_json", ""),
+        bad(M::POST, t, Some(("text/plain", "{\"task\": \"x\"}".into())), S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", "application/json"),
+        bad(M::POST, t, json_body(json!({"task": "x", "priority": 1})), S::UNPROCESSABLE_ENTITY, "invalid_body", "priority"),
+        bad(M::POST, t, json_body(json!({"task": 42})), S::UNPROCESSABLE_ENTITY, "invalid_body", "task"),
+        bad(M::POST, t, json_body(json!({"task": "   "})), S::BAD_REQUEST, "bad_request", "empty"),
+        bad(M::POST, t, Some(("application/json", big)), S::PAYLOAD_TOO_LARGE, "too_large", "65536"),
+        bad(M::POST, t, Some(("application/json", long)), S::PAYLOAD_TOO_LARGE, "too_large", "20000"),
+        bad(M::POST, t, json_body(json!({"task": "x", "profile": "turbo"})), S::BAD_REQUEST, "bad_request", "turbo"),
+        bad(M::GET, "/v1/tasks?state=done", None, S::BAD_REQUEST, "bad_request", "done"),
+        bad(M::GET, "/v1/tasks?limit=many", None, S::BAD_REQUEST, "bad_request", "limit"),
+        bad(M::GET, "/v1/tasks?limit=0", None, S::BAD_REQUEST, "bad_request", "limit"),
+        bad(M::GET, "/v1/tasks/0123456789abcdef", None, S::NOT_FOUND, "not_found", "0123456789abcdef"),
+        bad(M::POST, "/v1/tasks/0123456789abcdef/cancel", None, S::NOT_FOUND, "not_found", "0123456789abcdef"),
+        bad(M::GET, "/v1/nothing-here", None, S::NOT_FOUND, "not_found", "endpoint"),
+        bad(M::PUT, t, None, S::METHOD_NOT_ALLOWED, "method_not_allowed", "PUT"),
+        bad(M::POST, "/v1/jobs", json_body(json!({"task": "digest", "schedule": "at teatime"})), S::BAD_REQUEST, "invalid_schedule", "at teatime"),
+        bad(M::POST, "/v1/jobs", json_body(json!({"task": "digest", "schedule": "every 5s"})), S::BAD_REQUEST, "invalid_schedule", "60"),
+        bad(M::DELETE, "/v1/jobs/nosuchjob", None, S::NOT_FOUND, "not_found", "nosuchjob"),
+        bad(M::GET, "/v1/jobs/nosuchjob/runs", None, S::NOT_FOUND, "not_found", "nosuchjob"),
+        bad(M::POST, "/v1/jobs/nosuchjob/run", None, S::NOT_FOUND, "not_found", "nosuchjob"),
+        bad(M::POST, "/v1/memory", json_body(json!({"text": ""})), S::BAD_REQUEST, "bad_request", "empty"),
+        bad(M::DELETE, "/v1/memory/nosuchfact", None, S::NOT_FOUND, "not_found", "nosuchfact"),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bad_input_gets_a_clear_json_error() {
+    let api = api("").await;
+    for case in bad_inputs() {
+        let what = format!("{} {} ({})", case.method, case.path, case.code);
+        let mut req = Request::builder().method(case.method).uri(case.path);
+        if let Some(ct) = case.content_type {
+            req = req.header(header::CONTENT_TYPE, ct);
+        }
+        let req = req.body(Body::from(case.body)).expect("a request");
+        let a = api.send(req).await;
+        assert_eq!(a.status, case.status, "{what}: {}", a.body);
+        assert!(
+            a.content_type.starts_with("application/json"),
+            "{what}: {}",
+            a.content_type
+        );
+        let (code, message) = error_of(&a.body);
+        assert_eq!(code, case.code, "{what}: {}", a.body);
+        assert!(
+            message.to_lowercase().contains(&case.words.to_lowercase()),
+            "{what}: {message:?} lacks {:?}",
+            case.words
+        );
+        assert!(
+            !message.contains("panicked") && !message.contains("src/"),
+            "{what}: {message}"
+        );
+    }
+    // Nothing bad got stored.
+    let a = api.get("/v1/tasks").await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(
+        a.body["tasks"].as_array().expect("a list").len(),
+        0,
+        "{}",
+        a.body
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_guards_every_endpoint_but_health() {
+    let token = "s3cret-token-for-tests";
+    let api = api(token).await;
+    let endpoints: Vec<(Method, &str, Option<Value>)> = vec![
+        (Method::POST, "/v1/tasks", Some(json!({"task": "hello"}))),
+        (Method::GET, "/v1/tasks", None),
+        (Method::GET, "/v1/tasks/abc", None),
+        (Method::POST, "/v1/tasks/abc/cancel", Some(json!({}))),
+        (Method::GET, "/v1/jobs", None),
+        (
+            Method::POST,
+            "/v1/jobs",
+            Some(json!({"task": "t", "schedule": "every 2h"})),
+        ),
+        (Method::DELETE, "/v1/jobs/abc", None),
+        (Method::POST, "/v1/jobs/abc/run", Some(json!({}))),
+        (Method::GET, "/v1/jobs/abc/runs", None),
+        (Method::GET, "/v1/memory?q=tea", None),
+        (
+            Method::POST,
+            "/v1/memory",
+            Some(json!({"text": "likes tea"})),
+        ),
+        (Method::DELETE, "/v1/memory/abc", None),
+    ];
+    for (method, path, body) in &endpoints {
+        for auth in [None, Some("wrong-token"), Some("s3cret-token-for-test")] {
+            let a = api.call(method.clone(), path, body.clone(), auth).await;
+            assert_eq!(a.status, StatusCode::UNAUTHORIZED, "{method} {path}");
+            let (code, message) = error_of(&a.body);
+            assert_eq!(code, "unauthorized");
+            assert!(message.contains("Bearer"), "{message}");
+        }
+    }
+    let a = api.get("/healthz").await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+
+    for (method, path, body) in endpoints {
+        let a = api.call(method.clone(), path, body, Some(token)).await;
+        assert_ne!(
+            a.status,
+            StatusCode::UNAUTHORIZED,
+            "{method} {path}: {}",
+            a.body
+        );
+        assert!(
+            a.status.is_success() || a.status == StatusCode::NOT_FOUND,
+            "{method} {path}: {} {}",
+            a.status,
+            a.body
+        );
+    }
+    // The scheme name is case-insensitive (RFC 9110 §11.1).
+    let req = Request::get("/v1/tasks")
+        .header(header::AUTHORIZATION, format!("bearer {token}"))
+        .body(Body::empty())
+        .expect("a request");
+    assert_eq!(api.send(req).await.status, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_create_list_run_and_delete() {
+    let api = api("").await;
+    let a = api
+        .post(
+            "/v1/jobs",
+            json!({"task": "summarise the news", "schedule": "0 8 * * *", "name": "digest"}),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+    let job = a.body;
+    let id = job["id"].as_str().expect("an id").to_string();
+    assert_eq!(job["name"], "digest");
+    assert_eq!(job["schedule"], "0 8 * * *");
+    assert_eq!(job["timezone"], "UTC");
+    assert_eq!(job["origin"], "api");
+    let next = job["next_run_at"].as_str().expect("next_run_at");
+    assert!(next.contains("08:00:00"), "{next}");
+    assert!(job["last_run"].is_null(), "{job}");
+
+    let a = api.get("/v1/jobs").await;
+    assert_eq!(a.status, StatusCode::OK);
+    let jobs = a.body["jobs"].as_array().expect("a list");
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0]["id"], id.as_str());
+
+    let a = api.post(&format!("/v1/jobs/{id}/run"), json!({})).await;
+    assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.body);
+    let task_id = a.body["task_id"].as_str().expect("a task id").to_string();
+    // The firing ends once its task has finished and its run row is written.
+    tokio::time::timeout(PATIENCE, api.t.app.scheduler.wait_idle())
+        .await
+        .expect("the firing ends in time");
+    let t = api.get(&format!("/v1/tasks/{task_id}")).await.body;
+    assert_eq!(t["state"], "succeeded", "{t}");
+    assert_eq!(t["origin"], "job");
+    assert_eq!(t["answer"], "answer to: summarise the news");
+
+    let a = api.get(&format!("/v1/jobs/{id}/runs")).await;
+    assert_eq!(a.status, StatusCode::OK);
+    let runs = a.body["runs"].as_array().expect("a list");
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["outcome"], "fired");
+    assert_eq!(runs[0]["task_id"], task_id.as_str());
+    assert!(runs[0]["fired_at"].is_string());
+    let list = api.get("/v1/jobs").await.body;
+    assert_eq!(list["jobs"][0]["last_run"]["outcome"], "fired", "{list}");
+
+    let path = format!("/v1/jobs/{id}");
+    let a = api.call(Method::DELETE, &path, None, None).await;
+    assert_eq!(a.status, StatusCode::NO_CONTENT);
+    assert!(a.body.is_null());
+    let list = api.get("/v1/jobs").await.body;
+    assert_eq!(list["jobs"].as_array().expect("a list").len(), 0);
+    let a = api.call(Method::DELETE, &path, None, None).await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_add_search_and_forget() {
+    let api = api("").await;
+    let a = api
+        .post(
+            "/v1/memory",
+            json!({"text": "用户喜欢喝乌龙茶", "tags": ["偏好"]}),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+    assert_eq!(a.body["merged"], false, "{}", a.body);
+    let fact = a.body["id"].as_str().expect("an id").to_string();
+    let a = api
+        .post("/v1/memory", json!({"text": "用户喜欢喝乌龙茶。"}))
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+    assert_eq!(a.body["merged"], true, "the same fact again: {}", a.body);
+    assert_eq!(a.body["id"], fact.as_str());
+
+    let a = api.get("/v1/memory?q=%E4%B9%8C%E9%BE%99%E8%8C%B6").await;
+    assert_eq!(a.status, StatusCode::OK);
+    let facts = a.body["facts"].as_array().expect("a list");
+    assert_eq!(facts.len(), 1, "{}", a.body);
+    assert_eq!(facts[0]["id"], fact.as_str());
+    assert_eq!(facts[0]["text"], "用户喜欢喝乌龙茶");
+    assert_eq!(facts[0]["tags"], json!(["偏好"]));
+    assert!(facts[0]["score"].as_f64().expect("a score") > 0.0);
+    assert!(facts[0]["created_at"].is_string());
+
+    let path = format!("/v1/memory/{fact}");
+    let a = api.call(Method::DELETE, &path, None, None).await;
+    assert_eq!(a.status, StatusCode::NO_CONTENT);
+    let a = api.get("/v1/memory?q=%E4%B9%8C%E9%BE%99%E8%8C%B6").await;
+    assert_eq!(
+        a.body["facts"].as_array().expect("a list").len(),
+        0,
+        "{}",
+        a.body
+    );
+}
