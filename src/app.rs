@@ -259,28 +259,8 @@ impl TaskRunner for AgentRunner {
 struct OutboxDeliver(Notifier);
 
 impl Deliver for OutboxDeliver {
-    fn deliver<'a>(
-        &'a self,
-        channel: &'a str,
-        title: String,
-        text: String,
-        task_id: Option<&'a str>,
-        job_id: &'a str,
-        run_id: i64,
-    ) -> BoxFuture<'a, Result<i64, String>> {
-        Box::pin(async move {
-            self.0
-                .enqueue(NewNotice {
-                    channel: channel.to_string(),
-                    title,
-                    body: text,
-                    task_id: task_id.map(str::to_string),
-                    job_id: Some(job_id.to_string()),
-                    run_id: Some(run_id),
-                })
-                .await
-                .map_err(|e| e.to_string())
-        })
+    fn deliver(&self, notice: NewNotice) -> BoxFuture<'_, Result<i64, String>> {
+        Box::pin(async move { self.0.enqueue(notice).await.map_err(|e| e.to_string()) })
     }
 
     fn channels(&self) -> Vec<String> {

@@ -172,25 +172,10 @@ struct TestDeliver {
 }
 
 impl Deliver for TestDeliver {
-    fn deliver<'a>(
-        &'a self,
-        channel: &'a str,
-        title: String,
-        text: String,
-        task_id: Option<&'a str>,
-        job_id: &'a str,
-        run_id: i64,
-    ) -> BoxFuture<'a, Result<i64, String>> {
+    fn deliver(&self, notice: NewNotice) -> BoxFuture<'_, Result<i64, String>> {
         Box::pin(async move {
             self.store
-                .enqueue_notice(&NewNotice {
-                    channel: channel.into(),
-                    title,
-                    body: text,
-                    task_id: task_id.map(str::to_string),
-                    job_id: Some(job_id.into()),
-                    run_id: Some(run_id),
-                })
+                .enqueue_notice(&notice)
                 .await
                 .map_err(|e| e.to_string())
         })

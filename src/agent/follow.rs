@@ -36,12 +36,7 @@ impl Agent {
         // Subscribed before the first read, so nothing falls between the two.
         let steps = self.subscribe_steps();
         let finished = self.subscribe();
-        let task = self
-            .inner
-            .store
-            .find_task(id)
-            .await?
-            .ok_or_else(|| AgentError::NotFound(id.to_string()))?;
+        let task = self.find(id).await?;
         let (tx, rx) = mpsc::channel(BUFFER);
         let agent = self.clone();
         tokio::spawn(async move {

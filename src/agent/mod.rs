@@ -283,14 +283,18 @@ impl Agent {
         }
     }
 
-    /// Cancel a pending or running task.
-    pub async fn cancel(&self, id: &str) -> Result<Task, AgentError> {
-        let task = self
-            .inner
+    /// A task by id or unambiguous prefix.
+    pub async fn find(&self, id: &str) -> Result<Task, AgentError> {
+        self.inner
             .store
             .find_task(id)
             .await?
-            .ok_or_else(|| AgentError::NotFound(id.to_string()))?;
+            .ok_or_else(|| AgentError::NotFound(id.to_string()))
+    }
+
+    /// Cancel a pending or running task.
+    pub async fn cancel(&self, id: &str) -> Result<Task, AgentError> {
+        let task = self.find(id).await?;
         if task.state.is_finished() {
             return Err(AgentError::AlreadyFinished {
                 id: task.id,

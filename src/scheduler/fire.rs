@@ -4,7 +4,7 @@
 
 use super::schedule::{Schedule, ScheduleError, parse_timezone};
 use super::{Scheduler, SchedulerError};
-use crate::store::{Delivery, Job, RunOutcome, StoreError, TaskState, new_id};
+use crate::store::{Delivery, Job, NewNotice, RunOutcome, StoreError, TaskState, new_id};
 use chrono::{DateTime, Duration, Utc};
 use chrono_tz::Tz;
 use serde_json::Value;
@@ -478,18 +478,15 @@ impl Scheduler {
         }
         let mut errors = Vec::new();
         for channel in &job.notify {
-            let r = self
-                .inner
-                .deliver
-                .deliver(
-                    channel,
-                    title.to_string(),
-                    text.to_string(),
-                    task_id,
-                    &job.id,
-                    run_id,
-                )
-                .await;
+            let notice = NewNotice {
+                channel: channel.clone(),
+                title: title.to_string(),
+                body: text.to_string(),
+                task_id: task_id.map(str::to_string),
+                job_id: Some(job.id.clone()),
+                run_id: Some(run_id),
+            };
+            let r = self.inner.deliver.deliver(notice).await;
             if let Err(e) = r {
                 tracing::warn!(job = %job.id, run = run_id, channel = %channel, error = %e, "delivery failed");
                 errors.push(format!("{channel}: {e}"));

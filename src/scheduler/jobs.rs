@@ -142,19 +142,7 @@ impl Scheduler {
             .await?
             .into_iter()
             .next();
-        Ok(JobView {
-            id: job.id,
-            name: job.name,
-            task: job.task,
-            schedule: job.schedule,
-            timezone: job.timezone,
-            notify: job.notify,
-            origin: job.origin,
-            next_run_at: job.next_run_at,
-            last_run,
-            precheck: job.precheck,
-            profile: job.profile,
-        })
+        Ok(JobView { job, last_run })
     }
 
     /// A job's runs, newest first (`limit` ≤ 0 means 50).

@@ -48,7 +48,7 @@ mod timer;
 pub use schedule::{Schedule, ScheduleError, next_after, parse_timezone};
 
 use crate::config::SchedulerSettings;
-use crate::store::{Job, JobRun, Origin, Store, StoreError, Task};
+use crate::store::{Job, JobRun, NewNotice, Store, StoreError, Task};
 use crate::util::lock;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
@@ -82,16 +82,8 @@ pub trait TaskRunner: Send + Sync {
 
 /// Delivers a finished run. Implemented over the notifier's outbox.
 pub trait Deliver: Send + Sync {
-    /// Queue a notice on `channel`; returns the outbox id. `run_id` links it to the job run.
-    fn deliver<'a>(
-        &'a self,
-        channel: &'a str,
-        title: String,
-        text: String,
-        task_id: Option<&'a str>,
-        job_id: &'a str,
-        run_id: i64,
-    ) -> BoxFuture<'a, Result<i64, String>>;
+    /// Queue a notice (linked to its job run); returns the outbox id.
+    fn deliver(&self, notice: NewNotice) -> BoxFuture<'_, Result<i64, String>>;
     /// The configured channel names (`email`, webhook names).
     fn channels(&self) -> Vec<String>;
 }
@@ -155,21 +147,22 @@ fn parse_precheck(text: &str) -> Result<Value, String> {
     })
 }
 
-/// A job as the API, the CLI and the model see it (the contract's job object).
+/// A job as the API, the CLI and the model see it (the contract's job object): the stored job
+/// and its newest run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct JobView {
-    pub id: String,
-    pub name: String,
-    pub task: String,
-    pub schedule: String,
-    pub timezone: String,
-    pub notify: Vec<String>,
-    pub origin: Origin,
-    pub next_run_at: Option<DateTime<Utc>>,
+    #[serde(flatten)]
+    pub job: Job,
     /// The newest run, or null.
     pub last_run: Option<JobRun>,
-    pub precheck: Option<Value>,
-    pub profile: Option<String>,
+}
+
+/// A view reads as the job it shows (`view.id`, `view.next_run_at`).
+impl std::ops::Deref for JobView {
+    type Target = Job;
+    fn deref(&self) -> &Job {
+        &self.job
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -200,14 +200,7 @@ impl Store {
 
     /// Take the job's run lock for `task_id`; false when a run is already in progress.
     pub async fn lock_job(&self, id: &str, task_id: &str) -> Result<bool> {
-        let done = sqlx::query(
-            "UPDATE jobs SET running_task_id = ? WHERE id = ? AND running_task_id IS NULL",
-        )
-        .bind(task_id)
-        .bind(id)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected() == 1)
+        self.move_job_lock(id, None, Some(task_id)).await
     }
 
     pub async fn unlock_job(&self, id: &str) -> Result<()> {
@@ -295,23 +288,23 @@ impl Store {
 impl Store {
     /// Move the run lock from `from` to `to`; false when `from` no longer holds it.
     pub async fn swap_job_lock(&self, id: &str, from: &str, to: &str) -> Result<bool> {
-        let done =
-            sqlx::query("UPDATE jobs SET running_task_id = ? WHERE id = ? AND running_task_id = ?")
-                .bind(to)
-                .bind(id)
-                .bind(from)
-                .execute(self.pool())
-                .await?;
-        Ok(done.rows_affected() == 1)
+        self.move_job_lock(id, Some(from), Some(to)).await
     }
 
     /// Release the run lock if `holder` still holds it; false otherwise.
     pub async fn release_job_lock(&self, id: &str, holder: &str) -> Result<bool> {
+        self.move_job_lock(id, Some(holder), None).await
+    }
+
+    /// The lock goes from `from` to `to` (`None`: free) in one statement, or not at all: two
+    /// firers can never both believe they hold it. `IS` compares NULL as a value.
+    async fn move_job_lock(&self, id: &str, from: Option<&str>, to: Option<&str>) -> Result<bool> {
         let done = sqlx::query(
-            "UPDATE jobs SET running_task_id = NULL WHERE id = ? AND running_task_id = ?",
+            "UPDATE jobs SET running_task_id = ? WHERE id = ? AND running_task_id IS ?",
         )
+        .bind(to)
         .bind(id)
-        .bind(holder)
+        .bind(from)
         .execute(self.pool())
         .await?;
         Ok(done.rows_affected() == 1)

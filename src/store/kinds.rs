@@ -48,9 +48,16 @@ macro_rules! word_enum {
             }
         }
 
+        as_text!($name);
+    };
+}
+
+/// Serialise and store a type as its text form (`Display`), and read it back with `FromStr`.
+macro_rules! as_text {
+    ($name:ty) => {
         impl Serialize for $name {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(self.as_str())
+                s.collect_str(self)
             }
         }
 
@@ -61,13 +68,6 @@ macro_rules! word_enum {
             }
         }
 
-        text_column!($name);
-    };
-}
-
-/// Store a type as its text form (`Display`) and read it back with `FromStr`.
-macro_rules! text_column {
-    ($name:ty) => {
         impl sqlx::Type<Sqlite> for $name {
             fn type_info() -> sqlx::sqlite::SqliteTypeInfo {
                 <String as sqlx::Type<Sqlite>>::type_info()
@@ -199,20 +199,7 @@ impl std::str::FromStr for Delivery {
     }
 }
 
-impl Serialize for Delivery {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for Delivery {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
-}
-
-text_column!(Delivery);
+as_text!(Delivery);
 
 #[cfg(test)]
 mod tests {

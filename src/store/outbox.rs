@@ -41,6 +41,32 @@ pub struct NewNotice {
     pub run_id: Option<i64>,
 }
 
+/// Which notices [`Store::list_notices`] returns.
+#[derive(Debug, Clone, Default)]
+pub struct NoticeFilter {
+    pub task_id: Option<String>,
+    pub run_id: Option<i64>,
+    pub job_id: Option<String>,
+    pub state: Option<NoticeState>,
+    /// At most this many; 0 or less: all.
+    pub limit: i64,
+    pub newest_first: bool,
+}
+
+impl NoticeFilter {
+    /// Everything, in the order the notices were queued.
+    pub fn oldest_first() -> NoticeFilter {
+        NoticeFilter::default()
+    }
+}
+
+macro_rules! notice_where {
+    () => {
+        " WHERE (?1 IS NULL OR task_id = ?1) AND (?2 IS NULL OR run_id = ?2) \
+          AND (?3 IS NULL OR job_id = ?3) AND (?4 IS NULL OR state = ?4)"
+    };
+}
+
 macro_rules! notice_columns {
     () => {
         "id, channel, title, body, task_id, job_id, run_id, state, attempts, \
@@ -134,25 +160,46 @@ impl Store {
     }
 
     pub async fn notices_for_task(&self, task_id: &str) -> Result<Vec<Notice>> {
-        let sql = concat!(
-            "SELECT ",
-            notice_columns!(),
-            " FROM outbox WHERE task_id = ? ORDER BY id"
-        );
-        Ok(sqlx::query_as::<_, Notice>(sql)
-            .bind(task_id)
-            .fetch_all(self.pool())
-            .await?)
+        self.list_notices(&NoticeFilter {
+            task_id: Some(task_id.to_string()),
+            ..NoticeFilter::oldest_first()
+        })
+        .await
     }
 
     pub async fn notices_for_run(&self, run_id: i64) -> Result<Vec<Notice>> {
-        let sql = concat!(
-            "SELECT ",
-            notice_columns!(),
-            " FROM outbox WHERE run_id = ? ORDER BY id"
-        );
+        self.list_notices(&NoticeFilter {
+            run_id: Some(run_id),
+            ..NoticeFilter::oldest_first()
+        })
+        .await
+    }
+
+    /// Notices matching every filter that is set.
+    pub async fn list_notices(&self, f: &NoticeFilter) -> Result<Vec<Notice>> {
+        let sql = if f.newest_first {
+            concat!(
+                "SELECT ",
+                notice_columns!(),
+                " FROM outbox",
+                notice_where!(),
+                " ORDER BY id DESC LIMIT ?5"
+            )
+        } else {
+            concat!(
+                "SELECT ",
+                notice_columns!(),
+                " FROM outbox",
+                notice_where!(),
+                " ORDER BY id LIMIT ?5"
+            )
+        };
         Ok(sqlx::query_as::<_, Notice>(sql)
-            .bind(run_id)
+            .bind(&f.task_id)
+            .bind(f.run_id)
+            .bind(&f.job_id)
+            .bind(f.state)
+            .bind(if f.limit <= 0 { i64::MAX } else { f.limit })
             .fetch_all(self.pool())
             .await?)
     }

@@ -165,6 +165,23 @@ enum Outcome {
     Nothing,
 }
 
+impl Outcome {
+    /// What a scan found: broken blocks win (the reply is then read as text), else the calls
+    /// with the text around them.
+    fn of(calls: Vec<ToolCall>, warnings: Vec<String>, remaining: &str) -> Outcome {
+        if !warnings.is_empty() {
+            Outcome::Broken(warnings)
+        } else if calls.is_empty() {
+            Outcome::Nothing
+        } else {
+            Outcome::Calls {
+                calls,
+                remaining: tidy(remaining),
+            }
+        }
+    }
+}
+
 const TAG_OPEN: &str = "<tool_call>";
 const TAG_CLOSE: &str = "</tool_call>";
 const FENCE: &str = "```";
@@ -209,16 +226,7 @@ fn from_tags(content: &str) -> Outcome {
         rest = next;
     }
     remaining.push_str(rest);
-    if !warnings.is_empty() {
-        Outcome::Broken(warnings)
-    } else if calls.is_empty() {
-        Outcome::Nothing
-    } else {
-        Outcome::Calls {
-            calls,
-            remaining: tidy(&remaining),
-        }
-    }
+    Outcome::of(calls, warnings, &remaining)
 }
 
 fn from_fences(content: &str) -> Outcome {
@@ -265,16 +273,7 @@ fn from_fences(content: &str) -> Outcome {
         rest = block_end;
     }
     remaining.push_str(rest);
-    if !warnings.is_empty() {
-        Outcome::Broken(warnings)
-    } else if calls.is_empty() {
-        Outcome::Nothing
-    } else {
-        Outcome::Calls {
-            calls,
-            remaining: tidy(&remaining),
-        }
-    }
+    Outcome::of(calls, warnings, &remaining)
 }
 
 fn from_bare(content: &str) -> Outcome {

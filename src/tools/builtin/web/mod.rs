@@ -34,8 +34,10 @@ const EXCERPT_CHARS: usize = 500;
 pub fn tools(settings: WebFetchSettings, store: Store) -> Vec<Arc<dyn Tool>> {
     let fetcher = Fetcher::new(settings);
     vec![
-        Arc::new(WebFetch {
+        Arc::new(WebTool {
+            kind: Kind::Fetch,
             fetcher: fetcher.clone(),
+            store: store.clone(),
             info: ToolInfo::new(
                 "web_fetch",
                 "Fetch a public web page or URL: title, readable text, links (JSON as `json`, feeds as items). \
@@ -47,7 +49,8 @@ pub fn tools(settings: WebFetchSettings, store: Store) -> Vec<Arc<dyn Tool>> {
                 ),
             ),
         }),
-        Arc::new(WatchPage {
+        Arc::new(WebTool {
+            kind: Kind::Watch,
             fetcher: fetcher.clone(),
             store: store.clone(),
             info: ToolInfo::new(
@@ -62,7 +65,8 @@ pub fn tools(settings: WebFetchSettings, store: Store) -> Vec<Arc<dyn Tool>> {
                 ),
             ),
         }),
-        Arc::new(ReadFeed {
+        Arc::new(WebTool {
+            kind: Kind::Feed,
             fetcher,
             store,
             info: ToolInfo::new(
@@ -91,22 +95,56 @@ fn url_schema(extra: &str, extra_description: &str) -> Value {
     })
 }
 
-/// `{url, selector?}` (`web_fetch`, `watch_page`).
+/// `{url, selector?}` (`web_fetch`, `watch_page`) or `{url, since?}` (`read_feed`): each tool's
+/// schema admits only its own fields, and is checked first.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PageArgs {
+pub struct WebArgs {
     url: String,
     #[serde(default)]
     selector: Option<String>,
-}
-
-/// `{url, since?}` (`read_feed`).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FeedArgs {
-    url: String,
     #[serde(default)]
     since: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Fetch,
+    Watch,
+    Feed,
+}
+
+/// The three web tools: one shape, three behaviours.
+struct WebTool {
+    kind: Kind,
+    fetcher: Fetcher,
+    store: Store,
+    info: ToolInfo,
+}
+
+impl TypedTool for WebTool {
+    type Args = WebArgs;
+
+    fn info(&self) -> &ToolInfo {
+        &self.info
+    }
+
+    /// The registry's default timeout is shorter than a slow page may need: the fetch's own
+    /// cap plus a margin for parsing and the store.
+    fn timeout(&self) -> Option<Duration> {
+        Some(Duration::from_secs(
+            self.fetcher.settings().timeout_s.max(1) + 5,
+        ))
+    }
+
+    async fn run(&self, a: WebArgs, _ctx: &ToolContext) -> Result<Value, ToolError> {
+        let url = url_of(&a.url)?;
+        match self.kind {
+            Kind::Fetch => self.fetch_page(url, non_blank(&a.selector)).await,
+            Kind::Watch => self.watch_page(url, non_blank(&a.selector)).await,
+            Kind::Feed => self.read_feed(url, non_blank(&a.since)).await,
+        }
+    }
 }
 
 /// The URL, which the schema cannot require to be non-blank.
@@ -125,63 +163,19 @@ fn non_blank(s: &Option<String>) -> Option<&str> {
     s.as_deref().map(str::trim).filter(|s| !s.is_empty())
 }
 
-/// The registry's default timeout is shorter than a slow page may need; give the fetch its
-/// own cap plus a margin for parsing and the store.
-fn tool_timeout(fetcher: &Fetcher) -> Option<Duration> {
-    Some(Duration::from_secs(fetcher.settings().timeout_s.max(1) + 5))
-}
-
 fn store_error(what: &str, e: crate::store::StoreError) -> ToolError {
     ToolError::Failed(format!("cannot {what}: {e}"))
 }
 
-struct WebFetch {
-    fetcher: Fetcher,
-    info: ToolInfo,
-}
-
-impl TypedTool for WebFetch {
-    type Args = PageArgs;
-
-    fn info(&self) -> &ToolInfo {
-        &self.info
-    }
-
-    fn timeout(&self) -> Option<Duration> {
-        tool_timeout(&self.fetcher)
-    }
-
-    async fn run(&self, a: PageArgs, _ctx: &ToolContext) -> Result<Value, ToolError> {
-        let url = url_of(&a.url)?;
-        let selector = non_blank(&a.selector)
-            .map(extract::parse_selector)
-            .transpose()?;
+impl WebTool {
+    async fn fetch_page(&self, url: &str, selector: Option<&str>) -> Result<Value, ToolError> {
+        let selector = selector.map(extract::parse_selector).transpose()?;
         let fetched = self.fetcher.fetch(url).await?;
         let content = content::interpret(&fetched, selector.as_ref());
         Ok(content.into_result(&fetched, selector.is_some()))
     }
-}
 
-struct WatchPage {
-    fetcher: Fetcher,
-    store: Store,
-    info: ToolInfo,
-}
-
-impl TypedTool for WatchPage {
-    type Args = PageArgs;
-
-    fn info(&self) -> &ToolInfo {
-        &self.info
-    }
-
-    fn timeout(&self) -> Option<Duration> {
-        tool_timeout(&self.fetcher)
-    }
-
-    async fn run(&self, a: PageArgs, _ctx: &ToolContext) -> Result<Value, ToolError> {
-        let url = url_of(&a.url)?;
-        let selector_text = non_blank(&a.selector);
+    async fn watch_page(&self, url: &str, selector_text: Option<&str>) -> Result<Value, ToolError> {
         let selector = selector_text.map(extract::parse_selector).transpose()?;
         let fetched = self.fetcher.fetch(url).await?;
         let content = content::interpret(&fetched, selector.as_ref());
@@ -231,28 +225,9 @@ impl TypedTool for WatchPage {
         }
         Ok(out)
     }
-}
 
-struct ReadFeed {
-    fetcher: Fetcher,
-    store: Store,
-    info: ToolInfo,
-}
-
-impl TypedTool for ReadFeed {
-    type Args = FeedArgs;
-
-    fn info(&self) -> &ToolInfo {
-        &self.info
-    }
-
-    fn timeout(&self) -> Option<Duration> {
-        tool_timeout(&self.fetcher)
-    }
-
-    async fn run(&self, a: FeedArgs, _ctx: &ToolContext) -> Result<Value, ToolError> {
-        let url = url_of(&a.url)?;
-        let since = non_blank(&a.since)
+    async fn read_feed(&self, url: &str, since: Option<&str>) -> Result<Value, ToolError> {
+        let since = since
             .map(|s| {
                 DateTime::parse_from_rfc3339(s).map(|t| t.with_timezone(&Utc)).map_err(|e| {
                     ToolError::InvalidArguments(format!(
