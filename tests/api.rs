@@ -201,6 +201,8 @@ fn bad_inputs() -> Vec<Bad> {
         bad(M::POST, "/v1/jobs/nosuchjob/run", None, S::NOT_FOUND, "not_found", "nosuchjob"),
         bad(M::POST, "/v1/memory", json_body(json!({"text": ""})), S::BAD_REQUEST, "bad_request", "empty"),
         bad(M::DELETE, "/v1/memory/nosuchfact", None, S::NOT_FOUND, "not_found", "nosuchfact"),
+        bad(M::GET, "/v1/tasks/%FF", None, S::BAD_REQUEST, "bad_request", "path"),
+        bad(M::DELETE, "/v1/jobs/%FF%FE", None, S::BAD_REQUEST, "bad_request", "path"),
     ]
 }
 
@@ -401,5 +403,93 @@ async fn memory_add_search_and_forget() {
         0,
         "{}",
         a.body
+    );
+}
+
+/// A browser page on a rebinding domain reaches the loopback daemon with its own name in
+/// `Host`; only loopback names, IP literals (which no DNS answer can rebind) and
+/// `server.allowed_hosts` get through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_host_header_is_refused_everywhere() {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let mut s = common::settings(&model.base_url());
+    s.server.allowed_hosts = vec!["hermes.example.org".into()];
+    let t = common::app(s, vec![]).await;
+    let api = router(ApiState {
+        agent: t.app.agent.clone(),
+        scheduler: t.app.scheduler.clone(),
+        memory: t.app.memory.clone(),
+        token: Arc::from(""),
+    });
+    let with_host = |method: Method, path: &str, host: &str| {
+        Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::HOST, host)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(json!({"task": "hi"}).to_string()))
+            .expect("a request")
+    };
+    for host in [
+        "rebind.attacker.example",
+        "rebind.attacker.example:8765",
+        "127.0.0.1.nip.io",
+        "localhost.attacker.example",
+        "hermes.example.org.evil",
+    ] {
+        for (method, path) in [
+            (Method::GET, "/healthz"),
+            (Method::GET, "/v1/memory?q=x"),
+            (Method::POST, "/v1/tasks"),
+            (Method::GET, "/no-such-page"),
+        ] {
+            let resp = api
+                .clone()
+                .oneshot(with_host(method.clone(), path, host))
+                .await
+                .expect("answered");
+            assert_eq!(
+                resp.status(),
+                StatusCode::MISDIRECTED_REQUEST,
+                "{host} {path}"
+            );
+            let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+                .await
+                .expect("body");
+            let v: Value = serde_json::from_slice(&bytes).expect("JSON");
+            assert_eq!(v["error"]["code"], "misdirected_host", "{v}");
+            assert!(
+                v["error"]["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("server.allowed_hosts"),
+                "{v}"
+            );
+        }
+    }
+    for host in [
+        "localhost",
+        "localhost:8765",
+        "127.0.0.1:8765",
+        "[::1]:8765",
+        "192.168.1.20:8765",
+        "hermes.example.org",
+        "HERMES.example.org:443",
+    ] {
+        let resp = api
+            .clone()
+            .oneshot(with_host(Method::GET, "/healthz", host))
+            .await
+            .expect("answered");
+        assert_eq!(resp.status(), StatusCode::OK, "{host}");
+    }
+    // Nothing was created by the refused requests.
+    assert!(
+        t.app
+            .store
+            .list_tasks(&Default::default())
+            .await
+            .expect("list")
+            .is_empty()
     );
 }

@@ -18,6 +18,8 @@ pub struct Settings {
     pub storage: StorageSettings,
     /// Named sub-agents for `delegate`.
     pub agents: BTreeMap<String, SubAgent>,
+    /// MCP servers whose tools the agent may use.
+    pub mcp: McpSettings,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -25,6 +27,11 @@ pub struct Settings {
 pub struct ModelSettings {
     pub default_profile: String,
     pub profiles: BTreeMap<String, Profile>,
+    /// A model reply larger than this is refused while it streams in (a broken or hostile
+    /// server cannot grow the daemon's memory without bound).
+    pub max_response_bytes: u64,
+    /// A 429 asking to wait longer than this (or than the task has left) fails the call at once.
+    pub max_retry_after_s: u64,
 }
 
 impl Default for ModelSettings {
@@ -42,6 +49,8 @@ impl Default for ModelSettings {
         ModelSettings {
             default_profile: "fast".into(),
             profiles,
+            max_response_bytes: 4_000_000,
+            max_retry_after_s: 30,
         }
     }
 }
@@ -56,6 +65,20 @@ pub struct Profile {
     pub temperature: f32,
     pub max_tokens: u32,
     pub timeout_s: u64,
+    /// How tools reach the model: `native` (the request's `tools` field), `text` (described in
+    /// the system prompt, calls read from `<tool_call>` blocks), or `auto` (native until the
+    /// server shows it ignores tools, then text).
+    pub tool_mode: ToolMode,
+}
+
+/// See [`Profile::tool_mode`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolMode {
+    #[default]
+    Auto,
+    Native,
+    Text,
 }
 
 impl Default for Profile {
@@ -67,6 +90,7 @@ impl Default for Profile {
             temperature: 0.2,
             max_tokens: 1024,
             timeout_s: 60,
+            tool_mode: ToolMode::Auto,
         }
     }
 }
@@ -88,6 +112,7 @@ impl std::fmt::Debug for Profile {
             .field("temperature", &self.temperature)
             .field("max_tokens", &self.max_tokens)
             .field("timeout_s", &self.timeout_s)
+            .field("tool_mode", &self.tool_mode)
             .finish()
     }
 }
@@ -101,6 +126,8 @@ pub struct AgentSettings {
     pub system_prompt_extra: String,
     /// On SIGTERM, how long running tasks may go on before they are stopped (reason `shutdown`).
     pub shutdown_grace_s: u64,
+    /// The same tool with the same arguments this many times in one task; one more is not run.
+    pub max_identical_calls: u32,
 }
 
 impl Default for AgentSettings {
@@ -111,6 +138,7 @@ impl Default for AgentSettings {
             workers: 4,
             system_prompt_extra: String::new(),
             shutdown_grace_s: 30,
+            max_identical_calls: 2,
         }
     }
 }
@@ -216,8 +244,11 @@ pub struct SchedulerSettings {
     pub catch_up_grace_s: u64,
     /// May a task started by a job create further jobs?
     pub allow_nested: bool,
-    /// Send a short notice on the job's channels when a run fails.
+    /// Report failing runs on the job's channels (see `failure_report_after`).
     pub notify_on_failure: bool,
+    /// Consecutive failed runs before the one failure report; no further reports while the job
+    /// keeps failing, one "recovered" notice at its next success.
+    pub failure_report_after: u32,
 }
 
 impl Default for SchedulerSettings {
@@ -229,15 +260,29 @@ impl Default for SchedulerSettings {
             catch_up_grace_s: 3600,
             allow_nested: false,
             notify_on_failure: true,
+            failure_report_after: 2,
         }
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NotifySettings {
     pub email: Option<EmailSettings>,
     pub webhooks: BTreeMap<String, WebhookSettings>,
+    /// The whole of one delivery attempt (connect, TLS, the SMTP dialogue or the webhook's
+    /// answer); a stalled server past it is a temporary failure, retried with backoff.
+    pub send_timeout_s: u64,
+}
+
+impl Default for NotifySettings {
+    fn default() -> Self {
+        NotifySettings {
+            email: None,
+            webhooks: BTreeMap::new(),
+            send_timeout_s: 60,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -314,6 +359,12 @@ pub struct ServerSettings {
     pub port: u16,
     /// Bearer token; empty means none (allowed only on loopback).
     pub token: String,
+    /// Host names a request may carry besides the bound address and loopback names (a reverse
+    /// proxy's name). Any other `Host` is refused, so a DNS-rebinding page cannot drive the API.
+    pub allowed_hosts: Vec<String>,
+    /// Where the dashboard is reachable from outside (e.g. `https://hermes.example.org`); digest
+    /// emails link to a run's page when set.
+    pub public_url: String,
 }
 
 impl Default for ServerSettings {
@@ -322,6 +373,8 @@ impl Default for ServerSettings {
             host: "127.0.0.1".into(),
             port: 8765,
             token: String::new(),
+            allowed_hosts: Vec::new(),
+            public_url: String::new(),
         }
     }
 }
@@ -339,6 +392,8 @@ impl std::fmt::Debug for ServerSettings {
                     "<redacted>"
                 },
             )
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("public_url", &self.public_url)
             .finish()
     }
 }
@@ -359,6 +414,65 @@ pub struct SubAgent {
     pub tools: Vec<String>,
     pub system_prompt: String,
     pub timeout_s: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpSettings {
+    /// By name; each server's tools are offered as `NAME__TOOL`.
+    pub servers: BTreeMap<String, McpServer>,
+}
+
+/// One MCP server: a program speaking MCP on stdio (`command`), or a streamable-HTTP endpoint
+/// (`url`). Exactly one of the two.
+#[derive(Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpServer {
+    /// Program and arguments, run without a shell.
+    pub command: Vec<String>,
+    /// Environment for the program (only these and PATH, HOME, LANG; values may be secrets).
+    pub env: BTreeMap<String, String>,
+    /// Working directory for the program; empty: the daemon's.
+    pub cwd: String,
+    /// Streamable-HTTP endpoint, e.g. `https://example.org/mcp`.
+    pub url: String,
+    /// Headers sent to `url` (often a token).
+    pub headers: BTreeMap<String, String>,
+    /// Per tool call; 0: `tools.timeout_s`.
+    pub timeout_s: u64,
+}
+
+/// How to reach an MCP server, once validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum McpTransport {
+    Stdio,
+    Http,
+}
+
+impl McpServer {
+    /// Stdio when `command` is set, HTTP when `url` is; validation ensures one of them.
+    pub fn transport(&self) -> McpTransport {
+        if self.command.is_empty() {
+            McpTransport::Http
+        } else {
+            McpTransport::Stdio
+        }
+    }
+}
+
+// Env values and headers often carry keys: never in a log line.
+impl std::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let keys = |m: &BTreeMap<String, String>| m.keys().cloned().collect::<Vec<_>>();
+        f.debug_struct("McpServer")
+            .field("command", &self.command)
+            .field("env", &keys(&self.env))
+            .field("cwd", &self.cwd)
+            .field("url", &self.url)
+            .field("headers", &keys(&self.headers))
+            .field("timeout_s", &self.timeout_s)
+            .finish()
+    }
 }
 
 /// A semantic error: the dotted key and what is wrong with its value.
@@ -406,7 +520,8 @@ impl Settings {
         self.validate_scheduler()?;
         self.validate_notify()?;
         self.validate_server()?;
-        self.validate_agents()
+        self.validate_agents()?;
+        self.validate_mcp()
     }
 
     fn validate_model(&self) -> Result<(), Violation> {
@@ -442,6 +557,8 @@ impl Settings {
             positive(&k("max_tokens"), p.max_tokens.into())?;
             seconds(&k("timeout_s"), p.timeout_s, false)?;
         }
+        positive("model.max_response_bytes", m.max_response_bytes)?;
+        seconds("model.max_retry_after_s", m.max_retry_after_s, true)?;
         Ok(())
     }
 
@@ -451,6 +568,10 @@ impl Settings {
         seconds("agent.task_timeout_s", self.agent.task_timeout_s, false)?;
         seconds("agent.shutdown_grace_s", self.agent.shutdown_grace_s, true)?;
         positive("agent.workers", self.agent.workers.into())?;
+        positive(
+            "agent.max_identical_calls",
+            self.agent.max_identical_calls.into(),
+        )?;
         let t = &self.tools;
         seconds("tools.timeout_s", t.timeout_s, false)?;
         seconds(
@@ -489,6 +610,7 @@ impl Settings {
     }
 
     fn validate_notify(&self) -> Result<(), Violation> {
+        seconds("notify.send_timeout_s", self.notify.send_timeout_s, false)?;
         if let Some(e) = &self.notify.email {
             if e.smtp_host.is_empty() {
                 return bad("notify.email.smtp_host", "must name the SMTP server");
@@ -526,8 +648,73 @@ impl Settings {
 
     fn validate_server(&self) -> Result<(), Violation> {
         // Port 0 is allowed: the daemon then binds a free port and writes it to the data dir.
-        if self.server.host.trim().is_empty() {
+        let s = &self.server;
+        if s.host.trim().is_empty() {
             return bad("server.host", "must be an address such as 127.0.0.1");
+        }
+        if let Some(h) = s
+            .allowed_hosts
+            .iter()
+            .find(|h| h.trim().is_empty() || h.contains(['/', ' ', '@']))
+        {
+            return bad(
+                "server.allowed_hosts",
+                format!(
+                    "'{h}' is not a host name; write it as it appears in the Host header, e.g. hermes.example.org"
+                ),
+            );
+        }
+        let url = &s.public_url;
+        if !url.is_empty() && !(url.starts_with("http://") || url.starts_with("https://")) {
+            return bad(
+                "server.public_url",
+                format!("'{url}' is not an http(s) URL (example: https://hermes.example.org)"),
+            );
+        }
+        Ok(())
+    }
+
+    fn validate_mcp(&self) -> Result<(), Violation> {
+        for (name, m) in &self.mcp.servers {
+            let k = |f: &str| format!("mcp.servers.{name}.{f}");
+            let name_ok = !name.is_empty()
+                && name.len() <= 32
+                && !name.contains("__")
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            if !name_ok {
+                return bad(
+                    format!("mcp.servers.{name}"),
+                    "a server name is 1 to 32 of a-z, A-Z, 0-9, '_' and '-', without '__' (tools are named SERVER__TOOL)",
+                );
+            }
+            match (m.command.is_empty(), m.url.is_empty()) {
+                (true, true) => {
+                    return bad(
+                        format!("mcp.servers.{name}"),
+                        "give either `command: [program, args…]` (stdio) or `url: https://…/mcp` (streamable HTTP)",
+                    );
+                }
+                (false, false) => return bad(k("url"), "give `command` or `url`, not both"),
+                (false, true) => {
+                    if m.command[0].trim().is_empty() {
+                        return bad(k("command"), "the program (the first element) is empty");
+                    }
+                    if !m.headers.is_empty() {
+                        return bad(k("headers"), "headers are for `url` servers");
+                    }
+                }
+                (true, false) => {
+                    if !(m.url.starts_with("http://") || m.url.starts_with("https://")) {
+                        return bad(k("url"), format!("'{}' is not an http(s) URL", m.url));
+                    }
+                    if !m.env.is_empty() || !m.cwd.is_empty() {
+                        return bad(k("env"), "env and cwd are for `command` servers");
+                    }
+                }
+            }
+            seconds(&k("timeout_s"), m.timeout_s, true)?;
         }
         Ok(())
     }

@@ -180,3 +180,50 @@ fn durations_beyond_a_year_are_refused() {
     assert_eq!(key.as_deref(), Some("scheduler.catch_up_grace_s"));
     assert!(message.contains("more than a year"), "{message}");
 }
+
+#[test]
+fn mcp_servers_are_checked_by_key() {
+    let ok = "mcp:\n  servers:\n    time:\n      command: [python3, -m, mcp_server_time]\n    web:\n      url: https://example.org/mcp\n      headers: {Authorization: Bearer x}\n";
+    let s = parse(ok, Path::new("s.yaml"), &env(&[])).expect("valid");
+    assert_eq!(s.mcp.servers["time"].transport(), McpTransport::Stdio);
+    assert_eq!(s.mcp.servers["web"].transport(), McpTransport::Http);
+    assert!(!format!("{:?}", s.mcp.servers["web"]).contains("Bearer"));
+
+    let cases = [
+        (
+            "mcp:\n  servers:\n    t: {}\n",
+            "mcp.servers.t",
+            "either `command",
+        ),
+        (
+            "mcp:\n  servers:\n    t: {command: [x], url: 'http://a/mcp'}\n",
+            "mcp.servers.t.url",
+            "not both",
+        ),
+        (
+            "mcp:\n  servers:\n    a__b: {command: [x]}\n",
+            "mcp.servers.a__b",
+            "'__'",
+        ),
+        (
+            "mcp:\n  servers:\n    t: {url: 'ftp://a/mcp'}\n",
+            "mcp.servers.t.url",
+            "http(s)",
+        ),
+        (
+            "server:\n  allowed_hosts: ['http://x/']\n",
+            "server.allowed_hosts",
+            "Host header",
+        ),
+        (
+            "model:\n  profiles:\n    fast: {tool_mode: grammar}\n",
+            "model.profiles.fast.tool_mode",
+            "unknown variant",
+        ),
+    ];
+    for (yaml, key, says) in cases {
+        let (_, k, message) = parse_err(yaml);
+        assert_eq!(k.as_deref(), Some(key), "{yaml}: {message}");
+        assert!(message.contains(says), "{yaml}: {message}");
+    }
+}

@@ -1,5 +1,6 @@
 //! The handlers: each validates its input, calls one part, and shapes the answer.
 
+use super::extract::Id;
 use super::{ApiError, ApiState};
 use crate::agent::Submit;
 use crate::memory::LongTerm;
@@ -7,7 +8,7 @@ use crate::scheduler::JobRequest;
 use crate::store::{Origin, TaskFilter, TaskState};
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -108,7 +109,7 @@ pub async fn create_task(
     Ok((status, Json(record)).into_response())
 }
 
-pub async fn get_task(State(s): State<ApiState>, Path(id): Path<String>) -> ApiResult {
+pub async fn get_task(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
     match s.agent.store().task_record(&id).await? {
         Some(r) => Ok(Json(r).into_response()),
         None => Err(ApiError::not_found(format!("task '{id}' not found"))),
@@ -151,7 +152,7 @@ pub async fn list_tasks(
 /// How long a cancel request waits for a running task to reach its final state.
 const CANCEL_WAIT: Duration = Duration::from_secs(5);
 
-pub async fn cancel_task(State(s): State<ApiState>, Path(id): Path<String>) -> ApiResult {
+pub async fn cancel_task(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
     // Subscribe first: a running task only stops at its next await point, after `cancel`
     // returns, and the answer should be its final state rather than `running`.
     let rx = s.agent.subscribe();
@@ -179,7 +180,7 @@ pub async fn create_job(
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
-pub async fn delete_job(State(s): State<ApiState>, Path(id): Path<String>) -> ApiResult {
+pub async fn delete_job(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
     if s.scheduler.remove(&id).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
@@ -187,7 +188,7 @@ pub async fn delete_job(State(s): State<ApiState>, Path(id): Path<String>) -> Ap
     }
 }
 
-pub async fn run_job(State(s): State<ApiState>, Path(id): Path<String>) -> ApiResult {
+pub async fn run_job(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
     let task_id = s.scheduler.run_now(&id).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({ "task_id": task_id }))).into_response())
 }
@@ -200,7 +201,7 @@ pub struct Limit {
 
 pub async fn job_runs(
     State(s): State<ApiState>,
-    Path(id): Path<String>,
+    Id(id): Id,
     q: Result<Query<Limit>, QueryRejection>,
 ) -> ApiResult {
     let Query(q) = q?;
@@ -284,7 +285,7 @@ pub async fn add_memory(
         .into_response())
 }
 
-pub async fn forget_memory(State(s): State<ApiState>, Path(id): Path<String>) -> ApiResult {
+pub async fn forget_memory(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
     if memory(&s)?.forget(&id).await.map_err(ApiError::internal)? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {

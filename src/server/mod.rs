@@ -1,22 +1,24 @@
 //! The HTTP API (axum): request validation, authentication, and mapping to the agent, the
 //! scheduler and memory. The endpoints and their shapes are the contract listed in README.md.
 //!
-//! Owns: routes, the bearer-token check, body limits, JSON errors.
+//! Owns: routes, the Host and bearer-token checks (`guard`), body limits, JSON errors — for
+//! every request, including a path that does not parse (`extract`).
 //! Must not: hold business logic — every handler is a thin call into a part.
 
 mod error;
+mod extract;
+mod guard;
 mod handlers;
 
 pub use error::ApiError;
+pub use guard::token_matches;
 
 use crate::agent::Agent;
 use crate::memory::LongTerm;
 use crate::scheduler::Scheduler;
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::header::AUTHORIZATION;
-use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::extract::DefaultBodyLimit;
+use axum::middleware;
 use axum::routing::{get, post};
 use std::future::Future;
 use std::sync::Arc;
@@ -58,7 +60,10 @@ pub fn router(state: ApiState) -> Router {
             "/v1/memory/{id}",
             axum::routing::delete(handlers::forget_memory),
         )
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            guard::require_token,
+        ));
     Router::new()
         .route("/healthz", get(handlers::health))
         .merge(api)
@@ -66,6 +71,11 @@ pub fn router(state: ApiState) -> Router {
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .fallback(handlers::not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        // Outermost: a request for a foreign host is refused before anything else runs.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            guard::require_known_host,
+        ))
         .with_state(state)
 }
 
@@ -78,46 +88,6 @@ pub async fn serve(
     axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await
-}
-
-async fn require_token(
-    State(state): State<ApiState>,
-    req: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    if state.token.is_empty() {
-        return Ok(next.run(req).await);
-    }
-    let given = req
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(bearer_token)
-        .unwrap_or("");
-    if token_matches(given, &state.token) {
-        Ok(next.run(req).await)
-    } else {
-        Err(ApiError::new(
-            axum::http::StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong bearer token; send `Authorization: Bearer <server.token>`",
-        ))
-    }
-}
-
-/// The credentials of an `Authorization: Bearer …` value; the scheme name is case-insensitive
-/// (RFC 9110 §11.1), so `bearer x` from a hand-written client works too.
-fn bearer_token(value: &str) -> Option<&str> {
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim_start_matches(' '))
-}
-
-/// Constant-time in the token's content, so timing does not reveal how much of a guess was right.
-fn token_matches(given: &str, expected: &str) -> bool {
-    use subtle::ConstantTimeEq;
-    given.len() == expected.len() && bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
 }
 
 /// Whether `host` is a loopback address (or `localhost`); non-loopback binds need a token.
@@ -134,24 +104,6 @@ pub fn is_loopback_host(host: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tokens_compare_exactly() {
-        assert!(token_matches("abc", "abc"));
-        assert!(!token_matches("abd", "abc"));
-        assert!(!token_matches("ab", "abc"));
-        assert!(!token_matches("", "abc"));
-    }
-
-    #[test]
-    fn bearer_scheme_is_case_insensitive() {
-        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
-        assert_eq!(bearer_token("bearer abc"), Some("abc"));
-        assert_eq!(bearer_token("BEARER  abc"), Some("abc"));
-        assert_eq!(bearer_token("Basic abc"), None);
-        assert_eq!(bearer_token("Bearerabc"), None);
-        assert_eq!(bearer_token(""), None);
-    }
 
     #[test]
     fn loopback_hosts() {
