@@ -665,7 +665,7 @@ impl Settings {
             );
         }
         let url = &s.public_url;
-        if !url.is_empty() && !(url.starts_with("http://") || url.starts_with("https://")) {
+        if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
             return bad(
                 "server.public_url",
                 format!("'{url}' is not an http(s) URL (example: https://hermes.example.org)"),
