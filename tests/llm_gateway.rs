@@ -27,6 +27,7 @@ fn settings(base_url: &str, api_key: &str, timeout_s: u64) -> ModelSettings {
             temperature: 0.1,
             max_tokens: 256,
             timeout_s,
+            ..Profile::default()
         },
     );
     s

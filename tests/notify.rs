@@ -385,6 +385,7 @@ fn webhooks(list: &[(&str, &str, &str)]) -> NotifySettings {
                 )
             })
             .collect::<BTreeMap<_, _>>(),
+        ..NotifySettings::default()
     }
 }
 
@@ -442,6 +443,7 @@ async fn a_digest_reaches_every_recipient_as_text_and_html() {
     let settings = NotifySettings {
         email: Some(email_settings(smtp.addr, &to)),
         webhooks: BTreeMap::new(),
+        ..NotifySettings::default()
     };
     let n = Notifier::new(settings, store.clone()).unwrap();
     assert_eq!(n.channels(), ["email"]);
@@ -508,6 +510,7 @@ async fn smtp_auth_accepted() {
     let settings = NotifySettings {
         email: Some(email),
         webhooks: BTreeMap::new(),
+        ..NotifySettings::default()
     };
     let n = Notifier::new(settings, store.clone()).unwrap();
 
@@ -541,6 +544,7 @@ async fn smtp_auth_rejected_fails_once_with_a_clear_error() {
     let settings = NotifySettings {
         email: Some(email),
         webhooks: BTreeMap::new(),
+        ..NotifySettings::default()
     };
     let n = Notifier::new(settings, store.clone())
         .unwrap()
@@ -585,6 +589,7 @@ async fn smtp_down_then_up_delivers_on_a_later_pass() {
             &["ann@example.com", "bob@example.org"],
         )),
         webhooks: BTreeMap::new(),
+        ..NotifySettings::default()
     };
     let n = Notifier::new(settings, store.clone())
         .unwrap()
@@ -628,6 +633,7 @@ async fn a_relay_that_stays_down_fails_the_notice_after_max_attempts() {
     let settings = NotifySettings {
         email: Some(email_settings(addr, &["ann@example.com"])),
         webhooks: BTreeMap::new(),
+        ..NotifySettings::default()
     };
     let n = Notifier::new(settings, store.clone())
         .unwrap()

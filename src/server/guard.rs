@@ -53,7 +53,8 @@ pub(super) fn host_allowed(host: &str, allowed: &[String]) -> bool {
 /// The name without its port (and an IPv6 literal without its brackets).
 fn host_name(host: &str) -> &str {
     if let Some(rest) = host.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or(rest);
+        // An unclosed bracket is no name at all.
+        return rest.split_once(']').map_or("", |(v6, _)| v6);
     }
     match host.rsplit_once(':') {
         Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
