@@ -833,7 +833,7 @@ async fn an_unknown_channel_is_rejected_naming_the_known_ones() {
     assert!(msg.contains("email, chat, ops"), "{msg}");
     assert!(
         store
-            .due_notices(chrono::Utc::now(), 10)
+            .due_notices(None, chrono::Utc::now(), 10)
             .await
             .unwrap()
             .is_empty()
@@ -1007,4 +1007,87 @@ async fn a_notice_for_a_channel_removed_from_the_config_fails_visibly() {
     let err = row.last_error.unwrap();
     assert!(err.contains("'old-hook' is no longer configured"), "{err}");
     assert!(err.contains("ops"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// A stalled SMTP server: accepts, greets, answers EHLO, then never says another word.
+
+async fn start_stalled_smtp() -> SocketAddr {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader as TokioBufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            let (read, mut write) = socket.into_split();
+            let _ = write.write_all(b"220 stall.example ESMTP\r\n").await;
+            let mut lines = TokioBufReader::new(read).lines();
+            if let Ok(Some(_ehlo)) = lines.next_line().await {
+                let _ = write.write_all(b"250-stall.example\r\n250 OK\r\n").await;
+            }
+            // Keep both halves open and say nothing more.
+            held.push((lines, write));
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_stalled_smtp_server_never_delays_a_webhook() {
+    let smtp = start_stalled_smtp().await;
+    let mut hook = start_hook(&[200]).await;
+    let store = Store::open_in_memory().await.unwrap();
+    let mut settings = webhooks(&[("ops", &hook.url, "")]);
+    settings.email = Some(email_settings(smtp, &["me@example.com"]));
+    let n = Notifier::new(settings, store.clone()).unwrap();
+    let stop = CancellationToken::new();
+    let sender = tokio::spawn({
+        let n = n.clone();
+        let stop = stop.clone();
+        async move { n.run(stop).await }
+    });
+    // The email first: a sender that delivers one notice at a time would sit on it.
+    let mail = n.enqueue(notice("email", "Digest", "x")).await.unwrap();
+    let hook_id = n.enqueue(notice("ops", "Digest", "x")).await.unwrap();
+    next_hit(&mut hook.hits).await;
+    tokio::time::timeout(WAIT, async {
+        while store.notice(hook_id).await.unwrap().unwrap().state != NoticeState::Sent {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the webhook notice is recorded sent while the email is stuck");
+    let stuck = store.notice(mail).await.unwrap().unwrap();
+    assert_eq!((stuck.state, stuck.attempts), (NoticeState::Pending, 0));
+    // Stopping does not wait out the stuck send; the email stays queued for the next start.
+    stop.cancel();
+    tokio::time::timeout(WAIT, sender)
+        .await
+        .expect("the sender stops at once")
+        .expect("joined");
+    let kept = store.notice(mail).await.unwrap().unwrap();
+    assert_eq!((kept.state, kept.attempts), (NoticeState::Pending, 0));
+}
+
+#[tokio::test]
+async fn a_stalled_smtp_server_is_a_temporary_failure_after_the_send_deadline() {
+    let smtp = start_stalled_smtp().await;
+    let store = Store::open_in_memory().await.unwrap();
+    let settings = NotifySettings {
+        email: Some(email_settings(smtp, &["me@example.com"])),
+        send_timeout_s: 1,
+        ..NotifySettings::default()
+    };
+    let n = Notifier::new(settings, store.clone()).unwrap();
+    let id = n.enqueue(notice("email", "Digest", "x")).await.unwrap();
+    let sent = tokio::time::timeout(WAIT, n.deliver_due())
+        .await
+        .expect("the attempt ends at its deadline");
+    assert_eq!(sent, 0);
+    let row = store.notice(id).await.unwrap().unwrap();
+    assert_eq!(row.state, NoticeState::Pending, "retried later, not failed");
+    assert_eq!(row.attempts, 1);
+    let err = row.last_error.unwrap_or_default();
+    assert!(err.contains("1 s") && err.contains("notify.send_timeout_s"), "{err}");
+    assert!(row.next_attempt_at > chrono::Utc::now(), "backed off");
 }

@@ -16,7 +16,8 @@ use lettre::transport::smtp::authentication::Credentials;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use std::time::Duration;
 
-/// Per SMTP command; a relay that stalls longer than this is treated as down (transient).
+/// lettre applies this to the connection only, not to the dialogue after it; the sender's
+/// `notify.send_timeout_s` bounds the whole attempt.
 const SMTP_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub(crate) struct EmailChannel {

@@ -11,8 +11,10 @@
 //! # Delivery and retries
 //!
 //! A notice is a row in the `outbox` table before anything is sent, so a crash or restart
-//! loses nothing: pending rows are sent by the next [`Notifier::run`]. Each attempt ends in
-//! one of three ways:
+//! loses nothing: pending rows are sent by the next [`Notifier::run`]. Each channel has its own
+//! lane, so a stalled SMTP server never holds up a webhook, and every attempt has a total
+//! deadline (`notify.send_timeout_s`: connect, TLS and the whole dialogue), past which it is a
+//! transient failure. Each attempt ends in one of three ways:
 //!
 //! - **sent** — SMTP accepted the message for every recipient, or the webhook answered 2xx.
 //! - **transient failure** — the SMTP relay could not be reached, timed out or answered 4xx;
@@ -114,10 +116,20 @@ struct Inner {
     email: Option<EmailChannel>,
     /// Webhook channels by name (sorted, so channel lists read the same every time).
     webhooks: BTreeMap<String, WebhookChannel>,
-    /// `enqueue` wakes the sender so a new notice goes out now, not at the next poll. A
+    /// One lane per channel, so a stalled SMTP server never delays a webhook and a slow
+    /// webhook never delays email.
+    lanes: BTreeMap<String, Lane>,
+    /// The whole of one delivery attempt (`notify.send_timeout_s`).
+    send_timeout: Duration,
+}
+
+/// A channel's sending state.
+#[derive(Default)]
+struct Lane {
+    /// `enqueue` wakes the lane so a new notice goes out now, not at the next poll. A
     /// `Notify` keeps one permit, so a wake-up during a pass is not lost.
     wake: tokio::sync::Notify,
-    /// Serialises passes: two concurrent passes would send the same due notice twice.
+    /// Serialises the lane's passes: two at once would send the same due notice twice.
     pass: tokio::sync::Mutex<()>,
 }
 
@@ -155,13 +167,19 @@ impl Notifier {
                 );
             }
         }
+        let lanes = email
+            .iter()
+            .map(|_| EMAIL.to_string())
+            .chain(webhooks.keys().cloned())
+            .map(|name| (name, Lane::default()))
+            .collect();
         Ok(Notifier {
             inner: Arc::new(Inner {
                 store,
                 email,
                 webhooks,
-                wake: tokio::sync::Notify::new(),
-                pass: tokio::sync::Mutex::new(()),
+                lanes,
+                send_timeout: Duration::from_secs(settings.send_timeout_s.max(1)),
             }),
             retry: DEFAULT_RETRY,
         })
@@ -189,7 +207,9 @@ impl Notifier {
         }
         let id = self.inner.store.enqueue_notice(&notice).await?;
         tracing::debug!(notice = id, channel = %notice.channel, "notice queued");
-        self.inner.wake.notify_one();
+        if let Some(lane) = self.inner.lanes.get(&notice.channel) {
+            lane.wake.notify_one();
+        }
         Ok(id)
     }
 

@@ -1,15 +1,19 @@
-//! The sender: drains the outbox. One pass sends every due pending notice and records each
-//! outcome; the loop sleeps until the next notice is due or `enqueue` wakes it.
+//! The sender: drains the outbox, one lane per channel. A lane's pass sends the channel's due
+//! notices in order and records each outcome; the lane then sleeps until its next notice is
+//! due or `enqueue` wakes it. Lanes run side by side, so one stalled server holds up only its
+//! own channel, and every attempt ends by `notify.send_timeout_s` at the latest.
 //!
-//! Owns: the order of a delivery (attempt, then record), the backoff arithmetic, and keeping
-//! one bad notice (an error, even a panic in a send) from stopping the others.
-//! Must not: drop a notice without recording why; send a notice twice in one process (passes
-//! are serialised by a lock).
+//! Owns: the order of a delivery (attempt, then record), each attempt's deadline, the backoff
+//! arithmetic, and keeping one bad notice (an error, even a panic in a send) from stopping the
+//! others.
+//! Must not: drop a notice without recording why; send a notice twice in one process (a
+//! lane's passes are serialised by its lock).
 
 use super::{Inner, Notifier};
 use crate::store::Notice;
 use chrono::Utc;
 use futures::FutureExt;
+use futures::future::join_all;
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
@@ -21,6 +25,8 @@ const BATCH: i64 = 50;
 /// Longest sleep with nothing due: notices queued by another process (the CLI writing to the
 /// same database) are picked up within this.
 const IDLE_POLL: Duration = Duration::from_secs(60);
+/// At a stop, how long a send in flight may still take to finish and be recorded.
+const STOP_GRACE: Duration = Duration::from_secs(2);
 /// Shortest sleep between passes, so a notice that cannot even be recorded (a database error)
 /// does not spin the loop.
 const MIN_SLEEP: Duration = Duration::from_millis(50);
@@ -43,22 +49,84 @@ impl SendError {
 }
 
 impl Notifier {
-    /// One pass: send every due pending notice; returns how many were sent.
+    /// One pass on every channel at once (and notices for channels no longer configured);
+    /// returns how many were sent.
     pub async fn deliver_due(&self) -> usize {
-        self.deliver_due_until(&CancellationToken::new()).await
+        let never = CancellationToken::new();
+        self.fail_orphans().await;
+        let lanes = self
+            .inner
+            .lanes
+            .keys()
+            .map(|channel| self.deliver_lane(channel, &never));
+        join_all(lanes).await.into_iter().sum()
     }
 
-    /// A pass that stops between notices once `cancel` fires (a send in flight finishes, so
-    /// its outcome is recorded).
-    async fn deliver_due_until(&self, cancel: &CancellationToken) -> usize {
-        let _pass = self.inner.pass.lock().await;
+    /// The sender: one loop per channel, until cancelled.
+    pub async fn run(&self, cancel: CancellationToken) {
+        info!(channels = ?self.channels(), "notice sender started");
+        self.fail_orphans().await;
+        join_all(
+            self.inner
+                .lanes
+                .keys()
+                .map(|channel| self.lane_loop(channel, &cancel)),
+        )
+        .await;
+        info!("notice sender stopped");
+    }
+
+    async fn lane_loop(&self, channel: &str, cancel: &CancellationToken) {
+        let Some(lane) = self.inner.lanes.get(channel) else {
+            return;
+        };
+        loop {
+            let sent = self.deliver_lane(channel, cancel).await;
+            if sent > 0 {
+                debug!(channel, sent, "outbox pass done");
+            }
+            if cancel.is_cancelled() {
+                return;
+            }
+            let sleep = match self.inner.store.next_notice_due(Some(channel)).await {
+                Ok(Some(at)) => (at - Utc::now()).to_std().unwrap_or(Duration::ZERO),
+                Ok(None) => IDLE_POLL,
+                Err(e) => {
+                    error!(channel, error = %e, "cannot read the outbox; retrying later");
+                    IDLE_POLL
+                }
+            }
+            .clamp(MIN_SLEEP, IDLE_POLL);
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = lane.wake.notified() => {}
+                _ = tokio::time::sleep(sleep) => {}
+            }
+        }
+    }
+
+    /// One pass of one channel: its due notices in order, until none is due. Once `cancel`
+    /// fires, a send in flight gets [`STOP_GRACE`] to finish and be recorded; past that it is
+    /// dropped, and its notice stays pending with the attempt uncounted and goes out at the
+    /// next start (at least once), rather than holding the shutdown for up to
+    /// `notify.send_timeout_s` on a stalled server.
+    async fn deliver_lane(&self, channel: &str, cancel: &CancellationToken) -> usize {
+        let Some(lane) = self.inner.lanes.get(channel) else {
+            return 0;
+        };
+        let _pass = lane.pass.lock().await;
         let mut seen = HashSet::new();
         let mut sent = 0;
         loop {
-            let batch = match self.inner.store.due_notices(Utc::now(), BATCH).await {
+            let batch = match self
+                .inner
+                .store
+                .due_notices(Some(channel), Utc::now(), BATCH)
+                .await
+            {
                 Ok(batch) => batch,
                 Err(e) => {
-                    error!(error = %e, "cannot read the outbox; will retry on the next pass");
+                    error!(channel, error = %e, "cannot read the outbox; will retry on the next pass");
                     break;
                 }
             };
@@ -68,60 +136,80 @@ impl Notifier {
                 break;
             }
             for notice in fresh {
-                if cancel.is_cancelled() {
-                    return sent;
-                }
-                if self.deliver_one(notice).await {
-                    sent += 1;
+                let attempt = self.deliver_one(notice);
+                tokio::pin!(attempt);
+                tokio::select! {
+                    was_sent = &mut attempt => sent += usize::from(was_sent),
+                    _ = cancel.cancelled() => {
+                        if let Ok(was_sent) = tokio::time::timeout(STOP_GRACE, &mut attempt).await {
+                            sent += usize::from(was_sent);
+                        }
+                        return sent;
+                    }
                 }
             }
         }
         sent
     }
 
-    /// Attempt one notice and record the outcome. True when it was sent.
+    /// Notices queued for a channel that is no longer configured fail visibly, with the
+    /// channels there are now.
+    async fn fail_orphans(&self) {
+        let known = self.channels();
+        let orphans = match self.inner.store.due_notices_off(&known, Utc::now(), BATCH).await {
+            Ok(o) => o,
+            Err(e) => {
+                error!(error = %e, "cannot read the outbox for notices of removed channels");
+                return;
+            }
+        };
+        for notice in orphans {
+            let msg = format!(
+                "channel '{}' is no longer configured (configured now: {}); add it back under notify in settings.yaml and queue the notice again",
+                notice.channel,
+                super::channel_list(&known)
+            );
+            warn!(notice = notice.id, channel = %notice.channel, "notice for a removed channel failed");
+            if let Err(e) = self
+                .inner
+                .store
+                .mark_notice_attempt_failed(notice.id, &msg, None)
+                .await
+            {
+                error!(notice = notice.id, error = %e, "cannot record a delivery outcome in the outbox");
+            }
+        }
+    }
+
+    /// Attempt one notice within the send deadline and record the outcome. True when sent.
     async fn deliver_one(&self, notice: Notice) -> bool {
         let id = notice.id;
         let attempt = u32::try_from(notice.attempts.max(0))
             .unwrap_or(u32::MAX)
             .saturating_add(1);
-        let outcome = AssertUnwindSafe(self.inner.attempt(&notice))
-            .catch_unwind()
-            .await
-            .unwrap_or_else(|_| {
-                error!(
-                    notice = id,
-                    "panic while sending a notice; it will be retried"
-                );
-                Err(SendError::Transient(
-                    "internal error while sending (a bug; see the log)".into(),
-                ))
-            });
+        let deadline = self.inner.send_timeout;
+        let outcome = tokio::time::timeout(
+            deadline,
+            AssertUnwindSafe(self.inner.attempt(&notice)).catch_unwind(),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Ok(Err(SendError::Transient(format!(
+                "the attempt did not finish within {} s (notify.send_timeout_s): the server accepted the connection but stalled",
+                deadline.as_secs()
+            ))))
+        })
+        .unwrap_or_else(|_| {
+            error!(
+                notice = id,
+                "panic while sending a notice; it will be retried"
+            );
+            Err(SendError::Transient(
+                "internal error while sending (a bug; see the log)".into(),
+            ))
+        });
         let was_sent = outcome.is_ok();
-        let store = &self.inner.store;
-        let recorded = match outcome {
-            Ok(()) => {
-                info!(notice = id, channel = %notice.channel, attempt, "notice sent");
-                store.mark_notice_sent(id).await
-            }
-            Err(SendError::Permanent(msg)) => {
-                warn!(notice = id, channel = %notice.channel, attempt, error = %msg, "notice failed; not retrying");
-                store.mark_notice_attempt_failed(id, &msg, None).await
-            }
-            Err(SendError::Transient(msg)) if attempt > self.retry.max_retries => {
-                let msg = format!("gave up after {attempt} attempts; last error: {msg}");
-                warn!(notice = id, channel = %notice.channel, error = %msg, "notice failed");
-                store.mark_notice_attempt_failed(id, &msg, None).await
-            }
-            Err(SendError::Transient(msg)) => {
-                let delay = self.retry.delay(attempt - 1);
-                let next = Utc::now()
-                    + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::hours(1));
-                info!(notice = id, channel = %notice.channel, attempt, retry_in_s = delay.as_secs_f64(), error = %msg, "notice not sent; will retry");
-                store.mark_notice_attempt_failed(id, &msg, Some(next)).await
-            }
-        };
-        if let Err(e) = recorded {
+        if let Err(e) = self.record(&notice, attempt, outcome).await {
             // A sent notice that cannot be marked stays pending and goes out again later:
             // delivery is at least once, never silently at most once.
             error!(notice = id, error = %e, "cannot record a delivery outcome in the outbox");
@@ -129,34 +217,36 @@ impl Notifier {
         was_sent
     }
 
-    /// The sender loop: deliver_due, then sleep until the next due time or a wake-up from
-    /// enqueue, until cancelled.
-    pub async fn run(&self, cancel: CancellationToken) {
-        info!(channels = ?self.channels(), "notice sender started");
-        loop {
-            let sent = self.deliver_due_until(&cancel).await;
-            if sent > 0 {
-                debug!(sent, "outbox pass done");
+    async fn record(
+        &self,
+        notice: &Notice,
+        attempt: u32,
+        outcome: Result<(), SendError>,
+    ) -> Result<(), crate::store::StoreError> {
+        let (id, channel) = (notice.id, &notice.channel);
+        let store = &self.inner.store;
+        match outcome {
+            Ok(()) => {
+                info!(notice = id, %channel, attempt, "notice sent");
+                store.mark_notice_sent(id).await
             }
-            if cancel.is_cancelled() {
-                break;
+            Err(SendError::Permanent(msg)) => {
+                warn!(notice = id, %channel, attempt, error = %msg, "notice failed; not retrying");
+                store.mark_notice_attempt_failed(id, &msg, None).await
             }
-            let sleep = match self.inner.store.next_notice_due().await {
-                Ok(Some(at)) => (at - Utc::now()).to_std().unwrap_or(Duration::ZERO),
-                Ok(None) => IDLE_POLL,
-                Err(e) => {
-                    error!(error = %e, "cannot read the outbox; retrying later");
-                    IDLE_POLL
-                }
+            Err(SendError::Transient(msg)) if attempt > self.retry.max_retries => {
+                let msg = format!("gave up after {attempt} attempts; last error: {msg}");
+                warn!(notice = id, %channel, error = %msg, "notice failed");
+                store.mark_notice_attempt_failed(id, &msg, None).await
             }
-            .clamp(MIN_SLEEP, IDLE_POLL);
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                _ = self.inner.wake.notified() => {}
-                _ = tokio::time::sleep(sleep) => {}
+            Err(SendError::Transient(msg)) => {
+                let delay = self.retry.delay(attempt - 1);
+                let next = Utc::now()
+                    + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::hours(1));
+                info!(notice = id, %channel, attempt, retry_in_s = delay.as_secs_f64(), error = %msg, "notice not sent; will retry");
+                store.mark_notice_attempt_failed(id, &msg, Some(next)).await
             }
         }
-        info!("notice sender stopped");
     }
 }
 

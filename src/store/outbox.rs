@@ -101,28 +101,59 @@ impl Store {
             .await?)
     }
 
-    /// Pending notices whose next attempt is due, oldest first.
-    pub async fn due_notices(&self, at: DateTime<Utc>, limit: i64) -> Result<Vec<Notice>> {
+    /// Pending notices whose next attempt is due, oldest first; of one channel, or of all.
+    pub async fn due_notices(
+        &self,
+        channel: Option<&str>,
+        at: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<Notice>> {
         let sql = concat!(
             "SELECT ",
             notice_columns!(),
-            " FROM outbox WHERE state = 'pending' AND next_attempt_at <= ? \
-             ORDER BY next_attempt_at, id LIMIT ?"
+            " FROM outbox WHERE state = 'pending' AND next_attempt_at <= ?1 \
+             AND (?2 IS NULL OR channel = ?2) ORDER BY next_attempt_at, id LIMIT ?3"
         );
         Ok(sqlx::query_as::<_, Notice>(sql)
             .bind(at)
+            .bind(channel)
             .bind(limit)
             .fetch_all(self.pool())
             .await?)
     }
 
-    /// The earliest time a pending notice is due, so the sender can sleep until then.
-    pub async fn next_notice_due(&self) -> Result<Option<DateTime<Utc>>> {
-        Ok(
-            sqlx::query_scalar("SELECT MIN(next_attempt_at) FROM outbox WHERE state = 'pending'")
-                .fetch_one(self.pool())
-                .await?,
+    /// Due pending notices whose channel is none of `channels` (removed from the config).
+    pub async fn due_notices_off(
+        &self,
+        channels: &[String],
+        at: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<Notice>> {
+        let sql = concat!(
+            "SELECT ",
+            notice_columns!(),
+            " FROM outbox WHERE state = 'pending' AND next_attempt_at <= ?1 \
+             AND channel NOT IN (SELECT value FROM json_each(?2)) ORDER BY id LIMIT ?3"
+        );
+        let list = serde_json::to_string(channels).unwrap_or_else(|_| "[]".into());
+        Ok(sqlx::query_as::<_, Notice>(sql)
+            .bind(at)
+            .bind(list)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?)
+    }
+
+    /// The earliest time a pending notice (of one channel, or of any) is due, so the sender
+    /// can sleep until then.
+    pub async fn next_notice_due(&self, channel: Option<&str>) -> Result<Option<DateTime<Utc>>> {
+        Ok(sqlx::query_scalar(
+            "SELECT MIN(next_attempt_at) FROM outbox WHERE state = 'pending' \
+             AND (?1 IS NULL OR channel = ?1)",
         )
+        .bind(channel)
+        .fetch_one(self.pool())
+        .await?)
     }
 
     pub async fn mark_notice_sent(&self, id: i64) -> Result<()> {

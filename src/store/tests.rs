@@ -251,14 +251,14 @@ async fn outbox_round_trips_through_retry_and_failure() {
         .await
         .unwrap();
     let now = Utc::now() + ChronoDuration::seconds(1);
-    assert_eq!(store.due_notices(now, 10).await.unwrap().len(), 1);
+    assert_eq!(store.due_notices(None, now, 10).await.unwrap().len(), 1);
     let later = now + ChronoDuration::minutes(5);
     store
         .mark_notice_attempt_failed(id, "connection refused", Some(later))
         .await
         .unwrap();
-    assert!(store.due_notices(now, 10).await.unwrap().is_empty());
-    assert_eq!(store.next_notice_due().await.unwrap(), Some(later));
+    assert!(store.due_notices(None, now, 10).await.unwrap().is_empty());
+    assert_eq!(store.next_notice_due(None).await.unwrap(), Some(later));
     store
         .mark_notice_attempt_failed(id, "535 auth", None)
         .await
