@@ -166,12 +166,7 @@ async fn delegate_parallel_reports_success_failure_and_timeout_per_sub_agent() {
     drop(dead);
     let model = ScriptedModel::start_with(|req: &Value| {
         let msgs = req["messages"].as_array().cloned().unwrap_or_default();
-        let user = msgs
-            .iter()
-            .find(|m| m["role"] == "user")
-            .and_then(|m| m["content"].as_str())
-            .unwrap_or("")
-            .to_string();
+        let user = common::task_text(req);
         let has_tool = msgs.iter().any(|m| m["role"] == "tool");
         match user.as_str() {
             "find the tea price" => Reply::text("12 EUR"),

@@ -1088,6 +1088,9 @@ async fn a_stalled_smtp_server_is_a_temporary_failure_after_the_send_deadline() 
     assert_eq!(row.state, NoticeState::Pending, "retried later, not failed");
     assert_eq!(row.attempts, 1);
     let err = row.last_error.unwrap_or_default();
-    assert!(err.contains("1 s") && err.contains("notify.send_timeout_s"), "{err}");
+    assert!(
+        err.contains("1 s") && err.contains("notify.send_timeout_s"),
+        "{err}"
+    );
     assert!(row.next_attempt_at > chrono::Utc::now(), "backed off");
 }

@@ -218,11 +218,7 @@ async fn gateway_calls(app: &hermes_agent::app::App) -> Result<Vec<f64>> {
         arguments: json!({"nonce": "g", "step": k}),
     };
     let messages = vec![
-        Message::system(hermes_agent::agent::prompt::system_prompt(
-            "2026-01-01 08:00 UTC",
-            "",
-            None,
-        )),
+        Message::system(hermes_agent::agent::prompt::system_prompt("", None)),
         Message::user("Benchmark task nonce=g: call noop three times, then answer."),
         Message::assistant("", vec![call(1)]),
         Message::tool(

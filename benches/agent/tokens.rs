@@ -67,7 +67,7 @@ async fn fixed_part() -> Result<()> {
     }
     let app = common::build_app(s, dir.path(), JobExecution::Direct, vec![]).await?;
     let offered = app.agent.registry().offered(None);
-    let system = system_prompt("2026-11-30 08:00 CST (Monday)", "", None);
+    let system = system_prompt("", None);
     let fixed = fixed_overhead_tokens(&system, &offered);
     let names: Vec<&str> = offered.iter().map(|t| t.name.as_str()).collect();
     figure(

@@ -233,8 +233,8 @@ impl Agent {
         })
     }
 
-    /// The task's message window at its start: the system prompt, the facts memory recalls
-    /// for it (noted in the trace), and the task itself.
+    /// The task's message window at its start: the stable system prompt, then one user message
+    /// with the time, the facts memory recalls for the task, and the task itself.
     async fn prepare_window(
         &self,
         task: &Task,
@@ -246,39 +246,47 @@ impl Agent {
             .with_timezone(&tz)
             .format("%Y-%m-%d %H:%M %Z (%A)")
             .to_string();
-        let system = prompt::system_prompt(
-            &now_local,
-            &s.agent.system_prompt_extra,
-            opts.agent_prompt.as_deref(),
-        );
-        let mut preamble = vec![Message::system(system)];
-        if let Some(memory) = &self.inner.memory {
-            match memory
-                .recall(&task.task, s.memory.recall_top_k as usize)
-                .await
-            {
-                Ok(facts) => {
-                    if let Some(m) = prompt::memory_message(&facts) {
-                        preamble.push(m);
-                        let text = format!("recalled {} fact(s) from memory", facts.len());
-                        self.record(task, opts, trace::note(0, Some(text), None))
-                            .await?;
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(task = %task.id, error = %e, "memory recall failed; continuing without");
-                    let error = format!("memory recall failed: {e}");
-                    self.record(task, opts, trace::note(0, None, Some(error)))
-                        .await?;
-                }
-            }
-        }
+        let system =
+            prompt::system_prompt(&s.agent.system_prompt_extra, opts.agent_prompt.as_deref());
+        let facts = match &self.inner.memory {
+            Some(memory) => self.recall(memory, task, opts).await?,
+            None => Vec::new(),
+        };
+        let goal = prompt::task_message(&now_local, &facts, &task.task);
         Ok(ShortTerm::new(
-            preamble,
-            Message::user(task.task.clone()),
+            vec![Message::system(system)],
+            Message::user(goal),
             s.context.max_dialog_rounds as usize,
             s.context.summary_max_length as usize,
         ))
+    }
+
+    /// The facts memory recalls for the task, noted in the trace; none when recall fails
+    /// (the task goes on without them, and the trace says why).
+    async fn recall(
+        &self,
+        memory: &crate::memory::LongTerm,
+        task: &Task,
+        opts: &RunOptions,
+    ) -> Result<Vec<crate::memory::Recalled>, StoreError> {
+        let k = self.inner.settings.memory.recall_top_k as usize;
+        match memory.recall(&task.task, k).await {
+            Ok(facts) => {
+                if !facts.is_empty() {
+                    let text = format!("recalled {} fact(s) from memory", facts.len());
+                    self.record(task, opts, trace::note(0, Some(text), None))
+                        .await?;
+                }
+                Ok(facts)
+            }
+            Err(e) => {
+                tracing::warn!(task = %task.id, error = %e, "memory recall failed; continuing without");
+                let error = format!("memory recall failed: {e}");
+                self.record(task, opts, trace::note(0, None, Some(error)))
+                    .await?;
+                Ok(Vec::new())
+            }
+        }
     }
 
     /// How older rounds are folded: by a short `fast`-profile model call, or by rules.

@@ -133,11 +133,7 @@ async fn check_data_dir(report: &mut Report, config: Config) {
 
 fn check_tools(report: &mut Report, app: &App) {
     let tools = app.agent.registry().offered(None);
-    let system = prompt::system_prompt(
-        "2026-01-01 08:00 UTC (Thursday)",
-        &app.config.settings.agent.system_prompt_extra,
-        None,
-    );
+    let system = prompt::system_prompt(&app.config.settings.agent.system_prompt_extra, None);
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     report.check(
         Verdict::Ok,

@@ -144,7 +144,9 @@ impl ShortTerm {
                 self.summary_max_chars,
             )
         };
-        self.summary = match summariser {
+        // The summary quotes tool results and the model's reading of them: data, made inert
+        // like the results themselves before it goes back to the model.
+        let summary = match summariser {
             Summariser::Rules => rules(),
             Summariser::Model(model) => {
                 let prompt = self.model_prompt(&folded);
@@ -167,6 +169,8 @@ impl ShortTerm {
                 }
             }
         };
+        let inert = crate::util::inert::neutralise(&summary);
+        self.summary = cut_chars(&inert, self.summary_max_chars);
     }
 
     /// The model's latest words: its current plan, the best guess at "what is next".

@@ -156,7 +156,12 @@ impl Notifier {
     /// channels there are now.
     async fn fail_orphans(&self) {
         let known = self.channels();
-        let orphans = match self.inner.store.due_notices_off(&known, Utc::now(), BATCH).await {
+        let orphans = match self
+            .inner
+            .store
+            .due_notices_off(&known, Utc::now(), BATCH)
+            .await
+        {
             Ok(o) => o,
             Err(e) => {
                 error!(error = %e, "cannot read the outbox for notices of removed channels");

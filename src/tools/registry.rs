@@ -162,7 +162,8 @@ impl Entry {
             })?;
         let spec = ToolSpec {
             name,
-            description: info.description.clone(),
+            // Descriptions of MCP servers' tools are written by someone else: inert too.
+            description: crate::util::inert::neutralise(&info.description).into_owned(),
             parameters: schema::for_model(parameters),
         };
         Ok(Entry {

@@ -117,46 +117,9 @@ pub fn cut_with_note(text: &str, max_tokens: u32, rest: &Rest<'_>) -> String {
     out
 }
 
-/// The delimiter names that tool data must never be able to open or close.
-const TAGS: [&str; 2] = ["tool_result", "tool_error"];
-
-/// Make any `<tool_result`, `</tool_result`, `<tool_error` or `</tool_error` inside tool
-/// data inert by writing its `<` as `&lt;`. Matching ignores ASCII case and whitespace
-/// after `<` and `/`, since a model reads `< /TOOL_RESULT>` as a closing tag too.
+/// Tool data made inert: see [`crate::util::inert`].
 pub fn neutralise(text: &str) -> Cow<'_, str> {
-    let bytes = text.as_bytes();
-    let mut out: Option<String> = None;
-    let mut copied = 0;
-    let mut i = 0;
-    while let Some(off) = bytes[i..].iter().position(|&b| b == b'<') {
-        let lt = i + off;
-        if opens_delimiter(&bytes[lt + 1..]) {
-            let o = out.get_or_insert_with(|| String::with_capacity(text.len() + 16));
-            o.push_str(&text[copied..lt]);
-            o.push_str("&lt;");
-            copied = lt + 1;
-        }
-        i = lt + 1;
-    }
-    match out {
-        None => Cow::Borrowed(text),
-        Some(mut o) => {
-            o.push_str(&text[copied..]);
-            Cow::Owned(o)
-        }
-    }
-}
-
-fn opens_delimiter(after_lt: &[u8]) -> bool {
-    let skip_ws = |s: &[u8]| -> usize { s.iter().take_while(|b| b.is_ascii_whitespace()).count() };
-    let mut j = skip_ws(after_lt);
-    if after_lt.get(j) == Some(&b'/') {
-        j += 1;
-        j += skip_ws(&after_lt[j..]);
-    }
-    let rest = &after_lt[j..];
-    TAGS.iter()
-        .any(|t| rest.len() >= t.len() && rest[..t.len()].eq_ignore_ascii_case(t.as_bytes()))
+    crate::util::inert::neutralise(text)
 }
 
 /// A tool name safe inside the `tool="…"` attribute (names from the model may be anything).

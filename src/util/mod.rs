@@ -5,6 +5,7 @@
 //! part may depend on it.
 
 mod backoff;
+pub mod inert;
 pub mod text;
 
 pub use backoff::{Backoff, RetryPolicy};

@@ -123,6 +123,11 @@ pub fn task_text(req: &serde_json::Value) -> String {
         .rev()
         .find(|m| m["role"] == "user")
         .and_then(|m| m["content"].as_str())
+        .map(|text| match text.rsplit_once("Task: ") {
+            // The task's message starts with the time and recalled facts.
+            Some((_, task)) => task,
+            None => text,
+        })
         .unwrap_or_default()
         .to_string()
 }
