@@ -428,6 +428,23 @@ async fn network_errors_stop_after_max_retries_and_failures_are_never_retried() 
 }
 
 #[tokio::test]
+async fn a_tool_reporting_failure_is_not_broken() {
+    // "No such order", a refusal, a 404: the tool works and said no. That is not its health.
+    let tool = Arc::new(failing("picky"));
+    let settings = ToolSettings {
+        circuit_breaker_threshold: 2,
+        ..ToolSettings::default()
+    };
+    let s = setup(settings, vec![tool.clone()]).await;
+    for _ in 0..5 {
+        let o = s.registry.execute(&call("picky", json!({})), &s.ctx, None).await;
+        assert!(matches!(o.error, Some(ToolError::Failed(_))), "{o:?}");
+    }
+    assert!(offered_names(&s.registry, None).contains(&"picky".to_string()));
+    assert_eq!(tool.calls(), 5);
+}
+
+#[tokio::test]
 async fn the_breaker_opens_after_the_threshold_and_closes_after_the_cool_down() {
     let healthy = Arc::new(AtomicBool::new(false));
     let h = healthy.clone();
@@ -435,12 +452,14 @@ async fn the_breaker_opens_after_the_threshold_and_closes_after_the_cool_down() 
         if h.load(Ordering::SeqCst) {
             Ok(json!("fine"))
         } else {
-            Err(ToolError::Failed("broken".into()))
+            // The tool's own health: its server is down.
+            Err(ToolError::Network("connection refused".into()))
         }
     }));
     let settings = ToolSettings {
         circuit_breaker_threshold: 3,
         circuit_breaker_cooldown_s: 60,
+        max_retries: 0,
         ..ToolSettings::default()
     };
     let s = setup(settings, vec![tool.clone(), Arc::new(echo())]).await;
@@ -459,7 +478,7 @@ async fn the_breaker_opens_after_the_threshold_and_closes_after_the_cool_down() 
             assert!(matches!(o.error, Some(ToolError::InvalidArguments(_))));
         }
         let o = s.registry.execute(&c, &s.ctx, None).await;
-        assert!(matches!(o.error, Some(ToolError::Failed(_))));
+        assert!(matches!(o.error, Some(ToolError::Network(_))));
     }
     assert_eq!(
         offered_names(&s.registry, None),
@@ -467,6 +486,7 @@ async fn the_breaker_opens_after_the_threshold_and_closes_after_the_cool_down() 
     );
     let o = s.registry.execute(&c, &s.ctx, None).await;
     assert_eq!(o.error, Some(ToolError::CircuitOpen("shaky".into())));
+    assert!(o.content.contains("temporarily disabled"), "{}", o.content);
     assert_eq!(tool.calls(), 3, "an open breaker does not call the tool");
     assert!(offered_names(&s.registry, None).contains(&"echo".to_string()));
 
@@ -474,7 +494,7 @@ async fn the_breaker_opens_after_the_threshold_and_closes_after_the_cool_down() 
     tokio::time::advance(Duration::from_secs(61)).await;
     assert!(offered_names(&s.registry, None).contains(&"shaky".to_string()));
     let o = s.registry.execute(&c, &s.ctx, None).await;
-    assert!(matches!(o.error, Some(ToolError::Failed(_))));
+    assert!(matches!(o.error, Some(ToolError::Network(_))));
     assert!(!offered_names(&s.registry, None).contains(&"shaky".to_string()));
 
     // Half-open again; a success closes it for good.
@@ -484,7 +504,7 @@ async fn the_breaker_opens_after_the_threshold_and_closes_after_the_cool_down() 
     assert!(o.error.is_none(), "{o:?}");
     healthy.store(false, Ordering::SeqCst);
     let o = s.registry.execute(&c, &s.ctx, None).await;
-    assert!(matches!(o.error, Some(ToolError::Failed(_))));
+    assert!(matches!(o.error, Some(ToolError::Network(_))));
     assert!(offered_names(&s.registry, None).contains(&"shaky".to_string()));
 }
 

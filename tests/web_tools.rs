@@ -671,3 +671,78 @@ async fn read_feed_atom() {
         .collect();
     assert_eq!(titles, vec!["beta"]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The circuit breaker and the web tools
+
+async fn web_registry(allow_private: bool) -> hermes_agent::tools::Registry {
+    use hermes_agent::config::ToolSettings;
+    let store = Store::open_in_memory().await.expect("store");
+    let settings = ToolSettings {
+        circuit_breaker_threshold: 2,
+        max_retries: 0,
+        web_fetch: WebFetchSettings {
+            allow_private,
+            timeout_s: 5,
+            ..WebFetchSettings::default()
+        },
+        ..ToolSettings::default()
+    };
+    let mut b = hermes_agent::tools::RegistryBuilder::new(settings.clone(), store.clone());
+    for t in tools(settings.web_fetch, store) {
+        b.register(t).expect("register");
+    }
+    b.build()
+}
+
+async fn fetch(r: &hermes_agent::tools::Registry, url: &str) -> Option<ToolError> {
+    let call = hermes_agent::llm::ToolCall {
+        id: "c".into(),
+        name: "web_fetch".into(),
+        arguments: json!({ "url": url }),
+    };
+    r.execute(&call, &ToolContext::default(), None).await.error
+}
+
+fn offered(r: &hermes_agent::tools::Registry) -> bool {
+    r.offered(None).iter().any(|t| t.name == "web_fetch")
+}
+
+#[tokio::test]
+async fn refusals_never_trip_the_breaker() {
+    // One page listing five internal links must not switch off web access.
+    let r = web_registry(false).await;
+    for host in ["10.0.0.1", "127.0.0.1", "192.168.1.1", "169.254.169.254", "localhost"] {
+        let e = fetch(&r, &format!("http://{host}/admin")).await;
+        assert!(matches!(e, Some(ToolError::Failed(_))), "{host}: {e:?}");
+    }
+    assert!(offered(&r), "web_fetch is still offered");
+    let e = fetch(&r, "http://10.9.9.9/").await;
+    assert!(
+        !matches!(e, Some(ToolError::CircuitOpen(_))),
+        "still a refusal, not a broken circuit: {e:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_breaker_counts_only_server_failures_and_only_for_that_host() {
+    let flaky = start_server(Pages::default()).await;
+    let healthy = start_server(Pages::default()).await;
+    let r = web_registry(true).await;
+    // 4xx is the page's answer, not the tool's health.
+    for _ in 0..5 {
+        let e = fetch(&r, &format!("http://{flaky}/status/404")).await;
+        assert!(matches!(e, Some(ToolError::Failed(_))), "{e:?}");
+    }
+    assert!(fetch(&r, &format!("http://{flaky}/page")).await.is_none());
+    // 5xx twice (the threshold): that host is cut off for the cool-down...
+    for _ in 0..2 {
+        let e = fetch(&r, &format!("http://{flaky}/status/503")).await;
+        assert!(matches!(e, Some(ToolError::Network(_))), "{e:?}");
+    }
+    let e = fetch(&r, &format!("http://{flaky}/page")).await;
+    assert!(matches!(e, Some(ToolError::CircuitOpen(_))), "{e:?}");
+    // ...but the tool, and every other host, still work.
+    assert!(offered(&r));
+    assert!(fetch(&r, &format!("http://{healthy}/page")).await.is_none());
+}

@@ -1,7 +1,8 @@
-//! Per-tool circuit breakers: after `threshold` consecutive execution failures a tool is
-//! withdrawn for a cool-down, so a broken dependency stops costing model steps.
+//! Circuit breakers: after `threshold` consecutive health failures (timeouts, connection
+//! failures, 5xx) a circuit opens for a cool-down, so a broken dependency stops costing model
+//! steps. A circuit is a tool (`notify`) or a tool on one target (`web_fetch for example.org`).
 //!
-//! Owns: the failure counts and open-until times of every tool, keyed by name.
+//! Owns: the failure counts and open-until times of every circuit, keyed by its name.
 //! Must not: decide what counts as a failure (the registry does) or run tools.
 //!
 //! Time comes from `tokio::time::Instant`, so tests drive the cool-down with

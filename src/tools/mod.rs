@@ -42,6 +42,8 @@ pub enum ToolError {
     NotAllowed(String),
     #[error("unknown tool '{0}'")]
     Unknown(String),
+    /// The breaker is open for this tool (`web_fetch`) or this tool on one target
+    /// (`web_fetch for example.org`).
     #[error("tool '{0}' is temporarily disabled after repeated failures; try another way")]
     CircuitOpen(String),
 }
@@ -99,6 +101,11 @@ pub trait Tool: Send + Sync {
     fn fit(&self, value: Value, _max_tokens: u32) -> Fit {
         Fit::Store(value)
     }
+    /// What the circuit breaker's health is kept per, besides the tool: a web tool's health is
+    /// its target host's (one dead site must not switch off web access). `None`: the tool alone.
+    fn breaker_scope(&self, _args: &Value) -> Option<String> {
+        None
+    }
     fn call<'a>(
         &'a self,
         args: Value,
@@ -119,6 +126,10 @@ pub trait TypedTool: Send + Sync {
     fn fit(&self, value: Value, _max_tokens: u32) -> Fit {
         Fit::Store(value)
     }
+    /// As [`Tool::breaker_scope`].
+    fn breaker_scope(&self, _args: &Value) -> Option<String> {
+        None
+    }
     fn run(
         &self,
         args: Self::Args,
@@ -135,6 +146,9 @@ impl<T: TypedTool> Tool for T {
     }
     fn fit(&self, value: Value, max_tokens: u32) -> Fit {
         TypedTool::fit(self, value, max_tokens)
+    }
+    fn breaker_scope(&self, args: &Value) -> Option<String> {
+        TypedTool::breaker_scope(self, args)
     }
     fn call<'a>(
         &'a self,

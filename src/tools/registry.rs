@@ -340,44 +340,32 @@ impl Registry {
         if !self.allowed(name, restrict) {
             return Err(ToolError::NotAllowed(name.to_string()).into());
         }
-        if self.0.breakers.is_open(name) {
-            return Err(ToolError::CircuitOpen(name.to_string()).into());
-        }
         let args = self.validate(&entry, &call.arguments)?;
-
-        let settings = &self.0.settings;
-        let timeout = entry
-            .tool
-            .timeout()
-            .unwrap_or(Duration::from_secs(settings.timeout_s));
-        let result = loop {
-            *attempts += 1;
-            let attempt = tokio::time::timeout(timeout, entry.tool.call(args.clone(), ctx)).await;
-            match attempt.unwrap_or(Err(ToolError::Timeout(timeout))) {
-                Err(e) if e.is_retryable() && *attempts <= settings.max_retries => {
-                    let delay = self.0.backoff.delay(*attempts - 1);
-                    tracing::debug!(tool = name, attempt = *attempts, error = %e, ?delay, "retrying tool call");
-                    tokio::time::sleep(delay).await;
-                }
-                other => break other,
-            }
+        // The breaker keeps the tool's health per scope when the tool has one (a web tool:
+        // the host), so one dead site does not switch off web access.
+        let circuit = match entry.tool.breaker_scope(&args) {
+            Some(scope) => format!("{name} for {scope}"),
+            None => name.to_string(),
         };
+        if self.0.breakers.is_open(&circuit) {
+            return Err(ToolError::CircuitOpen(circuit).into());
+        }
+        let result = self.attempts(&entry, args, ctx, attempts).await;
         match result {
             Ok(value) => {
-                self.0.breakers.record_success(name);
+                self.0.breakers.record_success(&circuit);
                 Ok((entry, value))
             }
             Err(error) => {
-                // Only execution failures say something about the tool's health; a tool
-                // reporting bad arguments from inside `call` is the model's fault.
-                let counts = matches!(
-                    error,
-                    ToolError::Failed(_) | ToolError::Network(_) | ToolError::Timeout(_)
-                );
-                if counts && self.0.breakers.record_failure(name) {
+                // Only the tool's own health counts: timeouts, connection failures, 5xx. A
+                // refusal, a 404 or a business "no" is the tool working; bad arguments are the
+                // model's fault.
+                let counts = matches!(error, ToolError::Network(_) | ToolError::Timeout(_));
+                if counts && self.0.breakers.record_failure(&circuit) {
                     tracing::warn!(
                         tool = name,
-                        cooldown_s = settings.circuit_breaker_cooldown_s,
+                        circuit,
+                        cooldown_s = self.0.settings.circuit_breaker_cooldown_s,
                         "circuit breaker opened after repeated failures"
                     );
                 }
@@ -388,6 +376,33 @@ impl Registry {
                     _ => error.to_string(),
                 };
                 Err(Refusal { error, message })
+            }
+        }
+    }
+
+    /// The call under its timeout, retried for network-class errors with backoff.
+    async fn attempts(
+        &self,
+        entry: &Entry,
+        args: Value,
+        ctx: &ToolContext,
+        attempts: &mut u32,
+    ) -> Result<Value, ToolError> {
+        let settings = &self.0.settings;
+        let timeout = entry
+            .tool
+            .timeout()
+            .unwrap_or(Duration::from_secs(settings.timeout_s));
+        loop {
+            *attempts += 1;
+            let attempt = tokio::time::timeout(timeout, entry.tool.call(args.clone(), ctx)).await;
+            match attempt.unwrap_or(Err(ToolError::Timeout(timeout))) {
+                Err(e) if e.is_retryable() && *attempts <= settings.max_retries => {
+                    let delay = self.0.backoff.delay(*attempts - 1);
+                    tracing::debug!(tool = %entry.spec.name, attempt = *attempts, error = %e, ?delay, "retrying tool call");
+                    tokio::time::sleep(delay).await;
+                }
+                other => return other,
             }
         }
     }

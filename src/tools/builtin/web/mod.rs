@@ -137,6 +137,16 @@ impl TypedTool for WebTool {
         ))
     }
 
+    /// One dead or overloaded site must not switch off web access: health is per host.
+    fn breaker_scope(&self, args: &Value) -> Option<String> {
+        let url = reqwest::Url::parse(args.get("url")?.as_str()?.trim()).ok()?;
+        let host = url.host_str()?;
+        Some(match url.port_or_known_default() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_string(),
+        })
+    }
+
     async fn run(&self, a: WebArgs, _ctx: &ToolContext) -> Result<Value, ToolError> {
         let url = url_of(&a.url)?;
         match self.kind {
