@@ -605,3 +605,73 @@ async fn wait_for_requests_sees_arrivals() {
     assert_eq!(call.await.unwrap().unwrap().content, "x");
     model.stop().await;
 }
+
+#[tokio::test]
+async fn a_huge_reply_is_refused_at_the_cap_while_it_streams() {
+    // 8 MB of content against a 1 MB cap: refused without holding it all.
+    let big = "x".repeat(8 * 1024 * 1024);
+    let model = ScriptedModel::start(vec![Reply::text(&big)]).await;
+    let mut s = settings(&model.base_url(), "", 10);
+    s.max_response_bytes = 1_000_000;
+    let gw = Gateway::new(&s).unwrap().with_retry(quick_retry(3));
+    let err = gw.chat("fast", &ask("hi"), &[]).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("1000000") && text.contains("model.max_response_bytes"),
+        "{text}"
+    );
+    assert!(
+        !err.is_retryable(),
+        "the same request would get the same reply"
+    );
+    assert_eq!(model.request_count(), 1);
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn a_long_retry_after_fails_at_once_naming_the_time() {
+    let model = ScriptedModel::start(vec![
+        Reply::Status {
+            status: 429,
+            headers: vec![("Retry-After".into(), "3600".into())],
+            body: "slow down".into(),
+        },
+        Reply::text("too late"),
+    ])
+    .await;
+    let gw = gateway_for(&model);
+    let started = Instant::now();
+    let err = gw.chat("fast", &ask("hi"), &[]).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "not slept through"
+    );
+    let text = err.to_string();
+    assert!(text.contains("rate limited until"), "{text}");
+    assert!(text.contains("model.max_retry_after_s"), "{text}");
+    assert_eq!(model.request_count(), 1);
+
+    // A wait that fits the setting but not the task's remaining time fails at once too.
+    let model = ScriptedModel::start(vec![
+        Reply::Status {
+            status: 429,
+            headers: vec![("Retry-After".into(), "5".into())],
+            body: "slow down".into(),
+        },
+        Reply::text("too late"),
+    ])
+    .await;
+    let gw = gateway_for(&model);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    let started = Instant::now();
+    let err = gw
+        .chat_until("fast", &ask("hi"), &[], Some(deadline))
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "not slept through"
+    );
+    assert!(err.to_string().contains("rate limited until"), "{err}");
+    model.stop().await;
+}

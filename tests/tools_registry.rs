@@ -437,7 +437,10 @@ async fn a_tool_reporting_failure_is_not_broken() {
     };
     let s = setup(settings, vec![tool.clone()]).await;
     for _ in 0..5 {
-        let o = s.registry.execute(&call("picky", json!({})), &s.ctx, None).await;
+        let o = s
+            .registry
+            .execute(&call("picky", json!({})), &s.ctx, None)
+            .await;
         assert!(matches!(o.error, Some(ToolError::Failed(_))), "{o:?}");
     }
     assert!(offered_names(&s.registry, None).contains(&"picky".to_string()));

@@ -712,7 +712,13 @@ fn offered(r: &hermes_agent::tools::Registry) -> bool {
 async fn refusals_never_trip_the_breaker() {
     // One page listing five internal links must not switch off web access.
     let r = web_registry(false).await;
-    for host in ["10.0.0.1", "127.0.0.1", "192.168.1.1", "169.254.169.254", "localhost"] {
+    for host in [
+        "10.0.0.1",
+        "127.0.0.1",
+        "192.168.1.1",
+        "169.254.169.254",
+        "localhost",
+    ] {
         let e = fetch(&r, &format!("http://{host}/admin")).await;
         assert!(matches!(e, Some(ToolError::Failed(_))), "{host}: {e:?}");
     }

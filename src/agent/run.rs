@@ -134,8 +134,9 @@ impl Agent {
             self.inner.settings.agent.task_timeout_s,
         ));
         let tally = Tally::default();
+        let deadline = tokio::time::Instant::now() + limit;
         let end = tokio::select! {
-            r = tokio::time::timeout(limit, self.run_loop(&task, &opts, &tally)) => match r {
+            r = tokio::time::timeout_at(deadline, self.run_loop(&task, &opts, &tally, deadline)) => match r {
                 Ok(Ok(end)) => Ok(end),
                 Ok(Err(e)) => Err(e),
                 Err(_) => Ok(LoopEnd::Failed {
@@ -200,6 +201,7 @@ impl Agent {
         task: &Task,
         opts: &RunOptions,
         tally: &Tally,
+        deadline: tokio::time::Instant,
     ) -> Result<LoopEnd, StoreError> {
         let ctx = ToolContext {
             task_id: task.id.clone(),
@@ -212,7 +214,10 @@ impl Agent {
         let summariser = self.summariser(task);
         let max_steps = i64::from(self.inner.settings.agent.max_steps);
         for step in 1..=max_steps {
-            let reply = match self.model_turn(task, opts, step, &window, tally).await? {
+            let reply = match self
+                .model_turn(task, opts, step, &window, tally, deadline)
+                .await?
+            {
                 ControlFlow::Continue(reply) => reply,
                 ControlFlow::Break(end) => return Ok(end),
             };
@@ -314,13 +319,14 @@ impl Agent {
         step: i64,
         window: &ShortTerm,
         tally: &Tally,
+        deadline: tokio::time::Instant,
     ) -> Result<ControlFlow<LoopEnd, ModelReply>, StoreError> {
         let tools = self.inner.registry.offered(opts.restrict.as_deref());
         let t0 = Instant::now();
         let reply = self
             .inner
             .gateway
-            .chat(&task.profile, &window.messages(), &tools)
+            .chat_until(&task.profile, &window.messages(), &tools, Some(deadline))
             .await;
         let ms = t0.elapsed().as_millis() as i64;
         match reply {

@@ -21,9 +21,8 @@ use super::{
 use crate::config::{ModelSettings, Profile};
 use crate::util::{Backoff, RetryPolicy};
 
-/// The longest `Retry-After` we wait for: beyond that, failing with a clear error beats
-/// blocking a task for minutes.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// A `Retry-After` is read up to this; anything longer is as good as "not today".
+const RETRY_AFTER_CEILING: Duration = Duration::from_secs(24 * 3600);
 /// How much of an error body is quoted in an error message.
 const ERROR_BODY_CHARS: usize = 400;
 /// Cap for the TCP connect phase, separate from the profile's whole-request timeout so that an
@@ -47,6 +46,10 @@ pub struct Gateway {
     /// except as a request header.
     profiles: Arc<BTreeMap<String, Profile>>,
     retry: RetryPolicy,
+    /// A reply body larger than this is refused while it streams in.
+    max_response_bytes: u64,
+    /// A 429 asking to wait longer than this fails the call at once.
+    max_retry_after: Duration,
     /// Replies whose output looked like a tool call but could not be read.
     parse_failures: Arc<AtomicU64>,
 }
@@ -105,6 +108,8 @@ impl Gateway {
             client,
             profiles: Arc::new(settings.profiles.clone()),
             retry: DEFAULT_RETRY,
+            max_response_bytes: settings.max_response_bytes.max(1),
+            max_retry_after: Duration::from_secs(settings.max_retry_after_s),
             parse_failures: Arc::new(AtomicU64::new(0)),
         })
     }
@@ -189,6 +194,18 @@ impl Gateway {
         messages: &[Message],
         tools: &[ToolSpec],
     ) -> Result<ModelReply, LlmError> {
+        self.chat_until(profile_name, messages, tools, None).await
+    }
+
+    /// As [`Gateway::chat`], for a caller with a deadline (a task's time limit): no retry wait,
+    /// whether backoff or a server's `Retry-After`, goes past it.
+    pub async fn chat_until(
+        &self,
+        profile_name: &str,
+        messages: &[Message],
+        tools: &[ToolSpec],
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<ModelReply, LlmError> {
         let profile = self
             .profiles
             .get(profile_name)
@@ -222,13 +239,11 @@ impl Gateway {
                 }
                 Err(f) => f,
             };
-            let retry_after = failure.retry_after();
+            let delay = self.retry_delay(profile_name, profile, &failure, attempts, deadline)?;
             let error = failure.into_error(profile_name, profile, attempts);
-            if !error.is_retryable() || attempts > self.retry.max_retries {
+            let Some(delay) = delay.filter(|_| error.is_retryable()) else {
                 return Err(error);
-            }
-            // The server knows best how long it needs; otherwise back off.
-            let delay = retry_after.unwrap_or_else(|| self.retry.delay(attempts - 1));
+            };
             tracing::warn!(
                 profile = profile_name,
                 attempt = attempts,
@@ -238,6 +253,47 @@ impl Gateway {
             );
             tokio::time::sleep(delay).await;
         }
+    }
+
+    /// How long to wait before trying again: `None` when no retry is left or the deadline
+    /// would pass first; an error at once when the server asks to wait longer than we may.
+    fn retry_delay(
+        &self,
+        profile_name: &str,
+        profile: &Profile,
+        failure: &Failure,
+        attempts: u32,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Option<Duration>, LlmError> {
+        let left = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
+        if let Some(wait) = failure.retry_after() {
+            let too_long = wait > self.max_retry_after;
+            if too_long || left.is_some_and(|left| wait >= left) {
+                let until = chrono::Utc::now()
+                    + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::days(1));
+                return Err(LlmError::RateLimited {
+                    profile: profile_name.to_string(),
+                    base_url: profile.base_url.clone(),
+                    until: until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                    why: if too_long {
+                        format!(
+                            "longer than model.max_retry_after_s ({} s)",
+                            self.max_retry_after.as_secs()
+                        )
+                    } else {
+                        "past the task's time limit".to_string()
+                    },
+                });
+            }
+        }
+        if attempts > self.retry.max_retries {
+            return Ok(None);
+        }
+        // The server knows best how long it needs; otherwise back off.
+        let delay = failure
+            .retry_after()
+            .unwrap_or_else(|| self.retry.delay(attempts - 1));
+        Ok(Some(delay).filter(|d| left.is_none_or(|left| *d < left)))
     }
 
     async fn send_once(&self, profile: &Profile, url: &str, body: &str) -> Result<Value, Failure> {
@@ -259,20 +315,37 @@ impl Gateway {
                 .get(reqwest::header::RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(parse_retry_after);
-            let body = response.text().await.unwrap_or_default();
+            let body = self.read_capped(response).await.unwrap_or_default();
             return Err(Failure::Status {
                 status: status.as_u16(),
-                body,
+                body: String::from_utf8_lossy(&body).into_owned(),
                 retry_after,
             });
         }
-        let bytes = response.bytes().await.map_err(Failure::from_reqwest)?;
+        let bytes = self.read_capped(response).await?;
         serde_json::from_slice(&bytes).map_err(|e| {
             Failure::BadResponse(format!(
                 "the body is not JSON: {e}; it starts with: {}",
                 body_detail(&String::from_utf8_lossy(&bytes), 120)
             ))
         })
+    }
+
+    /// The body, read as it arrives and refused the moment it passes the cap: a broken or
+    /// hostile server cannot grow the daemon's memory without bound.
+    async fn read_capped(&self, mut response: reqwest::Response) -> Result<Vec<u8>, Failure> {
+        let cap = self.max_response_bytes;
+        if response.content_length().is_some_and(|n| n > cap) {
+            return Err(Failure::TooLarge(cap));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(Failure::from_reqwest)? {
+            if (body.len() + chunk.len()) as u64 > cap {
+                return Err(Failure::TooLarge(cap));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
     }
 
     fn read_reply(
@@ -398,7 +471,7 @@ fn wire_message(m: &Message) -> Value {
     out
 }
 
-/// `Retry-After` as delta-seconds or an HTTP date, capped at [`MAX_RETRY_AFTER`].
+/// `Retry-After` as delta-seconds or an HTTP date (at most a day).
 pub(crate) fn parse_retry_after(value: &str) -> Option<Duration> {
     let value = value.trim();
     let wait = if let Ok(secs) = value.parse::<u64>() {
@@ -408,7 +481,7 @@ pub(crate) fn parse_retry_after(value: &str) -> Option<Duration> {
         let delta = when.with_timezone(&chrono::Utc) - chrono::Utc::now();
         delta.to_std().unwrap_or(Duration::ZERO)
     };
-    Some(wait.min(MAX_RETRY_AFTER))
+    Some(wait.min(RETRY_AFTER_CEILING))
 }
 
 /// One attempt's failure, before it is worded for the user.
@@ -421,6 +494,8 @@ enum Failure {
         retry_after: Option<Duration>,
     },
     BadResponse(String),
+    /// The body passed `model.max_response_bytes` (the cap).
+    TooLarge(u64),
 }
 
 impl Failure {
@@ -444,6 +519,7 @@ impl Failure {
             Failure::Timeout => "timeout".into(),
             Failure::Status { status, .. } => status.to_string(),
             Failure::BadResponse(_) => "bad-response".into(),
+            Failure::TooLarge(_) => "too-large".into(),
         }
     }
 
@@ -476,6 +552,11 @@ impl Failure {
                 profile: profile_name.to_string(),
                 base_url: profile.base_url.clone(),
                 reason: redact(&reason, key),
+            },
+            Failure::TooLarge(cap) => LlmError::TooLarge {
+                profile: profile_name.to_string(),
+                base_url: profile.base_url.clone(),
+                cap,
             },
         }
     }
@@ -564,7 +645,8 @@ mod tests {
     #[test]
     fn retry_after_seconds_and_dates() {
         assert_eq!(parse_retry_after("1"), Some(Duration::from_secs(1)));
-        assert_eq!(parse_retry_after(" 3600 "), Some(MAX_RETRY_AFTER));
+        assert_eq!(parse_retry_after(" 3600 "), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_retry_after("99999999"), Some(RETRY_AFTER_CEILING));
         let soon = (chrono::Utc::now() + chrono::Duration::seconds(20)).to_rfc2822();
         let soon = soon.replace("+0000", "GMT");
         let d = parse_retry_after(&soon).unwrap();

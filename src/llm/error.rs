@@ -64,6 +64,27 @@ pub enum LlmError {
         base_url: String,
         reason: String,
     },
+
+    #[error(
+        "the model server at {base_url} sent a reply larger than {cap} bytes (model.max_response_bytes); it was refused as it arrived. Lower model.profiles.{profile}.max_tokens, or raise the cap if such replies are expected"
+    )]
+    TooLarge {
+        profile: String,
+        base_url: String,
+        cap: u64,
+    },
+
+    #[error(
+        "the model server at {base_url} is rate limited until {until}, {why}: not waiting. Try again later, use another profile than '{profile}', or raise model.max_retry_after_s"
+    )]
+    RateLimited {
+        profile: String,
+        base_url: String,
+        /// RFC 3339, UTC.
+        until: String,
+        /// Why the wait was not taken.
+        why: String,
+    },
 }
 
 impl LlmError {
