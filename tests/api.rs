@@ -493,3 +493,51 @@ async fn a_foreign_host_header_is_refused_everywhere() {
             .is_empty()
     );
 }
+
+/// Raw HTTP over a real socket: what hyper itself would answer before any handler runs.
+async fn raw(addr: std::net::SocketAddr, request: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    // A refused head closes the connection before all of it is read: a write error is fine.
+    let _ = s.write_all(request).await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(PATIENCE, s.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_url_gets_a_json_error_on_a_real_socket() {
+    let a = api("").await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let state = ApiState {
+        agent: a.t.app.agent.clone(),
+        scheduler: a.t.app.scheduler.clone(),
+        memory: a.t.app.memory.clone(),
+        token: Arc::from(""),
+    };
+    tokio::spawn(hermes_agent::server::serve(listener, state, std::future::pending()));
+
+    let huge = format!(
+        "GET /v1/tasks/{} HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n",
+        "a".repeat(100_000)
+    );
+    let answer = raw(addr, huge.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 414"), "{answer}");
+    assert!(answer.contains("application/json"), "{answer}");
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or("");
+    let v: Value = serde_json::from_str(body).expect("a JSON body");
+    assert_eq!(v["error"]["code"], "too_long");
+
+    // A long body is not a long head: a 60 KB one-line task still goes through, and the
+    // request after it on the same connection too.
+    let task = json!({"task": "x".repeat(15_000)}).to_string();
+    let two = format!(
+        "POST /v1/tasks HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{task}GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n",
+        task.len()
+    );
+    let answer = raw(addr, two.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
+    assert_eq!(answer.matches("HTTP/1.1 ").count(), 2, "{answer}");
+    assert!(answer.contains("\"status\""), "{answer}");
+}

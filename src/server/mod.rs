@@ -9,6 +9,7 @@ mod error;
 mod extract;
 mod guard;
 mod handlers;
+mod listener;
 
 pub use error::ApiError;
 pub use guard::token_matches;
@@ -85,7 +86,7 @@ pub async fn serve(
     state: ApiState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
+    axum::serve(listener::GuardedListener(listener), router(state))
         .with_graceful_shutdown(shutdown)
         .await
 }
