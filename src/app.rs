@@ -64,6 +64,8 @@ pub struct BuildOptions {
     pub notify_retry: Option<crate::notify::RetryPolicy>,
     /// Registered after the built-ins and manifests.
     pub extra_tools: Vec<Arc<dyn Tool>>,
+    /// How the database is opened.
+    pub store: crate::store::StoreOptions,
 }
 
 impl App {
@@ -77,7 +79,7 @@ impl App {
         options: BuildOptions,
     ) -> Result<App, AppError> {
         let s = &config.settings;
-        let store = Store::open(&config.data_dir).await?;
+        let store = Store::open_with(&config.data_dir, options.store).await?;
         let mut gateway = Gateway::new(&s.model)?;
         if let Some(p) = options.model_retry {
             gateway = gateway.with_retry(p);

@@ -508,7 +508,9 @@ async fn raw(addr: std::net::SocketAddr, request: &[u8]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_url_gets_a_json_error_on_a_real_socket() {
     let a = api("").await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let state = ApiState {
         agent: a.t.app.agent.clone(),
@@ -516,7 +518,11 @@ async fn a_huge_url_gets_a_json_error_on_a_real_socket() {
         memory: a.t.app.memory.clone(),
         token: Arc::from(""),
     };
-    tokio::spawn(hermes_agent::server::serve(listener, state, std::future::pending()));
+    tokio::spawn(hermes_agent::server::serve(
+        listener,
+        state,
+        std::future::pending(),
+    ));
 
     let huge = format!(
         "GET /v1/tasks/{} HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n",
@@ -540,4 +546,146 @@ async fn a_huge_url_gets_a_json_error_on_a_real_socket() {
     assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
     assert_eq!(answer.matches("HTTP/1.1 ").count(), 2, "{answer}");
     assert!(answer.contains("\"status\""), "{answer}");
+}
+
+/// An API over a store opened with `opts` (a size cap standing in for a full disk, or
+/// read-only), the facts index off.
+async fn api_over(opts: hermes_agent::store::StoreOptions) -> (Router, TestApp, ScriptedModel) {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Created first at full size, so the schema exists before the cap or the read-only mode.
+    hermes_agent::store::Store::open(dir.path())
+        .await
+        .expect("fresh store")
+        .close()
+        .await;
+    let config = hermes_agent::config::Config::from_settings(
+        common::settings(&model.base_url()),
+        dir.path().to_path_buf(),
+    );
+    let app = hermes_agent::app::App::build_with(
+        config,
+        hermes_agent::app::JobExecution::Direct,
+        hermes_agent::app::BuildOptions {
+            store: opts,
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("app");
+    let router = router(ApiState {
+        agent: app.agent.clone(),
+        scheduler: app.scheduler.clone(),
+        memory: app.memory.clone(),
+        token: Arc::from(""),
+    });
+    (router, TestApp { app, dir }, model)
+}
+
+async fn json_of(router: &Router, req: Request<Body>) -> (StatusCode, Value) {
+    let resp = router.clone().oneshot(req).await.expect("answered");
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    (status, serde_json::from_slice(&bytes).expect("JSON"))
+}
+
+fn post_task(text: &str) -> Request<Body> {
+    Request::post("/v1/tasks")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({ "task": text }).to_string()))
+        .expect("request")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_is_a_503_naming_the_cause_and_health_says_degraded() {
+    use hermes_agent::store::StoreOptions;
+    let (router, _t, _model) = api_over(StoreOptions {
+        max_pages: Some(60),
+        ..StoreOptions::default()
+    })
+    .await;
+    let big = "x".repeat(15_000);
+    let mut full = None;
+    for _ in 0..200 {
+        let (status, v) = json_of(&router, post_task(&big)).await;
+        if status != StatusCode::ACCEPTED {
+            full = Some((status, v));
+            break;
+        }
+    }
+    let (status, v) = full.expect("the capped database fills up");
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    assert_eq!(v["error"]["code"], "storage_unavailable", "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("disk full") && message.contains("hermes.db"),
+        "{message}"
+    );
+    let (status, health) = json_of(
+        &router,
+        Request::get("/healthz").body(Body::empty()).expect("req"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert!(
+        health["storage"]
+            .as_str()
+            .unwrap_or("")
+            .contains("disk full"),
+        "{health}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_database_is_a_503_naming_the_file() {
+    use hermes_agent::store::StoreOptions;
+    let (router, t, _model) = api_over(StoreOptions {
+        read_only: true,
+        ..StoreOptions::default()
+    })
+    .await;
+    let (status, v) = json_of(&router, post_task("hello")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    assert_eq!(v["error"]["code"], "storage_unavailable", "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or("");
+    let db = t.dir.path().join("hermes.db");
+    assert!(
+        message.contains("read-only") && message.contains(&db.display().to_string()),
+        "{message}"
+    );
+    let (_, health) = json_of(
+        &router,
+        Request::get("/healthz").body(Body::empty()).expect("req"),
+    )
+    .await;
+    assert_eq!(health["status"], "degraded", "{health}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_refuses_to_start_on_a_database_it_cannot_write() {
+    use hermes_agent::store::StoreOptions;
+    let (_router, t, _model) = api_over(StoreOptions {
+        read_only: true,
+        ..StoreOptions::default()
+    })
+    .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let err = tokio::time::timeout(
+        PATIENCE,
+        hermes_agent::daemon::run(t.app.clone(), listener, std::future::pending()),
+    )
+    .await
+    .expect("it returns at once")
+    .expect_err("it refuses to start");
+    let text = err.to_string();
+    let db = t.dir.path().join("hermes.db");
+    assert!(
+        text.contains(&db.display().to_string()) && text.contains("read-only"),
+        "{text}"
+    );
 }

@@ -33,7 +33,11 @@ pub async fn run_store() -> Result<()> {
         "  the same INSERT through a pool of ONE connection (writers queue in the pool instead of \
          meeting SQLITE_BUSY and sleeping in SQLite's busy handler):"
     );
-    step_writes(StoreOptions { max_connections: 1 }, ", one connection").await
+    let one = StoreOptions {
+        max_connections: 1,
+        ..StoreOptions::default()
+    };
+    step_writes(one, ", one connection").await
 }
 
 /// A tool row like the ones a busy agent writes (≈ 400 bytes of output).

@@ -67,6 +67,11 @@ pub enum DaemonError {
     /// Boxed: the parts' build errors are large, and every lifecycle step returns this type.
     #[error(transparent)]
     App(Box<AppError>),
+    #[error("cannot write the database {}: {fault}; {}", path.display(), fault.hint())]
+    Unwritable {
+        path: PathBuf,
+        fault: crate::store::StorageFault,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]

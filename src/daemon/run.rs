@@ -7,6 +7,7 @@
 use super::{AddrFile, DaemonError};
 use crate::app::App;
 use crate::server::{self, ApiState};
+use crate::store::StoreError;
 use crate::store::{FailReason, Origin, TaskState};
 use std::future::Future;
 use std::sync::Arc;
@@ -37,6 +38,14 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), DaemonError> {
+    // A daemon that cannot write its database would accept tasks it can never record: refuse
+    // to start, naming the file.
+    if let Err(StoreError::Unavailable { fault, .. }) = app.store.check_writable().await {
+        return Err(DaemonError::Unwritable {
+            path: app.store.path().to_path_buf(),
+            fault,
+        });
+    }
     mark_interrupted(&app).await?;
     let local = listener
         .local_addr()

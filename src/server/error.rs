@@ -11,6 +11,9 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Set when the database could not be written; the router then names the file in the
+    /// message and health reports it (see `server::note_storage_faults`).
+    pub storage: Option<crate::store::StorageFault>,
 }
 
 impl ApiError {
@@ -19,6 +22,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            storage: None,
         }
     }
     pub fn bad_request(message: impl Into<String>) -> ApiError {
@@ -47,7 +51,11 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({"error": {"code": self.code, "message": self.message}});
-        (self.status, Json(body)).into_response()
+        let mut resp = (self.status, Json(body)).into_response();
+        if let Some(fault) = self.storage {
+            resp.extensions_mut().insert(fault);
+        }
+        resp
     }
 }
 
@@ -57,6 +65,17 @@ impl From<crate::store::StoreError> for ApiError {
         match e {
             StoreError::NotFound { .. } => ApiError::not_found(e.to_string()),
             StoreError::Conflict(m) => ApiError::conflict(m),
+            StoreError::Unavailable { fault, ref detail } => {
+                tracing::error!(%fault, detail, "the database cannot be written");
+                ApiError {
+                    storage: Some(fault),
+                    ..ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "storage_unavailable",
+                        format!("the database cannot be written ({fault}); {}", fault.hint()),
+                    )
+                }
+            }
             other => ApiError::internal(other),
         }
     }

@@ -17,8 +17,21 @@ use std::time::Duration;
 
 type ApiResult<T = Response> = Result<T, ApiError>;
 
+/// How long a storage fault seen by a request keeps health `degraded`.
+const FAULT_MEMORY: Duration = Duration::from_secs(60);
+
 pub async fn health(State(s): State<ApiState>) -> ApiResult {
-    let counts = s.agent.store().task_counts().await?;
+    let store = s.agent.store();
+    let fault = match store.check_writable().await {
+        Ok(()) => store.recent_fault(FAULT_MEMORY),
+        Err(crate::store::StoreError::Unavailable { fault, .. }) => Some(fault),
+        Err(e) => return Err(e.into()),
+    };
+    let storage = match fault {
+        None => "ok".to_string(),
+        Some(f) => format!("{f} at {}: {}", store.path().display(), f.hint()),
+    };
+    let counts = store.task_counts().await?;
     let count = |st: TaskState| {
         counts
             .iter()
@@ -27,7 +40,8 @@ pub async fn health(State(s): State<ApiState>) -> ApiResult {
             .unwrap_or(0)
     };
     Ok(Json(json!({
-        "status": "ok",
+        "status": if fault.is_some() { "degraded" } else { "ok" },
+        "storage": storage,
         "version": env!("CARGO_PKG_VERSION"),
         "running": s.agent.running_count(),
         "pending": count(TaskState::Pending),

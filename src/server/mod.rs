@@ -72,6 +72,10 @@ pub fn router(state: ApiState) -> Router {
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .fallback(handlers::not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            note_storage_faults,
+        ))
         // Outermost: a request for a foreign host is refused before anything else runs.
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -89,6 +93,34 @@ pub async fn serve(
     axum::serve(listener::GuardedListener(listener), router(state))
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+/// A request that failed for want of storage: name the database file in the answer (errors
+/// are built without it), and let health report the fault for a while.
+async fn note_storage_faults(
+    axum::extract::State(state): axum::extract::State<ApiState>,
+    req: axum::extract::Request,
+    next: middleware::Next,
+) -> axum::response::Response {
+    let resp = next.run(req).await;
+    let Some(fault) = resp
+        .extensions()
+        .get::<crate::store::StorageFault>()
+        .copied()
+    else {
+        return resp;
+    };
+    let store = state.agent.store();
+    store.note_fault(fault);
+    axum::response::IntoResponse::into_response(ApiError::new(
+        resp.status(),
+        "storage_unavailable",
+        format!(
+            "the database {} cannot be written ({fault}); {}",
+            store.path().display(),
+            fault.hint()
+        ),
+    ))
 }
 
 /// Whether `host` is a loopback address (or `localhost`); non-loopback binds need a token.

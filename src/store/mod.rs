@@ -23,7 +23,8 @@ use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -58,13 +59,82 @@ pub enum StoreError {
     NotFound { what: &'static str, id: String },
     #[error("{0}")]
     Conflict(String),
+    /// The database cannot be written: a full disk, a read-only file, an I/O failure.
+    #[error("the database cannot be written ({fault}): {detail}")]
+    Unavailable { fault: StorageFault, detail: String },
     #[error("database error: {0}")]
-    Sql(#[from] sqlx::Error),
+    Sql(sqlx::Error),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Why the database cannot be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageFault {
+    DiskFull,
+    ReadOnly,
+    Io,
+}
+
+impl StorageFault {
+    /// What the person can do about it.
+    pub fn hint(self) -> &'static str {
+        match self {
+            StorageFault::DiskFull => "free disk space (or raise the quota) and try again",
+            StorageFault::ReadOnly => {
+                "make the file and its directory writable by this user, or choose another --data-dir"
+            }
+            StorageFault::Io => {
+                "the disk reported an I/O error; see the daemon's log and the system's"
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for StorageFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StorageFault::DiskFull => "disk full",
+            StorageFault::ReadOnly => "read-only",
+            StorageFault::Io => "I/O error",
+        })
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> StoreError {
+        match storage_fault(&e) {
+            Some(fault) => StoreError::Unavailable {
+                fault,
+                detail: e.to_string(),
+            },
+            None => StoreError::Sql(e),
+        }
+    }
+}
+
+/// The SQLite result codes (primary part) that mean the storage itself failed.
+fn storage_fault(e: &sqlx::Error) -> Option<StorageFault> {
+    const SQLITE_READONLY: i64 = 8;
+    const SQLITE_IOERR: i64 = 10;
+    const SQLITE_FULL: i64 = 13;
+    const SQLITE_CANTOPEN: i64 = 14;
+    match e {
+        sqlx::Error::Database(db) => {
+            let code = db.code()?.parse::<i64>().ok()? & 0xff;
+            match code {
+                SQLITE_FULL => Some(StorageFault::DiskFull),
+                SQLITE_READONLY => Some(StorageFault::ReadOnly),
+                SQLITE_IOERR | SQLITE_CANTOPEN => Some(StorageFault::Io),
+                _ => None,
+            }
+        }
+        sqlx::Error::Io(_) => Some(StorageFault::Io),
+        _ => None,
+    }
+}
 
 /// How the database is opened; the defaults suit the daemon.
 #[derive(Debug, Clone, Copy)]
@@ -72,11 +142,20 @@ pub struct StoreOptions {
     /// Connections in the pool. Readers run in parallel in WAL mode; writers queue in SQLite's
     /// busy handler. Each connection keeps its own page cache.
     pub max_connections: u32,
+    /// A hard cap on the database's size, in pages (`PRAGMA max_page_count`); past it writes
+    /// fail as on a full disk. `None`: no cap.
+    pub max_pages: Option<u32>,
+    /// Open without write access (inspection; a stand-in for a read-only file in tests).
+    pub read_only: bool,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        StoreOptions { max_connections: 8 }
+        StoreOptions {
+            max_connections: 8,
+            max_pages: None,
+            read_only: false,
+        }
     }
 }
 
@@ -84,6 +163,10 @@ impl Default for StoreOptions {
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: SqlitePool,
+    /// The database file, for messages.
+    path: Arc<PathBuf>,
+    /// The last storage fault someone noticed, and when: `/healthz` reports it for a while.
+    fault: Arc<Mutex<Option<(StorageFault, Instant)>>>,
 }
 
 impl Store {
@@ -99,15 +182,19 @@ impl Store {
             source,
         })?;
         let path = data_dir.join(DB_FILE);
-        let options = SqliteConnectOptions::new()
+        let mut options = SqliteConnectOptions::new()
             .filename(&path)
-            .create_if_missing(true)
+            .create_if_missing(!opts.read_only)
+            .read_only(opts.read_only)
             .journal_mode(SqliteJournalMode::Wal)
             // NORMAL in WAL mode is durable across process crashes (not power loss); that
             // is the promise we make for SIGKILL.
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
+        if let Some(pages) = opts.max_pages {
+            options = options.pragma("max_page_count", pages.to_string());
+        }
         let pool = SqlitePoolOptions::new()
             .max_connections(opts.max_connections.max(1))
             .connect_with(options)
@@ -116,7 +203,7 @@ impl Store {
                 path: path.clone(),
                 source,
             })?;
-        let store = Store { pool };
+        let store = Store::new(pool, &path);
         store.migrate(&path).await?;
         Ok(store)
     }
@@ -138,9 +225,55 @@ impl Store {
                 path: PathBuf::from(":memory:"),
                 source,
             })?;
-        let store = Store { pool };
+        let store = Store::new(pool, Path::new(":memory:"));
         store.migrate(Path::new(":memory:")).await?;
         Ok(store)
+    }
+
+    fn new(pool: SqlitePool, path: &Path) -> Store {
+        Store {
+            pool,
+            path: Arc::new(path.to_path_buf()),
+            fault: Arc::default(),
+        }
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Can the database still be written? One tiny write; `Unavailable` says why not.
+    pub async fn check_writable(&self) -> Result<()> {
+        let done = sqlx::query(
+            "INSERT INTO health (id, checked_at) VALUES (1, ?) \
+             ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at",
+        )
+        .bind(now())
+        .execute(self.pool())
+        .await;
+        match done {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let e = StoreError::from(e);
+                if let StoreError::Unavailable { fault, .. } = &e {
+                    self.note_fault(*fault);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Remember that a write failed for want of storage (so health reports it).
+    pub fn note_fault(&self, fault: StorageFault) {
+        *crate::util::lock(&self.fault) = Some((fault, Instant::now()));
+    }
+
+    /// A storage fault noticed within `within`, if any.
+    pub fn recent_fault(&self, within: Duration) -> Option<StorageFault> {
+        crate::util::lock(&self.fault)
+            .filter(|(_, at)| at.elapsed() < within)
+            .map(|(fault, _)| fault)
     }
 
     async fn migrate(&self, path: &Path) -> Result<()> {

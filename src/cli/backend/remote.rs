@@ -251,7 +251,12 @@ async fn answers_health(http: &reqwest::Client, base: &str) -> bool {
     let Ok(body) = probe.json::<Value>().await else {
         return false;
     };
-    body.get("status").and_then(Value::as_str) == Some("ok")
+    // A degraded daemon (its disk full, say) still owns the data dir: talk to it, and let its
+    // errors say what is wrong.
+    matches!(
+        body.get("status").and_then(Value::as_str),
+        Some("ok" | "degraded")
+    )
 }
 
 /// An id as one URL path segment: `tasks show ../jobs` must not reach another endpoint.
