@@ -689,3 +689,54 @@ async fn a_daemon_refuses_to_start_on_a_database_it_cannot_write() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fact_saved_while_the_index_is_gone_is_found_and_the_index_heals() {
+    let a = api("").await;
+    let index = a.t.dir.path().join("memory-index");
+    std::fs::remove_dir_all(&index).expect("remove the index while running");
+    let added = a
+        .post(
+            "/v1/memory",
+            json!({"text": "The user's bike is a green Brompton"}),
+        )
+        .await;
+    assert_eq!(
+        added.status,
+        StatusCode::CREATED,
+        "the fact is saved: {}",
+        added.body
+    );
+    // Found at once (from the database while the index is away), and the index comes back.
+    let found = a.get("/v1/memory?q=Brompton").await;
+    assert_eq!(found.status, StatusCode::OK, "{}", found.body);
+    assert_eq!(
+        found.body["facts"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        found.body
+    );
+    let healed = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let h = a.get("/healthz").await;
+            if h.body["memory_index"] == "ok" {
+                return h.body;
+            }
+            assert_ne!(
+                h.body["status"], "ok",
+                "unhealthy index but status ok: {}",
+                h.body
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the index is rebuilt in the background");
+    assert_eq!(healed["status"], "ok", "{healed}");
+    assert!(index.join("meta.json").exists());
+    let found = a.get("/v1/memory?q=green").await;
+    assert_eq!(
+        found.body["facts"][0]["text"],
+        "The user's bike is a green Brompton"
+    );
+}

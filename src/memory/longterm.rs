@@ -12,6 +12,7 @@ use super::tokenize::{self, ANALYZER_NAME};
 use crate::store::{Fact, Store, StoreError, Upsert};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
@@ -29,6 +30,12 @@ const WRITER_MEMORY_BYTES: usize = 15_000_000;
 
 /// Extra hits fetched beyond `k` so ties at the cut can be broken by recency.
 const TIE_SLACK: usize = 8;
+
+/// Retries of a failed index repair: soon at first, then every minute at most.
+const REPAIR_BACKOFF: crate::util::Backoff = crate::util::Backoff::new(
+    std::time::Duration::from_secs(1),
+    std::time::Duration::from_secs(60),
+);
 
 /// The longest fact text accepted, in characters.
 pub const MAX_FACT_CHARS: usize = 2000;
@@ -79,11 +86,15 @@ struct Inner {
     /// Where the index lives (for error messages).
     path: PathBuf,
     fields: Fields,
-    /// Searchers for recall; reloaded by hand after each commit, so a recall right after a
-    /// remember sees it.
-    reader: IndexReader,
-    /// The one writer tantivy allows; only touched inside `spawn_blocking`.
-    writer: Mutex<IndexWriter>,
+    /// The reader (searchers for recall, reloaded by hand after each commit so a recall right
+    /// after a remember sees it) and the one writer tantivy allows; only touched inside
+    /// `spawn_blocking`. Replaced whole when the index is reopened after trouble.
+    index: Mutex<Opened>,
+    /// Why the index cannot be trusted right now (a write to it failed); `None` when healthy.
+    /// Meanwhile recall reads the database, and one repair runs in the background.
+    trouble: Mutex<Option<String>>,
+    /// A repair is running.
+    repairing: AtomicBool,
     /// Serialises "change SQL, then change the index" so the index applies writes in the order
     /// the database made them (two merges of one fact must not land out of order).
     write_gate: tokio::sync::Mutex<()>,
@@ -209,18 +220,18 @@ impl LongTerm {
         let (opened, fields) = tokio::task::spawn_blocking(move || open_index(&open_path))
             .await
             .map_err(|e| MemoryError::Worker(e.to_string()))??;
-        let Opened { reader, writer } = opened;
+        let indexed = opened.reader.searcher().num_docs();
         let memory = LongTerm {
             inner: Arc::new(Inner {
                 store,
                 path,
                 fields,
-                reader,
-                writer: Mutex::new(writer),
+                index: Mutex::new(opened),
+                trouble: Mutex::new(None),
+                repairing: AtomicBool::new(false),
                 write_gate: tokio::sync::Mutex::new(()),
             }),
         };
-        let indexed = memory.inner.reader.searcher().num_docs();
         let stored = memory.inner.store.fact_count().await?;
         if u64::try_from(stored).ok() != Some(indexed) {
             tracing::info!(
@@ -256,15 +267,18 @@ impl LongTerm {
         let _gate = self.inner.write_gate.lock().await;
         let (fact, how) = self.inner.store.upsert_fact(text, &tags, source).await?;
         let doc_fact = fact.clone();
-        self.blocking(move |inner| {
-            inner.write(|writer, fields| {
-                // Merged or new, the fact has exactly one document: the latest version.
-                writer.delete_term(Term::from_field_text(fields.id, &doc_fact.id));
-                writer.add_document(document(fields, &doc_fact))?;
-                Ok(())
+        let indexed = self
+            .blocking(move |inner| {
+                inner.write(|writer, fields| {
+                    // Merged or new, the fact has exactly one document: the latest version.
+                    writer.delete_term(Term::from_field_text(fields.id, &doc_fact.id));
+                    writer.add_document(document(fields, &doc_fact))?;
+                    Ok(())
+                })
             })
-        })
-        .await?;
+            .await;
+        // The fact is saved either way: the database is the truth, the index catches up.
+        self.after_index_write(indexed);
         Ok((fact, how))
     }
 
@@ -275,9 +289,21 @@ impl LongTerm {
         if terms.is_empty() || k == 0 {
             return Ok(Vec::new());
         }
-        let mut hits = self
-            .blocking(move |inner| inner.search(&terms, k + TIE_SLACK))
-            .await?;
+        if self.trouble().is_some() {
+            return self.recall_from_store(&terms, k).await;
+        }
+        let searched = {
+            let terms = terms.clone();
+            self.blocking(move |inner| inner.search(&terms, k + TIE_SLACK))
+                .await
+        };
+        let mut hits = match searched {
+            Ok(hits) => hits,
+            Err(e) => {
+                self.after_index_write(Err(e));
+                return self.recall_from_store(&terms, k).await;
+            }
+        };
         // Equal scores are common for short facts. Keep every hit tied with the k-th, so the
         // tie-break below (newest first) decides, not the index's internal document order,
         // which changes when the index is rebuilt.
@@ -313,13 +339,17 @@ impl LongTerm {
         let id = id.to_string();
         // Deleted from the index even when the store had no such row: that clears a stale
         // document left by a crash.
-        self.blocking(move |inner| {
-            inner.write(|writer, fields| {
-                writer.delete_term(Term::from_field_text(fields.id, &id));
-                Ok(())
+        let deleted = self
+            .blocking(move |inner| {
+                inner.write(|writer, fields| {
+                    writer.delete_term(Term::from_field_text(fields.id, &id));
+                    Ok(())
+                })
             })
-        })
-        .await?;
+            .await;
+        // A document left behind names a fact the store no longer has: recall skips it, and
+        // the repair drops it.
+        self.after_index_write(deleted);
         Ok(existed)
     }
 
@@ -337,6 +367,91 @@ impl LongTerm {
             })
         })
         .await
+    }
+
+    /// Why the index is not used right now, if it is not (recall then reads the database).
+    pub fn trouble(&self) -> Option<String> {
+        crate::util::lock(&self.inner.trouble).clone()
+    }
+
+    /// After a write to the index: on failure, note the trouble and start a repair.
+    fn after_index_write(&self, result: Result<(), MemoryError>) {
+        let Err(e) = result else {
+            return;
+        };
+        tracing::warn!(error = %e, "memory index write failed; facts stay saved, recall reads the database until the index is rebuilt");
+        *crate::util::lock(&self.inner.trouble) = Some(e.to_string());
+        if !self.inner.repairing.swap(true, Ordering::SeqCst) {
+            let me = self.clone();
+            tokio::spawn(async move { me.repair().await });
+        }
+    }
+
+    /// Reopen the index (recreating its directory) and rebuild it from the database, retrying
+    /// with backoff until it works.
+    async fn repair(&self) {
+        let mut attempt = 0;
+        loop {
+            let result = async {
+                let _gate = self.inner.write_gate.lock().await;
+                let facts = self.inner.store.all_facts().await?;
+                self.blocking(move |inner| inner.reopen_with(&facts)).await
+            }
+            .await;
+            match result {
+                Ok(n) => {
+                    tracing::info!(facts = n, "memory index rebuilt; recall uses it again");
+                    *crate::util::lock(&self.inner.trouble) = None;
+                    self.inner.repairing.store(false, Ordering::SeqCst);
+                    return;
+                }
+                Err(e) => {
+                    let delay = REPAIR_BACKOFF.delay(attempt);
+                    attempt = attempt.saturating_add(1);
+                    tracing::warn!(error = %e, retry_in_s = delay.as_secs(), "memory index repair failed");
+                    *crate::util::lock(&self.inner.trouble) = Some(e.to_string());
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    /// Recall without the index: every fact scored by how many of the query's terms it has.
+    /// Slower (it reads every fact), and only used while the index is being rebuilt.
+    async fn recall_from_store(
+        &self,
+        terms: &[String],
+        k: usize,
+    ) -> Result<Vec<Recalled>, MemoryError> {
+        let wanted: std::collections::HashSet<&str> = terms.iter().map(String::as_str).collect();
+        let mut found: Vec<Recalled> = self
+            .inner
+            .store
+            .all_facts()
+            .await?
+            .into_iter()
+            .filter_map(|fact| {
+                let mut text = fact.text.clone();
+                for tag in &fact.tags {
+                    text.push(' ');
+                    text.push_str(tag);
+                }
+                let have: std::collections::HashSet<String> =
+                    tokenize::terms(&text).into_iter().collect();
+                let score = wanted.iter().filter(|t| have.contains(**t)).count();
+                (score > 0).then_some(Recalled {
+                    fact,
+                    score: score as f32,
+                })
+            })
+            .collect();
+        found.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then_with(|| b.fact.updated_at.cmp(&a.fact.updated_at))
+        });
+        found.truncate(k);
+        Ok(found)
     }
 
     /// Runs tantivy work off the async threads: it does file I/O and CPU-bound scoring.
@@ -370,10 +485,28 @@ impl Inner {
         }
     }
 
-    fn lock_writer(&self) -> MutexGuard<'_, IndexWriter> {
+    fn lock_index(&self) -> MutexGuard<'_, Opened> {
         // A panic while holding the lock leaves at most uncommitted operations behind, and
         // `write` rolls those back before it starts.
-        crate::util::lock(&self.writer)
+        crate::util::lock(&self.index)
+    }
+
+    /// Open the index afresh (its directory recreated if it went away) and fill it with
+    /// `facts`. The old writer is dropped first, releasing its lock.
+    fn reopen_with(&self, facts: &[Fact]) -> Result<usize, MemoryError> {
+        let mut index = self.lock_index();
+        let (mut fresh, _) = open_index(&self.path)?;
+        let fields = self.fields;
+        let filled = fresh.writer.delete_all_documents().and_then(|_| {
+            for fact in facts {
+                fresh.writer.add_document(document(fields, fact))?;
+            }
+            fresh.writer.commit()
+        });
+        filled.map_err(|e| self.index_error(e))?;
+        fresh.reader.reload().map_err(|e| self.index_error(e))?;
+        *index = fresh;
+        Ok(facts.len())
     }
 
     /// Applies `change` and commits it, or rolls it back: a failed write leaves no half-applied
@@ -382,19 +515,18 @@ impl Inner {
         &self,
         change: impl FnOnce(&mut IndexWriter, Fields) -> tantivy::Result<T>,
     ) -> Result<T, MemoryError> {
-        let mut writer = self.lock_writer();
-        let result = change(&mut writer, self.fields).and_then(|value| {
-            writer.commit()?;
+        let mut index = self.lock_index();
+        let result = change(&mut index.writer, self.fields).and_then(|value| {
+            index.writer.commit()?;
             Ok(value)
         });
         match result {
             Ok(value) => {
-                drop(writer);
-                self.reader.reload().map_err(|e| self.index_error(e))?;
+                index.reader.reload().map_err(|e| self.index_error(e))?;
                 Ok(value)
             }
             Err(e) => {
-                if let Err(rollback) = writer.rollback() {
+                if let Err(rollback) = index.writer.rollback() {
                     tracing::warn!(error = %rollback, "memory index rollback failed");
                 }
                 Err(self.index_error(e))
@@ -416,7 +548,7 @@ impl Inner {
             }
         }
         let query = BooleanQuery::new(clauses);
-        let searcher = self.reader.searcher();
+        let searcher = self.lock_index().reader.searcher();
         let top = searcher
             .search(&query, &TopDocs::with_limit(k).order_by_score())
             .map_err(|e| self.index_error(e))?;

@@ -31,6 +31,16 @@ pub async fn health(State(s): State<ApiState>) -> ApiResult {
         None => "ok".to_string(),
         Some(f) => format!("{f} at {}: {}", store.path().display(), f.hint()),
     };
+    // Facts stay saved without the index; recall reads the database until it is rebuilt.
+    let index_trouble = s.memory.as_ref().and_then(LongTerm::trouble);
+    let memory_index = match (&s.memory, &index_trouble) {
+        (None, _) => "off".to_string(),
+        (Some(_), None) => "ok".to_string(),
+        (Some(_), Some(why)) => {
+            format!("rebuilding (recall reads the database meanwhile): {why}")
+        }
+    };
+    let degraded = fault.is_some() || index_trouble.is_some();
     let counts = store.task_counts().await?;
     let count = |st: TaskState| {
         counts
@@ -40,8 +50,9 @@ pub async fn health(State(s): State<ApiState>) -> ApiResult {
             .unwrap_or(0)
     };
     Ok(Json(json!({
-        "status": if fault.is_some() { "degraded" } else { "ok" },
+        "status": if degraded { "degraded" } else { "ok" },
         "storage": storage,
+        "memory_index": memory_index,
         "version": env!("CARGO_PKG_VERSION"),
         "running": s.agent.running_count(),
         "pending": count(TaskState::Pending),
