@@ -228,6 +228,13 @@ impl TaskRunner for AgentRunner {
         })
     }
 
+    fn check_precheck(&self, tool: &str, arguments: &serde_json::Value) -> Result<(), String> {
+        self.agent()?
+            .registry()
+            .check_call(tool, arguments)
+            .map_err(|e| e.to_string())
+    }
+
     fn precheck<'a>(
         &'a self,
         tool: &'a str,

@@ -202,6 +202,8 @@ fn bad_inputs() -> Vec<Bad> {
         bad(M::POST, "/v1/memory", json_body(json!({"text": ""})), S::BAD_REQUEST, "bad_request", "empty"),
         bad(M::DELETE, "/v1/memory/nosuchfact", None, S::NOT_FOUND, "not_found", "nosuchfact"),
         bad(M::GET, "/v1/tasks/%FF", None, S::BAD_REQUEST, "bad_request", "path"),
+        bad(M::POST, "/v1/jobs", json_body(json!({"task": "t", "schedule": "every 1h", "precheck": {"tool": "no_such_tool"}})), S::BAD_REQUEST, "invalid_request", "no_such_tool"),
+        bad(M::POST, "/v1/jobs", json_body(json!({"task": "t", "schedule": "every 1h", "precheck": {"tool": "watch_page", "arguments": {"selector": ".price"}}})), S::BAD_REQUEST, "invalid_request", "url"),
         bad(M::DELETE, "/v1/jobs/%FF%FE", None, S::BAD_REQUEST, "bad_request", "path"),
     ]
 }

@@ -207,3 +207,36 @@ fn tasks_show_renders_a_stored_trace_as_a_timeline_and_json() {
     let out = hermes(dir.path(), &["tasks", "list", "--state", "succeeded"]);
     assert!(text(&out.stdout).contains(&id));
 }
+
+#[test]
+fn config_check_loads_the_manifests_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    std::fs::write(
+        tools.join("broken.yaml"),
+        "name: broken\ndescription: d\nparameters: {type: object}\ncommand: {argv: []}\n",
+    )
+    .unwrap();
+    let config = dir.path().join("settings.yaml");
+    std::fs::write(&config, "tools:\n  manifests_dir: tools\n").unwrap();
+    let out = hermes(
+        dir.path(),
+        &["--config", config.to_str().unwrap(), "config", "check"],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("broken.yaml:4: command.argv:"), "{stderr}");
+
+    std::fs::write(
+        tools.join("broken.yaml"),
+        "name: fine\ndescription: d\nparameters: {type: object}\ncommand: {argv: [echo]}\n",
+    )
+    .unwrap();
+    let out = hermes(
+        dir.path(),
+        &["--config", config.to_str().unwrap(), "config", "check"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("fine"), "{}", text(&out.stdout));
+}

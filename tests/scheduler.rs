@@ -95,6 +95,14 @@ impl TestRunner {
 }
 
 impl TaskRunner for TestRunner {
+    /// The tests' prechecks all use watch_page; anything else is a typo to refuse.
+    fn check_precheck(&self, tool: &str, _arguments: &Value) -> Result<(), String> {
+        match tool {
+            "watch_page" => Ok(()),
+            other => Err(format!("unknown tool '{other}'")),
+        }
+    }
+
     fn create<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
             let t = self

@@ -1241,3 +1241,96 @@ async fn a_sources_tools_are_offered_replaced_and_guarded_like_any_other() {
         .await;
     assert!(matches!(gone.error, Some(ToolError::Unknown(_))));
 }
+
+/// A manifest names its own host, and that host may be private (the person wrote it); a
+/// redirect from there goes through the SSRF guard like any web fetch.
+#[tokio::test]
+async fn an_http_tool_follows_redirects_only_where_the_guard_allows() {
+    use axum::http::StatusCode;
+    use axum::http::header::LOCATION;
+    // Another private host the manifest never named (127.0.0.2 is loopback too).
+    let inner = tokio::net::TcpListener::bind("127.0.0.2:0")
+        .await
+        .expect("bind 127.0.0.2");
+    let inner_addr = inner.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let app = axum::Router::new().route(
+            "/secret",
+            axum::routing::get(|| async { "internal secret" }),
+        );
+        let _ = axum::serve(inner, app).await;
+    });
+    let to_inner = format!("http://{inner_addr}/secret");
+    let app = axum::Router::new()
+        .route("/ok", axum::routing::get(|| async { "fine" }))
+        .route(
+            "/to-inner",
+            axum::routing::get(move || {
+                let to = to_inner.clone();
+                async move { (StatusCode::FOUND, [(LOCATION, to)]) }
+            }),
+        )
+        .route(
+            "/to-metadata",
+            axum::routing::get(|| async {
+                (
+                    StatusCode::FOUND,
+                    [(LOCATION, "http://169.254.169.254/latest/meta-data")],
+                )
+            }),
+        )
+        .route(
+            "/to-self",
+            axum::routing::get(|| async { (StatusCode::FOUND, [(LOCATION, "/ok")]) }),
+        );
+    let outer = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", outer.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        let _ = axum::serve(outer, app).await;
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, path) in [
+        ("ok", "ok"),
+        ("inner", "to-inner"),
+        ("meta", "to-metadata"),
+        ("self", "to-self"),
+    ] {
+        write(
+            dir.path(),
+            &format!("{name}.yaml"),
+            &format!(
+                "name: {name}\ndescription: d\nparameters: {{type: object, properties: {{}}}}\nhttp: {{method: GET, url: \"{base}/{path}\"}}\n"
+            ),
+        );
+    }
+    let s = registry_of(dir.path(), &HashMap::new()).await;
+    let run = |name: &'static str| {
+        let s = &s;
+        async move {
+            s.registry
+                .execute(&call(name, json!({})), &s.ctx, None)
+                .await
+        }
+    };
+    // Its own (private, explicitly named) host works, redirects there included.
+    for name in ["ok", "self"] {
+        let o = run(name).await;
+        assert!(o.error.is_none(), "{name}: {o:?}");
+        assert!(o.content.contains("fine"), "{name}: {}", o.content);
+    }
+    for name in ["inner", "meta"] {
+        let o = run(name).await;
+        assert!(
+            matches!(o.error, Some(ToolError::Failed(_))),
+            "{name}: {o:?}"
+        );
+        assert!(
+            !o.content.contains("internal secret"),
+            "{name}: {}",
+            o.content
+        );
+        assert!(o.content.contains("refused"), "{name}: {}", o.content);
+    }
+}

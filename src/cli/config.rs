@@ -1,15 +1,25 @@
 //! `config check`: validate the configuration and summarise what it sets up. Exits 2 with
 //! `file:line: key: problem` on an invalid one, like every command that loads it.
 //!
+//! Loads every file the config names (the manifests), as `serve` would.
 //! Must not: open the data dir or reach the network: checking a config changes nothing.
 
 use super::EXIT_CONFIG;
-use crate::config::{Config, Sources};
+use crate::config::{Config, Sources, env_map};
+use crate::tools::manifest;
 use std::process::ExitCode;
 
 pub fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
     let config = match Config::load(src) {
         Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+    };
+    // `serve` refuses a bad manifest; so does the check, rather than say valid.
+    let manifests = match manifest::load_dir(&config.manifests_dir, &env_map()) {
+        Ok(m) => m,
         Err(e) => {
             eprintln!("error: {e}");
             return Ok(ExitCode::from(EXIT_CONFIG));
@@ -39,11 +49,25 @@ pub fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
         "agent: max_steps {}, {} workers, task timeout {} s",
         s.agent.max_steps, s.agent.workers, s.agent.task_timeout_s
     );
+    let names: Vec<&str> = manifests.iter().map(|t| t.info().name.as_str()).collect();
     println!(
-        "tools: allowlist [{}], manifests in {}",
+        "tools: allowlist [{}], {} manifest tool(s) in {}{}",
         s.tools.allowlist.join(", "),
-        config.manifests_dir.display()
+        names.len(),
+        config.manifests_dir.display(),
+        if names.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", names.join(", "))
+        }
     );
+    for (name, server) in &s.mcp.servers {
+        let how = match server.transport() {
+            crate::config::McpTransport::Stdio => server.command.join(" "),
+            crate::config::McpTransport::Http => server.url.clone(),
+        };
+        println!("mcp server {name}: {how}");
+    }
     let email = match &s.notify.email {
         Some(e) => format!(
             "email via {}:{} to {} recipient(s)",

@@ -39,6 +39,17 @@ impl Scheduler {
         let notify = self.check_channels(&req.notify)?;
         if let Some(p) = &req.precheck {
             check_precheck(p)?;
+            let tool = p.get("tool").and_then(Value::as_str).unwrap_or_default();
+            let args = p
+                .get("arguments")
+                .cloned()
+                .unwrap_or_else(|| Value::Object(Default::default()));
+            self.inner
+                .runner
+                .check_precheck(tool, &args)
+                .map_err(|why| {
+                    SchedulerError::Invalid(format!("the precheck cannot run: {why}"))
+                })?;
         }
         self.check_profile(req.profile.as_deref())?;
         let name = match req.name.as_deref().map(str::trim) {

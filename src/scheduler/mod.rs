@@ -78,6 +78,9 @@ pub trait TaskRunner: Send + Sync {
         arguments: Value,
         job: &'a Job,
     ) -> BoxFuture<'a, Result<Value, String>>;
+    /// Would a precheck call be accepted (the tool exists and is allowed, the arguments fit
+    /// its schema)? Asked when a job is made, so a typo is refused then, not at every firing.
+    fn check_precheck(&self, tool: &str, arguments: &Value) -> Result<(), String>;
 }
 
 /// Delivers a finished run. Implemented over the notifier's outbox.

@@ -299,6 +299,20 @@ impl Registry {
         }
     }
 
+    /// Would `name` with `arguments` pass the checks before a call (it exists, is allowed,
+    /// the arguments fit its schema)? Nothing runs.
+    pub fn check_call(&self, name: &str, arguments: &Value) -> Result<(), ToolError> {
+        let Some(entry) = self.entry(name) else {
+            return Err(ToolError::Unknown(name.to_string()));
+        };
+        if !self.allowed(name, None) {
+            return Err(ToolError::NotAllowed(name.to_string()));
+        }
+        self.validate(&entry, arguments)
+            .map(|_| ())
+            .map_err(|r| r.error)
+    }
+
     /// Run one call with every check (allowlist, breaker, schema, timeout, retries) but no
     /// shaping: the raw result, for code that reads it rather than a model (a job's precheck).
     pub async fn call_raw(&self, call: &ToolCall, ctx: &ToolContext) -> Result<Value, ToolError> {

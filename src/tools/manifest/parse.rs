@@ -277,11 +277,11 @@ fn http(
     // A connect failure should be seen (and retried) well before the attempt's overall
     // timeout ends the call.
     let connect = timeout.map(|t| t / 2).unwrap_or(Duration::from_secs(5));
-    let client = reqwest::Client::builder()
-        .connect_timeout(connect)
-        .user_agent(concat!("hermes-agent/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| {
+    let sample = reqwest::Url::parse(&url.render(&Map::new(), |_| "x".to_string()))
+        .map_err(|e| site.invalid(url_line, "http.url", format!("not a valid URL: {e}")))?;
+    // The manifest's own host may be private (the person named it); redirects are guarded.
+    let client =
+        crate::tools::builtin::web::guard::named_host_client(&sample, connect).map_err(|e| {
             site.invalid(
                 url_line,
                 "http",

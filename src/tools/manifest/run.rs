@@ -228,6 +228,10 @@ pub(super) async fn read_body(mut resp: reqwest::Response) -> Result<(Vec<u8>, b
 
 /// A request error without its URL (a query string may carry a key), with its causes.
 pub(super) fn request_error(e: reqwest::Error) -> ToolError {
+    if let Some(refusal) = crate::tools::builtin::web::guard::find_refusal(&e) {
+        // A redirect (or a name) the guard refused: the tool worked, the target is off limits.
+        return ToolError::Failed(refusal.to_string());
+    }
     let builder = e.is_builder();
     let msg = crate::util::error_chain(&e.without_url());
     if builder {

@@ -50,6 +50,7 @@ impl Fetcher {
             .no_proxy()
             .dns_resolver(GuardResolver {
                 allow_private: settings.allow_private,
+                named_host: None,
             })
             .user_agent(USER_AGENT)
             .build()

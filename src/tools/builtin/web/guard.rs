@@ -289,16 +289,71 @@ pub enum ResolveError {
     NoAddress { host: String },
 }
 
-/// The resolver of the shared client: every name it resolves is checked, and the client
+/// The resolver of a guarded client: every name it resolves is checked, and the client
 /// connects to exactly the addresses returned here.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Default)]
 pub struct GuardResolver {
     pub allow_private: bool,
+    /// A host a person named in the config (a manifest's URL): it may be private. Every other
+    /// host follows `allow_private`.
+    pub named_host: Option<String>,
+}
+
+impl GuardResolver {
+    fn allows_private(&self, host: &str) -> bool {
+        self.allow_private
+            || self
+                .named_host
+                .as_deref()
+                .is_some_and(|named| named.eq_ignore_ascii_case(host.trim_end_matches('.')))
+    }
+}
+
+/// Most redirect hops a manifest tool's request follows.
+const MAX_NAMED_HOST_REDIRECTS: usize = 5;
+
+/// A client for a tool whose URL a person wrote (a manifest): its own host may be private —
+/// the person chose it — but every redirect, and every other host, is checked like a web fetch
+/// (names at resolution, IP literals per hop), so a redirect cannot lead into the private
+/// network or to cloud metadata. No proxy: it would resolve names out of the guard's sight.
+pub fn named_host_client(
+    url: &Url,
+    connect_timeout: std::time::Duration,
+) -> reqwest::Result<reqwest::Client> {
+    let named = url
+        .host_str()
+        .map(|h| h.trim_matches(['[', ']']).to_string());
+    let resolver = GuardResolver {
+        allow_private: false,
+        named_host: named.clone(),
+    };
+    let redirects = reqwest::redirect::Policy::custom(move |attempt| {
+        if attempt.previous().len() >= MAX_NAMED_HOST_REDIRECTS {
+            return attempt.error(format!("more than {MAX_NAMED_HOST_REDIRECTS} redirects"));
+        }
+        let next = attempt.url();
+        let own = next
+            .host_str()
+            .map(|h| h.trim_matches(['[', ']']))
+            .zip(named.as_deref())
+            .is_some_and(|(h, n)| h.eq_ignore_ascii_case(n));
+        match check_url(next, own) {
+            Ok(()) => attempt.follow(),
+            Err(refusal) => attempt.error(refusal),
+        }
+    });
+    reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .redirect(redirects)
+        .no_proxy()
+        .dns_resolver(resolver)
+        .user_agent(concat!("hermes-agent/", env!("CARGO_PKG_VERSION")))
+        .build()
 }
 
 impl Resolve for GuardResolver {
     fn resolve(&self, name: Name) -> Resolving {
-        let allow_private = self.allow_private;
+        let allow_private = self.allows_private(name.as_str());
         let host = name.as_str().to_string();
         Box::pin(async move {
             match resolve_checked(&host, allow_private).await {
@@ -489,16 +544,15 @@ mod tests {
         for addr in &addrs {
             assert!(check_ip("localhost", addr.ip(), false).is_err());
         }
-        let err = GuardResolver {
-            allow_private: false,
-        }
-        .resolve("localhost".parse().expect("valid name"))
-        .await
-        .err()
-        .expect("refused");
+        let err = GuardResolver::default()
+            .resolve("localhost".parse().expect("valid name"))
+            .await
+            .err()
+            .expect("refused");
         assert!(matches!(find_refusal(&*err), Some(Refusal::Private { .. })));
         let ok = GuardResolver {
             allow_private: true,
+            named_host: None,
         }
         .resolve("localhost".parse().expect("valid name"))
         .await
