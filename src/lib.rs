@@ -10,6 +10,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod doctor;
 pub mod llm;
 pub mod memory;
 pub mod notify;
