@@ -9,10 +9,10 @@ use super::tasks::notice_word;
 use crate::server::extract::Id;
 use crate::server::outbox::{notice_id, parse_state};
 use crate::server::{ApiState, Session};
-use crate::store::{NoticeFilter, NoticeState};
+use crate::store::{Notice, NoticeFilter, NoticeState};
 use axum::extract::{Extension, Query, State};
 use axum::response::IntoResponse;
-use maud::html;
+use maud::{Markup, html};
 use serde::Deserialize;
 
 #[derive(Deserialize, Default)]
@@ -44,7 +44,6 @@ pub async fn list(
         session: &session,
         path: "/deliveries",
     };
-    let tz = ctx.tz();
     let tabs = [
         ("", "All"),
         ("pending", "Pending"),
@@ -71,36 +70,44 @@ pub async fn list(
                     th { "Attempts" } th { "Next try / sent" } th { "From" } th { span.sr-only { "Actions" } }
                 } }
                 tbody { @for n in &notices {
-                    tr data-id=(n.id) {
-                        td data-label="Queued" { (when(n.created_at, tz)) }
-                        td data-label="Channel" { (n.channel) }
-                        td data-label="Title" { (short(&n.title, 60)) }
-                        td data-label="State" {
-                            (badge(notice_word(n.state)))
-                            @if let Some(e) = &n.last_error { div.error-text { (short(e, 200)) } }
-                        }
-                        td data-label="Attempts" { (n.attempts) }
-                        td data-label="Next try / sent" { @match n.state {
-                            NoticeState::Pending => { (when(n.next_attempt_at, tz)) }
-                            _ => { (when_opt(n.sent_at, tz)) }
-                        } }
-                        td data-label="From" {
-                            @if let Some(t) = &n.task_id { a href={"/tasks/" (t)} { "task" } " " }
-                            @if let Some(j) = &n.job_id { a href={"/jobs/" (j)} { "job" } }
-                        }
-                        td.actions-cell { @if n.state != NoticeState::Sent {
-                            form.inline method="post" action={"/deliveries/" (n.id) "/retry"} {
-                                (ctx.csrf())
-                                input type="hidden" name="back" value=(q.state);
-                                button type="submit" { "Retry now" }
-                            }
-                        } }
-                    }
+                    (row(&ctx, n, &q.state))
                 } }
             } }
         }
     };
     Ok(render(&ctx, "Deliveries", body).into_response())
+}
+
+/// One notice; `back` is the filter to come back to after a retry.
+fn row(ctx: &Ctx<'_>, n: &Notice, back: &str) -> Markup {
+    let tz = ctx.tz();
+    html! {
+        tr data-id=(n.id) {
+            td data-label="Queued" { (when(n.created_at, tz)) }
+            td data-label="Channel" { (n.channel) }
+            td data-label="Title" { (short(&n.title, 60)) }
+            td data-label="State" {
+                (badge(notice_word(n.state)))
+                @if let Some(e) = &n.last_error { div.error-text { (short(e, 200)) } }
+            }
+            td data-label="Attempts" { (n.attempts) }
+            td data-label="Next try / sent" { @match n.state {
+                NoticeState::Pending => { (when(n.next_attempt_at, tz)) }
+                _ => { (when_opt(n.sent_at, tz)) }
+            } }
+            td data-label="From" {
+                @if let Some(t) = &n.task_id { a href={"/tasks/" (t)} { "task" } " " }
+                @if let Some(j) = &n.job_id { a href={"/jobs/" (j)} { "job" } }
+            }
+            td.actions-cell { @if n.state != NoticeState::Sent {
+                form.inline method="post" action={"/deliveries/" (n.id) "/retry"} {
+                    (ctx.csrf())
+                    input type="hidden" name="back" value=(back);
+                    button type="submit" { "Retry now" }
+                }
+            } }
+        }
+    }
 }
 
 #[derive(Deserialize)]
