@@ -798,6 +798,20 @@ async fn the_dashboard_signs_in_with_the_token_and_guards_changes_with_csrf() {
         header_of(&r, header::LOCATION),
         "/login?next=%2Ftasks%3Fstate%3Dfailed"
     );
+    // A link from another site (a digest in webmail) comes without the SameSite=Strict
+    // cookie: the page loads itself again from this site, where the cookie is sent.
+    let mut from_mail = page("/jobs/j_1", "");
+    from_mail.headers_mut().insert(
+        "sec-fetch-site",
+        header::HeaderValue::from_static("cross-site"),
+    );
+    let r = send(from_mail).await.expect("answered");
+    assert_eq!(r.status(), StatusCode::OK);
+    let html = text_of(r).await;
+    assert!(
+        html.contains(r#"http-equiv="refresh" content="0;url=/jobs/j_1""#),
+        "{html}"
+    );
     let r = send(page("/login", "")).await.expect("answered");
     assert_eq!(r.status(), StatusCode::OK);
     let csp = header_of(&r, header::CONTENT_SECURITY_POLICY);
