@@ -2,7 +2,7 @@
 //!
 //! Parts and their one-way dependencies (`docs/ARCHITECTURE.md` has the map, a task's path
 //! through them, and where each behaviour lives):
-//! `cli`/`daemon`/`server` (entry) → `agent` → `tools` / `memory` / `llm`; `scheduler` and `notify` are
+//! `cli`/`daemon`/`server`/`web` (entry) → `agent` → `tools` / `memory` / `llm`; `scheduler` and `notify` are
 //! services reached through narrow handles; `store` holds all SQL; `config` all settings.
 
 pub mod agent;
@@ -10,6 +10,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod doctor;
 pub mod llm;
 pub mod memory;
 pub mod notify;
@@ -18,3 +19,4 @@ pub mod server;
 pub mod store;
 pub mod tools;
 pub mod util;
+pub mod web;

@@ -95,7 +95,13 @@ async fn the_model_schedules_a_job_which_fires_fresh_and_delivers_its_answer() {
     assert_eq!(t.app.notifier.deliver_due().await, 1);
     let got = received.lock().unwrap().clone();
     assert_eq!(got.len(), 1);
-    assert_eq!(got[0]["text"], "Oolong tea costs 12 EUR today.");
+    // The answer, then the digest footer naming the job and its next run.
+    let sent = got[0]["text"].as_str().unwrap();
+    assert!(
+        sent.starts_with("Oolong tea costs 12 EUR today.\n\n---\n"),
+        "{sent}"
+    );
+    assert!(sent.contains("Job **tea price** · next run"), "{sent}");
     assert!(
         got[0]["title"]
             .as_str()

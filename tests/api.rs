@@ -31,10 +31,8 @@ async fn api(token: &str) -> Api {
     let model = ScriptedModel::start_with(echo_model).await;
     let t = common::app(common::settings(&model.base_url()), vec![]).await;
     let state = ApiState {
-        agent: t.app.agent.clone(),
-        scheduler: t.app.scheduler.clone(),
-        memory: t.app.memory.clone(),
         token: Arc::from(token),
+        ..ApiState::new(&t.app)
     };
     Api {
         router: router(state),
@@ -205,6 +203,14 @@ fn bad_inputs() -> Vec<Bad> {
         bad(M::POST, "/v1/jobs", json_body(json!({"task": "t", "schedule": "every 1h", "precheck": {"tool": "no_such_tool"}})), S::BAD_REQUEST, "invalid_request", "no_such_tool"),
         bad(M::POST, "/v1/jobs", json_body(json!({"task": "t", "schedule": "every 1h", "precheck": {"tool": "watch_page", "arguments": {"selector": ".price"}}})), S::BAD_REQUEST, "invalid_request", "url"),
         bad(M::DELETE, "/v1/jobs/%FF%FE", None, S::BAD_REQUEST, "bad_request", "path"),
+        bad(M::GET, "/v1/tasks/0123456789abcdef/events", None, S::NOT_FOUND, "not_found", "0123456789abcdef"),
+        bad(M::POST, "/v1/jobs/nosuchjob/pause", None, S::NOT_FOUND, "not_found", "nosuchjob"),
+        bad(M::POST, "/v1/jobs/nosuchjob/resume", None, S::NOT_FOUND, "not_found", "nosuchjob"),
+        bad(M::GET, "/v1/deliveries?state=lost", None, S::BAD_REQUEST, "bad_request", "lost"),
+        bad(M::GET, "/v1/deliveries?limit=0", None, S::BAD_REQUEST, "bad_request", "limit"),
+        bad(M::POST, "/v1/deliveries/abc/retry", None, S::BAD_REQUEST, "bad_request", "whole numbers"),
+        bad(M::POST, "/v1/deliveries/999/retry", None, S::NOT_FOUND, "not_found", "999"),
+        bad(M::GET, "/v1/schedule?expr=x&bogus=1", None, S::BAD_REQUEST, "bad_request", "bogus"),
     ]
 }
 
@@ -273,6 +279,12 @@ async fn a_token_guards_every_endpoint_but_health() {
             Some(json!({"text": "likes tea"})),
         ),
         (Method::DELETE, "/v1/memory/abc", None),
+        (Method::GET, "/v1/tasks/abc/events", None),
+        (Method::GET, "/v1/schedule?expr=0%208%20*%20*%20*", None),
+        (Method::POST, "/v1/jobs/abc/pause", Some(json!({}))),
+        (Method::POST, "/v1/jobs/abc/resume", Some(json!({}))),
+        (Method::GET, "/v1/deliveries?state=failed", None),
+        (Method::POST, "/v1/deliveries/1/retry", Some(json!({}))),
     ];
     for (method, path, body) in &endpoints {
         for auth in [None, Some("wrong-token"), Some("s3cret-token-for-test")] {
@@ -417,12 +429,7 @@ async fn a_foreign_host_header_is_refused_everywhere() {
     let mut s = common::settings(&model.base_url());
     s.server.allowed_hosts = vec!["hermes.example.org".into()];
     let t = common::app(s, vec![]).await;
-    let api = router(ApiState {
-        agent: t.app.agent.clone(),
-        scheduler: t.app.scheduler.clone(),
-        memory: t.app.memory.clone(),
-        token: Arc::from(""),
-    });
+    let api = router(ApiState::new(&t.app));
     let with_host = |method: Method, path: &str, host: &str| {
         Request::builder()
             .method(method)
@@ -514,12 +521,7 @@ async fn a_huge_url_gets_a_json_error_on_a_real_socket() {
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let state = ApiState {
-        agent: a.t.app.agent.clone(),
-        scheduler: a.t.app.scheduler.clone(),
-        memory: a.t.app.memory.clone(),
-        token: Arc::from(""),
-    };
+    let state = ApiState::new(&a.t.app);
     tokio::spawn(hermes_agent::server::serve(
         listener,
         state,
@@ -575,12 +577,7 @@ async fn api_over(opts: hermes_agent::store::StoreOptions) -> (Router, TestApp, 
     )
     .await
     .expect("app");
-    let router = router(ApiState {
-        agent: app.agent.clone(),
-        scheduler: app.scheduler.clone(),
-        memory: app.memory.clone(),
-        token: Arc::from(""),
-    });
+    let router = router(ApiState::new(&app));
     (router, TestApp { app, dir }, model)
 }
 
@@ -741,4 +738,533 @@ async fn a_fact_saved_while_the_index_is_gone_is_found_and_the_index_heals() {
         found.body["facts"][0]["text"],
         "The user's bike is a green Brompton"
     );
+}
+// ---- the dashboard's endpoints: the event stream, the schedule preview, pause/resume, the
+// ---- outbox, sessions and CSRF, the security headers of pages.
+
+/// One server-sent event: its name, its data and its id.
+#[derive(Debug)]
+struct Sse {
+    event: String,
+    data: Value,
+    id: Option<String>,
+}
+
+/// Read a `text/event-stream` body until it ends, each event within [`PATIENCE`]; `on_event`
+/// sees each as it arrives.
+async fn read_events(resp: axum::response::Response, mut on_event: impl FnMut(&Sse)) -> Vec<Sse> {
+    use futures::StreamExt;
+    let mut body = resp.into_body().into_data_stream();
+    let mut buf = String::new();
+    let mut events = Vec::new();
+    while let Some(chunk) = tokio::time::timeout(PATIENCE, body.next())
+        .await
+        .expect("the stream moves on in time")
+    {
+        buf.push_str(std::str::from_utf8(&chunk.expect("a chunk")).expect("UTF-8"));
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let (mut event, mut data, mut id) = (String::new(), String::new(), None);
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event: ") {
+                    event = v.to_string();
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    data.push_str(v);
+                } else if let Some(v) = line.strip_prefix("id: ") {
+                    id = Some(v.to_string());
+                }
+            }
+            if event.is_empty() {
+                continue; // a keep-alive comment
+            }
+            let data = serde_json::from_str(&data).unwrap_or(Value::String(data));
+            let e = Sse { event, data, id };
+            on_event(&e);
+            events.push(e);
+        }
+    }
+    events
+}
+
+fn get_req(path: &str) -> Request<Body> {
+    Request::get(path).body(Body::empty()).expect("a request")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_stream_sends_steps_live_then_the_state_and_replays_for_late_subscribers() {
+    use hermes_agent::llm::scripted::Reply;
+    // A tool call, then the answer after a pause: the first steps are out before the end.
+    let model = ScriptedModel::start(vec![
+        Reply::tool_calls(&[("recall", json!({"query": "tea"}))]),
+        Reply::Delay(
+            Duration::from_millis(800),
+            Box::new(Reply::text("all done")),
+        ),
+    ])
+    .await;
+    let t = common::app(common::settings(&model.base_url()), vec![]).await;
+    let router = router(ApiState::new(&t.app));
+    let task = t
+        .app
+        .agent
+        .create(hermes_agent::agent::Submit {
+            task: "look it up".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("task created");
+    let resp = router
+        .clone()
+        .oneshot(get_req(&format!("/v1/tasks/{}/events", task.id)))
+        .await
+        .expect("answered");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let ct = resp.headers()[header::CONTENT_TYPE].to_str().unwrap_or("");
+    assert!(ct.starts_with("text/event-stream"), "{ct}");
+    let agent = t.app.agent.clone();
+    let id = task.id.clone();
+    tokio::spawn(async move { agent.execute(&id, Default::default()).await });
+    let store = t.app.store.clone();
+    let mut first_step_while_running = None;
+    let events = read_events(resp, |e| {
+        if e.event == "step" && first_step_while_running.is_none() {
+            first_step_while_running = Some(e.data["seq"].clone());
+        }
+    })
+    .await;
+    let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(names, ["step", "step", "step", "state"], "{events:?}");
+    assert_eq!(first_step_while_running, Some(json!(1)));
+    assert_eq!(events[0].data["kind"], "model");
+    assert_eq!(events[1].data["kind"], "tool");
+    assert_eq!(events[1].data["name"], "recall");
+    assert_eq!(events[0].id.as_deref(), Some("1"));
+    let end = &events[3].data;
+    assert_eq!(end["state"], "succeeded", "{end}");
+    assert_eq!(end["answer"], "all done");
+    assert!(end["reason"].is_null());
+    // Each step is the same JSON as in GET /v1/tasks/{id}.
+    let record = store
+        .task_record(&task.id)
+        .await
+        .expect("store")
+        .expect("task");
+    let steps = serde_json::to_value(&record.steps).expect("JSON");
+    let streamed: Vec<Value> = events[..3].iter().map(|e| e.data.clone()).collect();
+    assert_eq!(Value::Array(streamed), steps);
+
+    // A late subscriber gets the whole replay, then the state.
+    let late = router
+        .clone()
+        .oneshot(get_req(&format!("/v1/tasks/{}/events", task.id)))
+        .await
+        .expect("answered");
+    let replay = read_events(late, |_| {}).await;
+    assert_eq!(replay.len(), 4, "{replay:?}");
+    assert_eq!(replay[3].event, "state");
+    // A reconnect with Last-Event-ID gets only what it lacks.
+    let mut again = get_req(&format!("/v1/tasks/{}/events", task.id));
+    again
+        .headers_mut()
+        .insert("last-event-id", header::HeaderValue::from_static("2"));
+    let rest = read_events(router.oneshot(again).await.expect("answered"), |_| {}).await;
+    let names: Vec<&str> = rest.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(names, ["step", "state"], "{rest:?}");
+    assert_eq!(rest[0].data["seq"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_are_previewed_and_jobs_paused_and_resumed() {
+    let api = api("").await;
+    let a = api
+        .get("/v1/schedule?expr=30%207%20*%20*%20MON-FRI&timezone=Europe/Berlin")
+        .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    assert_eq!(a.body["valid"], true);
+    assert_eq!(a.body["description"], "on weekdays at 07:30");
+    assert_eq!(a.body["timezone"], "Europe/Berlin");
+    let next = a.body["next"].as_array().expect("a list");
+    assert_eq!(next.len(), 5);
+    assert!(
+        next.iter()
+            .all(|t| t.as_str().is_some_and(|t| t.contains("T07:30:00+0"))),
+        "{next:?}"
+    );
+    assert!(a.body.get("error").is_none());
+    for (expr, words) in [
+        ("at%20teatime", "at teatime"),
+        ("every%205s", "60"),
+        ("", "empty"),
+    ] {
+        let a = api.get(&format!("/v1/schedule?expr={expr}")).await;
+        assert_eq!(a.status, StatusCode::OK);
+        assert_eq!(a.body["valid"], false, "{}", a.body);
+        let e = a.body["error"].as_str().expect("an error");
+        assert!(e.contains(words), "{e}");
+        assert_eq!(a.body["next"], json!([]));
+    }
+    let a = api
+        .get("/v1/schedule?expr=@daily&timezone=Mars/Olympus")
+        .await;
+    assert_eq!(a.body["valid"], false);
+    assert!(
+        a.body["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Mars/Olympus")
+    );
+
+    let job = api
+        .post("/v1/jobs", json!({"task": "t", "schedule": "every 2h"}))
+        .await
+        .body;
+    let id = job["id"].as_str().expect("an id");
+    let a = api.post(&format!("/v1/jobs/{id}/pause"), json!({})).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    assert_eq!(a.body["enabled"], false);
+    assert_eq!(a.body["id"], id);
+    let a = api.post(&format!("/v1/jobs/{id}/resume"), json!({})).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    assert_eq!(a.body["enabled"], true);
+    assert_eq!(
+        a.body["next_run_at"], job["next_run_at"],
+        "a future due time is kept"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_are_listed_and_retried() {
+    use hermes_agent::store::NewNotice;
+    let api = api("").await;
+    let store = &api.t.app.store;
+    let queue = |title: &str| NewNotice {
+        channel: "ops".into(),
+        title: title.into(),
+        body: "b".into(),
+        ..Default::default()
+    };
+    let failed = store.enqueue_notice(&queue("first")).await.expect("queued");
+    store
+        .mark_notice_attempt_failed(failed, "HTTP 404 from the webhook", None)
+        .await
+        .expect("recorded");
+    let sent = store
+        .enqueue_notice(&queue("second"))
+        .await
+        .expect("queued");
+    store.mark_notice_sent(sent).await.expect("recorded");
+
+    let all = api.get("/v1/deliveries").await.body;
+    let ids: Vec<&Value> = all["deliveries"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|d| &d["id"])
+        .collect();
+    assert_eq!(ids, [&json!(sent), &json!(failed)], "newest first: {all}");
+    let only = api.get("/v1/deliveries?state=failed&limit=5").await.body;
+    let list = only["deliveries"].as_array().expect("a list");
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0]["last_error"], "HTTP 404 from the webhook");
+    assert_eq!(list[0]["attempts"], 1);
+
+    let a = api
+        .post(&format!("/v1/deliveries/{failed}/retry"), json!({}))
+        .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    assert_eq!(a.body["state"], "pending");
+    assert_eq!(a.body["attempts"], 1, "earlier attempts stay counted");
+    let a = api
+        .post(&format!("/v1/deliveries/{sent}/retry"), json!({}))
+        .await;
+    assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
+    assert!(error_of(&a.body).1.contains("already sent"));
+}
+
+/// A response's header as text ("" when absent).
+fn header_of(resp: &axum::response::Response, name: header::HeaderName) -> String {
+    resp.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The CSRF token a page put in its forms.
+fn csrf_in(html: &str) -> String {
+    let at = html
+        .find("name=\"csrf\" value=\"")
+        .expect("a form with a CSRF field")
+        + 19;
+    html[at..].split('"').next().unwrap_or("").to_string()
+}
+
+async fn text_of(resp: axum::response::Response) -> String {
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .expect("a body");
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn form_post(path: &str, cookie: &str, body: String) -> Request<Body> {
+    Request::post(path)
+        .header(header::HOST, "127.0.0.1:8765")
+        .header(header::COOKIE, cookie)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from(body))
+        .expect("a request")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_signs_in_with_the_token_and_guards_changes_with_csrf() {
+    let token = "dashboard-token-for-tests";
+    let api = api(token).await;
+    let send = |req: Request<Body>| api.router.clone().oneshot(req);
+    let page = |path: &str, cookie: &str| {
+        Request::get(path)
+            .header(header::ACCEPT, "text/html")
+            .header(header::COOKIE, cookie)
+            .body(Body::empty())
+            .expect("a request")
+    };
+    // Signed out: pages redirect to the sign-in, which is itself a locked-down page.
+    let r = send(page("/tasks?state=failed", ""))
+        .await
+        .expect("answered");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        header_of(&r, header::LOCATION),
+        "/login?next=%2Ftasks%3Fstate%3Dfailed"
+    );
+    // A link from another site (a digest in webmail) comes without the SameSite=Strict
+    // cookie: the page loads itself again from this site, where the cookie is sent.
+    let mut from_mail = page("/jobs/j_1", "");
+    from_mail.headers_mut().insert(
+        "sec-fetch-site",
+        header::HeaderValue::from_static("cross-site"),
+    );
+    let r = send(from_mail).await.expect("answered");
+    assert_eq!(r.status(), StatusCode::OK);
+    let html = text_of(r).await;
+    assert!(
+        html.contains(r#"http-equiv="refresh" content="0;url=/jobs/j_1""#),
+        "{html}"
+    );
+    let r = send(page("/login", "")).await.expect("answered");
+    assert_eq!(r.status(), StatusCode::OK);
+    let csp = header_of(&r, header::CONTENT_SECURITY_POLICY);
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    assert_eq!(header_of(&r, header::X_CONTENT_TYPE_OPTIONS), "nosniff");
+    assert_eq!(header_of(&r, header::REFERRER_POLICY), "same-origin");
+    let html = text_of(r).await;
+    assert!(
+        html.contains("<label for=\"token\">") && !html.contains("<script>"),
+        "{html}"
+    );
+    assert!(!html.contains(token));
+
+    // A wrong token is refused without a session; the right one sets the cookie.
+    let r = send(form_post("/login", "", "token=guess&next=%2Ftasks".into()))
+        .await
+        .expect("answered");
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert!(header_of(&r, header::SET_COOKIE).is_empty());
+    let r = send(form_post(
+        "/login",
+        "",
+        format!("token={token}&next=%2F%2Fevil.example"),
+    ))
+    .await
+    .expect("answered");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        header_of(&r, header::LOCATION),
+        "/",
+        "never to another site"
+    );
+    let set = header_of(&r, header::SET_COOKIE);
+    for part in ["hermes_session=", "HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set.contains(part), "{set}");
+    }
+    assert!(!set.contains("Secure"), "plain http: {set}");
+    let cookie = set.split(';').next().unwrap_or("").to_string();
+
+    // The session opens the pages and the API, reads freely, and changes only with its token.
+    let r = send(page("/tasks", &cookie)).await.expect("answered");
+    assert_eq!(r.status(), StatusCode::OK);
+    let csrf = csrf_in(&text_of(r).await);
+    let api_get = Request::get("/v1/tasks")
+        .header(header::COOKIE, &cookie)
+        .body(Body::empty());
+    assert_eq!(
+        send(api_get.expect("a request"))
+            .await
+            .expect("answered")
+            .status(),
+        StatusCode::OK
+    );
+    let api_post = |csrf: Option<&str>| {
+        let mut r = Request::post("/v1/tasks")
+            .header(header::COOKIE, &cookie)
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some(c) = csrf {
+            r = r.header("x-csrf-token", c);
+        }
+        r.body(Body::from(json!({"task": "hello"}).to_string()))
+            .expect("a request")
+    };
+    let a = api.send(api_post(None)).await;
+    assert_eq!(
+        (a.status, error_of(&a.body).0),
+        (StatusCode::FORBIDDEN, "csrf")
+    );
+    let a = api.send(api_post(Some("not-the-token"))).await;
+    assert_eq!(a.status, StatusCode::FORBIDDEN);
+    let a = api.send(api_post(Some(&csrf))).await;
+    assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.body);
+
+    // A form: refused without the token or from another site, taken with both right.
+    let r = send(form_post("/tasks", &cookie, "task=from+a+form".into()))
+        .await
+        .expect("answered");
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let mut cross = form_post("/tasks", &cookie, format!("csrf={csrf}&task=x"));
+    cross.headers_mut().insert(
+        header::ORIGIN,
+        header::HeaderValue::from_static("https://evil.example"),
+    );
+    let a = api.send(cross).await;
+    assert_eq!(
+        (a.status, error_of(&a.body).0),
+        (StatusCode::FORBIDDEN, "cross_origin")
+    );
+    let mut ours = form_post(
+        "/tasks",
+        &cookie,
+        format!("csrf={csrf}&task=from+a+form&profile=fast"),
+    );
+    ours.headers_mut().insert(
+        header::ORIGIN,
+        header::HeaderValue::from_static("http://127.0.0.1:8765"),
+    );
+    let r = send(ours).await.expect("answered");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let location = header_of(&r, header::LOCATION);
+    let id = location.strip_prefix("/tasks/").expect("the task's page");
+    let t = api.t.app.store.task(id).await.expect("stored");
+    assert_eq!(
+        (t.task.as_str(), t.origin),
+        ("from a form", hermes_agent::store::Origin::Web)
+    );
+
+    // Signing out ends the session at once.
+    let r = send(form_post("/logout", &cookie, format!("csrf={csrf}")))
+        .await
+        .expect("answered");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert!(header_of(&r, header::SET_COOKIE).contains("Max-Age=0"));
+    let api_get = Request::get("/v1/tasks")
+        .header(header::COOKIE, &cookie)
+        .body(Body::empty());
+    let r = send(api_get.expect("a request")).await.expect("answered");
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_is_html_under_a_strict_policy_and_cross_site_changes_are_refused() {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let mut s = common::settings(&model.base_url());
+    s.server.public_url = "https://hermes.example.org".into();
+    let t = common::app(s, vec![]).await;
+    let router = router(ApiState::new(&t.app));
+    let job = t
+        .app
+        .scheduler
+        .add(
+            hermes_agent::scheduler::JobRequest {
+                task: "digest".into(),
+                schedule: "0 8 * * *".into(),
+                ..Default::default()
+            },
+            hermes_agent::store::Origin::Api,
+        )
+        .await
+        .expect("a job");
+    let task = common::run_task(&t, "hello").await.task;
+    let mut cookie = String::new();
+    for path in [
+        "/".to_string(),
+        "/tasks?q=hello&state=succeeded".into(),
+        format!("/tasks/{}", task.id),
+        "/jobs".into(),
+        format!("/jobs/{}", job.id),
+        "/deliveries?state=failed".into(),
+        "/memory?q=tea".into(),
+        "/settings".into(),
+    ] {
+        let req = Request::get(path.as_str())
+            .header(header::ACCEPT, "text/html")
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .expect("a request");
+        let r = router.clone().oneshot(req).await.expect("answered");
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+        assert!(
+            header_of(&r, header::CONTENT_TYPE).starts_with("text/html"),
+            "{path}"
+        );
+        assert!(header_of(&r, header::CONTENT_SECURITY_POLICY).contains("default-src 'none'"));
+        let set = header_of(&r, header::SET_COOKIE);
+        if cookie.is_empty() {
+            // No token: the first page gives the browser a session for its forms' CSRF tokens,
+            // marked Secure since the dashboard is reached over https.
+            assert!(
+                set.contains("hermes_session=") && set.contains("Secure"),
+                "{set}"
+            );
+            cookie = set.split(';').next().unwrap_or("").to_string();
+        } else {
+            assert!(set.is_empty(), "{path}: the session is kept: {set}");
+        }
+        let html = text_of(r).await;
+        assert!(
+            html.contains("<h1>") && !html.contains("<script>"),
+            "{path}"
+        );
+    }
+    let req = Request::get("/tasks/0123456789abcdef")
+        .header(header::ACCEPT, "text/html")
+        .body(Body::empty())
+        .expect("a request");
+    let r = router.clone().oneshot(req).await.expect("answered");
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert!(text_of(r).await.contains("no task 0123456789abcdef"));
+    let asset = router
+        .clone()
+        .oneshot(get_req("/assets/app.js"))
+        .await
+        .expect("answered");
+    assert_eq!(asset.status(), StatusCode::OK);
+    assert!(header_of(&asset, header::CONTENT_TYPE).starts_with("text/javascript"));
+
+    // With no token at all, a page elsewhere still cannot make the daemon act.
+    let req = Request::post(format!("/v1/jobs/{}/run", job.id))
+        .header(header::ORIGIN, "https://evil.example")
+        .body(Body::empty())
+        .expect("a request");
+    let r = router.clone().oneshot(req).await.expect("answered");
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let req = Request::post(format!("/v1/jobs/{}/pause", job.id))
+        .header("sec-fetch-site", "cross-site")
+        .body(Body::empty())
+        .expect("a request");
+    assert_eq!(
+        router.oneshot(req).await.expect("answered").status(),
+        StatusCode::FORBIDDEN
+    );
+    assert!(t.app.store.job(&job.id).await.expect("job").enabled);
 }

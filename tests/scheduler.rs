@@ -338,7 +338,11 @@ async fn a_job_fires_through_the_loop_as_a_fresh_task_and_is_delivered() {
     let channels: Vec<_> = notices.iter().map(|n| n.channel.as_str()).collect();
     assert_eq!(channels, ["email", "ops-hook"]);
     assert_eq!(notices[0].title, "Morning digest — 2026-06-01");
-    assert_eq!(notices[0].body, "the digest");
+    // The answer, then the footer naming the job and its next run (no links: no public_url).
+    assert_eq!(
+        notices[0].body,
+        "the digest\n\n---\n\nJob **Morning digest** · next run Tue 2026-06-02 08:00 UTC\n"
+    );
     assert_eq!(notices[0].task_id.as_deref(), Some(task_id.as_str()));
 
     let view = c.sched.get(&job.id).await.unwrap();

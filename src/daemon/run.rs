@@ -10,7 +10,6 @@ use crate::server::{self, ApiState};
 use crate::store::StoreError;
 use crate::store::{FailReason, Origin, TaskState};
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -111,6 +110,9 @@ impl Services {
         let stop = CancellationToken::new();
         app.agent
             .spawn_workers(settings.agent.workers as usize, &tracker, stop.clone());
+        // Digests link to the dashboard this daemon serves, when it has a public address; set
+        // before the first firing (the catch-up at start).
+        app.scheduler.set_public_url(&settings.server.public_url);
         app.scheduler.start(&tracker, stop.clone()).await?;
         // The outbox sender stops last, so answers of tasks that end during the grace period
         // are still sent before the process exits.
@@ -195,12 +197,7 @@ struct Api {
 
 impl Api {
     fn start(app: &App, listener: TcpListener) -> Api {
-        let state = ApiState {
-            agent: app.agent.clone(),
-            scheduler: app.scheduler.clone(),
-            memory: app.memory.clone(),
-            token: Arc::from(app.config.settings.server.token.as_str()),
-        };
+        let state = ApiState::new(app);
         let stop = CancellationToken::new();
         let server = tokio::spawn(server::serve(
             listener,

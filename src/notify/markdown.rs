@@ -1,7 +1,7 @@
 //! Markdown → HTML for the HTML part of notice emails.
 //!
 //! Owns: turning a notice body (usually the model's answer, so untrusted) into HTML that is
-//! safe to open in a mail client. Raw HTML in the input is shown as text, never passed through,
+//! safe to open in a mail client, styled inline (mail clients drop `<style>`). Raw HTML in the input is shown as text, never passed through,
 //! and link or image targets other than http(s)/mailto are dropped.
 //! Must not: fetch anything or know about channels.
 
@@ -45,21 +45,99 @@ pub fn render_markdown(md: &str) -> String {
     out
 }
 
-/// A whole HTML document for an email: the rendered body under the title, with a little
-/// inline style (mail clients ignore style sheets) so it reads well on a phone.
+const INLINE_PRE: &str = "<pre style=\"background: #f6f8fa; padding: 12px; border-radius: 6px; overflow-x: auto; white-space: pre-wrap; word-wrap: break-word; font-size: 13px; line-height: 1.45;\">";
+
+/// Inline style for each element the renderer writes: mail clients drop `<style>` (and
+/// ignore classes), so every table, quote and code block carries its own.
+const INLINE: &[(&str, &str)] = &[
+    (
+        "<table>",
+        "<table style=\"border-collapse: collapse; margin: 1em 0; font-size: 14px;\">",
+    ),
+    (
+        "<th>",
+        "<th style=\"border: 1px solid #d0d7de; padding: 6px 10px; background: #f3f5f8; text-align: left;\">",
+    ),
+    (
+        "<th style=\"",
+        "<th style=\"border: 1px solid #d0d7de; padding: 6px 10px; background: #f3f5f8; ",
+    ),
+    (
+        "<td>",
+        "<td style=\"border: 1px solid #d0d7de; padding: 6px 10px;\">",
+    ),
+    (
+        "<td style=\"",
+        "<td style=\"border: 1px solid #d0d7de; padding: 6px 10px; ",
+    ),
+    (
+        "<blockquote>",
+        "<blockquote style=\"margin: 1em 0; padding: 0 1em; color: #57606a; border-left: 4px solid #d0d7de;\">",
+    ),
+    ("<pre>", INLINE_PRE),
+    (
+        "<code>",
+        "<code style=\"font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 0.9em; background: #f0f2f5; padding: 1px 4px; border-radius: 4px;\">",
+    ),
+    (
+        "<code class=\"",
+        "<code style=\"font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 0.9em;\" class=\"",
+    ),
+    ("<img ", "<img style=\"max-width: 100%; height: auto;\" "),
+    (
+        "<hr />",
+        "<hr style=\"border: 0; border-top: 1px solid #d0d7de; margin: 1.5em 0;\" />",
+    ),
+];
+
+/// The rendered Markdown with [`INLINE`] styles, in one pass (so a styled tag is never
+/// styled twice). Only the renderer's own tags are touched: raw HTML in the input was escaped
+/// to text (`&lt;table&gt;`) and cannot match.
+fn inline_styles(html: &str) -> String {
+    let mut out = String::with_capacity(html.len() * 2);
+    let mut rest = html;
+    while let Some(at) = rest.find('<') {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        // Code inside a block is styled by its `<pre>`; its `<code>` stays plain.
+        if let Some(after) = rest.strip_prefix("<pre><code") {
+            out.push_str(INLINE_PRE);
+            out.push_str("<code");
+            rest = after;
+            continue;
+        }
+        match INLINE.iter().find(|(tag, _)| rest.starts_with(tag)) {
+            Some((tag, styled)) => {
+                out.push_str(styled);
+                rest = &rest[tag.len()..];
+            }
+            None => {
+                out.push('<');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A whole HTML document for an email: the rendered body under the title, styled inline
+/// (mail clients drop style sheets), in a column of readable width that still fits a phone.
 pub(crate) fn email_html(title: &str, md: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>{title}</title></head>\n\
-         <body style=\"font-family: -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif; \
-         font-size: 15px; line-height: 1.5; color: #222; max-width: 42em; margin: 0 auto; padding: 1em;\">\n\
-         <h2 style=\"font-size: 1.25em; border-bottom: 1px solid #ddd; padding-bottom: .3em;\">{title}</h2>\n\
+         <body style=\"margin: 0; padding: 0; background: #ffffff;\">\n\
+         <table role=\"presentation\" width=\"100%\" cellpadding=\"0\" cellspacing=\"0\" style=\"border-collapse: collapse;\"><tr><td align=\"center\" style=\"padding: 16px;\">\n\
+         <div style=\"max-width: 640px; margin: 0 auto; text-align: left; font-family: -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif; \
+         font-size: 15px; line-height: 1.55; color: #1f2328;\">\n\
+         <h2 style=\"font-size: 20px; margin: 0 0 12px; padding-bottom: 6px; border-bottom: 1px solid #d0d7de;\">{title}</h2>\n\
          {body}\
-         <p style=\"color: #888; font-size: 12px; margin-top: 2em;\">Sent by hermes-agent.</p>\n\
-         </body></html>\n",
+         <p style=\"color: #6e7781; font-size: 12px; margin-top: 2em;\">Sent by hermes-agent.</p>\n\
+         </div></td></tr></table>\n</body></html>\n",
         title = escape_html(title),
-        body = render_markdown(md),
+        body = inline_styles(&render_markdown(md)),
     )
 }
 
@@ -135,6 +213,36 @@ mod tests {
         assert!(html.contains(r#"<a href="">x</a>"#), "{html}");
         let html = render_markdown("[mail](mailto:me@example.com)");
         assert!(html.contains(r#"href="mailto:me@example.com""#), "{html}");
+    }
+
+    #[test]
+    fn email_html_is_styled_inline() {
+        let md = "| a | b |\n|:-:|---|\n| 1 | 2 |\n\n> quoted\n\n`x` and\n\n```\nblock\n```\n\n<table>raw</table>";
+        let doc = email_html("t", md);
+        assert!(!doc.contains("<style"), "{doc}");
+        for tag in ["<table>", "<th>", "<td>", "<blockquote>", "<pre>"] {
+            assert!(!doc.contains(tag), "{tag} left unstyled: {doc}");
+        }
+        // The only plain `<code>` is the one inside the styled `<pre>`.
+        assert_eq!(doc.matches("<code>").count(), 1, "{doc}");
+        assert_eq!(
+            doc.matches("style=\"border: 1px solid").count(),
+            4,
+            "styled once each: {doc}"
+        );
+        assert!(doc.contains("<th style=\"border: 1px solid #d0d7de; padding: 6px 10px; background: #f3f5f8; text-align: center"), "{doc}");
+        assert!(doc.contains("<blockquote style="), "{doc}");
+        assert!(
+            doc.contains("<pre style=") && doc.contains("<code>block"),
+            "{doc}"
+        );
+        assert!(
+            doc.contains("<code style=") && doc.contains(">x</code>"),
+            "{doc}"
+        );
+        assert!(doc.contains("max-width: 640px"), "{doc}");
+        // Raw HTML stays text, and is not styled.
+        assert!(doc.contains("&lt;table&gt;raw&lt;/table&gt;"), "{doc}");
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub use markdown::render_markdown;
 pub use webhook::{SIGNATURE_HEADER, signature};
 
 use crate::config::NotifySettings;
-use crate::store::{NewNotice, Store, StoreError};
+use crate::store::{NewNotice, Notice, Store, StoreError};
 use crate::util::Backoff;
 use email::EmailChannel;
 use futures::future::join_all;
@@ -211,6 +211,17 @@ impl Notifier {
             lane.wake.notify_one();
         }
         Ok(id)
+    }
+
+    /// "Retry now": a pending or failed notice becomes due at once (its attempts stay
+    /// counted) and the sender is woken. A sent notice is a conflict.
+    pub async fn retry(&self, id: i64) -> Result<Notice, StoreError> {
+        let notice = self.inner.store.retry_notice(id).await?;
+        tracing::info!(notice = id, "notice retry requested");
+        if let Some(lane) = self.inner.lanes.get(&notice.channel) {
+            lane.wake.notify_one();
+        }
+        Ok(notice)
     }
 
     /// doctor: SMTP connect + TLS + AUTH without sending, and each webhook URL reachable (any

@@ -404,7 +404,9 @@ impl Scheduler {
                     Delivery::Silent
                 } else {
                     let title = format!("{} — {}", job.name, local_date(scheduled_at, &job));
-                    self.deliver_all(&job, run_id, Some(&task_id), &title, &answer)
+                    let footer = self.digest_footer(&job, &task_id).await;
+                    let body = format!("{}{footer}", answer.trim_end());
+                    self.deliver_all(&job, run_id, Some(&task_id), &title, &body)
                         .await
                 };
                 (RunOutcome::Fired, None, delivery)

@@ -1,10 +1,31 @@
 //! Job bookkeeping on the scheduler handle: validating and adding jobs, removing them, and
 //! the views the API, the CLI and the tools show. Firing is in `fire`, the loop in `timer`.
 
-use super::schedule::{self, parse_timezone};
-use super::{JobRequest, JobView, Scheduler, SchedulerError};
+use super::schedule::{self, Schedule, parse_timezone};
+use super::{JobRequest, JobView, Scheduler, SchedulerError, words};
 use crate::store::{Job, JobRun, MAX_TASK_CHARS, NewJob, Origin};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
 use serde_json::Value;
+
+/// How many firings a preview lists.
+pub const PREVIEW_FIRINGS: usize = 5;
+
+/// A schedule checked as a new job's would be, without creating anything: the answer of
+/// `GET /v1/schedule` and the dashboard's preview as you type.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SchedulePreview {
+    pub valid: bool,
+    /// Why the schedule cannot be used, and how to write it instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// In words, e.g. "every day at 08:00"; empty when invalid.
+    pub description: String,
+    /// The zone the times are in.
+    pub timezone: String,
+    /// The next firings, RFC 3339 in the job's zone.
+    pub next: Vec<String>,
+}
 
 impl Scheduler {
     /// Validate and persist a new job; `origin` is who asked. [`Origin::Job`] (a task started
@@ -160,6 +181,131 @@ impl Scheduler {
     pub async fn runs(&self, id: &str, limit: i64) -> Result<Vec<JobRun>, SchedulerError> {
         self.inner.store.job(id).await?;
         Ok(self.inner.store.job_runs(id, limit).await?)
+    }
+}
+
+// Pausing, previews and the digest footer.
+impl Scheduler {
+    /// Check `expr` in `timezone` (default: scheduler.timezone) at the clock's now, exactly as
+    /// [`Scheduler::add`] would, and list its next firings.
+    pub fn preview(&self, expr: &str, timezone: Option<&str>) -> SchedulePreview {
+        let settings = &self.inner.settings;
+        let zone = timezone
+            .map(str::trim)
+            .filter(|z| !z.is_empty())
+            .unwrap_or(&settings.timezone);
+        let invalid = |e: String, zone: &str| SchedulePreview {
+            valid: false,
+            error: Some(e),
+            description: String::new(),
+            timezone: zone.to_string(),
+            next: Vec::new(),
+        };
+        let tz = match parse_timezone(zone) {
+            Ok(tz) => tz,
+            Err(e) => return invalid(e.to_string(), zone),
+        };
+        let now = self.inner.clock.now();
+        let (parsed, first) = match schedule::validate(expr, tz, now, settings.min_interval_s) {
+            Ok(v) => v,
+            Err(e) => return invalid(e.to_string(), tz.name()),
+        };
+        let next = firings(&parsed, tz, first, PREVIEW_FIRINGS)
+            .into_iter()
+            .map(|t| t.with_timezone(&tz).to_rfc3339())
+            .collect();
+        SchedulePreview {
+            valid: true,
+            error: None,
+            description: words::describe(expr, &parsed, tz),
+            timezone: tz.name().to_string(),
+            next,
+        }
+    }
+
+    /// Stop a job firing until it is resumed; its runs and settings stay.
+    pub async fn pause(&self, id: &str) -> Result<Job, SchedulerError> {
+        let job = self.inner.store.job(id).await?;
+        self.inner
+            .store
+            .set_job_enabled(id, false, job.next_run_at)
+            .await?;
+        tracing::info!(job = %id, "job paused");
+        self.wake();
+        Ok(self.inner.store.job(id).await?)
+    }
+
+    /// Let a paused job fire again, from its next due time after now: the due times that
+    /// passed while it was paused are neither run nor recorded missed (pausing said so). A
+    /// one-shot whose time passed while paused has no next time.
+    pub async fn resume(&self, id: &str) -> Result<Job, SchedulerError> {
+        let job = self.inner.store.job(id).await?;
+        let now = self.inner.clock.now();
+        let next = match job.next_run_at {
+            Some(t) if t > now => Some(t),
+            stored => parse_timezone(&job.timezone)
+                .and_then(|tz| {
+                    // Anchored at the last due time, so an interval keeps its phase.
+                    let anchor = stored.unwrap_or(job.created_at);
+                    Schedule::parse(&job.schedule, tz, anchor).map(|s| (tz, s))
+                })
+                .ok()
+                .filter(|(_, s)| !s.is_one_shot())
+                .and_then(|(tz, s)| s.next_after(tz, now)),
+        };
+        self.inner.store.set_job_enabled(id, true, next).await?;
+        tracing::info!(job = %id, next_run_at = ?next, "job resumed");
+        self.wake();
+        Ok(self.inner.store.job(id).await?)
+    }
+
+    /// The footer of a run's answer (see [`words::digest_footer`]), with the job's next run as
+    /// stored now (the firing has already moved it on).
+    pub(crate) async fn digest_footer(&self, job: &Job, task_id: &str) -> String {
+        let next = match self.inner.store.job(&job.id).await {
+            Ok(j) if j.enabled => j.next_run_at,
+            _ => None,
+        };
+        let url = self
+            .inner
+            .public_url
+            .get()
+            .map(String::as_str)
+            .unwrap_or("");
+        let next = next.map(|t| words::in_zone(t, &job.timezone));
+        words::digest_footer(&job.name, &job.id, task_id, next, url)
+    }
+}
+
+/// `first` and the firings after it, `n` in all (fewer for a one-shot).
+fn firings(s: &Schedule, tz: chrono_tz::Tz, first: DateTime<Utc>, n: usize) -> Vec<DateTime<Utc>> {
+    std::iter::successors(Some(first), |t| s.next_after(tz, *t))
+        .take(n)
+        .collect()
+}
+
+/// A job's next `n` firings from its stored next due time, in UTC; none while it is paused
+/// or when its schedule no longer parses.
+pub fn upcoming(job: &Job, n: usize) -> Vec<DateTime<Utc>> {
+    let (Some(first), true) = (job.next_run_at, job.enabled) else {
+        return Vec::new();
+    };
+    match parse_timezone(&job.timezone)
+        .and_then(|tz| Schedule::parse(&job.schedule, tz, first).map(|s| (tz, s)))
+    {
+        Ok((_, s)) if s.is_one_shot() => vec![first],
+        Ok((tz, s)) => firings(&s, tz, first, n),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// A stored job's schedule in words with its zone, e.g. "every day at 08:00 (Europe/Berlin)".
+pub fn describe_job(job: &Job) -> String {
+    match parse_timezone(&job.timezone)
+        .and_then(|tz| Schedule::parse(&job.schedule, tz, job.created_at).map(|s| (tz, s)))
+    {
+        Ok((tz, s)) => format!("{} ({})", words::describe(&job.schedule, &s, tz), tz.name()),
+        Err(_) => format!("'{}' ({})", job.schedule, job.timezone),
     }
 }
 

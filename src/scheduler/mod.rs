@@ -44,7 +44,9 @@ mod fire;
 mod jobs;
 pub mod schedule;
 mod timer;
+pub mod words;
 
+pub use jobs::{PREVIEW_FIRINGS, SchedulePreview, describe_job, upcoming};
 pub use schedule::{Schedule, ScheduleError, next_after, parse_timezone};
 
 use crate::config::SchedulerSettings;
@@ -54,7 +56,7 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -273,6 +275,9 @@ struct Inner {
     inflight: watch::Sender<usize>,
     /// Model profiles a job may name; empty means "not checked here".
     profiles: Vec<String>,
+    /// The dashboard's address from outside (`server.public_url`), for the links in a
+    /// digest's footer; set once by the daemon ([`Scheduler::set_public_url`]).
+    public_url: OnceLock<String>,
 }
 
 impl Scheduler {
@@ -305,6 +310,7 @@ impl Scheduler {
                 tracker: Mutex::new(None),
                 inflight: watch::Sender::new(0),
                 profiles: Vec::new(),
+                public_url: OnceLock::new(),
             }),
         }
     }
@@ -316,6 +322,12 @@ impl Scheduler {
             inner.profiles = names;
         }
         self
+    }
+
+    /// Link digests to the dashboard at `url` (`server.public_url`); empty: no links. The
+    /// first call wins: the address does not change while the process runs.
+    pub fn set_public_url(&self, url: &str) {
+        let _ = self.inner.public_url.set(url.trim().to_string());
     }
 
     pub fn settings(&self) -> &SchedulerSettings {

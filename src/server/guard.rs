@@ -1,5 +1,6 @@
 //! The checks every request passes before any route: the `Host` header (against DNS
-//! rebinding) and the bearer token.
+//! rebinding), the same-origin rule for changes (against cross-site requests, see
+//! `session`), and the bearer token or a browser session with its CSRF token.
 //!
 //! A DNS-rebinding page in the user's browser reaches the loopback daemon under the attacker's
 //! own domain name, and the browser sends that name as `Host`. So a request is served only when
@@ -7,7 +8,7 @@
 //! `server.allowed_hosts` (a reverse proxy's name). A request with no `Host` at all cannot come
 //! from a browser and is served.
 
-use super::{ApiError, ApiState};
+use super::{ApiError, ApiState, session};
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::http::header::{AUTHORIZATION, HOST};
@@ -62,6 +63,17 @@ fn host_name(host: &str) -> &str {
     }
 }
 
+/// Refuses a request that changes something and comes from another site's page.
+pub(super) async fn require_same_origin(
+    State(state): State<ApiState>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let public_url = &state.agent.settings().server.public_url;
+    session::same_origin(req.method(), req.headers(), public_url)?;
+    Ok(next.run(req).await)
+}
+
 pub(super) async fn require_token(
     State(state): State<ApiState>,
     req: Request,
@@ -74,17 +86,32 @@ pub(super) async fn require_token(
         .headers()
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(bearer_token)
-        .unwrap_or("");
-    if token_matches(given, &state.token) {
-        Ok(next.run(req).await)
-    } else {
-        Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong bearer token; send `Authorization: Bearer <server.token>`",
-        ))
+        .and_then(bearer_token);
+    if let Some(given) = given {
+        if token_matches(given, &state.token) {
+            return Ok(next.run(req).await);
+        }
+    } else if let Some((_, sess)) = state.sessions.from_headers(req.headers()) {
+        // A browser sends the cookie by itself; a change needs the token only our pages hold.
+        let csrf = req
+            .headers()
+            .get(session::CSRF_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if session::is_safe(req.method()) || session::csrf_matches(&sess, csrf) {
+            return Ok(next.run(req).await);
+        }
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "csrf",
+            "missing or wrong X-CSRF-Token for this session; reload the dashboard page and try again",
+        ));
     }
+    Err(ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "missing or wrong bearer token; send `Authorization: Bearer <server.token>` (or sign in to the dashboard at /login)",
+    ))
 }
 
 /// The credentials of an `Authorization: Bearer …` value; the scheme name is case-insensitive

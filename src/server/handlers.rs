@@ -61,8 +61,13 @@ pub async fn health(State(s): State<ApiState>) -> ApiResult {
     .into_response())
 }
 
-pub async fn not_found() -> ApiError {
-    ApiError::not_found("no such endpoint; README.md lists the API's endpoints")
+/// An unknown path: a page for a browser asking for one outside the API, JSON otherwise.
+pub async fn not_found(method: Method, uri: Uri, headers: axum::http::HeaderMap) -> Response {
+    if method == Method::GET && !uri.path().starts_with("/v1/") && crate::web::wants_html(&headers)
+    {
+        return crate::web::not_found_page(uri.path());
+    }
+    ApiError::not_found("no such endpoint; README.md lists the API's endpoints").into_response()
 }
 
 pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {

@@ -1,21 +1,31 @@
 //! The HTTP API (axum): request validation, authentication, and mapping to the agent, the
 //! scheduler and memory. The endpoints and their shapes are the contract listed in README.md.
 //!
-//! Owns: routes, the Host and bearer-token checks (`guard`), body limits, JSON errors — for
-//! every request, including a path that does not parse (`extract`).
+//! Owns: routes (the dashboard's pages are merged in from `crate::web`, on the same router
+//! and behind the same checks), the Host, same-origin and token/session checks (`guard`,
+//! `session`), body limits, JSON errors — for every request, including a path that does not
+//! parse (`extract`) — and the live event stream of a task (`events`).
 //! Must not: hold business logic — every handler is a thin call into a part.
 
 mod error;
-mod extract;
+mod events;
+pub(crate) mod extract;
 mod guard;
 mod handlers;
+mod jobs;
 mod listener;
+pub(crate) mod outbox;
+pub mod session;
 
 pub use error::ApiError;
 pub use guard::token_matches;
+pub use session::{Session, Sessions};
 
 use crate::agent::Agent;
+use crate::app::App;
+use crate::config::Config;
 use crate::memory::LongTerm;
+use crate::notify::Notifier;
 use crate::scheduler::Scheduler;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -34,8 +44,35 @@ pub struct ApiState {
     pub agent: Agent,
     pub scheduler: Scheduler,
     pub memory: Option<LongTerm>,
+    /// The outbox's sender, woken by "retry now"; its channels are checked on /settings.
+    pub notifier: Notifier,
+    /// The configuration as loaded: /settings shows it (redacted) with doctor's verdicts.
+    pub config: Arc<Config>,
     /// Empty: no authentication (only allowed on loopback, checked by `serve`).
     pub token: Arc<str>,
+    /// The dashboard's signed-in browsers (see `session`).
+    pub sessions: Sessions,
+}
+
+impl ApiState {
+    /// The state over a built app, with the token from its settings.
+    pub fn new(app: &App) -> ApiState {
+        ApiState {
+            agent: app.agent.clone(),
+            scheduler: app.scheduler.clone(),
+            memory: app.memory.clone(),
+            notifier: app.notifier.clone(),
+            config: app.config.clone(),
+            token: Arc::from(app.config.settings.server.token.as_str()),
+            sessions: Sessions::default(),
+        }
+    }
+
+    /// Whether the session cookie must be marked `Secure`: the dashboard is reached over https.
+    pub fn secure_cookies(&self) -> bool {
+        let url = &self.agent.settings().server.public_url;
+        url.trim().to_ascii_lowercase().starts_with("https://")
+    }
 }
 
 pub fn router(state: ApiState) -> Router {
@@ -45,6 +82,7 @@ pub fn router(state: ApiState) -> Router {
             post(handlers::create_task).get(handlers::list_tasks),
         )
         .route("/v1/tasks/{id}", get(handlers::get_task))
+        .route("/v1/tasks/{id}/events", get(events::task_events))
         .route("/v1/tasks/{id}/cancel", post(handlers::cancel_task))
         .route(
             "/v1/jobs",
@@ -53,6 +91,11 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/jobs/{id}", axum::routing::delete(handlers::delete_job))
         .route("/v1/jobs/{id}/run", post(handlers::run_job))
         .route("/v1/jobs/{id}/runs", get(handlers::job_runs))
+        .route("/v1/jobs/{id}/pause", post(jobs::pause_job))
+        .route("/v1/jobs/{id}/resume", post(jobs::resume_job))
+        .route("/v1/schedule", get(jobs::preview_schedule))
+        .route("/v1/deliveries", get(outbox::list_deliveries))
+        .route("/v1/deliveries/{id}/retry", post(outbox::retry_delivery))
         .route(
             "/v1/memory",
             get(handlers::search_memory).post(handlers::add_memory),
@@ -68,6 +111,7 @@ pub fn router(state: ApiState) -> Router {
     Router::new()
         .route("/healthz", get(handlers::health))
         .merge(api)
+        .merge(crate::web::routes(state.clone()))
         // After the routes: it is set on each route present, and keeps axum's `Allow` header.
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .fallback(handlers::not_found)
@@ -76,6 +120,11 @@ pub fn router(state: ApiState) -> Router {
             state.clone(),
             note_storage_faults,
         ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            guard::require_same_origin,
+        ))
+        .layer(middleware::from_fn(crate::web::security_headers))
         // Outermost: a request for a foreign host is refused before anything else runs.
         .layer(middleware::from_fn_with_state(
             state.clone(),

@@ -5,6 +5,7 @@
 //! statement in the program lives under this module; other parts call typed functions.
 //! Must not: know about the agent loop, the model, or HTTP.
 
+mod dashboard;
 mod facts;
 mod jobs;
 mod kinds;
@@ -12,6 +13,7 @@ mod outbox;
 mod tasks;
 mod working;
 
+pub use dashboard::*;
 pub use facts::*;
 pub use jobs::*;
 pub use kinds::*;

@@ -1,0 +1,158 @@
+//! `doctor`'s checks as data: each dependency — the config, the model endpoints, the data
+//! dir, memory, tools, SMTP and webhooks — with a verdict and a detail that says what to do.
+//! The CLI prints them (`cli/doctor.rs`); the dashboard's /settings page shows them.
+//!
+//! Owns: what is checked and how each outcome is judged.
+//! Must not: print, exit, or change anything — every check only probes.
+
+use crate::agent::prompt;
+use crate::config::{Config, Settings};
+use crate::llm::Gateway;
+use crate::memory::LongTerm;
+use crate::notify::Notifier;
+use crate::store::Store;
+use crate::tools::Registry;
+use serde::Serialize;
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Ok,
+    Warn,
+    Fail,
+}
+
+/// One verdict: what was checked (never a secret), and the detail.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub what: String,
+    pub verdict: Verdict,
+    pub detail: String,
+}
+
+impl Check {
+    pub fn new(verdict: Verdict, what: impl Into<String>, detail: impl Into<String>) -> Check {
+        Check {
+            what: what.into(),
+            verdict,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// The config loaded, so it is valid.
+pub fn config(config: &Config) -> Check {
+    Check::new(Verdict::Ok, "config", format!("{} is valid", config.source))
+}
+
+/// Each model profile's endpoint answers (a `GET /models`, a few seconds at most).
+pub async fn models(s: &Settings) -> Vec<Check> {
+    let gateway = match Gateway::new(&s.model) {
+        Ok(g) => g,
+        Err(e) => return vec![Check::new(Verdict::Fail, "model", e.to_string())],
+    };
+    let mut checks = Vec::new();
+    for name in s.model.profiles.keys() {
+        let what = format!("model profile {name}");
+        checks.push(match gateway.probe(name).await {
+            Ok(detail) => Check::new(Verdict::Ok, what, detail),
+            Err(e) => Check::new(Verdict::Fail, what, e),
+        });
+    }
+    checks
+}
+
+/// The data dir opened, with its schema version.
+pub fn data_dir(config: &Config) -> Check {
+    Check::new(
+        Verdict::Ok,
+        "data dir",
+        format!(
+            "{} (database schema v{})",
+            config.data_dir.display(),
+            Store::schema_version()
+        ),
+    )
+}
+
+/// Long-term memory: its index open, and how many facts it holds.
+pub async fn memory(store: &Store, memory: Option<&LongTerm>) -> Check {
+    match memory {
+        Some(_) => {
+            let n = store.fact_count().await.unwrap_or(0);
+            Check::new(Verdict::Ok, "memory", format!("{n} fact(s) indexed"))
+        }
+        None => Check::new(
+            Verdict::Warn,
+            "memory",
+            "long-term memory index could not be opened; see the log above",
+        ),
+    }
+}
+
+/// The tools offered to the model, and the fixed prompt they cost per call.
+pub fn tools(registry: &Registry, settings: &Settings) -> Check {
+    let tools = registry.offered(None);
+    let system = prompt::system_prompt(&settings.agent.system_prompt_extra, None);
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    Check::new(
+        Verdict::Ok,
+        "tools",
+        format!(
+            "{} offered ({}); fixed prompt overhead ≈ {} tokens per model call",
+            tools.len(),
+            names.join(", "),
+            prompt::fixed_overhead_tokens(&system, &tools)
+        ),
+    )
+}
+
+/// SMTP (connect, TLS, login; nothing sent) and each webhook reachable.
+pub async fn notify(notifier: &Notifier) -> Vec<Check> {
+    let results = notifier.check().await;
+    if results.is_empty() {
+        return vec![Check::new(
+            Verdict::Warn,
+            "notify",
+            "no email or webhook configured (notify.email, notify.webhooks)",
+        )];
+    }
+    results
+        .into_iter()
+        .map(|r| {
+            let v = if r.ok { Verdict::Ok } else { Verdict::Fail };
+            Check::new(v, r.target, r.detail)
+        })
+        .collect()
+}
+
+/// The handles a running daemon checks itself with.
+pub struct Parts<'a> {
+    pub config: &'a Config,
+    pub store: &'a Store,
+    pub memory: Option<&'a LongTerm>,
+    pub registry: &'a Registry,
+    pub notifier: &'a Notifier,
+}
+
+/// Every check, as a running daemon sees them (the dashboard's /settings): the daemon is this
+/// very process, and the data dir is the one it has open.
+pub async fn running_daemon(p: Parts<'_>) -> Vec<Check> {
+    let s = &p.config.settings;
+    let mut checks = vec![config(p.config)];
+    checks.extend(models(s).await);
+    checks.push(Check::new(
+        Verdict::Ok,
+        "daemon",
+        format!(
+            "running (this process), listening on {}:{}",
+            s.server.host, s.server.port
+        ),
+    ));
+    checks.push(data_dir(p.config));
+    checks.push(memory(p.store, p.memory).await);
+    checks.push(tools(p.registry, s));
+    checks.extend(notify(p.notifier).await);
+    checks
+}

@@ -1,0 +1,295 @@
+//! Queries behind the dashboard (`src/web`) and the API endpoints it uses: task search, the
+//! overview's counts (recent failures, the outbox backlog, tokens spent), pausing a job and
+//! retrying a notice. They read the same tables as everything else; nothing here is cached.
+
+use super::{JobRun, Notice, NoticeState, Origin, Result, Store, StoreError, Task, TaskState, now};
+use chrono::{DateTime, Utc};
+
+/// Filters for [`Store::search_tasks`]; every filter that is set must match.
+#[derive(Debug, Clone, Default)]
+pub struct TaskSearch {
+    pub state: Option<TaskState>,
+    pub origin: Option<Origin>,
+    pub job_id: Option<String>,
+    /// Words that must appear in the task text or its answer (case-insensitive for ASCII).
+    pub text: Option<String>,
+    /// At most this many; 0 or less: 50.
+    pub limit: i64,
+}
+
+/// The outbox at a glance: how many notices are in each state, and since when the oldest
+/// pending one waits.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Backlog {
+    pub pending: i64,
+    pub sent: i64,
+    pub failed: i64,
+    pub oldest_pending: Option<DateTime<Utc>>,
+}
+
+/// Tokens the model was sent and wrote, summed over model calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tokens {
+    pub prompt: i64,
+    pub completion: i64,
+    pub calls: i64,
+}
+
+macro_rules! dash_task_columns {
+    () => {
+        "id, state, origin, parent_id, job_id, profile, task, answer, error, reason, \
+     parse_failures, prompt_tokens, completion_tokens, created_at, started_at, finished_at"
+    };
+}
+
+impl Store {
+    /// Tasks matching `f`, newest first.
+    pub async fn search_tasks(&self, f: &TaskSearch) -> Result<Vec<Task>> {
+        let sql = concat!(
+            "SELECT ",
+            dash_task_columns!(),
+            " FROM tasks WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR origin = ?2) \
+             AND (?3 IS NULL OR job_id = ?3) \
+             AND (?4 IS NULL OR instr(lower(task), lower(?4)) > 0 \
+                  OR instr(lower(COALESCE(answer, '')), lower(?4)) > 0) \
+             ORDER BY created_at DESC, id LIMIT ?5"
+        );
+        let text = f.text.as_deref().map(str::trim).filter(|t| !t.is_empty());
+        Ok(sqlx::query_as::<_, Task>(sql)
+            .bind(f.state)
+            .bind(f.origin)
+            .bind(&f.job_id)
+            .bind(text)
+            .bind(if f.limit <= 0 { 50 } else { f.limit })
+            .fetch_all(self.pool())
+            .await?)
+    }
+
+    /// Tasks that failed at or after `since`, newest first.
+    pub async fn failed_tasks_since(&self, since: DateTime<Utc>, limit: i64) -> Result<Vec<Task>> {
+        let sql = concat!(
+            "SELECT ",
+            dash_task_columns!(),
+            " FROM tasks WHERE state = 'failed' AND finished_at >= ? \
+             ORDER BY finished_at DESC, id LIMIT ?"
+        );
+        Ok(sqlx::query_as::<_, Task>(sql)
+            .bind(since)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?)
+    }
+
+    /// Job runs recorded `failed` or `missed` at or after `since` that have no task (a failed
+    /// precheck, a task that could not be created, a daemon that was down): the failures a
+    /// list of failed tasks does not show. Newest first.
+    pub async fn taskless_run_failures_since(
+        &self,
+        since: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<JobRun>> {
+        Ok(sqlx::query_as::<_, JobRun>(
+            "SELECT id, job_id, scheduled_at, fired_at, outcome, task_id, reason, delivery \
+             FROM job_runs WHERE outcome IN ('failed', 'missed') AND task_id IS NULL \
+             AND fired_at >= ? ORDER BY id DESC LIMIT ?",
+        )
+        .bind(since)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?)
+    }
+
+    pub async fn outbox_backlog(&self) -> Result<Backlog> {
+        let counts: Vec<(NoticeState, i64)> =
+            sqlx::query_as("SELECT state, COUNT(*) FROM outbox GROUP BY state")
+                .fetch_all(self.pool())
+                .await?;
+        let oldest_pending: Option<DateTime<Utc>> =
+            sqlx::query_scalar("SELECT MIN(created_at) FROM outbox WHERE state = 'pending'")
+                .fetch_one(self.pool())
+                .await?;
+        let mut b = Backlog {
+            oldest_pending,
+            ..Backlog::default()
+        };
+        for (state, n) in counts {
+            match state {
+                NoticeState::Pending => b.pending = n,
+                NoticeState::Sent => b.sent = n,
+                NoticeState::Failed => b.failed = n,
+            }
+        }
+        Ok(b)
+    }
+
+    /// Tokens of every model call recorded at or after `since`, whatever task it was for
+    /// (sub-agents included, each call counted once), running tasks included.
+    pub async fn tokens_since(&self, since: DateTime<Utc>) -> Result<Tokens> {
+        let (prompt, completion, calls): (Option<i64>, Option<i64>, i64) = sqlx::query_as(
+            "SELECT SUM(request_tokens), SUM(result_tokens), COUNT(*) FROM task_steps \
+             WHERE kind = 'model' AND created_at >= ?",
+        )
+        .bind(since)
+        .fetch_one(self.pool())
+        .await?;
+        Ok(Tokens {
+            prompt: prompt.unwrap_or(0),
+            completion: completion.unwrap_or(0),
+            calls,
+        })
+    }
+
+    /// Pause or resume a job, setting its next due time in the same statement. False when
+    /// there is no such job.
+    pub async fn set_job_enabled(
+        &self,
+        id: &str,
+        enabled: bool,
+        next_run_at: Option<DateTime<Utc>>,
+    ) -> Result<bool> {
+        let done = sqlx::query("UPDATE jobs SET enabled = ?, next_run_at = ? WHERE id = ?")
+            .bind(enabled)
+            .bind(next_run_at)
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Make a pending or failed notice due now, as pending; its attempts so far stay counted.
+    /// A sent notice is a conflict (sending it again would be a duplicate, not a retry).
+    pub async fn retry_notice(&self, id: i64) -> Result<Notice> {
+        let done = sqlx::query(
+            "UPDATE outbox SET state = 'pending', next_attempt_at = ? \
+             WHERE id = ? AND state IN ('pending', 'failed')",
+        )
+        .bind(now())
+        .bind(id)
+        .execute(self.pool())
+        .await?;
+        let notice = self.notice(id).await?.ok_or_else(|| StoreError::NotFound {
+            what: "notice",
+            id: id.to_string(),
+        })?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::Conflict(format!(
+                "notice {id} was already sent; queue a new one instead of sending it twice"
+            )));
+        }
+        Ok(notice)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{NewNotice, NewStep, NewTask, StepKind, TaskOutcome};
+
+    #[tokio::test]
+    async fn search_filters_combine() {
+        let store = Store::open_in_memory().await.expect("store");
+        for (text, origin) in [
+            ("Summarise the News", Origin::Web),
+            ("water the plants", Origin::Cli),
+        ] {
+            let new = NewTask {
+                task: text.into(),
+                origin,
+                profile: "fast".into(),
+                ..Default::default()
+            };
+            store.create_task(&new).await.expect("task");
+        }
+        let find = |text: &str, origin: Option<Origin>| TaskSearch {
+            text: Some(text.into()),
+            origin,
+            ..Default::default()
+        };
+        let hits = store
+            .search_tasks(&find("news", None))
+            .await
+            .expect("search");
+        assert_eq!(hits.len(), 1);
+        assert_eq!(hits[0].task, "Summarise the News");
+        let none = store.search_tasks(&find("news", Some(Origin::Cli))).await;
+        assert!(none.expect("search").is_empty());
+        let all = store.search_tasks(&TaskSearch::default()).await;
+        assert_eq!(all.expect("search").len(), 2);
+    }
+
+    #[tokio::test]
+    async fn tokens_and_failures_since() {
+        let store = Store::open_in_memory().await.expect("store");
+        let before = now();
+        let new = NewTask {
+            task: "t".into(),
+            profile: "fast".into(),
+            ..Default::default()
+        };
+        let t = store.create_task(&new).await.expect("task");
+        let step = NewStep {
+            step: 1,
+            kind: StepKind::Model,
+            name: "fast".into(),
+            request_tokens: 100,
+            result_tokens: 7,
+            arguments: None,
+            output: None,
+            error: None,
+            duration_ms: 3,
+        };
+        store.add_step(&t.id, &step).await.expect("step");
+        let tokens = store.tokens_since(before).await.expect("tokens");
+        assert_eq!(
+            (tokens.prompt, tokens.completion, tokens.calls),
+            (100, 7, 1)
+        );
+        let outcome = TaskOutcome {
+            state: TaskState::Failed,
+            answer: None,
+            error: Some("x".into()),
+            reason: None,
+            parse_failures: 0,
+            prompt_tokens: 100,
+            completion_tokens: 7,
+        };
+        store.finish_task(&t.id, &outcome).await.expect("finish");
+        let failed = store.failed_tasks_since(before, 10).await.expect("failed");
+        assert_eq!(failed.len(), 1);
+        assert!(
+            store
+                .failed_tasks_since(now(), 10)
+                .await
+                .expect("failed")
+                .is_empty()
+        );
+    }
+
+    #[tokio::test]
+    async fn retry_makes_a_failed_notice_due_but_never_a_sent_one() {
+        let store = Store::open_in_memory().await.expect("store");
+        let n = NewNotice {
+            channel: "hook".into(),
+            title: "t".into(),
+            body: "b".into(),
+            ..Default::default()
+        };
+        let id = store.enqueue_notice(&n).await.expect("queued");
+        store
+            .mark_notice_attempt_failed(id, "404", None)
+            .await
+            .expect("failed");
+        assert_eq!(store.outbox_backlog().await.expect("backlog").failed, 1);
+        let retried = store.retry_notice(id).await.expect("retried");
+        assert_eq!((retried.state, retried.attempts), (NoticeState::Pending, 1));
+        store.mark_notice_sent(id).await.expect("sent");
+        assert!(matches!(
+            store.retry_notice(id).await,
+            Err(StoreError::Conflict(_))
+        ));
+        assert!(matches!(
+            store.retry_notice(id + 100).await,
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+}

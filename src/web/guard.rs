@@ -1,0 +1,139 @@
+//! The session every page runs in, and the CSRF check of every form.
+//!
+//! A page request with a live `hermes_session` cookie runs with that [`Session`] in its
+//! extensions. Without one: when `server.token` is set, the browser is sent to `/login` (and
+//! back afterwards); when it is not, a session is made on the spot — it carries the CSRF token
+//! the page's forms need. [`CsrfForm`] refuses a form whose `csrf` field is not its session's.
+
+use super::layout::error_page;
+use crate::server::ApiState;
+use crate::server::session::{self, Session};
+use axum::extract::{Form, FromRequest, Request, State};
+use axum::http::header::{LOCATION, SET_COOKIE};
+use axum::http::{HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use maud::html;
+use serde::de::DeserializeOwned;
+
+pub async fn require_session(State(s): State<ApiState>, mut req: Request, next: Next) -> Response {
+    if let Some((_, sess)) = s.sessions.from_headers(req.headers()) {
+        req.extensions_mut().insert(sess);
+        return next.run(req).await;
+    }
+    if s.token.is_empty() {
+        let (id, sess) = s.sessions.create();
+        req.extensions_mut().insert(sess);
+        let mut resp = next.run(req).await;
+        resp.headers_mut()
+            .append(SET_COOKIE, session::set_cookie(&id, s.secure_cookies()));
+        return resp;
+    }
+    let here = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".into());
+    let cross_site = req
+        .headers()
+        .get("sec-fetch-site")
+        .is_some_and(|v| v == "cross-site");
+    if req.method() == Method::GET && cross_site {
+        // A link from another site (a digest in webmail): the browser held back the
+        // SameSite=Strict cookie. Loading the page again from here sends it, if there is one.
+        return bounce(&here);
+    }
+    let next_path = if req.method() == Method::GET {
+        here
+    } else {
+        "/".into()
+    };
+    see_other(&format!("/login?next={}", encode(&next_path)))
+}
+
+/// A page that loads `path` again, as a navigation of our own site.
+fn bounce(path: &str) -> Response {
+    let body = html! {
+        (maud::DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="refresh" content={"0;url=" (path)};
+                title { "hermes-agent" }
+            }
+            body { p { a href=(path) { "Continue to the dashboard" } } }
+        }
+    };
+    body.into_response()
+}
+
+/// `303 See Other` to a path of this site.
+pub fn see_other(path: &str) -> Response {
+    let location = HeaderValue::from_str(path).unwrap_or_else(|_| HeaderValue::from_static("/"));
+    (StatusCode::SEE_OTHER, [(LOCATION, location)]).into_response()
+}
+
+/// Percent-encode a value for a query string.
+pub fn encode(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// A path the sign-in may send the browser back to: a path of this site, never another site
+/// (`//evil.example`, `/\evil.example` and absolute URLs are refused).
+pub fn local_path(next: &str) -> &str {
+    let ok = next.starts_with('/')
+        && !next.starts_with("//")
+        && !next.contains('\\')
+        && !next.chars().any(|c| c.is_control());
+    if ok { next } else { "/" }
+}
+
+/// A form that changes something: refused unless its `csrf` field is its session's token.
+pub trait HasCsrf {
+    fn csrf(&self) -> &str;
+}
+
+pub struct CsrfForm<T>(pub T);
+
+impl<T> FromRequest<ApiState> for CsrfForm<T>
+where
+    T: DeserializeOwned + HasCsrf + Send,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &ApiState) -> Result<Self, Response> {
+        let session = req.extensions().get::<Session>().cloned();
+        let Form(form) = Form::<T>::from_request(req, state).await.map_err(|e| {
+            error_page(
+                StatusCode::BAD_REQUEST,
+                &format!("The form could not be read: {}", e.body_text()),
+            )
+        })?;
+        match session {
+            Some(s) if session::csrf_matches(&s, form.csrf()) => Ok(CsrfForm(form)),
+            _ => Err(error_page(
+                StatusCode::FORBIDDEN,
+                "This form has expired or did not come from the dashboard (its CSRF token does not match). Reload the page and try again.",
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_local_paths_come_back() {
+        assert_eq!(local_path("/tasks/abc?x=1"), "/tasks/abc?x=1");
+        for bad in [
+            "//evil.example",
+            "/\\evil.example",
+            "https://evil.example",
+            "",
+            "tasks",
+        ] {
+            assert_eq!(local_path(bad), "/", "{bad}");
+        }
+    }
+}

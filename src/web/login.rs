@@ -1,0 +1,104 @@
+//! Signing in and out: `GET /login` asks for `server.token`, `POST /login` checks it in
+//! constant time and sets the session cookie, `POST /logout` ends the session.
+//!
+//! Must not: render or log the token, or send the browser anywhere but a path of this site.
+
+use super::guard::{CsrfForm, HasCsrf, local_path, see_other};
+use super::layout::shell;
+use crate::server::session::{self, COOKIE_NAME};
+use crate::server::{ApiState, Session, token_matches};
+use axum::extract::{Extension, Form, Query, State};
+use axum::http::header::SET_COOKIE;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use maud::{Markup, html};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+pub struct LoginQuery {
+    #[serde(default)]
+    next: String,
+}
+
+pub async fn page(State(s): State<ApiState>, Query(q): Query<LoginQuery>) -> Response {
+    if s.token.is_empty() {
+        // Nothing to sign in to: every page is open on this (loopback) daemon.
+        return see_other(local_path(&q.next));
+    }
+    form(local_path(&q.next), None).into_response()
+}
+
+fn form(next: &str, error: Option<&str>) -> Markup {
+    shell(
+        "Sign in",
+        None,
+        html! {},
+        html! {
+            form.card.narrow method="post" action="/login" {
+                @if let Some(e) = error {
+                    p.error role="alert" #login-error { (e) }
+                }
+                input type="hidden" name="next" value=(next);
+                label for="token" { "Token" }
+                p.hint #token-hint { "The value of " code { "server.token" } " in the daemon's settings (often " code { "$HERMES_TOKEN" } ")." }
+                input #token type="password" name="token" required autocomplete="current-password" aria-describedby="token-hint" autofocus;
+                button type="submit" { "Sign in" }
+            }
+        },
+    )
+}
+
+#[derive(Deserialize)]
+pub struct LoginForm {
+    #[serde(default)]
+    token: String,
+    #[serde(default)]
+    next: String,
+}
+
+pub async fn submit(State(s): State<ApiState>, Form(f): Form<LoginForm>) -> Response {
+    let next = local_path(&f.next);
+    if s.token.is_empty() {
+        return see_other(next);
+    }
+    if !token_matches(&f.token, &s.token) {
+        tracing::warn!("dashboard sign-in with a wrong token");
+        let page = form(
+            next,
+            Some("That is not the token. Check server.token (or $HERMES_TOKEN) and try again."),
+        );
+        return (StatusCode::UNAUTHORIZED, page).into_response();
+    }
+    let (id, _) = s.sessions.create();
+    let mut resp = see_other(next);
+    resp.headers_mut()
+        .append(SET_COOKIE, session::set_cookie(&id, s.secure_cookies()));
+    resp
+}
+
+#[derive(Deserialize)]
+pub struct LogoutForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+impl HasCsrf for LogoutForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+pub async fn logout(
+    State(s): State<ApiState>,
+    _session: Extension<Session>,
+    headers: HeaderMap,
+    CsrfForm(_): CsrfForm<LogoutForm>,
+) -> Response {
+    if let Some(id) = session::cookie(&headers, COOKIE_NAME) {
+        s.sessions.remove(id);
+    }
+    let mut resp = see_other(if s.token.is_empty() { "/" } else { "/login" });
+    resp.headers_mut()
+        .append(SET_COOKIE, session::clear_cookie(s.secure_cookies()));
+    resp
+}

@@ -1,0 +1,287 @@
+//! `/tasks`: the task list (filter by state, origin and job; search the text) with a form to
+//! start a task; `/tasks/{id}`: one task's timeline, live while it runs, with its deliveries
+//! and a cancel button.
+//!
+//! Must not: run a task itself — starting and cancelling go through the `Agent`, exactly as
+//! `POST /v1/tasks` and `/v1/tasks/{id}/cancel` do; tasks started here have origin `web`.
+
+use super::guard::{CsrfForm, HasCsrf, see_other};
+use super::layout::{
+    Ctx, PageError, PageResult, badge, long_text, markdown, render, when, when_opt,
+};
+use super::overview::task_table;
+use super::timeline::timeline;
+use crate::agent::Submit;
+use crate::server::extract::Id;
+use crate::server::{ApiError, ApiState, Session};
+use crate::store::{NoticeState, Origin, TaskSearch, TaskState};
+use axum::extract::{Extension, Query, State};
+use axum::response::IntoResponse;
+use maud::{Markup, html};
+use serde::Deserialize;
+
+const STATES: &[&str] = &["pending", "running", "succeeded", "failed", "cancelled"];
+
+#[derive(Deserialize, Default)]
+pub struct ListQuery {
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    origin: String,
+    #[serde(default)]
+    job: String,
+    #[serde(default)]
+    q: String,
+}
+
+fn some(s: &str) -> Option<&str> {
+    Some(s.trim()).filter(|s| !s.is_empty())
+}
+
+pub async fn list(
+    State(s): State<ApiState>,
+    Extension(session): Extension<Session>,
+    Query(q): Query<ListQuery>,
+) -> PageResult {
+    let search = TaskSearch {
+        state: some(&q.state)
+            .map(|v| v.parse::<TaskState>().map_err(ApiError::bad_request))
+            .transpose()?,
+        origin: some(&q.origin)
+            .map(|v| v.parse::<Origin>().map_err(ApiError::bad_request))
+            .transpose()?,
+        job_id: some(&q.job).map(str::to_string),
+        text: some(&q.q).map(str::to_string),
+        limit: 100,
+    };
+    let tasks = s.agent.store().search_tasks(&search).await?;
+    let jobs = s.scheduler.list().await?;
+    let ctx = Ctx {
+        state: &s,
+        session: &session,
+        path: "/tasks",
+    };
+    let body = html! {
+        (start_form(&ctx, "", None))
+        section aria-labelledby="h-list" {
+            h2 #h-list { "History" }
+            form.filters method="get" action="/tasks" role="search" {
+                div.field {
+                    label for="f-q" { "Text" }
+                    input #f-q type="search" name="q" value=(q.q) placeholder="words in the task or answer";
+                }
+                div.field {
+                    label for="f-state" { "State" }
+                    select #f-state name="state" {
+                        option value="" { "any" }
+                        @for st in STATES { option value=(st) selected[q.state == *st] { (st) } }
+                    }
+                }
+                div.field {
+                    label for="f-origin" { "Origin" }
+                    select #f-origin name="origin" {
+                        option value="" { "any" }
+                        @for o in Origin::ALL { option value=(o) selected[q.origin == o.as_str()] { (o) } }
+                    }
+                }
+                div.field {
+                    label for="f-job" { "Job" }
+                    select #f-job name="job" {
+                        option value="" { "any" }
+                        @for j in &jobs { option value=(j.id) selected[q.job == j.id] { (j.name) } }
+                    }
+                }
+                button type="submit" { "Filter" }
+            }
+            (task_table(&ctx, &tasks, "No task matches."))
+        }
+    };
+    Ok(render(&ctx, "Tasks", body).into_response())
+}
+
+/// The form that starts a task; `error` from a refused attempt, with the text kept.
+fn start_form(ctx: &Ctx<'_>, text: &str, error: Option<&str>) -> Markup {
+    let settings = ctx.state.agent.settings();
+    html! {
+        section.card aria-labelledby="h-start" {
+            h2 #h-start { "Start a task" }
+            form.stack method="post" action="/tasks" {
+                (ctx.csrf())
+                @if let Some(e) = error { p.error role="alert" { (e) } }
+                label for="task-text" { "What should the agent do?" }
+                textarea #task-text name="task" rows="3" required maxlength="20000" { (text) }
+                div.row {
+                    div.field {
+                        label for="task-profile" { "Model profile" }
+                        select #task-profile name="profile" {
+                            @for name in settings.model.profiles.keys() {
+                                option value=(name) selected[*name == settings.model.default_profile] { (name) }
+                            }
+                        }
+                    }
+                    button type="submit" { "Start" }
+                }
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub struct StartForm {
+    #[serde(default)]
+    csrf: String,
+    task: String,
+    #[serde(default)]
+    profile: String,
+}
+
+impl HasCsrf for StartForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+pub async fn start(
+    State(s): State<ApiState>,
+    Extension(session): Extension<Session>,
+    CsrfForm(f): CsrfForm<StartForm>,
+) -> PageResult {
+    let submitted = s
+        .agent
+        .submit(Submit {
+            task: f.task.clone(),
+            origin: Origin::Web,
+            profile: some(&f.profile).map(str::to_string),
+            ..Default::default()
+        })
+        .await;
+    match submitted {
+        Ok(task) => Ok(see_other(&format!("/tasks/{}", task.id))),
+        Err(e) => {
+            let ctx = Ctx {
+                state: &s,
+                session: &session,
+                path: "/tasks",
+            };
+            let status = ApiError::from(e);
+            let body = start_form(&ctx, &f.task, Some(&status.message));
+            Ok((status.status, render(&ctx, "Tasks", body)).into_response())
+        }
+    }
+}
+
+pub async fn show(
+    State(s): State<ApiState>,
+    Extension(session): Extension<Session>,
+    Id(id): Id,
+) -> PageResult {
+    let Some(record) = s.agent.store().task_record(&id).await? else {
+        return Err(PageError(ApiError::not_found(format!(
+            "There is no task {id}; the task list shows the ids."
+        ))));
+    };
+    let t = &record.task;
+    let path = format!("/tasks/{}", t.id);
+    let ctx = Ctx {
+        state: &s,
+        session: &session,
+        path: &path,
+    };
+    let tz = ctx.tz();
+    let live = !t.state.is_finished();
+    // A task's totals are written when it ends; until then, its model calls so far.
+    let tokens = if live {
+        record
+            .steps
+            .iter()
+            .filter(|s| s.kind == crate::store::StepKind::Model)
+            .fold((0, 0), |(i, o), s| {
+                (i + s.request_tokens, o + s.result_tokens)
+            })
+    } else {
+        (t.prompt_tokens, t.completion_tokens)
+    };
+    let events = format!("/v1/tasks/{}/events", t.id);
+    let body = html! {
+        div.task-text { (long_text(&t.task, "task")) }
+        dl.facts {
+            dt { "State" } dd #task-state { (badge(t.state.as_str())) @if let Some(r) = t.reason { " " span.muted { (r) } } }
+            dt { "Origin" } dd { (t.origin) }
+            dt { "Profile" } dd { (t.profile) }
+            @if let Some(j) = &t.job_id { dt { "Job" } dd { a href={"/jobs/" (j)} { (j) } } }
+            @if let Some(p) = &t.parent_id { dt { "Parent" } dd { a href={"/tasks/" (p)} { (p) } } }
+            dt { "Created" } dd { (when(t.created_at, tz)) }
+            dt { "Finished" } dd { (when_opt(t.finished_at, tz)) }
+            dt { "Tokens" } dd { (tokens.0) " in · " (tokens.1) " out" }
+        }
+        @if live {
+            form #cancel method="post" action={"/tasks/" (t.id) "/cancel"} {
+                (ctx.csrf())
+                button.danger type="submit" { "Cancel this task" }
+            }
+        }
+        section aria-labelledby="h-steps" {
+            h2 #h-steps { "Timeline" }
+            (timeline(&record.steps, live.then_some(events.as_str())))
+        }
+        @if let Some(e) = &t.error {
+            p.error #task-error role="alert" { (e) }
+        }
+        @if let Some(a) = &t.answer {
+            section aria-labelledby="h-answer" {
+                h2 #h-answer { "Answer" }
+                div.answer #answer { (markdown(a)) }
+            }
+        }
+        @if !record.notices.is_empty() {
+            section aria-labelledby="h-notices" {
+                h2 #h-notices { "Deliveries" }
+                ul.notices { @for n in &record.notices {
+                    li {
+                        (badge(notice_word(n.state))) " "
+                        b { (n.channel) } " · " (n.title)
+                        " · " (n.attempts) " attempt(s)"
+                        @if let Some(e) = &n.last_error { " — " span.error-text { (e) } }
+                        " " a href={"/deliveries?state=" (notice_word(n.state))} { "outbox" }
+                    }
+                } }
+            }
+        }
+    };
+    Ok(render(&ctx, &format!("Task {}", t.id), body).into_response())
+}
+
+pub fn notice_word(s: NoticeState) -> &'static str {
+    match s {
+        NoticeState::Pending => "pending",
+        NoticeState::Sent => "sent",
+        NoticeState::Failed => "failed",
+    }
+}
+
+#[derive(Deserialize)]
+pub struct CancelForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+impl HasCsrf for CancelForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+pub async fn cancel(
+    State(s): State<ApiState>,
+    Id(id): Id,
+    CsrfForm(_): CsrfForm<CancelForm>,
+) -> PageResult {
+    match s.agent.cancel(&id).await {
+        Ok(t) => Ok(see_other(&format!("/tasks/{}", t.id))),
+        // Finished meanwhile: its page shows how.
+        Err(crate::agent::AgentError::AlreadyFinished { id, .. }) => {
+            Ok(see_other(&format!("/tasks/{id}")))
+        }
+        Err(e) => Err(e.into()),
+    }
+}

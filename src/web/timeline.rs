@@ -1,0 +1,83 @@
+//! A task's timeline as HTML, the way `tasks show` prints it: each model call with its tokens
+//! and time, each tool call with its arguments and result (long ones folded), notes.
+//!
+//! `assets/app.js` builds the same markup for the steps that arrive live over the event
+//! stream; a change here is a change there.
+
+use super::layout::long_text;
+use crate::store::{Step, StepKind};
+use maud::{Markup, html};
+
+/// The whole timeline; the list the live script appends to.
+pub fn timeline(steps: &[Step], events: Option<&str>) -> Markup {
+    html! {
+        ol.timeline #timeline data-events=[events] aria-live="polite" aria-label="Steps" {
+            @for s in steps { (step(s)) }
+        }
+        @if steps.is_empty() {
+            p.muted #no-steps { "No steps yet." }
+        }
+    }
+}
+
+fn kind(k: StepKind) -> &'static str {
+    match k {
+        StepKind::Model => "model",
+        StepKind::Tool => "tool",
+        StepKind::Note => "note",
+    }
+}
+
+pub fn step(s: &Step) -> Markup {
+    let k = kind(s.kind);
+    html! {
+        li class={"step " (k)} data-seq=(s.seq) {
+            div.head {
+                span.n { (s.step) }
+                " "
+                span.kind { (k) }
+                " "
+                b.name { (s.name) }
+                " "
+                span.meta { (meta(s)) }
+            }
+            (body(s))
+        }
+    }
+}
+
+fn meta(s: &Step) -> String {
+    match s.kind {
+        StepKind::Model => format!(
+            "{} ms · {} → {} tokens",
+            s.duration_ms, s.request_tokens, s.result_tokens
+        ),
+        StepKind::Tool => format!("{} ms", s.duration_ms),
+        StepKind::Note => String::new(),
+    }
+}
+
+fn body(s: &Step) -> Markup {
+    let calls = s
+        .arguments
+        .as_deref()
+        .filter(|a| !a.is_empty() && *a != "[]");
+    html! {
+        @match s.kind {
+            StepKind::Model => {
+                @if let Some(c) = calls { div.label { "tool calls" } (long_text(c, "args")) }
+                @if let Some(o) = s.output.as_deref().filter(|o| !o.is_empty()) {
+                    div.label { "answer" } (long_text(o, "out"))
+                }
+            }
+            StepKind::Tool => {
+                @if let Some(a) = s.arguments.as_deref() { div.label { "arguments" } (long_text(a, "args")) }
+                @if let Some(o) = s.output.as_deref() { div.label { "result" } (long_text(o, "out")) }
+            }
+            StepKind::Note => {
+                @if let Some(o) = s.output.as_deref() { p.note { (o) } }
+            }
+        }
+        @if let Some(e) = s.error.as_deref() { p.error { (e) } }
+    }
+}
