@@ -7,6 +7,7 @@
 use crate::agent::{Agent, Claimed, DelegateTools, RunOptions, Submit};
 use crate::config::{Config, env_map};
 use crate::llm::{Gateway, RetryPolicy, ToolCall};
+use crate::mcp::McpManager;
 use crate::memory::LongTerm;
 use crate::notify::Notifier;
 use crate::scheduler::{Deliver, Scheduler, TaskRunner};
@@ -54,6 +55,9 @@ pub struct App {
     pub notifier: Notifier,
     pub scheduler: Scheduler,
     pub memory: Option<LongTerm>,
+    /// The MCP servers of `mcp.servers`, whose tools join the registry once started
+    /// (`serve` and `run` start them; commands that run no task do not).
+    pub mcp: McpManager,
 }
 
 /// Adjustments to the defaults, for tests and benchmarks (short retry delays, extra tools).
@@ -125,19 +129,20 @@ impl App {
             all.extend(builtin::memory::tools(m.clone()));
         }
         all.extend(delegate.tools(s));
-        let manifests =
-            manifest::load_dir(&config.manifests_dir, &env_map()).map_err(|source| {
-                AppError::Manifest {
-                    dir: config.manifests_dir.clone(),
-                    source,
-                }
-            })?;
+        let env = env_map();
+        let manifests = manifest::load_dir(&config.manifests_dir, &env).map_err(|source| {
+            AppError::Manifest {
+                dir: config.manifests_dir.clone(),
+                source,
+            }
+        })?;
         all.extend(manifests);
         all.extend(options.extra_tools);
         for t in all {
             tools.register(t)?;
         }
         let registry = tools.build();
+        let mcp = McpManager::new(&s.mcp, registry.clone(), env);
         let agent = Agent::new(s.clone(), store.clone(), gateway, registry, memory.clone());
         delegate.bind(&agent);
         let _ = agent_link.set(agent.clone());
@@ -148,6 +153,7 @@ impl App {
             notifier,
             scheduler,
             memory,
+            mcp,
         })
     }
 }

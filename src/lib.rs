@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod llm;
+pub mod mcp;
 pub mod memory;
 pub mod notify;
 pub mod scheduler;
