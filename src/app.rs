@@ -68,6 +68,8 @@ pub struct BuildOptions {
     pub notify_retry: Option<crate::notify::RetryPolicy>,
     /// Registered after the built-ins and manifests.
     pub extra_tools: Vec<Arc<dyn Tool>>,
+    /// The memory index, already open in this process (it can be opened only once at a time).
+    pub memory: Option<LongTerm>,
 }
 
 impl App {
@@ -87,12 +89,15 @@ impl App {
             gateway = gateway.with_retry(p);
         }
         // Memory is an aid, not a prerequisite: without its index the agent still works.
-        let memory = match LongTerm::open(&config.data_dir, store.clone()).await {
-            Ok(m) => Some(m),
-            Err(e) => {
-                tracing::warn!(error = %e, "long-term memory unavailable; continuing without it");
-                None
-            }
+        let memory = match options.memory {
+            Some(m) => Some(m),
+            None => match LongTerm::open(&config.data_dir, store.clone()).await {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    tracing::warn!(error = %e, "long-term memory unavailable; continuing without it");
+                    None
+                }
+            },
         };
         let mut notifier = Notifier::new(s.notify.clone(), store.clone())?;
         if let Some(p) = options.notify_retry {

@@ -9,6 +9,9 @@ mod common;
 /// server-everything over streamable HTTP.
 #[path = "mcp/http.rs"]
 mod http;
+/// `hermes-agent mcp` driven by MCP clients.
+#[path = "mcp/serve.rs"]
+mod serve;
 
 use hermes_agent::app::App;
 use hermes_agent::config::{McpServer, Settings};

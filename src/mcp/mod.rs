@@ -1,25 +1,32 @@
-//! MCP (Model Context Protocol), on `rmcp`, the official Rust SDK.
+//! MCP (Model Context Protocol) in both directions, on `rmcp`, the official Rust SDK.
 //!
-//! Client: each server of `mcp.servers` is run (stdio) or reached (streamable HTTP), kept alive
-//! and restarted with backoff by [`McpManager`]; its tools become registry tools named
-//! `SERVER__TOOL` ([`McpTool`]), so every call goes through the registry's guards like any other
-//! tool. [`McpManager::status`] is what `doctor` and the dashboard show.
+//! - Client: each server of `mcp.servers` is run (stdio) or reached (streamable HTTP), kept
+//!   alive and restarted with backoff by [`McpManager`]; its tools become registry tools named
+//!   `SERVER__TOOL` ([`McpTool`]), so every call goes through the registry's guards like any
+//!   other tool. [`McpManager::status`] is what `doctor` and the dashboard show.
+//! - Server: `hermes-agent mcp` ([`serve_stdio`]) offers the daemon's tasks, jobs and memory
+//!   to MCP clients (desktop assistants, editors) over stdio, through the CLI's `Backend`.
 //!
 //! Files: `client.rs` (one connection), `manager.rs` (the servers' lives), `status.rs` (what
-//! they report), `tool.rs` (a server's tool as a registry tool), `names.rs` (tool names).
+//! they report), `tool.rs` (a server's tool as a registry tool), `names.rs` (tool names),
+//! `server.rs` + `catalog.rs` (`hermes-agent mcp`).
 //! Must not: bypass the registry's guards (validation, allowlist, timeouts, retries, breaker,
 //! result caps), read the environment itself (config does; the manager is handed the map), log
-//! env values or headers.
+//! env values or headers, or write anything but MCP to stdout.
 
+mod catalog;
 mod client;
 mod manager;
 mod names;
+mod server;
 mod status;
 mod tool;
 
 pub use client::probe;
 pub use manager::{McpManager, RUN_START_WAIT, STOP_WAIT};
 pub use names::{SEPARATOR, tool_name};
+pub(crate) use server::serve_stdio;
+pub use server::{ServeError, TOOL_NAMES};
 pub use status::{ServerState, ServerStatus};
 pub use tool::McpTool;
 
