@@ -164,8 +164,9 @@ pub const EXIT_CONFIG: u8 = 2;
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // The daemon logs its work; one-shot commands print their own output and only warn.
+    // rmcp narrates every MCP session at info; the daemon says what matters itself.
     init_tracing(if matches!(cli.command, Command::Serve) {
-        "info"
+        "info,rmcp=warn"
     } else {
         "warn"
     });

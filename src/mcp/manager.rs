@@ -219,9 +219,15 @@ async fn supervise(inner: Arc<Inner>, server: Arc<Server>) {
                 });
             }
             Ended::Unusable(e) => {
-                tracing::warn!(server = %server.name, "{e}");
+                // Said once: a server that keeps failing the same way is retried quietly.
+                let reason = e.to_string();
+                if lock(&server.status).state.reason() == Some(reason.as_str()) {
+                    tracing::debug!(server = %server.name, "{reason} (again)");
+                } else {
+                    tracing::warn!(server = %server.name, "{reason}; trying again with backoff");
+                }
                 inner.set(&server, |s| {
-                    s.state = ServerState::Failed(e.to_string());
+                    s.state = ServerState::Failed(reason);
                     s.tools.clear();
                     s.pid = None;
                 });
