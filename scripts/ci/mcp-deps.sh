@@ -22,23 +22,24 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "mcp-deps: creating $VENV"
   python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c 'import mcp, mcp_server_time' 2>/dev/null \
-  || ! "$VENV/bin/pip" show "${PY_PACKAGES[@]%%==*}" >/dev/null 2>&1 \
-  || [ "$("$VENV/bin/pip" freeze 2>/dev/null | grep -ciE "^(mcp-server-time==2026.10.19|mcp==2.3.0)$")" != 2 ]; then
+# Installed at exactly the pinned versions? (`pip freeze` prints `name==version` lines.)
+pinned=$(IFS='|'; echo "${PY_PACKAGES[*]}")
+installed=$("$VENV/bin/pip" freeze 2>/dev/null | grep -cixE "$pinned" || true)
+if [ "$installed" != "${#PY_PACKAGES[@]}" ]; then
   echo "mcp-deps: installing ${PY_PACKAGES[*]} into $VENV"
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}"
 fi
 
 EVERYTHING=$NODE/node_modules/@modelcontextprotocol/server-everything
 if [ ! -f "$EVERYTHING/package.json" ] \
-  || ! grep -q '"version": "2026.8.31"' "$EVERYTHING/package.json"; then
+  || ! grep -q "\"version\": \"${NPM_PACKAGE##*@}\"" "$EVERYTHING/package.json"; then
   echo "mcp-deps: installing $NPM_PACKAGE into $NODE"
   mkdir -p "$NODE"
   [ -f "$NODE/package.json" ] || echo '{"private": true}' >"$NODE/package.json"
   npm install --prefix "$NODE" --no-audit --no-fund --loglevel=error "$NPM_PACKAGE"
 fi
 
-# Each program must start and answer, not merely be installed.
+# Quick checks that what was installed can run here; the tests run the servers for real.
 "$VENV/bin/python" -c 'import mcp.client.stdio, mcp_server_time' \
   || { echo "mcp-deps: the Python packages do not import" >&2; exit 1; }
 node -e "process.exit(Number(process.versions.node.split('.')[0]) >= 20 ? 0 : 1)" \

@@ -79,7 +79,7 @@ pub struct ServerStatus {
     pub tools: Vec<String>,
     /// The process id of a running stdio server.
     pub pid: Option<u32>,
-    /// How often it was started again after it had run.
+    /// How often it ended after running (each time it is started again).
     pub restarts: u32,
     /// When it entered this state.
     pub since: DateTime<Utc>,
