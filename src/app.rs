@@ -7,6 +7,7 @@
 use crate::agent::{Agent, Claimed, DelegateTools, RunOptions, Submit};
 use crate::config::{Config, env_map};
 use crate::llm::{Gateway, RetryPolicy, ToolCall};
+use crate::mcp::McpManager;
 use crate::memory::LongTerm;
 use crate::notify::Notifier;
 use crate::scheduler::{Deliver, Scheduler, TaskRunner};
@@ -54,6 +55,9 @@ pub struct App {
     pub notifier: Notifier,
     pub scheduler: Scheduler,
     pub memory: Option<LongTerm>,
+    /// The MCP servers of `mcp.servers`, whose tools join the registry once started
+    /// (`serve` and `run` start them; commands that run no task do not).
+    pub mcp: McpManager,
 }
 
 /// Adjustments to the defaults, for tests and benchmarks (short retry delays, extra tools).
@@ -66,6 +70,8 @@ pub struct BuildOptions {
     pub extra_tools: Vec<Arc<dyn Tool>>,
     /// How the database is opened.
     pub store: crate::store::StoreOptions,
+    /// The memory index, already open in this process (it can be opened only once at a time).
+    pub memory: Option<LongTerm>,
 }
 
 impl App {
@@ -85,12 +91,15 @@ impl App {
             gateway = gateway.with_retry(p);
         }
         // Memory is an aid, not a prerequisite: without its index the agent still works.
-        let memory = match LongTerm::open(&config.data_dir, store.clone()).await {
-            Ok(m) => Some(m),
-            Err(e) => {
-                tracing::warn!(error = %e, "long-term memory unavailable; continuing without it");
-                None
-            }
+        let memory = match options.memory {
+            Some(m) => Some(m),
+            None => match LongTerm::open(&config.data_dir, store.clone()).await {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    tracing::warn!(error = %e, "long-term memory unavailable; continuing without it");
+                    None
+                }
+            },
         };
         let mut notifier = Notifier::new(s.notify.clone(), store.clone())?;
         if let Some(p) = options.notify_retry {
@@ -127,19 +136,20 @@ impl App {
             all.extend(builtin::memory::tools(m.clone()));
         }
         all.extend(delegate.tools(s));
-        let manifests =
-            manifest::load_dir(&config.manifests_dir, &env_map()).map_err(|source| {
-                AppError::Manifest {
-                    dir: config.manifests_dir.clone(),
-                    source,
-                }
-            })?;
+        let env = env_map();
+        let manifests = manifest::load_dir(&config.manifests_dir, &env).map_err(|source| {
+            AppError::Manifest {
+                dir: config.manifests_dir.clone(),
+                source,
+            }
+        })?;
         all.extend(manifests);
         all.extend(options.extra_tools);
         for t in all {
             tools.register(t)?;
         }
         let registry = tools.build();
+        let mcp = McpManager::new(&s.mcp, registry.clone(), env);
         let agent = Agent::new(s.clone(), store.clone(), gateway, registry, memory.clone());
         delegate.bind(&agent);
         let _ = agent_link.set(agent.clone());
@@ -150,6 +160,7 @@ impl App {
             notifier,
             scheduler,
             memory,
+            mcp,
         })
     }
 }

@@ -12,6 +12,7 @@ pub mod config;
 pub mod daemon;
 pub mod doctor;
 pub mod llm;
+pub mod mcp;
 pub mod memory;
 pub mod notify;
 pub mod scheduler;

@@ -1,14 +1,16 @@
 //! The command line (clap): parses arguments, loads the configuration, calls into the library
 //! and prints. This is the binary edge: errors become `anyhow` messages and exit codes here.
 //! One file per command group; `tasks`, `jobs` and `memory` are written once against
-//! `backend::Backend`, answered by the running daemon or by the data dir in this process.
+//! `backend::Backend`, answered by the running daemon or by the data dir in this process;
+//! `mcp` (the MCP server in `crate::mcp`) is built on the same trait.
 //!
 //! Must not: hold business logic; each command is a thin call into a part or a backend.
 
-mod backend;
+pub(crate) mod backend;
 mod config;
 mod doctor;
 mod jobs;
+mod mcp;
 mod memory;
 mod render;
 mod run;
@@ -65,6 +67,9 @@ pub enum Command {
     Service(ServiceCmd),
     /// Check the config, the model endpoint, SMTP and the data dir, each with a verdict.
     Doctor,
+    /// Serve MCP on stdin/stdout: MCP clients (desktop assistants, editors) can run tasks and
+    /// manage jobs and memory, through the daemon when it runs, else on the data dir.
+    Mcp,
 }
 
 #[derive(Debug, Args)]
@@ -159,8 +164,9 @@ pub const EXIT_CONFIG: u8 = 2;
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // The daemon logs its work; one-shot commands print their own output and only warn.
+    // rmcp narrates every MCP session at info; the daemon says what matters itself.
     init_tracing(if matches!(cli.command, Command::Serve) {
-        "info"
+        "info,rmcp=warn"
     } else {
         "warn"
     });
@@ -233,8 +239,15 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             .map_err(Into::into),
         Command::Run(args) => run::run(config, args).await,
         Command::Tasks(cmd) => tasks::tasks(backend::connect(config).await.as_ref(), cmd).await,
-        Command::Jobs(cmd) => jobs::jobs(backend::connect(config).await.as_ref(), cmd).await,
+        Command::Jobs(cmd) => {
+            // `jobs run` without a daemon starts the MCP servers for its task; stop them.
+            let backend = backend::connect(config).await;
+            let done = jobs::jobs(backend.as_ref(), cmd).await;
+            backend.close().await;
+            done
+        }
         Command::Memory(cmd) => memory::memory(backend::connect(config).await.as_ref(), cmd).await,
+        Command::Mcp => mcp::mcp(config).await,
         Command::Service(ServiceCmd::Install) => service::service_install(&config),
         Command::Doctor => doctor::doctor(config).await,
     }

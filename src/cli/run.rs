@@ -1,5 +1,7 @@
 //! `run`: one task in this process, always — a live timeline on stderr, the answer on stdout.
 //! A running daemon is only asked whether it is there, to leave the sending of notices to it.
+//! The config's MCP servers are started for the task; the first model call waits for them at
+//! most `mcp::RUN_START_WAIT` (a slower one's tools join from the next step on).
 //!
 //! Must not: hand the task to the daemon — its live timeline only exists in this process.
 
@@ -16,6 +18,14 @@ use tokio::sync::mpsc;
 pub async fn run(config: Config, args: RunArgs) -> anyhow::Result<ExitCode> {
     let daemon_up = Remote::detect(&config).await.is_some();
     let app = App::build(config, JobExecution::Direct).await?;
+    app.mcp.start();
+    app.mcp.wait_started(crate::mcp::RUN_START_WAIT).await;
+    let outcome = run_task(&app, args, daemon_up).await;
+    app.mcp.stop().await;
+    outcome
+}
+
+async fn run_task(app: &App, args: RunArgs, daemon_up: bool) -> anyhow::Result<ExitCode> {
     let claimed = app
         .agent
         .create_claimed(Submit {

@@ -27,7 +27,8 @@ const LAST_OUTBOX_PASS: Duration = Duration::from_secs(10);
 /// The outbox sender stops at its next await; this bounds a send already in flight.
 const SENDER_STOP: Duration = Duration::from_secs(5);
 /// Requests waiting on tasks are answered once every task has ended; this bounds slow clients.
-/// With the default 30 s grace, the steps after it add at most 30 s: well inside the unit's
+/// With the default 30 s grace, the steps after it add at most 38 s (with the MCP servers'
+/// `mcp::STOP_WAIT` of 8 s): well inside the unit's
 /// `TimeoutStopSec=90s`, so systemd never has to SIGKILL a draining daemon.
 const SERVER_STOP: Duration = Duration::from_secs(5);
 
@@ -56,9 +57,10 @@ pub async fn run(
     let api = Api::start(&app, listener);
     let settings = &app.config.settings;
     tracing::info!(
-        "ready: API on http://{local} ({} workers, {} tools, memory {}; address in {})",
+        "ready: API on http://{local} ({} workers, {} tools, {} MCP servers starting, memory {}; address in {})",
         settings.agent.workers,
         app.agent.registry().names().len(),
+        settings.mcp.servers.len(),
         if app.memory.is_some() { "on" } else { "off" },
         addr_file.path().display()
     );
@@ -108,6 +110,9 @@ impl Services {
         let settings = &app.config.settings;
         let tracker = TaskTracker::new();
         let stop = CancellationToken::new();
+        // In the background: a slow or broken MCP server delays nothing; its tools join the
+        // registry when it is up, and `app.mcp.status()` says how each one is doing.
+        app.mcp.start();
         app.agent
             .spawn_workers(settings.agent.workers as usize, &tracker, stop.clone());
         // Digests link to the dashboard this daemon serves, when it has a public address; set
@@ -157,6 +162,8 @@ impl Services {
                 tracing::error!("some background work did not stop in time");
             }
         }
+        // Tasks are over, so no tool call needs the MCP servers any more (bounded).
+        app.mcp.stop().await;
         // One bounded last pass for notices queued during the grace; what does not go out now
         // stays in the outbox for the next start.
         let _ = tokio::time::timeout(LAST_OUTBOX_PASS, app.notifier.deliver_due()).await;

@@ -1,21 +1,26 @@
 //! The local backend: the data dir opened in this process, when no daemon answers.
 //!
 //! Owns: opening only what a command needs — the store for `tasks`, the store and the memory
-//! index for `memory`, every part for `jobs` — and running a fired job here to its end.
+//! index for `memory`, every part for `jobs` — and running a fired job or a task here to its
+//! end, with the config's MCP servers started for it (and stopped by `close`).
 //! Must not: be used while a daemon runs on the same data dir (`connect` checks first): the
 //! daemon holds the memory index, and its scheduler would not see changes made here at once.
 
 use super::{Backend, DELIVER_NOW, Fired, FoundFact, Remembered, Reply};
-use crate::app::{App, JobExecution};
+use crate::agent::{RunOptions, Submit};
+use crate::app::{App, BuildOptions, JobExecution};
 use crate::config::Config;
 use crate::memory::LongTerm;
 use crate::scheduler::{JobRequest, JobView};
 use crate::store::{Origin, Store, Task, TaskFilter, TaskRecord, TaskState, Upsert};
+use futures::future::BoxFuture;
 use tokio::sync::OnceCell;
 
 /// The data dir in this process; each part is opened on first use.
 pub struct Local {
     config: Config,
+    /// On whose behalf: the origin of the jobs, tasks and facts it creates.
+    origin: Origin,
     store: OnceCell<Store>,
     memory: OnceCell<LongTerm>,
     app: OnceCell<App>,
@@ -25,10 +30,17 @@ impl Local {
     pub fn new(config: Config) -> Local {
         Local {
             config,
+            origin: Origin::Cli,
             store: OnceCell::new(),
             memory: OnceCell::new(),
             app: OnceCell::new(),
         }
+    }
+
+    /// The same backend, creating things with `origin` (`hermes-agent mcp`: `mcp`).
+    pub fn acting_for(mut self, origin: Origin) -> Local {
+        self.origin = origin;
+        self
     }
 
     async fn store(&self) -> anyhow::Result<&Store> {
@@ -53,12 +65,29 @@ impl Local {
             .map_err(Into::into)
     }
 
-    /// Every part, with job firings run in this process.
+    /// Every part, with job firings run in this process. The memory index is the one
+    /// `memory` opened (an index opens once at a time: `hermes-agent mcp` both remembers and
+    /// runs tasks in one process).
     async fn app(&self) -> anyhow::Result<&App> {
         self.app
-            .get_or_try_init(|| App::build(self.config.clone(), JobExecution::Direct))
+            .get_or_try_init(|| async {
+                let options = BuildOptions {
+                    memory: self.memory().await.ok().cloned(),
+                    ..Default::default()
+                };
+                App::build_with(self.config.clone(), JobExecution::Direct, options).await
+            })
             .await
             .map_err(Into::into)
+    }
+
+    /// Every part, with the MCP servers started: a task run here gets the tools it would get
+    /// on the daemon (those that start within `RUN_START_WAIT`; the rest join later).
+    async fn app_with_tools(&self) -> anyhow::Result<&App> {
+        let app = self.app().await?;
+        app.mcp.start();
+        app.mcp.wait_started(crate::mcp::RUN_START_WAIT).await;
+        Ok(app)
     }
 }
 
@@ -94,7 +123,7 @@ impl Backend for Local {
     fn add_job(&self, job: JobRequest) -> Reply<'_, JobView> {
         Box::pin(async move {
             let scheduler = &self.app().await?.scheduler;
-            let job = scheduler.add(job, Origin::Cli).await?;
+            let job = scheduler.add(job, self.origin).await?;
             Ok(scheduler.view(job).await?)
         })
     }
@@ -110,7 +139,7 @@ impl Backend for Local {
 
     fn fire_job<'a>(&'a self, id: &'a str) -> Reply<'a, Fired> {
         Box::pin(async move {
-            let app = self.app().await?;
+            let app = self.app_with_tools().await?;
             // Runs the task and queues its delivery before returning, so nothing is lost when
             // this process exits.
             let run = app.scheduler.run_now_wait(id).await?;
@@ -126,7 +155,8 @@ impl Backend for Local {
             if text.trim().is_empty() {
                 anyhow::bail!("the fact is empty; say what to remember");
             }
-            let (fact, how) = self.memory().await?.remember(text, tags, "cli").await?;
+            let memory = self.memory().await?;
+            let (fact, how) = memory.remember(text, tags, self.origin.as_str()).await?;
             Ok(Remembered {
                 id: fact.id,
                 merged: how == Upsert::Merged,
@@ -156,6 +186,38 @@ impl Backend for Local {
                 anyhow::bail!("no fact '{id}'; `hermes-agent memory search WORDS` shows ids");
             }
             Ok(())
+        })
+    }
+
+    fn run_task<'a>(&'a self, task: &'a str, profile: Option<&'a str>) -> Reply<'a, Task> {
+        Box::pin(async move {
+            let app = self.app_with_tools().await?;
+            let claimed = app
+                .agent
+                .create_claimed(Submit {
+                    task: task.to_string(),
+                    origin: self.origin,
+                    profile: profile.map(str::to_string),
+                    ..Default::default()
+                })
+                .await?;
+            let done = app
+                .agent
+                .run_claimed(claimed, RunOptions::default())
+                .await?;
+            // No daemon to send its notices: send them now (they stay queued if this fails).
+            if !app.store.notices_for_task(&done.id).await?.is_empty() {
+                let _ = tokio::time::timeout(DELIVER_NOW, app.notifier.deliver_due()).await;
+            }
+            Ok(done)
+        })
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(app) = self.app.get() {
+                app.mcp.stop().await;
+            }
         })
     }
 }

@@ -14,7 +14,7 @@ pub use remote::Remote;
 
 use crate::config::Config;
 use crate::scheduler::{JobRequest, JobView};
-use crate::store::{JobRun, Task, TaskRecord, TaskState};
+use crate::store::{JobRun, Origin, Task, TaskRecord, TaskState};
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -45,6 +45,15 @@ pub trait Backend: Send + Sync {
     fn remember<'a>(&'a self, text: &'a str, tags: &'a [String]) -> Reply<'a, Remembered>;
     fn recall<'a>(&'a self, query: &'a str, k: usize) -> Reply<'a, Vec<FoundFact>>;
     fn forget<'a>(&'a self, id: &'a str) -> Reply<'a, ()>;
+
+    /// Run a task to its end and return it (`hermes-agent mcp`'s `run_task`): on the daemon's
+    /// workers, or in this process with the MCP servers of the config started for it.
+    fn run_task<'a>(&'a self, task: &'a str, profile: Option<&'a str>) -> Reply<'a, Task>;
+
+    /// Stop what this backend started in this process (MCP servers); the daemon's stay.
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// What firing a job did.
@@ -78,8 +87,14 @@ pub struct FoundFact {
 
 /// The daemon if one answers, else the data dir in this process.
 pub async fn connect(config: Config) -> Box<dyn Backend> {
+    connect_as(config, Origin::Cli).await
+}
+
+/// As [`connect`], for requests made on behalf of `origin` (the origin of what the local
+/// backend creates; the API records its own, `api`).
+pub async fn connect_as(config: Config, origin: Origin) -> Box<dyn Backend> {
     match Remote::detect(&config).await {
         Some(remote) => Box::new(remote),
-        None => Box::new(Local::new(config)),
+        None => Box::new(Local::new(config).acting_for(origin)),
     }
 }

@@ -19,8 +19,8 @@ use std::time::Duration;
 /// How long a daemon may take to answer `/healthz` before the CLI works without it: a live
 /// daemon answers in milliseconds, and every command pays this wait when none is up.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(700);
-/// Bound on any one API call. The CLI never asks the API to wait on a task, so only a hung
-/// daemon comes near it.
+/// Bound on any one API call. Only `run_task` (`hermes-agent mcp`) asks the API to wait on a
+/// task, and the API bounds that wait itself; otherwise only a hung daemon comes near it.
 const CALL_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A daemon that answered `/healthz`.
@@ -28,6 +28,9 @@ pub struct Remote {
     base: String,
     token: String,
     http: reqwest::Client,
+    /// How long `run_task` waits: past the API's own bound on a waiting request
+    /// (3 × `agent.task_timeout_s` + 30 s), so the API's answer comes first.
+    task_wait: Duration,
 }
 
 impl Remote {
@@ -40,10 +43,12 @@ impl Remote {
             .ok()?;
         for base in candidates(config) {
             if answers_health(&http, &base).await {
+                let task_s = config.settings.agent.task_timeout_s;
                 return Some(Remote {
                     base,
                     token: config.settings.server.token.clone(),
                     http,
+                    task_wait: Duration::from_secs(task_s.saturating_mul(3).saturating_add(60)),
                 });
             }
         }
@@ -56,7 +61,16 @@ impl Remote {
 
     /// Call the API; a JSON error body becomes an error carrying its message.
     async fn call(&self, method: Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
-        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        let req = self.http.request(method, format!("{}{path}", self.base));
+        self.send(req, body).await
+    }
+
+    /// Send a request built by the caller (e.g. with its own timeout); see [`Remote::call`].
+    async fn send(
+        &self,
+        mut req: reqwest::RequestBuilder,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
         if !self.token.is_empty() {
             req = req.bearer_auth(&self.token);
         }
@@ -196,6 +210,24 @@ impl Backend for Remote {
         Box::pin(async move {
             let path = format!("/v1/memory/{}", seg(id));
             self.call(Method::DELETE, &path, None).await.map(drop)
+        })
+    }
+
+    fn run_task<'a>(&'a self, task: &'a str, profile: Option<&'a str>) -> Reply<'a, Task> {
+        Box::pin(async move {
+            // The API records the origin `api`: its body has no origin field.
+            let body = json!({"task": task, "profile": profile, "wait": true});
+            let req = self
+                .http
+                .post(format!("{}/v1/tasks", self.base))
+                .timeout(self.task_wait);
+            let value = self.send(req, Some(body)).await?;
+            serde_json::from_value(value).with_context(|| {
+                format!(
+                    "the daemon at {} answered a task in an unexpected shape",
+                    self.base
+                )
+            })
         })
     }
 }

@@ -1,0 +1,82 @@
+//! MCP (Model Context Protocol) in both directions, on `rmcp`, the official Rust SDK.
+//!
+//! - Client: each server of `mcp.servers` is run (stdio) or reached (streamable HTTP), kept
+//!   alive and restarted with backoff by [`McpManager`]; its tools become registry tools named
+//!   `SERVER__TOOL` ([`McpTool`]), so every call goes through the registry's guards like any
+//!   other tool. [`McpManager::status`] is what `doctor` and the dashboard show.
+//! - Server: `hermes-agent mcp` ([`serve_stdio`]) offers the daemon's tasks, jobs and memory
+//!   to MCP clients (desktop assistants, editors) over stdio, through the CLI's `Backend`.
+//!
+//! Files: `client.rs` (one connection), `manager.rs` (the servers' lives), `status.rs` (what
+//! they report), `tool.rs` (a server's tool as a registry tool), `names.rs` (tool names),
+//! `server.rs` + `catalog.rs` (`hermes-agent mcp`).
+//! Must not: bypass the registry's guards (validation, allowlist, timeouts, retries, breaker,
+//! result caps), read the environment itself (config does; the manager is handed the map), log
+//! env values or headers, or write anything but MCP to stdout.
+
+mod catalog;
+mod client;
+mod manager;
+mod names;
+mod server;
+mod status;
+mod tool;
+
+pub use client::probe;
+pub use manager::{McpManager, RUN_START_WAIT, STOP_WAIT};
+pub use names::{SEPARATOR, tool_name};
+pub(crate) use server::serve_stdio;
+pub use server::{ServeError, TOOL_NAMES};
+pub use status::{ServerState, ServerStatus};
+pub use tool::McpTool;
+
+/// Why an MCP server could not be started or used. Each names the server and says what to
+/// change; none carries an env value or a header value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum McpError {
+    #[error(
+        "MCP server '{server}' could not start: `{program}` not found on PATH; install it or \
+         change mcp.servers.{server}.command"
+    )]
+    NotFound { server: String, program: String },
+    #[error(
+        "MCP server '{server}' could not start `{program}`: {reason}; check \
+         mcp.servers.{server}.command"
+    )]
+    Spawn {
+        server: String,
+        program: String,
+        reason: String,
+    },
+    #[error(
+        "MCP server '{server}' could not start: its working directory {cwd} does not exist; \
+         create it or change mcp.servers.{server}.cwd"
+    )]
+    NoCwd { server: String, cwd: String },
+    #[error(
+        "MCP server '{server}': header '{header}' is not a valid HTTP header (name or value); \
+         fix mcp.servers.{server}.headers"
+    )]
+    Header { server: String, header: String },
+    #[error(
+        "MCP server '{server}' did not answer the MCP handshake within {seconds} s; check that \
+         mcp.servers.{server} runs an MCP server{last_words}"
+    )]
+    HandshakeTimeout {
+        server: String,
+        seconds: u64,
+        /// `; it said: …` with its last line on stderr, or empty.
+        last_words: String,
+    },
+    #[error(
+        "MCP server '{server}' failed the MCP handshake: {reason}; check that \
+         mcp.servers.{server} runs an MCP server{last_words}"
+    )]
+    Handshake {
+        server: String,
+        reason: String,
+        last_words: String,
+    },
+    #[error("MCP server '{server}' could not list its tools: {reason}")]
+    ListTools { server: String, reason: String },
+}

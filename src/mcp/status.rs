@@ -1,0 +1,120 @@
+//! What each MCP server reports: its state, its tools and, for stdio, its process — the shape
+//! `doctor` and the dashboard show.
+//!
+//! Owns: the status types and their text and JSON forms.
+//! Must not: carry env values, header values or the URL's query (they may hold secrets).
+
+use crate::config::McpTransport;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+/// Where a server is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerState {
+    /// The first connection is being made.
+    Starting,
+    /// Connected; its tools are offered.
+    Running,
+    /// The last attempt to start it failed (the reason says why and what to change); it is
+    /// tried again with backoff. Its tools are not offered.
+    Failed(String),
+    /// It was running and ended; it is being started again (with backoff). Its tools are not
+    /// offered meanwhile.
+    Restarting,
+}
+
+impl ServerState {
+    /// The state's word, without the reason: `starting`, `running`, `failed`, `restarting`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            ServerState::Starting => "starting",
+            ServerState::Running => "running",
+            ServerState::Failed(_) => "failed",
+            ServerState::Restarting => "restarting",
+        }
+    }
+
+    /// Why it failed, when it did.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            ServerState::Failed(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// `starting`, `running`, `failed(REASON)`, `restarting`.
+impl std::fmt::Display for ServerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerState::Failed(r) => write!(f, "failed({r})"),
+            other => f.write_str(other.word()),
+        }
+    }
+}
+
+/// `{"state": "failed", "reason": "…"}`; `reason` only for `failed`.
+impl Serialize for ServerState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("state", self.word())?;
+        if let Some(r) = self.reason() {
+            map.serialize_entry("reason", r)?;
+        }
+        map.end()
+    }
+}
+
+/// One server as `McpManager::status` reports it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServerStatus {
+    /// Its name under `mcp.servers`.
+    pub name: String,
+    /// `stdio` or `http`.
+    pub transport: &'static str,
+    #[serde(flatten)]
+    pub state: ServerState,
+    /// Its tools as the model sees them (`NAME__TOOL`), sorted; empty unless running.
+    pub tools: Vec<String>,
+    /// The process id of a running stdio server.
+    pub pid: Option<u32>,
+    /// How often it ended after running (each time it is started again).
+    pub restarts: u32,
+    /// When it entered this state.
+    pub since: DateTime<Utc>,
+}
+
+pub(super) fn transport_word(t: McpTransport) -> &'static str {
+    match t {
+        McpTransport::Stdio => "stdio",
+        McpTransport::Http => "http",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn states_read_as_words_and_failures_carry_their_reason() {
+        assert_eq!(ServerState::Running.to_string(), "running");
+        let failed = ServerState::Failed("`uvx` not found".into());
+        assert_eq!(failed.to_string(), "failed(`uvx` not found)");
+        let status = ServerStatus {
+            name: "time".into(),
+            transport: "stdio",
+            state: failed,
+            tools: vec![],
+            pid: None,
+            restarts: 0,
+            since: DateTime::UNIX_EPOCH,
+        };
+        let v = serde_json::to_value(&status).expect("serialisable");
+        assert_eq!(v["state"], json!("failed"));
+        assert_eq!(v["reason"], json!("`uvx` not found"));
+        let v = serde_json::to_value(ServerState::Restarting).expect("serialisable");
+        assert_eq!(v, json!({"state": "restarting"}));
+    }
+}

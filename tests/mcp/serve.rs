@@ -1,0 +1,191 @@
+//! `hermes-agent mcp` as MCP clients meet it: the official Python client (tests/mcp/client.py)
+//! through a running daemon and on the data dir, and raw JSON-RPC lines to check that stdout
+//! carries nothing else.
+
+use super::{Deps, NO_MODEL, PATIENCE, common, deps};
+use hermes_agent::app::{App, JobExecution};
+use hermes_agent::config::{Config, Sources};
+use hermes_agent::llm::scripted::ScriptedModel;
+use hermes_agent::store::TaskState;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A settings file for `hermes-agent mcp` (every profile on `model_url`, the API on port 0)
+/// and a data dir, in `dir`.
+fn mcp_site(dir: &Path, model_url: &str) -> Sources {
+    let yaml = format!(
+        "model:\n  profiles:\n    fast: {{base_url: \"{model_url}\", model: scripted, timeout_s: 30}}\n    \
+         pro: {{base_url: \"{model_url}\", model: scripted-pro, timeout_s: 30}}\n\
+         tools:\n  manifests_dir: /nonexistent-hermes-mcp-test-tools\n\
+         context:\n  summary_enabled: false\n\
+         server:\n  port: 0\n"
+    );
+    let config = dir.join("settings.yaml");
+    std::fs::write(&config, yaml).expect("write settings");
+    Sources {
+        config_flag: Some(config),
+        data_dir_flag: Some(dir.join("data")),
+    }
+}
+
+/// Run tests/mcp/client.py (the official Python client) against `hermes-agent mcp` on `site`;
+/// what it saw.
+async fn drive_with_python(d: &Deps, dir: &Path, site: &Sources) -> Value {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py");
+    let path = |p: &Option<PathBuf>| p.as_ref().expect("set").to_string_lossy().into_owned();
+    let run = tokio::process::Command::new(&d.python)
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_hermes-agent"))
+        .arg(path(&site.config_flag))
+        .arg(path(&site.data_dir_flag))
+        .arg(dir.join("xdg-config"))
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("the Python client finished within 2 minutes")
+        .expect("the venv's python runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "client.py failed:\n{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"))
+}
+
+/// What the Python client must have seen, whichever backend answered.
+fn check_session(seen: &Value, origin: &str) {
+    assert_eq!(seen["server"], "hermes-agent");
+    assert_eq!(seen["tools"], json!(hermes_agent::mcp::TOOL_NAMES));
+    for (name, schema) in seen["schemas"].as_object().expect("schemas") {
+        assert!(
+            hermes_agent::tools::schema::is_grammar_friendly(schema),
+            "{name}: {schema}"
+        );
+    }
+    assert_eq!(seen["remembered"]["merged"], false);
+    assert_eq!(seen["recalled"], json!(["The cat is called Miso"]));
+    assert_eq!(seen["run"]["state"], "succeeded", "{}", seen["run"]);
+    assert_eq!(seen["run"]["answer"], "answer to: say hello over MCP");
+    assert_eq!(seen["task_origin"], origin);
+    assert_eq!(seen["bad"]["is_error"], true);
+    let bad = seen["bad"]["text"].as_str().unwrap_or_default();
+    assert!(bad.contains("/query") && bad.contains("extra"), "{bad}");
+}
+
+#[tokio::test]
+async fn hermes_mcp_works_through_a_running_daemon() {
+    let d = deps();
+    let model = ScriptedModel::start_with(common::echo_model).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let site = mcp_site(dir.path(), &model.base_url());
+    let config = Config::load(&site).expect("the site's settings load");
+    let data = config.data_dir.clone();
+    let app = App::build(config, JobExecution::Pool)
+        .await
+        .expect("app builds");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(hermes_agent::daemon::run(app, listener, async move {
+        let _ = stopped.await;
+    }));
+    // The CLI finds a daemon on port 0 through the address file it writes first thing.
+    let deadline = Instant::now() + PATIENCE;
+    while hermes_agent::daemon::read_addr(&data)
+        .ok()
+        .flatten()
+        .is_none()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the daemon wrote no address file"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let seen = drive_with_python(&d, dir.path(), &site).await;
+    // The API takes no origin: a task started through the daemon is recorded as `api`.
+    check_session(&seen, "api");
+
+    let _ = stop.send(());
+    let ended = tokio::time::timeout(PATIENCE, daemon).await;
+    assert!(matches!(ended, Ok(Ok(Ok(())))), "{ended:?}");
+}
+
+#[tokio::test]
+async fn hermes_mcp_works_on_the_data_dir_without_a_daemon() {
+    let d = deps();
+    let model = ScriptedModel::start_with(common::echo_model).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let site = mcp_site(dir.path(), &model.base_url());
+    let seen = drive_with_python(&d, dir.path(), &site).await;
+    check_session(&seen, "mcp");
+    // Everything it did is in the data dir, for the CLI and the next daemon.
+    let config = Config::load(&site).expect("the site's settings load");
+    let store = hermes_agent::store::Store::open(&config.data_dir)
+        .await
+        .expect("store opens");
+    let id = seen["run"]["task_id"].as_str().expect("a task id");
+    let task = store.task(id).await.expect("the task is stored");
+    assert_eq!(task.state, TaskState::Succeeded);
+}
+
+#[test]
+fn hermes_mcp_writes_nothing_but_mcp_to_stdout() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let site = mcp_site(dir.path(), NO_MODEL);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-agent"))
+        .arg("--config")
+        .arg(site.config_flag.as_ref().expect("set"))
+        .arg("--data-dir")
+        .arg(site.data_dir_flag.as_ref().expect("set"))
+        .arg("mcp")
+        .env("XDG_CONFIG_HOME", dir.path().join("xdg-config"))
+        // As much logging as there is: all of it must go to stderr.
+        .env("RUST_LOG", "debug")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the binary runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut send = |v: Value| writeln!(&mut stdin, "{v}").expect("write to stdin");
+    let answer = || rx.recv_timeout(PATIENCE).expect("an answer on stdout");
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}}),
+    );
+    let mut lines = vec![answer()];
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    lines.push(answer());
+    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                "params": {"name": "remember", "arguments": {"text": "stdout stays clean"}}}));
+    lines.push(answer());
+    drop(stdin);
+    let status = child.wait().expect("it exits when stdin closes");
+    assert!(status.success(), "{status}");
+    lines.extend(rx.try_iter());
+    for (i, line) in lines.iter().enumerate() {
+        let msg: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        assert_eq!(msg["jsonrpc"], "2.0", "{line}");
+        assert_eq!(msg["id"], json!(i + 1), "{line}");
+    }
+    let listed: Value = serde_json::from_str(&lines[1]).expect("JSON");
+    assert_eq!(listed["result"]["tools"].as_array().map(Vec::len), Some(9));
+    assert!(lines[2].contains("\"isError\":false"), "{}", lines[2]);
+}
