@@ -42,6 +42,7 @@
 
 mod fire;
 mod jobs;
+mod report;
 pub mod schedule;
 mod timer;
 pub mod words;
