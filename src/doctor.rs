@@ -7,7 +7,7 @@
 
 use crate::agent::prompt;
 use crate::config::{Config, Settings};
-use crate::llm::Gateway;
+use crate::llm::{Gateway, ToolProbe};
 use crate::mcp::{ServerState, ServerStatus};
 use crate::memory::LongTerm;
 use crate::notify::Notifier;
@@ -56,12 +56,30 @@ pub async fn models(s: &Settings) -> Vec<Check> {
     let mut checks = Vec::new();
     for name in s.model.profiles.keys() {
         let what = format!("model profile {name}");
-        checks.push(match gateway.probe(name).await {
-            Ok(detail) => Check::new(Verdict::Ok, what, detail),
-            Err(e) => Check::new(Verdict::Fail, what, e),
-        });
+        match gateway.probe(name).await {
+            Ok(detail) => {
+                checks.push(Check::new(Verdict::Ok, what, detail));
+                checks.push(tool_calling(&gateway, name).await);
+            }
+            Err(e) => checks.push(Check::new(Verdict::Fail, what, e)),
+        }
     }
     checks
+}
+
+/// Whether the profile's model calls an offered tool, and which `tool_mode` it needs.
+async fn tool_calling(gateway: &Gateway, name: &str) -> Check {
+    let what = format!("model profile {name} tools");
+    match gateway.probe_tools(name).await {
+        Ok(probe) => {
+            let verdict = match probe {
+                ToolProbe::Native => Verdict::Ok,
+                _ => Verdict::Warn,
+            };
+            Check::new(verdict, what, probe.advice(name))
+        }
+        Err(e) => Check::new(Verdict::Fail, what, e.to_string()),
+    }
 }
 
 /// The data dir opened, with its schema version.
