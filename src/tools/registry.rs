@@ -160,10 +160,15 @@ impl Entry {
                 tool: name.clone(),
                 message: violation(&e),
             })?;
+        // A runtime source's (an MCP server's) descriptions are someone else's text: inert.
+        // Built-ins and manifests are ours and the person's, and may name our delimiters.
+        let description = match source {
+            Some(_) => crate::util::inert::neutralise(&info.description).into_owned(),
+            None => info.description.clone(),
+        };
         let spec = ToolSpec {
             name,
-            // Descriptions of MCP servers' tools are written by someone else: inert too.
-            description: crate::util::inert::neutralise(&info.description).into_owned(),
+            description,
             parameters: schema::for_model(parameters),
         };
         Ok(Entry {

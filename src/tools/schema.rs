@@ -6,6 +6,9 @@
 //! *sent* carries none of them; the registry still validates every call against the full
 //! schema, so the bounds hold all the same.
 //!
+//! `"additionalProperties": false` is left out too: validation enforces it, and on every call it
+//! costs tokens that say nothing to a model.
+//!
 //! Owns: stripping those keywords (only where they are keywords: a property that happens to be
 //! called `format` stays).
 //! Must not: change what validation enforces.
@@ -40,17 +43,36 @@ const SCHEMA_MAPS: [&str; 4] = ["properties", "patternProperties", "$defs", "def
 /// The schema as sent to the model: the same shape without the keywords a grammar compiler
 /// chokes on.
 pub fn for_model(schema: &Value) -> Value {
+    walk(schema, Strip::ForModel)
+}
+
+/// What [`walk`] leaves out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Strip {
+    /// The grammar-unfriendly keywords only.
+    Grammar,
+    /// Those, and `"additionalProperties": false`.
+    ForModel,
+}
+
+fn walk(schema: &Value, how: Strip) -> Value {
     match schema {
-        Value::Object(map) => Value::Object(strip(map)),
+        Value::Object(map) => Value::Object(strip(map, how)),
         other => other.clone(),
     }
 }
 
-fn strip(schema: &Map<String, Value>) -> Map<String, Value> {
+fn strip(schema: &Map<String, Value>, how: Strip) -> Map<String, Value> {
+    let for_model = |v: &Value| walk(v, how);
     let mut out = Map::with_capacity(schema.len());
     for (key, value) in schema {
         let k = key.as_str();
         if GRAMMAR_UNFRIENDLY.contains(&k) {
+            continue;
+        }
+        // "No other keys" is enforced by validation and costs tokens on every call; a model
+        // that adds a key gets a precise error instead.
+        if how == Strip::ForModel && k == "additionalProperties" && *value == Value::Bool(false) {
             continue;
         }
         let value = if ONE_SCHEMA.contains(&k) || k == "else" {
@@ -78,9 +100,9 @@ fn strip(schema: &Map<String, Value>) -> Map<String, Value> {
     out
 }
 
-/// Whether any keyword of `GRAMMAR_UNFRIENDLY` is left anywhere a keyword can be.
+/// Whether no keyword of `GRAMMAR_UNFRIENDLY` is left anywhere a keyword can be.
 pub fn is_grammar_friendly(schema: &Value) -> bool {
-    for_model(schema) == *schema
+    walk(schema, Strip::Grammar) == *schema
 }
 
 #[cfg(test)]
@@ -113,8 +135,7 @@ mod tests {
                     "tags": {"type": "array", "items": {"type": "string"}},
                     "pick": {"anyOf": [{"type": "string"}, {"type": "null"}]}
                 },
-                "required": ["text"],
-                "additionalProperties": false
+                "required": ["text"]
             })
         );
         assert!(is_grammar_friendly(&sent));

@@ -61,8 +61,8 @@ impl Remember {
     pub fn new(memory: LongTerm) -> Remember {
         let info = ToolInfo::new(
             "remember",
-            "Keep a lasting fact the user stated (preference, contact, standing instruction) for \
-             future tasks. Not for this task's intermediate results, secrets, or guesses.",
+            "Keep a lasting fact the user stated (preference, contact, standing instruction) for later \
+             tasks. Not for intermediate results, secrets or guesses.",
             json!({
                 "type": "object",
                 "properties": {
@@ -70,13 +70,13 @@ impl Remember {
                         "type": "string",
                         "minLength": 1,
                         "maxLength": MAX_FACT_CHARS,
-                        "description": "The fact as one self-contained sentence, e.g. \"The user prefers oolong tea\"."
+                        "description": "One self-contained sentence."
                     },
                     "tags": {
                         "type": "array",
                         "items": {"type": "string", "minLength": 1, "maxLength": MAX_TAG_CHARS},
                         "maxItems": MAX_TAGS,
-                        "description": "Optional short labels such as \"preference\", \"contact\", \"project-x\"."
+                        "description": "Short labels."
                     }
                 },
                 "required": ["text"],
@@ -120,22 +120,21 @@ impl Recall {
     pub fn new(memory: LongTerm) -> Recall {
         let info = ToolInfo::new(
             "recall",
-            "Search long-term memory for facts about the user not already given in <memory>. \
-             Returns facts with ids, best first. Not for web or current information.",
+            "Search long-term memory for facts about the user beyond those in <memory>; best first, \
+             with ids. Not for web or current information.",
             json!({
                 "type": "object",
                 "properties": {
                     "query": {
                         "type": "string",
                         "minLength": 1,
-                        "description": "Words to look for, any language."
+                        "description": "Words to look for."
                     },
                     "k": {
                         "type": "integer",
                         "minimum": 1,
                         "maximum": MAX_K,
-                        "default": DEFAULT_K,
-                        "description": "How many facts to return at most."
+                        "description": "Default 5."
                     }
                 },
                 "required": ["query"],
@@ -190,15 +189,11 @@ impl Forget {
     pub fn new(memory: LongTerm) -> Forget {
         let info = ToolInfo::new(
             "forget",
-            "Delete a fact by the id recall returned, when the user asks or it is outdated. Never guess an id.",
+            "Delete a fact by the id recall gave, when asked or outdated. Never guess an id.",
             json!({
                 "type": "object",
                 "properties": {
-                    "id": {
-                        "type": "string",
-                        "minLength": 1,
-                        "description": "The fact's id, as returned by recall or remember."
-                    }
+                    "id": {"type": "string", "minLength": 1}
                 },
                 "required": ["id"],
                 "additionalProperties": false

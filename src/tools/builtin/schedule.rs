@@ -15,7 +15,7 @@ pub fn tools(scheduler: Scheduler) -> Vec<Arc<dyn Tool>> {
         tool_fn(
             ToolInfo::new(
                 "list_schedules",
-                "List the scheduled jobs with their ids, schedules, next run and last run. Use before cancel_schedule.",
+                "List scheduled jobs: ids, schedules, next and last run.",
                 json!({"type": "object", "properties": {}, "additionalProperties": false}),
             ),
             move |_: NoArgs, _| {
@@ -32,10 +32,10 @@ pub fn tools(scheduler: Scheduler) -> Vec<Arc<dyn Tool>> {
         tool_fn(
             ToolInfo::new(
                 "cancel_schedule",
-                "Cancel a scheduled job by id (from list_schedules); it never runs again.",
+                "Cancel a scheduled job for good, by its id from list_schedules.",
                 json!({
                     "type": "object",
-                    "properties": {"id": {"type": "string", "description": "The job id from list_schedules."}},
+                    "properties": {"id": {"type": "string"}},
                     "required": ["id"],
                     "additionalProperties": false
                 }),
@@ -79,15 +79,14 @@ impl ScheduleTask {
     pub fn new(scheduler: Scheduler) -> ScheduleTask {
         let channels = scheduler.channels();
         let channel_note = if channels.is_empty() {
-            "no delivery channels are configured".to_string()
+            "none configured".to_string()
         } else {
             format!("channels: {}", channels.join(", "))
         };
         let description = format!(
-            "Schedule a task to run later as a fresh task with no memory of this conversation, so write the task in full. \
-             schedule: 5-field cron in the job's zone ('0 8 * * *' = 08:00 daily), 'every 30m|2h|1d', 'in 45m', or a time '2026-05-01T09:00'. \
-             The run's answer goes to the notify channels ({channel_note}); an answer of exactly [SILENT] sends nothing. \
-             Default zone {}.",
+            "Run a task later as a fresh task that knows nothing of this one: write it in full. \
+             schedule: cron '0 8 * * *' (08:00 daily), 'every 30m|2h|1d', 'in 45m' or '2026-05-01T09:00', in timezone (default {}). \
+             Answers go to notify channels ({channel_note}); an answer of exactly [SILENT] sends nothing.",
             scheduler.settings().timezone
         );
         let mut notify_items = json!({"type": "string"});
@@ -97,12 +96,12 @@ impl ScheduleTask {
         let parameters = json!({
             "type": "object",
             "properties": {
-                "task": {"type": "string", "description": "What to do at each run, self-contained."},
-                "schedule": {"type": "string", "description": "'0 8 * * *', 'every 2h', 'in 30m' or '2026-05-01T09:00'."},
-                "name": {"type": "string", "description": "Short name; used in notice titles."},
-                "timezone": {"type": "string", "description": "IANA zone, e.g. Europe/Berlin."},
-                "notify": {"type": "array", "items": notify_items, "description": "Channels that receive each run's answer."},
-                "profile": {"type": "string", "description": "Model profile for the runs."}
+                "task": {"type": "string"},
+                "schedule": {"type": "string"},
+                "name": {"type": "string", "description": "Short title."},
+                "timezone": {"type": "string", "description": "IANA zone."},
+                "notify": {"type": "array", "items": notify_items},
+                "profile": {"type": "string", "description": "Model profile."}
             },
             "required": ["task", "schedule"],
             "additionalProperties": false

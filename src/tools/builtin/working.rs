@@ -39,15 +39,13 @@ impl ReadWorkingMemory {
     pub fn new(store: Store) -> ReadWorkingMemory {
         let info = ToolInfo::new(
             READ_WORKING_MEMORY,
-            "Read a page of a large earlier result that was truncated and stored in working memory. \
-             Use only with a key from a truncation note, continuing at the offset it gives; not for \
-             facts you remembered (use recall for those).",
+            "Read on in a truncated result: the key and offset are in its truncation note.",
             json!({
                 "type": "object",
                 "properties": {
-                    "key": {"type": "string", "description": "The wm_… key from a truncation note."},
-                    "offset": {"type": "integer", "minimum": 0, "description": "Character to start at (default 0)."},
-                    "length": {"type": "integer", "minimum": 1, "maximum": MAX_LENGTH, "description": "Characters to read (default 2000)."}
+                    "key": {"type": "string"},
+                    "offset": {"type": "integer", "minimum": 0},
+                    "length": {"type": "integer", "minimum": 1, "maximum": MAX_LENGTH}
                 },
                 "required": ["key"],
                 "additionalProperties": false
