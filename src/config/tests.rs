@@ -17,6 +17,18 @@ fn parse_err(text: &str) -> (Option<u64>, Option<String>, String) {
     }
 }
 
+/// Asserts that `text` is refused at `line`, naming `key`, with a message that contains `says`.
+#[track_caller]
+fn refused(text: &str, line: u64, key: &str, says: &str) {
+    let (l, k, message) = parse_err(text);
+    assert_eq!(
+        (l, k.as_deref()),
+        (Some(line), Some(key)),
+        "{text}: {message}"
+    );
+    assert!(message.contains(says), "{text}: {message}");
+}
+
 #[test]
 fn empty_file_means_defaults() {
     let s = parse("# only a comment\n", Path::new("s.yaml"), &env(&[])).unwrap();
@@ -58,70 +70,85 @@ fn env_vars_expand_and_a_missing_one_is_named_with_its_line() {
 
     let (line, _key, message) = parse_err(text);
     assert_eq!(line, Some(4));
-    assert!(message.contains("MY_KEY"), "{message}");
-    assert!(message.contains("not set"), "{message}");
-}
-
-#[test]
-fn unknown_keys_are_errors_with_line_and_key() {
-    let (line, key, message) = parse_err("agent:\n  max_steps: 3\n  max_stepz: 4\n");
-    assert_eq!(line, Some(3));
-    assert_eq!(key.as_deref(), Some("agent.max_stepz"));
-    assert!(message.contains("unknown field"), "{message}");
-
-    let (line, _, message) = parse_err("agnet:\n  max_steps: 3\n");
-    assert_eq!(line, Some(1));
-    assert!(message.contains("agnet"), "{message}");
-}
-
-#[test]
-fn wrong_types_are_errors_with_line_and_key() {
-    let (line, key, message) = parse_err("server:\n  host: 127.0.0.1\n  port: eighty\n");
-    assert_eq!(line, Some(3));
-    assert_eq!(key.as_deref(), Some("server.port"));
-    assert!(message.contains("whole number"), "{message}");
-
-    // A negative timeout cannot be a duration.
-    let (line, key, _) = parse_err("tools:\n  timeout_s: -5\n");
-    assert_eq!(line, Some(2));
-    assert_eq!(key.as_deref(), Some("tools.timeout_s"));
-
-    // `yes` is not a boolean here.
-    let (line, key, _) = parse_err("context:\n  summary_enabled: yes\n");
-    assert_eq!(line, Some(2));
-    assert_eq!(key.as_deref(), Some("context.summary_enabled"));
-}
-
-#[test]
-fn bad_values_are_errors_with_line_and_key() {
-    let (line, key, message) = parse_err("# c\nagent:\n  workers: 0\n");
-    assert_eq!(line, Some(3));
-    assert_eq!(key.as_deref(), Some("agent.workers"));
-    assert!(message.contains("greater than 0"), "{message}");
-    // Port 0 is not a mistake: the daemon binds a free port and says which.
-    assert!(parse("server:\n  port: 0\n", Path::new("x.yaml"), &env(&[])).is_ok());
-
-    let (line, key, message) = parse_err("model:\n  default_profile: turbo\n");
-    assert_eq!(line, Some(2));
-    assert_eq!(key.as_deref(), Some("model.default_profile"));
     assert!(
-        message.contains("turbo") && message.contains("fast"),
+        message.contains("${MY_KEY}") && message.contains("not set"),
         "{message}"
     );
+}
 
-    let (line, key, _) = parse_err("scheduler:\n  timezone: Mars/Olympus\n");
-    assert_eq!(line, Some(2));
-    assert_eq!(key.as_deref(), Some("scheduler.timezone"));
-
-    let (line, key, _) =
-        parse_err("model:\n  profiles:\n    fast:\n      base_url: localhost:11434\n");
-    assert_eq!(line, Some(4));
-    assert_eq!(key.as_deref(), Some("model.profiles.fast.base_url"));
-
-    let (line, key, _) =
-        parse_err("notify:\n  email:\n    smtp_host: mail\n    from: me@example.org\n    to: []\n");
-    assert_eq!(line, Some(5));
-    assert_eq!(key.as_deref(), Some("notify.email.to"));
+#[test]
+fn bad_settings_are_errors_with_line_and_key() {
+    refused(
+        "agent:\n  max_steps: 3\n  max_stepz: 4\n",
+        3,
+        "agent.max_stepz",
+        "unknown field",
+    );
+    refused("agnet:\n  max_steps: 3\n", 1, "agnet", "agnet");
+    refused(
+        "server:\n  port: eighty\n",
+        2,
+        "server.port",
+        "whole number",
+    );
+    // A negative timeout cannot be a duration; `yes` is not a boolean here.
+    refused("tools:\n  timeout_s: -5\n", 2, "tools.timeout_s", "");
+    refused(
+        "context:\n  summary_enabled: yes\n",
+        2,
+        "context.summary_enabled",
+        "",
+    );
+    refused(
+        "# c\nagent:\n  workers: 0\n",
+        3,
+        "agent.workers",
+        "greater than 0",
+    );
+    refused(
+        "model:\n  default_profile: turbo\n",
+        2,
+        "model.default_profile",
+        "turbo",
+    );
+    refused(
+        "model:\n  default_profile: turbo\n",
+        2,
+        "model.default_profile",
+        "fast",
+    );
+    refused(
+        "scheduler:\n  timezone: Mars/Olympus\n",
+        2,
+        "scheduler.timezone",
+        "",
+    );
+    refused(
+        "model:\n  profiles:\n    fast:\n      base_url: localhost:11434\n",
+        4,
+        "model.profiles.fast.base_url",
+        "",
+    );
+    refused(
+        "notify:\n  email:\n    smtp_host: mail\n    from: me@example.org\n    to: []\n",
+        5,
+        "notify.email.to",
+        "",
+    );
+    refused(
+        "# c\nserver:\n  token: \"${NOT_SET_TOKEN}\"\n",
+        3,
+        "server.token",
+        "NOT_SET_TOKEN",
+    );
+    refused(
+        "scheduler:\n  catch_up_grace_s: 99999999999\n",
+        2,
+        "scheduler.catch_up_grace_s",
+        "more than a year",
+    );
+    // Port 0 is not a mistake: the daemon binds a free port and says which.
+    assert!(parse("server:\n  port: 0\n", Path::new("x.yaml"), &env(&[])).is_ok());
 }
 
 #[test]
@@ -166,19 +193,6 @@ fn env_vars_expand_in_quoted_strings_too() {
     assert_eq!(s.server.token, "t0k");
     assert_eq!(s.notify.webhooks["ops"].url, "https://h.example/x");
     assert_eq!(s.notify.webhooks["ops"].secret, "s3");
-
-    let (line, key, message) = parse_err("# c\nserver:\n  token: \"${NOT_SET_TOKEN}\"\n");
-    assert_eq!(line, Some(3));
-    assert_eq!(key.as_deref(), Some("server.token"));
-    assert!(message.contains("NOT_SET_TOKEN"), "{message}");
-}
-
-#[test]
-fn durations_beyond_a_year_are_refused() {
-    let (line, key, message) = parse_err("scheduler:\n  catch_up_grace_s: 99999999999\n");
-    assert_eq!(line, Some(2));
-    assert_eq!(key.as_deref(), Some("scheduler.catch_up_grace_s"));
-    assert!(message.contains("more than a year"), "{message}");
 }
 
 #[test]

@@ -136,12 +136,6 @@ impl From<axum::extract::rejection::JsonRejection> for ApiError {
     }
 }
 
-impl From<axum::extract::rejection::QueryRejection> for ApiError {
-    fn from(r: axum::extract::rejection::QueryRejection) -> ApiError {
-        ApiError::bad_request(r.body_text())
-    }
-}
-
 impl From<crate::scheduler::SchedulerError> for ApiError {
     fn from(e: crate::scheduler::SchedulerError) -> ApiError {
         use crate::scheduler::SchedulerError;

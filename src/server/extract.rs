@@ -3,6 +3,7 @@
 use super::ApiError;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
 
 /// The `{id}` of a route. A path that does not decode (`/v1/tasks/%FF`) is a JSON 400, not
 /// axum's plain-text rejection.
@@ -22,4 +23,33 @@ impl<S: Send + Sync> FromRequestParts<S> for Id {
                 ))
             })
     }
+}
+
+/// A route's query string read into `T`. An unknown or malformed parameter is a JSON 400
+/// naming it, not axum's plain-text rejection.
+pub struct Query<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Query<T>, ApiError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(q)| Query(q))
+            .map_err(|r| ApiError::bad_request(r.body_text()))
+    }
+}
+
+/// A numeric parameter such as `limit`: `default` when absent, else it must lie in `1..=max`.
+pub fn bounded<N>(name: &str, value: Option<N>, default: N, max: N) -> Result<N, ApiError>
+where
+    N: PartialOrd + From<u8> + std::fmt::Display + Copy,
+{
+    let v = value.unwrap_or(default);
+    if v < N::from(1) || v > max {
+        return Err(ApiError::bad_request(format!(
+            "`{name}` must be between 1 and {max}"
+        )));
+    }
+    Ok(v)
 }

@@ -1,14 +1,14 @@
 //! The handlers: each validates its input, calls one part, and shapes the answer.
 
-use super::extract::Id;
+use super::extract::{Id, Query, bounded};
 use super::{ApiError, ApiState};
 use crate::agent::Submit;
 use crate::memory::LongTerm;
 use crate::scheduler::JobRequest;
 use crate::store::{Origin, TaskFilter, TaskState};
 use axum::Json;
-use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{Query, State};
+use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -154,19 +154,12 @@ pub struct ListTasks {
     job_id: Option<String>,
 }
 
-pub async fn list_tasks(
-    State(s): State<ApiState>,
-    q: Result<Query<ListTasks>, QueryRejection>,
-) -> ApiResult {
-    let Query(q) = q?;
+pub async fn list_tasks(State(s): State<ApiState>, Query(q): Query<ListTasks>) -> ApiResult {
     let state = match q.state.as_deref() {
         None | Some("") => None,
         Some(v) => Some(v.parse::<TaskState>().map_err(ApiError::bad_request)?),
     };
-    let limit = q.limit.unwrap_or(50);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::bad_request("`limit` must be between 1 and 1000"));
-    }
+    let limit = bounded("limit", q.limit, 50, 1000)?;
     let tasks = s
         .agent
         .store()
@@ -229,16 +222,8 @@ pub struct Limit {
     limit: Option<i64>,
 }
 
-pub async fn job_runs(
-    State(s): State<ApiState>,
-    Id(id): Id,
-    q: Result<Query<Limit>, QueryRejection>,
-) -> ApiResult {
-    let Query(q) = q?;
-    let limit = q.limit.unwrap_or(50);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::bad_request("`limit` must be between 1 and 1000"));
-    }
+pub async fn job_runs(State(s): State<ApiState>, Id(id): Id, Query(q): Query<Limit>) -> ApiResult {
+    let limit = bounded("limit", q.limit, 50, 1000)?;
     let runs = s.scheduler.runs(&id, limit).await?;
     Ok(Json(json!({ "runs": runs })).into_response())
 }
@@ -259,15 +244,8 @@ pub struct Search {
     k: Option<usize>,
 }
 
-pub async fn search_memory(
-    State(s): State<ApiState>,
-    q: Result<Query<Search>, QueryRejection>,
-) -> ApiResult {
-    let Query(q) = q?;
-    let k = q.k.unwrap_or(5);
-    if !(1..=100).contains(&k) {
-        return Err(ApiError::bad_request("`k` must be between 1 and 100"));
-    }
+pub async fn search_memory(State(s): State<ApiState>, Query(q): Query<Search>) -> ApiResult {
+    let k = bounded("k", q.k, 5, 100)?;
     let found = memory(&s)?
         .recall(&q.q, k)
         .await

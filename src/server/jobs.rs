@@ -1,11 +1,10 @@
 //! Job endpoints beyond create/list/delete/run: the schedule preview
 //! (`GET /v1/schedule?expr=&timezone=`) and pause/resume.
 
-use super::extract::Id;
+use super::extract::{Id, Query};
 use super::{ApiError, ApiState};
 use axum::Json;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
@@ -21,9 +20,8 @@ pub struct PreviewQuery {
 /// what was asked.
 pub async fn preview_schedule(
     State(s): State<ApiState>,
-    q: Result<Query<PreviewQuery>, QueryRejection>,
+    Query(q): Query<PreviewQuery>,
 ) -> Result<Response, ApiError> {
-    let Query(q) = q?;
     Ok(Json(s.scheduler.preview(&q.expr, q.timezone.as_deref())).into_response())
 }
 

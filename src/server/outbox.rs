@@ -1,12 +1,11 @@
 //! The outbox over HTTP: `GET /v1/deliveries?state=&limit=` (newest first) and
 //! `POST /v1/deliveries/{id}/retry` (a pending or failed notice due now; the sender is woken).
 
-use super::extract::Id;
+use super::extract::{Id, Query, bounded};
 use super::{ApiError, ApiState};
 use crate::store::{NoticeFilter, NoticeState};
 use axum::Json;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
@@ -33,14 +32,10 @@ pub fn parse_state(v: Option<&str>) -> Result<Option<NoticeState>, ApiError> {
 
 pub async fn list_deliveries(
     State(s): State<ApiState>,
-    q: Result<Query<ListDeliveries>, QueryRejection>,
+    Query(q): Query<ListDeliveries>,
 ) -> Result<Response, ApiError> {
-    let Query(q) = q?;
     let state = parse_state(q.state.as_deref())?;
-    let limit = q.limit.unwrap_or(50);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::bad_request("`limit` must be between 1 and 1000"));
-    }
+    let limit = bounded("limit", q.limit, 50, 1000)?;
     let notices = s
         .agent
         .store()

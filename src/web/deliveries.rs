@@ -3,7 +3,7 @@
 //!
 //! Must not: send anything itself; a retry goes through the `Notifier`, which wakes its sender.
 
-use super::guard::{CsrfForm, HasCsrf, encode, see_other};
+use super::guard::{CsrfForm, encode, see_other};
 use super::layout::{Ctx, PageResult, badge, flash, render, short, when, when_opt};
 use super::tasks::notice_word;
 use crate::server::extract::Id;
@@ -113,15 +113,7 @@ fn row(ctx: &Ctx<'_>, n: &Notice, back: &str) -> Markup {
 #[derive(Deserialize)]
 pub struct RetryForm {
     #[serde(default)]
-    csrf: String,
-    #[serde(default)]
     back: String,
-}
-
-impl HasCsrf for RetryForm {
-    fn csrf(&self) -> &str {
-        &self.csrf
-    }
 }
 
 pub async fn retry(

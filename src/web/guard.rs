@@ -8,12 +8,14 @@
 use super::layout::error_page;
 use crate::server::ApiState;
 use crate::server::session::{self, Session};
-use axum::extract::{Form, FromRequest, Request, State};
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request, State};
 use axum::http::header::{LOCATION, SET_COOKIE};
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use maud::html;
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 pub async fn require_session(State(s): State<ApiState>, mut req: Request, next: Next) -> Response {
@@ -89,33 +91,47 @@ pub fn local_path(next: &str) -> &str {
 }
 
 /// A form that changes something: refused unless its `csrf` field is its session's token.
-pub trait HasCsrf {
-    fn csrf(&self) -> &str;
-}
+/// `T` is the rest of the form (unknown fields, `csrf` among them, are ignored); a form that
+/// carries nothing but the token is a `CsrfForm` of [`NoFields`].
+pub struct CsrfForm<T = NoFields>(pub T);
 
-pub struct CsrfForm<T>(pub T);
+/// The fields of a form that only carries its CSRF token.
+#[derive(Deserialize)]
+pub struct NoFields {}
 
 impl<T> FromRequest<ApiState> for CsrfForm<T>
 where
-    T: DeserializeOwned + HasCsrf + Send,
+    T: DeserializeOwned + Send,
 {
     type Rejection = Response;
 
     async fn from_request(req: Request, state: &ApiState) -> Result<Self, Response> {
         let session = req.extensions().get::<Session>().cloned();
-        let Form(form) = Form::<T>::from_request(req, state).await.map_err(|e| {
+        let unreadable = |detail: String| {
             error_page(
                 StatusCode::BAD_REQUEST,
-                &format!("The form could not be read: {}", e.body_text()),
+                &format!("The form could not be read: {detail}"),
             )
-        })?;
+        };
+        let body = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| unreadable(e.body_text()))?;
+        let csrf = url::form_urlencoded::parse(&body)
+            .find(|(k, _)| k == "csrf")
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_default();
         match session {
-            Some(s) if session::csrf_matches(&s, form.csrf()) => Ok(CsrfForm(form)),
-            _ => Err(error_page(
-                StatusCode::FORBIDDEN,
-                "This form has expired or did not come from the dashboard (its CSRF token does not match). Reload the page and try again.",
-            )),
+            Some(s) if session::csrf_matches(&s, &csrf) => {}
+            _ => {
+                return Err(error_page(
+                    StatusCode::FORBIDDEN,
+                    "This form has expired or did not come from the dashboard (its CSRF token does not match). Reload the page and try again.",
+                ));
+            }
         }
+        serde_urlencoded::from_bytes(&body)
+            .map(CsrfForm)
+            .map_err(|e| unreadable(e.to_string()))
     }
 }
 

@@ -6,7 +6,7 @@
 //! Must not: check or fire a job itself — everything goes through the `Scheduler`, as the
 //! API does; jobs made here have origin `web`.
 
-use super::guard::{CsrfForm, HasCsrf, encode, see_other};
+use super::guard::{CsrfForm, encode, see_other};
 use super::layout::{
     Ctx, PageError, PageResult, badge, firing, flash, long_text, render, when, word,
 };
@@ -131,7 +131,6 @@ fn create_form(ctx: &Ctx<'_>, f: &JobForm, error: Option<&str>) -> Markup {
 /// form decoder reads as a list only from pairs, so the fields are taken from the pairs.
 #[derive(Default)]
 pub struct JobForm {
-    csrf: String,
     name: String,
     task: String,
     schedule: String,
@@ -146,7 +145,6 @@ impl<'de> Deserialize<'de> for JobForm {
         let mut f = JobForm::default();
         for (k, v) in pairs {
             match k.as_str() {
-                "csrf" => f.csrf = v,
                 "name" => f.name = v,
                 "task" => f.task = v,
                 "schedule" => f.schedule = v,
@@ -157,12 +155,6 @@ impl<'de> Deserialize<'de> for JobForm {
             }
         }
         Ok(f)
-    }
-}
-
-impl HasCsrf for JobForm {
-    fn csrf(&self) -> &str {
-        &self.csrf
     }
 }
 
@@ -300,22 +292,10 @@ fn runs_table(runs: &[crate::store::JobRun], notices: &[Notice], tz: chrono_tz::
     }
 }
 
-#[derive(Deserialize)]
-pub struct ActionForm {
-    #[serde(default)]
-    csrf: String,
-}
-
-impl HasCsrf for ActionForm {
-    fn csrf(&self) -> &str {
-        &self.csrf
-    }
-}
-
 pub async fn act(
     State(s): State<ApiState>,
     Path((id, action)): Path<(String, String)>,
-    CsrfForm(_): CsrfForm<ActionForm>,
+    CsrfForm(_): CsrfForm,
 ) -> PageResult {
     let back = |done: &str| see_other(&format!("/jobs/{id}?done={}", encode(done)));
     Ok(match action.as_str() {

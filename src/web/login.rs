@@ -3,7 +3,7 @@
 //!
 //! Must not: render or log the token, or send the browser anywhere but a path of this site.
 
-use super::guard::{CsrfForm, HasCsrf, local_path, see_other};
+use super::guard::{CsrfForm, local_path, see_other};
 use super::layout::shell;
 use crate::server::session::{self, COOKIE_NAME};
 use crate::server::{ApiState, Session, token_matches};
@@ -76,23 +76,11 @@ pub async fn submit(State(s): State<ApiState>, Form(f): Form<LoginForm>) -> Resp
     resp
 }
 
-#[derive(Deserialize)]
-pub struct LogoutForm {
-    #[serde(default)]
-    csrf: String,
-}
-
-impl HasCsrf for LogoutForm {
-    fn csrf(&self) -> &str {
-        &self.csrf
-    }
-}
-
 pub async fn logout(
     State(s): State<ApiState>,
     _session: Extension<Session>,
     headers: HeaderMap,
-    CsrfForm(_): CsrfForm<LogoutForm>,
+    CsrfForm(_): CsrfForm,
 ) -> Response {
     if let Some(id) = session::cookie(&headers, COOKIE_NAME) {
         s.sessions.remove(id);

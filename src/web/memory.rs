@@ -3,7 +3,7 @@
 //!
 //! Must not: touch the facts table or the index directly.
 
-use super::guard::{CsrfForm, HasCsrf, encode, see_other};
+use super::guard::{CsrfForm, encode, see_other};
 use super::layout::{Ctx, PageError, PageResult, flash, render, when};
 use crate::memory::LongTerm;
 use crate::server::extract::Id;
@@ -104,17 +104,9 @@ pub async fn page(
 
 #[derive(Deserialize)]
 pub struct AddForm {
-    #[serde(default)]
-    csrf: String,
     text: String,
     #[serde(default)]
     tags: String,
-}
-
-impl HasCsrf for AddForm {
-    fn csrf(&self) -> &str {
-        &self.csrf
-    }
 }
 
 pub async fn add(State(s): State<ApiState>, CsrfForm(f): CsrfForm<AddForm>) -> PageResult {
@@ -137,15 +129,7 @@ pub async fn add(State(s): State<ApiState>, CsrfForm(f): CsrfForm<AddForm>) -> P
 #[derive(Deserialize)]
 pub struct ForgetForm {
     #[serde(default)]
-    csrf: String,
-    #[serde(default)]
     q: String,
-}
-
-impl HasCsrf for ForgetForm {
-    fn csrf(&self) -> &str {
-        &self.csrf
-    }
 }
 
 pub async fn forget(

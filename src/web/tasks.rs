@@ -5,7 +5,7 @@
 //! Must not: run a task itself — starting and cancelling go through the `Agent`, exactly as
 //! `POST /v1/tasks` and `/v1/tasks/{id}/cancel` do; tasks started here have origin `web`.
 
-use super::guard::{CsrfForm, HasCsrf, see_other};
+use super::guard::{CsrfForm, see_other};
 use super::layout::{
     Ctx, PageError, PageResult, badge, long_text, markdown, render, when, when_opt,
 };
@@ -128,17 +128,9 @@ fn start_form(ctx: &Ctx<'_>, text: &str, error: Option<&str>) -> Markup {
 
 #[derive(Deserialize)]
 pub struct StartForm {
-    #[serde(default)]
-    csrf: String,
     task: String,
     #[serde(default)]
     profile: String,
-}
-
-impl HasCsrf for StartForm {
-    fn csrf(&self) -> &str {
-        &self.csrf
-    }
 }
 
 pub async fn start(
@@ -259,23 +251,7 @@ pub fn notice_word(s: NoticeState) -> &'static str {
     }
 }
 
-#[derive(Deserialize)]
-pub struct CancelForm {
-    #[serde(default)]
-    csrf: String,
-}
-
-impl HasCsrf for CancelForm {
-    fn csrf(&self) -> &str {
-        &self.csrf
-    }
-}
-
-pub async fn cancel(
-    State(s): State<ApiState>,
-    Id(id): Id,
-    CsrfForm(_): CsrfForm<CancelForm>,
-) -> PageResult {
+pub async fn cancel(State(s): State<ApiState>, Id(id): Id, CsrfForm(_): CsrfForm) -> PageResult {
     match s.agent.cancel(&id).await {
         Ok(t) => Ok(see_other(&format!("/tasks/{}", t.id))),
         // Finished meanwhile: its page shows how.

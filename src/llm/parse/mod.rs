@@ -432,21 +432,14 @@ pub fn repair_json(text: &str) -> Option<String> {
                     in_string = false;
                     out.push(c);
                 }
-                '\n' => {
-                    changed = true;
-                    out.push_str("\\n");
-                }
-                '\r' => {
-                    changed = true;
-                    out.push_str("\\r");
-                }
-                '\t' => {
-                    changed = true;
-                    out.push_str("\\t");
-                }
                 c if (c as u32) < 0x20 => {
                     changed = true;
-                    out.push_str(&format!("\\u{:04x}", c as u32));
+                    match c {
+                        '\n' => out.push_str("\\n"),
+                        '\r' => out.push_str("\\r"),
+                        '\t' => out.push_str("\\t"),
+                        c => out.push_str(&format!("\\u{:04x}", c as u32)),
+                    }
                 }
                 c => out.push(c),
             }

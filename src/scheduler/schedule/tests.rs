@@ -8,17 +8,20 @@ fn tz(name: &str) -> Tz {
     parse_timezone(name).unwrap()
 }
 
-/// Fire times in `[from, to)` for `text` in zone `zone`, walking next_after.
-fn firings(text: &str, zone: &str, from: &str, to: &str) -> Vec<DateTime<Utc>> {
-    let z = tz(zone);
-    let s = Schedule::parse(text, z, utc(from)).unwrap();
+/// Fire times in the window `"from..to"` (UTC: a date, `YYYY-MM-DDTHH:MM` or RFC 3339) for
+/// `text` in zone `zone`, walking next_after; as UTC `YYYY-MM-DDTHH:MM`.
+fn fires(text: &str, zone: &str, window: &str) -> Vec<String> {
+    let at = |t: &str| match t.len() {
+        10 => utc(&format!("{t}T00:00:00Z")),
+        16 => utc(&format!("{t}:00Z")),
+        _ => utc(t),
+    };
+    let (from, to) = window.split_once("..").unwrap();
+    let (z, mut t, to) = (tz(zone), at(from), at(to));
+    let s = Schedule::parse(text, z, t).unwrap();
     let mut out = vec![];
-    let mut t = utc(from);
-    while let Some(n) = s.next_after(z, t) {
-        if n >= utc(to) {
-            break;
-        }
-        out.push(n);
+    while let Some(n) = s.next_after(z, t).filter(|n| *n < to) {
+        out.push(n.format("%Y-%m-%dT%H:%M").to_string());
         t = n;
     }
     out
@@ -26,56 +29,37 @@ fn firings(text: &str, zone: &str, from: &str, to: &str) -> Vec<DateTime<Utc>> {
 
 #[test]
 fn five_field_cron_fires_in_the_zone() {
-    let f = firings(
-        "0 8 * * *",
-        "Asia/Shanghai",
-        "2026-05-01T00:00:00Z",
-        "2026-05-03T00:00:00Z",
-    );
     // 08:00 in Shanghai (UTC+8) is 00:00 UTC.
-    assert_eq!(f, vec![utc("2026-05-02T00:00:00Z")]);
-    let f = firings(
-        "30 7 * * MON-FRI",
-        "UTC",
-        "2026-05-01T00:00:00Z",
-        "2026-05-05T00:00:00Z",
+    assert_eq!(
+        fires("0 8 * * *", "Asia/Shanghai", "2026-05-01..2026-05-03"),
+        ["2026-05-02T00:00"]
     );
     // 2026-05-01 is a Friday; then Monday 4th.
     assert_eq!(
-        f,
-        vec![utc("2026-05-01T07:30:00Z"), utc("2026-05-04T07:30:00Z")]
-    );
-    let f = firings(
-        "0 9 1 jan *",
-        "UTC",
-        "2026-01-01T00:00:00Z",
-        "2028-01-01T00:00:00Z",
+        fires("30 7 * * MON-FRI", "UTC", "2026-05-01..2026-05-05"),
+        ["2026-05-01T07:30", "2026-05-04T07:30"]
     );
     assert_eq!(
-        f,
-        vec![utc("2026-01-01T09:00:00Z"), utc("2027-01-01T09:00:00Z")]
+        fires("0 9 1 jan *", "UTC", "2026-01-01..2028-01-01"),
+        ["2026-01-01T09:00", "2027-01-01T09:00"]
     );
 }
 
 #[test]
 fn aliases() {
-    let f = firings(
-        "@daily",
-        "Europe/Berlin",
-        "2026-06-01T00:00:00Z",
-        "2026-06-03T00:00:00Z",
+    assert_eq!(
+        fires("@daily", "Europe/Berlin", "2026-06-01..2026-06-03"),
+        ["2026-06-01T22:00", "2026-06-02T22:00"]
     );
     assert_eq!(
-        f,
-        vec![utc("2026-06-01T22:00:00Z"), utc("2026-06-02T22:00:00Z")]
+        fires(
+            "@HOURLY",
+            "UTC",
+            "2026-06-01T00:30:00Z..2026-06-01T03:00:00Z"
+        )
+        .len(),
+        2
     );
-    let f = firings(
-        "@HOURLY",
-        "UTC",
-        "2026-06-01T00:30:00Z",
-        "2026-06-01T03:00:00Z",
-    );
-    assert_eq!(f.len(), 2);
     let e = Schedule::parse("@reboot", tz("UTC"), utc("2026-06-01T00:00:00Z")).unwrap_err();
     assert!(matches!(e, ScheduleError::Alias(_)), "{e}");
 }
@@ -255,79 +239,39 @@ fn minimum_interval() {
 
 #[test]
 fn spring_forward_fires_once_after_the_gap() {
-    // New York, 2026-03-08: 02:00 EST jumps to 03:00 EDT; 02:30 does not exist.
-    let f = firings(
-        "30 2 * * *",
-        "America/New_York",
-        "2026-03-07T00:00:00Z",
-        "2026-03-10T00:00:00Z",
-    );
+    // New York, 2026-03-08: 02:00 EST jumps to 03:00 EDT; 02:30 does not exist, so that day
+    // fires at 03:00 EDT, the first instant after the gap (02:30 EST, 03:00 EDT, 02:30 EDT).
     assert_eq!(
-        f,
-        vec![
-            utc("2026-03-07T07:30:00Z"), // 02:30 EST
-            utc("2026-03-08T07:00:00Z"), // 03:00 EDT, the first instant after the gap
-            utc("2026-03-09T06:30:00Z"), // 02:30 EDT
-        ]
+        fires("30 2 * * *", "America/New_York", "2026-03-07..2026-03-10"),
+        ["2026-03-07T07:30", "2026-03-08T07:00", "2026-03-09T06:30"]
     );
-    // Berlin, 2026-03-29: 02:00 CET jumps to 03:00 CEST.
-    let f = firings(
-        "30 2 * * *",
-        "Europe/Berlin",
-        "2026-03-28T00:00:00Z",
-        "2026-03-31T00:00:00Z",
-    );
+    // Berlin, 2026-03-29: 02:00 CET jumps to 03:00 CEST (01:00 UTC).
     assert_eq!(
-        f,
-        vec![
-            utc("2026-03-28T01:30:00Z"),
-            utc("2026-03-29T01:00:00Z"), // 03:00 CEST
-            utc("2026-03-30T00:30:00Z"),
-        ]
+        fires("30 2 * * *", "Europe/Berlin", "2026-03-28..2026-03-31"),
+        ["2026-03-28T01:30", "2026-03-29T01:00", "2026-03-30T00:30"]
     );
 }
 
 #[test]
 fn fall_back_fires_once_not_twice() {
-    // Berlin, 2026-10-25: 03:00 CEST falls back to 02:00 CET; 02:30 happens twice.
-    let f = firings(
-        "30 2 * * *",
-        "Europe/Berlin",
-        "2026-10-24T00:00:00Z",
-        "2026-10-27T00:00:00Z",
+    // Berlin, 2026-10-25: 03:00 CEST falls back to 02:00 CET; 02:30 happens twice, and only
+    // the first (CEST, 00:30 UTC) fires.
+    assert_eq!(
+        fires("30 2 * * *", "Europe/Berlin", "2026-10-24..2026-10-27"),
+        ["2026-10-24T00:30", "2026-10-25T00:30", "2026-10-26T01:30"]
+    );
+    // New York, 2026-11-01: 01:30 happens twice (only 01:30 EDT fires); 02:30 once.
+    assert_eq!(
+        fires("30 1 * * *", "America/New_York", "2026-10-31..2026-11-03"),
+        ["2026-10-31T05:30", "2026-11-01T05:30", "2026-11-02T06:30"]
     );
     assert_eq!(
-        f,
-        vec![
-            utc("2026-10-24T00:30:00Z"),
-            utc("2026-10-25T00:30:00Z"), // the first 02:30 (CEST) only
-            utc("2026-10-26T01:30:00Z"),
-        ]
-    );
-    // New York, 2026-11-01: 01:30 happens twice; 02:30 once.
-    let f = firings(
-        "30 1 * * *",
-        "America/New_York",
-        "2026-10-31T00:00:00Z",
-        "2026-11-03T00:00:00Z",
-    );
-    assert_eq!(
-        f,
-        vec![
-            utc("2026-10-31T05:30:00Z"),
-            utc("2026-11-01T05:30:00Z"), // 01:30 EDT only
-            utc("2026-11-02T06:30:00Z"),
-        ]
-    );
-    let f = firings(
-        "30 2 * * *",
-        "America/New_York",
-        "2026-10-31T12:00:00Z",
-        "2026-11-02T12:00:00Z",
-    );
-    assert_eq!(
-        f,
-        vec![utc("2026-11-01T07:30:00Z"), utc("2026-11-02T07:30:00Z")]
+        fires(
+            "30 2 * * *",
+            "America/New_York",
+            "2026-10-31T12:00..2026-11-02T12:00"
+        ),
+        ["2026-11-01T07:30", "2026-11-02T07:30"]
     );
 }
 
