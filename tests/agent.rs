@@ -8,7 +8,7 @@ use hermes_agent::config::WebhookSettings;
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::store::{FailReason, Origin};
 use hermes_agent::store::{StepKind, TaskState};
-use hermes_agent::tools::{FnTool, Tool, ToolInfo, tool_fn};
+use hermes_agent::tools::{Tool, ToolInfo, tool_fn};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,14 +29,14 @@ fn test_tools() -> Vec<Arc<dyn Tool>> {
         ),
         |args: Value, _| async move { Ok(json!({"query": args["query"], "price": "12 EUR"})) },
     );
-    let hang = FnTool::new(
-        ToolInfo::new("hang", "Never returns.", empty_schema()),
+    let hang = tool_fn(
+        ToolInfo::new("hang", "Never returns.", empty_schema())
+            .with_timeout(Duration::from_millis(200)),
         |_: Value, _| async move {
             tokio::time::sleep(Duration::from_secs(3600)).await;
             Ok(Value::Null)
         },
-    )
-    .with_timeout(Duration::from_millis(200));
+    );
     let huge = tool_fn(
         ToolInfo::new("huge", "Returns a very large document.", empty_schema()),
         |_: Value, _| async move {
@@ -45,7 +45,7 @@ fn test_tools() -> Vec<Arc<dyn Tool>> {
             ))
         },
     );
-    vec![lookup, Arc::new(hang), huge]
+    vec![lookup, hang, huge]
 }
 
 /// The text of every message of a recorded model request.

@@ -27,7 +27,6 @@ type Behaviour = dyn Fn(u32, Value) -> Result<Value, ToolError> + Send + Sync;
 struct TestTool {
     info: ToolInfo,
     keep: Vec<String>,
-    timeout: Option<Duration>,
     calls: AtomicU32,
     hang: bool,
     behaviour: Box<Behaviour>,
@@ -45,7 +44,6 @@ impl TestTool {
                 json!({"type": "object", "properties": {}}),
             ),
             keep: vec![],
-            timeout: None,
             calls: AtomicU32::new(0),
             hang: false,
             behaviour: Box::new(behaviour),
@@ -62,9 +60,6 @@ impl Tool for TestTool {
     }
     fn keep_fields(&self) -> &[String] {
         &self.keep
-    }
-    fn timeout(&self) -> Option<Duration> {
-        self.timeout
     }
     fn call<'a>(
         &'a self,
@@ -330,7 +325,7 @@ async fn an_unknown_tool_lists_the_tools_available_to_this_task() {
 async fn a_hanging_tool_times_out_and_is_not_retried() {
     let mut hang = TestTool::new("hang", |_, _| Ok(json!("never")));
     hang.hang = true;
-    hang.timeout = Some(Duration::from_millis(50));
+    hang.info.timeout = Some(Duration::from_millis(50));
     let hang = Arc::new(hang);
     let s = setup(ToolSettings::default(), vec![hang.clone()]).await;
     // Paused only after the store is open: its pool keeps real-time timers.

@@ -82,8 +82,8 @@ impl DelegateTools {
                         listing.join("; ")
                     ),
                     one,
-                ),
-                timeout,
+                )
+                .with_timeout(timeout),
             }),
             Arc::new(DelegateParallel {
                 shared: self.clone(),
@@ -91,8 +91,8 @@ impl DelegateTools {
                     "delegate_parallel",
                     "Run several independent sub-tasks on sub-agents at once; each result is tagged success, failed or timeout.",
                     many,
-                ),
-                timeout,
+                )
+                .with_timeout(timeout),
             }),
         ]
     }
@@ -223,7 +223,6 @@ pub struct SubTasks {
 struct Delegate {
     shared: DelegateTools,
     info: ToolInfo,
-    timeout: Duration,
 }
 
 impl TypedTool for Delegate {
@@ -231,10 +230,6 @@ impl TypedTool for Delegate {
 
     fn info(&self) -> &ToolInfo {
         &self.info
-    }
-
-    fn timeout(&self) -> Option<Duration> {
-        Some(self.timeout)
     }
 
     async fn run(&self, a: SubTask, ctx: &ToolContext) -> Result<Value, ToolError> {
@@ -251,7 +246,6 @@ impl TypedTool for Delegate {
 struct DelegateParallel {
     shared: DelegateTools,
     info: ToolInfo,
-    timeout: Duration,
 }
 
 impl TypedTool for DelegateParallel {
@@ -259,10 +253,6 @@ impl TypedTool for DelegateParallel {
 
     fn info(&self) -> &ToolInfo {
         &self.info
-    }
-
-    fn timeout(&self) -> Option<Duration> {
-        Some(self.timeout)
     }
 
     async fn run(&self, a: SubTasks, ctx: &ToolContext) -> Result<Value, ToolError> {

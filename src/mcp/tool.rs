@@ -28,7 +28,6 @@ pub struct McpTool {
     /// The name the server knows it by.
     remote: String,
     peer: PeerSlot,
-    timeout: Option<Duration>,
 }
 
 impl McpTool {
@@ -51,11 +50,13 @@ impl McpTool {
                     .or(t.title.as_deref())
                     .unwrap_or("(no description)");
                 let tool: Arc<dyn Tool> = Arc::new(McpTool {
-                    info: ToolInfo::new(name, description, object_schema(&t.input_schema)),
+                    info: ToolInfo {
+                        timeout,
+                        ..ToolInfo::new(name, description, object_schema(&t.input_schema))
+                    },
                     server: server.to_string(),
                     remote: t.name.to_string(),
                     peer: peer.clone(),
-                    timeout,
                 });
                 tool
             })
@@ -88,10 +89,6 @@ impl McpTool {
 impl Tool for McpTool {
     fn info(&self) -> &ToolInfo {
         &self.info
-    }
-
-    fn timeout(&self) -> Option<Duration> {
-        self.timeout
     }
 
     fn call<'a>(

@@ -67,6 +67,8 @@ pub struct ToolInfo {
     /// When to use it, and when not: this is all the model knows about the tool.
     pub description: String,
     pub parameters: Value,
+    /// Overrides `tools.timeout_s` for this tool: a sub-agent or a slow page needs longer.
+    pub timeout: Option<Duration>,
 }
 
 impl ToolInfo {
@@ -75,7 +77,13 @@ impl ToolInfo {
             name: name.into(),
             description: description.into(),
             parameters,
+            timeout: None,
         }
+    }
+
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
     }
 }
 
@@ -98,10 +106,6 @@ pub trait Tool: Send + Sync {
     fn keep_fields(&self) -> &[String] {
         &[]
     }
-    /// Overrides `tools.timeout_s` for this tool.
-    fn timeout(&self) -> Option<Duration> {
-        None
-    }
     /// Fit a result to `max_tokens`; the default leaves it to the registry's rule.
     fn fit(&self, value: Value, _max_tokens: u32) -> Fit {
         Fit::Store(value)
@@ -123,10 +127,6 @@ pub trait Tool: Send + Sync {
 pub trait TypedTool: Send + Sync {
     type Args: DeserializeOwned + Send;
     fn info(&self) -> &ToolInfo;
-    /// Overrides `tools.timeout_s` for this tool.
-    fn timeout(&self) -> Option<Duration> {
-        None
-    }
     /// As [`Tool::fit`].
     fn fit(&self, value: Value, _max_tokens: u32) -> Fit {
         Fit::Store(value)
@@ -145,9 +145,6 @@ pub trait TypedTool: Send + Sync {
 impl<T: TypedTool> Tool for T {
     fn info(&self) -> &ToolInfo {
         TypedTool::info(self)
-    }
-    fn timeout(&self) -> Option<Duration> {
-        TypedTool::timeout(self)
     }
     fn fit(&self, value: Value, max_tokens: u32) -> Fit {
         TypedTool::fit(self, value, max_tokens)
@@ -207,10 +204,9 @@ where
     std::sync::Arc::new(FnTool::new(info, f))
 }
 
-/// See [`tool_fn`]; [`FnTool::with_timeout`] sets its own timeout.
+/// See [`tool_fn`].
 pub struct FnTool<A, F> {
     info: ToolInfo,
-    timeout: Option<Duration>,
     f: F,
     args: std::marker::PhantomData<fn(A)>,
 }
@@ -219,15 +215,9 @@ impl<A, F> FnTool<A, F> {
     pub fn new(info: ToolInfo, f: F) -> Self {
         FnTool {
             info,
-            timeout: None,
             f,
             args: std::marker::PhantomData,
         }
-    }
-
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
     }
 }
 
@@ -240,9 +230,6 @@ where
     type Args = A;
     fn info(&self) -> &ToolInfo {
         &self.info
-    }
-    fn timeout(&self) -> Option<Duration> {
-        self.timeout
     }
     fn run(
         &self,

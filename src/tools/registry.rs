@@ -410,7 +410,8 @@ impl Registry {
         let settings = &self.0.settings;
         let timeout = entry
             .tool
-            .timeout()
+            .info()
+            .timeout
             .unwrap_or(Duration::from_secs(settings.timeout_s));
         loop {
             *attempts += 1;

@@ -14,7 +14,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 mod parse;
@@ -121,7 +120,6 @@ pub struct ManifestTool {
     /// Where `name:` is, for the duplicate-name error.
     name_line: u64,
     keep_fields: Vec<String>,
-    timeout: Option<Duration>,
     action: Action,
     /// The file it came from, for messages.
     source: PathBuf,

@@ -94,10 +94,12 @@ pub fn parse(
         (None, Some(h)) => http(h.value, env, &properties, &site)?,
     };
     Ok(ManifestTool {
-        info: ToolInfo::new(name, description, parameters),
+        info: ToolInfo {
+            timeout,
+            ..ToolInfo::new(name, description, parameters)
+        },
         name_line,
         keep_fields: raw.keep_fields,
-        timeout,
         action,
         source: path.to_path_buf(),
     })

@@ -255,10 +255,6 @@ impl Tool for ManifestTool {
         &self.keep_fields
     }
 
-    fn timeout(&self) -> Option<Duration> {
-        self.timeout
-    }
-
     fn call<'a>(
         &'a self,
         args: Value,
