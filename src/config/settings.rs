@@ -95,19 +95,17 @@ impl Default for Profile {
     }
 }
 
+/// What Debug shows of a secret: whether it is set, never its value.
+fn redacted(secret: &str) -> &'static str {
+    if secret.is_empty() { "" } else { "<redacted>" }
+}
+
 // The key must never reach a log line, so Debug is written by hand.
 impl std::fmt::Debug for Profile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Profile")
             .field("base_url", &self.base_url)
-            .field(
-                "api_key",
-                &if self.api_key.is_empty() {
-                    ""
-                } else {
-                    "<redacted>"
-                },
-            )
+            .field("api_key", &redacted(&self.api_key))
             .field("model", &self.model)
             .field("temperature", &self.temperature)
             .field("max_tokens", &self.max_tokens)
@@ -384,14 +382,7 @@ impl std::fmt::Debug for ServerSettings {
         f.debug_struct("ServerSettings")
             .field("host", &self.host)
             .field("port", &self.port)
-            .field(
-                "token",
-                &if self.token.is_empty() {
-                    ""
-                } else {
-                    "<redacted>"
-                },
-            )
+            .field("token", &redacted(&self.token))
             .field("allowed_hosts", &self.allowed_hosts)
             .field("public_url", &self.public_url)
             .finish()

@@ -6,11 +6,11 @@
 use super::guard::{CsrfForm, encode, see_other};
 use super::layout::{Ctx, PageResult, badge, flash, render, short, when, when_opt};
 use super::tasks::notice_word;
+use crate::server::ApiState;
 use crate::server::extract::Id;
 use crate::server::outbox::{notice_id, parse_state};
-use crate::server::{ApiState, Session};
 use crate::store::{Notice, NoticeFilter, NoticeState};
-use axum::extract::{Extension, Query, State};
+use axum::extract::{Query, State};
 use axum::response::IntoResponse;
 use maud::{Markup, html};
 use serde::Deserialize;
@@ -23,11 +23,8 @@ pub struct ListQuery {
     done: Option<String>,
 }
 
-pub async fn list(
-    State(s): State<ApiState>,
-    Extension(session): Extension<Session>,
-    Query(q): Query<ListQuery>,
-) -> PageResult {
+pub async fn list(ctx: Ctx, Query(q): Query<ListQuery>) -> PageResult {
+    let s = &ctx.state;
     let state = parse_state(Some(&q.state))?;
     let notices = s
         .agent
@@ -39,11 +36,6 @@ pub async fn list(
             ..NoticeFilter::default()
         })
         .await?;
-    let ctx = Ctx {
-        state: &s,
-        session: &session,
-        path: "/deliveries",
-    };
     let tabs = [
         ("", "All"),
         ("pending", "Pending"),
@@ -79,7 +71,7 @@ pub async fn list(
 }
 
 /// One notice; `back` is the filter to come back to after a retry.
-fn row(ctx: &Ctx<'_>, n: &Notice, back: &str) -> Markup {
+fn row(ctx: &Ctx, n: &Notice, back: &str) -> Markup {
     let tz = ctx.tz();
     html! {
         tr data-id=(n.id) {

@@ -13,9 +13,9 @@ use super::layout::{
 use super::tasks::notice_word;
 use crate::scheduler::{JobRequest, PREVIEW_FIRINGS, describe_job, upcoming};
 use crate::server::extract::Id;
-use crate::server::{ApiError, ApiState, Session};
+use crate::server::{ApiError, ApiState};
 use crate::store::{Notice, NoticeFilter, Origin};
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Path, Query, State};
 use axum::response::IntoResponse;
 use maud::{Markup, html};
 use serde::Deserialize;
@@ -26,22 +26,14 @@ pub struct Done {
     done: Option<String>,
 }
 
-pub async fn list(
-    State(s): State<ApiState>,
-    Extension(session): Extension<Session>,
-    Query(q): Query<Done>,
-) -> PageResult {
-    let ctx = Ctx {
-        state: &s,
-        session: &session,
-        path: "/jobs",
-    };
+pub async fn list(ctx: Ctx, Query(q): Query<Done>) -> PageResult {
+    let _s = &ctx.state;
     let body = jobs_body(&ctx, &JobForm::default(), None, q.done.as_deref()).await?;
     Ok(render(&ctx, "Jobs", body).into_response())
 }
 
 async fn jobs_body(
-    ctx: &Ctx<'_>,
+    ctx: &Ctx,
     form: &JobForm,
     error: Option<&str>,
     done: Option<&str>,
@@ -75,7 +67,7 @@ async fn jobs_body(
     })
 }
 
-fn create_form(ctx: &Ctx<'_>, f: &JobForm, error: Option<&str>) -> Markup {
+fn create_form(ctx: &Ctx, f: &JobForm, error: Option<&str>) -> Markup {
     let settings = ctx.state.agent.settings();
     let zone = if f.timezone.is_empty() {
         settings.scheduler.timezone.as_str()
@@ -158,11 +150,8 @@ impl<'de> Deserialize<'de> for JobForm {
     }
 }
 
-pub async fn create(
-    State(s): State<ApiState>,
-    Extension(session): Extension<Session>,
-    CsrfForm(f): CsrfForm<JobForm>,
-) -> PageResult {
+pub async fn create(ctx: Ctx, CsrfForm(f): CsrfForm<JobForm>) -> PageResult {
+    let s = &ctx.state;
     let opt = |v: &str| Some(v.trim().to_string()).filter(|v| !v.is_empty());
     let req = JobRequest {
         task: f.task.clone(),
@@ -181,23 +170,14 @@ pub async fn create(
         ))),
         Err(e) => {
             let e = ApiError::from(e);
-            let ctx = Ctx {
-                state: &s,
-                session: &session,
-                path: "/jobs",
-            };
             let body = jobs_body(&ctx, &f, Some(&e.message), None).await?;
             Ok((e.status, render(&ctx, "Jobs", body)).into_response())
         }
     }
 }
 
-pub async fn show(
-    State(s): State<ApiState>,
-    Extension(session): Extension<Session>,
-    Id(id): Id,
-    Query(q): Query<Done>,
-) -> PageResult {
+pub async fn show(ctx: Ctx, Id(id): Id, Query(q): Query<Done>) -> PageResult {
+    let s = &ctx.state;
     let view = s.scheduler.get(&id).await?;
     let runs = s.scheduler.runs(&id, 50).await?;
     let notices = s
@@ -208,12 +188,6 @@ pub async fn show(
             ..NoticeFilter::oldest_first()
         })
         .await?;
-    let path = format!("/jobs/{id}");
-    let ctx = Ctx {
-        state: &s,
-        session: &session,
-        path: &path,
-    };
     let tz: chrono_tz::Tz = view.timezone.parse().unwrap_or(ctx.tz());
     let j = &view.job;
     let body = html! {
@@ -255,7 +229,7 @@ pub async fn show(
     Ok(render(&ctx, &j.name, body).into_response())
 }
 
-fn action(ctx: &Ctx<'_>, id: &str, what: &str, label: &str) -> Markup {
+fn action(ctx: &Ctx, id: &str, what: &str, label: &str) -> Markup {
     html! {
         form.inline method="post" action={"/jobs/" (id) "/" (what)} {
             (ctx.csrf())

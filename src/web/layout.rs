@@ -5,7 +5,9 @@
 
 use super::assets;
 use crate::server::{ApiError, ApiState, Session};
+use axum::extract::FromRequestParts;
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
@@ -21,18 +23,37 @@ const NAV: &[(&str, &str)] = &[
     ("/settings", "Settings"),
 ];
 
-/// What the shell needs to know about the request.
-pub struct Ctx<'a> {
-    pub state: &'a ApiState,
-    pub session: &'a Session,
-    /// The path of the page, to mark its navigation entry.
-    pub path: &'a str,
+/// What every page starts from: the daemon's state, the request's session (put there by
+/// [`super::guard::require_session`]) and the path, which marks the page's navigation entry.
+pub struct Ctx {
+    pub state: ApiState,
+    pub session: Session,
+    pub path: String,
 }
 
-impl Ctx<'_> {
+impl FromRequestParts<ApiState> for Ctx {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Ctx, Response> {
+        let session = parts.extensions.get::<Session>().cloned().ok_or_else(|| {
+            // Only a route outside `require_session` can get here: a wiring fault, not the user's.
+            error_page(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "This page was served without a session; please report it.",
+            )
+        })?;
+        Ok(Ctx {
+            state: state.clone(),
+            session,
+            path: parts.uri.path().to_string(),
+        })
+    }
+}
+
+impl Ctx {
     /// The zone pages show times in: the scheduler's (the user's) zone.
     pub fn tz(&self) -> Tz {
-        zone(self.state)
+        zone(&self.state)
     }
 
     /// A hidden field with the session's CSRF token, for every form that changes something.
@@ -52,7 +73,7 @@ pub fn zone(state: &ApiState) -> Tz {
 }
 
 /// A whole page: `title` in the head and as the heading, `body` under it.
-pub fn render(ctx: &Ctx<'_>, title: &str, body: Markup) -> Markup {
+pub fn render(ctx: &Ctx, title: &str, body: Markup) -> Markup {
     let signed_in = !ctx.state.token.is_empty();
     let body = html! {
         (body)
@@ -60,7 +81,7 @@ pub fn render(ctx: &Ctx<'_>, title: &str, body: Markup) -> Markup {
     };
     shell(
         title,
-        Some(ctx.path),
+        Some(&ctx.path),
         html! {
             @if signed_in {
                 form.signout method="post" action="/logout" {

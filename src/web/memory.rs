@@ -7,9 +7,9 @@ use super::guard::{CsrfForm, encode, see_other};
 use super::layout::{Ctx, PageError, PageResult, flash, render, when};
 use crate::memory::LongTerm;
 use crate::server::extract::Id;
-use crate::server::{ApiError, ApiState, Session};
+use crate::server::{ApiError, ApiState};
 use crate::store::Fact;
-use axum::extract::{Extension, Query, State};
+use axum::extract::{Query, State};
 use axum::response::IntoResponse;
 use maud::html;
 use serde::Deserialize;
@@ -33,12 +33,9 @@ pub struct SearchQuery {
     done: Option<String>,
 }
 
-pub async fn page(
-    State(s): State<ApiState>,
-    Extension(session): Extension<Session>,
-    Query(q): Query<SearchQuery>,
-) -> PageResult {
-    let mem = memory(&s)?;
+pub async fn page(ctx: Ctx, Query(q): Query<SearchQuery>) -> PageResult {
+    let s = &ctx.state;
+    let mem = memory(s)?;
     let query = q.q.trim();
     let found: Vec<(Fact, Option<f32>)> = if query.is_empty() {
         let mut all = s.agent.store().all_facts().await?;
@@ -51,11 +48,6 @@ pub async fn page(
             .into_iter()
             .map(|r| (r.fact, Some(r.score)))
             .collect()
-    };
-    let ctx = Ctx {
-        state: &s,
-        session: &session,
-        path: "/memory",
     };
     let tz = ctx.tz();
     let body = html! {

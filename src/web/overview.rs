@@ -6,9 +6,8 @@
 use super::layout::{Ctx, PageResult, badge, firing, render, short, when, when_opt, word};
 use crate::scheduler::JobView;
 use crate::scheduler::{describe_job, upcoming};
-use crate::server::{ApiState, Session};
+use crate::server::ApiState;
 use crate::store::{Backlog, JobRun, Task, TaskFilter, TaskState, Tokens};
-use axum::extract::{Extension, State};
 use axum::response::IntoResponse;
 use chrono::DateTime;
 use chrono::{Duration, TimeZone, Utc};
@@ -18,13 +17,8 @@ use maud::{Markup, html};
 /// Rows per list on the overview; the full lists are a click away.
 const ROWS: i64 = 10;
 
-pub async fn page(State(s): State<ApiState>, Extension(session): Extension<Session>) -> PageResult {
-    let s = &s;
-    let ctx = Ctx {
-        state: s,
-        session: &session,
-        path: "/",
-    };
+pub async fn page(ctx: Ctx) -> PageResult {
+    let s = &ctx.state;
     let tz = ctx.tz();
     let store = s.agent.store();
     let now = Utc::now();
@@ -78,7 +72,7 @@ pub async fn page(State(s): State<ApiState>, Extension(session): Extension<Sessi
 }
 
 /// A compact task table, or `empty` when there are none.
-pub fn task_table(ctx: &Ctx<'_>, tasks: &[Task], empty: &str) -> Markup {
+pub fn task_table(ctx: &Ctx, tasks: &[Task], empty: &str) -> Markup {
     let tz = ctx.tz();
     html! {
         @if tasks.is_empty() {

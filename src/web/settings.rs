@@ -9,18 +9,14 @@
 
 use super::layout::{Ctx, PageResult, badge, render};
 use crate::doctor::{self, Verdict};
-use crate::server::{ApiState, Session};
-use axum::extract::{Extension, State};
+use crate::server::ApiState;
+use axum::extract::State;
 use axum::response::IntoResponse;
 use maud::{Markup, html};
 use serde_json::Value;
 
-pub async fn page(State(s): State<ApiState>, Extension(session): Extension<Session>) -> PageResult {
-    let ctx = Ctx {
-        state: &s,
-        session: &session,
-        path: "/settings",
-    };
+pub async fn page(ctx: Ctx) -> PageResult {
+    let s = &ctx.state;
     let settings = serde_json::to_value(&s.config.settings).unwrap_or(Value::Null);
     let mut rows = Vec::new();
     flatten("", &settings, &mut rows);

@@ -13,9 +13,9 @@ use super::overview::task_table;
 use super::timeline::timeline;
 use crate::agent::Submit;
 use crate::server::extract::Id;
-use crate::server::{ApiError, ApiState, Session};
+use crate::server::{ApiError, ApiState};
 use crate::store::{NoticeState, Origin, TaskSearch, TaskState};
-use axum::extract::{Extension, Query, State};
+use axum::extract::{Query, State};
 use axum::response::IntoResponse;
 use maud::{Markup, html};
 use serde::Deserialize;
@@ -38,11 +38,8 @@ fn some(s: &str) -> Option<&str> {
     Some(s.trim()).filter(|s| !s.is_empty())
 }
 
-pub async fn list(
-    State(s): State<ApiState>,
-    Extension(session): Extension<Session>,
-    Query(q): Query<ListQuery>,
-) -> PageResult {
+pub async fn list(ctx: Ctx, Query(q): Query<ListQuery>) -> PageResult {
+    let s = &ctx.state;
     let search = TaskSearch {
         state: some(&q.state)
             .map(|v| v.parse::<TaskState>().map_err(ApiError::bad_request))
@@ -56,11 +53,6 @@ pub async fn list(
     };
     let tasks = s.agent.store().search_tasks(&search).await?;
     let jobs = s.scheduler.list().await?;
-    let ctx = Ctx {
-        state: &s,
-        session: &session,
-        path: "/tasks",
-    };
     let body = html! {
         (start_form(&ctx, "", None))
         section aria-labelledby="h-list" {
@@ -100,7 +92,7 @@ pub async fn list(
 }
 
 /// The form that starts a task; `error` from a refused attempt, with the text kept.
-fn start_form(ctx: &Ctx<'_>, text: &str, error: Option<&str>) -> Markup {
+fn start_form(ctx: &Ctx, text: &str, error: Option<&str>) -> Markup {
     let settings = ctx.state.agent.settings();
     html! {
         section.card aria-labelledby="h-start" {
@@ -133,11 +125,8 @@ pub struct StartForm {
     profile: String,
 }
 
-pub async fn start(
-    State(s): State<ApiState>,
-    Extension(session): Extension<Session>,
-    CsrfForm(f): CsrfForm<StartForm>,
-) -> PageResult {
+pub async fn start(ctx: Ctx, CsrfForm(f): CsrfForm<StartForm>) -> PageResult {
+    let s = &ctx.state;
     let submitted = s
         .agent
         .submit(Submit {
@@ -150,11 +139,6 @@ pub async fn start(
     match submitted {
         Ok(task) => Ok(see_other(&format!("/tasks/{}", task.id))),
         Err(e) => {
-            let ctx = Ctx {
-                state: &s,
-                session: &session,
-                path: "/tasks",
-            };
             let status = ApiError::from(e);
             let body = start_form(&ctx, &f.task, Some(&status.message));
             Ok((status.status, render(&ctx, "Tasks", body)).into_response())
@@ -162,23 +146,15 @@ pub async fn start(
     }
 }
 
-pub async fn show(
-    State(s): State<ApiState>,
-    Extension(session): Extension<Session>,
-    Id(id): Id,
-) -> PageResult {
+pub async fn show(ctx: Ctx, Id(id): Id) -> PageResult {
+    let s = &ctx.state;
     let Some(record) = s.agent.store().task_record(&id).await? else {
         return Err(PageError(ApiError::not_found(format!(
             "There is no task {id}; the task list shows the ids."
         ))));
     };
     let t = &record.task;
-    let path = format!("/tasks/{}", t.id);
-    let ctx = Ctx {
-        state: &s,
-        session: &session,
-        path: &path,
-    };
+    let _path = format!("/tasks/{}", t.id);
     let tz = ctx.tz();
     let live = !t.state.is_finished();
     // A task's totals are written when it ends; until then, its model calls so far.

@@ -237,42 +237,31 @@ fn minimum_interval() {
     );
 }
 
-#[test]
-fn spring_forward_fires_once_after_the_gap() {
-    // New York, 2026-03-08: 02:00 EST jumps to 03:00 EDT; 02:30 does not exist, so that day
-    // fires at 03:00 EDT, the first instant after the gap (02:30 EST, 03:00 EDT, 02:30 EDT).
-    assert_eq!(
-        fires("30 2 * * *", "America/New_York", "2026-03-07..2026-03-10"),
-        ["2026-03-07T07:30", "2026-03-08T07:00", "2026-03-09T06:30"]
-    );
+/// Daily cron jobs across the 2026 clock changes: (schedule, zone, window, UTC firings).
+#[rustfmt::skip]
+const DST_CASES: &[(&str, &str, &str, &[&str])] = &[
+    // Spring forward. New York, 2026-03-08: 02:00 EST jumps to 03:00 EDT; 02:30 does not
+    // exist, so that day fires at 03:00 EDT, the first instant after the gap.
+    ("30 2 * * *", "America/New_York", "2026-03-07..2026-03-10", &["2026-03-07T07:30", "2026-03-08T07:00", "2026-03-09T06:30"]),
     // Berlin, 2026-03-29: 02:00 CET jumps to 03:00 CEST (01:00 UTC).
-    assert_eq!(
-        fires("30 2 * * *", "Europe/Berlin", "2026-03-28..2026-03-31"),
-        ["2026-03-28T01:30", "2026-03-29T01:00", "2026-03-30T00:30"]
-    );
-}
+    ("30 2 * * *", "Europe/Berlin", "2026-03-28..2026-03-31", &["2026-03-28T01:30", "2026-03-29T01:00", "2026-03-30T00:30"]),
+    // Fall back: once, not twice. Berlin, 2026-10-25: 03:00 CEST falls back to 02:00 CET;
+    // 02:30 happens twice, and only the first (CEST, 00:30 UTC) fires.
+    ("30 2 * * *", "Europe/Berlin", "2026-10-24..2026-10-27", &["2026-10-24T00:30", "2026-10-25T00:30", "2026-10-26T01:30"]),
+    // New York, 2026-11-01: 01:30 happens twice (only 01:30 EDT fires); 02:30 once.
+    ("30 1 * * *", "America/New_York", "2026-10-31..2026-11-03", &["2026-10-31T05:30", "2026-11-01T05:30", "2026-11-02T06:30"]),
+    ("30 2 * * *", "America/New_York", "2026-10-31T12:00..2026-11-02T12:00", &["2026-11-01T07:30", "2026-11-02T07:30"]),
+];
 
 #[test]
-fn fall_back_fires_once_not_twice() {
-    // Berlin, 2026-10-25: 03:00 CEST falls back to 02:00 CET; 02:30 happens twice, and only
-    // the first (CEST, 00:30 UTC) fires.
-    assert_eq!(
-        fires("30 2 * * *", "Europe/Berlin", "2026-10-24..2026-10-27"),
-        ["2026-10-24T00:30", "2026-10-25T00:30", "2026-10-26T01:30"]
-    );
-    // New York, 2026-11-01: 01:30 happens twice (only 01:30 EDT fires); 02:30 once.
-    assert_eq!(
-        fires("30 1 * * *", "America/New_York", "2026-10-31..2026-11-03"),
-        ["2026-10-31T05:30", "2026-11-01T05:30", "2026-11-02T06:30"]
-    );
-    assert_eq!(
-        fires(
-            "30 2 * * *",
-            "America/New_York",
-            "2026-10-31T12:00..2026-11-02T12:00"
-        ),
-        ["2026-11-01T07:30", "2026-11-02T07:30"]
-    );
+fn clock_changes_fire_once_and_never_skip_a_day() {
+    for (text, zone, window, want) in DST_CASES {
+        assert_eq!(
+            fires(text, zone, window),
+            *want,
+            "{text} in {zone}, {window}"
+        );
+    }
 }
 
 #[test]

@@ -6,7 +6,7 @@
 
 use crate::memory::longterm::{LongTerm, MAX_FACT_CHARS, MemoryError};
 use crate::store::Upsert;
-use crate::tools::{IdArgs, Tool, ToolContext, ToolError, ToolInfo, TypedTool};
+use crate::tools::{IdArgs, Tool, ToolContext, ToolError, ToolInfo, tool_fn};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -20,10 +20,68 @@ const DEFAULT_K: u64 = 5;
 
 /// The three memory tools, sharing one handle.
 pub fn tools(memory: LongTerm) -> Vec<Arc<dyn Tool>> {
+    let (m_remember, m_recall, m_forget) = (memory.clone(), memory.clone(), memory);
+    let remember = ToolInfo::new(
+        "remember",
+        "Keep a lasting fact the user stated (preference, contact, standing instruction) for later \
+         tasks. Not for intermediate results, secrets or guesses.",
+        json!({
+            "type": "object",
+            "properties": {
+                "text": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_FACT_CHARS,
+                    "description": "One self-contained sentence."
+                },
+                "tags": {
+                    "type": "array",
+                    "items": {"type": "string", "minLength": 1, "maxLength": MAX_TAG_CHARS},
+                    "maxItems": MAX_TAGS,
+                    "description": "Short labels."
+                }
+            },
+            "required": ["text"],
+            "additionalProperties": false
+        }),
+    );
+    let recall = ToolInfo::new(
+        "recall",
+        "Search long-term memory for facts about the user beyond those in <memory>; best first, \
+         with ids. Not for web or current information.",
+        json!({
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "minLength": 1, "description": "Words to look for."},
+                "k": {"type": "integer", "minimum": 1, "maximum": MAX_K, "description": "Default 5."}
+            },
+            "required": ["query"],
+            "additionalProperties": false
+        }),
+    );
+    let forget = ToolInfo::new(
+        "forget",
+        "Delete a fact by the id recall gave, when asked or outdated. Never guess an id.",
+        json!({
+            "type": "object",
+            "properties": {"id": {"type": "string", "minLength": 1}},
+            "required": ["id"],
+            "additionalProperties": false
+        }),
+    );
     vec![
-        Arc::new(Remember::new(memory.clone())),
-        Arc::new(Recall::new(memory.clone())),
-        Arc::new(Forget::new(memory)),
+        tool_fn(remember, move |a: RememberArgs, ctx| {
+            let memory = m_remember.clone();
+            async move { remember_fact(&memory, a, &ctx).await }
+        }),
+        tool_fn(recall, move |a: RecallArgs, _| {
+            let memory = m_recall.clone();
+            async move { recall_facts(&memory, a).await }
+        }),
+        tool_fn(forget, move |a: IdArgs, _| {
+            let memory = m_forget.clone();
+            async move { forget_fact(&memory, &a.id).await }
+        }),
     ]
 }
 
@@ -52,174 +110,60 @@ pub struct RecallArgs {
     k: Option<u64>,
 }
 
-pub struct Remember {
-    memory: LongTerm,
-    info: ToolInfo,
+async fn remember_fact(
+    memory: &LongTerm,
+    a: RememberArgs,
+    ctx: &ToolContext,
+) -> Result<Value, ToolError> {
+    if a.text.trim().is_empty() {
+        return Err(ToolError::InvalidArguments(
+            "'text' is empty; give the fact as a sentence".into(),
+        ));
+    }
+    let source = format!("task:{}", ctx.task_id);
+    let tags = a.tags.unwrap_or_default();
+    let (fact, how) = memory
+        .remember(&a.text, &tags, &source)
+        .await
+        .map_err(tool_error)?;
+    Ok(json!({"id": fact.id, "merged": how == Upsert::Merged}))
 }
 
-impl Remember {
-    pub fn new(memory: LongTerm) -> Remember {
-        let info = ToolInfo::new(
-            "remember",
-            "Keep a lasting fact the user stated (preference, contact, standing instruction) for later \
-             tasks. Not for intermediate results, secrets or guesses.",
+async fn recall_facts(memory: &LongTerm, a: RecallArgs) -> Result<Value, ToolError> {
+    let k = a.k.unwrap_or(DEFAULT_K);
+    if !(1..=MAX_K).contains(&k) {
+        return Err(ToolError::InvalidArguments(format!(
+            "'k' must be an integer from 1 to {MAX_K}"
+        )));
+    }
+    let found = memory
+        .recall(&a.query, k as usize)
+        .await
+        .map_err(tool_error)?;
+    let facts: Vec<Value> = found
+        .into_iter()
+        .map(|r| {
             json!({
-                "type": "object",
-                "properties": {
-                    "text": {
-                        "type": "string",
-                        "minLength": 1,
-                        "maxLength": MAX_FACT_CHARS,
-                        "description": "One self-contained sentence."
-                    },
-                    "tags": {
-                        "type": "array",
-                        "items": {"type": "string", "minLength": 1, "maxLength": MAX_TAG_CHARS},
-                        "maxItems": MAX_TAGS,
-                        "description": "Short labels."
-                    }
-                },
-                "required": ["text"],
-                "additionalProperties": false
-            }),
-        );
-        Remember { memory, info }
-    }
-}
-
-impl TypedTool for Remember {
-    type Args = RememberArgs;
-
-    fn info(&self) -> &ToolInfo {
-        &self.info
-    }
-
-    async fn run(&self, a: RememberArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
-        if a.text.trim().is_empty() {
-            return Err(ToolError::InvalidArguments(
-                "'text' is empty; give the fact as a sentence".into(),
-            ));
-        }
-        let source = format!("task:{}", ctx.task_id);
-        let tags = a.tags.unwrap_or_default();
-        let (fact, how) = self
-            .memory
-            .remember(&a.text, &tags, &source)
-            .await
-            .map_err(tool_error)?;
-        Ok(json!({"id": fact.id, "merged": how == Upsert::Merged}))
-    }
-}
-
-pub struct Recall {
-    memory: LongTerm,
-    info: ToolInfo,
-}
-
-impl Recall {
-    pub fn new(memory: LongTerm) -> Recall {
-        let info = ToolInfo::new(
-            "recall",
-            "Search long-term memory for facts about the user beyond those in <memory>; best first, \
-             with ids. Not for web or current information.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "query": {
-                        "type": "string",
-                        "minLength": 1,
-                        "description": "Words to look for."
-                    },
-                    "k": {
-                        "type": "integer",
-                        "minimum": 1,
-                        "maximum": MAX_K,
-                        "description": "Default 5."
-                    }
-                },
-                "required": ["query"],
-                "additionalProperties": false
-            }),
-        );
-        Recall { memory, info }
-    }
-}
-
-impl TypedTool for Recall {
-    type Args = RecallArgs;
-
-    fn info(&self) -> &ToolInfo {
-        &self.info
-    }
-
-    async fn run(&self, a: RecallArgs, _ctx: &ToolContext) -> Result<Value, ToolError> {
-        let k = a.k.unwrap_or(DEFAULT_K);
-        if !(1..=MAX_K).contains(&k) {
-            return Err(ToolError::InvalidArguments(format!(
-                "'k' must be an integer from 1 to {MAX_K}"
-            )));
-        }
-        let found = self
-            .memory
-            .recall(&a.query, k as usize)
-            .await
-            .map_err(tool_error)?;
-        let facts: Vec<Value> = found
-            .into_iter()
-            .map(|r| {
-                json!({
-                    "id": r.fact.id,
-                    "text": r.fact.text,
-                    "tags": r.fact.tags,
-                    // Three decimals say all a ranking needs, in fewer tokens.
-                    "score": (f64::from(r.score) * 1000.0).round() / 1000.0,
-                })
+                "id": r.fact.id,
+                "text": r.fact.text,
+                "tags": r.fact.tags,
+                // Three decimals say all a ranking needs, in fewer tokens.
+                "score": (f64::from(r.score) * 1000.0).round() / 1000.0,
             })
-            .collect();
-        Ok(json!({"facts": facts}))
-    }
+        })
+        .collect();
+    Ok(json!({"facts": facts}))
 }
 
-pub struct Forget {
-    memory: LongTerm,
-    info: ToolInfo,
-}
-
-impl Forget {
-    pub fn new(memory: LongTerm) -> Forget {
-        let info = ToolInfo::new(
-            "forget",
-            "Delete a fact by the id recall gave, when asked or outdated. Never guess an id.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "id": {"type": "string", "minLength": 1}
-                },
-                "required": ["id"],
-                "additionalProperties": false
-            }),
-        );
-        Forget { memory, info }
+async fn forget_fact(memory: &LongTerm, id: &str) -> Result<Value, ToolError> {
+    let id = id.trim();
+    if id.is_empty() {
+        return Err(ToolError::InvalidArguments(
+            "'id' is empty; use an id returned by recall".into(),
+        ));
     }
-}
-
-impl TypedTool for Forget {
-    type Args = IdArgs;
-
-    fn info(&self) -> &ToolInfo {
-        &self.info
-    }
-
-    async fn run(&self, a: IdArgs, _ctx: &ToolContext) -> Result<Value, ToolError> {
-        let id = a.id.trim();
-        if id.is_empty() {
-            return Err(ToolError::InvalidArguments(
-                "'id' is empty; use an id returned by recall".into(),
-            ));
-        }
-        let forgotten = self.memory.forget(id).await.map_err(tool_error)?;
-        Ok(json!({"forgotten": forgotten}))
-    }
+    let forgotten = memory.forget(id).await.map_err(tool_error)?;
+    Ok(json!({"forgotten": forgotten}))
 }
 
 #[cfg(test)]

@@ -110,55 +110,23 @@ fn in_v6(ip: Ipv6Addr, net: Ipv6Addr, prefix: u32) -> bool {
     (u128::from(ip) & mask) == (u128::from(net) & mask)
 }
 
-/// IPv6 ranges that are not public targets, checked after the forms that embed IPv4.
-const V6_RANGES: &[(Ipv6Addr, u32, AddrClass)] = &[
-    (
-        Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0),
-        7,
-        AddrClass::Private("unique local (ULA)"),
-    ),
-    (
-        Ipv6Addr::new(0xfec0, 0, 0, 0, 0, 0, 0, 0),
-        10,
-        AddrClass::Private("site-local"),
-    ),
-    (
-        Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0),
-        48,
-        AddrClass::Private("local-use NAT64"),
-    ),
-    (
-        Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0),
-        10,
-        AddrClass::Forbidden("link-local"),
-    ),
-    (
-        Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0),
-        8,
-        AddrClass::Forbidden("multicast"),
-    ),
-    (
-        Ipv6Addr::new(0x100, 0, 0, 0, 0, 0, 0, 0),
-        64,
-        AddrClass::Forbidden("discard-only"),
-    ),
-    (
-        Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0),
-        32,
-        AddrClass::Forbidden("documentation"),
-    ),
-    (
-        Ipv6Addr::new(0x3fff, 0, 0, 0, 0, 0, 0, 0),
-        20,
-        AddrClass::Forbidden("documentation"),
-    ),
-    // Teredo, ORCHID and other IETF protocol assignments.
-    (
-        Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0),
-        23,
-        AddrClass::Forbidden("IETF protocol assignment"),
-    ),
-];
+/// IPv6 ranges that are not public targets, checked after the forms that embed IPv4: the
+/// network's first three 16-bit groups, the prefix length, the class.
+const V6_RANGES: &[([u16; 3], u32, AddrClass)] = {
+    use AddrClass::{Forbidden, Private};
+    &[
+        ([0xfc00, 0, 0], 7, Private("unique local (ULA)")),
+        ([0xfec0, 0, 0], 10, Private("site-local")),
+        ([0x64, 0xff9b, 1], 48, Private("local-use NAT64")),
+        ([0xfe80, 0, 0], 10, Forbidden("link-local")),
+        ([0xff00, 0, 0], 8, Forbidden("multicast")),
+        ([0x100, 0, 0], 64, Forbidden("discard-only")),
+        ([0x2001, 0xdb8, 0], 32, Forbidden("documentation")),
+        ([0x3fff, 0, 0], 20, Forbidden("documentation")),
+        // Teredo, ORCHID and other IETF protocol assignments.
+        ([0x2001, 0, 0], 23, Forbidden("IETF protocol assignment")),
+    ]
+};
 
 fn classify_v6(ip: Ipv6Addr) -> AddrClass {
     use AddrClass::{Forbidden, Private, Public};
@@ -190,7 +158,7 @@ fn classify_v6(ip: Ipv6Addr) -> AddrClass {
     }
     if let Some((_, _, class)) = V6_RANGES
         .iter()
-        .find(|(net, prefix, _)| in_v6(ip, *net, *prefix))
+        .find(|([a, b, c], prefix, _)| in_v6(ip, Ipv6Addr::new(*a, *b, *c, 0, 0, 0, 0, 0), *prefix))
     {
         return *class;
     }
