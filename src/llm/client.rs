@@ -203,8 +203,8 @@ impl Gateway {
     /// As [`Gateway::chat`], for a caller with a deadline (a task's time limit): no retry wait,
     /// whether backoff or a server's `Retry-After`, goes past it.
     ///
-    /// With `tool_mode: auto`, a server that shows it ignores tools (a 400 naming them, or a
-    /// prompt count that cannot include them) switches the profile to text mode for the rest
+    /// With `tool_mode: auto`, a server that shows it ignores tools (a 400 naming them, a
+    /// prompt count that cannot include them, or a blank reply) switches the profile to text mode for the rest
     /// of the process, once, and the call is made again that way; the reply's `notes` say so.
     pub async fn chat_until(
         &self,
@@ -224,7 +224,8 @@ impl Gateway {
                 && mode == ToolMode::Native
                 && !tools.is_empty();
             let evidence = match &result {
-                Ok(reply) if may_switch => wire::tools_ignored(&reply.usage, tools),
+                Ok(reply) if may_switch => wire::tools_ignored(&reply.usage, tools)
+                    .or_else(|| wire::tools_blanked(reply, tools)),
                 Err(e) if may_switch => wire::tools_refused(e),
                 _ => None,
             };

@@ -12,7 +12,7 @@
 //! Also: when a server shows it ignored the tools it was sent (see [`tools_ignored`]).
 //! Must not: decide which mode a profile uses (the gateway does) or know what a tool does.
 
-use super::{LlmError, Message, Role, ToolSpec, Usage, estimate_tokens};
+use super::{LlmError, Message, ModelReply, Role, ToolSpec, Usage, estimate_tokens};
 use crate::config::Profile;
 use serde_json::{Map, Value, json};
 
@@ -185,6 +185,16 @@ pub(crate) fn tools_ignored(usage: &Usage, tools: &[ToolSpec]) -> Option<String>
     })
 }
 
+/// Did the server answer a native request that offered tools with nothing at all — no text,
+/// no call? llama-cpp-python's `chatml-function-calling` does that whenever the model chooses
+/// to answer in words (its grammar then allows only a function name or the end), and it drops
+/// `tool`-role messages from the prompt: text mode is the only way to get an answer from it.
+pub(crate) fn tools_blanked(reply: &ModelReply, tools: &[ToolSpec]) -> Option<String> {
+    (!tools.is_empty() && reply.tool_calls.is_empty() && reply.content.trim().is_empty()).then(
+        || "the server answered a request that offered tools with neither text nor a tool call".to_string(),
+    )
+}
+
 /// Did the server refuse the request because of its tools (a 400 that names them)?
 pub(crate) fn tools_refused(e: &LlmError) -> Option<String> {
     match e {
@@ -280,5 +290,24 @@ mod tests {
             tools_ignored(&counted(1), &[spec()]).is_none(),
             "too small to tell"
         );
+    }
+
+    #[test]
+    fn a_blank_reply_to_offered_tools_is_evidence() {
+        let reply = |content: &str, calls: usize| ModelReply {
+            content: content.to_string(),
+            tool_calls: (0..calls)
+                .map(|i| ToolCall {
+                    id: format!("c{i}"),
+                    name: "t".into(),
+                    arguments: serde_json::json!({}),
+                })
+                .collect(),
+            ..ModelReply::default()
+        };
+        assert!(tools_blanked(&reply(" \n", 0), &[spec()]).is_some());
+        assert!(tools_blanked(&reply("Paris.", 0), &[spec()]).is_none());
+        assert!(tools_blanked(&reply("", 1), &[spec()]).is_none());
+        assert!(tools_blanked(&reply("", 0), &[]).is_none(), "nothing offered");
     }
 }
