@@ -117,7 +117,8 @@ impl App {
             runner,
             Arc::new(OutboxDeliver(notifier.clone())),
         )
-        .with_profiles(s.model.profiles.keys().cloned().collect());
+        .with_profiles(s.model.profiles.keys().cloned().collect())
+        .with_public_url(&s.server.public_url);
 
         let mut tools = RegistryBuilder::new(s.tools.clone(), store.clone());
         if let Some(b) = options.tool_backoff {

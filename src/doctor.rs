@@ -7,7 +7,8 @@
 
 use crate::agent::prompt;
 use crate::config::{Config, Settings};
-use crate::llm::Gateway;
+use crate::llm::{Gateway, ToolProbe};
+use crate::mcp::{ServerState, ServerStatus};
 use crate::memory::LongTerm;
 use crate::notify::Notifier;
 use crate::store::Store;
@@ -55,12 +56,30 @@ pub async fn models(s: &Settings) -> Vec<Check> {
     let mut checks = Vec::new();
     for name in s.model.profiles.keys() {
         let what = format!("model profile {name}");
-        checks.push(match gateway.probe(name).await {
-            Ok(detail) => Check::new(Verdict::Ok, what, detail),
-            Err(e) => Check::new(Verdict::Fail, what, e),
-        });
+        match gateway.probe(name).await {
+            Ok(detail) => {
+                checks.push(Check::new(Verdict::Ok, what, detail));
+                checks.push(tool_calling(&gateway, name).await);
+            }
+            Err(e) => checks.push(Check::new(Verdict::Fail, what, e)),
+        }
     }
     checks
+}
+
+/// Whether the profile's model calls an offered tool, and which `tool_mode` it needs.
+async fn tool_calling(gateway: &Gateway, name: &str) -> Check {
+    let what = format!("model profile {name} tools");
+    match gateway.probe_tools(name).await {
+        Ok(probe) => {
+            let verdict = match probe {
+                ToolProbe::Native => Verdict::Ok,
+                _ => Verdict::Warn,
+            };
+            Check::new(verdict, what, probe.advice(name))
+        }
+        Err(e) => Check::new(Verdict::Fail, what, e.to_string()),
+    }
 }
 
 /// The data dir opened, with its schema version.
@@ -127,6 +146,57 @@ pub async fn notify(notifier: &Notifier) -> Vec<Check> {
         .collect()
 }
 
+/// Each MCP server as the running daemon sees it: its state and its tools.
+pub fn mcp_servers(statuses: &[ServerStatus]) -> Vec<Check> {
+    statuses.iter().map(mcp_server).collect()
+}
+
+/// One MCP server's verdict from its status.
+pub fn mcp_server(st: &ServerStatus) -> Check {
+    let what = format!("mcp server {} ({})", st.name, st.transport);
+    match &st.state {
+        ServerState::Running => Check::new(
+            Verdict::Ok,
+            what,
+            format!(
+                "running, {} tool(s): {}",
+                st.tools.len(),
+                st.tools.join(", ")
+            ),
+        ),
+        ServerState::Failed(why) => Check::new(
+            Verdict::Fail,
+            what,
+            format!("{why} (retried with backoff; its tools are not offered)"),
+        ),
+        other => Check::new(
+            Verdict::Warn,
+            what,
+            format!("{other}; its tools are not offered yet"),
+        ),
+    }
+}
+
+/// Each MCP server started, asked for its tools and stopped: `doctor` with no daemon up.
+pub async fn mcp_probe(
+    s: &Settings,
+    env: &std::collections::HashMap<String, String>,
+) -> Vec<Check> {
+    let mut checks = Vec::new();
+    for (name, server) in &s.mcp.servers {
+        let what = format!("mcp server {name}");
+        checks.push(match crate::mcp::probe(name, server, env).await {
+            Ok(tools) => Check::new(
+                Verdict::Ok,
+                what,
+                format!("starts, {} tool(s): {}", tools.len(), tools.join(", ")),
+            ),
+            Err(e) => Check::new(Verdict::Fail, what, e.to_string()),
+        });
+    }
+    checks
+}
+
 /// The handles a running daemon checks itself with.
 pub struct Parts<'a> {
     pub config: &'a Config,
@@ -134,6 +204,7 @@ pub struct Parts<'a> {
     pub memory: Option<&'a LongTerm>,
     pub registry: &'a Registry,
     pub notifier: &'a Notifier,
+    pub mcp: &'a crate::mcp::McpManager,
 }
 
 /// Every check, as a running daemon sees them (the dashboard's /settings): the daemon is this
@@ -154,5 +225,6 @@ pub async fn running_daemon(p: Parts<'_>) -> Vec<Check> {
     checks.push(memory(p.store, p.memory).await);
     checks.push(tools(p.registry, s));
     checks.extend(notify(p.notifier).await);
+    checks.extend(mcp_servers(&p.mcp.status()));
     checks
 }

@@ -666,3 +666,104 @@ async fn the_system_prompt_and_tools_are_byte_identical_across_tasks() {
     let task = requests[0]["messages"][1]["content"].as_str().unwrap_or("");
     assert!(task.contains("Now:") && task.contains("oolong"), "{task}");
 }
+
+#[tokio::test]
+async fn the_loop_guard_refuses_a_repeated_call_then_ends_the_task() {
+    // A small model asking for the same thing over and over.
+    let model = ScriptedModel::start_with(|_req| {
+        Reply::tool_calls(&[("lookup", json!({"query": "capital of France"}))])
+    })
+    .await;
+    let mut s = common::settings(&model.base_url());
+    s.agent.max_steps = 8;
+    s.agent.max_identical_calls = 2;
+    let t = common::app(s, test_tools()).await;
+    let r = common::run_task(&t, "What is the capital of France?").await;
+    assert_eq!(r.task.state, TaskState::Failed);
+    assert_eq!(r.task.reason, Some(FailReason::Loop));
+    let error = r.task.error.as_deref().unwrap_or("");
+    assert!(
+        error.contains("lookup") && error.contains("agent.max_identical_calls"),
+        "{error}"
+    );
+    let tools: Vec<_> = r
+        .steps
+        .iter()
+        .filter(|s| s.kind == StepKind::Tool)
+        .collect();
+    // Two run, the third is refused with a reason the model can act on, the fourth ends it.
+    assert_eq!(tools.len(), 4, "{tools:?}");
+    assert!(tools[..2].iter().all(|s| s.error.is_none()));
+    let refused = tools[2].error.as_deref().unwrap_or("");
+    assert!(
+        refused.contains("already") && refused.contains("answer"),
+        "{refused}"
+    );
+    assert!(tools[3].error.is_some());
+    assert_eq!(model.request_count(), 4, "stopped well before max_steps");
+    // The guard does not count different arguments.
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = asked.clone();
+    let model = ScriptedModel::start_with(move |_req| {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n >= 5 {
+            Reply::text("done")
+        } else {
+            Reply::tool_calls(&[("lookup", json!({ "query": format!("item {n}") }))])
+        }
+    })
+    .await;
+    let t = common::app(common::settings(&model.base_url()), test_tools()).await;
+    let r = common::run_task(&t, "Look up several items").await;
+    assert_eq!(r.task.state, TaskState::Succeeded, "{:?}", r.task.error);
+}
+
+#[tokio::test]
+async fn a_server_ignoring_tools_is_noted_in_the_trace_and_text_mode_carries_the_task() {
+    // First request: a 200 whose prompt count cannot include the tools (they were ignored).
+    let model = ScriptedModel::start(vec![
+        Reply::Body(json!({
+            "choices": [{"message": {"role": "assistant", "content": "I cannot look that up."}}],
+            "usage": {"prompt_tokens": 30, "completion_tokens": 5}
+        })),
+        Reply::content(
+            r#"<tool_call>{"name": "lookup", "arguments": {"query": "oolong tea"}}</tool_call>"#,
+        ),
+        Reply::text("Oolong tea costs 12 EUR."),
+    ])
+    .await;
+    let t = common::app(common::settings(&model.base_url()), test_tools()).await;
+    let r = common::run_task(&t, "How much is oolong tea?").await;
+    assert_eq!(r.task.state, TaskState::Succeeded, "{:?}", r.task.error);
+    assert_eq!(r.task.answer.as_deref(), Some("Oolong tea costs 12 EUR."));
+    let note = r
+        .steps
+        .iter()
+        .find(|s| {
+            s.kind == StepKind::Note && s.output.as_deref().unwrap_or("").contains("text tool mode")
+        })
+        .expect("the switch is noted in the trace");
+    assert!(
+        note.output
+            .as_deref()
+            .unwrap_or("")
+            .contains("tool_mode: text"),
+        "{note:?}"
+    );
+    let requests = model.requests();
+    // In text mode the result goes back as user text, and no tools field is sent.
+    let last = &requests[2];
+    assert!(last.get("tools").is_none());
+    let messages = last["messages"].as_array().expect("messages");
+    let user_result = messages
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("");
+    assert!(
+        user_result.contains("<tool_result") && user_result.contains("12 EUR"),
+        "{user_result}"
+    );
+    assert!(messages.iter().all(|m| m["role"] != "tool"));
+}

@@ -1062,3 +1062,31 @@ async fn run_writes_the_bound_address_and_removes_it_at_a_clean_exit() {
         "the address file is gone after a clean exit"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_watch_follows_a_task_live_on_the_daemon_and_replays_it_locally() {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let site = Site::new(&model.base_url(), &[], &[]);
+    let mut d = site.start(&[]);
+    d.ready().await;
+    // "quick": the model takes 300 ms, so the watch starts while the task runs.
+    let task = d.submit("a quick question").await;
+    let out = site.cli(&["tasks", "watch", &task[..8]], &[]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(stdout.contains("model fast"), "the step line: {stdout}");
+    assert!(stdout.contains("answer to: a quick question"), "{stdout}");
+    d.stop().await;
+    // With no daemon: the finished task is shown from the data dir the same way.
+    let out = site.cli(&["tasks", "watch", &task], &[]);
+    let again = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(again, stdout);
+    let out = site.cli(&["tasks", "watch", "ffffffffffffffff"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("not found"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -363,7 +363,12 @@ async fn client_error_is_not_retried_and_quotes_the_body() {
         Reply::text("never reached"),
     ])
     .await;
-    let gw = gateway_for(&model);
+    // Native on purpose: `auto` would switch to text mode on this answer (tested below).
+    let mut s = settings(&model.base_url(), "", 10);
+    if let Some(p) = s.profiles.get_mut("fast") {
+        p.tool_mode = hermes_agent::config::ToolMode::Native;
+    }
+    let gw = Gateway::new(&s).unwrap().with_retry(quick_retry(3));
     let err = gw.chat("fast", &ask("hi"), &tools()).await.unwrap_err();
     assert!(
         matches!(
@@ -674,4 +679,187 @@ async fn a_long_retry_after_fails_at_once_naming_the_time() {
     );
     assert!(err.to_string().contains("rate limited until"), "{err}");
     model.stop().await;
+}
+
+/// Many tools, so the tool block is large enough to tell whether the server counted it.
+fn many_tools() -> Vec<ToolSpec> {
+    (0..12)
+        .map(|i| ToolSpec {
+            name: format!("tool_{i}"),
+            description: "A tool with a description long enough to count for something.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "query": {"type": "string", "description": "What to look for, in plain words."},
+                "limit": {"type": "integer", "description": "At most this many results."}},
+                "required": ["query"]}),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn native_requests_carry_tool_choice_auto() {
+    let model = ScriptedModel::start(vec![Reply::text("ok")]).await;
+    let gw = gateway_for(&model);
+    gw.chat("fast", &ask("hi"), &tools()).await.unwrap();
+    let r = &model.requests()[0];
+    assert_eq!(r["tool_choice"], "auto");
+    assert!(r["tools"].is_array());
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn a_server_refusing_tools_switches_an_auto_profile_to_text_mode_once() {
+    let model = ScriptedModel::start(vec![
+        Reply::Status {
+            status: 400,
+            headers: vec![],
+            body: r#"{"error": {"message": "this model does not support tools"}}"#.into(),
+        },
+        Reply::content(
+            r#"<tool_call>{"name": "tool_3", "arguments": {"query": "tea"}}</tool_call>"#,
+        ),
+        Reply::text("done"),
+    ])
+    .await;
+    let gw = gateway_for(&model);
+    let tools = many_tools();
+    let reply = gw.chat("fast", &ask("find tea"), &tools).await.unwrap();
+    assert_eq!(reply.tool_calls.len(), 1, "{reply:?}");
+    assert_eq!(reply.tool_calls[0].name, "tool_3");
+    assert!(
+        reply
+            .notes
+            .iter()
+            .any(|n| n.contains("switched to text tool mode")),
+        "{:?}",
+        reply.notes
+    );
+    let requests = model.requests();
+    let text_request = &requests[1];
+    assert!(text_request.get("tools").is_none() && text_request.get("tool_choice").is_none());
+    let system = text_request["messages"][0]["content"]
+        .as_str()
+        .unwrap_or("");
+    assert!(
+        system.contains("<tool_call>")
+            && system.contains("- tool_3(limit?: integer, query: string)"),
+        "{system}"
+    );
+    // From now on this profile asks in text mode at once, without a note.
+    let reply = gw.chat("fast", &ask("again"), &tools).await.unwrap();
+    assert!(reply.notes.is_empty());
+    assert!(model.requests()[2].get("tools").is_none());
+    assert_eq!(model.request_count(), 3);
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn a_server_that_counts_no_tools_switches_an_auto_profile_to_text_mode() {
+    // llama-cpp-python without tool_choice: a 200, but a prompt count without the tools.
+    let model = ScriptedModel::start(vec![
+        Reply::Body(json!({
+            "choices": [{"message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 40, "completion_tokens": 2}
+        })),
+        Reply::text("Paris."),
+    ])
+    .await;
+    let gw = gateway_for(&model);
+    let reply = gw
+        .chat("fast", &ask("capital of France?"), &many_tools())
+        .await
+        .unwrap();
+    assert_eq!(reply.content, "Paris.");
+    assert_eq!(reply.notes.len(), 1, "{:?}", reply.notes);
+    assert!(
+        reply.notes[0].contains("counted 40 prompt tokens"),
+        "{}",
+        reply.notes[0]
+    );
+    assert!(model.requests()[1].get("tools").is_none());
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn a_text_profile_never_sends_tools() {
+    let model = ScriptedModel::start(vec![Reply::text("ok")]).await;
+    let mut s = settings(&model.base_url(), "", 10);
+    if let Some(p) = s.profiles.get_mut("fast") {
+        p.tool_mode = hermes_agent::config::ToolMode::Text;
+    }
+    let gw = Gateway::new(&s).unwrap().with_retry(quick_retry(3));
+    let reply = gw.chat("fast", &ask("hi"), &tools()).await.unwrap();
+    assert!(reply.notes.is_empty());
+    let r = &model.requests()[0];
+    assert!(r.get("tools").is_none());
+    assert!(
+        r["messages"][0]["content"]
+            .as_str()
+            .unwrap_or("")
+            .contains("- recall(")
+    );
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn the_tool_probe_names_the_mode_a_profile_needs() {
+    use hermes_agent::llm::ToolProbe;
+    let counted = |content: Value, prompt: u32| {
+        Reply::Body(json!({
+            "choices": [{"message": content}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": 3}
+        }))
+    };
+    type Expect = fn(&ToolProbe) -> bool;
+    let cases: Vec<(Vec<Reply>, Expect)> = vec![
+        (
+            vec![
+                Reply::text("hi"),
+                Reply::tool_calls(&[("ping", json!({"n": 1}))]),
+            ],
+            |p| *p == ToolProbe::Native,
+        ),
+        (
+            vec![
+                Reply::text("hi"),
+                Reply::content(r#"<tool_call>{"name": "ping", "arguments": {"n": 1}}</tool_call>"#),
+            ],
+            |p| *p == ToolProbe::WroteText,
+        ),
+        (
+            // The same count with and without the tool: it was dropped.
+            vec![
+                counted(json!({"role": "assistant", "content": "pong?"}), 31),
+                counted(json!({"role": "assistant", "content": "pong?"}), 31),
+            ],
+            |p| matches!(p, ToolProbe::Ignored(_)),
+        ),
+        (
+            vec![
+                Reply::text("hi"),
+                Reply::Status {
+                    status: 400,
+                    headers: vec![],
+                    body: r#"{"error": {"message": "tools not supported"}}"#.into(),
+                },
+            ],
+            |p| matches!(p, ToolProbe::Ignored(_)),
+        ),
+        (
+            vec![Reply::text("hi"), Reply::text("I would rather not.")],
+            |p| matches!(p, ToolProbe::NoCall(said) if said.contains("rather not")),
+        ),
+    ];
+    for (script, expected) in cases {
+        let model = ScriptedModel::start(script).await;
+        let gw = gateway_for(&model);
+        let probe = gw.probe_tools("fast").await.expect("probed");
+        assert!(expected(&probe), "{probe:?}");
+        assert!(
+            probe.advice("fast").contains("tool_mode"),
+            "{}",
+            probe.advice("fast")
+        );
+        assert_eq!(model.requests()[1]["tool_choice"], "auto");
+        model.stop().await;
+    }
 }

@@ -406,3 +406,37 @@ async fn probe_says_whether_a_server_works_and_leaves_nothing_running() {
         "{missing}"
     );
 }
+
+#[test]
+fn doctor_lists_each_mcp_server_with_its_state_and_tools() {
+    let d = deps();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("settings.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "model:\n  profiles:\n    fast: {{base_url: \"{NO_MODEL}\"}}\n    pro: {{base_url: \"{NO_MODEL}\"}}\nserver:\n  port: 0\nmcp:\n  servers:\n    time:\n      command: [\"{}\", --local-timezone, UTC]\n    broken:\n      command: [/nonexistent/mcp-server]\n",
+            d.time.display()
+        ),
+    )
+    .expect("config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-agent"))
+        .args(["--config", &config.to_string_lossy(), "--data-dir"])
+        .arg(dir.path().join("data"))
+        .arg("doctor")
+        .output()
+        .expect("doctor runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let time = stdout
+        .lines()
+        .find(|l| l.contains("mcp server time"))
+        .unwrap_or_else(|| panic!("no line for the time server: {stdout}"));
+    assert!(time.starts_with("[ok"), "{time}");
+    assert!(time.contains("time__get_current_time"), "{time}");
+    let broken = stdout
+        .lines()
+        .find(|l| l.contains("mcp server broken"))
+        .unwrap_or_else(|| panic!("no line for the broken server: {stdout}"));
+    assert!(broken.starts_with("[FAIL]"), "{broken}");
+    assert!(broken.contains("/nonexistent/mcp-server"), "{broken}");
+}

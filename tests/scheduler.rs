@@ -1071,7 +1071,15 @@ async fn a_silent_answer_is_not_delivered() {
 #[tokio::test]
 async fn a_failed_run_is_recorded_and_sends_a_failure_notice() {
     let clock = ManualClock::at("2026-06-01T10:00:00Z");
-    let c = setup(settings(), clock.clone()).await;
+    // Reported from the first failure on.
+    let c = setup(
+        SchedulerSettings {
+            failure_report_after: 1,
+            ..settings()
+        },
+        clock.clone(),
+    )
+    .await;
     let mut r = req("digest", "0 7 * * *");
     r.notify = vec!["ops-hook".into()];
     r.name = Some("Digest".into());
@@ -1088,11 +1096,15 @@ async fn a_failed_run_is_recorded_and_sends_a_failure_notice() {
     let n = c.store.notices_for_run(run.id).await.unwrap();
     assert_eq!(n.len(), 1);
     assert_eq!(n[0].channel, "ops-hook");
-    assert_eq!(
-        n[0].body,
-        format!(
-            "Digest failed: the model endpoint refused the connection; see `hermes-agent tasks show {task_id}`"
-        )
+    let body = &n[0].body;
+    assert!(body.contains("**Digest** failed."), "{body}");
+    assert!(
+        body.contains("the model endpoint refused the connection"),
+        "{body}"
+    );
+    assert!(
+        body.contains(&format!("hermes-agent tasks show {task_id}")),
+        "{body}"
     );
 
     // Without notify_on_failure: recorded, not sent.
@@ -1141,4 +1153,68 @@ async fn a_one_shot_fires_once_and_stays_listed() {
     assert_eq!(v[0].next_run_at, None);
     assert_eq!(v[0].last_run.as_ref().unwrap().outcome, RunOutcome::Fired);
     assert_eq!(c.sched.runs(&job.id, 0).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_failing_job_reports_once_with_its_causes_then_stays_quiet_until_it_recovers() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let c = setup(settings(), clock).await;
+    let mut r = req("digest", "0 7 * * *");
+    r.notify = vec!["ops-hook".into()];
+    r.name = Some("Digest".into());
+    let job = c.sched.add(r, Origin::Cli).await.unwrap();
+    c.runner
+        .fail("cannot reach the model server at http://127.0.0.1:11434/v1");
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        runs.push(c.sched.run_now_wait(&job.id).await.unwrap());
+    }
+    let notices = |run: &JobRun| {
+        let store = c.store.clone();
+        let id = run.id;
+        async move { store.notices_for_run(id).await.unwrap() }
+    };
+    // Every run is recorded failed, with its reason.
+    assert!(
+        runs.iter().all(|r| r.outcome == RunOutcome::Failed),
+        "{runs:?}"
+    );
+    // The first failure alone might be a blip: recorded, not sent.
+    assert_eq!(runs[0].delivery, Delivery::None);
+    assert!(notices(&runs[0]).await.is_empty());
+    // The second in a row: one report, with the cause and what to do.
+    assert_eq!(runs[1].delivery, Delivery::Queued);
+    let report = notices(&runs[1]).await;
+    assert_eq!(report.len(), 1);
+    let body = &report[0].body;
+    assert!(
+        report[0].title.contains("Digest") && report[0].title.contains("failing"),
+        "{}",
+        report[0].title
+    );
+    assert!(body.contains("2 runs in a row"), "{body}");
+    assert!(body.contains("cannot reach the model server"), "{body}");
+    assert!(body.contains("What to do"), "{body}");
+    assert!(
+        body.contains(runs[1].task_id.as_deref().unwrap_or("?")),
+        "{body}"
+    );
+    // Then quiet while it keeps failing; the runs are still recorded.
+    for run in &runs[2..] {
+        assert_eq!(run.delivery, Delivery::Suppressed);
+        assert!(notices(run).await.is_empty());
+    }
+    // It works again: the answer, plus one short "recovered" notice.
+    c.runner.answer("the digest");
+    let ok = c.sched.run_now_wait(&job.id).await.unwrap();
+    assert_eq!(ok.outcome, RunOutcome::Fired);
+    let sent = notices(&ok).await;
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(
+        sent.iter().any(|n| n.title.contains("recovered")),
+        "{sent:?}"
+    );
+    // And only once.
+    let again = c.sched.run_now_wait(&job.id).await.unwrap();
+    assert_eq!(notices(&again).await.len(), 1);
 }

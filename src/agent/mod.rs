@@ -8,6 +8,7 @@
 
 mod delegate;
 mod follow;
+mod guard;
 mod pool;
 pub mod prompt;
 mod run;

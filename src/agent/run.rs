@@ -1,11 +1,12 @@
 //! One task's execution: pending → running → succeeded | failed | cancelled, and the
 //! plan-execute-check loop in between. Every model call and tool call becomes a trace row.
 
+use super::guard::{LoopGuard, Verdict};
 use super::{Agent, RunOptions, StopReason, prompt, trace};
 use crate::llm::{Gateway, Message, ModelReply, ToolCall};
 use crate::memory::{ShortTerm, Summariser, SummaryModel};
 use crate::store::{FailReason, NewStep, StoreError, Task, TaskOutcome, TaskState, now};
-use crate::tools::ToolContext;
+use crate::tools::{ToolContext, ToolError, ToolOutcome, shape};
 use crate::util::lock;
 use futures::future::{BoxFuture, join_all};
 use std::ops::ControlFlow;
@@ -212,6 +213,7 @@ impl Agent {
         };
         let mut window = self.prepare_window(task, opts).await?;
         let summariser = self.summariser(task);
+        let mut guard = LoopGuard::new(self.inner.settings.agent.max_identical_calls);
         let max_steps = i64::from(self.inner.settings.agent.max_steps);
         for step in 1..=max_steps {
             let reply = match self
@@ -224,9 +226,13 @@ impl Agent {
             if reply.tool_calls.is_empty() {
                 return Ok(final_answer(&reply.content));
             }
-            let results = self
-                .tool_round(task, opts, &ctx, step, &reply.tool_calls)
-                .await?;
+            let results = match self
+                .tool_round(task, opts, &ctx, step, &reply.tool_calls, &mut guard)
+                .await?
+            {
+                ControlFlow::Continue(results) => results,
+                ControlFlow::Break(end) => return Ok(end),
+            };
             window.push_round(Message::assistant(reply.content, reply.tool_calls), results);
             window.compact(&summariser).await;
         }
@@ -332,6 +338,11 @@ impl Agent {
         match reply {
             Ok(reply) => {
                 tally.add(&reply);
+                // What the gateway changed on its own (a switch to text tool mode) first.
+                for note in &reply.notes {
+                    self.record(task, opts, trace::note(step, Some(note.clone()), None))
+                        .await?;
+                }
                 self.record(task, opts, trace::model(step, &task.profile, &reply, ms))
                     .await?;
                 Ok(ControlFlow::Continue(reply))
@@ -357,20 +368,34 @@ impl Agent {
         ctx: &ToolContext,
         step: i64,
         calls: &[ToolCall],
-    ) -> Result<Vec<Message>, StoreError> {
+        guard: &mut LoopGuard,
+    ) -> Result<ControlFlow<LoopEnd, Vec<Message>>, StoreError> {
         let restrict = opts.restrict.as_deref();
-        let outcomes = join_all(
-            calls
-                .iter()
-                .map(|c| self.inner.registry.execute(c, ctx, restrict)),
-        )
+        let verdicts: Vec<Verdict> = calls.iter().map(|c| guard.check(c)).collect();
+        let outcomes = join_all(calls.iter().zip(&verdicts).map(|(c, v)| async move {
+            match v {
+                Verdict::Run => self.inner.registry.execute(c, ctx, restrict).await,
+                Verdict::Refuse { times } => not_run(c, ToolError::Repeated(*times)),
+                Verdict::Stop { error } => not_run(c, ToolError::Failed(error.clone())),
+            }
+        }))
         .await;
         let mut results = Vec::with_capacity(outcomes.len());
         for (call, o) in calls.iter().zip(outcomes) {
             self.record(task, opts, trace::tool(step, call, &o)).await?;
             results.push(Message::tool(call.id.clone(), o.content));
         }
-        Ok(results)
+        let stop = verdicts.into_iter().find_map(|v| match v {
+            Verdict::Stop { error } => Some(error),
+            _ => None,
+        });
+        Ok(match stop {
+            Some(error) => ControlFlow::Break(LoopEnd::Failed {
+                reason: FailReason::Loop,
+                error,
+            }),
+            None => ControlFlow::Continue(results),
+        })
     }
 
     /// Append a trace row, and show it to the observer (the live timeline of `run`).
@@ -386,6 +411,19 @@ impl Agent {
             let _ = tx.send(row.into_step(seq, now()));
         }
         Ok(())
+    }
+}
+
+/// A call the loop guard did not run, as the model and the trace see it.
+fn not_run(call: &ToolCall, error: ToolError) -> ToolOutcome {
+    let content = shape::wrap_error(&call.name, &error.to_string());
+    ToolOutcome {
+        result_tokens: crate::llm::estimate_tokens(&content),
+        content,
+        error: Some(error),
+        attempts: 0,
+        duration: Duration::ZERO,
+        working_key: None,
     }
 }
 

@@ -58,6 +58,16 @@ pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
             ),
         ),
     });
+    // The MCP servers: the daemon's, as it runs them; else each started once and stopped.
+    match &daemon {
+        Some(d) => match d.mcp_servers().await {
+            Ok(servers) => report.print_all(doctor::mcp_servers(&servers)),
+            Err(e) => report.print(Check::new(Verdict::Warn, "mcp servers", e.to_string())),
+        },
+        None => {
+            report.print_all(doctor::mcp_probe(&config.settings, &crate::config::env_map()).await)
+        }
+    }
     // With a daemon up, the memory index is the daemon's; open the rest only when it is not.
     if daemon.is_some() {
         report.print(Check::new(

@@ -6,14 +6,8 @@
 use super::JobsCmd;
 use super::backend::{Backend, Fired};
 use super::render::{self, print_json, print_outcome};
-use crate::store::TaskRecord;
 use serde_json::json;
 use std::process::ExitCode;
-use std::time::Duration;
-
-/// How often `jobs run` asks the daemon about the task it follows: soon enough that the
-/// outcome shows promptly, seldom enough to cost the daemon nothing.
-const FOLLOW_EVERY: Duration = Duration::from_millis(300);
 
 pub async fn jobs(backend: &dyn Backend, cmd: JobsCmd) -> anyhow::Result<ExitCode> {
     match cmd {
@@ -56,7 +50,10 @@ async fn run(backend: &dyn Backend, id: &str) -> anyhow::Result<ExitCode> {
     let record = match backend.fire_job(id).await? {
         Fired::OnDaemon { base, task_id } => {
             eprintln!("job {id} fired on the daemon at {base}: task {task_id}");
-            follow(backend, &task_id).await?
+            // Live, as `run` shows a task: each step on stderr, the outcome below.
+            let print = |step: &crate::store::Step| eprintln!("{}", render::step_line(step));
+            backend.watch(&task_id, &print).await?;
+            backend.task(&task_id).await?
         }
         Fired::Here { run, delivered } => {
             if delivered > 0 {
@@ -74,15 +71,4 @@ async fn run(backend: &dyn Backend, id: &str) -> anyhow::Result<ExitCode> {
         }
     };
     print_outcome(&record, false)
-}
-
-/// The record of a task the daemon runs, once it is finished.
-async fn follow(backend: &dyn Backend, task_id: &str) -> anyhow::Result<TaskRecord> {
-    loop {
-        let record = backend.task(task_id).await?;
-        if record.task.state.is_finished() {
-            return Ok(record);
-        }
-        tokio::time::sleep(FOLLOW_EVERY).await;
-    }
 }

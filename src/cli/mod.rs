@@ -103,6 +103,9 @@ pub enum TasksCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Follow a task live to its end: each step as it happens, then the answer (exit 0 when it
+    /// succeeded). A task that is over is shown whole.
+    Watch { id: String },
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,4 +1,5 @@
-//! `tasks list` and `tasks show`: task history and traces, from whichever backend answered.
+//! `tasks list`, `tasks show` and `tasks watch`: task history and traces, from whichever
+//! backend answered.
 //!
 //! Must not: reach the daemon or the data dir except through the [`Backend`] it is given.
 
@@ -17,6 +18,12 @@ pub async fn tasks(backend: &dyn Backend, cmd: TasksCmd) -> anyhow::Result<ExitC
             } else {
                 print!("{}", render::task_table(&list));
             }
+        }
+        TasksCmd::Watch { id } => {
+            let print = |step: &crate::store::Step| println!("{}", render::step_line(step));
+            let task = backend.watch(&id, &print).await?;
+            let record = backend.task(&task.id).await?;
+            return render::print_outcome(&record, false);
         }
         TasksCmd::Show { id, json } => {
             let record = backend.task(&id).await?;

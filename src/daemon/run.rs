@@ -115,9 +115,6 @@ impl Services {
         app.mcp.start();
         app.agent
             .spawn_workers(settings.agent.workers as usize, &tracker, stop.clone());
-        // Digests link to the dashboard this daemon serves, when it has a public address; set
-        // before the first firing (the catch-up at start).
-        app.scheduler.set_public_url(&settings.server.public_url);
         app.scheduler.start(&tracker, stop.clone()).await?;
         // The outbox sender stops last, so answers of tasks that end during the grace period
         // are still sent before the process exits.

@@ -7,18 +7,18 @@
 //! Must not: log, format or return an API key — it is only ever handed to reqwest as a
 //! sensitive header; server text is redacted before it is quoted.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use super::error::{body_detail, connect_hint, redact, status_hint};
-use super::{
-    LlmError, Message, ModelReply, Role, ToolCall, ToolSpec, Usage, estimate_tokens, parse,
-};
-use crate::config::{ModelSettings, Profile};
+use super::wire;
+use super::{LlmError, Message, ModelReply, ToolCall, ToolSpec, Usage, estimate_tokens, parse};
+use crate::config::{ModelSettings, Profile, ToolMode};
+use crate::util::lock;
 use crate::util::{Backoff, RetryPolicy};
 
 /// A `Retry-After` is read up to this; anything longer is as good as "not today".
@@ -52,6 +52,8 @@ pub struct Gateway {
     max_retry_after: Duration,
     /// Replies whose output looked like a tool call but could not be read.
     parse_failures: Arc<AtomicU64>,
+    /// `auto` profiles whose server showed it ignores native tools: text mode from then on.
+    switched: Arc<Mutex<BTreeSet<String>>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -111,6 +113,7 @@ impl Gateway {
             max_response_bytes: settings.max_response_bytes.max(1),
             max_retry_after: Duration::from_secs(settings.max_retry_after_s),
             parse_failures: Arc::new(AtomicU64::new(0)),
+            switched: Arc::default(),
         })
     }
 
@@ -199,6 +202,10 @@ impl Gateway {
 
     /// As [`Gateway::chat`], for a caller with a deadline (a task's time limit): no retry wait,
     /// whether backoff or a server's `Retry-After`, goes past it.
+    ///
+    /// With `tool_mode: auto`, a server that shows it ignores tools (a 400 naming them, or a
+    /// prompt count that cannot include them) switches the profile to text mode for the rest
+    /// of the process, once, and the call is made again that way; the reply's `notes` say so.
     pub async fn chat_until(
         &self,
         profile_name: &str,
@@ -206,15 +213,79 @@ impl Gateway {
         tools: &[ToolSpec],
         deadline: Option<tokio::time::Instant>,
     ) -> Result<ModelReply, LlmError> {
-        let profile = self
-            .profiles
-            .get(profile_name)
+        let profile = self.profile(profile_name)?;
+        let mut notes = Vec::new();
+        loop {
+            let mode = self.tool_mode(profile_name, profile);
+            let result = self
+                .exchange(profile_name, profile, messages, tools, mode, deadline)
+                .await;
+            let may_switch = profile.tool_mode == ToolMode::Auto
+                && mode == ToolMode::Native
+                && !tools.is_empty();
+            let evidence = match &result {
+                Ok(reply) if may_switch => wire::tools_ignored(&reply.usage, tools),
+                Err(e) if may_switch => wire::tools_refused(e),
+                _ => None,
+            };
+            if let Some(why) = evidence {
+                notes.push(self.switch_to_text(profile_name, profile, &why));
+                continue;
+            }
+            return result.map(|mut reply| {
+                reply.notes = notes;
+                reply
+            });
+        }
+    }
+
+    pub(super) fn profile(&self, name: &str) -> Result<&Profile, LlmError> {
+        self.profiles
+            .get(name)
             .ok_or_else(|| LlmError::UnknownProfile {
-                profile: profile_name.to_string(),
+                profile: name.to_string(),
                 known: self.profiles.keys().cloned().collect::<Vec<_>>().join(", "),
-            })?;
+            })
+    }
+
+    /// The mode a profile's calls use now: its setting, or for `auto` native until switched.
+    pub fn tool_mode(&self, profile_name: &str, profile: &Profile) -> ToolMode {
+        match profile.tool_mode {
+            ToolMode::Auto if lock(&self.switched).contains(profile_name) => ToolMode::Text,
+            ToolMode::Auto => ToolMode::Native,
+            fixed => fixed,
+        }
+    }
+
+    /// Use text mode for `profile_name` from now on; the warning (logged once) and the note.
+    fn switch_to_text(&self, profile_name: &str, profile: &Profile, why: &str) -> String {
+        lock(&self.switched).insert(profile_name.to_string());
+        let note = format!(
+            "model profile '{profile_name}' switched to text tool mode for this process: {why}; \
+             set model.profiles.{profile_name}.tool_mode: text to start that way"
+        );
+        tracing::warn!(profile = profile_name, model = %profile.model, %why, "the model server ignores native tools; using text tool mode from now on");
+        note
+    }
+
+    /// One request in `mode`, retried per the policy; the reply read back.
+    pub(super) async fn exchange(
+        &self,
+        profile_name: &str,
+        profile: &Profile,
+        messages: &[Message],
+        tools: &[ToolSpec],
+        mode: ToolMode,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<ModelReply, LlmError> {
         let url = chat_url(&profile.base_url);
-        let body = request_body(profile, messages, tools).to_string();
+        let body = match mode {
+            ToolMode::Text if !tools.is_empty() => {
+                wire::request_body(profile, &wire::text_mode(messages, tools), &[])
+            }
+            _ => wire::request_body(profile, messages, tools),
+        }
+        .to_string();
         let mut attempts = 0u32;
         loop {
             attempts += 1;
@@ -228,12 +299,13 @@ impl Gateway {
             tracing::debug!(profile = profile_name, model = %profile.model, %status, ms, attempt = attempts, "model call");
             let failure = match outcome {
                 Ok(reply) => {
+                    let text_fallback = !tools.is_empty();
                     return self.read_reply(
                         profile_name,
                         profile,
                         &body,
                         reply,
-                        !tools.is_empty(),
+                        text_fallback,
                         attempts,
                     );
                 }
@@ -373,6 +445,10 @@ impl Gateway {
             return Err(bad(reason));
         };
         let parsed = parse::parse_message(message, text_fallback);
+        let native_calls = message
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .is_some_and(|calls| !calls.is_empty());
         if !parsed.warnings.is_empty() {
             self.parse_failures.fetch_add(1, Ordering::Relaxed);
             for warning in &parsed.warnings {
@@ -404,6 +480,8 @@ impl Gateway {
             usage,
             parse_warnings: parsed.warnings,
             attempts,
+            notes: Vec::new(),
+            native_calls,
         })
     }
 }
@@ -423,52 +501,6 @@ fn estimate_completion(content: &str, calls: &[ToolCall]) -> u32 {
 /// `{base_url}/chat/completions`, whether or not the configured URL ends in a slash.
 pub(crate) fn chat_url(base_url: &str) -> String {
     format!("{}/chat/completions", base_url.trim().trim_end_matches('/'))
-}
-
-/// The OpenAI request body. `tools` is omitted when empty: some servers reject an empty list.
-pub(crate) fn request_body(profile: &Profile, messages: &[Message], tools: &[ToolSpec]) -> Value {
-    let messages: Vec<Value> = messages.iter().map(wire_message).collect();
-    let mut body = json!({
-        "model": profile.model,
-        "messages": messages,
-        "temperature": profile.temperature,
-        "max_tokens": profile.max_tokens,
-        "stream": false,
-    });
-    if !tools.is_empty() {
-        body["tools"] = tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {
-                    "name": t.name, "description": t.description, "parameters": t.parameters,
-                }})
-            })
-            .collect();
-    }
-    body
-}
-
-fn wire_message(m: &Message) -> Value {
-    let mut out = json!({"role": m.role, "content": m.content});
-    if m.role == Role::Assistant && !m.tool_calls.is_empty() {
-        out["tool_calls"] = m
-            .tool_calls
-            .iter()
-            .map(|c| {
-                // An argument string we could not repair goes back verbatim: it is what the
-                // model wrote, and the tool's error message refers to it.
-                let arguments = match &c.arguments {
-                    Value::String(raw) => raw.clone(),
-                    other => other.to_string(),
-                };
-                json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": arguments}})
-            })
-            .collect();
-    }
-    if let Some(id) = &m.tool_call_id {
-        out["tool_call_id"] = json!(id);
-    }
-    out
 }
 
 /// `Retry-After` as delta-seconds or an HTTP date (at most a day).
@@ -625,7 +657,7 @@ mod tests {
             description: "d".into(),
             parameters: json!({"type": "object"}),
         };
-        let body = request_body(&profile(), &messages, std::slice::from_ref(&tool));
+        let body = wire::request_body(&profile(), &messages, std::slice::from_ref(&tool));
         assert_eq!(body["model"], "m");
         assert_eq!(body["stream"], false);
         assert_eq!(body["max_tokens"], 1024);
@@ -637,7 +669,7 @@ mod tests {
         assert_eq!(body["messages"][3]["role"], "tool");
         assert_eq!(body["tools"][0]["function"]["name"], "recall");
         assert_eq!(body["tools"][0]["type"], "function");
-        let without = request_body(&profile(), &messages, &[]);
+        let without = wire::request_body(&profile(), &messages, &[]);
         assert!(without.get("tools").is_none());
         assert!(without["messages"][0].get("tool_calls").is_none());
     }

@@ -10,11 +10,14 @@
 mod client;
 mod error;
 pub mod parse;
+mod probe;
 #[cfg(any(test, feature = "test-support"))]
 pub mod scripted;
 mod types;
+mod wire;
 
 pub use crate::util::RetryPolicy;
 pub use client::{DEFAULT_RETRY, Gateway};
 pub use error::LlmError;
+pub use probe::ToolProbe;
 pub use types::*;

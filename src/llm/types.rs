@@ -92,6 +92,13 @@ pub struct ModelReply {
     pub parse_warnings: Vec<String>,
     /// HTTP attempts this reply took (1 = no retry).
     pub attempts: u32,
+    /// What the gateway changed on its own while getting this reply (e.g. a profile switched
+    /// to text tool mode): for the task's trace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// The calls came in the native `tool_calls` field, not parsed out of text.
+    #[serde(default)]
+    pub native_calls: bool,
 }
 
 /// A rough token count for text the server did not count: about 4 bytes per token for

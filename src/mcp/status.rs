@@ -53,6 +53,26 @@ impl std::fmt::Display for ServerState {
     }
 }
 
+/// Read back from `{"state", "reason"?}` (the CLI reads a daemon's `GET /v1/mcp`).
+impl<'de> serde::Deserialize<'de> for ServerState {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        struct Wire {
+            state: String,
+            #[serde(default)]
+            reason: Option<String>,
+        }
+        let w = Wire::deserialize(d)?;
+        Ok(match w.state.as_str() {
+            "starting" => ServerState::Starting,
+            "running" => ServerState::Running,
+            "restarting" => ServerState::Restarting,
+            "failed" => ServerState::Failed(w.reason.unwrap_or_default()),
+            other => return Err(serde::de::Error::custom(format!("unknown state '{other}'"))),
+        })
+    }
+}
+
 /// `{"state": "failed", "reason": "…"}`; `reason` only for `failed`.
 impl Serialize for ServerState {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -67,12 +87,12 @@ impl Serialize for ServerState {
 }
 
 /// One server as `McpManager::status` reports it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct ServerStatus {
     /// Its name under `mcp.servers`.
     pub name: String,
     /// `stdio` or `http`.
-    pub transport: &'static str,
+    pub transport: std::borrow::Cow<'static, str>,
     #[serde(flatten)]
     pub state: ServerState,
     /// Its tools as the model sees them (`NAME__TOOL`), sorted; empty unless running.
@@ -85,11 +105,11 @@ pub struct ServerStatus {
     pub since: DateTime<Utc>,
 }
 
-pub(super) fn transport_word(t: McpTransport) -> &'static str {
-    match t {
+pub(super) fn transport_word(t: McpTransport) -> std::borrow::Cow<'static, str> {
+    std::borrow::Cow::Borrowed(match t {
         McpTransport::Stdio => "stdio",
         McpTransport::Http => "http",
-    }
+    })
 }
 
 #[cfg(test)]
@@ -104,7 +124,7 @@ mod tests {
         assert_eq!(failed.to_string(), "failed(`uvx` not found)");
         let status = ServerStatus {
             name: "time".into(),
-            transport: "stdio",
+            transport: "stdio".into(),
             state: failed,
             tools: vec![],
             pid: None,

@@ -400,6 +400,7 @@ impl Scheduler {
         let (outcome, reason, delivery) = match result {
             Ok(task) if task.state == TaskState::Succeeded => {
                 let answer = task.answer.unwrap_or_default();
+                self.recovery_notice(&job, run_id, &task_id).await;
                 let delivery = if answer.trim() == SILENT {
                     Delivery::Silent
                 } else {
@@ -439,35 +440,8 @@ impl Scheduler {
             delivery = %delivery, reason = reason.as_deref().unwrap_or(""), "job run finished");
     }
 
-    /// A short failure notice on the job's channels when `notify_on_failure`; the delivery
-    /// state for the run row.
-    pub(crate) async fn failure_notice(
-        &self,
-        job: &Job,
-        run_id: i64,
-        task_id: Option<&str>,
-        error: &str,
-    ) -> Delivery {
-        if !self.inner.settings.notify_on_failure {
-            return Delivery::None;
-        }
-        let text = match task_id {
-            Some(id) => format!(
-                "{} failed: {error}; see `hermes-agent tasks show {id}`",
-                job.name
-            ),
-            None => format!("{} failed: {error}", job.name),
-        };
-        let title = format!(
-            "{} — {} (failed)",
-            job.name,
-            local_date(self.inner.clock.now(), job)
-        );
-        self.deliver_all(job, run_id, task_id, &title, &text).await
-    }
-
     /// Queue `text` on every channel of the job; the run's delivery state.
-    async fn deliver_all(
+    pub(crate) async fn deliver_all(
         &self,
         job: &Job,
         run_id: i64,

@@ -266,12 +266,7 @@ impl Scheduler {
             Ok(j) if j.enabled => j.next_run_at,
             _ => None,
         };
-        let url = self
-            .inner
-            .public_url
-            .get()
-            .map(String::as_str)
-            .unwrap_or("");
+        let url = self.inner.public_url.as_str();
         let next = next.map(|t| words::in_zone(t, &job.timezone));
         words::digest_footer(&job.name, &job.id, task_id, next, url)
     }

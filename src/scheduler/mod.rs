@@ -42,6 +42,7 @@
 
 mod fire;
 mod jobs;
+mod report;
 pub mod schedule;
 mod timer;
 pub mod words;
@@ -56,7 +57,7 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -276,8 +277,8 @@ struct Inner {
     /// Model profiles a job may name; empty means "not checked here".
     profiles: Vec<String>,
     /// The dashboard's address from outside (`server.public_url`), for the links in a
-    /// digest's footer; set once by the daemon ([`Scheduler::set_public_url`]).
-    public_url: OnceLock<String>,
+    /// digest's footer ([`Scheduler::with_public_url`]); empty: no links.
+    public_url: String,
 }
 
 impl Scheduler {
@@ -310,7 +311,7 @@ impl Scheduler {
                 tracker: Mutex::new(None),
                 inflight: watch::Sender::new(0),
                 profiles: Vec::new(),
-                public_url: OnceLock::new(),
+                public_url: String::new(),
             }),
         }
     }
@@ -324,10 +325,13 @@ impl Scheduler {
         self
     }
 
-    /// Link digests to the dashboard at `url` (`server.public_url`); empty: no links. The
-    /// first call wins: the address does not change while the process runs.
-    pub fn set_public_url(&self, url: &str) {
-        let _ = self.inner.public_url.set(url.trim().to_string());
+    /// Link digests to the dashboard at `url` (`server.public_url`); empty: no links. Call
+    /// right after construction.
+    pub fn with_public_url(mut self, url: &str) -> Scheduler {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.public_url = url.trim().to_string();
+        }
+        self
     }
 
     pub fn settings(&self) -> &SchedulerSettings {

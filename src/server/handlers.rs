@@ -322,3 +322,8 @@ pub async fn forget_memory(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
         Err(ApiError::not_found(format!("fact '{id}' not found")))
     }
 }
+
+/// Each MCP server's state and tools (`{"servers": [...]}`): for `doctor` and scripts.
+pub async fn mcp_servers(State(s): State<ApiState>) -> ApiResult {
+    Ok(Json(json!({ "servers": s.mcp.status() })).into_response())
+}

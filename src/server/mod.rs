@@ -52,6 +52,8 @@ pub struct ApiState {
     pub token: Arc<str>,
     /// The dashboard's signed-in browsers (see `session`).
     pub sessions: Sessions,
+    /// The MCP servers, for their status (`GET /v1/mcp`, doctor, /settings).
+    pub mcp: crate::mcp::McpManager,
 }
 
 impl ApiState {
@@ -65,6 +67,7 @@ impl ApiState {
             config: app.config.clone(),
             token: Arc::from(app.config.settings.server.token.as_str()),
             sessions: Sessions::default(),
+            mcp: app.mcp.clone(),
         }
     }
 
@@ -104,6 +107,7 @@ pub fn router(state: ApiState) -> Router {
             "/v1/memory/{id}",
             axum::routing::delete(handlers::forget_memory),
         )
+        .route("/v1/mcp", get(handlers::mcp_servers))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             guard::require_token,

@@ -46,6 +46,11 @@ pub enum ToolError {
     /// (`web_fetch for example.org`).
     #[error("tool '{0}' is temporarily disabled after repeated failures; try another way")]
     CircuitOpen(String),
+    /// Not run by the agent's loop guard: the same call was made this many times already.
+    #[error(
+        "not run: this exact call (same tool, same arguments) was already made {0} times in this task and its result is above; answer with what you have, or change course (other arguments, another tool)"
+    )]
+    Repeated(u32),
 }
 
 impl ToolError {

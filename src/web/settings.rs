@@ -66,6 +66,7 @@ pub async fn checks(State(s): State<ApiState>) -> Markup {
         memory: s.memory.as_ref(),
         registry: s.agent.registry(),
         notifier: &s.notifier,
+        mcp: &s.mcp,
     })
     .await;
     html! {

@@ -79,7 +79,10 @@ async fn server_everything_over_streamable_http() {
     };
     let t = common::app(settings_with(NO_MODEL, vec![("remote", remote)]), vec![]).await;
     let status = running(&t.app, &["remote"]).await;
-    assert_eq!((status[0].transport, status[0].pid), ("http", None));
+    assert_eq!(
+        (status[0].transport.as_ref(), status[0].pid),
+        ("http", None)
+    );
     assert!(status[0].tools.contains(&"remote__echo".to_string()));
 
     let echo = call(&t.app, "remote__echo", json!({"message": "over http"})).await;

@@ -6,8 +6,8 @@
 //! Must not: be used while a daemon runs on the same data dir (`connect` checks first): the
 //! daemon holds the memory index, and its scheduler would not see changes made here at once.
 
-use super::{Backend, DELIVER_NOW, Fired, FoundFact, Remembered, Reply};
-use crate::agent::{RunOptions, Submit};
+use super::{Backend, DELIVER_NOW, Fired, FoundFact, OnStep, Remembered, Reply};
+use crate::agent::{Followed, RunOptions, Submit};
 use crate::app::{App, BuildOptions, JobExecution};
 use crate::config::Config;
 use crate::memory::LongTerm;
@@ -92,6 +92,23 @@ impl Local {
 }
 
 impl Backend for Local {
+    fn watch<'a>(&'a self, id: &'a str, on_step: &'a OnStep) -> Reply<'a, Task> {
+        Box::pin(async move {
+            use futures::StreamExt;
+            // The agent's follower reads the store; with no daemon here, a task another process
+            // runs (a `hermes-agent run`) is seen through its poll.
+            let app = self.app().await?;
+            let mut events = std::pin::pin!(app.agent.follow(id).await?);
+            while let Some(event) = events.next().await {
+                match event? {
+                    Followed::Step(step) => on_step(&step),
+                    Followed::End(task) => return Ok(task),
+                }
+            }
+            anyhow::bail!("following task {id} ended before the task did")
+        })
+    }
+
     fn daemon(&self) -> Option<&str> {
         None
     }

@@ -14,7 +14,7 @@ pub use remote::Remote;
 
 use crate::config::Config;
 use crate::scheduler::{JobRequest, JobView};
-use crate::store::{JobRun, Origin, Task, TaskRecord, TaskState};
+use crate::store::{JobRun, Origin, Step, Task, TaskRecord, TaskState};
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -23,6 +23,9 @@ use std::time::Duration;
 /// How long a command that ran a task in this process (`run`, `jobs run`) tries to send its
 /// notices before it exits; what does not go out stays in the outbox for the daemon to retry.
 pub const DELIVER_NOW: Duration = Duration::from_secs(60);
+
+/// What `watch` calls for each trace row.
+pub type OnStep = dyn Fn(&Step) + Send + Sync;
 
 /// What a backend call gives back: boxed so the trait can be used as `dyn Backend`.
 pub type Reply<'a, T> = BoxFuture<'a, anyhow::Result<T>>;
@@ -35,6 +38,9 @@ pub trait Backend: Send + Sync {
     fn tasks(&self, state: Option<TaskState>, limit: i64) -> Reply<'_, Vec<Task>>;
     /// One task with its trace; an unambiguous id prefix is enough.
     fn task<'a>(&'a self, id: &'a str) -> Reply<'a, TaskRecord>;
+    /// Follow a task to its end: `on_step` sees every trace row — those recorded so far, then
+    /// each as it is stored —; returns the task as it ended.
+    fn watch<'a>(&'a self, id: &'a str, on_step: &'a OnStep) -> Reply<'a, Task>;
 
     fn jobs(&self) -> Reply<'_, Vec<JobView>>;
     fn add_job(&self, job: JobRequest) -> Reply<'_, JobView>;

@@ -4,7 +4,7 @@
 //! bearer token, and turning API answers into typed values and API errors into messages.
 //! Must not: fall back to the data dir — `connect` decides that, before any call.
 
-use super::{Backend, Fired, FoundFact, Remembered, Reply};
+use super::{Backend, Fired, FoundFact, OnStep, Remembered, Reply};
 use crate::config::Config;
 use crate::scheduler::{JobRequest, JobView};
 use crate::store::{Task, TaskRecord, TaskState};
@@ -53,6 +53,12 @@ impl Remote {
             }
         }
         None
+    }
+
+    /// Each MCP server's status as the daemon sees it.
+    pub async fn mcp_servers(&self) -> anyhow::Result<Vec<crate::mcp::ServerStatus>> {
+        let v = self.call(Method::GET, "/v1/mcp", None).await?;
+        Ok(serde_json::from_value(v["servers"].clone())?)
     }
 
     pub fn base(&self) -> &str {
@@ -120,7 +126,63 @@ impl Remote {
     }
 }
 
+impl Remote {
+    /// `GET /v1/tasks/{id}/events`, read as it streams: a `step` event per trace row, then
+    /// `state`, after which the task is fetched as it ended.
+    async fn follow_events(&self, id: &str, on_step: &OnStep) -> anyhow::Result<Task> {
+        let url = format!("{}/v1/tasks/{}/events", self.base, seg(id));
+        let mut req = self.http.get(url).timeout(self.task_wait);
+        if !self.token.is_empty() {
+            req = req.bearer_auth(&self.token);
+        }
+        let mut resp = req
+            .send()
+            .await
+            .with_context(|| format!("the daemon at {} stopped answering", self.base))?;
+        if !resp.status().is_success() {
+            let v: Value = resp.json().await.unwrap_or(Value::Null);
+            let message = v.pointer("/error/message").and_then(Value::as_str);
+            anyhow::bail!(
+                "{}",
+                message.unwrap_or("the daemon refused the event stream")
+            );
+        }
+        let mut buffer = String::new();
+        while let Some(chunk) = resp.chunk().await.context("the event stream broke off")? {
+            buffer.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buffer.find("\n\n") {
+                let block: String = buffer.drain(..end + 2).collect();
+                let (event, data) = sse_fields(&block);
+                match event {
+                    "step" => on_step(&serde_json::from_str(&data)?),
+                    "state" => return Ok(self.task(id).await?.task),
+                    _ => {}
+                }
+            }
+        }
+        anyhow::bail!("the daemon closed the event stream of task {id} before the task ended")
+    }
+}
+
+/// An event block's `event:` name and its `data:` lines joined.
+fn sse_fields(block: &str) -> (&str, String) {
+    let mut event = "message";
+    let mut data = Vec::new();
+    for line in block.lines() {
+        if let Some(v) = line.strip_prefix("event:") {
+            event = v.trim();
+        } else if let Some(v) = line.strip_prefix("data:") {
+            data.push(v.strip_prefix(' ').unwrap_or(v));
+        }
+    }
+    (event, data.join("\n"))
+}
+
 impl Backend for Remote {
+    fn watch<'a>(&'a self, id: &'a str, on_step: &'a OnStep) -> Reply<'a, Task> {
+        Box::pin(self.follow_events(id, on_step))
+    }
+
     fn daemon(&self) -> Option<&str> {
         Some(&self.base)
     }

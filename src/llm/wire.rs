@@ -1,0 +1,284 @@
+//! The request as it goes on the wire, in either tool mode.
+//!
+//! - **native**: the OpenAI shape — `tools` with `"tool_choice": "auto"` (llama-cpp-python and
+//!   some chat templates render no tools at all without it), assistant `tool_calls`, `tool`-role
+//!   results.
+//! - **text**: for servers and templates without tool support — no `tools` field; the tools are
+//!   described compactly at the end of the system prompt (which stays the same bytes from task to
+//!   task, so a prefix cache keeps it), calls are written as `<tool_call>{…}</tool_call>` blocks
+//!   (read back by [`super::parse`]), results go back as user-role text in the registry's
+//!   `<tool_result>` form.
+//!
+//! Also: when a server shows it ignored the tools it was sent (see [`tools_ignored`]).
+//! Must not: decide which mode a profile uses (the gateway does) or know what a tool does.
+
+use super::{LlmError, Message, Role, ToolSpec, Usage, estimate_tokens};
+use crate::config::Profile;
+use serde_json::{Map, Value, json};
+
+/// The OpenAI request body. `tools` (and `tool_choice`) are omitted when there are none: some
+/// servers reject an empty list.
+pub(crate) fn request_body(profile: &Profile, messages: &[Message], tools: &[ToolSpec]) -> Value {
+    let messages: Vec<Value> = messages.iter().map(wire_message).collect();
+    let mut body = json!({
+        "model": profile.model,
+        "messages": messages,
+        "temperature": profile.temperature,
+        "max_tokens": profile.max_tokens,
+        "stream": false,
+    });
+    if !tools.is_empty() {
+        body["tools"] = tools_json(tools);
+        body["tool_choice"] = json!("auto");
+    }
+    body
+}
+
+/// The tools as the OpenAI `tools` field.
+pub(crate) fn tools_json(tools: &[ToolSpec]) -> Value {
+    tools
+        .iter()
+        .map(|t| {
+            json!({"type": "function", "function": {
+                "name": t.name, "description": t.description, "parameters": t.parameters,
+            }})
+        })
+        .collect()
+}
+
+fn wire_message(m: &Message) -> Value {
+    let mut out = json!({"role": m.role, "content": m.content});
+    if m.role == Role::Assistant && !m.tool_calls.is_empty() {
+        out["tool_calls"] = m
+            .tool_calls
+            .iter()
+            .map(|c| {
+                // An argument string we could not repair goes back verbatim: it is what the
+                // model wrote, and the tool's error message refers to it.
+                let arguments = match &c.arguments {
+                    Value::String(raw) => raw.clone(),
+                    other => other.to_string(),
+                };
+                json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": arguments}})
+            })
+            .collect();
+    }
+    if let Some(id) = &m.tool_call_id {
+        out["tool_call_id"] = json!(id);
+    }
+    out
+}
+
+/// The conversation as text mode sends it (no `tools` field goes with it).
+pub(crate) fn text_mode(messages: &[Message], tools: &[ToolSpec]) -> Vec<Message> {
+    let mut out: Vec<Message> = Vec::with_capacity(messages.len() + 1);
+    let block = tools_prompt(tools);
+    for m in messages {
+        match m.role {
+            Role::System if out.is_empty() => {
+                out.push(Message::system(format!("{}\n\n{block}", m.content)))
+            }
+            Role::Assistant if !m.tool_calls.is_empty() => {
+                let mut text = m.content.trim().to_string();
+                for c in &m.tool_calls {
+                    let call = json!({"name": c.name, "arguments": c.arguments});
+                    if !text.is_empty() {
+                        text.push('\n');
+                    }
+                    text.push_str(&format!("<tool_call>{call}</tool_call>"));
+                }
+                out.push(Message::assistant(text, Vec::new()));
+            }
+            // Results are user text; those of one turn become one message, so roles alternate
+            // (some templates refuse two user messages in a row).
+            Role::Tool => match out.last_mut() {
+                Some(prev) if prev.role == Role::User && prev.content.starts_with("<tool_") => {
+                    prev.content.push('\n');
+                    prev.content.push_str(&m.content);
+                }
+                _ => out.push(Message::user(m.content.clone())),
+            },
+            _ => out.push(m.clone()),
+        }
+    }
+    if !matches!(out.first(), Some(m) if m.role == Role::System) {
+        out.insert(0, Message::system(block));
+    }
+    out
+}
+
+/// The tools described in a few lines each, and how to call them.
+fn tools_prompt(tools: &[ToolSpec]) -> String {
+    let mut p = String::from(
+        "Tools you can call. To call one, write one block per call and nothing after them:\n\
+         <tool_call>{\"name\": \"TOOL\", \"arguments\": {…}}</tool_call>\n\
+         Each result comes back in a <tool_result> block.\n",
+    );
+    for t in tools {
+        p.push_str(&format!(
+            "- {}({}): {}\n",
+            t.name,
+            signature(&t.parameters),
+            t.description
+        ));
+    }
+    p.trim_end().to_string()
+}
+
+/// `url: string, selector?: string` from an object schema's properties.
+fn signature(schema: &Value) -> String {
+    let empty = Map::new();
+    let props = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    props
+        .iter()
+        .map(|(name, p)| {
+            let optional = if required.contains(&name.as_str()) {
+                ""
+            } else {
+                "?"
+            };
+            format!("{name}{optional}: {}", type_of(p))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn type_of(p: &Value) -> String {
+    if let Some(options) = p.get("enum").and_then(Value::as_array) {
+        return options
+            .iter()
+            .map(Value::to_string)
+            .collect::<Vec<_>>()
+            .join("|");
+    }
+    match p.get("type").and_then(Value::as_str) {
+        Some("array") => format!("[{}]", p.get("items").map(type_of).unwrap_or_default()),
+        Some(t) => t.to_string(),
+        None => "any".to_string(),
+    }
+}
+
+/// Did the server leave the tools out of the prompt it evaluated? Its own count of prompt
+/// tokens is under a quarter of what the tool block alone is estimated at: a server that
+/// rendered the tools cannot have counted so few (real tokenizers count JSON *more* densely
+/// than the estimate), one that dropped them (llama-cpp-python without `tool_choice`, a
+/// template with no tool support) counts only the messages.
+pub(crate) fn tools_ignored(usage: &Usage, tools: &[ToolSpec]) -> Option<String> {
+    if usage.estimated || tools.is_empty() {
+        return None;
+    }
+    let tools_estimate = estimate_tokens(&tools_json(tools).to_string());
+    // A tool block too small to tell from the noise proves nothing either way.
+    (tools_estimate >= 200 && usage.prompt_tokens.saturating_mul(4) < tools_estimate).then(|| {
+        format!(
+            "the server counted {} prompt tokens for a request whose tools alone are about {tools_estimate}",
+            usage.prompt_tokens
+        )
+    })
+}
+
+/// Did the server refuse the request because of its tools (a 400 that names them)?
+pub(crate) fn tools_refused(e: &LlmError) -> Option<String> {
+    match e {
+        // The server's own words are the only evidence; nothing else says "tools".
+        LlmError::Status { status, detail, .. }
+            if (400..500).contains(status) && detail.to_ascii_lowercase().contains("tool") =>
+        {
+            Some(format!("the server refused tools: HTTP {status}: {detail}"))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::ToolCall;
+
+    fn spec() -> ToolSpec {
+        ToolSpec {
+            name: "web_fetch".into(),
+            description: "Fetch a page.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "url": {"type": "string"}, "selector": {"type": "string"},
+                "mode": {"enum": ["a", "b"]}, "tags": {"type": "array", "items": {"type": "string"}}},
+                "required": ["url"]}),
+        }
+    }
+
+    #[test]
+    fn native_sends_tool_choice_auto_with_tools() {
+        let body = request_body(&Profile::default(), &[Message::user("hi")], &[spec()]);
+        assert_eq!(body["tool_choice"], "auto");
+        assert_eq!(body["tools"][0]["function"]["name"], "web_fetch");
+        let bare = request_body(&Profile::default(), &[Message::user("hi")], &[]);
+        assert!(bare.get("tools").is_none() && bare.get("tool_choice").is_none());
+    }
+
+    #[test]
+    fn text_mode_describes_tools_and_writes_calls_and_results_as_text() {
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "web_fetch".into(),
+            arguments: json!({"url": "https://example.org"}),
+        };
+        let messages = vec![
+            Message::system("You are hermes."),
+            Message::user("Task: read it"),
+            Message::assistant("", vec![call.clone(), call]),
+            Message::tool("c1", "<tool_result tool=\"web_fetch\">a</tool_result>"),
+            Message::tool("c1", "<tool_result tool=\"web_fetch\">b</tool_result>"),
+        ];
+        let out = text_mode(&messages, &[spec()]);
+        let roles: Vec<Role> = out.iter().map(|m| m.role).collect();
+        assert_eq!(
+            roles,
+            [Role::System, Role::User, Role::Assistant, Role::User]
+        );
+        let system = &out[0].content;
+        assert!(system.starts_with("You are hermes.\n\n"), "{system}");
+        assert!(
+            system.contains(r#"- web_fetch(mode?: "a"|"b", selector?: string, tags?: [string], url: string): Fetch a page."#),
+            "{system}"
+        );
+        assert_eq!(out[2].content.matches("<tool_call>").count(), 2);
+        assert!(out[2].tool_calls.is_empty());
+        assert!(out[3].content.contains(">a<") && out[3].content.contains(">b<"));
+        // The same tools give the same bytes: the system prompt stays cacheable.
+        assert_eq!(text_mode(&messages, &[spec()])[0], out[0]);
+    }
+
+    #[test]
+    fn ignored_tools_are_told_by_the_servers_own_count() {
+        let tools: Vec<ToolSpec> = (0..12)
+            .map(|i| ToolSpec {
+                name: format!("tool_{i}"),
+                ..spec()
+            })
+            .collect();
+        let counted = |n| Usage {
+            prompt_tokens: n,
+            completion_tokens: 1,
+            estimated: false,
+        };
+        assert!(tools_ignored(&counted(130), &tools).is_some());
+        assert!(tools_ignored(&counted(1900), &tools).is_none());
+        let estimated = Usage {
+            estimated: true,
+            ..counted(1)
+        };
+        assert!(tools_ignored(&estimated, &tools).is_none(), "no evidence");
+        assert!(
+            tools_ignored(&counted(1), &[spec()]).is_none(),
+            "too small to tell"
+        );
+    }
+}
