@@ -5,7 +5,7 @@
 
 use super::{Agent, Inner, RunOptions, Submit};
 use crate::store::{FailReason, Origin, TaskState};
-use crate::tools::{Tool, ToolContext, ToolError, ToolInfo, TypedTool};
+use crate::tools::{Tool, ToolContext, ToolError, ToolInfo, tool_fn};
 use futures::future::join_all;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -72,10 +72,10 @@ impl DelegateTools {
             "required": ["tasks"],
             "additionalProperties": false
         });
+        let (shared, parallel) = (self.clone(), self.clone());
         vec![
-            Arc::new(Delegate {
-                shared: self.clone(),
-                info: ToolInfo::new(
+            tool_fn(
+                ToolInfo::new(
                     "delegate",
                     format!(
                         "Hand a self-contained sub-task to a sub-agent and get its answer. Agents: {}.",
@@ -84,16 +84,39 @@ impl DelegateTools {
                     one,
                 )
                 .with_timeout(timeout),
-            }),
-            Arc::new(DelegateParallel {
-                shared: self.clone(),
-                info: ToolInfo::new(
+                move |a: SubTask, ctx| {
+                    let shared = shared.clone();
+                    async move {
+                        let r = shared.run_one(&ctx, &a.agent, &a.task).await;
+                        match r.status {
+                            SubStatus::Success => Ok(r.to_value()),
+                            SubStatus::Failed | SubStatus::Timeout => {
+                                Err(ToolError::Failed(r.to_value().to_string()))
+                            }
+                        }
+                    }
+                },
+            ),
+            tool_fn(
+                ToolInfo::new(
                     "delegate_parallel",
                     "Run several independent sub-tasks on sub-agents at once; each result is tagged success, failed or timeout.",
                     many,
                 )
                 .with_timeout(timeout),
-            }),
+                move |a: SubTasks, ctx| {
+                    let shared = parallel.clone();
+                    async move {
+                        let runs = a
+                            .tasks
+                            .iter()
+                            .map(|t| shared.run_one(&ctx, &t.agent, &t.task));
+                        let results: Vec<Value> =
+                            join_all(runs).await.iter().map(SubResult::to_value).collect();
+                        Ok(json!({ "results": results }))
+                    }
+                },
+            ),
         ]
     }
 
@@ -218,53 +241,4 @@ pub struct SubTask {
 #[serde(deny_unknown_fields)]
 pub struct SubTasks {
     tasks: Vec<SubTask>,
-}
-
-struct Delegate {
-    shared: DelegateTools,
-    info: ToolInfo,
-}
-
-impl TypedTool for Delegate {
-    type Args = SubTask;
-
-    fn info(&self) -> &ToolInfo {
-        &self.info
-    }
-
-    async fn run(&self, a: SubTask, ctx: &ToolContext) -> Result<Value, ToolError> {
-        let r = self.shared.run_one(ctx, &a.agent, &a.task).await;
-        match r.status {
-            SubStatus::Success => Ok(r.to_value()),
-            SubStatus::Failed | SubStatus::Timeout => {
-                Err(ToolError::Failed(r.to_value().to_string()))
-            }
-        }
-    }
-}
-
-struct DelegateParallel {
-    shared: DelegateTools,
-    info: ToolInfo,
-}
-
-impl TypedTool for DelegateParallel {
-    type Args = SubTasks;
-
-    fn info(&self) -> &ToolInfo {
-        &self.info
-    }
-
-    async fn run(&self, a: SubTasks, ctx: &ToolContext) -> Result<Value, ToolError> {
-        let runs = a
-            .tasks
-            .iter()
-            .map(|t| self.shared.run_one(ctx, &t.agent, &t.task));
-        let results: Vec<Value> = join_all(runs)
-            .await
-            .iter()
-            .map(SubResult::to_value)
-            .collect();
-        Ok(json!({ "results": results }))
-    }
 }

@@ -190,8 +190,11 @@ pub(crate) fn tools_ignored(usage: &Usage, tools: &[ToolSpec]) -> Option<String>
 /// to answer in words (its grammar then allows only a function name or the end), and it drops
 /// `tool`-role messages from the prompt: text mode is the only way to get an answer from it.
 pub(crate) fn tools_blanked(reply: &ModelReply, tools: &[ToolSpec]) -> Option<String> {
-    (!tools.is_empty() && reply.tool_calls.is_empty() && reply.content.trim().is_empty()).then(
-        || "the server answered a request that offered tools with neither text nor a tool call".to_string(),
+    if tools.is_empty() || !reply.tool_calls.is_empty() || !reply.content.trim().is_empty() {
+        return None;
+    }
+    Some(
+        "the server answered a request that offered tools with neither text nor a tool call".into(),
     )
 }
 
@@ -308,6 +311,9 @@ mod tests {
         assert!(tools_blanked(&reply(" \n", 0), &[spec()]).is_some());
         assert!(tools_blanked(&reply("Paris.", 0), &[spec()]).is_none());
         assert!(tools_blanked(&reply("", 1), &[spec()]).is_none());
-        assert!(tools_blanked(&reply("", 0), &[]).is_none(), "nothing offered");
+        assert!(
+            tools_blanked(&reply("", 0), &[]).is_none(),
+            "nothing offered"
+        );
     }
 }

@@ -204,6 +204,18 @@ where
     std::sync::Arc::new(FnTool::new(info, f))
 }
 
+/// A [`tool_fn`] over a handle (a store, a scheduler, …): each call gets its own clone, so the
+/// function's future owns what it uses.
+pub fn tool_with<S, A, F, Fut>(handle: S, info: ToolInfo, f: F) -> std::sync::Arc<dyn Tool>
+where
+    S: Clone + Send + Sync + 'static,
+    A: DeserializeOwned + Send + 'static,
+    F: Fn(S, A, ToolContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+{
+    tool_fn(info, move |a, ctx| f(handle.clone(), a, ctx))
+}
+
 /// See [`tool_fn`].
 pub struct FnTool<A, F> {
     info: ToolInfo,

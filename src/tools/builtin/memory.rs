@@ -6,7 +6,7 @@
 
 use crate::memory::longterm::{LongTerm, MAX_FACT_CHARS, MemoryError};
 use crate::store::Upsert;
-use crate::tools::{IdArgs, Tool, ToolContext, ToolError, ToolInfo, tool_fn};
+use crate::tools::{IdArgs, Tool, ToolContext, ToolError, ToolInfo, tool_with};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -20,7 +20,6 @@ const DEFAULT_K: u64 = 5;
 
 /// The three memory tools, sharing one handle.
 pub fn tools(memory: LongTerm) -> Vec<Arc<dyn Tool>> {
-    let (m_remember, m_recall, m_forget) = (memory.clone(), memory.clone(), memory);
     let remember = ToolInfo::new(
         "remember",
         "Keep a lasting fact the user stated (preference, contact, standing instruction) for later \
@@ -70,17 +69,16 @@ pub fn tools(memory: LongTerm) -> Vec<Arc<dyn Tool>> {
         }),
     );
     vec![
-        tool_fn(remember, move |a: RememberArgs, ctx| {
-            let memory = m_remember.clone();
-            async move { remember_fact(&memory, a, &ctx).await }
+        tool_with(
+            memory.clone(),
+            remember,
+            |m, a: RememberArgs, ctx| async move { remember_fact(&m, a, &ctx).await },
+        ),
+        tool_with(memory.clone(), recall, |m, a: RecallArgs, _| async move {
+            recall_facts(&m, a).await
         }),
-        tool_fn(recall, move |a: RecallArgs, _| {
-            let memory = m_recall.clone();
-            async move { recall_facts(&memory, a).await }
-        }),
-        tool_fn(forget, move |a: IdArgs, _| {
-            let memory = m_forget.clone();
-            async move { forget_fact(&memory, &a.id).await }
+        tool_with(memory, forget, |m, a: IdArgs, _| async move {
+            forget_fact(&m, &a.id).await
         }),
     ]
 }

@@ -7,7 +7,7 @@
 
 use crate::notify::Notifier;
 use crate::store::NewNotice;
-use crate::tools::{Tool, ToolContext, ToolError, ToolInfo, TypedTool};
+use crate::tools::{Tool, ToolContext, ToolError, ToolInfo, tool_with};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -23,12 +23,7 @@ pub fn tools(notifier: Notifier) -> Vec<Arc<dyn Tool>> {
     if notifier.channels().is_empty() {
         return Vec::new();
     }
-    vec![Arc::new(NotifyTool::new(notifier))]
-}
-
-pub struct NotifyTool {
-    notifier: Notifier,
-    info: ToolInfo,
+    vec![tool_with(notifier.clone(), notify_info(&notifier), notify)]
 }
 
 #[derive(Deserialize)]
@@ -39,93 +34,81 @@ pub struct NotifyArgs {
     text: String,
 }
 
-impl NotifyTool {
-    pub fn new(notifier: Notifier) -> NotifyTool {
-        let channels = notifier.channels();
-        let description = format!(
-            "Send a notice to the user on a configured channel (channels: {}). Use it when the \
-             task asks to notify, alert, email or report to the user, or to deliver a result \
-             the user is not waiting for. Do not use it to answer the current request: your \
-             final answer already reaches the user. You name a channel, never an address. \
-             `text` may be Markdown; `title` is the subject line.",
-            if channels.is_empty() {
-                "none configured".to_string()
-            } else {
-                channels.join(", ")
-            }
-        );
-        let parameters = json!({
-            "type": "object",
-            "properties": {
-                "channel": {
-                    "type": "string",
-                    "enum": channels,
-                    "description": "Where to send it: one of the configured channel names."
-                },
-                "title": {
-                    "type": "string",
-                    "minLength": 1,
-                    "maxLength": MAX_TITLE_CHARS,
-                    "description": "Subject line, e.g. \"Daily digest — 2026-11-30\"."
-                },
-                "text": {
-                    "type": "string",
-                    "minLength": 1,
-                    "maxLength": MAX_TEXT_CHARS,
-                    "description": "The notice itself; Markdown is rendered for email."
-                }
-            },
-            "required": ["channel", "title", "text"],
-            "additionalProperties": false
-        });
-        NotifyTool {
-            notifier,
-            info: ToolInfo::new("notify", description, parameters),
+/// The description and schema name the configured channels.
+fn notify_info(notifier: &Notifier) -> ToolInfo {
+    let channels = notifier.channels();
+    let description = format!(
+        "Send a notice to the user on a configured channel (channels: {}). Use it when the \
+         task asks to notify, alert, email or report to the user, or to deliver a result \
+         the user is not waiting for. Do not use it to answer the current request: your \
+         final answer already reaches the user. You name a channel, never an address. \
+         `text` may be Markdown; `title` is the subject line.",
+        if channels.is_empty() {
+            "none configured".to_string()
+        } else {
+            channels.join(", ")
         }
-    }
+    );
+    let parameters = json!({
+        "type": "object",
+        "properties": {
+            "channel": {
+                "type": "string",
+                "enum": channels,
+                "description": "Where to send it: one of the configured channel names."
+            },
+            "title": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_TITLE_CHARS,
+                "description": "Subject line, e.g. \"Daily digest — 2026-11-30\"."
+            },
+            "text": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_TEXT_CHARS,
+                "description": "The notice itself; Markdown is rendered for email."
+            }
+        },
+        "required": ["channel", "title", "text"],
+        "additionalProperties": false
+    });
+    ToolInfo::new("notify", description, parameters)
 }
 
-impl TypedTool for NotifyTool {
-    type Args = NotifyArgs;
-
-    fn info(&self) -> &ToolInfo {
-        &self.info
+async fn notify(notifier: Notifier, a: NotifyArgs, ctx: ToolContext) -> Result<Value, ToolError> {
+    let title = a.title.trim().to_string();
+    if title.is_empty() {
+        return Err(ToolError::InvalidArguments(
+            "title must not be empty".into(),
+        ));
     }
-
-    async fn run(&self, a: NotifyArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
-        let title = a.title.trim().to_string();
-        if title.is_empty() {
-            return Err(ToolError::InvalidArguments(
-                "title must not be empty".into(),
-            ));
-        }
-        let title_chars = title.chars().count();
-        if title_chars > MAX_TITLE_CHARS {
-            return Err(ToolError::InvalidArguments(format!(
-                "title is {title_chars} characters; keep it to {MAX_TITLE_CHARS}"
-            )));
-        }
-        let text_chars = a.text.chars().count();
-        if text_chars > MAX_TEXT_CHARS {
-            return Err(ToolError::InvalidArguments(format!(
-                "text is {text_chars} characters; keep it to {MAX_TEXT_CHARS} (summarise)"
-            )));
-        }
-        if a.text.trim().is_empty() {
-            return Err(ToolError::InvalidArguments("text must not be empty".into()));
-        }
-        let notice = NewNotice {
-            channel: a.channel.clone(),
-            title,
-            body: a.text,
-            task_id: Some(ctx.task_id.clone()).filter(|t| !t.is_empty()),
-            job_id: ctx.job_id.clone(),
-            run_id: None,
-        };
-        match self.notifier.enqueue(notice).await {
-            Ok(id) => Ok(json!({"queued": true, "notice_id": id, "channel": a.channel})),
-            // Unknown channel: the message lists the configured ones, so the model can correct.
-            Err(e) => Err(ToolError::Failed(e.to_string())),
-        }
+    let title_chars = title.chars().count();
+    if title_chars > MAX_TITLE_CHARS {
+        return Err(ToolError::InvalidArguments(format!(
+            "title is {title_chars} characters; keep it to {MAX_TITLE_CHARS}"
+        )));
+    }
+    let text_chars = a.text.chars().count();
+    if text_chars > MAX_TEXT_CHARS {
+        return Err(ToolError::InvalidArguments(format!(
+            "text is {text_chars} characters; keep it to {MAX_TEXT_CHARS} (summarise)"
+        )));
+    }
+    if a.text.trim().is_empty() {
+        return Err(ToolError::InvalidArguments("text must not be empty".into()));
+    }
+    let notice = NewNotice {
+        channel: a.channel.clone(),
+        title,
+        body: a.text,
+        task_id: Some(ctx.task_id.clone()).filter(|t| !t.is_empty()),
+        job_id: ctx.job_id.clone(),
+        run_id: None,
+    };
+    match notifier.enqueue(notice).await {
+        Ok(id) => Ok(json!({"queued": true, "notice_id": id, "channel": a.channel})),
+        // Unknown channel: the message lists the configured ones, so the model can correct.
+        Err(e) => Err(ToolError::Failed(e.to_string())),
     }
 }
