@@ -694,12 +694,18 @@ mod tests {
         assert_eq!(parse_retry_after("soon"), None);
     }
 
-    #[test]
-    fn debug_hides_the_key() {
+    /// The default settings with the `fast` profile changed.
+    fn with_fast(change: impl FnOnce(&mut Profile)) -> ModelSettings {
         let mut settings = ModelSettings::default();
         if let Some(p) = settings.profiles.get_mut("fast") {
-            p.api_key = "sk-very-secret".into();
+            change(p);
         }
+        settings
+    }
+
+    #[test]
+    fn debug_hides_the_key() {
+        let settings = with_fast(|p| p.api_key = "sk-very-secret".into());
         let gw = Gateway::new(&settings).unwrap();
         let shown = format!("{gw:?}");
         assert!(!shown.contains("sk-very-secret"), "{shown}");
@@ -708,10 +714,7 @@ mod tests {
 
     #[test]
     fn bad_base_url_is_rejected() {
-        let mut settings = ModelSettings::default();
-        if let Some(p) = settings.profiles.get_mut("fast") {
-            p.base_url = "localhost:11434".into();
-        }
+        let settings = with_fast(|p| p.base_url = "localhost:11434".into());
         let err = Gateway::new(&settings).unwrap_err();
         assert!(err.to_string().contains("model.profiles.fast"), "{err}");
     }

@@ -7,7 +7,8 @@
 //! Must not: call the model except through the [`SummaryModel`] handle it is given, or let the
 //! summary grow past `summary_max_chars` whatever the model returns.
 
-use crate::llm::Message;
+use crate::llm::{Message, ToolCall};
+use crate::util::text::{collapse, one_line, prefix};
 use futures::future::BoxFuture;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -41,6 +42,16 @@ pub enum Summariser {
 struct Round {
     assistant: Message,
     tool_results: Vec<Message>,
+}
+
+impl Round {
+    /// The result message answering `call`, if it came back.
+    fn result_of(&self, call: &ToolCall) -> Option<&str> {
+        self.tool_results
+            .iter()
+            .find(|m| m.tool_call_id.as_deref() == Some(call.id.as_str()))
+            .map(|m| m.content.as_str())
+    }
 }
 
 /// The short-term memory of one task.
@@ -159,7 +170,7 @@ impl ShortTerm {
                             );
                             rules()
                         } else {
-                            cut_chars(&text, self.summary_max_chars)
+                            prefix(&text, self.summary_max_chars).to_string()
                         }
                     }
                     Err(error) => {
@@ -170,7 +181,7 @@ impl ShortTerm {
             }
         };
         let inert = crate::util::inert::neutralise(&summary);
-        self.summary = cut_chars(&inert, self.summary_max_chars);
+        self.summary = prefix(&inert, self.summary_max_chars).to_string();
     }
 
     /// The model's latest words: its current plan, the best guess at "what is next".
@@ -190,7 +201,7 @@ impl ShortTerm {
              what is next. Keep names, numbers and ids that later steps need. Reply with the \
              summary only, in the language of the task.\n\nTask: {}\n",
             self.summary_max_chars,
-            shorten(&collapse(&self.goal.content), PROMPT_MESSAGE_CHARS)
+            one_line(&collapse(&self.goal.content), PROMPT_MESSAGE_CHARS)
         );
         if !self.summary.is_empty() {
             prompt.push_str(&format!("Summary so far: {}\n", self.summary));
@@ -201,21 +212,16 @@ impl ShortTerm {
             if !said.is_empty() {
                 prompt.push_str(&format!(
                     "- assistant: {}\n",
-                    shorten(&said, PROMPT_MESSAGE_CHARS)
+                    one_line(&said, PROMPT_MESSAGE_CHARS)
                 ));
             }
             for call in &round.assistant.tool_calls {
-                let result = round
-                    .tool_results
-                    .iter()
-                    .find(|m| m.tool_call_id.as_deref() == Some(call.id.as_str()))
-                    .map(|m| collapse(&m.content))
-                    .unwrap_or_default();
+                let result = round.result_of(call).map(collapse).unwrap_or_default();
                 prompt.push_str(&format!(
                     "- called {}({}) -> {}\n",
                     call.name,
-                    shorten(&call.arguments.to_string(), PROMPT_MESSAGE_CHARS / 4),
-                    shorten(&result, PROMPT_MESSAGE_CHARS)
+                    one_line(&call.arguments.to_string(), PROMPT_MESSAGE_CHARS / 4),
+                    one_line(&result, PROMPT_MESSAGE_CHARS)
                 ));
             }
         }
@@ -230,12 +236,7 @@ fn done_notes(round: &Round) -> Vec<String> {
         .tool_calls
         .iter()
         .map(|call| {
-            let result = round
-                .tool_results
-                .iter()
-                .find(|m| m.tool_call_id.as_deref() == Some(call.id.as_str()))
-                .map(|m| few_words(&m.content))
-                .unwrap_or_default();
+            let result = round.result_of(call).map(few_words).unwrap_or_default();
             if result.is_empty() {
                 call.name.clone()
             } else {
@@ -258,16 +259,16 @@ fn few_words(text: &str) -> String {
             }
         })
         .collect();
-    shorten(&collapse(&plain), RESULT_WORDS_CHARS)
+    one_line(&collapse(&plain), RESULT_WORDS_CHARS)
 }
 
 /// The rule-based summary: "Done: …. Goal: …. Next: …." within `max` characters. The goal and
 /// the next step get a bounded share; the done list gets the rest, newest notes kept first.
 fn rule_summary(goal: &str, done: &[String], next: Option<&str>, max: usize) -> String {
-    let goal = shorten(&first_sentence(goal), (max / 4).max(12));
+    let goal = one_line(&first_sentence(goal), (max / 4).max(12));
     let mut tail = format!("Goal: {goal}");
     if let Some(next) = next {
-        let next = shorten(&first_sentence(next), max / 5);
+        let next = one_line(&first_sentence(next), max / 5);
         if !next.is_empty() {
             tail.push_str(&format!(". Next: {next}"));
         }
@@ -293,7 +294,7 @@ fn rule_summary(goal: &str, done: &[String], next: Option<&str>, max: usize) -> 
     {
         let room = budget.saturating_sub(if done.len() > 1 { 3 } else { 0 });
         if room >= 8 {
-            picked.push(shorten(newest, room));
+            picked.push(one_line(newest, room));
         }
     }
     let summary = if picked.is_empty() {
@@ -306,7 +307,7 @@ fn rule_summary(goal: &str, done: &[String], next: Option<&str>, max: usize) -> 
         };
         format!("Done: {ellipsis}{}. {tail}", picked.join("; "))
     };
-    cut_chars(&summary, max)
+    prefix(&summary, max).to_string()
 }
 
 /// A model's summary as one line, without a "Progress so far:" it may have echoed.
@@ -337,25 +338,8 @@ fn first_sentence(text: &str) -> String {
     text
 }
 
-fn collapse(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
 fn char_len(text: &str) -> usize {
     text.chars().count()
-}
-
-/// At most `max` characters, cut on a character boundary.
-fn cut_chars(text: &str, max: usize) -> String {
-    crate::util::text::prefix(text, max).to_string()
-}
-
-/// At most `max` characters, with "…" marking a cut.
-fn shorten(text: &str, max: usize) -> String {
-    if max == 0 {
-        return String::new();
-    }
-    crate::util::text::one_line(text, max)
 }
 
 #[cfg(test)]
@@ -379,14 +363,6 @@ mod tests {
         );
         assert_eq!(first_sentence("查一下天气。然后发邮件"), "查一下天气");
         assert_eq!(first_sentence("  one\n two  "), "one two");
-    }
-
-    #[test]
-    fn cutting_never_splits_a_character() {
-        assert_eq!(cut_chars("乌龙茶好喝", 3), "乌龙茶");
-        assert_eq!(cut_chars("ab", 5), "ab");
-        assert_eq!(shorten("乌龙茶好喝", 3), "乌龙…");
-        assert_eq!(shorten("abc", 0), "");
     }
 
     #[test]

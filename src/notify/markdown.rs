@@ -16,28 +16,12 @@ pub fn render_markdown(md: &str) -> String {
         Event::Start(Tag::HtmlBlock) => Event::Start(Tag::Paragraph),
         Event::End(TagEnd::HtmlBlock) => Event::End(TagEnd::Paragraph),
         Event::Html(raw) | Event::InlineHtml(raw) => Event::Text(raw),
-        Event::Start(Tag::Link {
-            link_type,
-            dest_url,
-            title,
-            id,
-        }) => Event::Start(Tag::Link {
-            link_type,
-            dest_url: safe_url(dest_url),
-            title,
-            id,
-        }),
-        Event::Start(Tag::Image {
-            link_type,
-            dest_url,
-            title,
-            id,
-        }) => Event::Start(Tag::Image {
-            link_type,
-            dest_url: safe_url(dest_url),
-            title,
-            id,
-        }),
+        Event::Start(mut tag @ (Tag::Link { .. } | Tag::Image { .. })) => {
+            if let Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. } = &mut tag {
+                *dest_url = safe_url(std::mem::replace(dest_url, CowStr::Borrowed("")));
+            }
+            Event::Start(tag)
+        }
         other => other,
     });
     let mut out = String::with_capacity(md.len() + md.len() / 2);

@@ -40,6 +40,9 @@ pub fn collapse(text: &str) -> String {
 
 /// One line of at most `max` characters (the `…` included): for tables and timelines.
 pub fn one_line(text: &str, max: usize) -> String {
+    if max == 0 {
+        return String::new();
+    }
     let flat = collapse(text);
     if flat.chars().count() <= max {
         return flat;
@@ -58,6 +61,8 @@ mod tests {
         assert_eq!(cut("中文字符", 2), "中文…");
         assert_eq!(prefix("中文字符", 3), "中文字");
         assert_eq!(prefix("ab", 3), "ab");
+        assert_eq!(one_line("乌龙茶好喝", 3), "乌龙…");
+        assert_eq!(one_line("abc", 0), "");
     }
 
     #[test]

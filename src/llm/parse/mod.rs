@@ -417,48 +417,39 @@ pub fn repair_json(text: &str) -> Option<String> {
     let mut escaped = false;
     let chars: Vec<char> = text.chars().collect();
     for (i, &c) in chars.iter().enumerate() {
-        if in_string {
-            if escaped {
+        // Each arm says whether it wrote or dropped `c` itself; if not, `c` is copied.
+        let replaced = match (in_string, c) {
+            (true, _) if escaped => {
                 escaped = false;
-                out.push(c);
-                continue;
+                false
             }
-            match c {
-                '\\' => {
-                    escaped = true;
-                    out.push(c);
-                }
-                '"' => {
-                    in_string = false;
-                    out.push(c);
-                }
-                c if (c as u32) < 0x20 => {
-                    changed = true;
-                    match c {
-                        '\n' => out.push_str("\\n"),
-                        '\r' => out.push_str("\\r"),
-                        '\t' => out.push_str("\\t"),
-                        c => out.push_str(&format!("\\u{:04x}", c as u32)),
-                    }
-                }
-                c => out.push(c),
+            (true, '\\') => {
+                escaped = true;
+                false
             }
-            continue;
-        }
-        match c {
-            '"' => {
-                in_string = true;
-                out.push(c);
+            (_, '"') => {
+                in_string = !in_string;
+                false
             }
-            ',' => {
+            (true, c) if (c as u32) < 0x20 => {
+                match c {
+                    '\n' => out.push_str("\\n"),
+                    '\r' => out.push_str("\\r"),
+                    '\t' => out.push_str("\\t"),
+                    c => out.push_str(&format!("\\u{:04x}", c as u32)),
+                }
+                true
+            }
+            (false, ',') => {
                 let next = chars[i + 1..].iter().find(|ch| !ch.is_whitespace());
-                if matches!(next, Some('}') | Some(']')) {
-                    changed = true;
-                } else {
-                    out.push(c);
-                }
+                matches!(next, Some('}') | Some(']'))
             }
-            c => out.push(c),
+            _ => false,
+        };
+        if replaced {
+            changed = true;
+        } else {
+            out.push(c);
         }
     }
     changed.then_some(out)
