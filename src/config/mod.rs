@@ -194,31 +194,15 @@ pub fn parse(
     path: &Path,
     env: &HashMap<String, String>,
 ) -> Result<Settings, ConfigError> {
-    let mut options = serde_saphyr::Options::default().with_properties(env.clone());
-    // `yes`/`on` as booleans surprise people; only `true`/`false` are booleans here.
-    options.strict_booleans = true;
-    options.with_snippet = false;
-    let mut failed_path: Option<String> = None;
-    let parsed = serde_saphyr::with_deserializer_from_str_with_options(text, options, |de| {
-        serde_path_to_error::deserialize::<_, Option<Settings>>(de).map_err(|e| {
-            let p = e.path().to_string();
-            if p != "." {
-                failed_path = Some(p);
-            }
-            e.into_inner()
-        })
-    });
-    let settings = match parsed {
+    let settings = match read_yaml::<Option<Settings>>(text, env) {
         // An empty file (or one holding only comments) means "all defaults".
         Ok(s) => s.unwrap_or_default(),
         Err(e) => {
-            let line = e.location().map(|l| l.line());
-            let message = yaml_error_message(&e.to_string());
             return Err(ConfigError::Invalid {
                 path: path.to_path_buf(),
-                line,
-                key: failed_path,
-                message,
+                line: e.line,
+                key: e.key,
+                message: e.message,
             });
         }
     };
@@ -238,9 +222,44 @@ pub fn parse(
     Ok(settings)
 }
 
+/// Why YAML text did not read as the type asked for, in the user's terms.
+pub(crate) struct YamlError {
+    pub line: Option<u64>,
+    /// The failing field's path (`a.b[0].c`), when serde got that far.
+    pub key: Option<String>,
+    pub message: String,
+}
+
+/// YAML text as `T`, with `${VAR}` expanded from `env` in plain scalars. Settings files and
+/// tool manifests read the same way: only `true`/`false` are booleans (`yes`/`on` surprise
+/// people), and an error names its line and field.
+pub(crate) fn read_yaml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    env: &HashMap<String, String>,
+) -> Result<T, YamlError> {
+    let mut options = serde_saphyr::Options::default().with_properties(env.clone());
+    options.strict_booleans = true;
+    options.with_snippet = false;
+    let mut failed_path: Option<String> = None;
+    let parsed = serde_saphyr::with_deserializer_from_str_with_options(text, options, |de| {
+        serde_path_to_error::deserialize::<_, T>(de).map_err(|e| {
+            let p = e.path().to_string();
+            if p != "." {
+                failed_path = Some(p);
+            }
+            e.into_inner()
+        })
+    });
+    parsed.map_err(|e| YamlError {
+        line: e.location().map(|l| l.line()),
+        key: failed_path,
+        message: yaml_error_message(&e.to_string()),
+    })
+}
+
 /// A serde-saphyr error in the user's terms: its own "at line X column Y" dropped (callers
 /// print the location in front) and Rust type names replaced by what to write.
-pub(crate) fn yaml_error_message(raw: &str) -> String {
+fn yaml_error_message(raw: &str) -> String {
     let first = raw.lines().next().unwrap_or(raw).trim();
     let first = match first.find(" at line ") {
         Some(i) => &first[..i],

@@ -109,12 +109,7 @@ pub fn parse_native_calls(tool_calls: &Value) -> (Vec<ToolCall>, Vec<String>) {
             },
             other => other.clone(),
         };
-        let id = item
-            .get("id")
-            .and_then(Value::as_str)
-            .filter(|s| !s.trim().is_empty())
-            .map(str::to_string)
-            .unwrap_or_else(new_call_id);
+        let id = call_id(item.get("id"));
         calls.push(ToolCall {
             id,
             name: name.to_string(),
@@ -374,12 +369,7 @@ fn call_from_value(value: &Value, mode: Mode) -> Option<Result<ToolCall, String>
         }
         _ => return None,
     };
-    let id = obj
-        .get("id")
-        .and_then(Value::as_str)
-        .filter(|s| !s.trim().is_empty())
-        .map(str::to_string)
-        .unwrap_or_else(new_call_id);
+    let id = call_id(obj.get("id"));
     Some(Ok(ToolCall {
         id,
         name: name.to_string(),
@@ -404,6 +394,14 @@ pub fn parse_lenient(text: &str) -> Result<Value, String> {
             None => Err(strict.to_string()),
         },
     }
+}
+
+/// The call's own `id`, or a fresh one when it has none (small models often leave it out).
+fn call_id(id: Option<&Value>) -> String {
+    id.and_then(Value::as_str)
+        .filter(|s| !s.trim().is_empty())
+        .map(str::to_string)
+        .unwrap_or_else(new_call_id)
 }
 
 /// Applies the repairs that have one possible meaning: a comma directly before `}` or `]` is

@@ -112,24 +112,11 @@ fn read_raw(
     path: &Path,
     env: &HashMap<String, String>,
 ) -> Result<RawManifest, ManifestError> {
-    let mut options = serde_saphyr::Options::default().with_properties(env.clone());
-    options.strict_booleans = true;
-    options.with_snippet = false;
-    let mut failed_path: Option<String> = None;
-    let parsed = serde_saphyr::with_deserializer_from_str_with_options(text, options, |de| {
-        serde_path_to_error::deserialize::<_, RawManifest>(de).map_err(|e| {
-            let p = e.path().to_string();
-            if p != "." {
-                failed_path = Some(p);
-            }
-            e.into_inner()
-        })
-    });
-    parsed.map_err(|e| ManifestError::Invalid {
+    crate::config::read_yaml::<RawManifest>(text, env).map_err(|e| ManifestError::Invalid {
         path: path.to_path_buf(),
-        line: e.location().map(|l| l.line()),
-        field: failed_path.map(|p| clean_path(&p)),
-        message: crate::config::yaml_error_message(&e.to_string()),
+        line: e.line,
+        field: e.key.map(|p| clean_path(&p)),
+        message: e.message,
     })
 }
 
