@@ -181,13 +181,27 @@ const TAG_OPEN: &str = "<tool_call>";
 const TAG_CLOSE: &str = "</tool_call>";
 const FENCE: &str = "```";
 
+/// What a scan of the content for blocks has found so far.
+#[derive(Default)]
+struct Scan {
+    calls: Vec<ToolCall>,
+    warnings: Vec<String>,
+    /// The content with the blocks that were calls taken out.
+    remaining: String,
+}
+
+impl Scan {
+    fn finish(mut self, rest: &str) -> Outcome {
+        self.remaining.push_str(rest);
+        Outcome::of(self.calls, self.warnings, &self.remaining)
+    }
+}
+
 fn from_tags(content: &str) -> Outcome {
-    let mut calls = Vec::new();
-    let mut warnings = Vec::new();
-    let mut remaining = String::new();
+    let mut found = Scan::default();
     let mut rest = content;
     while let Some(start) = rest.find(TAG_OPEN) {
-        remaining.push_str(&rest[..start]);
+        found.remaining.push_str(&rest[..start]);
         let after_open = &rest[start + TAG_OPEN.len()..];
         // A missing closing tag at the very end is common (generation stopped at the stop
         // token); the block then runs to the end of the content.
@@ -204,30 +218,27 @@ fn from_tags(content: &str) -> Outcome {
                 };
                 for candidate in &candidates {
                     match call_from_value(candidate, Mode::Tagged) {
-                        Some(Ok(call)) => calls.push(call),
-                        Some(Err(w)) => warnings.push(w),
-                        None => warnings.push(format!(
+                        Some(Ok(call)) => found.calls.push(call),
+                        Some(Err(w)) => found.warnings.push(w),
+                        None => found.warnings.push(format!(
                             "a <tool_call> block holds JSON that is not a tool call (no \"name\"): {}",
                             excerpt(&candidate.to_string())
                         )),
                     }
                 }
             }
-            Err(e) => warnings.push(format!(
+            Err(e) => found.warnings.push(format!(
                 "a <tool_call> block is not valid JSON even after repair ({e}): {}",
                 excerpt(inner)
             )),
         }
         rest = next;
     }
-    remaining.push_str(rest);
-    Outcome::of(calls, warnings, &remaining)
+    found.finish(rest)
 }
 
 fn from_fences(content: &str) -> Outcome {
-    let mut calls = Vec::new();
-    let mut warnings = Vec::new();
-    let mut remaining = String::new();
+    let mut found = Scan::default();
     let mut rest = content;
     while let Some(start) = rest.find(FENCE) {
         let after_open = &rest[start + FENCE.len()..];
@@ -246,14 +257,14 @@ fn from_fences(content: &str) -> Outcome {
         if is_json_lang {
             match parse_lenient(body) {
                 Ok(value) => match calls_in(&value) {
-                    Some(Ok(found)) => {
-                        calls.extend(found);
+                    Some(Ok(calls)) => {
+                        found.calls.extend(calls);
                         taken = true;
                     }
-                    Some(Err(w)) => warnings.push(w),
+                    Some(Err(w)) => found.warnings.push(w),
                     None => {}
                 },
-                Err(e) if looks_like_call(body) => warnings.push(format!(
+                Err(e) if looks_like_call(body) => found.warnings.push(format!(
                     "a fenced block looks like a tool call but is not valid JSON even after repair ({e}): {}",
                     excerpt(body)
                 )),
@@ -261,14 +272,15 @@ fn from_fences(content: &str) -> Outcome {
             }
         }
         if !taken {
-            remaining.push_str(&rest[..start + FENCE.len() + line_end + 1 + end + FENCE.len()]);
+            found
+                .remaining
+                .push_str(&rest[..start + FENCE.len() + line_end + 1 + end + FENCE.len()]);
         } else {
-            remaining.push_str(&rest[..start]);
+            found.remaining.push_str(&rest[..start]);
         }
         rest = block_end;
     }
-    remaining.push_str(rest);
-    Outcome::of(calls, warnings, &remaining)
+    found.finish(rest)
 }
 
 fn from_bare(content: &str) -> Outcome {
