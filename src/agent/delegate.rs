@@ -5,7 +5,7 @@
 
 use super::{Agent, Inner, RunOptions, Submit};
 use crate::store::{FailReason, Origin, TaskState};
-use crate::tools::{Tool, ToolContext, ToolError, ToolInfo, tool_fn};
+use crate::tools::{Tool, ToolContext, ToolError, ToolInfo, tool_with};
 use futures::future::join_all;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -36,87 +36,26 @@ impl DelegateTools {
         if settings.agents.is_empty() {
             return Vec::new();
         }
-        let names: Vec<String> = settings.agents.keys().cloned().collect();
-        let listing: Vec<String> = settings
-            .agents
-            .iter()
-            .map(|(n, a)| format!("{n}: {}", a.description.trim()))
-            .collect();
-        let longest = settings
-            .agents
-            .values()
-            .map(|a| {
-                if a.timeout_s > 0 {
-                    a.timeout_s
-                } else {
-                    settings.agent.task_timeout_s
-                }
-            })
-            .max()
-            .unwrap_or(settings.agent.task_timeout_s);
-        // The sub-agent enforces its own limit; the tool's must be longer so the result
-        // (including a `timeout` tag) always gets back to the parent.
-        let timeout = Duration::from_secs(longest + 10);
-        let one = json!({
-            "type": "object",
-            "properties": {
-                "agent": {"type": "string", "enum": names},
-                "task": {"type": "string", "minLength": 1}
-            },
-            "required": ["agent", "task"],
-            "additionalProperties": false
-        });
-        let many = json!({
-            "type": "object",
-            "properties": {"tasks": {"type": "array", "minItems": 1, "maxItems": 8, "items": one.clone()}},
-            "required": ["tasks"],
-            "additionalProperties": false
-        });
-        let (shared, parallel) = (self.clone(), self.clone());
+        let (one, many) = infos(settings);
         vec![
-            tool_fn(
-                ToolInfo::new(
-                    "delegate",
-                    format!(
-                        "Hand a self-contained sub-task to a sub-agent and get its answer. Agents: {}.",
-                        listing.join("; ")
-                    ),
-                    one,
-                )
-                .with_timeout(timeout),
-                move |a: SubTask, ctx| {
-                    let shared = shared.clone();
-                    async move {
-                        let r = shared.run_one(&ctx, &a.agent, &a.task).await;
-                        match r.status {
-                            SubStatus::Success => Ok(r.to_value()),
-                            SubStatus::Failed | SubStatus::Timeout => {
-                                Err(ToolError::Failed(r.to_value().to_string()))
-                            }
-                        }
+            tool_with(self.clone(), one, |d, a: SubTask, ctx| async move {
+                let r = d.run_one(&ctx, &a.agent, &a.task).await;
+                match r.status {
+                    SubStatus::Success => Ok(r.to_value()),
+                    SubStatus::Failed | SubStatus::Timeout => {
+                        Err(ToolError::Failed(r.to_value().to_string()))
                     }
-                },
-            ),
-            tool_fn(
-                ToolInfo::new(
-                    "delegate_parallel",
-                    "Run several independent sub-tasks on sub-agents at once; each result is tagged success, failed or timeout.",
-                    many,
-                )
-                .with_timeout(timeout),
-                move |a: SubTasks, ctx| {
-                    let shared = parallel.clone();
-                    async move {
-                        let runs = a
-                            .tasks
-                            .iter()
-                            .map(|t| shared.run_one(&ctx, &t.agent, &t.task));
-                        let results: Vec<Value> =
-                            join_all(runs).await.iter().map(SubResult::to_value).collect();
-                        Ok(json!({ "results": results }))
-                    }
-                },
-            ),
+                }
+            }),
+            tool_with(self.clone(), many, |d, a: SubTasks, ctx| async move {
+                let runs = a.tasks.iter().map(|t| d.run_one(&ctx, &t.agent, &t.task));
+                let results: Vec<Value> = join_all(runs)
+                    .await
+                    .iter()
+                    .map(SubResult::to_value)
+                    .collect();
+                Ok(json!({ "results": results }))
+            }),
         ]
     }
 
@@ -182,6 +121,64 @@ impl DelegateTools {
             Err(e) => with_id(SubStatus::Failed).error(format!("sub-agent crashed: {e}")),
         }
     }
+}
+
+/// The `delegate` and `delegate_parallel` infos: the configured agents listed, and a timeout
+/// longer than the longest sub-agent's own.
+fn infos(settings: &crate::config::Settings) -> (ToolInfo, ToolInfo) {
+    let names: Vec<String> = settings.agents.keys().cloned().collect();
+    let listing: Vec<String> = settings
+        .agents
+        .iter()
+        .map(|(n, a)| format!("{n}: {}", a.description.trim()))
+        .collect();
+    let longest = settings
+        .agents
+        .values()
+        .map(|a| {
+            if a.timeout_s > 0 {
+                a.timeout_s
+            } else {
+                settings.agent.task_timeout_s
+            }
+        })
+        .max()
+        .unwrap_or(settings.agent.task_timeout_s);
+    // The sub-agent enforces its own limit; the tool's must be longer so the result
+    // (including a `timeout` tag) always gets back to the parent.
+    let timeout = Duration::from_secs(longest + 10);
+    let one = json!({
+        "type": "object",
+        "properties": {
+            "agent": {"type": "string", "enum": names},
+            "task": {"type": "string", "minLength": 1}
+        },
+        "required": ["agent", "task"],
+        "additionalProperties": false
+    });
+    let many = json!({
+        "type": "object",
+        "properties": {"tasks": {"type": "array", "minItems": 1, "maxItems": 8, "items": one.clone()}},
+        "required": ["tasks"],
+        "additionalProperties": false
+    });
+    (
+        ToolInfo::new(
+            "delegate",
+            format!(
+                "Hand a self-contained sub-task to a sub-agent and get its answer. Agents: {}.",
+                listing.join("; ")
+            ),
+            one,
+        )
+        .with_timeout(timeout),
+        ToolInfo::new(
+            "delegate_parallel",
+            "Run several independent sub-tasks on sub-agents at once; each result is tagged success, failed or timeout.",
+            many,
+        )
+        .with_timeout(timeout),
+    )
 }
 
 /// How a sub-task ended, as the parent model sees it.
