@@ -1,41 +1,36 @@
 //! Long-term facts (`facts`): the source of truth the tantivy index is built from.
 
-use super::{Result, Store, StoreError, new_id, now};
+use super::{Result, Store, StoreError, from_json, json_list, new_id, now};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, sqlx::FromRow)]
 pub struct Fact {
     pub id: String,
     pub text: String,
+    /// Stored as JSON text, which [`FactRow`] parses.
+    #[sqlx(skip)]
     pub tags: Vec<String>,
     pub source: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
 
+/// A `facts` row: the plain columns read straight into a [`Fact`], the JSON one as text.
 #[derive(sqlx::FromRow)]
 struct FactRow {
-    id: String,
-    text: String,
+    #[sqlx(flatten)]
+    fact: Fact,
     tags: String,
-    source: String,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
 }
 
 impl TryFrom<FactRow> for Fact {
     type Error = StoreError;
     fn try_from(r: FactRow) -> Result<Fact> {
-        let tags = serde_json::from_str(&r.tags)
-            .map_err(|e| StoreError::Corrupt(format!("tags of fact {}: {e}", r.id)))?;
+        let owner = format!("fact {}", r.fact.id);
         Ok(Fact {
-            id: r.id,
-            text: r.text,
-            tags,
-            source: r.source,
-            created_at: r.created_at,
-            updated_at: r.updated_at,
+            tags: from_json(&r.tags, "tags", &owner)?,
+            ..r.fact
         })
     }
 }
@@ -66,12 +61,10 @@ impl Store {
     ) -> Result<(Fact, Upsert)> {
         let norm = normalise_fact(text);
         let mut tx = self.pool().begin().await?;
-        let existing: Option<FactRow> = sqlx::query_as(
-            "SELECT id, text, tags, source, created_at, updated_at FROM facts WHERE norm = ?",
-        )
-        .bind(&norm)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let existing: Option<FactRow> = sqlx::query_as(select!(facts, "WHERE norm = ?"))
+            .bind(&norm)
+            .fetch_optional(&mut *tx)
+            .await?;
         let (id, how) = match existing {
             Some(row) => {
                 let mut fact = Fact::try_from(row)?;
@@ -81,7 +74,7 @@ impl Store {
                     }
                 }
                 sqlx::query("UPDATE facts SET tags = ?, updated_at = ? WHERE id = ?")
-                    .bind(serde_json::to_string(&fact.tags).unwrap_or_else(|_| "[]".into()))
+                    .bind(json_list(&fact.tags))
                     .bind(now())
                     .bind(&fact.id)
                     .execute(&mut *tx)
@@ -98,7 +91,7 @@ impl Store {
                 .bind(&id)
                 .bind(text.trim())
                 .bind(&norm)
-                .bind(serde_json::to_string(tags).unwrap_or_else(|_| "[]".into()))
+                .bind(json_list(tags))
                 .bind(source)
                 .bind(t)
                 .bind(t)
@@ -112,12 +105,10 @@ impl Store {
     }
 
     pub async fn fact(&self, id: &str) -> Result<Fact> {
-        let row: Option<FactRow> = sqlx::query_as(
-            "SELECT id, text, tags, source, created_at, updated_at FROM facts WHERE id = ?",
-        )
-        .bind(id)
-        .fetch_optional(self.pool())
-        .await?;
+        let row: Option<FactRow> = sqlx::query_as(select!(facts, "WHERE id = ?"))
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?;
         row.ok_or_else(|| StoreError::NotFound {
             what: "fact",
             id: id.to_string(),
@@ -127,26 +118,19 @@ impl Store {
 
     /// Every fact, oldest first (rebuilding the index).
     pub async fn all_facts(&self) -> Result<Vec<Fact>> {
-        let rows: Vec<FactRow> = sqlx::query_as(
-            "SELECT id, text, tags, source, created_at, updated_at FROM facts ORDER BY created_at, id",
-        )
-        .fetch_all(self.pool())
-        .await?;
+        let rows: Vec<FactRow> = sqlx::query_as(select!(facts, "ORDER BY created_at, id"))
+            .fetch_all(self.pool())
+            .await?;
         rows.into_iter().map(Fact::try_from).collect()
     }
 
     pub async fn fact_count(&self) -> Result<i64> {
-        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM facts")
-            .fetch_one(self.pool())
-            .await?)
+        self.count("SELECT COUNT(*) FROM facts").await
     }
 
     /// Returns false when there was no such fact.
     pub async fn delete_fact(&self, id: &str) -> Result<bool> {
-        let done = sqlx::query("DELETE FROM facts WHERE id = ?")
-            .bind(id)
-            .execute(self.pool())
-            .await?;
-        Ok(done.rows_affected() == 1)
+        self.one_row(sqlx::query("DELETE FROM facts WHERE id = ?").bind(id))
+            .await
     }
 }

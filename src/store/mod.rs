@@ -5,6 +5,36 @@
 //! statement in the program lives under this module; other parts call typed functions.
 //! Must not: know about the agent loop, the model, or HTTP.
 
+/// The columns each table's row type is read from, in one place for every query that reads
+/// whole rows (a column added to a table is added here once).
+macro_rules! columns {
+    (tasks) => {
+        "id, state, origin, parent_id, job_id, profile, task, answer, error, reason, \
+         parse_failures, prompt_tokens, completion_tokens, created_at, started_at, finished_at"
+    };
+    (jobs) => {
+        "id, name, task, schedule, timezone, notify, profile, origin, precheck, \
+         enabled, next_run_at, running_task_id, created_at"
+    };
+    (job_runs) => {
+        "id, job_id, scheduled_at, fired_at, outcome, task_id, reason, delivery"
+    };
+    (outbox) => {
+        "id, channel, title, body, task_id, job_id, run_id, state, attempts, \
+         last_error, next_attempt_at, created_at, sent_at"
+    };
+    (facts) => {
+        "id, text, tags, source, created_at, updated_at"
+    };
+}
+
+/// `SELECT <the table's columns> FROM <table> <rest>`, as one static string.
+macro_rules! select {
+    ($table:ident, $($rest:tt)*) => {
+        concat!("SELECT ", columns!($table), " FROM ", stringify!($table), " ", $($rest)*)
+    };
+}
+
 mod dashboard;
 mod facts;
 mod jobs;
@@ -309,6 +339,43 @@ impl Store {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// A statement with its arguments bound.
+type Statement<'q> = sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>;
+
+impl Store {
+    /// Run a write; how many rows it changed.
+    async fn rows(&self, statement: Statement<'_>) -> Result<u64> {
+        Ok(statement.execute(self.pool()).await?.rows_affected())
+    }
+
+    /// Run a write meant for one row; false when no row matched (gone, or not in the state
+    /// the statement asks for).
+    async fn one_row(&self, statement: Statement<'_>) -> Result<bool> {
+        Ok(self.rows(statement).await? == 1)
+    }
+
+    /// A single number (`SELECT COUNT(*) ...`).
+    async fn count(&self, sql: &'static str) -> Result<i64> {
+        Ok(sqlx::query_scalar(sql).fetch_one(self.pool()).await?)
+    }
+}
+
+/// A list limit as asked, or `default` when none (0 or less) was asked for.
+fn limit_or(limit: i64, default: i64) -> i64 {
+    if limit <= 0 { default } else { limit }
+}
+
+/// A list of words as the JSON text stored in list columns.
+fn json_list<T: serde::Serialize>(items: &[T]) -> String {
+    // A list of strings always serialises; the fallback only keeps this infallible.
+    serde_json::to_string(items).unwrap_or_else(|_| "[]".into())
+}
+
+/// A JSON column read back; text that does not parse means the row was damaged outside us.
+fn from_json<T: serde::de::DeserializeOwned>(text: &str, what: &str, owner: &str) -> Result<T> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what} of {owner}: {e}")))
 }
 
 /// Now, in the form stored in every time column.

@@ -1,6 +1,6 @@
 //! Tasks and their trace (`tasks`, `task_steps`).
 
-use super::{FailReason, Origin, Result, Store, StoreError, new_id, now};
+use super::{FailReason, Origin, Result, Store, StoreError, limit_or, new_id, now};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -171,13 +171,6 @@ pub struct TaskFilter {
     pub limit: i64,
 }
 
-macro_rules! task_columns {
-    () => {
-        "id, state, origin, parent_id, job_id, profile, task, answer, error, reason, \
-     parse_failures, prompt_tokens, completion_tokens, created_at, started_at, finished_at"
-    };
-}
-
 impl Store {
     pub async fn create_task(&self, new: &NewTask) -> Result<Task> {
         let id = new_id();
@@ -217,8 +210,7 @@ impl Store {
     /// A task by its full id, or by a prefix that matches exactly one task (typing 6 of 16
     /// hex characters in a terminal is enough).
     pub async fn find_task(&self, id: &str) -> Result<Option<Task>> {
-        let sql = concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?");
-        if let Some(t) = sqlx::query_as::<_, Task>(sql)
+        if let Some(t) = sqlx::query_as::<_, Task>(select!(tasks, "WHERE id = ?"))
             .bind(id)
             .fetch_optional(self.pool())
             .await?
@@ -228,11 +220,7 @@ impl Store {
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_hexdigit()) {
             return Ok(None);
         }
-        let sql = concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE id LIKE ? || '%' LIMIT 2"
-        );
+        let sql = select!(tasks, "WHERE id LIKE ? || '%' LIMIT 2");
         let mut rows = sqlx::query_as::<_, Task>(sql)
             .bind(id)
             .fetch_all(self.pool())
@@ -248,28 +236,24 @@ impl Store {
 
     /// Newest first.
     pub async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
-        let limit = if filter.limit <= 0 { 50 } else { filter.limit };
-        let sql = concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks \
-             WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR job_id = ?2) \
+        let sql = select!(
+            tasks,
+            "WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR job_id = ?2) \
              ORDER BY created_at DESC, id LIMIT ?3"
         );
         Ok(sqlx::query_as::<_, Task>(sql)
             .bind(filter.state)
             .bind(&filter.job_id)
-            .bind(limit)
+            .bind(limit_or(filter.limit, 50))
             .fetch_all(self.pool())
             .await?)
     }
 
     /// Oldest pending tasks first: the order workers take them in.
     pub async fn pending_tasks(&self, limit: i64) -> Result<Vec<Task>> {
-        let sql = concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE state = 'pending' ORDER BY created_at, id LIMIT ?"
+        let sql = select!(
+            tasks,
+            "WHERE state = 'pending' ORDER BY created_at, id LIMIT ?"
         );
         Ok(sqlx::query_as::<_, Task>(sql)
             .bind(limit)
@@ -284,7 +268,7 @@ impl Store {
             "UPDATE tasks SET state = 'running', started_at = ?1 WHERE id = \
              (SELECT id FROM tasks WHERE state = 'pending' ORDER BY created_at, id LIMIT 1) \
              AND state = 'pending' RETURNING ",
-            task_columns!()
+            columns!(tasks)
         );
         Ok(sqlx::query_as::<_, Task>(sql)
             .bind(now())
@@ -294,20 +278,18 @@ impl Store {
 
     /// pending → running. Returns false when the task was not pending (taken or cancelled).
     pub async fn start_task(&self, id: &str) -> Result<bool> {
-        let done = sqlx::query(
+        let start = sqlx::query(
             "UPDATE tasks SET state = 'running', started_at = ? WHERE id = ? AND state = 'pending'",
         )
         .bind(now())
-        .bind(id)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected() == 1)
+        .bind(id);
+        self.one_row(start).await
     }
 
     /// running|pending → a final state. A task already finished keeps its first outcome
     /// (a cancel racing a success must not overwrite it); returns whether this call won.
     pub async fn finish_task(&self, id: &str, outcome: &TaskOutcome) -> Result<bool> {
-        let done = sqlx::query(
+        let finish = sqlx::query(
             "UPDATE tasks SET state = ?, answer = ?, error = ?, reason = ?, parse_failures = ?, \
              prompt_tokens = ?, completion_tokens = ?, finished_at = ? \
              WHERE id = ? AND state IN ('pending', 'running')",
@@ -320,30 +302,26 @@ impl Store {
         .bind(outcome.prompt_tokens)
         .bind(outcome.completion_tokens)
         .bind(now())
-        .bind(id)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected() == 1)
+        .bind(id);
+        self.one_row(finish).await
     }
 
     /// pending → cancelled; false when the task is no longer pending (it started somewhere).
     pub async fn cancel_pending(&self, id: &str, error: &str) -> Result<bool> {
-        let done = sqlx::query(
+        let cancel = sqlx::query(
             "UPDATE tasks SET state = 'cancelled', reason = 'cancelled', error = ?, finished_at = ? \
              WHERE id = ? AND state = 'pending'",
         )
         .bind(error)
         .bind(now())
-        .bind(id)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected() == 1)
+        .bind(id);
+        self.one_row(cancel).await
     }
 
     /// Fail the pending tasks of one origin (at daemon start: job tasks queued by a previous
     /// daemon, whose firing is over and whose answer would have nowhere to go).
     pub async fn fail_pending_of_origin(&self, origin: Origin, reason: FailReason) -> Result<u64> {
-        let done = sqlx::query(
+        let fail = sqlx::query(
             "UPDATE tasks SET state = 'failed', reason = ?, \
              error = 'task was pending when the daemon stopped (' || ? || ')', finished_at = ? \
              WHERE state = 'pending' AND origin = ?",
@@ -351,10 +329,8 @@ impl Store {
         .bind(reason)
         .bind(reason.as_str())
         .bind(now())
-        .bind(origin)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected())
+        .bind(origin);
+        self.rows(fail).await
     }
 
     /// Mark every task still `running` or `pending` as failed with `reason`. Used at start-up
@@ -362,7 +338,7 @@ impl Store {
     pub async fn fail_unfinished(&self, states: &[TaskState], reason: FailReason) -> Result<u64> {
         let mut total = 0;
         for state in states {
-            let done = sqlx::query(
+            let fail = sqlx::query(
                 "UPDATE tasks SET state = 'failed', reason = ?, \
                  error = COALESCE(error, ?), finished_at = ? WHERE state = ?",
             )
@@ -371,10 +347,8 @@ impl Store {
                 "task was {state} when the daemon stopped ({reason})"
             ))
             .bind(now())
-            .bind(*state)
-            .execute(self.pool())
-            .await?;
-            total += done.rows_affected();
+            .bind(*state);
+            total += self.rows(fail).await?;
         }
         Ok(total)
     }
