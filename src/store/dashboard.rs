@@ -3,7 +3,8 @@
 //! retrying a notice. They read the same tables as everything else; nothing here is cached.
 
 use super::{
-    JobRun, Notice, NoticeState, Origin, Result, Store, StoreError, Task, TaskState, limit_or, now,
+    JobRun, Notice, NoticeState, Origin, Result, Store, StoreError, Task, TaskState, found,
+    limit_or, now,
 };
 use chrono::{DateTime, Utc};
 
@@ -49,14 +50,15 @@ impl Store {
              ORDER BY created_at DESC, id LIMIT ?5"
         );
         let text = f.text.as_deref().map(str::trim).filter(|t| !t.is_empty());
-        Ok(sqlx::query_as::<_, Task>(sql)
-            .bind(f.state)
-            .bind(f.origin)
-            .bind(&f.job_id)
-            .bind(text)
-            .bind(limit_or(f.limit, 50))
-            .fetch_all(self.pool())
-            .await?)
+        self.all(
+            sqlx::query_as(sql)
+                .bind(f.state)
+                .bind(f.origin)
+                .bind(&f.job_id)
+                .bind(text)
+                .bind(limit_or(f.limit, 50)),
+        )
+        .await
     }
 
     /// Tasks that failed at or after `since`, newest first.
@@ -65,11 +67,7 @@ impl Store {
             tasks,
             "WHERE state = 'failed' AND finished_at >= ? ORDER BY finished_at DESC, id LIMIT ?"
         );
-        Ok(sqlx::query_as::<_, Task>(sql)
-            .bind(since)
-            .bind(limit)
-            .fetch_all(self.pool())
-            .await?)
+        self.all(sqlx::query_as(sql).bind(since).bind(limit)).await
     }
 
     /// Job runs recorded `failed` or `missed` at or after `since` that have no task (a failed
@@ -85,11 +83,7 @@ impl Store {
             "WHERE outcome IN ('failed', 'missed') AND task_id IS NULL \
              AND fired_at >= ? ORDER BY id DESC LIMIT ?"
         );
-        Ok(sqlx::query_as::<_, JobRun>(sql)
-            .bind(since)
-            .bind(limit)
-            .fetch_all(self.pool())
-            .await?)
+        self.all(sqlx::query_as(sql).bind(since).bind(limit)).await
     }
 
     pub async fn outbox_backlog(&self) -> Result<Backlog> {
@@ -157,10 +151,7 @@ impl Store {
         .bind(now())
         .bind(id);
         let retried = self.one_row(retry).await?;
-        let notice = self.notice(id).await?.ok_or_else(|| StoreError::NotFound {
-            what: "notice",
-            id: id.to_string(),
-        })?;
+        let notice = found(self.notice(id).await?, "notice", id)?;
         if !retried {
             return Err(StoreError::Conflict(format!(
                 "notice {id} was already sent; queue a new one instead of sending it twice"

@@ -1,14 +1,15 @@
 //! Long-term facts (`facts`): the source of truth the tantivy index is built from.
 
-use super::{Result, Store, StoreError, from_json, json_list, new_id, now};
+use super::{Result, Store, WithJson, json_column, json_list, new_id, now};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use sqlx::sqlite::SqliteRow;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, sqlx::FromRow)]
 pub struct Fact {
     pub id: String,
     pub text: String,
-    /// Stored as JSON text, which [`FactRow`] parses.
+    /// Stored as JSON text; see [`WithJson`].
     #[sqlx(skip)]
     pub tags: Vec<String>,
     pub source: String,
@@ -16,21 +17,12 @@ pub struct Fact {
     pub updated_at: DateTime<Utc>,
 }
 
-/// A `facts` row: the plain columns read straight into a [`Fact`], the JSON one as text.
-#[derive(sqlx::FromRow)]
-struct FactRow {
-    #[sqlx(flatten)]
-    fact: Fact,
-    tags: String,
-}
-
-impl TryFrom<FactRow> for Fact {
-    type Error = StoreError;
-    fn try_from(r: FactRow) -> Result<Fact> {
-        let owner = format!("fact {}", r.fact.id);
+impl WithJson for Fact {
+    fn read_json(self, row: &SqliteRow) -> Result<Fact> {
+        let owner = format!("fact {}", self.id);
         Ok(Fact {
-            tags: from_json(&r.tags, "tags", &owner)?,
-            ..r.fact
+            tags: json_column(row, "tags", &owner)?,
+            ..self
         })
     }
 }
@@ -61,13 +53,13 @@ impl Store {
     ) -> Result<(Fact, Upsert)> {
         let norm = normalise_fact(text);
         let mut tx = self.pool().begin().await?;
-        let existing: Option<FactRow> = sqlx::query_as(select!(facts, "WHERE norm = ?"))
+        let existing = sqlx::query(select!(facts, "WHERE norm = ?"))
             .bind(&norm)
             .fetch_optional(&mut *tx)
             .await?;
         let (id, how) = match existing {
             Some(row) => {
-                let mut fact = Fact::try_from(row)?;
+                let mut fact = Fact::from_json_row(&row)?;
                 for t in tags {
                     if !fact.tags.contains(t) {
                         fact.tags.push(t.clone());
@@ -105,23 +97,14 @@ impl Store {
     }
 
     pub async fn fact(&self, id: &str) -> Result<Fact> {
-        let row: Option<FactRow> = sqlx::query_as(select!(facts, "WHERE id = ?"))
-            .bind(id)
-            .fetch_optional(self.pool())
-            .await?;
-        row.ok_or_else(|| StoreError::NotFound {
-            what: "fact",
-            id: id.to_string(),
-        })?
-        .try_into()
+        self.json_row(select!(facts, "WHERE id = ?"), "fact", id)
+            .await
     }
 
     /// Every fact, oldest first (rebuilding the index).
     pub async fn all_facts(&self) -> Result<Vec<Fact>> {
-        let rows: Vec<FactRow> = sqlx::query_as(select!(facts, "ORDER BY created_at, id"))
-            .fetch_all(self.pool())
-            .await?;
-        rows.into_iter().map(Fact::try_from).collect()
+        self.json_rows(select!(facts, "ORDER BY created_at, id"))
+            .await
     }
 
     pub async fn fact_count(&self) -> Result<i64> {

@@ -1,10 +1,13 @@
 //! Scheduled jobs and the record of every firing (`jobs`, `job_runs`).
 
 use super::{
-    Delivery, Origin, Result, Store, StoreError, from_json, json_list, limit_or, new_id, now,
+    Delivery, Origin, Result, Store, WithJson, from_json, json_column, json_list, limit_or, new_id,
+    now,
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use sqlx::Row as _;
+use sqlx::sqlite::SqliteRow;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, sqlx::FromRow)]
 pub struct Job {
@@ -13,12 +16,12 @@ pub struct Job {
     pub task: String,
     pub schedule: String,
     pub timezone: String,
-    /// Stored as JSON text, which [`JobRow`] parses.
+    /// Stored as JSON text; see [`WithJson`].
     #[sqlx(skip)]
     pub notify: Vec<String>,
     pub profile: Option<String>,
     pub origin: Origin,
-    /// Stored as JSON text, which [`JobRow`] parses.
+    /// Stored as JSON text; see [`WithJson`].
     #[sqlx(skip)]
     pub precheck: Option<serde_json::Value>,
     pub enabled: bool,
@@ -27,27 +30,17 @@ pub struct Job {
     pub created_at: DateTime<Utc>,
 }
 
-/// A `jobs` row: the plain columns read straight into a [`Job`], the JSON ones as text.
-#[derive(sqlx::FromRow)]
-struct JobRow {
-    #[sqlx(flatten)]
-    job: Job,
-    notify: String,
-    precheck: Option<String>,
-}
-
-impl TryFrom<JobRow> for Job {
-    type Error = StoreError;
-    fn try_from(r: JobRow) -> Result<Job> {
-        let owner = format!("job {}", r.job.id);
-        let precheck = match &r.precheck {
-            Some(p) => Some(from_json(p, "precheck", &owner)?),
-            None => None,
-        };
+impl WithJson for Job {
+    fn read_json(self, row: &SqliteRow) -> Result<Job> {
+        let owner = format!("job {}", self.id);
+        let precheck: Option<String> = row.try_get("precheck")?;
         Ok(Job {
-            notify: from_json(&r.notify, "notify", &owner)?,
-            precheck,
-            ..r.job
+            notify: json_column(row, "notify", &owner)?,
+            precheck: match precheck {
+                Some(p) => Some(from_json(&p, "precheck", &owner)?),
+                None => None,
+            },
+            ..self
         })
     }
 }
@@ -112,22 +105,13 @@ impl Store {
     }
 
     pub async fn job(&self, id: &str) -> Result<Job> {
-        let row: Option<JobRow> = sqlx::query_as(select!(jobs, "WHERE id = ?"))
-            .bind(id)
-            .fetch_optional(self.pool())
-            .await?;
-        row.ok_or_else(|| StoreError::NotFound {
-            what: "job",
-            id: id.to_string(),
-        })?
-        .try_into()
+        self.json_row(select!(jobs, "WHERE id = ?"), "job", id)
+            .await
     }
 
     pub async fn list_jobs(&self) -> Result<Vec<Job>> {
-        let rows: Vec<JobRow> = sqlx::query_as(select!(jobs, "ORDER BY created_at, id"))
-            .fetch_all(self.pool())
-            .await?;
-        rows.into_iter().map(Job::try_from).collect()
+        self.json_rows(select!(jobs, "ORDER BY created_at, id"))
+            .await
     }
 
     pub async fn job_count(&self) -> Result<i64> {
@@ -232,11 +216,8 @@ impl Store {
     /// Newest first.
     pub async fn job_runs(&self, job_id: &str, limit: i64) -> Result<Vec<JobRun>> {
         let sql = select!(job_runs, "WHERE job_id = ? ORDER BY id DESC LIMIT ?");
-        Ok(sqlx::query_as::<_, JobRun>(sql)
-            .bind(job_id)
-            .bind(limit_or(limit, 50))
-            .fetch_all(self.pool())
-            .await?)
+        self.all(sqlx::query_as(sql).bind(job_id).bind(limit_or(limit, 50)))
+            .await
     }
 }
 

@@ -51,8 +51,11 @@ pub use outbox::*;
 pub use tasks::*;
 pub use working::*;
 
-use sqlx::SqlitePool;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{Row as _, SqlitePool};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
@@ -341,8 +344,25 @@ impl Store {
     }
 }
 
-/// A statement with its arguments bound.
-type Statement<'q> = sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>;
+/// A write statement with its arguments bound.
+type Statement<'q> = sqlx::query::Query<'q, sqlx::Sqlite, SqliteArguments>;
+/// A read statement with its arguments bound, each row read as a `T`.
+type Select<'q, T> = sqlx::query::QueryAs<'q, sqlx::Sqlite, T, SqliteArguments>;
+
+/// A row type that `query_as` can read.
+trait Row: for<'r> sqlx::FromRow<'r, SqliteRow> + Send + Unpin {}
+impl<T: for<'r> sqlx::FromRow<'r, SqliteRow> + Send + Unpin> Row for T {}
+
+/// A row type with columns held as JSON text: its `FromRow` reads the plain columns and skips
+/// those, which [`WithJson::read_json`] then parses from the same row, so a damaged value is
+/// reported as [`StoreError::Corrupt`] naming the row rather than as a decoding error.
+trait WithJson: Row {
+    fn read_json(self, row: &SqliteRow) -> Result<Self>;
+
+    fn from_json_row(row: &SqliteRow) -> Result<Self> {
+        Self::from_row(row)?.read_json(row)
+    }
+}
 
 impl Store {
     /// Run a write; how many rows it changed.
@@ -360,6 +380,51 @@ impl Store {
     async fn count(&self, sql: &'static str) -> Result<i64> {
         Ok(sqlx::query_scalar(sql).fetch_one(self.pool()).await?)
     }
+
+    async fn all<T: Row>(&self, select: Select<'_, T>) -> Result<Vec<T>> {
+        Ok(select.fetch_all(self.pool()).await?)
+    }
+
+    async fn first<T: Row>(&self, select: Select<'_, T>) -> Result<Option<T>> {
+        Ok(select.fetch_optional(self.pool()).await?)
+    }
+
+    /// The row `sql` selects by the one argument `id`; `what` names it when there is none.
+    async fn json_row<T: WithJson>(
+        &self,
+        sql: &'static str,
+        what: &'static str,
+        id: &str,
+    ) -> Result<T> {
+        let row = sqlx::query(sql)
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?;
+        T::from_json_row(&found(row, what, id)?)
+    }
+
+    async fn json_rows<T: WithJson>(&self, sql: &'static str) -> Result<Vec<T>> {
+        let rows = sqlx::query(sql).fetch_all(self.pool()).await?;
+        rows.iter().map(T::from_json_row).collect()
+    }
+}
+
+/// `item`, or [`StoreError::NotFound`] for the `what` called `id`.
+fn found<T>(item: Option<T>, what: &'static str, id: impl ToString) -> Result<T> {
+    item.ok_or_else(|| StoreError::NotFound {
+        what,
+        id: id.to_string(),
+    })
+}
+
+/// A JSON text column of `row`, parsed; `owner` names the row in the error.
+fn json_column<T: serde::de::DeserializeOwned>(
+    row: &SqliteRow,
+    column: &str,
+    owner: &str,
+) -> Result<T> {
+    let text: String = row.try_get(column)?;
+    from_json(&text, column, owner)
 }
 
 /// A list limit as asked, or `default` when none (0 or less) was asked for.

@@ -87,10 +87,8 @@ impl Store {
     }
 
     pub async fn notice(&self, id: i64) -> Result<Option<Notice>> {
-        Ok(sqlx::query_as::<_, Notice>(select!(outbox, "WHERE id = ?"))
-            .bind(id)
-            .fetch_optional(self.pool())
-            .await?)
+        self.first(sqlx::query_as(select!(outbox, "WHERE id = ?")).bind(id))
+            .await
     }
 
     /// Pending notices whose next attempt is due, oldest first; of one channel, or of all.
@@ -105,12 +103,8 @@ impl Store {
             "WHERE state = 'pending' AND next_attempt_at <= ?1 \
              AND (?2 IS NULL OR channel = ?2) ORDER BY next_attempt_at, id LIMIT ?3"
         );
-        Ok(sqlx::query_as::<_, Notice>(sql)
-            .bind(at)
-            .bind(channel)
-            .bind(limit)
-            .fetch_all(self.pool())
-            .await?)
+        self.all(sqlx::query_as(sql).bind(at).bind(channel).bind(limit))
+            .await
     }
 
     /// Due pending notices whose channel is none of `channels` (removed from the config).
@@ -126,12 +120,8 @@ impl Store {
              AND channel NOT IN (SELECT value FROM json_each(?2)) ORDER BY id LIMIT ?3"
         );
         let list = json_list(channels);
-        Ok(sqlx::query_as::<_, Notice>(sql)
-            .bind(at)
-            .bind(list)
-            .bind(limit)
-            .fetch_all(self.pool())
-            .await?)
+        self.all(sqlx::query_as(sql).bind(at).bind(list).bind(limit))
+            .await
     }
 
     /// The earliest time a pending notice (of one channel, or of any) is due, so the sender
@@ -201,13 +191,14 @@ impl Store {
         } else {
             select!(outbox, notice_where!(), " ORDER BY id LIMIT ?5")
         };
-        Ok(sqlx::query_as::<_, Notice>(sql)
-            .bind(&f.task_id)
-            .bind(f.run_id)
-            .bind(&f.job_id)
-            .bind(f.state)
-            .bind(limit_or(f.limit, i64::MAX))
-            .fetch_all(self.pool())
-            .await?)
+        self.all(
+            sqlx::query_as(sql)
+                .bind(&f.task_id)
+                .bind(f.run_id)
+                .bind(&f.job_id)
+                .bind(f.state)
+                .bind(limit_or(f.limit, i64::MAX)),
+        )
+        .await
     }
 }

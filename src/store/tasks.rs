@@ -1,6 +1,6 @@
 //! Tasks and their trace (`tasks`, `task_steps`).
 
-use super::{FailReason, Origin, Result, Store, StoreError, limit_or, new_id, now};
+use super::{FailReason, Origin, Result, Store, StoreError, found, limit_or, new_id, now};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -199,32 +199,21 @@ impl Store {
     }
 
     pub async fn task(&self, id: &str) -> Result<Task> {
-        self.find_task(id)
-            .await?
-            .ok_or_else(|| StoreError::NotFound {
-                what: "task",
-                id: id.to_string(),
-            })
+        found(self.find_task(id).await?, "task", id)
     }
 
     /// A task by its full id, or by a prefix that matches exactly one task (typing 6 of 16
     /// hex characters in a terminal is enough).
     pub async fn find_task(&self, id: &str) -> Result<Option<Task>> {
-        if let Some(t) = sqlx::query_as::<_, Task>(select!(tasks, "WHERE id = ?"))
-            .bind(id)
-            .fetch_optional(self.pool())
-            .await?
-        {
+        let exact = sqlx::query_as(select!(tasks, "WHERE id = ?")).bind(id);
+        if let Some(t) = self.first(exact).await? {
             return Ok(Some(t));
         }
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_hexdigit()) {
             return Ok(None);
         }
         let sql = select!(tasks, "WHERE id LIKE ? || '%' LIMIT 2");
-        let mut rows = sqlx::query_as::<_, Task>(sql)
-            .bind(id)
-            .fetch_all(self.pool())
-            .await?;
+        let mut rows = self.all(sqlx::query_as(sql).bind(id)).await?;
         match rows.len() {
             1 => Ok(rows.pop()),
             0 => Ok(None),
@@ -241,12 +230,13 @@ impl Store {
             "WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR job_id = ?2) \
              ORDER BY created_at DESC, id LIMIT ?3"
         );
-        Ok(sqlx::query_as::<_, Task>(sql)
-            .bind(filter.state)
-            .bind(&filter.job_id)
-            .bind(limit_or(filter.limit, 50))
-            .fetch_all(self.pool())
-            .await?)
+        self.all(
+            sqlx::query_as(sql)
+                .bind(filter.state)
+                .bind(&filter.job_id)
+                .bind(limit_or(filter.limit, 50)),
+        )
+        .await
     }
 
     /// Oldest pending tasks first: the order workers take them in.
@@ -255,10 +245,7 @@ impl Store {
             tasks,
             "WHERE state = 'pending' ORDER BY created_at, id LIMIT ?"
         );
-        Ok(sqlx::query_as::<_, Task>(sql)
-            .bind(limit)
-            .fetch_all(self.pool())
-            .await?)
+        self.all(sqlx::query_as(sql).bind(limit)).await
     }
 
     /// Take the oldest pending task and mark it running, in one statement: workers never race
@@ -270,10 +257,7 @@ impl Store {
              AND state = 'pending' RETURNING ",
             columns!(tasks)
         );
-        Ok(sqlx::query_as::<_, Task>(sql)
-            .bind(now())
-            .fetch_optional(self.pool())
-            .await?)
+        self.first(sqlx::query_as(sql).bind(now())).await
     }
 
     /// pending → running. Returns false when the task was not pending (taken or cancelled).
@@ -383,23 +367,21 @@ impl Store {
 
     /// The task's trace rows with `seq` above `after`, in order: what a follower has not seen.
     pub async fn steps_after(&self, task_id: &str, after: i64) -> Result<Vec<Step>> {
-        Ok(sqlx::query_as::<_, Step>(
+        self.all(sqlx::query_as(
             "SELECT seq, step, kind, name, request_tokens, result_tokens, arguments, output, error, \
              duration_ms, created_at FROM task_steps WHERE task_id = ? AND seq > ? ORDER BY seq",
         )
         .bind(task_id)
-        .bind(after)
-        .fetch_all(self.pool())
-        .await?)
+        .bind(after))
+        .await
     }
 
     /// Count of tasks per state, for `/healthz` and `doctor`.
     pub async fn task_counts(&self) -> Result<Vec<(TaskState, i64)>> {
-        Ok(sqlx::query_as::<_, (TaskState, i64)>(
+        self.all(sqlx::query_as(
             "SELECT state, COUNT(*) FROM tasks GROUP BY state",
-        )
-        .fetch_all(self.pool())
-        .await?)
+        ))
+        .await
     }
 }
 
