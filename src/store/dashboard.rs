@@ -164,7 +164,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{NewNotice, NewStep, NewTask, StepKind, TaskOutcome};
+    use crate::store::{NewStep, NewTask, StepKind, TaskOutcome};
 
     #[tokio::test]
     async fn search_filters_combine() {
@@ -249,13 +249,7 @@ mod tests {
     #[tokio::test]
     async fn retry_makes_a_failed_notice_due_but_never_a_sent_one() {
         let store = Store::open_in_memory().await.expect("store");
-        let n = NewNotice {
-            channel: "hook".into(),
-            title: "t".into(),
-            body: "b".into(),
-            ..Default::default()
-        };
-        let id = store.enqueue_notice(&n).await.expect("queued");
+        let id = crate::store::tests::notice(&store, "hook").await;
         store
             .mark_notice_attempt_failed(id, "404", None)
             .await
