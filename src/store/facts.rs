@@ -9,7 +9,7 @@ use sqlx::sqlite::SqliteRow;
 pub struct Fact {
     pub id: String,
     pub text: String,
-    /// Stored as JSON text; see [`WithJson`].
+    /// JSON text in the table, so `FromRow` skips it and `read_json` parses it.
     #[sqlx(skip)]
     pub tags: Vec<String>,
     pub source: String,

@@ -16,12 +16,12 @@ pub struct Job {
     pub task: String,
     pub schedule: String,
     pub timezone: String,
-    /// Stored as JSON text; see [`WithJson`].
+    /// JSON text in the table, so `FromRow` skips it and `read_json` parses it.
     #[sqlx(skip)]
     pub notify: Vec<String>,
     pub profile: Option<String>,
     pub origin: Origin,
-    /// Stored as JSON text; see [`WithJson`].
+    /// JSON text in the table, so `FromRow` skips it and `read_json` parses it.
     #[sqlx(skip)]
     pub precheck: Option<serde_json::Value>,
     pub enabled: bool,
@@ -36,10 +36,9 @@ impl WithJson for Job {
         let precheck: Option<String> = row.try_get("precheck")?;
         Ok(Job {
             notify: json_column(row, "notify", &owner)?,
-            precheck: match precheck {
-                Some(p) => Some(from_json(&p, "precheck", &owner)?),
-                None => None,
-            },
+            precheck: precheck
+                .map(|p| from_json(&p, "precheck", &owner))
+                .transpose()?,
             ..self
         })
     }
@@ -144,7 +143,7 @@ impl Store {
         let set = sqlx::query("UPDATE jobs SET next_run_at = ? WHERE id = ?")
             .bind(next)
             .bind(id);
-        self.rows(set).await.map(drop)
+        self.run(set).await
     }
 
     /// Take the job's run lock for `task_id`; false when a run is already in progress.
@@ -153,9 +152,8 @@ impl Store {
     }
 
     pub async fn unlock_job(&self, id: &str) -> Result<()> {
-        self.rows(sqlx::query("UPDATE jobs SET running_task_id = NULL WHERE id = ?").bind(id))
+        self.run(sqlx::query("UPDATE jobs SET running_task_id = NULL WHERE id = ?").bind(id))
             .await
-            .map(drop)
     }
 
     /// At start-up no run can be in progress: clear locks a crash left behind.
@@ -203,14 +201,14 @@ impl Store {
         .bind(reason)
         .bind(delivery)
         .bind(run_id);
-        self.rows(update).await.map(drop)
+        self.run(update).await
     }
 
     pub async fn set_run_delivery(&self, run_id: i64, delivery: &Delivery) -> Result<()> {
         let set = sqlx::query("UPDATE job_runs SET delivery = ? WHERE id = ?")
             .bind(delivery)
             .bind(run_id);
-        self.rows(set).await.map(drop)
+        self.run(set).await
     }
 
     /// Newest first.

@@ -28,7 +28,8 @@ macro_rules! columns {
     };
 }
 
-/// `SELECT <the table's columns> FROM <table> <rest>`, as one static string.
+/// `SELECT <the table's columns> FROM <table> <rest>`, built at compile time: sqlx takes only
+/// static strings as SQL, which keeps values out of statement text.
 macro_rules! select {
     ($table:ident, $($rest:tt)*) => {
         concat!("SELECT ", columns!($table), " FROM ", stringify!($table), " ", $($rest)*)
@@ -349,14 +350,14 @@ type Statement<'q> = sqlx::query::Query<'q, sqlx::Sqlite, SqliteArguments>;
 /// A read statement with its arguments bound, each row read as a `T`.
 type Select<'q, T> = sqlx::query::QueryAs<'q, sqlx::Sqlite, T, SqliteArguments>;
 
-/// A row type that `query_as` can read.
-trait Row: for<'r> sqlx::FromRow<'r, SqliteRow> + Send + Unpin {}
-impl<T: for<'r> sqlx::FromRow<'r, SqliteRow> + Send + Unpin> Row for T {}
+/// A type `query_as` can read rows into (spelled once; the bound is long).
+trait Record: for<'r> sqlx::FromRow<'r, SqliteRow> + Send + Unpin {}
+impl<T: for<'r> sqlx::FromRow<'r, SqliteRow> + Send + Unpin> Record for T {}
 
 /// A row type with columns held as JSON text: its `FromRow` reads the plain columns and skips
 /// those, which [`WithJson::read_json`] then parses from the same row, so a damaged value is
 /// reported as [`StoreError::Corrupt`] naming the row rather than as a decoding error.
-trait WithJson: Row {
+trait WithJson: Record {
     fn read_json(self, row: &SqliteRow) -> Result<Self>;
 
     fn from_json_row(row: &SqliteRow) -> Result<Self> {
@@ -370,6 +371,11 @@ impl Store {
         Ok(statement.execute(self.pool()).await?.rows_affected())
     }
 
+    /// Run a write whose row count does not matter.
+    async fn run(&self, statement: Statement<'_>) -> Result<()> {
+        self.rows(statement).await.map(drop)
+    }
+
     /// Run a write meant for one row; false when no row matched (gone, or not in the state
     /// the statement asks for).
     async fn one_row(&self, statement: Statement<'_>) -> Result<bool> {
@@ -381,11 +387,11 @@ impl Store {
         Ok(sqlx::query_scalar(sql).fetch_one(self.pool()).await?)
     }
 
-    async fn all<T: Row>(&self, select: Select<'_, T>) -> Result<Vec<T>> {
+    async fn all<T: Record>(&self, select: Select<'_, T>) -> Result<Vec<T>> {
         Ok(select.fetch_all(self.pool()).await?)
     }
 
-    async fn first<T: Row>(&self, select: Select<'_, T>) -> Result<Option<T>> {
+    async fn first<T: Record>(&self, select: Select<'_, T>) -> Result<Option<T>> {
         Ok(select.fetch_optional(self.pool()).await?)
     }
 

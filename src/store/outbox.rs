@@ -142,7 +142,7 @@ impl Store {
         )
         .bind(now())
         .bind(id);
-        self.rows(sent).await.map(drop)
+        self.run(sent).await
     }
 
     /// A failed attempt: retry at `next`, or give up (`next` = None) and mark it failed.
@@ -165,7 +165,7 @@ impl Store {
             .bind(error)
             .bind(id),
         };
-        self.rows(attempt).await.map(drop)
+        self.run(attempt).await
     }
 
     pub async fn notices_for_task(&self, task_id: &str) -> Result<Vec<Notice>> {
