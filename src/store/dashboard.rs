@@ -2,7 +2,10 @@
 //! overview's counts (recent failures, the outbox backlog, tokens spent), pausing a job and
 //! retrying a notice. They read the same tables as everything else; nothing here is cached.
 
-use super::{JobRun, Notice, NoticeState, Origin, Result, Store, StoreError, Task, TaskState, now};
+use super::{
+    JobRun, Notice, NoticeState, Origin, Result, Store, StoreError, Task, TaskState, found,
+    limit_or, now,
+};
 use chrono::{DateTime, Utc};
 
 /// Filters for [`Store::search_tasks`]; every filter that is set must match.
@@ -35,49 +38,36 @@ pub struct Tokens {
     pub calls: i64,
 }
 
-macro_rules! dash_task_columns {
-    () => {
-        "id, state, origin, parent_id, job_id, profile, task, answer, error, reason, \
-     parse_failures, prompt_tokens, completion_tokens, created_at, started_at, finished_at"
-    };
-}
-
 impl Store {
     /// Tasks matching `f`, newest first.
     pub async fn search_tasks(&self, f: &TaskSearch) -> Result<Vec<Task>> {
-        let sql = concat!(
-            "SELECT ",
-            dash_task_columns!(),
-            " FROM tasks WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR origin = ?2) \
+        let sql = select!(
+            tasks,
+            "WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR origin = ?2) \
              AND (?3 IS NULL OR job_id = ?3) \
              AND (?4 IS NULL OR instr(lower(task), lower(?4)) > 0 \
                   OR instr(lower(COALESCE(answer, '')), lower(?4)) > 0) \
              ORDER BY created_at DESC, id LIMIT ?5"
         );
         let text = f.text.as_deref().map(str::trim).filter(|t| !t.is_empty());
-        Ok(sqlx::query_as::<_, Task>(sql)
-            .bind(f.state)
-            .bind(f.origin)
-            .bind(&f.job_id)
-            .bind(text)
-            .bind(if f.limit <= 0 { 50 } else { f.limit })
-            .fetch_all(self.pool())
-            .await?)
+        self.all(
+            sqlx::query_as(sql)
+                .bind(f.state)
+                .bind(f.origin)
+                .bind(&f.job_id)
+                .bind(text)
+                .bind(limit_or(f.limit, 50)),
+        )
+        .await
     }
 
     /// Tasks that failed at or after `since`, newest first.
     pub async fn failed_tasks_since(&self, since: DateTime<Utc>, limit: i64) -> Result<Vec<Task>> {
-        let sql = concat!(
-            "SELECT ",
-            dash_task_columns!(),
-            " FROM tasks WHERE state = 'failed' AND finished_at >= ? \
-             ORDER BY finished_at DESC, id LIMIT ?"
+        let sql = select!(
+            tasks,
+            "WHERE state = 'failed' AND finished_at >= ? ORDER BY finished_at DESC, id LIMIT ?"
         );
-        Ok(sqlx::query_as::<_, Task>(sql)
-            .bind(since)
-            .bind(limit)
-            .fetch_all(self.pool())
-            .await?)
+        self.all(sqlx::query_as(sql).bind(since).bind(limit)).await
     }
 
     /// Job runs recorded `failed` or `missed` at or after `since` that have no task (a failed
@@ -88,15 +78,12 @@ impl Store {
         since: DateTime<Utc>,
         limit: i64,
     ) -> Result<Vec<JobRun>> {
-        Ok(sqlx::query_as::<_, JobRun>(
-            "SELECT id, job_id, scheduled_at, fired_at, outcome, task_id, reason, delivery \
-             FROM job_runs WHERE outcome IN ('failed', 'missed') AND task_id IS NULL \
-             AND fired_at >= ? ORDER BY id DESC LIMIT ?",
-        )
-        .bind(since)
-        .bind(limit)
-        .fetch_all(self.pool())
-        .await?)
+        let sql = select!(
+            job_runs,
+            "WHERE outcome IN ('failed', 'missed') AND task_id IS NULL \
+             AND fired_at >= ? ORDER BY id DESC LIMIT ?"
+        );
+        self.all(sqlx::query_as(sql).bind(since).bind(limit)).await
     }
 
     pub async fn outbox_backlog(&self) -> Result<Backlog> {
@@ -147,31 +134,25 @@ impl Store {
         enabled: bool,
         next_run_at: Option<DateTime<Utc>>,
     ) -> Result<bool> {
-        let done = sqlx::query("UPDATE jobs SET enabled = ?, next_run_at = ? WHERE id = ?")
+        let set = sqlx::query("UPDATE jobs SET enabled = ?, next_run_at = ? WHERE id = ?")
             .bind(enabled)
             .bind(next_run_at)
-            .bind(id)
-            .execute(self.pool())
-            .await?;
-        Ok(done.rows_affected() == 1)
+            .bind(id);
+        self.one_row(set).await
     }
 
     /// Make a pending or failed notice due now, as pending; its attempts so far stay counted.
     /// A sent notice is a conflict (sending it again would be a duplicate, not a retry).
     pub async fn retry_notice(&self, id: i64) -> Result<Notice> {
-        let done = sqlx::query(
+        let retry = sqlx::query(
             "UPDATE outbox SET state = 'pending', next_attempt_at = ? \
              WHERE id = ? AND state IN ('pending', 'failed')",
         )
         .bind(now())
-        .bind(id)
-        .execute(self.pool())
-        .await?;
-        let notice = self.notice(id).await?.ok_or_else(|| StoreError::NotFound {
-            what: "notice",
-            id: id.to_string(),
-        })?;
-        if done.rows_affected() == 0 {
+        .bind(id);
+        let retried = self.one_row(retry).await?;
+        let notice = found(self.notice(id).await?, "notice", id)?;
+        if !retried {
             return Err(StoreError::Conflict(format!(
                 "notice {id} was already sent; queue a new one instead of sending it twice"
             )));
@@ -183,7 +164,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{NewNotice, NewStep, NewTask, StepKind, TaskOutcome};
+    use crate::store::{NewStep, NewTask, StepKind, TaskOutcome};
 
     #[tokio::test]
     async fn search_filters_combine() {
@@ -268,13 +249,7 @@ mod tests {
     #[tokio::test]
     async fn retry_makes_a_failed_notice_due_but_never_a_sent_one() {
         let store = Store::open_in_memory().await.expect("store");
-        let n = NewNotice {
-            channel: "hook".into(),
-            title: "t".into(),
-            body: "b".into(),
-            ..Default::default()
-        };
-        let id = store.enqueue_notice(&n).await.expect("queued");
+        let id = crate::store::tests::notice(&store, "hook").await;
         store
             .mark_notice_attempt_failed(id, "404", None)
             .await

@@ -1,41 +1,28 @@
 //! Long-term facts (`facts`): the source of truth the tantivy index is built from.
 
-use super::{Result, Store, StoreError, new_id, now};
+use super::{Result, Store, WithJson, json_column, json_list, new_id, now};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use sqlx::sqlite::SqliteRow;
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, sqlx::FromRow)]
 pub struct Fact {
     pub id: String,
     pub text: String,
+    /// JSON text in the table, so `FromRow` skips it and `read_json` parses it.
+    #[sqlx(skip)]
     pub tags: Vec<String>,
     pub source: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
 
-#[derive(sqlx::FromRow)]
-struct FactRow {
-    id: String,
-    text: String,
-    tags: String,
-    source: String,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-}
-
-impl TryFrom<FactRow> for Fact {
-    type Error = StoreError;
-    fn try_from(r: FactRow) -> Result<Fact> {
-        let tags = serde_json::from_str(&r.tags)
-            .map_err(|e| StoreError::Corrupt(format!("tags of fact {}: {e}", r.id)))?;
+impl WithJson for Fact {
+    fn read_json(self, row: &SqliteRow) -> Result<Fact> {
+        let owner = format!("fact {}", self.id);
         Ok(Fact {
-            id: r.id,
-            text: r.text,
-            tags,
-            source: r.source,
-            created_at: r.created_at,
-            updated_at: r.updated_at,
+            tags: json_column(row, "tags", &owner)?,
+            ..self
         })
     }
 }
@@ -66,22 +53,20 @@ impl Store {
     ) -> Result<(Fact, Upsert)> {
         let norm = normalise_fact(text);
         let mut tx = self.pool().begin().await?;
-        let existing: Option<FactRow> = sqlx::query_as(
-            "SELECT id, text, tags, source, created_at, updated_at FROM facts WHERE norm = ?",
-        )
-        .bind(&norm)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let existing = sqlx::query(select!(facts, "WHERE norm = ?"))
+            .bind(&norm)
+            .fetch_optional(&mut *tx)
+            .await?;
         let (id, how) = match existing {
             Some(row) => {
-                let mut fact = Fact::try_from(row)?;
+                let mut fact = Fact::from_json_row(&row)?;
                 for t in tags {
                     if !fact.tags.contains(t) {
                         fact.tags.push(t.clone());
                     }
                 }
                 sqlx::query("UPDATE facts SET tags = ?, updated_at = ? WHERE id = ?")
-                    .bind(serde_json::to_string(&fact.tags).unwrap_or_else(|_| "[]".into()))
+                    .bind(json_list(&fact.tags))
                     .bind(now())
                     .bind(&fact.id)
                     .execute(&mut *tx)
@@ -98,7 +83,7 @@ impl Store {
                 .bind(&id)
                 .bind(text.trim())
                 .bind(&norm)
-                .bind(serde_json::to_string(tags).unwrap_or_else(|_| "[]".into()))
+                .bind(json_list(tags))
                 .bind(source)
                 .bind(t)
                 .bind(t)
@@ -112,41 +97,23 @@ impl Store {
     }
 
     pub async fn fact(&self, id: &str) -> Result<Fact> {
-        let row: Option<FactRow> = sqlx::query_as(
-            "SELECT id, text, tags, source, created_at, updated_at FROM facts WHERE id = ?",
-        )
-        .bind(id)
-        .fetch_optional(self.pool())
-        .await?;
-        row.ok_or_else(|| StoreError::NotFound {
-            what: "fact",
-            id: id.to_string(),
-        })?
-        .try_into()
+        self.json_row(select!(facts, "WHERE id = ?"), "fact", id)
+            .await
     }
 
     /// Every fact, oldest first (rebuilding the index).
     pub async fn all_facts(&self) -> Result<Vec<Fact>> {
-        let rows: Vec<FactRow> = sqlx::query_as(
-            "SELECT id, text, tags, source, created_at, updated_at FROM facts ORDER BY created_at, id",
-        )
-        .fetch_all(self.pool())
-        .await?;
-        rows.into_iter().map(Fact::try_from).collect()
+        self.json_rows(select!(facts, "ORDER BY created_at, id"))
+            .await
     }
 
     pub async fn fact_count(&self) -> Result<i64> {
-        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM facts")
-            .fetch_one(self.pool())
-            .await?)
+        self.count("SELECT COUNT(*) FROM facts").await
     }
 
     /// Returns false when there was no such fact.
     pub async fn delete_fact(&self, id: &str) -> Result<bool> {
-        let done = sqlx::query("DELETE FROM facts WHERE id = ?")
-            .bind(id)
-            .execute(self.pool())
-            .await?;
-        Ok(done.rows_affected() == 1)
+        self.one_row(sqlx::query("DELETE FROM facts WHERE id = ?").bind(id))
+            .await
     }
 }

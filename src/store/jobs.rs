@@ -1,19 +1,28 @@
 //! Scheduled jobs and the record of every firing (`jobs`, `job_runs`).
 
-use super::{Delivery, Origin, Result, Store, StoreError, new_id, now};
+use super::{
+    Delivery, Origin, Result, Store, WithJson, from_json, json_column, json_list, limit_or, new_id,
+    now,
+};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use sqlx::Row as _;
+use sqlx::sqlite::SqliteRow;
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, sqlx::FromRow)]
 pub struct Job {
     pub id: String,
     pub name: String,
     pub task: String,
     pub schedule: String,
     pub timezone: String,
+    /// JSON text in the table, so `FromRow` skips it and `read_json` parses it.
+    #[sqlx(skip)]
     pub notify: Vec<String>,
     pub profile: Option<String>,
     pub origin: Origin,
+    /// JSON text in the table, so `FromRow` skips it and `read_json` parses it.
+    #[sqlx(skip)]
     pub precheck: Option<serde_json::Value>,
     pub enabled: bool,
     pub next_run_at: Option<DateTime<Utc>>,
@@ -21,49 +30,16 @@ pub struct Job {
     pub created_at: DateTime<Utc>,
 }
 
-#[derive(sqlx::FromRow)]
-struct JobRow {
-    id: String,
-    name: String,
-    task: String,
-    schedule: String,
-    timezone: String,
-    notify: String,
-    profile: Option<String>,
-    origin: Origin,
-    precheck: Option<String>,
-    enabled: bool,
-    next_run_at: Option<DateTime<Utc>>,
-    running_task_id: Option<String>,
-    created_at: DateTime<Utc>,
-}
-
-impl TryFrom<JobRow> for Job {
-    type Error = StoreError;
-    fn try_from(r: JobRow) -> Result<Job> {
-        let notify = serde_json::from_str(&r.notify)
-            .map_err(|e| StoreError::Corrupt(format!("notify of job {}: {e}", r.id)))?;
-        let precheck = match r.precheck {
-            Some(p) => Some(
-                serde_json::from_str(&p)
-                    .map_err(|e| StoreError::Corrupt(format!("precheck of job {}: {e}", r.id)))?,
-            ),
-            None => None,
-        };
+impl WithJson for Job {
+    fn read_json(self, row: &SqliteRow) -> Result<Job> {
+        let owner = format!("job {}", self.id);
+        let precheck: Option<String> = row.try_get("precheck")?;
         Ok(Job {
-            id: r.id,
-            name: r.name,
-            task: r.task,
-            schedule: r.schedule,
-            timezone: r.timezone,
-            notify,
-            profile: r.profile,
-            origin: r.origin,
-            precheck,
-            enabled: r.enabled,
-            next_run_at: r.next_run_at,
-            running_task_id: r.running_task_id,
-            created_at: r.created_at,
+            notify: json_column(row, "notify", &owner)?,
+            precheck: precheck
+                .map(|p| from_json(&p, "precheck", &owner))
+                .transpose()?,
+            ..self
         })
     }
 }
@@ -103,13 +79,6 @@ pub struct JobRun {
     pub delivery: Delivery,
 }
 
-macro_rules! job_columns {
-    () => {
-        "id, name, task, schedule, timezone, notify, profile, origin, precheck, \
-     enabled, next_run_at, running_task_id, created_at"
-    };
-}
-
 impl Store {
     pub async fn create_job(&self, new: &NewJob) -> Result<Job> {
         let id = format!("j_{}", new_id());
@@ -123,7 +92,7 @@ impl Store {
         .bind(&new.task)
         .bind(&new.schedule)
         .bind(&new.timezone)
-        .bind(serde_json::to_string(&new.notify).unwrap_or_else(|_| "[]".into()))
+        .bind(json_list(&new.notify))
         .bind(&new.profile)
         .bind(new.origin)
         .bind(precheck)
@@ -135,41 +104,23 @@ impl Store {
     }
 
     pub async fn job(&self, id: &str) -> Result<Job> {
-        let sql = concat!("SELECT ", job_columns!(), " FROM jobs WHERE id = ?");
-        let row: Option<JobRow> = sqlx::query_as(sql)
-            .bind(id)
-            .fetch_optional(self.pool())
-            .await?;
-        row.ok_or_else(|| StoreError::NotFound {
-            what: "job",
-            id: id.to_string(),
-        })?
-        .try_into()
+        self.json_row(select!(jobs, "WHERE id = ?"), "job", id)
+            .await
     }
 
     pub async fn list_jobs(&self) -> Result<Vec<Job>> {
-        let sql = concat!(
-            "SELECT ",
-            job_columns!(),
-            " FROM jobs ORDER BY created_at, id"
-        );
-        let rows: Vec<JobRow> = sqlx::query_as(sql).fetch_all(self.pool()).await?;
-        rows.into_iter().map(Job::try_from).collect()
+        self.json_rows(select!(jobs, "ORDER BY created_at, id"))
+            .await
     }
 
     pub async fn job_count(&self) -> Result<i64> {
-        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
-            .fetch_one(self.pool())
-            .await?)
+        self.count("SELECT COUNT(*) FROM jobs").await
     }
 
     /// Returns false when there was no such job.
     pub async fn delete_job(&self, id: &str) -> Result<bool> {
-        let done = sqlx::query("DELETE FROM jobs WHERE id = ?")
-            .bind(id)
-            .execute(self.pool())
-            .await?;
-        Ok(done.rows_affected() == 1)
+        self.one_row(sqlx::query("DELETE FROM jobs WHERE id = ?").bind(id))
+            .await
     }
 
     /// Move a job's next due time, but only if it is still `expected`: two firers racing for
@@ -180,22 +131,19 @@ impl Store {
         expected: Option<DateTime<Utc>>,
         next: Option<DateTime<Utc>>,
     ) -> Result<bool> {
-        let done = sqlx::query("UPDATE jobs SET next_run_at = ? WHERE id = ? AND next_run_at IS ?")
-            .bind(next)
-            .bind(id)
-            .bind(expected)
-            .execute(self.pool())
-            .await?;
-        Ok(done.rows_affected() == 1)
+        let claim =
+            sqlx::query("UPDATE jobs SET next_run_at = ? WHERE id = ? AND next_run_at IS ?")
+                .bind(next)
+                .bind(id)
+                .bind(expected);
+        self.one_row(claim).await
     }
 
     pub async fn set_job_next_run(&self, id: &str, next: Option<DateTime<Utc>>) -> Result<()> {
-        sqlx::query("UPDATE jobs SET next_run_at = ? WHERE id = ?")
+        let set = sqlx::query("UPDATE jobs SET next_run_at = ? WHERE id = ?")
             .bind(next)
-            .bind(id)
-            .execute(self.pool())
-            .await?;
-        Ok(())
+            .bind(id);
+        self.run(set).await
     }
 
     /// Take the job's run lock for `task_id`; false when a run is already in progress.
@@ -204,20 +152,16 @@ impl Store {
     }
 
     pub async fn unlock_job(&self, id: &str) -> Result<()> {
-        sqlx::query("UPDATE jobs SET running_task_id = NULL WHERE id = ?")
-            .bind(id)
-            .execute(self.pool())
-            .await?;
-        Ok(())
+        self.run(sqlx::query("UPDATE jobs SET running_task_id = NULL WHERE id = ?").bind(id))
+            .await
     }
 
     /// At start-up no run can be in progress: clear locks a crash left behind.
     pub async fn clear_job_locks(&self) -> Result<u64> {
-        let done =
-            sqlx::query("UPDATE jobs SET running_task_id = NULL WHERE running_task_id IS NOT NULL")
-                .execute(self.pool())
-                .await?;
-        Ok(done.rows_affected())
+        self.rows(sqlx::query(
+            "UPDATE jobs SET running_task_id = NULL WHERE running_task_id IS NOT NULL",
+        ))
+        .await
     }
 
     pub async fn add_job_run(
@@ -250,35 +194,28 @@ impl Store {
         reason: Option<&str>,
         delivery: &Delivery,
     ) -> Result<()> {
-        sqlx::query("UPDATE job_runs SET outcome = ?, reason = COALESCE(?, reason), delivery = ? WHERE id = ?")
-            .bind(outcome)
-            .bind(reason)
-            .bind(delivery)
-            .bind(run_id)
-            .execute(self.pool())
-            .await?;
-        Ok(())
+        let update = sqlx::query(
+            "UPDATE job_runs SET outcome = ?, reason = COALESCE(?, reason), delivery = ? WHERE id = ?",
+        )
+        .bind(outcome)
+        .bind(reason)
+        .bind(delivery)
+        .bind(run_id);
+        self.run(update).await
     }
 
     pub async fn set_run_delivery(&self, run_id: i64, delivery: &Delivery) -> Result<()> {
-        sqlx::query("UPDATE job_runs SET delivery = ? WHERE id = ?")
+        let set = sqlx::query("UPDATE job_runs SET delivery = ? WHERE id = ?")
             .bind(delivery)
-            .bind(run_id)
-            .execute(self.pool())
-            .await?;
-        Ok(())
+            .bind(run_id);
+        self.run(set).await
     }
 
     /// Newest first.
     pub async fn job_runs(&self, job_id: &str, limit: i64) -> Result<Vec<JobRun>> {
-        Ok(sqlx::query_as::<_, JobRun>(
-            "SELECT id, job_id, scheduled_at, fired_at, outcome, task_id, reason, delivery \
-             FROM job_runs WHERE job_id = ? ORDER BY id DESC LIMIT ?",
-        )
-        .bind(job_id)
-        .bind(if limit <= 0 { 50 } else { limit })
-        .fetch_all(self.pool())
-        .await?)
+        let sql = select!(job_runs, "WHERE job_id = ? ORDER BY id DESC LIMIT ?");
+        self.all(sqlx::query_as(sql).bind(job_id).bind(limit_or(limit, 50)))
+            .await
     }
 }
 
@@ -299,14 +236,12 @@ impl Store {
     /// The lock goes from `from` to `to` (`None`: free) in one statement, or not at all: two
     /// firers can never both believe they hold it. `IS` compares NULL as a value.
     async fn move_job_lock(&self, id: &str, from: Option<&str>, to: Option<&str>) -> Result<bool> {
-        let done = sqlx::query(
+        let swap = sqlx::query(
             "UPDATE jobs SET running_task_id = ? WHERE id = ? AND running_task_id IS ?",
         )
         .bind(to)
         .bind(id)
-        .bind(from)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected() == 1)
+        .bind(from);
+        self.one_row(swap).await
     }
 }

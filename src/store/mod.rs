@@ -5,6 +5,37 @@
 //! statement in the program lives under this module; other parts call typed functions.
 //! Must not: know about the agent loop, the model, or HTTP.
 
+/// The columns each table's row type is read from, in one place for every query that reads
+/// whole rows (a column added to a table is added here once).
+macro_rules! columns {
+    (tasks) => {
+        "id, state, origin, parent_id, job_id, profile, task, answer, error, reason, \
+         parse_failures, prompt_tokens, completion_tokens, created_at, started_at, finished_at"
+    };
+    (jobs) => {
+        "id, name, task, schedule, timezone, notify, profile, origin, precheck, \
+         enabled, next_run_at, running_task_id, created_at"
+    };
+    (job_runs) => {
+        "id, job_id, scheduled_at, fired_at, outcome, task_id, reason, delivery"
+    };
+    (outbox) => {
+        "id, channel, title, body, task_id, job_id, run_id, state, attempts, \
+         last_error, next_attempt_at, created_at, sent_at"
+    };
+    (facts) => {
+        "id, text, tags, source, created_at, updated_at"
+    };
+}
+
+/// `SELECT <the table's columns> FROM <table> <rest>`, built at compile time: sqlx takes only
+/// static strings as SQL, which keeps values out of statement text.
+macro_rules! select {
+    ($table:ident, $($rest:tt)*) => {
+        concat!("SELECT ", columns!($table), " FROM ", stringify!($table), " ", $($rest)*)
+    };
+}
+
 mod dashboard;
 mod facts;
 mod jobs;
@@ -21,8 +52,11 @@ pub use outbox::*;
 pub use tasks::*;
 pub use working::*;
 
-use sqlx::SqlitePool;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{Row as _, SqlitePool};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
@@ -309,6 +343,110 @@ impl Store {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// A write statement with its arguments bound.
+type Statement<'q> = sqlx::query::Query<'q, sqlx::Sqlite, SqliteArguments>;
+/// A read statement with its arguments bound, each row read as a `T`.
+type Select<'q, T> = sqlx::query::QueryAs<'q, sqlx::Sqlite, T, SqliteArguments>;
+
+/// A type `query_as` can read rows into (spelled once; the bound is long).
+trait Record: for<'r> sqlx::FromRow<'r, SqliteRow> + Send + Unpin {}
+impl<T: for<'r> sqlx::FromRow<'r, SqliteRow> + Send + Unpin> Record for T {}
+
+/// A row type with columns held as JSON text: its `FromRow` reads the plain columns and skips
+/// those, which [`WithJson::read_json`] then parses from the same row, so a damaged value is
+/// reported as [`StoreError::Corrupt`] naming the row rather than as a decoding error.
+trait WithJson: Record {
+    fn read_json(self, row: &SqliteRow) -> Result<Self>;
+
+    fn from_json_row(row: &SqliteRow) -> Result<Self> {
+        Self::from_row(row)?.read_json(row)
+    }
+}
+
+impl Store {
+    /// Run a write; how many rows it changed.
+    async fn rows(&self, statement: Statement<'_>) -> Result<u64> {
+        Ok(statement.execute(self.pool()).await?.rows_affected())
+    }
+
+    /// Run a write whose row count does not matter.
+    async fn run(&self, statement: Statement<'_>) -> Result<()> {
+        self.rows(statement).await.map(drop)
+    }
+
+    /// Run a write meant for one row; false when no row matched (gone, or not in the state
+    /// the statement asks for).
+    async fn one_row(&self, statement: Statement<'_>) -> Result<bool> {
+        Ok(self.rows(statement).await? == 1)
+    }
+
+    /// A single number (`SELECT COUNT(*) ...`).
+    async fn count(&self, sql: &'static str) -> Result<i64> {
+        Ok(sqlx::query_scalar(sql).fetch_one(self.pool()).await?)
+    }
+
+    async fn all<T: Record>(&self, select: Select<'_, T>) -> Result<Vec<T>> {
+        Ok(select.fetch_all(self.pool()).await?)
+    }
+
+    async fn first<T: Record>(&self, select: Select<'_, T>) -> Result<Option<T>> {
+        Ok(select.fetch_optional(self.pool()).await?)
+    }
+
+    /// The row `sql` selects by the one argument `id`; `what` names it when there is none.
+    async fn json_row<T: WithJson>(
+        &self,
+        sql: &'static str,
+        what: &'static str,
+        id: &str,
+    ) -> Result<T> {
+        let row = sqlx::query(sql)
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?;
+        T::from_json_row(&found(row, what, id)?)
+    }
+
+    async fn json_rows<T: WithJson>(&self, sql: &'static str) -> Result<Vec<T>> {
+        let rows = sqlx::query(sql).fetch_all(self.pool()).await?;
+        rows.iter().map(T::from_json_row).collect()
+    }
+}
+
+/// `item`, or [`StoreError::NotFound`] for the `what` called `id`.
+fn found<T>(item: Option<T>, what: &'static str, id: impl ToString) -> Result<T> {
+    item.ok_or_else(|| StoreError::NotFound {
+        what,
+        id: id.to_string(),
+    })
+}
+
+/// A JSON text column of `row`, parsed; `owner` names the row in the error.
+fn json_column<T: serde::de::DeserializeOwned>(
+    row: &SqliteRow,
+    column: &str,
+    owner: &str,
+) -> Result<T> {
+    let text: String = row.try_get(column)?;
+    from_json(&text, column, owner)
+}
+
+/// A list limit as asked, or `default` when none (0 or less) was asked for.
+fn limit_or(limit: i64, default: i64) -> i64 {
+    if limit <= 0 { default } else { limit }
+}
+
+/// A list of words as the JSON text stored in list columns.
+fn json_list<T: serde::Serialize>(items: &[T]) -> String {
+    // A list of strings always serialises; the fallback only keeps this infallible.
+    serde_json::to_string(items).unwrap_or_else(|_| "[]".into())
+}
+
+/// A JSON column read back; text that does not parse means the row was damaged outside us.
+fn from_json<T: serde::de::DeserializeOwned>(text: &str, what: &str, owner: &str) -> Result<T> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what} of {owner}: {e}")))
 }
 
 /// Now, in the form stored in every time column.

@@ -1,7 +1,7 @@
 //! The durable outbox (`outbox`): a notice is stored before it is sent, and stays until it is
 //! sent or has failed for good.
 
-use super::{Result, Store, now};
+use super::{Result, Store, json_list, limit_or, now};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -67,13 +67,6 @@ macro_rules! notice_where {
     };
 }
 
-macro_rules! notice_columns {
-    () => {
-        "id, channel, title, body, task_id, job_id, run_id, state, attempts, \
-     last_error, next_attempt_at, created_at, sent_at"
-    };
-}
-
 impl Store {
     pub async fn enqueue_notice(&self, n: &NewNotice) -> Result<i64> {
         let t = now();
@@ -94,11 +87,8 @@ impl Store {
     }
 
     pub async fn notice(&self, id: i64) -> Result<Option<Notice>> {
-        let sql = concat!("SELECT ", notice_columns!(), " FROM outbox WHERE id = ?");
-        Ok(sqlx::query_as::<_, Notice>(sql)
-            .bind(id)
-            .fetch_optional(self.pool())
-            .await?)
+        self.first(sqlx::query_as(select!(outbox, "WHERE id = ?")).bind(id))
+            .await
     }
 
     /// Pending notices whose next attempt is due, oldest first; of one channel, or of all.
@@ -108,18 +98,13 @@ impl Store {
         at: DateTime<Utc>,
         limit: i64,
     ) -> Result<Vec<Notice>> {
-        let sql = concat!(
-            "SELECT ",
-            notice_columns!(),
-            " FROM outbox WHERE state = 'pending' AND next_attempt_at <= ?1 \
+        let sql = select!(
+            outbox,
+            "WHERE state = 'pending' AND next_attempt_at <= ?1 \
              AND (?2 IS NULL OR channel = ?2) ORDER BY next_attempt_at, id LIMIT ?3"
         );
-        Ok(sqlx::query_as::<_, Notice>(sql)
-            .bind(at)
-            .bind(channel)
-            .bind(limit)
-            .fetch_all(self.pool())
-            .await?)
+        self.all(sqlx::query_as(sql).bind(at).bind(channel).bind(limit))
+            .await
     }
 
     /// Due pending notices whose channel is none of `channels` (removed from the config).
@@ -129,19 +114,14 @@ impl Store {
         at: DateTime<Utc>,
         limit: i64,
     ) -> Result<Vec<Notice>> {
-        let sql = concat!(
-            "SELECT ",
-            notice_columns!(),
-            " FROM outbox WHERE state = 'pending' AND next_attempt_at <= ?1 \
+        let sql = select!(
+            outbox,
+            "WHERE state = 'pending' AND next_attempt_at <= ?1 \
              AND channel NOT IN (SELECT value FROM json_each(?2)) ORDER BY id LIMIT ?3"
         );
-        let list = serde_json::to_string(channels).unwrap_or_else(|_| "[]".into());
-        Ok(sqlx::query_as::<_, Notice>(sql)
-            .bind(at)
-            .bind(list)
-            .bind(limit)
-            .fetch_all(self.pool())
-            .await?)
+        let list = json_list(channels);
+        self.all(sqlx::query_as(sql).bind(at).bind(list).bind(limit))
+            .await
     }
 
     /// The earliest time a pending notice (of one channel, or of any) is due, so the sender
@@ -157,12 +137,12 @@ impl Store {
     }
 
     pub async fn mark_notice_sent(&self, id: i64) -> Result<()> {
-        sqlx::query("UPDATE outbox SET state = 'sent', attempts = attempts + 1, sent_at = ?, last_error = NULL WHERE id = ?")
-            .bind(now())
-            .bind(id)
-            .execute(self.pool())
-            .await?;
-        Ok(())
+        let sent = sqlx::query(
+            "UPDATE outbox SET state = 'sent', attempts = attempts + 1, sent_at = ?, last_error = NULL WHERE id = ?",
+        )
+        .bind(now())
+        .bind(id);
+        self.run(sent).await
     }
 
     /// A failed attempt: retry at `next`, or give up (`next` = None) and mark it failed.
@@ -172,7 +152,7 @@ impl Store {
         error: &str,
         next: Option<DateTime<Utc>>,
     ) -> Result<()> {
-        match next {
+        let attempt = match next {
             Some(at) => sqlx::query(
                 "UPDATE outbox SET attempts = attempts + 1, last_error = ?, next_attempt_at = ? WHERE id = ?",
             )
@@ -184,10 +164,8 @@ impl Store {
             )
             .bind(error)
             .bind(id),
-        }
-        .execute(self.pool())
-        .await?;
-        Ok(())
+        };
+        self.run(attempt).await
     }
 
     pub async fn notices_for_task(&self, task_id: &str) -> Result<Vec<Notice>> {
@@ -209,29 +187,18 @@ impl Store {
     /// Notices matching every filter that is set.
     pub async fn list_notices(&self, f: &NoticeFilter) -> Result<Vec<Notice>> {
         let sql = if f.newest_first {
-            concat!(
-                "SELECT ",
-                notice_columns!(),
-                " FROM outbox",
-                notice_where!(),
-                " ORDER BY id DESC LIMIT ?5"
-            )
+            select!(outbox, notice_where!(), " ORDER BY id DESC LIMIT ?5")
         } else {
-            concat!(
-                "SELECT ",
-                notice_columns!(),
-                " FROM outbox",
-                notice_where!(),
-                " ORDER BY id LIMIT ?5"
-            )
+            select!(outbox, notice_where!(), " ORDER BY id LIMIT ?5")
         };
-        Ok(sqlx::query_as::<_, Notice>(sql)
-            .bind(&f.task_id)
-            .bind(f.run_id)
-            .bind(&f.job_id)
-            .bind(f.state)
-            .bind(if f.limit <= 0 { i64::MAX } else { f.limit })
-            .fetch_all(self.pool())
-            .await?)
+        self.all(
+            sqlx::query_as(sql)
+                .bind(&f.task_id)
+                .bind(f.run_id)
+                .bind(&f.job_id)
+                .bind(f.state)
+                .bind(limit_or(f.limit, i64::MAX)),
+        )
+        .await
     }
 }

@@ -1,6 +1,6 @@
 //! Tasks and their trace (`tasks`, `task_steps`).
 
-use super::{FailReason, Origin, Result, Store, StoreError, new_id, now};
+use super::{FailReason, Origin, Result, Store, StoreError, found, limit_or, new_id, now};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -171,13 +171,6 @@ pub struct TaskFilter {
     pub limit: i64,
 }
 
-macro_rules! task_columns {
-    () => {
-        "id, state, origin, parent_id, job_id, profile, task, answer, error, reason, \
-     parse_failures, prompt_tokens, completion_tokens, created_at, started_at, finished_at"
-    };
-}
-
 impl Store {
     pub async fn create_task(&self, new: &NewTask) -> Result<Task> {
         let id = new_id();
@@ -206,37 +199,21 @@ impl Store {
     }
 
     pub async fn task(&self, id: &str) -> Result<Task> {
-        self.find_task(id)
-            .await?
-            .ok_or_else(|| StoreError::NotFound {
-                what: "task",
-                id: id.to_string(),
-            })
+        found(self.find_task(id).await?, "task", id)
     }
 
     /// A task by its full id, or by a prefix that matches exactly one task (typing 6 of 16
     /// hex characters in a terminal is enough).
     pub async fn find_task(&self, id: &str) -> Result<Option<Task>> {
-        let sql = concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?");
-        if let Some(t) = sqlx::query_as::<_, Task>(sql)
-            .bind(id)
-            .fetch_optional(self.pool())
-            .await?
-        {
+        let exact = sqlx::query_as(select!(tasks, "WHERE id = ?")).bind(id);
+        if let Some(t) = self.first(exact).await? {
             return Ok(Some(t));
         }
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_hexdigit()) {
             return Ok(None);
         }
-        let sql = concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE id LIKE ? || '%' LIMIT 2"
-        );
-        let mut rows = sqlx::query_as::<_, Task>(sql)
-            .bind(id)
-            .fetch_all(self.pool())
-            .await?;
+        let sql = select!(tasks, "WHERE id LIKE ? || '%' LIMIT 2");
+        let mut rows = self.all(sqlx::query_as(sql).bind(id)).await?;
         match rows.len() {
             1 => Ok(rows.pop()),
             0 => Ok(None),
@@ -248,33 +225,27 @@ impl Store {
 
     /// Newest first.
     pub async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
-        let limit = if filter.limit <= 0 { 50 } else { filter.limit };
-        let sql = concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks \
-             WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR job_id = ?2) \
+        let sql = select!(
+            tasks,
+            "WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR job_id = ?2) \
              ORDER BY created_at DESC, id LIMIT ?3"
         );
-        Ok(sqlx::query_as::<_, Task>(sql)
-            .bind(filter.state)
-            .bind(&filter.job_id)
-            .bind(limit)
-            .fetch_all(self.pool())
-            .await?)
+        self.all(
+            sqlx::query_as(sql)
+                .bind(filter.state)
+                .bind(&filter.job_id)
+                .bind(limit_or(filter.limit, 50)),
+        )
+        .await
     }
 
     /// Oldest pending tasks first: the order workers take them in.
     pub async fn pending_tasks(&self, limit: i64) -> Result<Vec<Task>> {
-        let sql = concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE state = 'pending' ORDER BY created_at, id LIMIT ?"
+        let sql = select!(
+            tasks,
+            "WHERE state = 'pending' ORDER BY created_at, id LIMIT ?"
         );
-        Ok(sqlx::query_as::<_, Task>(sql)
-            .bind(limit)
-            .fetch_all(self.pool())
-            .await?)
+        self.all(sqlx::query_as(sql).bind(limit)).await
     }
 
     /// Take the oldest pending task and mark it running, in one statement: workers never race
@@ -284,30 +255,25 @@ impl Store {
             "UPDATE tasks SET state = 'running', started_at = ?1 WHERE id = \
              (SELECT id FROM tasks WHERE state = 'pending' ORDER BY created_at, id LIMIT 1) \
              AND state = 'pending' RETURNING ",
-            task_columns!()
+            columns!(tasks)
         );
-        Ok(sqlx::query_as::<_, Task>(sql)
-            .bind(now())
-            .fetch_optional(self.pool())
-            .await?)
+        self.first(sqlx::query_as(sql).bind(now())).await
     }
 
     /// pending → running. Returns false when the task was not pending (taken or cancelled).
     pub async fn start_task(&self, id: &str) -> Result<bool> {
-        let done = sqlx::query(
+        let start = sqlx::query(
             "UPDATE tasks SET state = 'running', started_at = ? WHERE id = ? AND state = 'pending'",
         )
         .bind(now())
-        .bind(id)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected() == 1)
+        .bind(id);
+        self.one_row(start).await
     }
 
     /// running|pending → a final state. A task already finished keeps its first outcome
     /// (a cancel racing a success must not overwrite it); returns whether this call won.
     pub async fn finish_task(&self, id: &str, outcome: &TaskOutcome) -> Result<bool> {
-        let done = sqlx::query(
+        let finish = sqlx::query(
             "UPDATE tasks SET state = ?, answer = ?, error = ?, reason = ?, parse_failures = ?, \
              prompt_tokens = ?, completion_tokens = ?, finished_at = ? \
              WHERE id = ? AND state IN ('pending', 'running')",
@@ -320,30 +286,26 @@ impl Store {
         .bind(outcome.prompt_tokens)
         .bind(outcome.completion_tokens)
         .bind(now())
-        .bind(id)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected() == 1)
+        .bind(id);
+        self.one_row(finish).await
     }
 
     /// pending → cancelled; false when the task is no longer pending (it started somewhere).
     pub async fn cancel_pending(&self, id: &str, error: &str) -> Result<bool> {
-        let done = sqlx::query(
+        let cancel = sqlx::query(
             "UPDATE tasks SET state = 'cancelled', reason = 'cancelled', error = ?, finished_at = ? \
              WHERE id = ? AND state = 'pending'",
         )
         .bind(error)
         .bind(now())
-        .bind(id)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected() == 1)
+        .bind(id);
+        self.one_row(cancel).await
     }
 
     /// Fail the pending tasks of one origin (at daemon start: job tasks queued by a previous
     /// daemon, whose firing is over and whose answer would have nowhere to go).
     pub async fn fail_pending_of_origin(&self, origin: Origin, reason: FailReason) -> Result<u64> {
-        let done = sqlx::query(
+        let fail = sqlx::query(
             "UPDATE tasks SET state = 'failed', reason = ?, \
              error = 'task was pending when the daemon stopped (' || ? || ')', finished_at = ? \
              WHERE state = 'pending' AND origin = ?",
@@ -351,10 +313,8 @@ impl Store {
         .bind(reason)
         .bind(reason.as_str())
         .bind(now())
-        .bind(origin)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected())
+        .bind(origin);
+        self.rows(fail).await
     }
 
     /// Mark every task still `running` or `pending` as failed with `reason`. Used at start-up
@@ -362,7 +322,7 @@ impl Store {
     pub async fn fail_unfinished(&self, states: &[TaskState], reason: FailReason) -> Result<u64> {
         let mut total = 0;
         for state in states {
-            let done = sqlx::query(
+            let fail = sqlx::query(
                 "UPDATE tasks SET state = 'failed', reason = ?, \
                  error = COALESCE(error, ?), finished_at = ? WHERE state = ?",
             )
@@ -371,10 +331,8 @@ impl Store {
                 "task was {state} when the daemon stopped ({reason})"
             ))
             .bind(now())
-            .bind(*state)
-            .execute(self.pool())
-            .await?;
-            total += done.rows_affected();
+            .bind(*state);
+            total += self.rows(fail).await?;
         }
         Ok(total)
     }
@@ -409,23 +367,21 @@ impl Store {
 
     /// The task's trace rows with `seq` above `after`, in order: what a follower has not seen.
     pub async fn steps_after(&self, task_id: &str, after: i64) -> Result<Vec<Step>> {
-        Ok(sqlx::query_as::<_, Step>(
+        self.all(sqlx::query_as(
             "SELECT seq, step, kind, name, request_tokens, result_tokens, arguments, output, error, \
              duration_ms, created_at FROM task_steps WHERE task_id = ? AND seq > ? ORDER BY seq",
         )
         .bind(task_id)
-        .bind(after)
-        .fetch_all(self.pool())
-        .await?)
+        .bind(after))
+        .await
     }
 
     /// Count of tasks per state, for `/healthz` and `doctor`.
     pub async fn task_counts(&self) -> Result<Vec<(TaskState, i64)>> {
-        Ok(sqlx::query_as::<_, (TaskState, i64)>(
+        self.all(sqlx::query_as(
             "SELECT state, COUNT(*) FROM tasks GROUP BY state",
-        )
-        .fetch_all(self.pool())
-        .await?)
+        ))
+        .await
     }
 }
 

@@ -14,10 +14,46 @@ async fn task(store: &Store) -> Task {
         .unwrap()
 }
 
-#[tokio::test]
-async fn migrations_apply_to_an_empty_database_and_again_idempotently() {
+/// A database in a fresh data dir, which lives as long as the returned guard.
+async fn on_disk() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).await.unwrap();
+    (dir, store)
+}
+
+/// Queue a notice on `channel`; its id.
+pub(super) async fn notice(store: &Store, channel: &str) -> i64 {
+    store
+        .enqueue_notice(&NewNotice {
+            channel: channel.into(),
+            title: "Daily digest".into(),
+            body: "# Hello".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+}
+
+/// `work(store, i)` for each `i` below `n`, all running at once on their own tasks; what each
+/// returned, in the order of `i`.
+async fn in_parallel<T, Fut>(store: &Store, n: usize, work: impl Fn(Store, usize) -> Fut) -> Vec<T>
+where
+    T: Send + 'static,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+{
+    let handles: Vec<_> = (0..n)
+        .map(|i| tokio::spawn(work(store.clone(), i)))
+        .collect();
+    let mut done = Vec::new();
+    for h in handles {
+        done.push(h.await.unwrap());
+    }
+    done
+}
+
+#[tokio::test]
+async fn migrations_apply_to_an_empty_database_and_again_idempotently() {
+    let (dir, store) = on_disk().await;
     assert_eq!(store.task_counts().await.unwrap(), vec![]);
     store.close().await;
     // A second open finds the schema current and changes nothing.
@@ -32,8 +68,7 @@ async fn migrations_apply_to_an_empty_database_and_again_idempotently() {
 
 #[tokio::test]
 async fn a_database_from_a_newer_schema_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).await.unwrap();
+    let (dir, store) = on_disk().await;
     sqlx::query(
         "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
          VALUES (9999, 'from the future', 1, x'00', 0)",
@@ -241,15 +276,7 @@ async fn jobs_and_runs_round_trip_and_claims_are_exclusive() {
 #[tokio::test]
 async fn outbox_round_trips_through_retry_and_failure() {
     let store = Store::open_in_memory().await.unwrap();
-    let id = store
-        .enqueue_notice(&NewNotice {
-            channel: "email".into(),
-            title: "Daily digest".into(),
-            body: "# Hello".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let id = notice(&store, "email").await;
     let now = Utc::now() + ChronoDuration::seconds(1);
     assert_eq!(store.due_notices(None, now, 10).await.unwrap().len(), 1);
     let later = now + ChronoDuration::minutes(5);
@@ -267,15 +294,7 @@ async fn outbox_round_trips_through_retry_and_failure() {
     assert_eq!(n.state, NoticeState::Failed);
     assert_eq!(n.attempts, 2);
     assert_eq!(n.last_error.as_deref(), Some("535 auth"));
-    let id2 = store
-        .enqueue_notice(&NewNotice {
-            channel: "hook".into(),
-            title: "t".into(),
-            body: "b".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let id2 = notice(&store, "hook").await;
     store.mark_notice_sent(id2).await.unwrap();
     assert_eq!(
         store.notice(id2).await.unwrap().unwrap().state,
@@ -309,45 +328,41 @@ async fn facts_round_trip_and_duplicates_merge() {
 
 #[tokio::test]
 async fn concurrent_writers_share_the_pool_without_losing_rows() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).await.unwrap();
-    let mut handles = Vec::new();
-    for w in 0..16 {
-        let store = store.clone();
-        handles.push(tokio::spawn(async move {
-            for i in 0..25 {
-                let t = store
-                    .create_task(&NewTask {
-                        task: format!("writer {w} task {i}"),
-                        origin: Origin::Api,
-                        profile: "fast".into(),
-                        ..Default::default()
-                    })
+    let (_dir, store) = on_disk().await;
+    let written = in_parallel(&store, 16, |store, w| async move {
+        for i in 0..25 {
+            let t = store
+                .create_task(&NewTask {
+                    task: format!("writer {w} task {i}"),
+                    origin: Origin::Api,
+                    profile: "fast".into(),
+                    ..Default::default()
+                })
+                .await?;
+            for s in 0..3 {
+                store
+                    .add_step(
+                        &t.id,
+                        &NewStep {
+                            step: s,
+                            kind: StepKind::Note,
+                            name: String::new(),
+                            request_tokens: 0,
+                            result_tokens: 0,
+                            arguments: None,
+                            output: Some(format!("{s}")),
+                            error: None,
+                            duration_ms: 0,
+                        },
+                    )
                     .await?;
-                for s in 0..3 {
-                    store
-                        .add_step(
-                            &t.id,
-                            &NewStep {
-                                step: s,
-                                kind: StepKind::Note,
-                                name: String::new(),
-                                request_tokens: 0,
-                                result_tokens: 0,
-                                arguments: None,
-                                output: Some(format!("{s}")),
-                                error: None,
-                                duration_ms: 0,
-                            },
-                        )
-                        .await?;
-                }
             }
-            Ok::<_, StoreError>(())
-        }));
-    }
-    for h in handles {
-        h.await.unwrap().unwrap();
+        }
+        Ok::<_, StoreError>(())
+    })
+    .await;
+    for w in written {
+        w.unwrap();
     }
     let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tasks")
         .fetch_one(store.pool())
@@ -363,8 +378,7 @@ async fn concurrent_writers_share_the_pool_without_losing_rows() {
 
 #[tokio::test]
 async fn workers_claim_pending_tasks_oldest_first_and_each_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).await.unwrap();
+    let (_dir, store) = on_disk().await;
     let mut ids = Vec::new();
     for _ in 0..20 {
         ids.push(task(&store).await.id);
@@ -373,21 +387,16 @@ async fn workers_claim_pending_tasks_oldest_first_and_each_once() {
     assert_eq!(first.id, ids[0]);
     assert_eq!(first.state, TaskState::Running);
     // Concurrent claimers take the rest, each task exactly once.
-    let mut handles = Vec::new();
-    for _ in 0..8 {
-        let store = store.clone();
-        handles.push(tokio::spawn(async move {
-            let mut got = Vec::new();
-            while let Some(t) = store.claim_next_pending().await.unwrap() {
-                got.push(t.id);
-            }
-            got
-        }));
-    }
+    let taken = in_parallel(&store, 8, |store, _| async move {
+        let mut got = Vec::new();
+        while let Some(t) = store.claim_next_pending().await.unwrap() {
+            got.push(t.id);
+        }
+        got
+    })
+    .await;
     let mut claimed = vec![first.id];
-    for h in handles {
-        claimed.extend(h.await.unwrap());
-    }
+    claimed.extend(taken.into_iter().flatten());
     claimed.sort();
     ids.sort();
     assert_eq!(claimed, ids);

@@ -1,6 +1,6 @@
 //! Working memory (large intermediate results by key, per task) and page/feed snapshots.
 
-use super::{Result, Store, StoreError, new_id, now};
+use super::{Result, Store, found, new_id, now};
 use chrono::{DateTime, Utc};
 
 /// A slice of a working-memory entry, counted in characters (not bytes) so a page boundary
@@ -42,10 +42,7 @@ impl Store {
                 .bind(key)
                 .fetch_optional(self.pool())
                 .await?;
-        let content = content.ok_or_else(|| StoreError::NotFound {
-            what: "working-memory key",
-            id: key.to_string(),
-        })?;
+        let content = found(content, "working-memory key", key)?;
         let total_chars = content.chars().count();
         let text: String = content.chars().skip(offset).take(length).collect();
         let end = offset.saturating_add(text.chars().count());
@@ -68,12 +65,10 @@ impl Store {
     }
 
     pub async fn snapshot(&self, key: &str) -> Result<Option<(String, DateTime<Utc>)>> {
-        Ok(sqlx::query_as::<_, (String, DateTime<Utc>)>(
-            "SELECT content, updated_at FROM snapshots WHERE key = ?",
+        self.first(
+            sqlx::query_as("SELECT content, updated_at FROM snapshots WHERE key = ?").bind(key),
         )
-        .bind(key)
-        .fetch_optional(self.pool())
-        .await?)
+        .await
     }
 
     pub async fn put_snapshot(&self, key: &str, content: &str) -> Result<()> {
