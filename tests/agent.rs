@@ -82,7 +82,11 @@ async fn a_two_tool_task_looks_up_then_notifies_and_every_step_is_traced() {
         r.task.answer.as_deref(),
         Some("Oolong tea costs 12 EUR; I sent you a notice.")
     );
-    let kinds: Vec<(StepKind, &str)> = r.steps.iter().map(|s| (s.kind, s.name.as_str())).collect();
+    let kinds: Vec<(StepKind, &str)> = r
+        .steps
+        .iter()
+        .map(|s| (s.row.kind, s.row.name.as_str()))
+        .collect();
     assert_eq!(
         kinds,
         vec![
@@ -93,8 +97,12 @@ async fn a_two_tool_task_looks_up_then_notifies_and_every_step_is_traced() {
             (StepKind::Model, "fast"),
         ]
     );
-    assert!(r.steps[1].output.as_deref().unwrap().contains("12 EUR"));
-    assert!(r.steps.iter().all(|s| s.error.is_none()), "{:?}", r.steps);
+    assert!(r.steps[1].row.output.as_deref().unwrap().contains("12 EUR"));
+    assert!(
+        r.steps.iter().all(|s| s.row.error.is_none()),
+        "{:?}",
+        r.steps
+    );
     assert!(r.task.prompt_tokens > 0);
 
     // The second model request carried the lookup result as delimited data.
@@ -133,11 +141,12 @@ async fn schema_invalid_arguments_get_a_precise_error_and_the_model_corrects_its
     assert_eq!(r.task.state, TaskState::Succeeded);
     let first_tool = &r.steps[1];
     let err = first_tool
+        .row
         .error
         .as_deref()
         .expect("the bad call is an error");
     assert!(err.contains("query"), "{err}");
-    assert!(r.steps[3].error.is_none());
+    assert!(r.steps[3].row.error.is_none());
     assert!(request_text(&model.requests()[1]).contains("tool_error"));
 }
 
@@ -160,15 +169,20 @@ async fn tools_outside_the_allowlist_are_neither_offered_nor_run_and_unknown_too
         .map(|t| t["function"]["name"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(offered, vec!["lookup".to_string()]);
-    let hang = r.steps.iter().find(|s| s.name == "hang").unwrap();
+    let hang = r.steps.iter().find(|s| s.row.name == "hang").unwrap();
     assert!(
-        hang.error.as_deref().unwrap().contains("not allowed"),
+        hang.row.error.as_deref().unwrap().contains("not allowed"),
         "{hang:?}"
     );
-    assert!(hang.duration_ms < 100, "a refused call does not run");
-    let teleport = r.steps.iter().find(|s| s.name == "teleport").unwrap();
+    assert!(hang.row.duration_ms < 100, "a refused call does not run");
+    let teleport = r.steps.iter().find(|s| s.row.name == "teleport").unwrap();
     assert!(
-        teleport.error.as_deref().unwrap().contains("unknown tool"),
+        teleport
+            .row
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("unknown tool"),
         "{teleport:?}"
     );
 }
@@ -185,13 +199,13 @@ async fn a_hanging_tool_times_out_and_the_task_goes_on() {
     let r = common::run_task(&t, "try both").await;
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(r.task.state, TaskState::Succeeded);
-    let hang = r.steps.iter().find(|s| s.name == "hang").unwrap();
+    let hang = r.steps.iter().find(|s| s.row.name == "hang").unwrap();
     assert!(
-        hang.error.as_deref().unwrap().contains("timed out"),
+        hang.row.error.as_deref().unwrap().contains("timed out"),
         "{hang:?}"
     );
     // Both calls of the step ran concurrently: the step took about one timeout, not more.
-    assert!(hang.duration_ms < 1000, "{hang:?}");
+    assert!(hang.row.duration_ms < 1000, "{hang:?}");
 }
 
 #[tokio::test]
@@ -253,8 +267,8 @@ async fn text_fallback_tool_calls_with_chinese_arguments_run() {
     let tools: Vec<&str> = r
         .steps
         .iter()
-        .filter(|s| s.kind == StepKind::Tool)
-        .map(|s| s.arguments.as_deref().unwrap())
+        .filter(|s| s.row.kind == StepKind::Tool)
+        .map(|s| s.row.arguments.as_deref().unwrap())
         .collect();
     assert_eq!(tools.len(), 2);
     assert!(
@@ -274,7 +288,14 @@ async fn unparseable_output_becomes_a_plain_answer_and_is_counted() {
     let r = common::run_task(&t, "anything").await;
     assert_eq!(r.task.state, TaskState::Succeeded);
     assert_eq!(r.task.parse_failures, 1);
-    assert!(r.steps[0].error.as_deref().unwrap().contains("unparseable"));
+    assert!(
+        r.steps[0]
+            .row
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("unparseable")
+    );
 }
 
 #[tokio::test]
@@ -689,17 +710,17 @@ async fn the_loop_guard_refuses_a_repeated_call_then_ends_the_task() {
     let tools: Vec<_> = r
         .steps
         .iter()
-        .filter(|s| s.kind == StepKind::Tool)
+        .filter(|s| s.row.kind == StepKind::Tool)
         .collect();
     // Two run, the third is refused with a reason the model can act on, the fourth ends it.
     assert_eq!(tools.len(), 4, "{tools:?}");
-    assert!(tools[..2].iter().all(|s| s.error.is_none()));
-    let refused = tools[2].error.as_deref().unwrap_or("");
+    assert!(tools[..2].iter().all(|s| s.row.error.is_none()));
+    let refused = tools[2].row.error.as_deref().unwrap_or("");
     assert!(
         refused.contains("already") && refused.contains("answer"),
         "{refused}"
     );
-    assert!(tools[3].error.is_some());
+    assert!(tools[3].row.error.is_some());
     assert_eq!(model.request_count(), 4, "stopped well before max_steps");
     // The guard does not count different arguments.
     let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -740,11 +761,17 @@ async fn a_server_ignoring_tools_is_noted_in_the_trace_and_text_mode_carries_the
         .steps
         .iter()
         .find(|s| {
-            s.kind == StepKind::Note && s.output.as_deref().unwrap_or("").contains("text tool mode")
+            s.row.kind == StepKind::Note
+                && s.row
+                    .output
+                    .as_deref()
+                    .unwrap_or("")
+                    .contains("text tool mode")
         })
         .expect("the switch is noted in the trace");
     assert!(
-        note.output
+        note.row
+            .output
             .as_deref()
             .unwrap_or("")
             .contains("tool_mode: text"),

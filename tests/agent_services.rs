@@ -212,9 +212,9 @@ async fn delegate_parallel_reports_success_failure_and_timeout_per_sub_agent() {
     let tool = record
         .steps
         .iter()
-        .find(|s| s.name == "delegate_parallel")
+        .find(|s| s.row.name == "delegate_parallel")
         .expect("the delegation is traced");
-    let out = tool.output.as_deref().unwrap();
+    let out = tool.row.output.as_deref().unwrap();
     assert!(out.contains("\"status\":\"success\""), "{out}");
     assert!(out.contains("\"status\":\"failed\""), "{out}");
     assert!(out.contains("\"status\":\"timeout\""), "{out}");

@@ -238,11 +238,7 @@ async fn json_answer_and_no_tools_offered_stay_answers() {
 async fn history_is_sent_in_openai_shape() {
     let model = ScriptedModel::start(vec![Reply::text("done")]).await;
     let gw = gateway_for(&model);
-    let call = ToolCall {
-        id: "call_a".into(),
-        name: "recall".into(),
-        arguments: json!({"query": "tea"}),
-    };
+    let call = ToolCall::new("call_a", "recall", json!({"query": "tea"}));
     let messages = vec![
         Message::system("s"),
         Message::user("u"),

@@ -148,11 +148,11 @@ async fn the_agent_calls_an_mcp_tool_end_to_end() {
     let step = record
         .steps
         .iter()
-        .find(|s| s.kind == StepKind::Tool)
+        .find(|s| s.row.kind == StepKind::Tool)
         .expect("a tool step");
-    assert_eq!(step.name, "time__get_current_time");
-    assert_eq!(step.error, None);
-    let output = step.output.as_deref().unwrap_or_default();
+    assert_eq!(step.row.name, "time__get_current_time");
+    assert_eq!(step.row.error, None);
+    let output = step.row.output.as_deref().unwrap_or_default();
     assert!(
         output.contains("Europe/Berlin") && output.contains("datetime"),
         "{output}"

@@ -897,7 +897,7 @@ async fn the_notify_tool_queues_and_the_notice_is_delivered() {
     let queued = store.notices_for_task(&task.id).await.unwrap();
     assert_eq!(queued.len(), 1);
     assert_eq!(queued[0].id, id);
-    assert_eq!(queued[0].job_id.as_deref(), Some("job7"));
+    assert_eq!(queued[0].queued.job_id.as_deref(), Some("job7"));
 
     assert_eq!(n.deliver_due().await, 1);
     let body: Value = serde_json::from_slice(&next_hit(&mut hook.hits).await.body).unwrap();

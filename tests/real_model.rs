@@ -345,7 +345,11 @@ impl RealApp {
         }
 
         // The loop guard bounds the task.
-        let model_calls = r.steps.iter().filter(|s| s.kind == StepKind::Model).count();
+        let model_calls = r
+            .steps
+            .iter()
+            .filter(|s| s.row.kind == StepKind::Model)
+            .count();
         assert!(
             model_calls <= s.agent.max_steps as usize,
             "{label}: {model_calls} model calls, more than agent.max_steps = {}",
@@ -483,12 +487,12 @@ impl RealApp {
 /// refused did not run.
 fn identical_calls_run(r: &TaskRecord) -> BTreeMap<(String, String), usize> {
     let mut runs = BTreeMap::new();
-    for s in r.steps.iter().filter(|s| s.kind == StepKind::Tool) {
-        if refused_by_loop_guard(s.error.as_deref()) {
+    for s in r.steps.iter().filter(|s| s.row.kind == StepKind::Tool) {
+        if refused_by_loop_guard(s.row.error.as_deref()) {
             continue;
         }
-        let args = s.arguments.clone().unwrap_or_default();
-        *runs.entry((s.name.clone(), args)).or_insert(0) += 1;
+        let args = s.row.arguments.clone().unwrap_or_default();
+        *runs.entry((s.row.name.clone(), args)).or_insert(0) += 1;
     }
     runs
 }
@@ -519,8 +523,14 @@ fn print_trace(label: &str, r: &TaskRecord, exchanges: &[Exchange], wall: Durati
             .map(|r| format!("(reason {r})"))
             .unwrap_or_default(),
         wall.as_secs_f64(),
-        r.steps.iter().filter(|s| s.kind == StepKind::Model).count(),
-        r.steps.iter().filter(|s| s.kind == StepKind::Tool).count(),
+        r.steps
+            .iter()
+            .filter(|s| s.row.kind == StepKind::Model)
+            .count(),
+        r.steps
+            .iter()
+            .filter(|s| s.row.kind == StepKind::Tool)
+            .count(),
         t.prompt_tokens,
         t.completion_tokens,
         t.parse_failures
@@ -528,21 +538,24 @@ fn print_trace(label: &str, r: &TaskRecord, exchanges: &[Exchange], wall: Durati
     for s in &r.steps {
         let mut line = format!(
             "  [{:>2}] {:<5} {:<16} {:>6} ms",
-            s.step,
-            format!("{:?}", s.kind).to_lowercase(),
-            s.name,
-            s.duration_ms
+            s.row.step,
+            format!("{:?}", s.row.kind).to_lowercase(),
+            s.row.name,
+            s.row.duration_ms
         );
-        if s.kind == StepKind::Model {
-            line.push_str(&format!(" {}→{} tok", s.request_tokens, s.result_tokens));
+        if s.row.kind == StepKind::Model {
+            line.push_str(&format!(
+                " {}→{} tok",
+                s.row.request_tokens, s.row.result_tokens
+            ));
         }
-        if let Some(a) = &s.arguments {
+        if let Some(a) = &s.row.arguments {
             line.push_str(&format!(" args {}", cut(a, 160)));
         }
-        if let Some(o) = &s.output {
+        if let Some(o) = &s.row.output {
             line.push_str(&format!(" → {}", cut(o, 160)));
         }
-        if let Some(e) = &s.error {
+        if let Some(e) = &s.row.error {
             line.push_str(&format!(" ✗ {}", cut(e, 200)));
         }
         println!("{line}");
@@ -658,7 +671,7 @@ async fn a_manifest_tool() {
             "How full is the disk at / ? Use the disk_usage tool.",
         )
         .await;
-    let used = r.steps.iter().any(|s| s.name == "disk_usage");
+    let used = r.steps.iter().any(|s| s.row.name == "disk_usage");
     println!("  disk_usage called: {used}");
 }
 

@@ -335,15 +335,15 @@ async fn a_job_fires_through_the_loop_as_a_fresh_task_and_is_delivered() {
     assert_eq!(task.state, TaskState::Succeeded);
 
     let notices = c.store.notices_for_run(r[0].id).await.unwrap();
-    let channels: Vec<_> = notices.iter().map(|n| n.channel.as_str()).collect();
+    let channels: Vec<_> = notices.iter().map(|n| n.queued.channel.as_str()).collect();
     assert_eq!(channels, ["email", "ops-hook"]);
-    assert_eq!(notices[0].title, "Morning digest — 2026-06-01");
+    assert_eq!(notices[0].queued.title, "Morning digest — 2026-06-01");
     // The answer, then the footer naming the job and its next run (no links: no public_url).
     assert_eq!(
-        notices[0].body,
+        notices[0].queued.body,
         "the digest\n\n---\n\nJob **Morning digest** · next run Tue 2026-06-02 08:00 UTC\n"
     );
-    assert_eq!(notices[0].task_id.as_deref(), Some(task_id.as_str()));
+    assert_eq!(notices[0].queued.task_id.as_deref(), Some(task_id.as_str()));
 
     let view = c.sched.get(&job.id).await.unwrap();
     assert_eq!(view.next_run_at, Some(utc("2026-06-02T08:00:00Z")));
@@ -1031,7 +1031,9 @@ async fn run_now_returns_the_task_at_once_and_runs_it_without_a_loop() {
     let r = runs(&c.store, &job.id).await;
     assert_eq!(r[0].delivery, Delivery::Queued);
     assert_eq!(
-        c.store.notices_for_task(&task_id).await.unwrap()[0].title,
+        c.store.notices_for_task(&task_id).await.unwrap()[0]
+            .queued
+            .title,
         "Weekly — 2026-06-01"
     );
     // Its schedule is untouched.
@@ -1095,8 +1097,8 @@ async fn a_failed_run_is_recorded_and_sends_a_failure_notice() {
     let task_id = run.task_id.clone().unwrap();
     let n = c.store.notices_for_run(run.id).await.unwrap();
     assert_eq!(n.len(), 1);
-    assert_eq!(n[0].channel, "ops-hook");
-    let body = &n[0].body;
+    assert_eq!(n[0].queued.channel, "ops-hook");
+    let body = &n[0].queued.body;
     assert!(body.contains("**Digest** failed."), "{body}");
     assert!(
         body.contains("the model endpoint refused the connection"),
@@ -1186,11 +1188,11 @@ async fn a_failing_job_reports_once_with_its_causes_then_stays_quiet_until_it_re
     assert_eq!(runs[1].delivery, Delivery::Queued);
     let report = notices(&runs[1]).await;
     assert_eq!(report.len(), 1);
-    let body = &report[0].body;
+    let body = &report[0].queued.body;
     assert!(
-        report[0].title.contains("Digest") && report[0].title.contains("failing"),
+        report[0].queued.title.contains("Digest") && report[0].queued.title.contains("failing"),
         "{}",
-        report[0].title
+        report[0].queued.title
     );
     assert!(body.contains("2 runs in a row"), "{body}");
     assert!(body.contains("cannot reach the model server"), "{body}");
@@ -1211,7 +1213,7 @@ async fn a_failing_job_reports_once_with_its_causes_then_stays_quiet_until_it_re
     let sent = notices(&ok).await;
     assert_eq!(sent.len(), 2, "{sent:?}");
     assert!(
-        sent.iter().any(|n| n.title.contains("recovered")),
+        sent.iter().any(|n| n.queued.title.contains("recovered")),
         "{sent:?}"
     );
     // And only once.

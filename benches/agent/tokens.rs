@@ -114,8 +114,8 @@ async fn fixed_part() -> Result<()> {
     let steps = app.store.steps(&done.id).await?;
     let first = steps
         .iter()
-        .find(|s| s.kind == StepKind::Model)
-        .map(|s| s.request_tokens)
+        .find(|s| s.row.kind == StepKind::Model)
+        .map(|s| s.row.request_tokens)
         .unwrap_or(0);
     let body = model
         .requests()
@@ -175,8 +175,8 @@ async fn big_task(rounds: u32, cap: u32, summary: bool) -> Result<(Vec<i64>, Vec
         .steps(&done.id)
         .await?
         .iter()
-        .filter(|s| s.kind == StepKind::Model)
-        .map(|s| s.request_tokens)
+        .filter(|s| s.row.kind == StepKind::Model)
+        .map(|s| s.row.request_tokens)
         .collect();
     if series.len() != BIG_STEPS as usize {
         bail!(

@@ -83,11 +83,7 @@ mod tests {
     use serde_json::json;
 
     fn call(name: &str, args: Value) -> ToolCall {
-        ToolCall {
-            id: "c".into(),
-            name: name.into(),
-            arguments: args,
-        }
+        ToolCall::new("c", name, args)
     }
 
     #[test]

@@ -102,41 +102,50 @@ pub fn task_table(tasks: &[Task]) -> String {
 
 /// One line per trace row, as `run` prints them live.
 pub fn step_line(s: &Step) -> String {
-    match s.kind {
+    match s.row.kind {
         StepKind::Model => {
-            let what = match (&s.arguments, &s.output) {
+            let what = match (&s.row.arguments, &s.row.output) {
                 (Some(calls), _) if calls != "[]" => format!("→ tools {}", one_line(calls, 100)),
                 (_, Some(text)) => format!("→ answer {}", one_line(text, 100)),
                 _ => String::new(),
             };
             let err = s
+                .row
                 .error
                 .as_deref()
                 .map(|e| format!("  ! {}", one_line(e, 120)))
                 .unwrap_or_default();
             format!(
                 "[{:>2}] model {} ({} ms, {}→{} tok) {what}{err}",
-                s.step, s.name, s.duration_ms, s.request_tokens, s.result_tokens
+                s.row.step,
+                s.row.name,
+                s.row.duration_ms,
+                s.row.request_tokens,
+                s.row.result_tokens
             )
         }
         StepKind::Tool => {
-            let outcome = match &s.error {
+            let outcome = match &s.row.error {
                 Some(e) => format!("✗ {}", one_line(e, 120)),
-                None => format!("✓ {}", one_line(s.output.as_deref().unwrap_or(""), 100)),
+                None => format!("✓ {}", one_line(s.row.output.as_deref().unwrap_or(""), 100)),
             };
             format!(
                 "[{:>2}]   tool {}({}) {} ms {outcome}",
-                s.step,
-                s.name,
-                one_line(s.arguments.as_deref().unwrap_or(""), 80),
-                s.duration_ms
+                s.row.step,
+                s.row.name,
+                one_line(s.row.arguments.as_deref().unwrap_or(""), 80),
+                s.row.duration_ms
             )
         }
         StepKind::Note => format!(
             "[{:>2}]   note {}",
-            s.step,
+            s.row.step,
             one_line(
-                s.output.as_deref().or(s.error.as_deref()).unwrap_or(""),
+                s.row
+                    .output
+                    .as_deref()
+                    .or(s.row.error.as_deref())
+                    .unwrap_or(""),
                 140
             )
         ),
@@ -189,8 +198,8 @@ pub fn task_timeline(t: &Task, steps: &[Step], notices: &[Notice]) -> String {
             out,
             "  notice #{} to {} \"{}\": {state}{err}",
             n.id,
-            n.channel,
-            one_line(&n.title, 60)
+            n.queued.channel,
+            one_line(&n.queued.title, 60)
         );
     }
     if let Some(a) = &t.answer {

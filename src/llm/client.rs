@@ -637,11 +637,7 @@ mod tests {
 
     #[test]
     fn body_has_openai_shape() {
-        let call = ToolCall {
-            id: "c1".into(),
-            name: "recall".into(),
-            arguments: json!({"query": "tea"}),
-        };
+        let call = ToolCall::new("c1", "recall", json!({"query": "tea"}));
         let raw = ToolCall {
             id: "c2".into(),
             name: "recall".into(),

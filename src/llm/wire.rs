@@ -238,11 +238,7 @@ mod tests {
 
     #[test]
     fn text_mode_describes_tools_and_writes_calls_and_results_as_text() {
-        let call = ToolCall {
-            id: "c1".into(),
-            name: "web_fetch".into(),
-            arguments: json!({"url": "https://example.org"}),
-        };
+        let call = ToolCall::new("c1", "web_fetch", json!({"url": "https://example.org"}));
         let messages = vec![
             Message::system("You are hermes."),
             Message::user("Task: read it"),
@@ -300,11 +296,7 @@ mod tests {
         let reply = |content: &str, calls: usize| ModelReply {
             content: content.to_string(),
             tool_calls: (0..calls)
-                .map(|i| ToolCall {
-                    id: format!("c{i}"),
-                    name: "t".into(),
-                    arguments: serde_json::json!({}),
-                })
+                .map(|i| ToolCall::new(format!("c{i}"), "t", serde_json::json!({})))
                 .collect(),
             ..ModelReply::default()
         };

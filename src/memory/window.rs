@@ -348,11 +348,7 @@ mod tests {
     use crate::llm::{Role, ToolCall};
 
     fn call(id: &str, name: &str) -> ToolCall {
-        ToolCall {
-            id: id.into(),
-            name: name.into(),
-            arguments: serde_json::json!({"url": "https://example.com"}),
-        }
+        ToolCall::new(id, name, serde_json::json!({"url": "https://example.com"}))
     }
 
     #[test]

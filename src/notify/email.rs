@@ -91,6 +91,7 @@ impl EmailChannel {
     pub(crate) fn message(&self, notice: &Notice) -> Result<Message, SendError> {
         // A title is one header line; a stray newline from the model must not split it.
         let subject: String = notice
+            .queued
             .title
             .chars()
             .map(|c| if c.is_control() { ' ' } else { c })
@@ -100,8 +101,8 @@ impl EmailChannel {
             .mailbox(header::To::from(self.to.clone()))
             .subject(subject.trim())
             .multipart(MultiPart::alternative_plain_html(
-                notice.body.clone(),
-                email_html(subject.trim(), &notice.body),
+                notice.queued.body.clone(),
+                email_html(subject.trim(), &notice.queued.body),
             ))
             .map_err(|e| SendError::Permanent(format!("cannot build the email: {e}")))
     }
@@ -169,7 +170,7 @@ fn classify(e: &lettre::transport::smtp::Error, label: &str) -> SendError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::NoticeState;
+    use crate::store::{NewNotice, NoticeState};
 
     fn settings() -> EmailSettings {
         EmailSettings {
@@ -186,12 +187,12 @@ mod tests {
         let t = chrono::Utc::now();
         Notice {
             id: 1,
-            channel: "email".into(),
-            title: title.into(),
-            body: "# Hi\n\n- one".into(),
-            task_id: None,
-            job_id: None,
-            run_id: None,
+            queued: NewNotice {
+                channel: "email".into(),
+                title: title.into(),
+                body: "# Hi\n\n- one".into(),
+                ..NewNotice::default()
+            },
             state: NoticeState::Pending,
             attempts: 0,
             last_error: None,

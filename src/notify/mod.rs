@@ -218,7 +218,7 @@ impl Notifier {
     pub async fn retry(&self, id: i64) -> Result<Notice, StoreError> {
         let notice = self.inner.store.retry_notice(id).await?;
         tracing::info!(notice = id, "notice retry requested");
-        if let Some(lane) = self.inner.lanes.get(&notice.channel) {
+        if let Some(lane) = self.inner.lanes.get(&notice.queued.channel) {
             lane.wake.notify_one();
         }
         Ok(notice)

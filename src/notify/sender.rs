@@ -171,10 +171,10 @@ impl Notifier {
         for notice in orphans {
             let msg = format!(
                 "channel '{}' is no longer configured (configured now: {}); add it back under notify in settings.yaml and queue the notice again",
-                notice.channel,
+                notice.queued.channel,
                 super::channel_list(&known)
             );
-            warn!(notice = notice.id, channel = %notice.channel, "notice for a removed channel failed");
+            warn!(notice = notice.id, channel = %notice.queued.channel, "notice for a removed channel failed");
             if let Err(e) = self
                 .inner
                 .store
@@ -228,7 +228,7 @@ impl Notifier {
         attempt: u32,
         outcome: Result<(), SendError>,
     ) -> Result<(), crate::store::StoreError> {
-        let (id, channel) = (notice.id, &notice.channel);
+        let (id, channel) = (notice.id, &notice.queued.channel);
         let store = &self.inner.store;
         match outcome {
             Ok(()) => {
@@ -259,12 +259,12 @@ impl Inner {
     /// One attempt on the notice's channel. The channel is looked up again here, not trusted
     /// from enqueue time: the config may have changed across a restart.
     async fn attempt(&self, notice: &Notice) -> Result<(), SendError> {
-        if notice.channel == super::EMAIL {
+        if notice.queued.channel == super::EMAIL {
             if let Some(email) = &self.email {
                 return email.send(notice).await;
             }
-        } else if let Some(hook) = self.webhooks.get(&notice.channel) {
-            let state = match &notice.task_id {
+        } else if let Some(hook) = self.webhooks.get(&notice.queued.channel) {
+            let state = match &notice.queued.task_id {
                 Some(task_id) => match self.store.find_task(task_id).await {
                     Ok(task) => task.map(|t| t.state.as_str()),
                     Err(e) => {
@@ -279,7 +279,7 @@ impl Inner {
         }
         Err(SendError::Permanent(format!(
             "channel '{}' is no longer configured (configured now: {}); add it back under notify in settings.yaml and queue the notice again",
-            notice.channel,
+            notice.queued.channel,
             super::channel_list(&self.channel_names())
         )))
     }

@@ -79,11 +79,11 @@ impl WebhookChannel {
     pub(crate) async fn send(&self, notice: &Notice, state: Option<&str>) -> Result<(), SendError> {
         let payload = Payload {
             notice_id: notice.id,
-            channel: &notice.channel,
-            title: &notice.title,
-            text: &notice.body,
-            task_id: notice.task_id.as_deref(),
-            job_id: notice.job_id.as_deref(),
+            channel: &notice.queued.channel,
+            title: &notice.queued.title,
+            text: &notice.queued.body,
+            task_id: notice.queued.task_id.as_deref(),
+            job_id: notice.queued.job_id.as_deref(),
             state,
             created_at: notice.created_at,
             sent_at: Utc::now(),

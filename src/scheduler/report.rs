@@ -136,8 +136,8 @@ fn trace_causes(steps: &[crate::store::Step]) -> String {
     let errors = |kind: StepKind| {
         steps
             .iter()
-            .filter(move |s| s.kind == kind)
-            .filter_map(|s| s.error.as_deref().map(|e| (s.name.as_str(), e)))
+            .filter(move |s| s.row.kind == kind)
+            .filter_map(|s| s.row.error.as_deref().map(|e| (s.row.name.as_str(), e)))
     };
     let model: Vec<_> = errors(StepKind::Model).take(MAX_CAUSES).collect();
     let tools: Vec<_> = errors(StepKind::Tool).take(MAX_CAUSES).collect();
@@ -148,7 +148,7 @@ fn trace_causes(steps: &[crate::store::Step]) -> String {
         let _ = writeln!(out, "- Tool error in `{name}`: {}", one_line(e, 200));
     }
     if let Some(last) = steps.last() {
-        let _ = writeln!(out, "- Stopped at step {}.", last.step);
+        let _ = writeln!(out, "- Stopped at step {}.", last.row.step);
     }
     out
 }

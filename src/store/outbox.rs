@@ -14,15 +14,14 @@ pub enum NoticeState {
     Failed,
 }
 
+/// A notice in the outbox: what was queued, and how its delivery goes. Serialised flat
+/// (`{id, channel, title, …, state, …}`), as the API has always shown it.
 #[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow, PartialEq)]
 pub struct Notice {
     pub id: i64,
-    pub channel: String,
-    pub title: String,
-    pub body: String,
-    pub task_id: Option<String>,
-    pub job_id: Option<String>,
-    pub run_id: Option<i64>,
+    #[serde(flatten)]
+    #[sqlx(flatten)]
+    pub queued: NewNotice,
     pub state: NoticeState,
     pub attempts: i64,
     pub last_error: Option<String>,
@@ -31,7 +30,8 @@ pub struct Notice {
     pub sent_at: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Clone, Default)]
+/// A notice to queue: where it goes, what it says, and what it came from.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, sqlx::FromRow, PartialEq)]
 pub struct NewNotice {
     pub channel: String,
     pub title: String,

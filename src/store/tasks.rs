@@ -114,24 +114,19 @@ pub enum StepKind {
     Note,
 }
 
-/// One row of a task's trace.
+/// One row of a task's trace: what was appended, numbered and dated by the store. Serialised
+/// flat (`{seq, step, kind, …, created_at}`), as the API has always shown it.
 #[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
 pub struct Step {
     pub seq: i64,
-    pub step: i64,
-    pub kind: StepKind,
-    pub name: String,
-    pub request_tokens: i64,
-    pub result_tokens: i64,
-    pub arguments: Option<String>,
-    pub output: Option<String>,
-    pub error: Option<String>,
-    pub duration_ms: i64,
+    #[serde(flatten)]
+    #[sqlx(flatten)]
+    pub row: NewStep,
     pub created_at: DateTime<Utc>,
 }
 
 /// A trace row to append; `seq` and `created_at` are assigned by the store.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
 pub struct NewStep {
     pub step: i64,
     pub kind: StepKind,
@@ -149,15 +144,7 @@ impl NewStep {
     pub fn into_step(self, seq: i64, created_at: DateTime<Utc>) -> Step {
         Step {
             seq,
-            step: self.step,
-            kind: self.kind,
-            name: self.name,
-            request_tokens: self.request_tokens,
-            result_tokens: self.result_tokens,
-            arguments: self.arguments,
-            output: self.output,
-            error: self.error,
-            duration_ms: self.duration_ms,
+            row: self,
             created_at,
         }
     }

@@ -137,7 +137,7 @@ async fn tasks_and_steps_round_trip() {
     assert_eq!(record.task.parse_failures, 1);
     assert!(record.task.finished_at.is_some());
     assert_eq!(record.steps.len(), 2);
-    assert_eq!(record.steps[1].output.as_deref(), Some("天气晴"));
+    assert_eq!(record.steps[1].row.output.as_deref(), Some("天气晴"));
     // A late cancel does not overwrite the outcome.
     let cancelled = TaskOutcome {
         state: TaskState::Cancelled,

@@ -3,7 +3,7 @@
 //!
 //! Must not: send anything itself; a retry goes through the `Notifier`, which wakes its sender.
 
-use super::guard::{CsrfForm, encode, see_other};
+use super::guard::{Back, CsrfForm, encode, see_other};
 use super::layout::{Ctx, PageResult, badge, flash, render, short, when, when_opt};
 use super::tasks::notice_word;
 use crate::server::ApiState;
@@ -76,8 +76,8 @@ fn row(ctx: &Ctx, n: &Notice, back: &str) -> Markup {
     html! {
         tr data-id=(n.id) {
             td data-label="Queued" { (when(n.created_at, tz)) }
-            td data-label="Channel" { (n.channel) }
-            td data-label="Title" { (short(&n.title, 60)) }
+            td data-label="Channel" { (n.queued.channel) }
+            td data-label="Title" { (short(&n.queued.title, 60)) }
             td data-label="State" {
                 (badge(notice_word(n.state)))
                 @if let Some(e) = &n.last_error { div.error-text { (short(e, 200)) } }
@@ -88,8 +88,8 @@ fn row(ctx: &Ctx, n: &Notice, back: &str) -> Markup {
                 _ => { (when_opt(n.sent_at, tz)) }
             } }
             td data-label="From" {
-                @if let Some(t) = &n.task_id { a href={"/tasks/" (t)} { "task" } " " }
-                @if let Some(j) = &n.job_id { a href={"/jobs/" (j)} { "job" } }
+                @if let Some(t) = &n.queued.task_id { a href={"/tasks/" (t)} { "task" } " " }
+                @if let Some(j) = &n.queued.job_id { a href={"/jobs/" (j)} { "job" } }
             }
             td.actions-cell { @if n.state != NoticeState::Sent {
                 form.inline method="post" action={"/deliveries/" (n.id) "/retry"} {
@@ -102,23 +102,20 @@ fn row(ctx: &Ctx, n: &Notice, back: &str) -> Markup {
     }
 }
 
-#[derive(Deserialize)]
-pub struct RetryForm {
-    #[serde(default)]
-    back: String,
-}
-
 pub async fn retry(
     State(s): State<ApiState>,
     Id(id): Id,
-    CsrfForm(f): CsrfForm<RetryForm>,
+    CsrfForm(f): CsrfForm<Back>,
 ) -> PageResult {
     let notice = s.notifier.retry(notice_id(&id)?).await?;
     let back = parse_state(Some(&f.back))
         .ok()
         .flatten()
         .map_or("", notice_word);
-    let done = format!("Notice {} to {} is due now.", notice.id, notice.channel);
+    let done = format!(
+        "Notice {} to {} is due now.",
+        notice.id, notice.queued.channel
+    );
     Ok(see_other(&format!(
         "/deliveries?state={back}&done={}",
         encode(&done)

@@ -99,6 +99,14 @@ pub struct CsrfForm<T = NoFields>(pub T);
 #[derive(Deserialize)]
 pub struct NoFields {}
 
+/// A form whose one field says where to return: the list view (a filter, a search) the button
+/// was pressed in.
+#[derive(Deserialize)]
+pub struct Back {
+    #[serde(default)]
+    pub back: String,
+}
+
 impl<T> FromRequest<ApiState> for CsrfForm<T>
 where
     T: DeserializeOwned + Send,

@@ -252,9 +252,9 @@ fn runs_table(runs: &[crate::store::JobRun], notices: &[Notice], tz: chrono_tz::
                         td data-label="Task" { @match &r.task_id { Some(t) => { a href={"/tasks/" (t)} { (t) } } None => { span.muted { "—" } } } }
                         td data-label="Delivery" {
                             span.muted { (r.delivery) }
-                            @for n in notices.iter().filter(|n| n.run_id == Some(r.id)) {
+                            @for n in notices.iter().filter(|n| n.queued.run_id == Some(r.id)) {
                                 div.delivery {
-                                    (badge(notice_word(n.state))) " " (n.channel)
+                                    (badge(notice_word(n.state))) " " (n.queued.channel)
                                     @if let Some(e) = &n.last_error { " — " span.error-text { (e) } }
                                 }
                             }

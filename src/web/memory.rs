@@ -3,7 +3,7 @@
 //!
 //! Must not: touch the facts table or the index directly.
 
-use super::guard::{CsrfForm, encode, see_other};
+use super::guard::{Back, CsrfForm, encode, see_other};
 use super::layout::{Ctx, PageError, PageResult, flash, render, when};
 use crate::memory::LongTerm;
 use crate::server::extract::Id;
@@ -73,7 +73,7 @@ pub async fn page(ctx: Ctx, Query(q): Query<SearchQuery>) -> PageResult {
                     }
                     form.inline method="post" action={"/memory/" (f.id) "/forget"} {
                         (ctx.csrf())
-                        input type="hidden" name="q" value=(q.q);
+                        input type="hidden" name="back" value=(q.q);
                         button.danger type="submit" aria-label={"Forget: " (crate::util::text::one_line(&f.text, 40))} { "Forget" }
                     }
                 }
@@ -118,23 +118,17 @@ pub async fn add(State(s): State<ApiState>, CsrfForm(f): CsrfForm<AddForm>) -> P
     )))
 }
 
-#[derive(Deserialize)]
-pub struct ForgetForm {
-    #[serde(default)]
-    q: String,
-}
-
 pub async fn forget(
     State(s): State<ApiState>,
     Id(id): Id,
-    CsrfForm(f): CsrfForm<ForgetForm>,
+    CsrfForm(f): CsrfForm<Back>,
 ) -> PageResult {
     if !memory(&s)?.forget(&id).await.map_err(ApiError::internal)? {
         return Err(ApiError::not_found(format!("There is no fact {id}.")).into());
     }
     Ok(see_other(&format!(
         "/memory?q={}&done={}",
-        encode(&f.q),
+        encode(&f.back),
         encode("Forgotten.")
     )))
 }

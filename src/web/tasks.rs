@@ -162,9 +162,9 @@ pub async fn show(ctx: Ctx, Id(id): Id) -> PageResult {
         record
             .steps
             .iter()
-            .filter(|s| s.kind == crate::store::StepKind::Model)
+            .filter(|s| s.row.kind == crate::store::StepKind::Model)
             .fold((0, 0), |(i, o), s| {
-                (i + s.request_tokens, o + s.result_tokens)
+                (i + s.row.request_tokens, o + s.row.result_tokens)
             })
     } else {
         (t.prompt_tokens, t.completion_tokens)
@@ -207,7 +207,7 @@ pub async fn show(ctx: Ctx, Id(id): Id) -> PageResult {
                 ul.notices { @for n in &record.notices {
                     li {
                         (badge(notice_word(n.state))) " "
-                        b { (n.channel) } " · " (n.title)
+                        b { (n.queued.channel) } " · " (n.queued.title)
                         " · " (n.attempts) " attempt(s)"
                         @if let Some(e) = &n.last_error { " — " span.error-text { (e) } }
                         " " a href={"/deliveries?state=" (notice_word(n.state))} { "outbox" }

@@ -29,15 +29,15 @@ fn kind(k: StepKind) -> &'static str {
 }
 
 pub fn step(s: &Step) -> Markup {
-    let k = kind(s.kind);
+    let k = kind(s.row.kind);
     html! {
         li class={"step " (k)} data-seq=(s.seq) {
             div.head {
-                span.n { (s.step) }
+                span.n { (s.row.step) }
                 " "
                 span.kind { (k) }
                 " "
-                b.name { (s.name) }
+                b.name { (s.row.name) }
                 " "
                 span.meta { (meta(s)) }
             }
@@ -47,37 +47,38 @@ pub fn step(s: &Step) -> Markup {
 }
 
 fn meta(s: &Step) -> String {
-    match s.kind {
+    match s.row.kind {
         StepKind::Model => format!(
             "{} ms · {} → {} tokens",
-            s.duration_ms, s.request_tokens, s.result_tokens
+            s.row.duration_ms, s.row.request_tokens, s.row.result_tokens
         ),
-        StepKind::Tool => format!("{} ms", s.duration_ms),
+        StepKind::Tool => format!("{} ms", s.row.duration_ms),
         StepKind::Note => String::new(),
     }
 }
 
 fn body(s: &Step) -> Markup {
     let calls = s
+        .row
         .arguments
         .as_deref()
         .filter(|a| !a.is_empty() && *a != "[]");
     html! {
-        @match s.kind {
+        @match s.row.kind {
             StepKind::Model => {
                 @if let Some(c) = calls { div.label { "tool calls" } (long_text(c, "args")) }
-                @if let Some(o) = s.output.as_deref().filter(|o| !o.is_empty()) {
+                @if let Some(o) = s.row.output.as_deref().filter(|o| !o.is_empty()) {
                     div.label { "answer" } (long_text(o, "out"))
                 }
             }
             StepKind::Tool => {
-                @if let Some(a) = s.arguments.as_deref() { div.label { "arguments" } (long_text(a, "args")) }
-                @if let Some(o) = s.output.as_deref() { div.label { "result" } (long_text(o, "out")) }
+                @if let Some(a) = s.row.arguments.as_deref() { div.label { "arguments" } (long_text(a, "args")) }
+                @if let Some(o) = s.row.output.as_deref() { div.label { "result" } (long_text(o, "out")) }
             }
             StepKind::Note => {
-                @if let Some(o) = s.output.as_deref() { p.note { (o) } }
+                @if let Some(o) = s.row.output.as_deref() { p.note { (o) } }
             }
         }
-        @if let Some(e) = s.error.as_deref() { p.error { (e) } }
+        @if let Some(e) = s.row.error.as_deref() { p.error { (e) } }
     }
 }
