@@ -95,23 +95,34 @@ impl Default for Profile {
     }
 }
 
-/// What Debug shows of a secret: whether it is set, never its value.
-fn redacted(secret: &str) -> &'static str {
-    if secret.is_empty() { "" } else { "<redacted>" }
+/// `Debug` for a settings section that holds secrets (they must never reach a log line): every
+/// field as serialised, except `secrets` — a string shows only whether it is set, a map only its
+/// keys. Built from the serialised form, so a field added later is neither forgotten nor leaked.
+fn debug_redacted<T: Serialize>(
+    section: &T,
+    name: &str,
+    secrets: &[&str],
+    f: &mut std::fmt::Formatter<'_>,
+) -> std::fmt::Result {
+    use serde_json::Value;
+    let mut shown = serde_json::to_value(section).map_err(|_| std::fmt::Error)?;
+    if let Value::Object(fields) = &mut shown {
+        for key in secrets {
+            if let Some(v) = fields.get_mut(*key) {
+                *v = match v {
+                    Value::String(s) if s.is_empty() => Value::from(""),
+                    Value::Object(m) => Value::from(m.keys().cloned().collect::<Vec<_>>()),
+                    _ => Value::from("<redacted>"),
+                };
+            }
+        }
+    }
+    write!(f, "{name} {shown}")
 }
 
-// The key must never reach a log line, so Debug is written by hand.
 impl std::fmt::Debug for Profile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Profile")
-            .field("base_url", &self.base_url)
-            .field("api_key", &redacted(&self.api_key))
-            .field("model", &self.model)
-            .field("temperature", &self.temperature)
-            .field("max_tokens", &self.max_tokens)
-            .field("timeout_s", &self.timeout_s)
-            .field("tool_mode", &self.tool_mode)
-            .finish()
+        debug_redacted(self, "Profile", &["api_key"], f)
     }
 }
 
@@ -320,15 +331,7 @@ impl Default for EmailSettings {
 
 impl std::fmt::Debug for EmailSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmailSettings")
-            .field("smtp_host", &self.smtp_host)
-            .field("smtp_port", &self.smtp_port)
-            .field("security", &self.security)
-            .field("username", &self.username)
-            .field("password", &"<redacted>")
-            .field("from", &self.from)
-            .field("to", &self.to)
-            .finish()
+        debug_redacted(self, "EmailSettings", &["password"], f)
     }
 }
 
@@ -342,10 +345,7 @@ pub struct WebhookSettings {
 
 impl std::fmt::Debug for WebhookSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WebhookSettings")
-            .field("url", &self.url)
-            .field("secret", &"<redacted>")
-            .finish()
+        debug_redacted(self, "WebhookSettings", &["secret"], f)
     }
 }
 
@@ -379,13 +379,7 @@ impl Default for ServerSettings {
 
 impl std::fmt::Debug for ServerSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerSettings")
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("token", &redacted(&self.token))
-            .field("allowed_hosts", &self.allowed_hosts)
-            .field("public_url", &self.public_url)
-            .finish()
+        debug_redacted(self, "ServerSettings", &["token"], f)
     }
 }
 
@@ -451,18 +445,9 @@ impl McpServer {
     }
 }
 
-// Env values and headers often carry keys: never in a log line.
 impl std::fmt::Debug for McpServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let keys = |m: &BTreeMap<String, String>| m.keys().cloned().collect::<Vec<_>>();
-        f.debug_struct("McpServer")
-            .field("command", &self.command)
-            .field("env", &keys(&self.env))
-            .field("cwd", &self.cwd)
-            .field("url", &self.url)
-            .field("headers", &keys(&self.headers))
-            .field("timeout_s", &self.timeout_s)
-            .finish()
+        debug_redacted(self, "McpServer", &["env", "headers"], f)
     }
 }
 

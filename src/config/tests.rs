@@ -165,14 +165,31 @@ fn the_error_names_the_file() {
 
 #[test]
 fn secrets_do_not_show_in_debug_output() {
-    let text =
-        "model:\n  profiles:\n    fast:\n      api_key: sk-secret\nserver:\n  token: tok-secret\n";
+    let text = "model:\n  profiles:\n    fast:\n      api_key: sk-secret\n\
+                server:\n  token: tok-secret\n\
+                notify:\n  email:\n    smtp_host: mail.test\n    from: a@b.test\n    to: [c@d.test]\n    password: pw-secret\n\
+                \x20 webhooks:\n    hook:\n      url: https://h.test/x\n      secret: wh-secret\n\
+                mcp:\n  servers:\n    t:\n      url: https://m.test/mcp\n      headers: {Authorization: hd-secret}\n";
     let s = parse(text, Path::new("s.yaml"), &env(&[])).unwrap();
     let dbg = format!("{s:?}");
-    assert!(
-        !dbg.contains("sk-secret") && !dbg.contains("tok-secret"),
-        "{dbg}"
-    );
+    for secret in [
+        "sk-secret",
+        "tok-secret",
+        "pw-secret",
+        "wh-secret",
+        "hd-secret",
+    ] {
+        assert!(!dbg.contains(secret), "{secret} in {dbg}");
+    }
+    // What is not secret still shows, and a secret shows as set.
+    for shown in [
+        "mail.test",
+        "https://h.test/x",
+        "Authorization",
+        "<redacted>",
+    ] {
+        assert!(dbg.contains(shown), "{shown} not in {dbg}");
+    }
 }
 
 #[test]
