@@ -59,6 +59,18 @@ pub struct Submit {
     pub job_id: Option<String>,
 }
 
+impl Submit {
+    /// A top-level task (no parent, no job) from `origin`, on `profile` or the default one.
+    pub fn new(task: impl Into<String>, origin: Origin, profile: Option<String>) -> Submit {
+        Submit {
+            task: task.into(),
+            origin,
+            profile,
+            ..Submit::default()
+        }
+    }
+}
+
 /// A task created running for the process that holds this value; see [`Agent::create_claimed`].
 #[derive(Debug)]
 pub struct Claimed(Task);

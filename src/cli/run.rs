@@ -28,12 +28,7 @@ pub async fn run(config: Config, args: RunArgs) -> anyhow::Result<ExitCode> {
 async fn run_task(app: &App, args: RunArgs, daemon_up: bool) -> anyhow::Result<ExitCode> {
     let claimed = app
         .agent
-        .create_claimed(Submit {
-            task: args.task,
-            origin: Origin::Cli,
-            profile: args.profile,
-            ..Default::default()
-        })
+        .create_claimed(Submit::new(args.task, Origin::Cli, args.profile))
         .await?;
     let task = claimed.task().clone();
     eprintln!("task {} ({} profile)", task.id, task.profile);

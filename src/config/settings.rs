@@ -120,10 +120,24 @@ fn debug_redacted<T: Serialize>(
     write!(f, "{name} {shown}")
 }
 
-impl std::fmt::Debug for Profile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        debug_redacted(self, "Profile", &["api_key"], f)
-    }
+/// The sections that hold secrets, and which of their fields: their `Debug` is
+/// [`debug_redacted`].
+macro_rules! debug_without_secrets {
+    ($($section:ident: [$($secret:literal),+];)+) => {$(
+        impl std::fmt::Debug for $section {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                debug_redacted(self, stringify!($section), &[$($secret),+], f)
+            }
+        }
+    )+};
+}
+
+debug_without_secrets! {
+    Profile: ["api_key"];
+    EmailSettings: ["password"];
+    WebhookSettings: ["secret"];
+    ServerSettings: ["token"];
+    McpServer: ["env", "headers"];
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -329,24 +343,12 @@ impl Default for EmailSettings {
     }
 }
 
-impl std::fmt::Debug for EmailSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        debug_redacted(self, "EmailSettings", &["password"], f)
-    }
-}
-
 #[derive(Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WebhookSettings {
     pub url: String,
     /// HMAC-SHA256 key for `X-Hermes-Signature`; empty means unsigned.
     pub secret: String,
-}
-
-impl std::fmt::Debug for WebhookSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        debug_redacted(self, "WebhookSettings", &["secret"], f)
-    }
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -374,12 +376,6 @@ impl Default for ServerSettings {
             allowed_hosts: Vec::new(),
             public_url: String::new(),
         }
-    }
-}
-
-impl std::fmt::Debug for ServerSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        debug_redacted(self, "ServerSettings", &["token"], f)
     }
 }
 
@@ -442,12 +438,6 @@ impl McpServer {
         } else {
             McpTransport::Stdio
         }
-    }
-}
-
-impl std::fmt::Debug for McpServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        debug_redacted(self, "McpServer", &["env", "headers"], f)
     }
 }
 

@@ -100,12 +100,7 @@ pub async fn create_task(
     let rx = s.agent.subscribe();
     let task = s
         .agent
-        .submit(Submit {
-            task: req.task,
-            origin: Origin::Api,
-            profile: req.profile,
-            ..Default::default()
-        })
+        .submit(Submit::new(req.task, Origin::Api, req.profile))
         .await?;
     if !req.wait {
         return Ok((

@@ -129,12 +129,11 @@ pub async fn start(ctx: Ctx, CsrfForm(f): CsrfForm<StartForm>) -> PageResult {
     let s = &ctx.state;
     let submitted = s
         .agent
-        .submit(Submit {
-            task: f.task.clone(),
-            origin: Origin::Web,
-            profile: some(&f.profile).map(str::to_string),
-            ..Default::default()
-        })
+        .submit(Submit::new(
+            f.task.clone(),
+            Origin::Web,
+            some(&f.profile).map(str::to_string),
+        ))
         .await;
     match submitted {
         Ok(task) => Ok(see_other(&format!("/tasks/{}", task.id))),

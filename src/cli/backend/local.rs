@@ -211,12 +211,11 @@ impl Backend for Local {
             let app = self.app_with_tools().await?;
             let claimed = app
                 .agent
-                .create_claimed(Submit {
-                    task: task.to_string(),
-                    origin: self.origin,
-                    profile: profile.map(str::to_string),
-                    ..Default::default()
-                })
+                .create_claimed(Submit::new(
+                    task.to_string(),
+                    self.origin,
+                    profile.map(str::to_string),
+                ))
                 .await?;
             let done = app
                 .agent
