@@ -405,6 +405,58 @@ async fn a_running_task_can_be_cancelled() {
     assert_eq!(done.state, TaskState::Cancelled);
 }
 
+/// The model row of a step is written together with its tools' rows, after they ran; a task
+/// cut off while a tool runs must still keep the model call that asked for it.
+#[tokio::test]
+async fn a_task_cancelled_during_a_tool_call_keeps_the_call_that_asked_for_it() {
+    let model = ScriptedModel::start(vec![Reply::tool_calls(&[("block", json!({}))])]).await;
+    let started = Arc::new(tokio::sync::Notify::new());
+    let block = {
+        let started = started.clone();
+        tool_fn(
+            ToolInfo::new("block", "Blocks.", empty_schema()).with_timeout(Duration::from_secs(60)),
+            move |_: Value, _| {
+                let started = started.clone();
+                async move {
+                    started.notify_one();
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    Ok(Value::Null)
+                }
+            },
+        )
+    };
+    let t = common::app(common::settings(&model.base_url()), vec![block]).await;
+    let task = t
+        .app
+        .agent
+        .create(Submit::new("block", Origin::Api, None))
+        .await
+        .unwrap();
+    let agent = t.app.agent.clone();
+    let id = task.id.clone();
+    let run = tokio::spawn(async move { agent.execute(&id, RunOptions::default()).await });
+    tokio::time::timeout(Duration::from_secs(5), started.notified())
+        .await
+        .expect("the tool started");
+    t.app.agent.cancel(&task.id).await.unwrap();
+    let done = run.await.unwrap().unwrap();
+    assert_eq!(done.state, TaskState::Cancelled);
+    let steps = t.app.store.steps(&task.id).await.unwrap();
+    let model_row = steps
+        .iter()
+        .find(|s| s.row.kind == StepKind::Model)
+        .expect("the model call is in the trace");
+    assert!(
+        model_row
+            .row
+            .arguments
+            .as_deref()
+            .unwrap_or("")
+            .contains("block"),
+        "{model_row:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_task_claimed_by_this_process_is_never_offered_to_workers() {
     let model = ScriptedModel::start(vec![Reply::text("mine")]).await;

@@ -5,7 +5,7 @@ use super::guard::{LoopGuard, Verdict};
 use super::{Agent, RunOptions, StopReason, prompt, trace};
 use crate::llm::{Gateway, Message, ModelReply, ToolCall};
 use crate::memory::{ShortTerm, Summariser, SummaryModel};
-use crate::store::{FailReason, NewStep, StoreError, Task, TaskOutcome, TaskState, now};
+use crate::store::{FailReason, NewStep, Step, StoreError, Task, TaskOutcome, TaskState, now};
 use crate::tools::{ToolContext, ToolError, ToolOutcome, shape};
 use crate::util::lock;
 use futures::future::{BoxFuture, join_all};
@@ -15,12 +15,22 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-/// Counters that must survive the loop being dropped by a timeout or a cancel.
+/// What must survive the loop being dropped by a timeout or a cancel: the token counters, and
+/// the trace rows recorded but not yet written.
 #[derive(Debug, Default)]
 pub(super) struct Tally {
     prompt_tokens: AtomicI64,
     completion_tokens: AtomicI64,
     parse_failures: AtomicI64,
+    trace: Mutex<Unwritten>,
+}
+
+/// Trace rows numbered by the runner — the only writer of its task's trace — and written in
+/// batches: a model call together with the tool calls it asked for is one store round trip.
+#[derive(Debug, Default)]
+struct Unwritten {
+    last_seq: i64,
+    rows: Vec<Step>,
 }
 
 impl Tally {
@@ -92,11 +102,10 @@ impl Agent {
         opts: RunOptions,
     ) -> Result<Task, super::AgentError> {
         let store = &self.inner.store;
-        if !store.start_task(task_id).await? {
-            return Ok(store.task(task_id).await?);
+        match store.start_task_row(task_id).await? {
+            Some(task) => self.drive(task, opts).await,
+            None => Ok(store.task(task_id).await?),
         }
-        let task = store.task(task_id).await?;
-        self.drive(task, opts).await
     }
 
     /// Run a task a worker already took from the queue (it is `running`).
@@ -157,6 +166,11 @@ impl Agent {
             }),
         };
         lock(&self.inner.running).remove(&task.id);
+        // Rows the loop recorded before it was cut off (a model call whose tools were running).
+        let end = match self.flush(&task, &tally).await {
+            Ok(()) => end,
+            Err(e) => end.and(Err(e)),
+        };
         let out = match end {
             Ok(LoopEnd::Answer(a)) => outcome(TaskState::Succeeded, Some(a), None, None, &tally),
             Ok(LoopEnd::Failed { reason, error }) => {
@@ -175,15 +189,19 @@ impl Agent {
                 &tally,
             ),
         };
-        if let Err(e) = store.finish_task(&task.id, &out).await {
-            // Waiters (API clients, a job's run holding its lock) must not wait forever on a
-            // row that could not be written; the row stays `running` and is marked
-            // `interrupted` at the next start.
-            tracing::error!(task = %task.id, error = %e, "could not record the task's end");
-            self.announce(&task.id, out.state);
-            return Err(e.into());
-        }
-        let done = store.task(&task.id).await?;
+        let done = match store.finish_task_row(&task.id, &out).await {
+            Ok(Some(done)) => done,
+            // Finished already, by someone else (the shutdown marking every running task).
+            Ok(None) => store.task(&task.id).await?,
+            Err(e) => {
+                // Waiters (API clients, a job's run holding its lock) must not wait forever on
+                // a row that could not be written; the row stays `running` and is marked
+                // `interrupted` at the next start.
+                tracing::error!(task = %task.id, error = %e, "could not record the task's end");
+                self.announce(&task.id, out.state);
+                return Err(e.into());
+            }
+        };
         tracing::info!(
             task = %done.id,
             state = %done.state,
@@ -211,7 +229,7 @@ impl Agent {
             depth: opts.depth,
             profile: task.profile.clone(),
         };
-        let mut window = self.prepare_window(task, opts).await?;
+        let mut window = self.prepare_window(task, opts, tally).await?;
         let summariser = self.summariser(task);
         let mut guard = LoopGuard::new(self.inner.settings.agent.max_identical_calls);
         let max_steps = i64::from(self.inner.settings.agent.max_steps);
@@ -227,7 +245,7 @@ impl Agent {
                 return Ok(final_answer(&reply.content));
             }
             let results = match self
-                .tool_round(task, opts, &ctx, step, &reply.tool_calls, &mut guard)
+                .tool_round(task, opts, tally, &ctx, step, &reply.tool_calls, &mut guard)
                 .await?
             {
                 ControlFlow::Continue(results) => results,
@@ -250,6 +268,7 @@ impl Agent {
         &self,
         task: &Task,
         opts: &RunOptions,
+        tally: &Tally,
     ) -> Result<ShortTerm, StoreError> {
         let s = &self.inner.settings;
         let tz: chrono_tz::Tz = s.scheduler.timezone.parse().unwrap_or(chrono_tz::UTC);
@@ -260,7 +279,7 @@ impl Agent {
         let system =
             prompt::system_prompt(&s.agent.system_prompt_extra, opts.agent_prompt.as_deref());
         let facts = match &self.inner.memory {
-            Some(memory) => self.recall(memory, task, opts).await?,
+            Some(memory) => self.recall(memory, task, opts, tally).await,
             None => Vec::new(),
         };
         let goal = prompt::task_message(&now_local, &facts, &task.task);
@@ -279,23 +298,22 @@ impl Agent {
         memory: &crate::memory::LongTerm,
         task: &Task,
         opts: &RunOptions,
-    ) -> Result<Vec<crate::memory::Recalled>, StoreError> {
+        tally: &Tally,
+    ) -> Vec<crate::memory::Recalled> {
         let k = self.inner.settings.memory.recall_top_k as usize;
         match memory.recall(&task.task, k).await {
             Ok(facts) => {
                 if !facts.is_empty() {
                     let text = format!("recalled {} fact(s) from memory", facts.len());
-                    self.record(task, opts, trace::note(0, Some(text), None))
-                        .await?;
+                    self.record(opts, tally, trace::note(0, Some(text), None));
                 }
-                Ok(facts)
+                facts
             }
             Err(e) => {
                 tracing::warn!(task = %task.id, error = %e, "memory recall failed; continuing without");
                 let error = format!("memory recall failed: {e}");
-                self.record(task, opts, trace::note(0, None, Some(error)))
-                    .await?;
-                Ok(Vec::new())
+                self.record(opts, tally, trace::note(0, None, Some(error)));
+                Vec::new()
             }
         }
     }
@@ -340,17 +358,20 @@ impl Agent {
                 tally.add(&reply);
                 // What the gateway changed on its own (a switch to text tool mode) first.
                 for note in &reply.notes {
-                    self.record(task, opts, trace::note(step, Some(note.clone()), None))
-                        .await?;
+                    self.record(opts, tally, trace::note(step, Some(note.clone()), None));
                 }
-                self.record(task, opts, trace::model(step, &task.profile, &reply, ms))
-                    .await?;
+                self.record(opts, tally, trace::model(step, &task.profile, &reply, ms));
+                // A call that asked for tools is written with their rows, after they ran.
+                if reply.tool_calls.is_empty() {
+                    self.flush(task, tally).await?;
+                }
                 Ok(ControlFlow::Continue(reply))
             }
             Err(e) => {
                 let error = e.to_string();
                 let row = trace::model_error(step, &task.profile, error.clone(), ms);
-                self.record(task, opts, row).await?;
+                self.record(opts, tally, row);
+                self.flush(task, tally).await?;
                 Ok(ControlFlow::Break(LoopEnd::Failed {
                     reason: FailReason::Model,
                     error,
@@ -361,10 +382,12 @@ impl Agent {
 
     /// Run the calls of one model turn — concurrently, since the model asked for them together
     /// — record each, and return the results as messages in the calls' order.
+    #[allow(clippy::too_many_arguments)]
     async fn tool_round(
         &self,
         task: &Task,
         opts: &RunOptions,
+        tally: &Tally,
         ctx: &ToolContext,
         step: i64,
         calls: &[ToolCall],
@@ -382,9 +405,10 @@ impl Agent {
         .await;
         let mut results = Vec::with_capacity(outcomes.len());
         for (call, o) in calls.iter().zip(outcomes) {
-            self.record(task, opts, trace::tool(step, call, &o)).await?;
+            self.record(opts, tally, trace::tool(step, call, &o));
             results.push(Message::tool(call.id.clone(), o.content));
         }
+        self.flush(task, tally).await?;
         let stop = verdicts.into_iter().find_map(|v| match v {
             Verdict::Stop { error } => Some(error),
             _ => None,
@@ -398,18 +422,35 @@ impl Agent {
         })
     }
 
-    /// Append a trace row, and show it to the observer (the live timeline of `run`).
-    async fn record(&self, task: &Task, opts: &RunOptions, row: NewStep) -> Result<(), StoreError> {
-        let seq = self.inner.store.add_step(&task.id, &row).await?;
+    /// Number a trace row and show it to the observer (the live timeline of `run`) at once;
+    /// it is stored by the next [`Agent::flush`].
+    fn record(&self, opts: &RunOptions, tally: &Tally, row: NewStep) {
+        let step = {
+            let mut trace = lock(&tally.trace);
+            trace.last_seq += 1;
+            let step = row.into_step(trace.last_seq, now());
+            trace.rows.push(step.clone());
+            step
+        };
+        if let Some(tx) = &opts.observer {
+            // The observer may have gone (a closed terminal); the trace is stored regardless.
+            let _ = tx.send(step);
+        }
+    }
+
+    /// Store the rows recorded since the last flush, in one statement, and announce them to
+    /// followers (the dashboard's live timeline, `tasks watch`).
+    async fn flush(&self, task: &Task, tally: &Tally) -> Result<(), StoreError> {
+        let rows = std::mem::take(&mut lock(&tally.trace).rows);
+        let Some(last) = rows.last().map(|r| r.seq) else {
+            return Ok(());
+        };
+        self.inner.store.add_steps(&task.id, &rows).await?;
         // No receivers is normal (nobody following).
         let _ = self.inner.steps.send(super::StepRecorded {
             task_id: task.id.clone(),
-            seq,
+            seq: last,
         });
-        if let Some(tx) = &opts.observer {
-            // The observer may have gone (a closed terminal); the trace is stored regardless.
-            let _ = tx.send(row.into_step(seq, now()));
-        }
         Ok(())
     }
 }

@@ -167,10 +167,12 @@ impl Store {
         } else {
             (TaskState::Pending, None)
         };
-        sqlx::query(
+        // The row comes back from the insert itself: one round trip, not an insert and a read.
+        let insert = sqlx::query_as(concat!(
             "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ",
+            columns!(tasks)
+        ))
         .bind(&id)
         .bind(state)
         .bind(new.origin)
@@ -179,10 +181,8 @@ impl Store {
         .bind(&new.profile)
         .bind(&new.task)
         .bind(created)
-        .bind(started)
-        .execute(self.pool())
-        .await?;
-        self.task(&id).await
+        .bind(started);
+        Ok(insert.fetch_one(self.pool()).await?)
     }
 
     pub async fn task(&self, id: &str) -> Result<Task> {
@@ -249,22 +249,36 @@ impl Store {
 
     /// pending → running. Returns false when the task was not pending (taken or cancelled).
     pub async fn start_task(&self, id: &str) -> Result<bool> {
-        let start = sqlx::query(
-            "UPDATE tasks SET state = 'running', started_at = ? WHERE id = ? AND state = 'pending'",
-        )
+        Ok(self.start_task_row(id).await?.is_some())
+    }
+
+    /// [`Store::start_task`], returning the started row; `None` when it was not pending.
+    pub async fn start_task_row(&self, id: &str) -> Result<Option<Task>> {
+        let start = sqlx::query_as(concat!(
+            "UPDATE tasks SET state = 'running', started_at = ? WHERE id = ? AND state = 'pending' \
+             RETURNING ",
+            columns!(tasks)
+        ))
         .bind(now())
         .bind(id);
-        self.one_row(start).await
+        self.first(start).await
     }
 
     /// running|pending → a final state. A task already finished keeps its first outcome
     /// (a cancel racing a success must not overwrite it); returns whether this call won.
     pub async fn finish_task(&self, id: &str, outcome: &TaskOutcome) -> Result<bool> {
-        let finish = sqlx::query(
+        Ok(self.finish_task_row(id, outcome).await?.is_some())
+    }
+
+    /// [`Store::finish_task`], returning the finished row when this call won: one round trip
+    /// for the runner, which reports the row it ended.
+    pub async fn finish_task_row(&self, id: &str, outcome: &TaskOutcome) -> Result<Option<Task>> {
+        let finish = sqlx::query_as(concat!(
             "UPDATE tasks SET state = ?, answer = ?, error = ?, reason = ?, parse_failures = ?, \
              prompt_tokens = ?, completion_tokens = ?, finished_at = ? \
-             WHERE id = ? AND state IN ('pending', 'running')",
-        )
+             WHERE id = ? AND state IN ('pending', 'running') RETURNING ",
+            columns!(tasks)
+        ))
         .bind(outcome.state)
         .bind(&outcome.answer)
         .bind(&outcome.error)
@@ -274,7 +288,7 @@ impl Store {
         .bind(outcome.completion_tokens)
         .bind(now())
         .bind(id);
-        self.one_row(finish).await
+        self.first(finish).await
     }
 
     /// pending → cancelled; false when the task is no longer pending (it started somewhere).
@@ -346,6 +360,35 @@ impl Store {
         .fetch_one(self.pool())
         .await?;
         Ok(seq)
+    }
+
+    /// Append trace rows numbered by their writer (the task's runner, the only one writing its
+    /// trace) in one multi-row insert: a model call and the tool calls it asked for cost one
+    /// round trip. A `seq` already taken is a conflict, never an overwrite.
+    pub async fn add_steps(&self, task_id: &str, rows: &[Step]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut insert = sqlx::QueryBuilder::new(
+            "INSERT INTO task_steps (task_id, seq, step, kind, name, request_tokens, result_tokens, \
+             arguments, output, error, duration_ms, created_at) ",
+        );
+        insert.push_values(rows, |mut b, r| {
+            b.push_bind(task_id)
+                .push_bind(r.seq)
+                .push_bind(r.row.step)
+                .push_bind(r.row.kind)
+                .push_bind(&r.row.name)
+                .push_bind(r.row.request_tokens)
+                .push_bind(r.row.result_tokens)
+                .push_bind(&r.row.arguments)
+                .push_bind(&r.row.output)
+                .push_bind(&r.row.error)
+                .push_bind(r.row.duration_ms)
+                .push_bind(r.created_at);
+        });
+        insert.build().execute(self.pool()).await?;
+        Ok(())
     }
 
     pub async fn steps(&self, task_id: &str) -> Result<Vec<Step>> {

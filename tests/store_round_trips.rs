@@ -1,0 +1,100 @@
+//! How many SQL statements a task costs: every statement is a round trip to SQLite's worker
+//! thread (≈ 160 µs on the benchmark machine, BENCHMARKS.md §5). A four-call task — three
+//! steps that each run a tool, then the answer — is created, claimed, traced and finished in
+//! at most seven: one insert per step for the model call and the tool calls it asked for, and
+//! every write returns its row instead of reading it back.
+//!
+//! Counted from sqlx's own statement log (`sqlx::query` events) with a process-wide
+//! subscriber, so this file holds this one test.
+
+mod common;
+
+use hermes_agent::agent::{RunOptions, Submit};
+use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_agent::store::{Origin, TaskState};
+use hermes_agent::tools::{ToolInfo, tool_fn};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::{Layer, filter};
+
+/// Counts the statements sqlx logs, except a new connection's setup (`PRAGMA …`): the pool
+/// opens connections when it likes, and their cost is not a task's.
+struct Statements(Arc<AtomicUsize>);
+
+impl<S: tracing::Subscriber> Layer<S> for Statements {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        let mut setup = Setup(false);
+        event.record(&mut setup);
+        if !setup.0 {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Whether the statement logged is a connection's setup.
+struct Setup(bool);
+
+impl tracing::field::Visit for Setup {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "summary" {
+            self.0 = format!("{value:?}").starts_with("\"PRAGMA");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_four_call_task_takes_at_most_seven_statements() {
+    let count = Arc::new(AtomicUsize::new(0));
+    let only_sqlx = filter::Targets::new().with_target("sqlx::query", tracing::Level::TRACE);
+    let subscriber =
+        tracing_subscriber::registry().with(Statements(count.clone()).with_filter(only_sqlx));
+    tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+
+    // A no-op tool: its own statements (there are none) are not the agent's.
+    let noop = tool_fn(
+        ToolInfo::new(
+            "noop",
+            "Does nothing.",
+            json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+        ),
+        |_: Value, _| async move { Ok(Value::Null) },
+    );
+    let script = || {
+        let mut replies: Vec<Reply> = (0..3)
+            .map(|n| Reply::tool_calls(&[("noop", json!({ "n": n }))]))
+            .collect();
+        replies.push(Reply::text("done"));
+        replies
+    };
+    let model = ScriptedModel::start([script(), script()].concat()).await;
+    let t = common::app(common::settings(&model.base_url()), vec![noop]).await;
+    let run = |text: &'static str| {
+        let agent = t.app.agent.clone();
+        async move {
+            let task = agent
+                .create(Submit::new(text, Origin::Api, None))
+                .await
+                .unwrap();
+            // Run here rather than by a worker: an idle worker's own polling would count too.
+            agent
+                .execute(&task.id, RunOptions::default())
+                .await
+                .unwrap()
+        }
+    };
+    // The first task opens the pool's connection (its pragmas are statements too).
+    let warm = run("warm up").await;
+    assert_eq!(warm.state, TaskState::Succeeded, "{:?}", warm.error);
+
+    let before = count.load(Ordering::Relaxed);
+    let done = run("call noop three times").await;
+    let statements = count.load(Ordering::Relaxed) - before;
+    assert_eq!(done.state, TaskState::Succeeded, "{:?}", done.error);
+    assert_eq!(model.request_count(), 8);
+    assert!(
+        statements <= 7,
+        "a four-call task took {statements} statements"
+    );
+}
