@@ -185,17 +185,48 @@ impl AgentRunner {
     }
 }
 
+/// A job's firing as a task request.
+fn job_task(job: &Job) -> Submit {
+    Submit {
+        job_id: Some(job.id.clone()),
+        ..Submit::new(job.task.clone(), Origin::Job, job.profile.clone())
+    }
+}
+
 impl TaskRunner for AgentRunner {
+    fn create_many<'a>(&'a self, jobs: &'a [Job]) -> BoxFuture<'a, Vec<Result<String, String>>> {
+        Box::pin(async move {
+            let all_failed = |e: String| jobs.iter().map(|_| Err(e.clone())).collect();
+            let agent = match self.agent() {
+                Ok(a) => a,
+                Err(e) => return all_failed(e),
+            };
+            match self.mode {
+                // Claimed tasks are kept one by one for `run`.
+                JobExecution::Direct => {
+                    let mut ids = Vec::with_capacity(jobs.len());
+                    for job in jobs {
+                        ids.push(self.create(job).await);
+                    }
+                    ids
+                }
+                JobExecution::Pool => {
+                    match agent.submit_many(jobs.iter().map(job_task).collect()).await {
+                        Ok(tasks) => tasks
+                            .into_iter()
+                            .map(|t| t.map(|t| t.id).map_err(|e| e.to_string()))
+                            .collect(),
+                        Err(e) => all_failed(e.to_string()),
+                    }
+                }
+            }
+        })
+    }
+
     fn create<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
             let agent = self.agent()?;
-            let submit = Submit {
-                task: job.task.clone(),
-                origin: Origin::Job,
-                profile: job.profile.clone(),
-                parent_id: None,
-                job_id: Some(job.id.clone()),
-            };
+            let submit = job_task(job);
             match self.mode {
                 // Pending: a worker of the pool takes it.
                 JobExecution::Pool => Ok(agent.create(submit).await.map_err(|e| e.to_string())?.id),

@@ -563,6 +563,69 @@ async fn two_firers_racing_for_one_due_time_run_it_once() {
     assert_eq!(other.tick().await.unwrap(), 0);
 }
 
+/// Jobs due at the same moment fire as one burst: each once, on time, with its own task and run
+/// row; one whose previous run still holds the lock is recorded skipped, as alone; and two
+/// firers racing for the burst fire each job once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_jobs_due_at_once_fires_each_once() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    let mut jobs = Vec::new();
+    for i in 0..6 {
+        let job = c
+            .sched
+            .add(req(&format!("digest {i}"), "every 1m"), Origin::Cli)
+            .await
+            .unwrap();
+        jobs.push(job);
+    }
+    assert!(
+        c.store
+            .lock_job(&jobs[0].id, "held-by-a-run")
+            .await
+            .unwrap()
+    );
+    let other_store = Store::open(c.dir.path()).await.unwrap();
+    let other = scheduler_on(&other_store, &c.runner, settings(), clock.clone());
+
+    clock.set("2026-06-01T10:01:00Z");
+    let (a, b) = tokio::join!(c.sched.tick(), other.tick());
+    assert_eq!(a.unwrap() + b.unwrap(), 6, "every due time claimed once");
+    idle(&c.sched).await;
+    idle(&other).await;
+
+    let r = runs(&c.store, &jobs[0].id).await;
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].outcome, RunOutcome::Skipped);
+    assert_eq!(r[0].reason.as_deref(), Some("previous run still running"));
+    for job in &jobs[1..] {
+        let r = runs(&c.store, &job.id).await;
+        assert_eq!(r.len(), 1, "{}: {r:?}", job.id);
+        assert_eq!(r[0].outcome, RunOutcome::Fired);
+        assert_eq!(r[0].scheduled_at, utc("2026-06-01T10:01:00Z"));
+        let tasks = tasks_of(&c.store, &job.id).await;
+        assert_eq!(tasks.len(), 1);
+        assert_eq!(r[0].task_id.as_deref(), Some(tasks[0].id.as_str()));
+        assert_eq!(tasks[0].state, TaskState::Succeeded);
+        let now = c.store.job(&job.id).await.unwrap();
+        assert_eq!(now.next_run_at, Some(utc("2026-06-01T10:02:00Z")));
+        assert_eq!(
+            now.running_task_id, None,
+            "the lock is released after the run"
+        );
+    }
+    assert_eq!(
+        c.store
+            .job(&jobs[0].id)
+            .await
+            .unwrap()
+            .running_task_id
+            .as_deref(),
+        Some("held-by-a-run"),
+        "another run's lock is left alone"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Restart
 

@@ -196,6 +196,32 @@ impl Agent {
         Ok(self.inner.store.create_task(&new).await?)
     }
 
+    /// Store several new pending tasks in one statement (a burst of job firings) and wake the
+    /// workers. The outer error: nothing was stored; inside, each request's task or why it was
+    /// refused, in the order given.
+    pub async fn submit_many(
+        &self,
+        reqs: Vec<Submit>,
+    ) -> Result<Vec<Result<Task, AgentError>>, AgentError> {
+        let checked: Vec<Result<NewTask, AgentError>> =
+            reqs.into_iter().map(|r| self.new_task(r, false)).collect();
+        let valid: Vec<NewTask> = checked
+            .iter()
+            .filter_map(|c| c.as_ref().ok().cloned())
+            .collect();
+        let mut created = self.inner.store.create_tasks(&valid).await?.into_iter();
+        let missing = || StoreError::Corrupt("an inserted task did not come back".into()).into();
+        let out = checked
+            .into_iter()
+            .map(|c| c.and_then(|_| created.next().ok_or_else(missing)))
+            .collect();
+        // One wake-up per task, so every idle worker gets one.
+        for _ in 0..valid.len() {
+            self.inner.queued.notify_one();
+        }
+        Ok(out)
+    }
+
     /// Store a new task already running and owned by the caller, who runs it with
     /// [`Agent::run_claimed`]. Workers never see it, so a daemon sharing the data dir cannot
     /// take a task meant for this process (the CLI's `run`, a sub-agent, a job run in-process).

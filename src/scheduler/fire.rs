@@ -14,7 +14,7 @@ const MISSED_COUNT_CAP: u64 = 100_000;
 
 /// In the running loop, a due time this late is still "on time" however small the grace: the
 /// loop itself may be a moment late (a busy database, a slow wake-up).
-const LOOP_SLACK: Duration = Duration::seconds(60);
+pub(crate) const LOOP_SLACK: Duration = Duration::seconds(60);
 
 /// An answer that asks for no delivery.
 pub(crate) const SILENT: &str = "[SILENT]";
@@ -46,7 +46,7 @@ pub(crate) struct Started {
 }
 
 /// How the start of a firing went.
-enum Begin {
+pub(crate) enum Begin {
     Started(Box<Started>),
     /// Recorded `skipped` (overlap, precheck) or `failed` (precheck error, task not created).
     Ended {
@@ -351,7 +351,7 @@ impl Scheduler {
         })
     }
 
-    async fn record_failed_start(
+    pub(crate) async fn record_failed_start(
         &self,
         job: &Job,
         scheduled_at: DateTime<Utc>,

@@ -40,6 +40,7 @@
 //! may still run — once, as a `catch-up` — and only if it is within `catch_up_grace_s`; all the
 //! others become ONE `missed` row ("daemon was down: N runs between X and Y").
 
+mod burst;
 mod fire;
 mod jobs;
 mod report;
@@ -72,6 +73,17 @@ pub const RESCAN: Duration = Duration::from_secs(30);
 pub trait TaskRunner: Send + Sync {
     /// Create the task row (pending) and return its id without running it.
     fn create<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Result<String, String>>;
+    /// [`TaskRunner::create`] for a burst of jobs due at once, in their order; a runner that
+    /// can store them in one go should.
+    fn create_many<'a>(&'a self, jobs: &'a [Job]) -> BoxFuture<'a, Vec<Result<String, String>>> {
+        Box::pin(async move {
+            let mut ids = Vec::with_capacity(jobs.len());
+            for job in jobs {
+                ids.push(self.create(job).await);
+            }
+            ids
+        })
+    }
     /// Run the created task to a final state and return it.
     fn run<'a>(&'a self, task_id: &'a str) -> BoxFuture<'a, Result<Task, String>>;
     /// Run one tool call without the model (a precheck); Ok(result JSON) or Err(message).
@@ -392,11 +404,32 @@ impl Scheduler {
     /// times this call claimed (a claim lost to another firer is not counted).
     pub async fn tick(&self) -> Result<usize, SchedulerError> {
         let now = self.inner.clock.now();
+        let due: Vec<Job> = self
+            .inner
+            .store
+            .list_jobs()
+            .await?
+            .into_iter()
+            .filter(|job| job.enabled && job.next_run_at.is_some_and(|t| t <= now))
+            .collect();
+        let (burst, mut rest) = self.split_burst(due, now);
         let mut claimed = 0;
-        for job in self.inner.store.list_jobs().await? {
-            if !(job.enabled && job.next_run_at.is_some_and(|t| t <= now)) {
-                continue;
+        if !burst.is_empty() {
+            let ids: Vec<Job> = burst.iter().map(|(job, _)| job.clone()).collect();
+            match self.fire_burst(burst).await {
+                Ok((fired, left)) => {
+                    claimed += fired;
+                    rest.extend(left);
+                }
+                // What the burst did not finish is still due or locked as it was: the one-job
+                // path takes every job of it again.
+                Err(e) => {
+                    tracing::error!(error = %e, jobs = ids.len(), "a burst of firings failed; firing them one by one");
+                    rest.extend(ids);
+                }
             }
+        }
+        for job in rest {
             let id = job.id.clone();
             // One job's failure must not keep the jobs after it from firing.
             match self.handle_due(job, now, false).await {

@@ -245,3 +245,92 @@ impl Store {
         self.one_row(swap).await
     }
 }
+
+/// One job of a burst due at once: its due time moves from `due` to `next`, and its run lock
+/// is taken by `holder` (the firing's placeholder until its task exists).
+#[derive(Debug, Clone)]
+pub struct BurstClaim {
+    pub job_id: String,
+    pub due: DateTime<Utc>,
+    pub next: Option<DateTime<Utc>>,
+    pub holder: String,
+}
+
+/// A burst's statements carry this many jobs at most (4 bound values each, well under SQLite's
+/// 32,766-variable limit).
+const BURST_CHUNK: usize = 500;
+
+/// Many jobs due at the same moment: claimed, locked and recorded in a few statements for the
+/// whole burst, where one job at a time costs five round trips each and the last of 1,000 fires
+/// seconds late. Each statement is all-or-nothing per job, exactly as the one-job statements.
+impl Store {
+    /// Claim each job's due time and take its run lock in one statement per chunk; the ids of
+    /// the jobs claimed. A job whose due time moved on (claimed elsewhere) or whose previous
+    /// run still holds the lock is left untouched, for the one-job path to handle.
+    pub async fn claim_burst(&self, claims: &[BurstClaim]) -> Result<Vec<String>> {
+        let mut claimed = Vec::with_capacity(claims.len());
+        for chunk in claims.chunks(BURST_CHUNK) {
+            let mut update = sqlx::QueryBuilder::new(
+                "UPDATE jobs SET next_run_at = v.column3, running_task_id = v.column4 FROM (",
+            );
+            update.push_values(chunk, |mut b, c| {
+                b.push_bind(&c.job_id)
+                    .push_bind(c.due)
+                    .push_bind(c.next)
+                    .push_bind(&c.holder);
+            });
+            update.push(
+                ") AS v WHERE jobs.id = v.column1 AND jobs.next_run_at = v.column2 \
+                 AND jobs.running_task_id IS NULL RETURNING jobs.id",
+            );
+            let _turn = self.write_turn().await;
+            let ids: Vec<String> = update.build_query_scalar().fetch_all(self.pool()).await?;
+            claimed.extend(ids);
+        }
+        Ok(claimed)
+    }
+
+    /// Hand each firing's run lock from its placeholder to its task, and record each run
+    /// `fired`; `(job id, run id)` of the runs recorded. A lock no longer held by its
+    /// placeholder (a restore in another process cleared it) is taken if free, as
+    /// [`Store::swap_job_lock`]'s callers do.
+    pub async fn start_burst(
+        &self,
+        started: &[(BurstClaim, String)],
+    ) -> Result<Vec<(String, i64)>> {
+        let mut runs = Vec::with_capacity(started.len());
+        for chunk in started.chunks(BURST_CHUNK) {
+            let mut swap =
+                sqlx::QueryBuilder::new("UPDATE jobs SET running_task_id = v.column3 FROM (");
+            swap.push_values(chunk, |mut b, (c, task_id)| {
+                b.push_bind(&c.job_id)
+                    .push_bind(&c.holder)
+                    .push_bind(task_id);
+            });
+            swap.push(
+                ") AS v WHERE jobs.id = v.column1 \
+                 AND (jobs.running_task_id = v.column2 OR jobs.running_task_id IS NULL)",
+            );
+            let mut insert = sqlx::QueryBuilder::new(
+                "INSERT INTO job_runs (job_id, scheduled_at, fired_at, outcome, task_id, reason) ",
+            );
+            let fired_at = now();
+            insert.push_values(chunk, |mut b, (c, task_id)| {
+                b.push_bind(&c.job_id)
+                    .push_bind(c.due)
+                    .push_bind(fired_at)
+                    .push_bind(RunOutcome::Fired)
+                    .push_bind(task_id)
+                    .push_bind(None::<String>);
+            });
+            insert.push(" RETURNING job_id, id");
+            let _turn = self.write_turn().await;
+            let mut tx = self.pool().begin().await?;
+            swap.build().execute(&mut *tx).await?;
+            let rows: Vec<(String, i64)> = insert.build_query_as().fetch_all(&mut *tx).await?;
+            tx.commit().await?;
+            runs.extend(rows);
+        }
+        Ok(runs)
+    }
+}

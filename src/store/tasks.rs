@@ -182,7 +182,46 @@ impl Store {
         .bind(&new.task)
         .bind(created)
         .bind(started);
+        let _turn = self.write_turn().await;
         Ok(insert.fetch_one(self.pool()).await?)
+    }
+
+    /// Several new tasks in one statement (a burst of job firings); the rows as stored, in the
+    /// order given.
+    pub async fn create_tasks(&self, new: &[NewTask]) -> Result<Vec<Task>> {
+        let mut created = Vec::with_capacity(new.len());
+        // 9 bound values a row, well under SQLite's 32,766-variable limit.
+        for chunk in new.chunks(500) {
+            let at = now();
+            let mut insert = sqlx::QueryBuilder::new(
+                "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at) ",
+            );
+            let ids: Vec<String> = chunk.iter().map(|_| new_id()).collect();
+            insert.push_values(chunk.iter().zip(&ids), |mut b, (n, id)| {
+                let (state, started) = if n.claimed {
+                    (TaskState::Running, Some(at))
+                } else {
+                    (TaskState::Pending, None)
+                };
+                b.push_bind(id)
+                    .push_bind(state)
+                    .push_bind(n.origin)
+                    .push_bind(&n.parent_id)
+                    .push_bind(&n.job_id)
+                    .push_bind(&n.profile)
+                    .push_bind(&n.task)
+                    .push_bind(at)
+                    .push_bind(started);
+            });
+            insert.push(concat!(" RETURNING ", columns!(tasks)));
+            let _turn = self.write_turn().await;
+            let mut rows: Vec<Task> = insert.build_query_as().fetch_all(self.pool()).await?;
+            drop(_turn);
+            // RETURNING promises no order: put the rows back in the caller's.
+            rows.sort_by_key(|t| ids.iter().position(|id| *id == t.id));
+            created.extend(rows);
+        }
+        Ok(created)
     }
 
     pub async fn task(&self, id: &str) -> Result<Task> {
@@ -244,7 +283,7 @@ impl Store {
              AND state = 'pending' RETURNING ",
             columns!(tasks)
         );
-        self.first(sqlx::query_as(sql).bind(now())).await
+        self.written(sqlx::query_as(sql).bind(now())).await
     }
 
     /// pending → running. Returns false when the task was not pending (taken or cancelled).
@@ -261,7 +300,7 @@ impl Store {
         ))
         .bind(now())
         .bind(id);
-        self.first(start).await
+        self.written(start).await
     }
 
     /// running|pending → a final state. A task already finished keeps its first outcome
@@ -288,7 +327,7 @@ impl Store {
         .bind(outcome.completion_tokens)
         .bind(now())
         .bind(id);
-        self.first(finish).await
+        self.written(finish).await
     }
 
     /// pending → cancelled; false when the task is no longer pending (it started somewhere).
@@ -387,6 +426,7 @@ impl Store {
                 .push_bind(r.row.duration_ms)
                 .push_bind(r.created_at);
         });
+        let _turn = self.write_turn().await;
         insert.build().execute(self.pool()).await?;
         Ok(())
     }

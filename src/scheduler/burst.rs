@@ -1,0 +1,134 @@
+//! Many jobs due at the same moment (a thousand digests at 08:00): claimed, locked, given
+//! their tasks and recorded `fired` in a handful of statements for the whole burst, where the
+//! one-job path (`fire.rs`) costs five round trips a job and the last of 1,000 fired seconds
+//! late. Only the plain case takes this path — on time, nothing missed, no precheck; every
+//! other job, and any job the burst could not claim, goes the one-job way.
+//!
+//! Owns: choosing the burst and its few statements. Must not: decide anything the one-job
+//! path decides differently (the run row, the log line and the run itself are the same).
+
+use super::Scheduler;
+use super::fire::{LOOP_SLACK, Started};
+use super::schedule::{Schedule, parse_timezone};
+use crate::store::{BurstClaim, Job, StoreError, new_id};
+use chrono::{DateTime, Utc};
+
+/// Fewer due jobs than this go the one-job way: a burst is for when it pays.
+pub(crate) const BURST_MIN: usize = 2;
+
+impl Scheduler {
+    /// The due jobs that can fire as one burst, with their claims; the rest are returned for
+    /// the one-job path.
+    pub(crate) fn split_burst(
+        &self,
+        due: Vec<Job>,
+        now: DateTime<Utc>,
+    ) -> (Vec<(Job, BurstClaim)>, Vec<Job>) {
+        let mut burst = Vec::new();
+        let mut rest = Vec::new();
+        for job in due {
+            match plain_claim(&job, now) {
+                Some(claim) => burst.push((job, claim)),
+                None => rest.push(job),
+            }
+        }
+        if burst.len() < BURST_MIN {
+            rest.extend(burst.drain(..).map(|(job, _)| job));
+        }
+        (burst, rest)
+    }
+
+    /// Fire a burst: how many jobs it claimed, and the jobs it did not claim (their previous
+    /// run still holds the lock, or another firer moved them on), for the one-job path to
+    /// handle as it always does.
+    pub(crate) async fn fire_burst(
+        &self,
+        burst: Vec<(Job, BurstClaim)>,
+    ) -> Result<(usize, Vec<Job>), StoreError> {
+        let store = &self.inner.store;
+        let claims: Vec<BurstClaim> = burst.iter().map(|(_, c)| c.clone()).collect();
+        let claimed: std::collections::HashSet<String> =
+            store.claim_burst(&claims).await?.into_iter().collect();
+        let (claimed, left): (Vec<_>, Vec<_>) = burst
+            .into_iter()
+            .partition(|(job, _)| claimed.contains(&job.id));
+        let left = left.into_iter().map(|(job, _)| job).collect();
+
+        let count = claimed.len();
+        let jobs: Vec<Job> = claimed.iter().map(|(job, _)| job.clone()).collect();
+        let task_ids = self.inner.runner.create_many(&jobs).await;
+        let mut started = Vec::with_capacity(claimed.len());
+        for ((job, claim), task_id) in claimed.into_iter().zip(task_ids) {
+            match task_id {
+                Ok(task_id) => started.push((job, claim, task_id)),
+                Err(message) => {
+                    store.release_job_lock(&job.id, &claim.holder).await?;
+                    let reason = format!("could not create the task: {message}");
+                    self.record_failed_start(&job, claim.due, reason).await?;
+                }
+            }
+        }
+        let pairs: Vec<(BurstClaim, String)> = started
+            .iter()
+            .map(|(_, claim, task_id)| (claim.clone(), task_id.clone()))
+            .collect();
+        let runs: std::collections::HashMap<String, i64> = match store.start_burst(&pairs).await {
+            Ok(runs) => runs.into_iter().collect(),
+            Err(e) => {
+                // The tasks exist; without run rows nothing would record their end, so free
+                // the jobs rather than leave them locked until a restart.
+                for (job, claim, task_id) in &started {
+                    let _ = store.release_job_lock(&job.id, &claim.holder).await;
+                    let _ = store.release_job_lock(&job.id, task_id).await;
+                }
+                return Err(e);
+            }
+        };
+        for (job, claim, task_id) in started {
+            let Some(&run_id) = runs.get(&job.id) else {
+                tracing::error!(job = %job.id, task = %task_id, "the burst recorded no run for this job");
+                continue;
+            };
+            tracing::info!(job = %job.id, outcome = "fired", task = %task_id, run = run_id,
+                reason = "schedule", "job firing");
+            let me = self.clone();
+            let started = Started {
+                job,
+                run_id,
+                task_id,
+                scheduled_at: claim.due,
+            };
+            self.spawn(async move { me.finish(started).await });
+        }
+        Ok((count, left))
+    }
+}
+
+/// The claim of a job that fires on time with nothing missed and no precheck; `None` for any
+/// other job.
+fn plain_claim(job: &Job, now: DateTime<Utc>) -> Option<BurstClaim> {
+    if job.precheck.is_some() || !job.enabled {
+        return None;
+    }
+    let due = job.next_run_at?;
+    if now - due > LOOP_SLACK {
+        return None;
+    }
+    let tz = parse_timezone(&job.timezone).ok()?;
+    let schedule = Schedule::parse(&job.schedule, tz, due).ok()?;
+    let (count, last) = schedule.due_times(tz, due, now, 2);
+    if count != 1 || last != due {
+        return None;
+    }
+    let next = if schedule.is_one_shot() {
+        None
+    } else {
+        schedule.next_after(tz, now)
+    };
+    Some(BurstClaim {
+        job_id: job.id.clone(),
+        due,
+        next,
+        holder: format!("firing:{}", new_id()),
+    })
+}
