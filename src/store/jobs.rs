@@ -283,7 +283,6 @@ impl Store {
                 ") AS v WHERE jobs.id = v.column1 AND jobs.next_run_at = v.column2 \
                  AND jobs.running_task_id IS NULL RETURNING jobs.id",
             );
-            let _turn = self.write_turn().await;
             let ids: Vec<String> = update.build_query_scalar().fetch_all(self.pool()).await?;
             claimed.extend(ids);
         }
@@ -324,7 +323,6 @@ impl Store {
                     .push_bind(None::<String>);
             });
             insert.push(" RETURNING job_id, id");
-            let _turn = self.write_turn().await;
             let mut tx = self.pool().begin().await?;
             swap.build().execute(&mut *tx).await?;
             let rows: Vec<(String, i64)> = insert.build_query_as().fetch_all(&mut *tx).await?;

@@ -203,12 +203,6 @@ pub struct Store {
     path: Arc<PathBuf>,
     /// The last storage fault someone noticed, and when: `/healthz` reports it for a while.
     fault: Arc<Mutex<Option<(StorageFault, Instant)>>>,
-    /// This process's writers take turns here. SQLite lets one write at a time; a writer that
-    /// finds the file locked sleeps in SQLite's busy handler (1, 2, 5, 10 … ms steps) however
-    /// soon the lock frees, which under load costs far more than the write. Queued here, the
-    /// next writer starts the moment the last one ends. (Another process — a CLI `run` beside
-    /// the daemon — still meets the busy handler, as before.)
-    writer: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Store {
@@ -277,7 +271,6 @@ impl Store {
             pool,
             path: Arc::new(path.to_path_buf()),
             fault: Arc::default(),
-            writer: Arc::default(),
         }
     }
 
@@ -373,21 +366,9 @@ trait WithJson: Record {
 }
 
 impl Store {
-    /// Wait for this process's turn to write (see `writer`); hold the guard across the write.
-    pub(crate) async fn write_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        self.writer.lock().await
-    }
-
     /// Run a write; how many rows it changed.
     async fn rows(&self, statement: Statement<'_>) -> Result<u64> {
-        let _turn = self.write_turn().await;
         Ok(statement.execute(self.pool()).await?.rows_affected())
-    }
-
-    /// A write that returns its row (`… RETURNING`), or `None` when it matched none.
-    async fn written<T: Record>(&self, write: Select<'_, T>) -> Result<Option<T>> {
-        let _turn = self.write_turn().await;
-        Ok(write.fetch_optional(self.pool()).await?)
     }
 
     /// Run a write whose row count does not matter.

@@ -182,7 +182,6 @@ impl Store {
         .bind(&new.task)
         .bind(created)
         .bind(started);
-        let _turn = self.write_turn().await;
         Ok(insert.fetch_one(self.pool()).await?)
     }
 
@@ -214,9 +213,7 @@ impl Store {
                     .push_bind(started);
             });
             insert.push(concat!(" RETURNING ", columns!(tasks)));
-            let _turn = self.write_turn().await;
             let mut rows: Vec<Task> = insert.build_query_as().fetch_all(self.pool()).await?;
-            drop(_turn);
             // RETURNING promises no order: put the rows back in the caller's.
             rows.sort_by_key(|t| ids.iter().position(|id| *id == t.id));
             created.extend(rows);
@@ -283,7 +280,7 @@ impl Store {
              AND state = 'pending' RETURNING ",
             columns!(tasks)
         );
-        self.written(sqlx::query_as(sql).bind(now())).await
+        self.first(sqlx::query_as(sql).bind(now())).await
     }
 
     /// pending → running. Returns false when the task was not pending (taken or cancelled).
@@ -300,7 +297,7 @@ impl Store {
         ))
         .bind(now())
         .bind(id);
-        self.written(start).await
+        self.first(start).await
     }
 
     /// running|pending → a final state. A task already finished keeps its first outcome
@@ -327,7 +324,7 @@ impl Store {
         .bind(outcome.completion_tokens)
         .bind(now())
         .bind(id);
-        self.written(finish).await
+        self.first(finish).await
     }
 
     /// pending → cancelled; false when the task is no longer pending (it started somewhere).
@@ -426,7 +423,6 @@ impl Store {
                 .push_bind(r.row.duration_ms)
                 .push_bind(r.created_at);
         });
-        let _turn = self.write_turn().await;
         insert.build().execute(self.pool()).await?;
         Ok(())
     }
