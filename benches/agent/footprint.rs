@@ -133,15 +133,7 @@ pub async fn run(quick: bool) -> Result<()> {
     );
     if quick {
         d.stop().await?;
-        let p = |v: &[f64]| {
-            format!(
-                "median {:.0} ms (min {:.0}, max {:.0}; {STARTS} starts)",
-                percentile(v, 50.0),
-                percentile(v, 0.0),
-                percentile(v, 100.0)
-            )
-        };
-        figure("start-up to /healthz ready, empty data dir", p(&empty));
+        figure("start-up to /healthz ready, empty data dir", starts(&empty));
         model.stop().await;
         return Ok(());
     }
@@ -281,16 +273,11 @@ pub async fn run(quick: bool) -> Result<()> {
         full_rss = d.rss()?;
         d.stop().await?;
     }
-    let p = |v: &[f64]| {
-        format!(
-            "median {:.0} ms (min {:.0}, max {:.0}; {STARTS} starts)",
-            percentile(v, 50.0),
-            percentile(v, 0.0),
-            percentile(v, 100.0)
-        )
-    };
-    figure("start-up to /healthz ready, empty data dir", p(&empty));
-    figure("start-up to /healthz ready, 100k-task data dir", p(&full));
+    figure("start-up to /healthz ready, empty data dir", starts(&empty));
+    figure(
+        "start-up to /healthz ready, 100k-task data dir",
+        starts(&full),
+    );
     figure(
         "  RSS when ready on the 100k-task data dir",
         format!("{} MiB", mib(full_rss)),
@@ -390,6 +377,16 @@ async fn pool_cost() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Start-up times in ms: the median and the range.
+fn starts(v: &[f64]) -> String {
+    format!(
+        "median {:.0} ms (min {:.0}, max {:.0}; {STARTS} starts)",
+        percentile(v, 50.0),
+        percentile(v, 0.0),
+        percentile(v, 100.0)
+    )
 }
 
 /// Runs `hermes-agent run` once; returns its peak RSS in KiB and its wall time.
