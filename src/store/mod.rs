@@ -176,7 +176,7 @@ fn storage_fault(e: &sqlx::Error) -> Option<StorageFault> {
 #[derive(Debug, Clone, Copy)]
 pub struct StoreOptions {
     /// Connections in the pool. Readers run in parallel in WAL mode; writers queue in SQLite's
-    /// busy handler. Each connection keeps its own page cache.
+    /// busy handler. Each connection has its own worker thread and page cache (up to 2 MiB).
     pub max_connections: u32,
     /// A hard cap on the database's size, in pages (`PRAGMA max_page_count`); past it writes
     /// fail as on a full disk. `None`: no cap.
@@ -188,7 +188,9 @@ pub struct StoreOptions {
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
-            max_connections: 8,
+            // SQLite writes one at a time and the store's statements are short: 4 connections
+            // write as fast as 8 (BENCHMARKS.md §3) with half the threads and page caches.
+            max_connections: 4,
             max_pages: None,
             read_only: false,
         }
