@@ -777,7 +777,11 @@ async fn sigterm_finishes_what_fits_in_the_grace_and_records_the_rest() {
         .json(&json!({"task": "too late"}))
         .send()
         .await;
-    assert!(refused.is_err(), "accepted during shutdown: {refused:?}");
+    // Refused at the door (the listener closed) or by the API (a kept-alive connection).
+    match refused {
+        Err(_) => {}
+        Ok(r) => assert_eq!(r.status(), 503, "accepted during shutdown"),
+    }
     let status = d.exited(PATIENCE).await;
     let took = signalled.elapsed();
     assert_eq!(status.code(), Some(0), "{}", d.log());

@@ -45,6 +45,8 @@ pub enum AgentError {
         "task '{0}' is running in another process (e.g. a `hermes-agent run`); stop it there (Ctrl-C)"
     )]
     RunningElsewhere(String),
+    #[error("the daemon is shutting down and takes no new tasks; submit it again once it is back")]
+    ShuttingDown,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -147,6 +149,9 @@ struct Inner {
     steps: broadcast::Sender<StepRecorded>,
     /// Wakes an idle worker when a task is queued.
     queued: Notify,
+    /// Set when the daemon begins to shut down: no new task is queued from then on (one
+    /// would only wait, pending, for the next start).
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl Agent {
@@ -170,6 +175,7 @@ impl Agent {
                 finished,
                 steps,
                 queued: Notify::new(),
+                closed: Default::default(),
             }),
         }
     }
@@ -272,9 +278,19 @@ impl Agent {
 
     /// Store a task and wake a worker of the pool to run it.
     pub async fn submit(&self, req: Submit) -> Result<Task, AgentError> {
+        if self.inner.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(AgentError::ShuttingDown);
+        }
         let task = self.create(req).await?;
         self.inner.queued.notify_one();
         Ok(task)
+    }
+
+    /// Take no new tasks through [`Agent::submit`] from now on (the daemon is shutting down).
+    pub fn close_intake(&self) {
+        self.inner
+            .closed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Wake an idle worker (a task was created some other way, e.g. by a job firing).

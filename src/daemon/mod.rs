@@ -101,30 +101,39 @@ pub async fn serve(config: Config) -> Result<(), DaemonError> {
         .map_err(|source| DaemonError::Bind { addr, source })?;
     // Held until this function returns, i.e. for the daemon's whole life.
     let _lock = lock_data_dir(&config.data_dir)?;
+    let stop = shutdown_signal();
     let app = App::build(config, JobExecution::Pool).await?;
-    run(app, listener, shutdown_signal()).await
+    run(app, listener, stop).await
 }
 
-/// SIGTERM (systemd) or SIGINT (Ctrl-C).
-pub async fn shutdown_signal() {
+/// SIGTERM (systemd) or SIGINT (Ctrl-C). The handlers are installed by this call, not when the
+/// future is first polled: a SIGTERM that comes while the daemon starts — even right after
+/// `/healthz` first answers — stops it with the grace period, instead of killing it.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
+        let term = signal(SignalKind::terminate());
+        let int = signal(SignalKind::interrupt());
+        async move {
+            match (term, int) {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
                 }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the daemon");
-                let _ = tokio::signal::ctrl_c().await;
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::warn!(error = %e, "cannot listen for SIGTERM and SIGINT; trying Ctrl-C alone");
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

@@ -66,6 +66,8 @@ pub async fn run(
     );
 
     shutdown.await;
+    // A request already on a kept-alive connection may still reach a handler: it is refused.
+    app.agent.close_intake();
     // Stop accepting first: a task submitted now would only wait as `pending` until the next
     // start. Requests already in flight (a `wait` on a running task) are still answered.
     api.stop.cancel();

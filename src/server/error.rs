@@ -95,6 +95,7 @@ impl From<crate::agent::AgentError> for ApiError {
             AgentError::AlreadyFinished { .. } | AgentError::RunningElsewhere(_) => {
                 ApiError::conflict(e.to_string())
             }
+            AgentError::ShuttingDown => ApiError::unavailable(e.to_string()),
             AgentError::Store(s) => s.into(),
         }
     }
