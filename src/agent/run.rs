@@ -45,6 +45,28 @@ impl Tally {
     }
 }
 
+/// How the loop's end is stored: a cancelled task ends in its own state, a store failure as a
+/// failure of the task.
+fn final_outcome(end: Result<LoopEnd, StoreError>, tally: &Tally) -> TaskOutcome {
+    match end {
+        Ok(LoopEnd::Answer(a)) => outcome(TaskState::Succeeded, Some(a), None, None, tally),
+        Ok(LoopEnd::Failed { reason, error }) => {
+            let state = match reason {
+                FailReason::Cancelled => TaskState::Cancelled,
+                _ => TaskState::Failed,
+            };
+            outcome(state, None, Some(error), Some(reason), tally)
+        }
+        Err(e) => outcome(
+            TaskState::Failed,
+            None,
+            Some(format!("could not record the task's progress: {e}")),
+            Some(FailReason::Store),
+            tally,
+        ),
+    }
+}
+
 pub(super) fn outcome(
     state: TaskState,
     answer: Option<String>,
@@ -171,24 +193,7 @@ impl Agent {
             Ok(()) => end,
             Err(e) => end.and(Err(e)),
         };
-        let out = match end {
-            Ok(LoopEnd::Answer(a)) => outcome(TaskState::Succeeded, Some(a), None, None, &tally),
-            Ok(LoopEnd::Failed { reason, error }) => {
-                // A cancelled task is not a failed one: it ends in its own state.
-                let state = match reason {
-                    FailReason::Cancelled => TaskState::Cancelled,
-                    _ => TaskState::Failed,
-                };
-                outcome(state, None, Some(error), Some(reason), &tally)
-            }
-            Err(e) => outcome(
-                TaskState::Failed,
-                None,
-                Some(format!("could not record the task's progress: {e}")),
-                Some(FailReason::Store),
-                &tally,
-            ),
-        };
+        let out = final_outcome(end, &tally);
         let done = match store.finish_task_row(&task.id, &out).await {
             Ok(Some(done)) => done,
             // Finished already, by someone else (the shutdown marking every running task).

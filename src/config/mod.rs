@@ -8,8 +8,10 @@
 
 mod locate;
 mod settings;
+mod validate;
 
 pub use settings::*;
+pub use validate::Violation;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,155 @@
+use super::*;
+
+async fn memory() -> (tempfile::TempDir, LongTerm) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Store::open_in_memory().await.expect("store");
+    let memory = LongTerm::open(dir.path(), store).await.expect("open");
+    (dir, memory)
+}
+
+#[tokio::test]
+async fn empty_and_overlong_facts_are_refused() {
+    let (_dir, memory) = memory().await;
+    assert!(matches!(
+        memory.remember("  \n", &[], "test").await,
+        Err(MemoryError::EmptyFact)
+    ));
+    let long = "字".repeat(MAX_FACT_CHARS + 1);
+    assert!(matches!(
+        memory.remember(&long, &[], "test").await,
+        Err(MemoryError::FactTooLong(n)) if n == MAX_FACT_CHARS + 1
+    ));
+    assert_eq!(memory.inner.store.fact_count().await.expect("count"), 0);
+}
+
+#[tokio::test]
+async fn query_syntax_is_just_text() {
+    let (_dir, memory) = memory().await;
+    memory
+        .remember("The API key lives in the vault", &[], "test")
+        .await
+        .expect("remember");
+    for query in ["\"api", "key:", "(vault", "AND OR NOT", "*", "a:b:c \" ]"] {
+        memory.recall(query, 5).await.expect(query);
+    }
+    let found = memory.recall("key: \"vault", 5).await.expect("recall");
+    assert_eq!(found.len(), 1);
+}
+
+#[tokio::test]
+async fn empty_query_or_zero_k_finds_nothing() {
+    let (_dir, memory) = memory().await;
+    memory.remember("tea", &[], "test").await.expect("remember");
+    assert!(memory.recall("", 5).await.expect("recall").is_empty());
+    assert!(memory.recall(" ，。!", 5).await.expect("recall").is_empty());
+    assert!(memory.recall("tea", 0).await.expect("recall").is_empty());
+}
+
+#[tokio::test]
+async fn tags_are_searchable() {
+    let (_dir, memory) = memory().await;
+    memory
+        .remember(
+            "Prefers aisle seats",
+            &["travel".into(), "航班".into()],
+            "test",
+        )
+        .await
+        .expect("remember");
+    assert_eq!(memory.recall("travel", 5).await.expect("recall").len(), 1);
+    assert_eq!(memory.recall("航班", 5).await.expect("recall").len(), 1);
+}
+
+#[tokio::test]
+async fn a_second_open_of_the_same_index_is_refused_not_wiped() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Store::open_in_memory().await.expect("store");
+    let first = LongTerm::open(dir.path(), store.clone())
+        .await
+        .expect("open");
+    first.remember("kept", &[], "test").await.expect("remember");
+    let second = LongTerm::open(dir.path(), store).await;
+    assert!(matches!(second, Err(MemoryError::Locked { .. })));
+    assert_eq!(first.recall("kept", 5).await.expect("recall").len(), 1);
+}
+
+/// Set in the child process [`a_second_process_is_refused_the_index`] starts: the data dir
+/// whose index the child holds until its stdin closes.
+const HOLD_INDEX_ENV: &str = "HERMES_TEST_HOLD_INDEX";
+/// What the child prints once it holds the index.
+const HOLDING: &str = "holding the memory index";
+
+/// Between writes no tantivy writer (nor its lock file) exists, so only the process lock
+/// keeps a second `hermes-agent` out. The test binary runs itself again as that process.
+#[tokio::test]
+async fn a_second_process_is_refused_the_index() {
+    if let Some(dir) = std::env::var_os(HOLD_INDEX_ENV) {
+        let store = Store::open(Path::new(&dir)).await.expect("store");
+        let memory = LongTerm::open(Path::new(&dir), store).await.expect("open");
+        memory
+            .remember("held by the first process", &[], "test")
+            .await
+            .expect("remember");
+        println!("{HOLDING}");
+        // Held until the parent closes our stdin (or dies): the parent decides, no timer.
+        tokio::task::spawn_blocking(|| {
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new())
+        })
+        .await
+        .expect("stdin reader")
+        .expect("read stdin");
+        return;
+    }
+    use tokio::io::AsyncBufReadExt;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut child = tokio::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "memory::longterm::tests::a_second_process_is_refused_the_index",
+            "--nocapture",
+        ])
+        .env(HOLD_INDEX_ENV, dir.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the holding process");
+    let stdout = child.stdout.take().expect("child stdout");
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    // A bound, not a wait: the child signals as soon as it holds the index.
+    let held = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.expect("child output") {
+            if line.contains(HOLDING) {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .expect("the child to open the index within a minute");
+    assert!(held, "the child exited without holding the index");
+
+    let store = Store::open(dir.path()).await.expect("store");
+    let second = LongTerm::open(dir.path(), store.clone()).await;
+    assert!(
+        matches!(second, Err(MemoryError::Locked { .. })),
+        "a second process opened a held index: {:?}",
+        second.err()
+    );
+
+    drop(child.stdin.take());
+    let status = child.wait().await.expect("child exit");
+    assert!(status.success(), "the holding process failed: {status}");
+    // The lock went with the process, and the index was left whole, not wiped.
+    let memory = LongTerm::open(dir.path(), store)
+        .await
+        .expect("open once the first process is gone");
+    assert_eq!(
+        memory
+            .recall("first process", 5)
+            .await
+            .expect("recall")
+            .len(),
+        1
+    );
+}
