@@ -14,17 +14,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::error::{body_detail, connect_hint, redact, status_hint};
+use super::error::{body_detail, redact};
+#[cfg(test)]
+use super::failure::RETRY_AFTER_CEILING;
+use super::failure::{ERROR_BODY_CHARS, Failure, parse_retry_after};
 use super::wire;
 use super::{LlmError, Message, ModelReply, ToolCall, ToolSpec, Usage, estimate_tokens, parse};
 use crate::config::{ModelSettings, Profile, ToolMode};
 use crate::util::lock;
 use crate::util::{Backoff, RetryPolicy};
 
-/// A `Retry-After` is read up to this; anything longer is as good as "not today".
-const RETRY_AFTER_CEILING: Duration = Duration::from_secs(24 * 3600);
-/// How much of an error body is quoted in an error message.
-const ERROR_BODY_CHARS: usize = 400;
 /// Cap for the TCP connect phase, separate from the profile's whole-request timeout so that an
 /// unreachable remote host fails fast even when a slow local model is given minutes.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -502,119 +501,6 @@ fn estimate_completion(content: &str, calls: &[ToolCall]) -> u32 {
 /// `{base_url}/chat/completions`, whether or not the configured URL ends in a slash.
 pub(crate) fn chat_url(base_url: &str) -> String {
     format!("{}/chat/completions", base_url.trim().trim_end_matches('/'))
-}
-
-/// `Retry-After` as delta-seconds or an HTTP date (at most a day).
-pub(crate) fn parse_retry_after(value: &str) -> Option<Duration> {
-    let value = value.trim();
-    let wait = if let Ok(secs) = value.parse::<u64>() {
-        Duration::from_secs(secs)
-    } else {
-        let when = chrono::DateTime::parse_from_rfc2822(value).ok()?;
-        let delta = when.with_timezone(&chrono::Utc) - chrono::Utc::now();
-        delta.to_std().unwrap_or(Duration::ZERO)
-    };
-    Some(wait.min(RETRY_AFTER_CEILING))
-}
-
-/// One attempt's failure, before it is worded for the user.
-enum Failure {
-    Connect(String),
-    Timeout,
-    Status {
-        status: u16,
-        body: String,
-        retry_after: Option<Duration>,
-    },
-    BadResponse(String),
-    /// The body passed `model.max_response_bytes` (the cap).
-    TooLarge(u64),
-}
-
-impl Failure {
-    fn from_reqwest(e: reqwest::Error) -> Failure {
-        if e.is_timeout() {
-            return Failure::Timeout;
-        }
-        Failure::Connect(root_cause(&e, e.is_connect()))
-    }
-
-    fn retry_after(&self) -> Option<Duration> {
-        match self {
-            Failure::Status { retry_after, .. } => *retry_after,
-            _ => None,
-        }
-    }
-
-    fn label(&self) -> String {
-        match self {
-            Failure::Connect(_) => "connect-error".into(),
-            Failure::Timeout => "timeout".into(),
-            Failure::Status { status, .. } => status.to_string(),
-            Failure::BadResponse(_) => "bad-response".into(),
-            Failure::TooLarge(_) => "too-large".into(),
-        }
-    }
-
-    fn into_error(self, profile_name: &str, profile: &Profile, attempts: u32) -> LlmError {
-        let key = &profile.api_key;
-        match self {
-            Failure::Connect(reason) => LlmError::Connect {
-                profile: profile_name.to_string(),
-                base_url: profile.base_url.clone(),
-                reason: redact(&reason, key),
-                attempts,
-                hint: connect_hint(profile_name, &profile.base_url),
-            },
-            Failure::Timeout => LlmError::Timeout {
-                profile: profile_name.to_string(),
-                base_url: profile.base_url.clone(),
-                timeout_s: profile.timeout_s.max(1),
-                attempts,
-            },
-            Failure::Status { status, body, .. } => LlmError::Status {
-                status,
-                profile: profile_name.to_string(),
-                base_url: profile.base_url.clone(),
-                model: profile.model.clone(),
-                detail: redact(&body_detail(&body, ERROR_BODY_CHARS), key),
-                attempts,
-                hint: status_hint(status, profile_name, &profile.model),
-            },
-            Failure::BadResponse(reason) => LlmError::BadResponse {
-                profile: profile_name.to_string(),
-                base_url: profile.base_url.clone(),
-                reason: redact(&reason, key),
-            },
-            Failure::TooLarge(cap) => LlmError::TooLarge {
-                profile: profile_name.to_string(),
-                base_url: profile.base_url.clone(),
-                cap,
-            },
-        }
-    }
-}
-
-/// The innermost cause of a transport error, worded plainly ("connection refused").
-fn root_cause(e: &reqwest::Error, connecting: bool) -> String {
-    if let Some(io) = crate::util::find_cause::<std::io::Error>(e) {
-        return match io.kind() {
-            std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
-            std::io::ErrorKind::ConnectionReset => "connection reset by the server".to_string(),
-            _ => io.to_string(),
-        };
-    }
-    let mut innermost = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        innermost = s.to_string();
-        source = s.source();
-    }
-    if connecting {
-        innermost
-    } else {
-        format!("the connection failed mid-request: {innermost}")
-    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 
 mod client;
 mod error;
+mod failure;
 pub mod parse;
 mod probe;
 #[cfg(any(test, feature = "test-support"))]

@@ -11,32 +11,20 @@
 //! Must not: write facts anywhere but through the store, or hold the index lock longer than the
 //! one process that opened it.
 
-use super::tokenize::{self, ANALYZER_NAME};
+use super::tokenize;
 use crate::store::{Fact, Store, StoreError, Upsert};
+use index::{Fields, Opened, close_writer, document, open_index, open_writer};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tantivy::collector::TopDocs;
-use tantivy::directory::error::LockError;
-use tantivy::directory::{Directory, DirectoryLock, Lock};
-use tantivy::indexer::IndexWriterOptions;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
-use tantivy::schema::{
-    Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
-};
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, TantivyError, Term};
+use tantivy::schema::{IndexRecordOption, Value};
+use tantivy::{IndexWriter, TantivyDocument, TantivyError, Term};
 
 /// The index directory's name inside the data dir.
 pub const INDEX_DIR: &str = "memory-index";
-
-/// The writer's indexing arena. Tantivy's minimum; it is only allocated while documents are
-/// being indexed, by a writer that lives for one write.
-const WRITER_MEMORY_BYTES: usize = 15_000_000;
-
-/// This process's lock on the index directory, held from open to drop: between writes there is
-/// no tantivy writer (whose own lock file is `.tantivy-writer.lock`) to keep others out.
-const PROCESS_LOCK: &str = ".hermes-memory.lock";
 
 /// Extra hits fetched beyond `k` so ties at the cut can be broken by recency.
 const TIE_SLACK: usize = 8;
@@ -108,149 +96,6 @@ struct Inner {
     /// Serialises "change SQL, then change the index" so the index applies writes in the order
     /// the database made them (two merges of one fact must not land out of order).
     write_gate: tokio::sync::Mutex<()>,
-}
-
-#[derive(Clone, Copy)]
-struct Fields {
-    id: Field,
-    text: Field,
-    tags: Field,
-}
-
-fn schema() -> (Schema, Fields) {
-    let mut builder = Schema::builder();
-    let analysed = TextOptions::default().set_indexing_options(
-        TextFieldIndexing::default()
-            .set_tokenizer(ANALYZER_NAME)
-            .set_index_option(IndexRecordOption::WithFreqsAndPositions),
-    );
-    let id = builder.add_text_field("id", STRING | STORED);
-    let text = builder.add_text_field("text", analysed.clone());
-    let tags = builder.add_text_field("tags", analysed);
-    (builder.build(), Fields { id, text, tags })
-}
-
-/// The index, opened and locked for this process, or why not.
-struct Opened {
-    index: Index,
-    reader: IndexReader,
-    /// `None` only while [`Inner::reopen_with`] reopens the index (it lets go first, so the
-    /// fresh open can take it again).
-    lock: Option<DirectoryLock>,
-}
-
-enum OpenFailure {
-    /// Another process holds the index lock: the index may be fine, so leave it alone.
-    Locked,
-    /// Unreadable, or built with another schema: delete and rebuild.
-    Unusable(String),
-}
-
-/// [`try_open_inner`], with a panic counted as damage: tantivy can panic (an arithmetic
-/// overflow) on a truncated segment file instead of returning an error.
-fn try_open(path: &Path, schema: &Schema) -> Result<Opened, OpenFailure> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        try_open_inner(path, schema)
-    }))
-    .unwrap_or_else(|panic| {
-        let why = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "tantivy panicked while opening it".into());
-        Err(OpenFailure::Unusable(why))
-    })
-}
-
-fn try_open_inner(path: &Path, schema: &Schema) -> Result<Opened, OpenFailure> {
-    let unusable = |e: TantivyError| OpenFailure::Unusable(e.to_string());
-    let index = if path.join("meta.json").exists() {
-        let index = Index::open_in_dir(path).map_err(unusable)?;
-        if &index.schema() != schema {
-            return Err(OpenFailure::Unusable(
-                "it was built with another schema".into(),
-            ));
-        }
-        index
-    } else {
-        Index::create_in_dir(path, schema.clone()).map_err(unusable)?
-    };
-    index
-        .tokenizers()
-        .register(ANALYZER_NAME, tokenize::analyzer());
-    // The reader opens every segment, so damaged segment files show up here, before the
-    // lock is taken.
-    let reader = index
-        .reader_builder()
-        .reload_policy(ReloadPolicy::Manual)
-        .try_into()
-        .map_err(unusable)?;
-    let lock = index
-        .directory()
-        .acquire_lock(&Lock {
-            filepath: PathBuf::from(PROCESS_LOCK),
-            is_blocking: false,
-        })
-        .map_err(|e| match e {
-            LockError::LockBusy => OpenFailure::Locked,
-            other => OpenFailure::Unusable(other.to_string()),
-        })?;
-    Ok(Opened {
-        index,
-        reader,
-        lock: Some(lock),
-    })
-}
-
-/// A writer for one write: one indexing thread and one merge thread (tantivy's default is
-/// four), started now and stopped by [`close_writer`] or on drop. Dropped without a commit,
-/// it discards what it was given.
-fn open_writer(index: &Index) -> tantivy::Result<IndexWriter> {
-    index.writer_with_options(
-        IndexWriterOptions::builder()
-            .num_worker_threads(1)
-            .num_merge_threads(1)
-            .memory_budget_per_thread(WRITER_MEMORY_BYTES)
-            .build(),
-    )
-}
-
-/// Lets the merges a commit started finish, then stops the writer's threads. A failed merge
-/// leaves the index correct (its segments unmerged), so it is only logged.
-fn close_writer(writer: IndexWriter) {
-    if let Err(e) = writer.wait_merging_threads() {
-        tracing::warn!(error = %e, "memory index merge failed; the index stays correct, in more segments");
-    }
-}
-
-fn open_index(path: &Path) -> Result<(Opened, Fields), MemoryError> {
-    let io = |source| MemoryError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let (schema, fields) = schema();
-    std::fs::create_dir_all(path).map_err(io)?;
-    match try_open(path, &schema) {
-        Ok(opened) => Ok((opened, fields)),
-        Err(OpenFailure::Locked) => Err(MemoryError::Locked {
-            path: path.to_path_buf(),
-        }),
-        Err(OpenFailure::Unusable(why)) => {
-            tracing::warn!(path = %path.display(), %why, "memory index unusable; rebuilding it from the database");
-            std::fs::remove_dir_all(path).map_err(io)?;
-            std::fs::create_dir_all(path).map_err(io)?;
-            match try_open(path, &schema) {
-                Ok(opened) => Ok((opened, fields)),
-                Err(OpenFailure::Locked) => Err(MemoryError::Locked {
-                    path: path.to_path_buf(),
-                }),
-                Err(OpenFailure::Unusable(why)) => Err(MemoryError::Index {
-                    path: path.to_path_buf(),
-                    source: TantivyError::SystemError(why),
-                }),
-            }
-        }
-    }
 }
 
 impl LongTerm {
@@ -509,16 +354,6 @@ impl LongTerm {
     }
 }
 
-fn document(fields: Fields, fact: &Fact) -> TantivyDocument {
-    let mut doc = TantivyDocument::default();
-    doc.add_text(fields.id, &fact.id);
-    doc.add_text(fields.text, &fact.text);
-    for tag in &fact.tags {
-        doc.add_text(fields.tags, tag);
-    }
-    doc
-}
-
 impl Inner {
     fn index_error(&self, source: TantivyError) -> MemoryError {
         MemoryError::Index {
@@ -617,5 +452,6 @@ impl Inner {
     }
 }
 
+mod index;
 #[cfg(test)]
 mod tests;
