@@ -430,17 +430,14 @@ impl Agent {
     /// Number a trace row and show it to the observer (the live timeline of `run`) at once;
     /// it is stored by the next [`Agent::flush`].
     fn record(&self, opts: &RunOptions, tally: &Tally, row: NewStep) {
-        let step = {
-            let mut trace = lock(&tally.trace);
-            trace.last_seq += 1;
-            let step = row.into_step(trace.last_seq, now());
-            trace.rows.push(step.clone());
-            step
-        };
+        let mut trace = lock(&tally.trace);
+        trace.last_seq += 1;
+        let step = row.into_step(trace.last_seq, now());
         if let Some(tx) = &opts.observer {
             // The observer may have gone (a closed terminal); the trace is stored regardless.
-            let _ = tx.send(step);
+            let _ = tx.send(step.clone());
         }
+        trace.rows.push(step);
     }
 
     /// Store the rows recorded since the last flush, in one statement, and announce them to

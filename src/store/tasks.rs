@@ -215,7 +215,12 @@ impl Store {
             insert.push(concat!(" RETURNING ", columns!(tasks)));
             let mut rows: Vec<Task> = insert.build_query_as().fetch_all(self.pool()).await?;
             // RETURNING promises no order: put the rows back in the caller's.
-            rows.sort_by_key(|t| ids.iter().position(|id| *id == t.id));
+            let order: std::collections::HashMap<&str, usize> = ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (id.as_str(), i))
+                .collect();
+            rows.sort_by_key(|t| order.get(t.id.as_str()).copied());
             created.extend(rows);
         }
         Ok(created)
