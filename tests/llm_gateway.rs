@@ -666,7 +666,7 @@ async fn a_long_retry_after_fails_at_once_naming_the_time() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
     let started = Instant::now();
     let err = gw
-        .chat_until("fast", &ask("hi"), &[], Some(deadline))
+        .chat_until("fast", &ask("hi"), &Default::default(), Some(deadline))
         .await
         .unwrap_err();
     assert!(

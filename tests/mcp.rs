@@ -118,8 +118,8 @@ fn offered(app: &App) -> Vec<String> {
     app.agent
         .registry()
         .offered(None)
-        .into_iter()
-        .map(|s| s.name)
+        .iter()
+        .map(|s| s.name.clone())
         .collect()
 }
 

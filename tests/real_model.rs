@@ -426,8 +426,8 @@ impl RealApp {
             .agent
             .registry()
             .offered(None)
-            .into_iter()
-            .map(|t| t.name)
+            .iter()
+            .map(|t| t.name.clone())
             .collect();
         if turn.offers_tools() {
             let with = turn.prompt_tokens().unwrap_or(0);

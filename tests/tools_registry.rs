@@ -138,7 +138,7 @@ fn call(name: &str, arguments: Value) -> ToolCall {
 }
 
 fn offered_names(r: &Registry, restrict: Option<&[String]>) -> Vec<String> {
-    r.offered(restrict).into_iter().map(|s| s.name).collect()
+    r.offered(restrict).iter().map(|s| s.name.clone()).collect()
 }
 
 /// The data inside a `<tool_result>` block.
@@ -440,6 +440,59 @@ async fn a_tool_reporting_failure_is_not_broken() {
     }
     assert!(offered_names(&s.registry, None).contains(&"picky".to_string()));
     assert_eq!(tool.calls(), 5);
+}
+
+#[tokio::test]
+async fn the_same_tools_on_offer_are_one_set_serialised_once() {
+    let settings = ToolSettings {
+        circuit_breaker_threshold: 1,
+        circuit_breaker_cooldown_s: 60,
+        max_retries: 0,
+        ..ToolSettings::default()
+    };
+    let down = TestTool::new("down", |_, _| Err(ToolError::Network("refused".into())));
+    let s = setup(settings, vec![Arc::new(echo()), Arc::new(down)]).await;
+    let all = s.registry.offered(None);
+    assert!(
+        all.is_same(&s.registry.offered(None)),
+        "made again for a step"
+    );
+
+    let only = ["echo".to_string()];
+    let restricted = s.registry.offered(Some(&only));
+    assert_eq!(
+        restricted.iter().map(|t| &t.name).collect::<Vec<_>>(),
+        ["echo"]
+    );
+    assert!(!restricted.is_same(&all));
+    assert!(restricted.is_same(&s.registry.offered(Some(&only))));
+    assert!(all.is_same(&s.registry.offered(None)), "both kept");
+
+    // An open breaker takes its tool out of the next set.
+    let o = s
+        .registry
+        .execute(&call("down", json!({})), &s.ctx, None)
+        .await;
+    assert!(matches!(o.error, Some(ToolError::Network(_))));
+    let without = s.registry.offered(None);
+    assert!(!without.is_same(&all));
+    assert_eq!(
+        offered_names(&s.registry, None),
+        ["echo", "read_working_memory"]
+    );
+    assert!(!without.json().contains("\"down\""));
+
+    // A source's new tools make a new set, whose text names them.
+    let clock = TestTool::new("time__now", |_, _| Ok(json!({"now": "08:00"})));
+    assert!(
+        s.registry
+            .set_source_tools("time", vec![Arc::new(clock)])
+            .is_empty()
+    );
+    let grown = s.registry.offered(None);
+    assert!(!grown.is_same(&without));
+    assert!(grown.iter().any(|t| t.name == "time__now"));
+    assert!(grown.json().contains("\"time__now\""));
 }
 
 #[tokio::test]
@@ -1196,8 +1249,8 @@ async fn a_sources_tools_are_offered_replaced_and_guarded_like_any_other() {
     let offered = |s: &Setup| -> Vec<String> {
         s.registry
             .offered(None)
-            .into_iter()
-            .map(|t| t.name)
+            .iter()
+            .map(|t| t.name.clone())
             .collect()
     };
     assert_eq!(offered(&s), ["echo"]);

@@ -12,8 +12,8 @@ use hermes_agent::agent::prompt::{fixed_overhead_tokens, system_prompt};
 use hermes_agent::agent::{RunOptions, Submit};
 use hermes_agent::app::JobExecution;
 use hermes_agent::config::Settings;
-use hermes_agent::llm::estimate_tokens;
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_agent::llm::{Toolset, estimate_tokens};
 use hermes_agent::store::{StepKind, TaskState};
 use std::time::Duration;
 
@@ -77,7 +77,7 @@ async fn fixed_part() -> Result<()> {
     figure("system prompt tokens", estimate_tokens(&system));
     figure("tool schema tokens", fixed - estimate_tokens(&system));
     figure("fixed part of every request (fixed_overhead_tokens)", fixed);
-    let builtin_only: Vec<_> = offered
+    let builtin_only: Toolset = offered
         .iter()
         .filter(|t| {
             !std::path::Path::new("tools")
@@ -85,7 +85,8 @@ async fn fixed_part() -> Result<()> {
                 .exists()
         })
         .cloned()
-        .collect();
+        .collect::<Vec<_>>()
+        .into();
     figure(
         "  of which built-ins only",
         format!(

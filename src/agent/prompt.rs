@@ -2,7 +2,7 @@
 //! paid on every model call of every task — and on a local server, evaluated again whenever the
 //! prefix it shares with the previous request ends early, so the stable part comes first.
 
-use crate::llm::{ToolSpec, estimate_tokens};
+use crate::llm::{Toolset, estimate_tokens};
 use crate::memory::Recalled;
 use crate::util::inert::neutralise;
 
@@ -48,16 +48,8 @@ pub fn task_message(now_local: &str, facts: &[Recalled], task: &str) -> String {
 
 /// Tokens of the fixed part of every request: the system prompt plus the tools' schemas as
 /// they are sent. Reported by `doctor` and the benchmarks.
-pub fn fixed_overhead_tokens(system: &str, tools: &[ToolSpec]) -> u32 {
-    let schemas: Vec<serde_json::Value> = tools
-        .iter()
-        .map(|t| {
-            serde_json::json!({"type": "function", "function": {
-                "name": t.name, "description": t.description, "parameters": t.parameters}})
-        })
-        .collect();
-    let schemas = serde_json::to_string(&schemas).unwrap_or_default();
-    estimate_tokens(system) + estimate_tokens(&schemas)
+pub fn fixed_overhead_tokens(system: &str, tools: &Toolset) -> u32 {
+    estimate_tokens(system) + tools.tokens()
 }
 
 #[cfg(test)]

@@ -19,7 +19,9 @@ use super::error::{body_detail, redact};
 use super::failure::RETRY_AFTER_CEILING;
 use super::failure::{ERROR_BODY_CHARS, Failure, parse_retry_after};
 use super::wire;
-use super::{LlmError, Message, ModelReply, ToolCall, ToolSpec, Usage, estimate_tokens, parse};
+use super::{
+    LlmError, Message, ModelReply, ToolCall, ToolSpec, Toolset, Usage, estimate_tokens, parse,
+};
 use crate::config::{ModelSettings, Profile, ToolMode};
 use crate::util::lock;
 use crate::util::{Backoff, RetryPolicy};
@@ -190,13 +192,16 @@ impl Gateway {
 
     /// One model turn. `tools` are offered to the model; when empty no `tools` field is sent
     /// and calls written as text are not looked for (the model was offered nothing to call).
+    /// A caller that offers the same tools again and again passes a [`Toolset`] to
+    /// [`Gateway::chat_until`] instead, so they are serialised once.
     pub async fn chat(
         &self,
         profile_name: &str,
         messages: &[Message],
         tools: &[ToolSpec],
     ) -> Result<ModelReply, LlmError> {
-        self.chat_until(profile_name, messages, tools, None).await
+        let tools = Toolset::new(tools.to_vec());
+        self.chat_until(profile_name, messages, &tools, None).await
     }
 
     /// As [`Gateway::chat`], for a caller with a deadline (a task's time limit): no retry wait,
@@ -209,7 +214,7 @@ impl Gateway {
         &self,
         profile_name: &str,
         messages: &[Message],
-        tools: &[ToolSpec],
+        tools: &Toolset,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<ModelReply, LlmError> {
         let profile = self.profile(profile_name)?;
@@ -274,18 +279,22 @@ impl Gateway {
         profile_name: &str,
         profile: &Profile,
         messages: &[Message],
-        tools: &[ToolSpec],
+        tools: &Toolset,
         mode: ToolMode,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<ModelReply, LlmError> {
         let url = chat_url(&profile.base_url);
         let body = match mode {
             ToolMode::Text if !tools.is_empty() => {
-                wire::request_body(profile, &wire::text_mode(messages, tools), &[])
+                let none = Toolset::default();
+                wire::request_body(profile, &wire::text_mode(messages, tools), &none)
             }
             _ => wire::request_body(profile, messages, tools),
         }
-        .to_string();
+        .map_err(|e| LlmError::Encode {
+            profile: profile_name.to_string(),
+            reason: e.to_string(),
+        })?;
         let mut attempts = 0u32;
         loop {
             attempts += 1;

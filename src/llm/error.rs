@@ -74,6 +74,13 @@ pub enum LlmError {
         cap: u64,
     },
 
+    /// serde_json cannot fail on the request's types; this is here so that, were it ever to,
+    /// the task fails with a reason rather than the daemon with a panic.
+    #[error(
+        "cannot write the request for model profile '{profile}' as JSON ({reason}); this is a bug in hermes-agent: please report it with the task's trace"
+    )]
+    Encode { profile: String, reason: String },
+
     #[error(
         "the model server at {base_url} is rate limited until {until}, {why}: not waiting. Try again later, use another profile than '{profile}', or raise model.max_retry_after_s"
     )]

@@ -14,6 +14,7 @@ pub mod parse;
 mod probe;
 #[cfg(any(test, feature = "test-support"))]
 pub mod scripted;
+mod toolset;
 mod types;
 mod wire;
 
@@ -21,4 +22,5 @@ pub use crate::util::RetryPolicy;
 pub use client::{DEFAULT_RETRY, Gateway};
 pub use error::LlmError;
 pub use probe::ToolProbe;
+pub use toolset::Toolset;
 pub use types::*;

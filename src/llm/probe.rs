@@ -4,7 +4,7 @@
 //! Owns: the probe request and reading its outcome. Must not: change a profile's mode (only the
 //! gateway's own evidence during real calls does that, for `auto`).
 
-use super::{Gateway, LlmError, Message, ToolSpec, wire};
+use super::{Gateway, LlmError, Message, ToolSpec, Toolset, wire};
 use crate::config::ToolMode;
 use serde_json::json;
 
@@ -57,11 +57,18 @@ impl Gateway {
         // The same question without the tool first: a server that renders the tool counts
         // more prompt tokens with it.
         let bare = self
-            .exchange(profile_name, profile, &messages, &[], native, None)
+            .exchange(
+                profile_name,
+                profile,
+                &messages,
+                &Toolset::default(),
+                native,
+                None,
+            )
             .await?;
-        let tools = std::slice::from_ref(&tool);
+        let tools = Toolset::new(vec![tool]);
         let reply = match self
-            .exchange(profile_name, profile, &messages, tools, native, None)
+            .exchange(profile_name, profile, &messages, &tools, native, None)
             .await
         {
             Ok(r) => r,

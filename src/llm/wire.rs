@@ -12,26 +12,100 @@
 //! Also: when a server shows it ignored the tools it was sent (see [`tools_ignored`]).
 //! Must not: decide which mode a profile uses (the gateway does) or know what a tool does.
 
-use super::{LlmError, Message, ModelReply, Role, ToolSpec, Usage, estimate_tokens};
+use super::{LlmError, Message, ModelReply, Role, ToolSpec, Toolset, Usage};
 use crate::config::Profile;
+use serde::Serialize;
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 
-/// The OpenAI request body. `tools` (and `tool_choice`) are omitted when there are none: some
-/// servers reject an empty list.
-pub(crate) fn request_body(profile: &Profile, messages: &[Message], tools: &[ToolSpec]) -> Value {
-    let messages: Vec<Value> = messages.iter().map(wire_message).collect();
-    let mut body = json!({
-        "model": profile.model,
-        "messages": messages,
-        "temperature": profile.temperature,
-        "max_tokens": profile.max_tokens,
-        "stream": false,
-    });
+/// The OpenAI request body as JSON text. `tools` (and `tool_choice`) are omitted when there are
+/// none: some servers reject an empty list. Messages are written from where they lie and the
+/// tools go in as the set serialised them once, so a step copies neither.
+pub(crate) fn request_body(
+    profile: &Profile,
+    messages: &[Message],
+    tools: &Toolset,
+) -> Result<String, serde_json::Error> {
+    let mut body = serde_json::to_string(&Envelope {
+        model: &profile.model,
+        messages: messages.iter().map(WireMessage::from).collect(),
+        temperature: profile.temperature,
+        max_tokens: profile.max_tokens,
+        stream: false,
+    })?;
     if !tools.is_empty() {
-        body["tools"] = tools_json(tools);
-        body["tool_choice"] = json!("auto");
+        // An object always ends in its closing brace: the two fields go in before it.
+        body.pop();
+        body.push_str(r#","tool_choice":"auto","tools":"#);
+        body.push_str(tools.json());
+        body.push('}');
     }
-    body
+    Ok(body)
+}
+
+#[derive(Serialize)]
+struct Envelope<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    temperature: f32,
+    max_tokens: u32,
+    stream: bool,
+}
+
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    role: Role,
+    content: &'a str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<WireCall<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct WireCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    /// OpenAI sends arguments as a JSON string, not an object.
+    arguments: Cow<'a, str>,
+}
+
+impl<'a> From<&'a Message> for WireMessage<'a> {
+    fn from(m: &'a Message) -> WireMessage<'a> {
+        let tool_calls = match m.role {
+            Role::Assistant => m
+                .tool_calls
+                .iter()
+                .map(|c| WireCall {
+                    id: &c.id,
+                    kind: "function",
+                    function: WireFunction {
+                        name: &c.name,
+                        // An argument string we could not repair goes back verbatim: it is
+                        // what the model wrote, and the tool's error message refers to it.
+                        arguments: match &c.arguments {
+                            Value::String(raw) => Cow::Borrowed(raw.as_str()),
+                            other => Cow::Owned(other.to_string()),
+                        },
+                    },
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        WireMessage {
+            role: m.role,
+            content: &m.content,
+            tool_calls,
+            tool_call_id: m.tool_call_id.as_deref(),
+        }
+    }
 }
 
 /// The tools as the OpenAI `tools` field.
@@ -46,33 +120,10 @@ pub(crate) fn tools_json(tools: &[ToolSpec]) -> Value {
         .collect()
 }
 
-fn wire_message(m: &Message) -> Value {
-    let mut out = json!({"role": m.role, "content": m.content});
-    if m.role == Role::Assistant && !m.tool_calls.is_empty() {
-        out["tool_calls"] = m
-            .tool_calls
-            .iter()
-            .map(|c| {
-                // An argument string we could not repair goes back verbatim: it is what the
-                // model wrote, and the tool's error message refers to it.
-                let arguments = match &c.arguments {
-                    Value::String(raw) => raw.clone(),
-                    other => other.to_string(),
-                };
-                json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": arguments}})
-            })
-            .collect();
-    }
-    if let Some(id) = &m.tool_call_id {
-        out["tool_call_id"] = json!(id);
-    }
-    out
-}
-
 /// The conversation as text mode sends it (no `tools` field goes with it).
-pub(crate) fn text_mode(messages: &[Message], tools: &[ToolSpec]) -> Vec<Message> {
+pub(crate) fn text_mode(messages: &[Message], tools: &Toolset) -> Vec<Message> {
     let mut out: Vec<Message> = Vec::with_capacity(messages.len() + 1);
-    let block = tools_prompt(tools);
+    let block = tools.prompt();
     for m in messages {
         match m.role {
             Role::System if out.is_empty() => {
@@ -108,7 +159,7 @@ pub(crate) fn text_mode(messages: &[Message], tools: &[ToolSpec]) -> Vec<Message
 }
 
 /// The tools described in a few lines each, and how to call them.
-fn tools_prompt(tools: &[ToolSpec]) -> String {
+pub(crate) fn tools_prompt(tools: &[ToolSpec]) -> String {
     let mut p = String::from(
         "Tools you can call. To call one, write one block per call and nothing after them:\n\
          <tool_call>{\"name\": \"TOOL\", \"arguments\": {…}}</tool_call>\n\
@@ -171,11 +222,11 @@ fn type_of(p: &Value) -> String {
 /// rendered the tools cannot have counted so few (real tokenizers count JSON *more* densely
 /// than the estimate), one that dropped them (llama-cpp-python without `tool_choice`, a
 /// template with no tool support) counts only the messages.
-pub(crate) fn tools_ignored(usage: &Usage, tools: &[ToolSpec]) -> Option<String> {
+pub(crate) fn tools_ignored(usage: &Usage, tools: &Toolset) -> Option<String> {
     if usage.estimated || tools.is_empty() {
         return None;
     }
-    let tools_estimate = estimate_tokens(&tools_json(tools).to_string());
+    let tools_estimate = tools.tokens();
     // A tool block too small to tell from the noise proves nothing either way.
     (tools_estimate >= 200 && usage.prompt_tokens.saturating_mul(4) < tools_estimate).then(|| {
         format!(
@@ -229,11 +280,18 @@ mod tests {
 
     #[test]
     fn native_sends_tool_choice_auto_with_tools() {
-        let body = request_body(&Profile::default(), &[Message::user("hi")], &[spec()]);
-        assert_eq!(body["tool_choice"], "auto");
-        assert_eq!(body["tools"][0]["function"]["name"], "web_fetch");
-        let bare = request_body(&Profile::default(), &[Message::user("hi")], &[]);
+        let body = |tools: Vec<ToolSpec>| -> Value {
+            let text = request_body(&Profile::default(), &[Message::user("hi")], &tools.into());
+            let text = text.unwrap();
+            serde_json::from_str(&text).unwrap()
+        };
+        let with = body(vec![spec()]);
+        assert_eq!(with["tool_choice"], "auto");
+        assert_eq!(with["tools"], tools_json(&[spec()]));
+        assert_eq!(with["messages"][0]["content"], "hi");
+        let bare = body(Vec::new());
         assert!(bare.get("tools").is_none() && bare.get("tool_choice").is_none());
+        assert_eq!(bare["messages"], with["messages"]);
     }
 
     #[test]
@@ -246,7 +304,8 @@ mod tests {
             Message::tool("c1", "<tool_result tool=\"web_fetch\">a</tool_result>"),
             Message::tool("c1", "<tool_result tool=\"web_fetch\">b</tool_result>"),
         ];
-        let out = text_mode(&messages, &[spec()]);
+        let tools = Toolset::new(vec![spec()]);
+        let out = text_mode(&messages, &tools);
         let roles: Vec<Role> = out.iter().map(|m| m.role).collect();
         assert_eq!(
             roles,
@@ -262,17 +321,18 @@ mod tests {
         assert!(out[2].tool_calls.is_empty());
         assert!(out[3].content.contains(">a<") && out[3].content.contains(">b<"));
         // The same tools give the same bytes: the system prompt stays cacheable.
-        assert_eq!(text_mode(&messages, &[spec()])[0], out[0]);
+        assert_eq!(text_mode(&messages, &Toolset::new(vec![spec()]))[0], out[0]);
     }
 
     #[test]
     fn ignored_tools_are_told_by_the_servers_own_count() {
-        let tools: Vec<ToolSpec> = (0..12)
+        let tools: Toolset = (0..12)
             .map(|i| ToolSpec {
                 name: format!("tool_{i}"),
                 ..spec()
             })
-            .collect();
+            .collect::<Vec<_>>()
+            .into();
         let counted = |n| Usage {
             prompt_tokens: n,
             completion_tokens: 1,
@@ -286,7 +346,7 @@ mod tests {
         };
         assert!(tools_ignored(&estimated, &tools).is_none(), "no evidence");
         assert!(
-            tools_ignored(&counted(1), &[spec()]).is_none(),
+            tools_ignored(&counted(1), &vec![spec()].into()).is_none(),
             "too small to tell"
         );
     }

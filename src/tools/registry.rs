@@ -11,12 +11,12 @@ use super::breaker::Breakers;
 use super::shape::{self, Rest};
 use super::{Fit, Tool, ToolContext, ToolError, schema};
 use crate::config::ToolSettings;
-use crate::llm::{ToolCall, ToolSpec, estimate_tokens};
+use crate::llm::{ToolCall, ToolSpec, Toolset, estimate_tokens};
 use crate::store::Store;
 use crate::util::Backoff;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -25,6 +25,10 @@ use tokio::time::Instant;
 const MAX_REPORTED_VIOLATIONS: usize = 8;
 /// A single violation message is cut here (a huge wrong value would be echoed whole).
 const MAX_VIOLATION_CHARS: usize = 300;
+
+/// Toolsets kept for reuse: one per distinct offer seen lately (the full set, each sub-agent's
+/// restricted one, sets without a tool whose breaker is open).
+const KEPT_OFFERS: usize = 8;
 
 /// Retries of a tool call: quick, since the task waits on them, and never longer than a
 /// tool's usual timeout.
@@ -102,6 +106,7 @@ impl RegistryBuilder {
             backoff: self.backoff,
             entries: RwLock::new(self.entries),
             breakers,
+            offers: Mutex::default(),
         }))
     }
 }
@@ -122,6 +127,10 @@ struct Inner {
     /// changed), read at every step; a BTreeMap so offers come out sorted.
     entries: RwLock<BTreeMap<String, Arc<Entry>>>,
     breakers: Breakers,
+    /// The sets offered lately, each with the entries it was made from, most recent last.
+    /// Weak, so a replaced MCP tool is dropped at once; its allocation, and so its address,
+    /// stays taken while the key lives, so a new entry is never mistaken for it.
+    offers: Mutex<Vec<(Vec<Weak<Entry>>, Toolset)>>,
 }
 
 struct Entry {
@@ -204,17 +213,36 @@ impl From<ToolError> for Refusal {
 }
 
 impl Registry {
-    /// Specs of the tools this task may use: in the global allowlist, in `restrict` when given
-    /// (a sub-agent's own list), and not circuit-open. Sorted by name.
-    pub fn offered(&self, restrict: Option<&[String]>) -> Vec<ToolSpec> {
-        self.entries()
+    /// The tools this task may use: in the global allowlist, in `restrict` when given (a
+    /// sub-agent's own list), and not circuit-open. Sorted by name. The same tools give back
+    /// the same [`Toolset`], serialised once, not once per step.
+    pub fn offered(&self, restrict: Option<&[String]>) -> Toolset {
+        let on_offer: Vec<Arc<Entry>> = self
+            .entries()
             .values()
             .filter(|e| {
                 let name = e.spec.name.as_str();
                 self.allowed(name, restrict) && !self.0.breakers.is_open(name)
             })
-            .map(|e| e.spec.clone())
-            .collect()
+            .cloned()
+            .collect();
+        let mut offers = self.0.offers.lock().unwrap_or_else(|p| p.into_inner());
+        let made_from = |key: &[Weak<Entry>]| {
+            key.len() == on_offer.len()
+                && key
+                    .iter()
+                    .zip(&on_offer)
+                    .all(|(k, e)| std::ptr::eq(k.as_ptr(), Arc::as_ptr(e)))
+        };
+        if let Some((_, set)) = offers.iter().find(|(key, _)| made_from(key)) {
+            return set.clone();
+        }
+        let set = Toolset::new(on_offer.iter().map(|e| e.spec.clone()).collect());
+        if offers.len() >= KEPT_OFFERS {
+            offers.remove(0);
+        }
+        offers.push((on_offer.iter().map(Arc::downgrade).collect(), set.clone()));
+        set
     }
 
     /// Every tool's name, sorted, whatever the allowlist says.
@@ -236,6 +264,12 @@ impl Registry {
         }
         let mut entries = self.entries_mut();
         entries.retain(|_, e| e.source.as_deref() != Some(source));
+        // Sets that held the old tools cannot be offered again.
+        self.0
+            .offers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         for e in fresh {
             if entries.contains_key(&e.spec.name) {
                 errors.push(RegistryError::Duplicate(e.spec.name.clone()));
@@ -342,8 +376,11 @@ impl Registry {
     ) -> Result<(Arc<Entry>, Value), Refusal> {
         let name = call.name.as_str();
         let Some(entry) = self.entry(name) else {
-            let available: Vec<String> =
-                self.offered(restrict).into_iter().map(|s| s.name).collect();
+            let available: Vec<String> = self
+                .offered(restrict)
+                .iter()
+                .map(|s| s.name.clone())
+                .collect();
             let list = if available.is_empty() {
                 "none".to_string()
             } else {

@@ -33,7 +33,12 @@ fn body_has_openai_shape() {
         description: "d".into(),
         parameters: json!({"type": "object"}),
     };
-    let body = wire::request_body(&profile(), &messages, std::slice::from_ref(&tool));
+    let body = |tools: Vec<ToolSpec>| -> Value {
+        let text = wire::request_body(&profile(), &messages, &tools.into()).unwrap();
+        serde_json::from_str(&text).unwrap()
+    };
+    let without = body(Vec::new());
+    let body = body(vec![tool]);
     assert_eq!(body["model"], "m");
     assert_eq!(body["stream"], false);
     assert_eq!(body["max_tokens"], 1024);
@@ -45,7 +50,6 @@ fn body_has_openai_shape() {
     assert_eq!(body["messages"][3]["role"], "tool");
     assert_eq!(body["tools"][0]["function"]["name"], "recall");
     assert_eq!(body["tools"][0]["type"], "function");
-    let without = wire::request_body(&profile(), &messages, &[]);
     assert!(without.get("tools").is_none());
     assert!(without["messages"][0].get("tool_calls").is_none());
 }
