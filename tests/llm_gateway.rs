@@ -859,3 +859,20 @@ async fn the_tool_probe_names_the_mode_a_profile_needs() {
         model.stop().await;
     }
 }
+
+#[tokio::test]
+async fn an_unrecorded_scripted_server_answers_and_counts_but_keeps_no_copies() {
+    let model = ScriptedModel::start_unrecorded(|req: &Value| {
+        Reply::text(&format!(
+            "{} tools",
+            req["tools"].as_array().map_or(0, Vec::len)
+        ))
+    })
+    .await;
+    let gw = gateway_for(&model);
+    let reply = gw.chat("fast", &ask("hi"), &tools()).await.unwrap();
+    assert_eq!(reply.content, "2 tools");
+    assert!(model.wait_for_requests(1, Duration::from_secs(5)).await);
+    assert_eq!(model.request_count(), 1);
+    assert!(model.requests().is_empty() && model.authorizations().is_empty());
+}

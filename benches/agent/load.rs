@@ -173,7 +173,7 @@ async fn level(c: usize, mode: Waiting) -> Result<LevelResult> {
         delay: MODEL_LATENCY,
         tool: "noop".into(),
     };
-    let model = ScriptedModel::start_with(move |req| script.reply(req)).await;
+    let model = ScriptedModel::start_unrecorded(move |req| script.reply(req)).await;
     let dir = tempfile::tempdir()?;
     let mut settings = common::settings(&model.base_url());
     settings.agent.workers = c as u32;

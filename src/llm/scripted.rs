@@ -132,6 +132,9 @@ struct Received {
 
 struct Shared {
     source: Source,
+    /// Keep each request for [`ScriptedModel::requests`]; off for load benchmarks, where the
+    /// copies would be the test harness's work counted against the agent.
+    record: bool,
     received: Mutex<Received>,
     /// The number of requests received, so tests can wait for one without polling.
     count: watch::Sender<usize>,
@@ -160,7 +163,7 @@ impl ScriptedModel {
     /// # Panics
     /// If no loopback port can be bound — nothing can be tested then.
     pub async fn start(script: Vec<Reply>) -> ScriptedModel {
-        Self::launch(Source::Script(Mutex::new(script.into()))).await
+        Self::launch(Source::Script(Mutex::new(script.into())), true).await
     }
 
     /// Starts a server whose reply is computed from each request body.
@@ -171,10 +174,23 @@ impl ScriptedModel {
     where
         F: Fn(&Value) -> Reply + Send + Sync + 'static,
     {
-        Self::launch(Source::Handler(Box::new(handler))).await
+        Self::launch(Source::Handler(Box::new(handler)), true).await
     }
 
-    async fn launch(source: Source) -> ScriptedModel {
+    /// As [`ScriptedModel::start_with`], keeping no copy of the requests (only their count):
+    /// for benchmarks under load, as a real model server keeps none. [`Self::requests`] and
+    /// [`Self::authorizations`] are then empty.
+    ///
+    /// # Panics
+    /// If no loopback port can be bound.
+    pub async fn start_unrecorded<F>(handler: F) -> ScriptedModel
+    where
+        F: Fn(&Value) -> Reply + Send + Sync + 'static,
+    {
+        Self::launch(Source::Handler(Box::new(handler)), false).await
+    }
+
+    async fn launch(source: Source, record: bool) -> ScriptedModel {
         let listener = bind_loopback()
             .unwrap_or_else(|e| panic!("scripted model server: cannot bind 127.0.0.1:0: {e}"));
         let port = listener
@@ -183,6 +199,7 @@ impl ScriptedModel {
             .port();
         let shared = Arc::new(Shared {
             source,
+            record,
             received: Mutex::new(Received::default()),
             count: watch::channel(0).0,
         });
@@ -270,7 +287,7 @@ fn bind_loopback() -> std::io::Result<tokio::net::TcpListener> {
 async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, raw: Bytes) -> Response {
     let text = String::from_utf8_lossy(&raw);
     let parsed: Result<Value, _> = serde_json::from_slice(&raw);
-    {
+    if shared.record {
         let mut received = shared.received();
         received.bodies.push(match &parsed {
             Ok(v) => v.clone(),
@@ -282,9 +299,8 @@ async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, raw: Bytes)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string),
         );
-        let n = received.bodies.len();
-        shared.count.send_replace(n);
     }
+    shared.count.send_modify(|n| *n += 1);
     let request = match parsed {
         Ok(v) => v,
         Err(e) => {
