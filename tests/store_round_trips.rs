@@ -68,7 +68,7 @@ async fn a_four_call_task_takes_at_most_seven_statements() {
         replies.push(Reply::text("done"));
         replies
     };
-    let model = ScriptedModel::start([script(), script()].concat()).await;
+    let model = ScriptedModel::start([script(), script(), script()].concat()).await;
     let t = common::app(common::settings(&model.base_url()), vec![noop]).await;
     let run = |text: &'static str| {
         let agent = t.app.agent.clone();
@@ -96,5 +96,44 @@ async fn a_four_call_task_takes_at_most_seven_statements() {
     assert!(
         statements <= 7,
         "a four-call task took {statements} statements"
+    );
+
+    // A waiter (`wait: true`, a job's run, a sub-agent) reads the row once, to see whether the
+    // task has ended already; the end itself comes with the finished row, not read back.
+    let agent = t.app.agent.clone();
+    let before = count.load(Ordering::Relaxed);
+    let task = agent
+        .create(Submit::new("wait for it", Origin::Api, None))
+        .await
+        .unwrap();
+    let created = count.load(Ordering::Relaxed);
+    let rx = agent.subscribe();
+    let waiter = {
+        let (agent, id) = (agent.clone(), task.id.clone());
+        tokio::spawn(async move {
+            agent
+                .wait(&id, rx, std::time::Duration::from_secs(30))
+                .await
+        })
+    };
+    // The waiter's first read happens before the task runs, or it would not be waiting.
+    while count.load(Ordering::Relaxed) == created {
+        tokio::task::yield_now().await;
+    }
+    let ran = agent
+        .execute(&task.id, RunOptions::default())
+        .await
+        .unwrap();
+    let waited = waiter.await.unwrap().unwrap();
+    assert_eq!(
+        (waited.id.as_str(), waited.state),
+        (ran.id.as_str(), TaskState::Succeeded)
+    );
+    assert_eq!(waited.answer, ran.answer);
+    let with_wait = count.load(Ordering::Relaxed) - before;
+    assert_eq!(
+        with_wait,
+        statements + 1,
+        "creating and running the task took {statements}, waiting for it should add one read"
     );
 }

@@ -88,6 +88,10 @@ impl Claimed {
 pub struct TaskFinished {
     pub id: String,
     pub state: TaskState,
+    /// The row as its runner finished it, when someone was listening: [`Agent::wait`] returns
+    /// it without reading it back. `None` when the end could not be written (the store failed)
+    /// or the task was finished elsewhere (a cancel of a pending task).
+    pub task: Option<Arc<Task>>,
 }
 
 /// A trace row was stored for a task (announced to live followers: the API's event stream and
@@ -328,6 +332,10 @@ impl Agent {
                 match tokio::time::timeout_at(deadline, rx.recv()).await {
                     Err(_) => return Ok(self.inner.store.task(id).await?),
                     Ok(Ok(ev)) if ev.id != id => continue,
+                    // Our task, with the row its runner finished: no need to read it back.
+                    Ok(Ok(TaskFinished { task: Some(t), .. })) => {
+                        return Ok(Arc::unwrap_or_clone(t));
+                    }
                     Ok(Err(broadcast::error::RecvError::Closed)) => {
                         return Ok(self.inner.store.task(id).await?);
                     }
@@ -370,7 +378,7 @@ impl Agent {
             .cancel_pending(&task.id, "cancelled before it started")
             .await?
         {
-            self.announce(&task.id, TaskState::Cancelled);
+            self.announce(&task.id, TaskState::Cancelled, None);
             return Ok(self.inner.store.task(&task.id).await?);
         }
         let now = self.inner.store.task(&task.id).await?;
@@ -405,11 +413,15 @@ impl Agent {
         }
     }
 
-    fn announce(&self, id: &str, state: TaskState) {
-        // No receivers is normal (nobody waiting).
+    fn announce(&self, id: &str, state: TaskState, task: Option<&Task>) {
+        // No receivers is normal (nobody waiting); then the row is not even copied.
+        if self.inner.finished.receiver_count() == 0 {
+            return;
+        }
         let _ = self.inner.finished.send(TaskFinished {
             id: id.to_string(),
             state,
+            task: task.map(|t| Arc::new(t.clone())),
         });
     }
 }

@@ -203,7 +203,7 @@ impl Agent {
                 // a row that could not be written; the row stays `running` and is marked
                 // `interrupted` at the next start.
                 tracing::error!(task = %task.id, error = %e, "could not record the task's end");
-                self.announce(&task.id, out.state);
+                self.announce(&task.id, out.state, None);
                 return Err(e.into());
             }
         };
@@ -216,7 +216,7 @@ impl Agent {
             tokens_out = done.completion_tokens,
             "task finished"
         );
-        self.announce(&done.id, done.state);
+        self.announce(&done.id, done.state, Some(&done));
         Ok(done)
     }
 
