@@ -283,7 +283,14 @@ impl Store {
                 ") AS v WHERE jobs.id = v.column1 AND jobs.next_run_at = v.column2 \
                  AND jobs.running_task_id IS NULL RETURNING jobs.id",
             );
-            let ids: Vec<String> = update.build_query_scalar().fetch_all(self.pool()).await?;
+            // Not kept in the connection's statement cache: a burst's statement differs with
+            // its size, and a cache of 100 prepared many-row statements per connection grows
+            // the daemon by megabytes (BENCHMARKS.md §3, the job firings).
+            let ids: Vec<String> = update
+                .build_query_scalar()
+                .persistent(false)
+                .fetch_all(self.pool())
+                .await?;
             claimed.extend(ids);
         }
         Ok(claimed)
@@ -324,8 +331,13 @@ impl Store {
             });
             insert.push(" RETURNING job_id, id");
             let mut tx = self.pool().begin().await?;
-            swap.build().execute(&mut *tx).await?;
-            let rows: Vec<(String, i64)> = insert.build_query_as().fetch_all(&mut *tx).await?;
+            // Sized by the burst, so not cached (see `claim_burst`).
+            swap.build().persistent(false).execute(&mut *tx).await?;
+            let rows: Vec<(String, i64)> = insert
+                .build_query_as()
+                .persistent(false)
+                .fetch_all(&mut *tx)
+                .await?;
             tx.commit().await?;
             runs.extend(rows);
         }

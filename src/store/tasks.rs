@@ -213,7 +213,12 @@ impl Store {
                     .push_bind(started);
             });
             insert.push(concat!(" RETURNING ", columns!(tasks)));
-            let mut rows: Vec<Task> = insert.build_query_as().fetch_all(self.pool()).await?;
+            // Sized by the burst, so not kept in the statement cache (see `claim_burst`).
+            let mut rows: Vec<Task> = insert
+                .build_query_as()
+                .persistent(false)
+                .fetch_all(self.pool())
+                .await?;
             // RETURNING promises no order: put the rows back in the caller's.
             let order: std::collections::HashMap<&str, usize> = ids
                 .iter()

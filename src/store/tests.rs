@@ -402,3 +402,69 @@ async fn workers_claim_pending_tasks_oldest_first_and_each_once() {
     assert_eq!(claimed, ids);
     assert!(store.claim_next_pending().await.unwrap().is_none());
 }
+
+/// A burst's statements are as long as the burst: kept in a connection's statement cache,
+/// one prepared many-row statement per size seen, up to 100 a connection, they grew the
+/// daemon under job firings by megabytes (BENCHMARKS.md §3).
+#[tokio::test]
+async fn bursts_of_every_size_leave_no_prepared_statements_behind() {
+    use sqlx::Connection;
+    let store = Store::open_in_memory().await.unwrap();
+    let due = Utc::now();
+    let mut jobs = Vec::new();
+    for i in 0..36 {
+        let new = NewJob {
+            name: format!("job {i}"),
+            task: "fire".into(),
+            schedule: "0 8 * * *".into(),
+            timezone: "UTC".into(),
+            origin: Origin::Cli,
+            next_run_at: Some(due),
+            ..NewJob::default()
+        };
+        jobs.push(store.create_job(&new).await.unwrap());
+    }
+    let cached = || async {
+        store
+            .pool()
+            .acquire()
+            .await
+            .unwrap()
+            .cached_statements_size()
+    };
+    let before = cached().await;
+    let mut rest = jobs.as_slice();
+    for n in 1..=8 {
+        let (burst, left) = rest.split_at(n);
+        rest = left;
+        let claims: Vec<BurstClaim> = burst
+            .iter()
+            .map(|j| BurstClaim {
+                job_id: j.id.clone(),
+                due,
+                next: Some(due + ChronoDuration::days(1)),
+                holder: format!("firing {}", j.id),
+            })
+            .collect();
+        assert_eq!(store.claim_burst(&claims).await.unwrap().len(), n);
+        let new: Vec<NewTask> = (0..n)
+            .map(|_| NewTask {
+                task: "fire".into(),
+                origin: Origin::Job,
+                profile: "fast".into(),
+                ..NewTask::default()
+            })
+            .collect();
+        let tasks = store.create_tasks(&new).await.unwrap();
+        let started: Vec<(BurstClaim, String)> = claims
+            .into_iter()
+            .zip(tasks.into_iter().map(|t| t.id))
+            .collect();
+        assert_eq!(store.start_burst(&started).await.unwrap().len(), n);
+    }
+    assert_eq!(
+        cached().await,
+        before,
+        "each burst size left a prepared statement in the cache"
+    );
+}
