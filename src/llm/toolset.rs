@@ -9,7 +9,7 @@ use super::{ToolSpec, estimate_tokens, wire};
 use std::sync::{Arc, OnceLock};
 
 /// Tools to offer; a cheap clone. The default is no tools (a request without a `tools` field).
-/// Dereferences to its specs, sorted as they were given.
+/// Dereferences to its specs, in the order they were given.
 #[derive(Clone, Default)]
 pub struct Toolset(Option<Arc<Offer>>);
 

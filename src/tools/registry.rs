@@ -127,7 +127,7 @@ struct Inner {
     /// changed), read at every step; a BTreeMap so offers come out sorted.
     entries: RwLock<BTreeMap<String, Arc<Entry>>>,
     breakers: Breakers,
-    /// The sets offered lately, each with the entries it was made from, most recent last.
+    /// The sets offered lately, each with the entries it was made from, oldest first.
     /// Weak, so a replaced MCP tool is dropped at once; its allocation, and so its address,
     /// stays taken while the key lives, so a new entry is never mistaken for it.
     offers: Mutex<Vec<(Vec<Weak<Entry>>, Toolset)>>,
