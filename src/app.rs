@@ -244,6 +244,17 @@ impl TaskRunner for AgentRunner {
         })
     }
 
+    fn abandon<'a>(&'a self, task_id: &'a str, why: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            lock(&self.claimed).remove(task_id);
+            let Ok(agent) = self.agent() else { return };
+            if let Err(e) = agent.abandon(task_id, why).await {
+                // It stays as it is until the next start marks it interrupted.
+                tracing::error!(task = task_id, error = %e, "could not end a task whose job run was not recorded");
+            }
+        })
+    }
+
     fn run<'a>(&'a self, task_id: &'a str) -> BoxFuture<'a, Result<Task, String>> {
         Box::pin(async move {
             let agent = self.agent()?;

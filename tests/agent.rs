@@ -846,3 +846,32 @@ async fn a_server_ignoring_tools_is_noted_in_the_trace_and_text_mode_carries_the
     );
     assert!(messages.iter().all(|m| m["role"] != "tool"));
 }
+
+#[tokio::test]
+async fn an_abandoned_task_ends_cancelled_without_running_pending_or_claimed() {
+    let model = ScriptedModel::start(vec![]).await;
+    let t = common::app(common::settings(&model.base_url()), test_tools()).await;
+    let agent = &t.app.agent;
+    let why = "the job's run could not be recorded (disk full); this firing was abandoned";
+
+    let pending = agent
+        .create(Submit::new("digest", Origin::Job, None))
+        .await
+        .unwrap();
+    let claimed = agent
+        .create_claimed(Submit::new("digest", Origin::Job, None))
+        .await
+        .unwrap();
+    for id in [&pending.id, &claimed.task().id] {
+        agent.abandon(id, why).await.unwrap();
+        let task = agent.store().task(id).await.unwrap();
+        assert_eq!(task.state, TaskState::Cancelled, "{task:?}");
+        assert_eq!(task.reason, Some(FailReason::Cancelled));
+        assert_eq!(task.error.as_deref(), Some(why));
+    }
+    assert_eq!(
+        model.request_count(),
+        0,
+        "an abandoned task asked the model"
+    );
+}

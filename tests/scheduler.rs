@@ -158,6 +158,13 @@ impl TaskRunner for TestRunner {
         })
     }
 
+    fn abandon<'a>(&'a self, task_id: &'a str, why: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let cancelled = self.store.cancel_pending(task_id, why).await.unwrap();
+            assert!(cancelled, "an abandoned task was no longer pending");
+        })
+    }
+
     fn precheck<'a>(
         &'a self,
         tool: &'a str,
@@ -1282,4 +1289,81 @@ async fn a_failing_job_reports_once_with_its_causes_then_stays_quiet_until_it_re
     // And only once.
     let again = c.sched.run_now_wait(&job.id).await.unwrap();
     assert_eq!(notices(&again).await.len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A run row that cannot be written
+
+/// Refuses every new run row, as a full disk would, through another connection to the file.
+async fn refuse_run_rows(c: &Ctx) -> sqlx::SqlitePool {
+    let file = c.dir.path().join(hermes_agent::store::DB_FILE);
+    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(file);
+    let db = sqlx::SqlitePool::connect_with(options).await.unwrap();
+    sqlx::query(
+        "CREATE TRIGGER no_runs BEFORE INSERT ON job_runs \
+         BEGIN SELECT RAISE(ABORT, 'disk full (injected)'); END",
+    )
+    .execute(&db)
+    .await
+    .unwrap();
+    db
+}
+
+/// The task of a firing that could not be recorded: ended unrun, the job free again.
+async fn assert_abandoned(c: &Ctx, job: &str) {
+    let tasks = tasks_of(&c.store, job).await;
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    assert_eq!(tasks[0].state, TaskState::Cancelled, "{:?}", tasks[0]);
+    let error = tasks[0].error.as_deref().unwrap_or("");
+    assert!(error.contains("could not be recorded"), "{error}");
+    assert!(runs(&c.store, job).await.is_empty());
+    let now = c.store.job(job).await.unwrap();
+    assert_eq!(now.running_task_id, None, "the job stays locked");
+}
+
+#[tokio::test]
+async fn a_firing_whose_run_cannot_be_recorded_does_not_run_its_task() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    let job = c
+        .sched
+        .add(req("report", "0 8 * * MON"), Origin::Cli)
+        .await
+        .unwrap();
+    let db = refuse_run_rows(&c).await;
+
+    assert!(c.sched.run_now(&job.id).await.is_err());
+    idle(&c.sched).await;
+    assert_abandoned(&c, &job.id).await;
+
+    // The store healthy again, the job fires as usual.
+    sqlx::query("DROP TRIGGER no_runs")
+        .execute(&db)
+        .await
+        .unwrap();
+    let task_id = c.sched.run_now(&job.id).await.unwrap();
+    idle(&c.sched).await;
+    assert_eq!(
+        c.store.task(&task_id).await.unwrap().state,
+        TaskState::Succeeded
+    );
+}
+
+#[tokio::test]
+async fn a_burst_whose_runs_cannot_be_recorded_runs_none_of_its_tasks() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    let mut jobs = Vec::new();
+    for i in 0..3 {
+        let r = req(&format!("digest {i}"), "every 1m");
+        jobs.push(c.sched.add(r, Origin::Cli).await.unwrap());
+    }
+    let _db = refuse_run_rows(&c).await;
+
+    clock.set("2026-06-01T10:01:00Z");
+    let _ = c.sched.tick().await;
+    idle(&c.sched).await;
+    for job in &jobs {
+        assert_abandoned(&c, &job.id).await;
+    }
 }

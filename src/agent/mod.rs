@@ -20,7 +20,10 @@ pub use follow::Followed;
 use crate::config::Settings;
 use crate::llm::Gateway;
 use crate::memory::LongTerm;
-use crate::store::{MAX_TASK_CHARS, NewTask, Origin, Step, Store, StoreError, Task, TaskState};
+use crate::store::{
+    FailReason, MAX_TASK_CHARS, NewTask, Origin, Step, Store, StoreError, Task, TaskOutcome,
+    TaskState,
+};
 use crate::tools::Registry;
 use crate::util::lock;
 use std::collections::HashMap;
@@ -400,6 +403,32 @@ impl Agent {
     /// How many tasks are running in this process.
     pub fn running_count(&self) -> usize {
         lock(&self.inner.running).len()
+    }
+
+    /// End a task that must not run (a job firing whose run row could not be written: its
+    /// answer would have nowhere to go): pending → cancelled with `why`; running here →
+    /// stopped; claimed by this process and not yet started (a job's direct run) → cancelled.
+    pub async fn abandon(&self, id: &str, why: &str) -> Result<(), AgentError> {
+        if self.stop_running(id, StopReason::Cancelled) {
+            return Ok(());
+        }
+        if self.inner.store.cancel_pending(id, why).await? {
+            self.announce(id, TaskState::Cancelled, None);
+            return Ok(());
+        }
+        let outcome = TaskOutcome {
+            state: TaskState::Cancelled,
+            answer: None,
+            error: Some(why.to_string()),
+            reason: Some(FailReason::Cancelled),
+            parse_failures: 0,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+        };
+        if let Some(done) = self.inner.store.finish_task_row(id, &outcome).await? {
+            self.announce(id, done.state, Some(&done));
+        }
+        Ok(())
     }
 
     fn stop_running(&self, id: &str, why: StopReason) -> bool {

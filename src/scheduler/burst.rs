@@ -75,9 +75,13 @@ impl Scheduler {
         let runs: std::collections::HashMap<String, i64> = match store.start_burst(&pairs).await {
             Ok(runs) => runs.into_iter().collect(),
             Err(e) => {
-                // The tasks exist; without run rows nothing would record their end, so free
-                // the jobs rather than leave them locked until a restart.
+                // The tasks exist; without run rows nothing would deliver their answers or
+                // record their end: end them unrun, and free the jobs rather than leave them
+                // locked until a restart.
+                let why =
+                    format!("the job's run could not be recorded ({e}); this firing was abandoned");
                 for (job, claim, task_id) in &started {
+                    self.inner.runner.abandon(task_id, &why).await;
                     let _ = store.release_job_lock(&job.id, &claim.holder).await;
                     let _ = store.release_job_lock(&job.id, task_id).await;
                 }

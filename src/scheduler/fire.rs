@@ -282,6 +282,10 @@ impl Scheduler {
         {
             Ok(id) => id,
             Err(e) => {
+                // Without its run row nothing would deliver the task's answer: it must not run.
+                let why =
+                    format!("the job's run could not be recorded ({e}); this firing was abandoned");
+                self.inner.runner.abandon(&task_id, &why).await;
                 // The lock is the task's now; the caller's release (by the placeholder token)
                 // would not free it, and the job would stay locked until a restart.
                 let _ = store.release_job_lock(&job.id, &task_id).await;

@@ -86,6 +86,9 @@ pub trait TaskRunner: Send + Sync {
     }
     /// Run the created task to a final state and return it.
     fn run<'a>(&'a self, task_id: &'a str) -> BoxFuture<'a, Result<Task, String>>;
+    /// End a created task without running it: its firing could not be recorded, so nothing
+    /// would deliver its answer or free its job when it ended. `why` goes in its error.
+    fn abandon<'a>(&'a self, task_id: &'a str, why: &'a str) -> BoxFuture<'a, ()>;
     /// Run one tool call without the model (a precheck); Ok(result JSON) or Err(message).
     fn precheck<'a>(
         &'a self,
