@@ -78,8 +78,7 @@ impl Scheduler {
                 // The tasks exist; without run rows nothing would deliver their answers or
                 // record their end: end them unrun, and free the jobs rather than leave them
                 // locked until a restart.
-                let why =
-                    format!("the job's run could not be recorded ({e}); this firing was abandoned");
+                let why = super::fire::abandoned(&e);
                 for (job, claim, task_id) in &started {
                     self.inner.runner.abandon(task_id, &why).await;
                     let _ = store.release_job_lock(&job.id, &claim.holder).await;

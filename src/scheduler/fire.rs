@@ -283,9 +283,7 @@ impl Scheduler {
             Ok(id) => id,
             Err(e) => {
                 // Without its run row nothing would deliver the task's answer: it must not run.
-                let why =
-                    format!("the job's run could not be recorded ({e}); this firing was abandoned");
-                self.inner.runner.abandon(&task_id, &why).await;
+                self.inner.runner.abandon(&task_id, &abandoned(&e)).await;
                 // The lock is the task's now; the caller's release (by the placeholder token)
                 // would not free it, and the job would stay locked until a restart.
                 let _ = store.release_job_lock(&job.id, &task_id).await;
@@ -491,4 +489,9 @@ fn local_date(t: DateTime<Utc>, job: &Job) -> String {
         Ok(tz) => t.with_timezone(&tz).format("%Y-%m-%d").to_string(),
         Err(_) => t.format("%Y-%m-%d").to_string(),
     }
+}
+
+/// Why a firing's task ended unrun: its run row could not be written.
+pub(super) fn abandoned(e: &StoreError) -> String {
+    format!("the job's run could not be recorded ({e}); this firing was abandoned")
 }
