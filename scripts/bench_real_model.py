@@ -22,7 +22,7 @@ given: then the peer gets only its memory, cronjob and skills toolsets, and the 
 the only URL ours is asked to fetch — but nothing stops a model from inventing another.
 
 Every model request goes through the proxy, one at a time, so the server's log lines between a
-request's start and its answer are that request's. The tasks are the ones tests/real_model.rs
+request's start and its answer are that request's. The tasks are the ones tests/it/real_model.rs
 runs. Each side runs them in order on a fresh data dir (ours) or HOME (the peer), so "recall"
 can find what "remember" stored.
 """
@@ -50,7 +50,7 @@ import bench_peer  # noqa: E402  (the peer's install, shared with the scripted s
 
 MODEL = "smollm2"
 PAGE_TITLE = "Harbour opening hours"
-# The same tasks, in the same order, as tests/real_model.rs.
+# The same tasks, in the same order, as tests/it/real_model.rs.
 TASKS = [
     ("plain", "What is the capital of France?"),
     ("manifest", "How full is the disk at / ? Use the disk_usage tool."),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the dashboard's real-browser tests (tests/web.rs) need: Debian's chromium and
+# Installs what the dashboard's real-browser tests (tests/it/web.rs) need: Debian's chromium and
 # chromium-driver. Idempotent: does nothing when both are already there. Runs as root (CI).
 set -euo pipefail
 

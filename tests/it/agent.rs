@@ -1,7 +1,7 @@
 //! The agent loop end to end: a scripted OpenAI-compatible model server on loopback, real
 //! tools, the real store. Every test reads the stored trace, as a person would with `tasks show`.
 
-mod common;
+use crate::common;
 
 use hermes_agent::agent::{Followed, RunOptions, Submit};
 use hermes_agent::config::WebhookSettings;

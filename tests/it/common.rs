@@ -1,6 +1,5 @@
 //! Shared set-up for the integration tests: settings pointing at a scripted model server on
 //! loopback, and an [`App`] on a temporary data dir.
-#![allow(dead_code)]
 
 use hermes_agent::app::{App, BuildOptions, JobExecution};
 use hermes_agent::config::{Config, Settings};
@@ -144,4 +143,19 @@ pub fn echo_model(req: &serde_json::Value) -> hermes_agent::llm::scripted::Reply
     } else {
         answer
     }
+}
+
+/// A process's output as text (lossy: a test's message must show whatever it printed).
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The `(code, message)` of an API error body `{"error": {"code", "message"}}`.
+pub fn error_of(v: &serde_json::Value) -> (&str, &str) {
+    let field = |name: &str| {
+        v.pointer(&format!("/error/{name}"))
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_else(|| panic!("not an error body: {v}"))
+    };
+    (field("code"), field("message"))
 }

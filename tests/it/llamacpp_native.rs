@@ -11,7 +11,7 @@
 //! So a native task against it could never end with an answer. `tool_mode: auto` takes the
 //! blank reply as evidence that the server ignores tools and asks again in text mode.
 
-mod common;
+use crate::common;
 
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::store::TaskState;

@@ -1,7 +1,7 @@
 //! The agent together with its services: the model schedules a job through its tool and the job
 //! fires fresh; a remembered fact reaches a later job's task; sub-agents report partial failure.
 
-mod common;
+use crate::common;
 
 use hermes_agent::config::{SubAgent, WebhookSettings};
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};

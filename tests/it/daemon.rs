@@ -7,9 +7,9 @@
 //! `DATA_DIR/daemon.addr`, so tests run in parallel without racing for ports; every child
 //! process is killed when its guard drops, so a failing test leaves nothing running.
 
-mod common;
+use crate::common;
 
-use common::{echo_model, task_text};
+use crate::common::{echo_model, error_of, task_text, text};
 use hermes_agent::daemon::{addr_path, read_addr};
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use reqwest::{Method, StatusCode};
@@ -127,10 +127,6 @@ fn base_command(dir: &Path, env: &[(&str, &str)]) -> Command {
         cmd.env(k, v);
     }
     cmd
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// A running daemon process; killed (and reaped) on drop.
@@ -353,17 +349,6 @@ impl Drop for Daemon {
             let _ = c.wait();
         }
     }
-}
-
-fn error_of(v: &Value) -> (&str, &str) {
-    (
-        v.pointer("/error/code")
-            .and_then(Value::as_str)
-            .unwrap_or_else(|| panic!("not an error body: {v}")),
-        v.pointer("/error/message")
-            .and_then(Value::as_str)
-            .unwrap_or_else(|| panic!("not an error body: {v}")),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,7 @@
 //! Ignored unless asked for, and then failing (never passing) when no server is named:
 //!
 //! ```sh
-//! scripts/local-model.sh --isolated -- cargo test --test real_model -- --ignored --nocapture
+//! scripts/local-model.sh --isolated -- cargo test --test it real_model:: -- --ignored --nocapture
 //! ```
 //!
 //! (`--isolated`: the server and the tests in a network namespace with only loopback, so a model
@@ -20,7 +20,7 @@
 //! task, the tools reach the model, the loop guard bounds the task, no task outlives its limit,
 //! and a failure always has a reason. Each task's trace is printed (`--nocapture`).
 
-mod common;
+use crate::common;
 
 use axum::body::Bytes;
 use axum::extract::State;

@@ -7,7 +7,7 @@
 //! Counted from sqlx's own statement log (`sqlx::query` events) with a process-wide
 //! subscriber, so this file holds this one test.
 
-mod common;
+use crate::common;
 
 use hermes_agent::agent::{RunOptions, Submit};
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};

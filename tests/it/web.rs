@@ -6,7 +6,7 @@
 //! Needs Debian's `chromium` and `chromium-driver` (`scripts/ci/browser-deps.sh` installs them);
 //! without them these tests fail and say how to install them — they never pass silently.
 
-mod common;
+use crate::common;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use hermes_agent::app::{App, BuildOptions, JobExecution};

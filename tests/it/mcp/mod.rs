@@ -5,12 +5,11 @@
 //! They are installed under `target/test-deps` by `scripts/ci/mcp-deps.sh`; without them every
 //! test here fails and says to run it. Every wait is on a condition with a bound, never a sleep.
 
-mod common;
+use crate::common;
+
 /// server-everything over streamable HTTP.
-#[path = "mcp/http.rs"]
 mod http;
 /// `hermes-agent mcp` driven by MCP clients.
-#[path = "mcp/serve.rs"]
 mod serve;
 
 use hermes_agent::app::App;
@@ -359,7 +358,10 @@ async fn servers_that_cannot_start_are_reported_and_the_rest_work() {
 async fn a_changed_tool_list_reaches_the_registry() {
     let d = deps();
     let python = d.python.to_string_lossy().into_owned();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/changing_server.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/it/mcp/changing_server.py"
+    );
     let s = settings_with(NO_MODEL, vec![("changing", stdio(&[&python, script]))]);
     let t = common::app(s, vec![]).await;
     assert_eq!(

@@ -1,4 +1,4 @@
-//! `hermes-agent mcp` as MCP clients meet it: the official Python client (tests/mcp/client.py)
+//! `hermes-agent mcp` as MCP clients meet it: the official Python client (tests/it/mcp/client.py)
 //! through a running daemon and on the data dir, and raw JSON-RPC lines to check that stdout
 //! carries nothing else.
 
@@ -29,10 +29,10 @@ fn mcp_site(dir: &Path, model_url: &str) -> Sources {
     }
 }
 
-/// Run tests/mcp/client.py (the official Python client) against `hermes-agent mcp` on `site`;
+/// Run tests/it/mcp/client.py (the official Python client) against `hermes-agent mcp` on `site`;
 /// what it saw.
 async fn drive_with_python(d: &Deps, dir: &Path, site: &Sources) -> Value {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/mcp/client.py");
     let path = |p: &Option<PathBuf>| p.as_ref().expect("set").to_string_lossy().into_owned();
     let run = tokio::process::Command::new(&d.python)
         .arg(script)

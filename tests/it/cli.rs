@@ -1,5 +1,6 @@
 //! The CLI as a user meets it: the real binary, run as a process.
 
+use crate::common::text;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -13,10 +14,6 @@ fn hermes(data_dir: &Path, args: &[&str]) -> Output {
         .env("RUST_LOG", "warn")
         .output()
         .expect("the binary runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 #[test]

@@ -1,7 +1,7 @@
 """Drive `hermes-agent mcp` with the official Python MCP client (PyPI `mcp`), as a desktop
 assistant or an editor would: start it over stdio, list its tools, remember then recall a fact,
 run a task, and make one bad call. Prints one JSON object with what it saw; the Rust test
-(tests/mcp.rs) checks it. Run with the venv of scripts/ci/mcp-deps.sh.
+(tests/it/mcp/mod.rs) checks it. Run with the venv of scripts/ci/mcp-deps.sh.
 
 Usage: client.py BINARY CONFIG DATA_DIR XDG_CONFIG_HOME
 """

@@ -1,6 +1,6 @@
 """A stdio MCP server whose tool list changes at run time, on the official Python SDK (PyPI
 `mcp`): its tool `grow` adds a tool and sends `notifications/tools/list_changed`, which is how
-tests/mcp.rs checks that hermes-agent follows a server's changing tools. Run with the venv of
+tests/it/mcp/mod.rs checks that hermes-agent follows a server's changing tools. Run with the venv of
 scripts/ci/mcp-deps.sh.
 """
 

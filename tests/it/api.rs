@@ -3,12 +3,12 @@
 //! loopback. Everything about the API's requests and answers that needs no process is here;
 //! tests/daemon.rs keeps what does (signals, restarts, the data-dir lock, the CLI).
 
-mod common;
+use crate::common;
 
+use crate::common::{TestApp, echo_model, error_of};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
-use common::{TestApp, echo_model};
 use hermes_agent::llm::scripted::ScriptedModel;
 use hermes_agent::server::{ApiState, BODY_LIMIT, router};
 use serde_json::{Value, json};
@@ -112,17 +112,6 @@ impl Api {
     async fn post(&self, path: &str, body: Value) -> Answer {
         self.call(Method::POST, path, Some(body), None).await
     }
-}
-
-fn error_of(v: &Value) -> (&str, &str) {
-    (
-        v.pointer("/error/code")
-            .and_then(Value::as_str)
-            .unwrap_or_else(|| panic!("not an error body: {v}")),
-        v.pointer("/error/message")
-            .and_then(Value::as_str)
-            .unwrap_or_else(|| panic!("not an error body: {v}")),
-    )
 }
 
 /// One bad request and the error it must get.

@@ -1,0 +1,24 @@
+//! The integration tests, in one binary: each module drives the real parts against real
+//! servers on 127.0.0.1:0 (the daemon, a scripted model, SMTP, webhooks, MCP servers, a
+//! browser). One binary links the crate once instead of once per file.
+//!
+//! `cargo test --test it MODULE::` runs one module, e.g. `cargo test --test it web::`.
+
+mod common;
+
+mod agent;
+mod agent_services;
+mod api;
+mod cli;
+mod daemon;
+mod llamacpp_native;
+mod llm_gateway;
+mod mcp;
+mod memory;
+mod notify;
+mod real_model;
+mod scheduler;
+mod store_round_trips;
+mod tools_registry;
+mod web;
+mod web_tools;
