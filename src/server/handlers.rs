@@ -152,7 +152,10 @@ pub struct ListTasks {
 pub async fn list_tasks(State(s): State<ApiState>, Query(q): Query<ListTasks>) -> ApiResult {
     let state = match q.state.as_deref() {
         None | Some("") => None,
-        Some(v) => Some(v.parse::<TaskState>().map_err(ApiError::bad_request)?),
+        Some(v) => Some(
+            v.parse::<TaskState>()
+                .map_err(|e| ApiError::bad_request(e.to_string()))?,
+        ),
     };
     let limit = bounded("limit", q.limit, 50, 1000)?;
     let tasks = s

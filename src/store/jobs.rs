@@ -1,8 +1,8 @@
 //! Scheduled jobs and the record of every firing (`jobs`, `job_runs`).
 
 use super::{
-    Delivery, Origin, Result, Store, WithJson, from_json, json_column, json_list, limit_or, new_id,
-    now,
+    Delivery, Origin, Result, RunOutcome, Store, WithJson, from_json, json_column, json_list,
+    limit_or, new_id, now,
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -55,16 +55,6 @@ pub struct NewJob {
     pub origin: Origin,
     pub precheck: Option<serde_json::Value>,
     pub next_run_at: Option<DateTime<Utc>>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
-#[serde(rename_all = "lowercase")]
-#[sqlx(rename_all = "lowercase", type_name = "TEXT")]
-pub enum RunOutcome {
-    Fired,
-    Skipped,
-    Missed,
-    Failed,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow, PartialEq)]

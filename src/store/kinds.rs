@@ -1,7 +1,10 @@
-//! The closed sets of words stored in text columns and shown by the API: who made a task or
-//! a job ([`Origin`]), why a task did not succeed ([`FailReason`]) and what became of a job
-//! run's delivery ([`Delivery`]). Each is an enum in the code and the same word as before in
-//! the database and in JSON, so neither changed when they stopped being strings.
+//! The closed sets of words stored in text columns and shown by the API: a task's state
+//! ([`TaskState`]), who made a task or a job ([`Origin`]), why a task did not succeed
+//! ([`FailReason`]), what a job firing did ([`RunOutcome`]), where a notice is
+//! ([`NoticeState`]) and what became of a job run's delivery ([`Delivery`]). Each is an enum in
+//! the code and the same word as before in the database and in JSON, written once: the unit
+//! enums through [`word_enum!`], `Delivery` (which carries a reason) by hand, both stored and
+//! serialised through [`as_text!`].
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sqlx::Sqlite;
@@ -35,21 +38,30 @@ macro_rules! word_enum {
         }
 
         impl std::str::FromStr for $name {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
+            type Err = UnknownWord;
+            fn from_str(s: &str) -> Result<Self, UnknownWord> {
                 match s {
                     $($word => Ok($name::$variant),)+
-                    other => Err(format!(
-                        concat!("unknown ", $what, " '{}'; use one of: {}"),
-                        other,
-                        $name::ALL.iter().map(|v| v.as_str()).collect::<Vec<_>>().join(", ")
-                    )),
+                    other => Err(UnknownWord {
+                        what: $what,
+                        word: other.to_string(),
+                        known: $name::ALL.iter().map(|v| v.as_str()).collect(),
+                    }),
                 }
             }
         }
 
         as_text!($name);
     };
+}
+
+/// A word that is none of its set's: names the set and lists the words it has.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} '{word}'; use one of: {}", known.join(", "))]
+pub struct UnknownWord {
+    pub what: &'static str,
+    pub word: String,
+    pub known: Vec<&'static str>,
 }
 
 /// Serialise and store a type as its text form (`Display`), and read it back with `FromStr`.
@@ -93,6 +105,49 @@ macro_rules! as_text {
             }
         }
     };
+}
+
+word_enum! {
+    /// Where a task is in its life: `pending → running → succeeded | failed | cancelled`.
+    TaskState, "state" {
+        Pending = "pending",
+        Running = "running",
+        Succeeded = "succeeded",
+        Failed = "failed",
+        Cancelled = "cancelled",
+    }
+}
+
+impl TaskState {
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            TaskState::Succeeded | TaskState::Failed | TaskState::Cancelled
+        )
+    }
+}
+
+word_enum! {
+    /// What a job's due time became (the `outcome` of a run).
+    RunOutcome, "outcome" {
+        /// A task was started for it.
+        Fired = "fired",
+        /// Not run: the previous run was still going, or the precheck saw no change.
+        Skipped = "skipped",
+        /// Not run: the daemon was down past the catch-up grace.
+        Missed = "missed",
+        /// The run or its start failed.
+        Failed = "failed",
+    }
+}
+
+word_enum! {
+    /// Where a notice in the outbox is.
+    NoticeState, "notice state" {
+        Pending = "pending",
+        Sent = "sent",
+        Failed = "failed",
+    }
 }
 
 word_enum! {
@@ -184,8 +239,8 @@ impl std::fmt::Display for Delivery {
 }
 
 impl std::str::FromStr for Delivery {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownWord;
+    fn from_str(s: &str) -> Result<Self, UnknownWord> {
         Ok(match s {
             "none" => Delivery::None,
             "queued" => Delivery::Queued,
@@ -193,7 +248,13 @@ impl std::str::FromStr for Delivery {
             "suppressed" => Delivery::Suppressed,
             other => match other.strip_prefix(Delivery::FAILED_PREFIX) {
                 Some(why) => Delivery::Failed(why.to_string()),
-                None => return Err(format!("unknown delivery state '{other}'")),
+                None => {
+                    return Err(UnknownWord {
+                        what: "delivery state",
+                        word: other.to_string(),
+                        known: vec!["none", "queued", "silent", "suppressed", "failed: REASON"],
+                    });
+                }
             },
         })
     }
@@ -214,8 +275,13 @@ mod tests {
         }
         assert_eq!(FailReason::MaxSteps.as_str(), "max_steps");
         assert_eq!("loop".parse::<FailReason>(), Ok(FailReason::Loop));
-        let err = "bogus".parse::<Origin>().unwrap_err();
+        let err = "bogus".parse::<Origin>().unwrap_err().to_string();
         assert!(err.contains("cli, api, job"), "{err}");
+        for s in TaskState::ALL {
+            assert_eq!(s.as_str().parse::<TaskState>(), Ok(*s));
+        }
+        assert_eq!(RunOutcome::Missed.to_string(), "missed");
+        assert_eq!(NoticeState::Sent.as_str(), "sent");
     }
 
     #[test]

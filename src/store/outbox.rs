@@ -1,18 +1,9 @@
 //! The durable outbox (`outbox`): a notice is stored before it is sent, and stays until it is
 //! sent or has failed for good.
 
-use super::{Result, Store, json_list, limit_or, now};
+use super::{NoticeState, Result, Store, json_list, limit_or, now};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
-#[serde(rename_all = "lowercase")]
-#[sqlx(rename_all = "lowercase", type_name = "TEXT")]
-pub enum NoticeState {
-    Pending,
-    Sent,
-    Failed,
-}
 
 /// A notice in the outbox: what was queued, and how its delivery goes. Serialised flat
 /// (`{id, channel, title, …, state, …}`), as the API has always shown it.

@@ -1,60 +1,10 @@
 //! Tasks and their trace (`tasks`, `task_steps`).
 
-use super::{FailReason, Origin, Result, Store, StoreError, found, limit_or, new_id, now};
+use super::{
+    FailReason, Origin, Result, Store, StoreError, TaskState, found, limit_or, new_id, now,
+};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
-#[serde(rename_all = "lowercase")]
-#[sqlx(rename_all = "lowercase", type_name = "TEXT")]
-pub enum TaskState {
-    Pending,
-    Running,
-    Succeeded,
-    Failed,
-    Cancelled,
-}
-
-impl TaskState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskState::Pending => "pending",
-            TaskState::Running => "running",
-            TaskState::Succeeded => "succeeded",
-            TaskState::Failed => "failed",
-            TaskState::Cancelled => "cancelled",
-        }
-    }
-
-    pub fn is_finished(self) -> bool {
-        matches!(
-            self,
-            TaskState::Succeeded | TaskState::Failed | TaskState::Cancelled
-        )
-    }
-}
-
-impl std::fmt::Display for TaskState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for TaskState {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "pending" => Ok(TaskState::Pending),
-            "running" => Ok(TaskState::Running),
-            "succeeded" => Ok(TaskState::Succeeded),
-            "failed" => Ok(TaskState::Failed),
-            "cancelled" => Ok(TaskState::Cancelled),
-            other => Err(format!(
-                "unknown state '{other}'; use pending, running, succeeded, failed or cancelled"
-            )),
-        }
-    }
-}
 
 /// The longest task text accepted from any way in (API, CLI, a job), in characters: far more
 /// than an instruction needs, far less than would crowd the model's context.

@@ -42,10 +42,16 @@ pub async fn list(ctx: Ctx, Query(q): Query<ListQuery>) -> PageResult {
     let s = &ctx.state;
     let search = TaskSearch {
         state: some(&q.state)
-            .map(|v| v.parse::<TaskState>().map_err(ApiError::bad_request))
+            .map(|v| {
+                v.parse::<TaskState>()
+                    .map_err(|e| ApiError::bad_request(e.to_string()))
+            })
             .transpose()?,
         origin: some(&q.origin)
-            .map(|v| v.parse::<Origin>().map_err(ApiError::bad_request))
+            .map(|v| {
+                v.parse::<Origin>()
+                    .map_err(|e| ApiError::bad_request(e.to_string()))
+            })
             .transpose()?,
         job_id: some(&q.job).map(str::to_string),
         text: some(&q.q).map(str::to_string),
