@@ -3,7 +3,7 @@
 
 use super::guard::{LoopGuard, Verdict};
 use super::{Agent, RunOptions, StopReason, prompt, trace};
-use crate::llm::{Gateway, Message, ModelReply, ToolCall};
+use crate::llm::{Gateway, LlmError, Message, ModelReply, ToolCall};
 use crate::memory::{ShortTerm, Summariser, SummaryModel};
 use crate::store::{FailReason, NewStep, Step, StoreError, Task, TaskOutcome, TaskState, now};
 use crate::tools::{ToolContext, ToolError, ToolOutcome, shape};
@@ -98,7 +98,7 @@ struct GatewaySummary {
 }
 
 impl SummaryModel for GatewaySummary {
-    fn summarise<'a>(&'a self, prompt: String) -> BoxFuture<'a, Result<String, String>> {
+    fn summarise<'a>(&'a self, prompt: String) -> BoxFuture<'a, Result<String, LlmError>> {
         Box::pin(async move {
             let messages = [
                 Message::system(
@@ -110,7 +110,6 @@ impl SummaryModel for GatewaySummary {
                 .chat(&self.profile, &messages, &[])
                 .await
                 .map(|r| r.content)
-                .map_err(|e| e.to_string())
         })
     }
 }

@@ -7,7 +7,7 @@
 //! Must not: call the model except through the [`SummaryModel`] handle it is given, or let the
 //! summary grow past `summary_max_chars` whatever the model returns.
 
-use crate::llm::{Message, ToolCall};
+use crate::llm::{LlmError, Message, ToolCall};
 use crate::util::text::{collapse, one_line, prefix};
 use futures::future::BoxFuture;
 use std::collections::VecDeque;
@@ -25,7 +25,7 @@ const PROMPT_MESSAGE_CHARS: usize = 400;
 
 /// A model that writes a summary from a prompt. The gateway implements it; tests use their own.
 pub trait SummaryModel: Send + Sync {
-    fn summarise<'a>(&'a self, prompt: String) -> BoxFuture<'a, Result<String, String>>;
+    fn summarise<'a>(&'a self, prompt: String) -> BoxFuture<'a, Result<String, LlmError>>;
 }
 
 /// How older rounds are folded into the summary.

@@ -2,7 +2,7 @@
 //! real on-disk store and index (Chinese, English, mixed), its repair and its persistence.
 
 use futures::future::BoxFuture;
-use hermes_agent::llm::{Message, Role, ToolCall};
+use hermes_agent::llm::{LlmError, Message, Role, ToolCall};
 use hermes_agent::memory::{LongTerm, ShortTerm, Summariser, SummaryModel};
 use hermes_agent::store::{Store, Upsert};
 use std::path::Path;
@@ -153,7 +153,7 @@ struct FixedModel {
 }
 
 impl SummaryModel for FixedModel {
-    fn summarise<'a>(&'a self, prompt: String) -> BoxFuture<'a, Result<String, String>> {
+    fn summarise<'a>(&'a self, prompt: String) -> BoxFuture<'a, Result<String, LlmError>> {
         Box::pin(async move {
             self.prompts.fetch_add(1, Ordering::SeqCst);
             if let Ok(mut last) = self.last_prompt.lock() {
@@ -170,13 +170,15 @@ struct FailingModel {
 }
 
 impl SummaryModel for FailingModel {
-    fn summarise<'a>(&'a self, _prompt: String) -> BoxFuture<'a, Result<String, String>> {
+    fn summarise<'a>(&'a self, _prompt: String) -> BoxFuture<'a, Result<String, LlmError>> {
         Box::pin(async move {
             self.calls.fetch_add(1, Ordering::SeqCst);
             if self.empty {
                 Ok("  \n ".to_string())
             } else {
-                Err("connection refused".to_string())
+                Err(LlmError::Setup {
+                    reason: "connection refused".into(),
+                })
             }
         })
     }
