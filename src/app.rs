@@ -1,23 +1,22 @@
 //! Wiring: builds the parts from a [`Config`] and connects them through their handles. The
 //! one place that knows every part; used by the CLI (`serve`, `run`, `jobs run`, ...) and tests.
 //!
-//! Must not: hold behaviour of its own beyond construction and the adapters that let the
-//! scheduler reach the agent and the notifier without depending on them.
+//! Must not: hold behaviour of its own beyond construction and the adapter that lets the
+//! scheduler reach the notifier without depending on it (the agent's side of the scheduler is
+//! `agent::JobRunner`).
 
-use crate::agent::{Agent, Claimed, DelegateTools, RunOptions, Submit};
+pub use crate::agent::JobExecution;
+use crate::agent::{Agent, DelegateTools, JobRunner};
 use crate::config::{Config, env_map};
-use crate::llm::{Gateway, RetryPolicy, ToolCall};
+use crate::llm::{Gateway, RetryPolicy};
 use crate::mcp::McpManager;
 use crate::memory::LongTerm;
-use crate::notify::Notifier;
-use crate::scheduler::{Deliver, Scheduler, TaskRunner};
-use crate::store::{Job, NewNotice, Origin, Store, Task};
-use crate::tools::{RegistryBuilder, Tool, ToolContext, builtin, manifest};
-use crate::util::lock;
+use crate::notify::{Notifier, NotifyError};
+use crate::scheduler::{Deliver, DeliverError, Scheduler};
+use crate::store::{NewNotice, Store};
+use crate::tools::{RegistryBuilder, Tool, builtin, manifest};
 use futures::future::BoxFuture;
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
@@ -35,15 +34,6 @@ pub enum AppError {
     },
     #[error("tools: {0}")]
     Registry(#[from] crate::tools::RegistryError),
-}
-
-/// How tasks created by job firings get run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobExecution {
-    /// The daemon: the worker pool runs them; firings wait for the result.
-    Pool,
-    /// No daemon (`jobs run` from the CLI): run in the caller's process.
-    Direct,
 }
 
 /// Every part, built and connected. Cheap to clone.
@@ -105,16 +95,11 @@ impl App {
         if let Some(p) = options.notify_retry {
             notifier = notifier.with_retry(p);
         }
-        let agent_link: Arc<OnceLock<Agent>> = Arc::new(OnceLock::new());
-        let runner = Arc::new(AgentRunner {
-            agent: agent_link.clone(),
-            mode,
-            claimed: Mutex::new(HashMap::new()),
-        });
+        let runner = JobRunner::new(mode);
         let scheduler = Scheduler::new(
             s.scheduler.clone(),
             store.clone(),
-            runner,
+            runner.clone(),
             Arc::new(OutboxDeliver(notifier.clone())),
         )
         .with_profiles(s.model.profiles.keys().cloned().collect())
@@ -153,7 +138,7 @@ impl App {
         let mcp = McpManager::new(&s.mcp, registry.clone(), env);
         let agent = Agent::new(s.clone(), store.clone(), gateway, registry, memory.clone());
         delegate.bind(&agent);
-        let _ = agent_link.set(agent.clone());
+        runner.bind(&agent);
         Ok(App {
             config: Arc::new(config),
             store,
@@ -166,164 +151,20 @@ impl App {
     }
 }
 
-/// The scheduler's way to run a firing's task.
-///
-/// The link is set right after the agent is built; the agent (through the schedule tools) holds
-/// the scheduler, which holds this runner: a cycle of handles that lives as long as the process.
-struct AgentRunner {
-    agent: Arc<OnceLock<Agent>>,
-    mode: JobExecution,
-    /// Direct mode: tasks created for a firing, held between `create` and `run`.
-    claimed: Mutex<HashMap<String, Claimed>>,
-}
-
-impl AgentRunner {
-    fn agent(&self) -> Result<&Agent, String> {
-        self.agent
-            .get()
-            .ok_or_else(|| "the agent is not ready yet".to_string())
-    }
-}
-
-/// A job's firing as a task request.
-fn job_task(job: &Job) -> Submit {
-    Submit {
-        job_id: Some(job.id.clone()),
-        ..Submit::new(job.task.clone(), Origin::Job, job.profile.clone())
-    }
-}
-
-impl TaskRunner for AgentRunner {
-    fn create_many<'a>(&'a self, jobs: &'a [Job]) -> BoxFuture<'a, Vec<Result<String, String>>> {
-        Box::pin(async move {
-            let all_failed = |e: String| jobs.iter().map(|_| Err(e.clone())).collect();
-            let agent = match self.agent() {
-                Ok(a) => a,
-                Err(e) => return all_failed(e),
-            };
-            match self.mode {
-                // Claimed tasks are kept one by one for `run`.
-                JobExecution::Direct => {
-                    let mut ids = Vec::with_capacity(jobs.len());
-                    for job in jobs {
-                        ids.push(self.create(job).await);
-                    }
-                    ids
-                }
-                JobExecution::Pool => {
-                    match agent.submit_many(jobs.iter().map(job_task).collect()).await {
-                        Ok(tasks) => tasks
-                            .into_iter()
-                            .map(|t| t.map(|t| t.id).map_err(|e| e.to_string()))
-                            .collect(),
-                        Err(e) => all_failed(e.to_string()),
-                    }
-                }
-            }
-        })
-    }
-
-    fn create<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Result<String, String>> {
-        Box::pin(async move {
-            let agent = self.agent()?;
-            let submit = job_task(job);
-            match self.mode {
-                // Pending: a worker of the pool takes it.
-                JobExecution::Pool => Ok(agent.create(submit).await.map_err(|e| e.to_string())?.id),
-                // Claimed for this process, kept until `run` (a daemon elsewhere must not take it).
-                JobExecution::Direct => {
-                    let claimed = agent
-                        .create_claimed(submit)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    let id = claimed.task().id.clone();
-                    lock(&self.claimed).insert(id.clone(), claimed);
-                    Ok(id)
-                }
-            }
-        })
-    }
-
-    fn abandon<'a>(&'a self, task_id: &'a str, why: &'a str) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            lock(&self.claimed).remove(task_id);
-            let Ok(agent) = self.agent() else { return };
-            if let Err(e) = agent.abandon(task_id, why).await {
-                // It stays as it is until the next start marks it interrupted.
-                tracing::error!(task = task_id, error = %e, "could not end a task whose job run was not recorded");
-            }
-        })
-    }
-
-    fn run<'a>(&'a self, task_id: &'a str) -> BoxFuture<'a, Result<Task, String>> {
-        Box::pin(async move {
-            let agent = self.agent()?;
-            match self.mode {
-                JobExecution::Direct => {
-                    let claimed = lock(&self.claimed).remove(task_id);
-                    match claimed {
-                        Some(c) => agent.run_claimed(c, RunOptions::default()).await,
-                        None => agent.execute(task_id, RunOptions::default()).await,
-                    }
-                    .map_err(|e| e.to_string())
-                }
-                JobExecution::Pool => {
-                    let rx = agent.subscribe();
-                    agent.wake_workers();
-                    // The agent enforces the task's own limit; this wait only has to outlast
-                    // a queue in front of it.
-                    let limit = Duration::from_secs(24 * 3600);
-                    agent
-                        .wait(task_id, rx, limit)
-                        .await
-                        .map_err(|e| e.to_string())
-                }
-            }
-        })
-    }
-
-    fn check_precheck(&self, tool: &str, arguments: &serde_json::Value) -> Result<(), String> {
-        self.agent()?
-            .registry()
-            .check_call(tool, arguments)
-            .map_err(|e| e.to_string())
-    }
-
-    fn precheck<'a>(
-        &'a self,
-        tool: &'a str,
-        arguments: serde_json::Value,
-        job: &'a Job,
-    ) -> BoxFuture<'a, Result<serde_json::Value, String>> {
-        Box::pin(async move {
-            let agent = self.agent()?;
-            let ctx = ToolContext {
-                task_id: String::new(),
-                origin: Origin::Job,
-                job_id: Some(job.id.clone()),
-                depth: 0,
-                profile: job.profile.clone().unwrap_or_default(),
-            };
-            let call = ToolCall {
-                id: "precheck".into(),
-                name: tool.to_string(),
-                arguments,
-            };
-            agent
-                .registry()
-                .call_raw(&call, &ctx)
-                .await
-                .map_err(|e| e.to_string())
-        })
-    }
-}
-
 /// The scheduler's way to deliver a run's result: the notifier's durable outbox.
 struct OutboxDeliver(Notifier);
 
 impl Deliver for OutboxDeliver {
-    fn deliver(&self, notice: NewNotice) -> BoxFuture<'_, Result<i64, String>> {
-        Box::pin(async move { self.0.enqueue(notice).await.map_err(|e| e.to_string()) })
+    fn deliver(&self, notice: NewNotice) -> BoxFuture<'_, Result<i64, DeliverError>> {
+        Box::pin(async move {
+            self.0.enqueue(notice).await.map_err(|e| match e {
+                NotifyError::Store(e) => DeliverError::Store(e),
+                // `enqueue` checks only the channel; a settings error cannot come from it.
+                e @ (NotifyError::UnknownChannel { .. } | NotifyError::Config { .. }) => {
+                    DeliverError::UnknownChannel(e.to_string())
+                }
+            })
+        })
     }
 
     fn channels(&self) -> Vec<String> {

@@ -9,6 +9,7 @@
 mod delegate;
 mod follow;
 mod guard;
+mod jobs;
 mod pool;
 pub mod prompt;
 mod run;
@@ -16,6 +17,7 @@ mod trace;
 
 pub use delegate::{DelegateTools, MAX_DEPTH};
 pub use follow::Followed;
+pub use jobs::{JobExecution, JobRunner};
 
 use crate::config::Settings;
 use crate::llm::Gateway;

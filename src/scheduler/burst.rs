@@ -8,9 +8,9 @@
 //! path decides differently (the run row, the log line and the run itself are the same).
 
 use super::Scheduler;
-use super::fire::{LOOP_SLACK, Started};
-use super::schedule::{Schedule, parse_timezone};
-use crate::store::{BurstClaim, Job, StoreError, new_id};
+use super::fire::{LOOP_SLACK, Started, firing_token};
+use super::schedule::ZonedSchedule;
+use crate::store::{BurstClaim, Job, StoreError};
 use chrono::{DateTime, Utc};
 
 /// Fewer due jobs than this go the one-job way: a burst is for when it pays.
@@ -56,21 +56,29 @@ impl Scheduler {
 
         let count = claimed.len();
         let jobs: Vec<Job> = claimed.iter().map(|(job, _)| job.clone()).collect();
-        let task_ids = self.inner.runner.create_many(&jobs).await;
+        // Per job, its task or the words its failed run will record.
+        let tasks: Vec<Result<_, String>> = match self.inner.runner.create_many(&jobs).await {
+            Ok(tasks) => tasks
+                .into_iter()
+                .map(|t| t.map_err(|e| e.to_string()))
+                .collect(),
+            // Nothing was created: every job's firing fails with the same words.
+            Err(e) => jobs.iter().map(|_| Err(e.to_string())).collect(),
+        };
         let mut started = Vec::with_capacity(claimed.len());
-        for ((job, claim), task_id) in claimed.into_iter().zip(task_ids) {
-            match task_id {
-                Ok(task_id) => started.push((job, claim, task_id)),
-                Err(message) => {
+        for ((job, claim), task) in claimed.into_iter().zip(tasks) {
+            match task {
+                Ok(task) => started.push((job, claim, task)),
+                Err(e) => {
                     store.release_job_lock(&job.id, &claim.holder).await?;
-                    let reason = format!("could not create the task: {message}");
+                    let reason = format!("could not create the task: {e}");
                     self.record_failed_start(&job, claim.due, reason).await?;
                 }
             }
         }
         let pairs: Vec<(BurstClaim, String)> = started
             .iter()
-            .map(|(_, claim, task_id)| (claim.clone(), task_id.clone()))
+            .map(|(_, claim, task)| (claim.clone(), task.id().to_string()))
             .collect();
         let runs: std::collections::HashMap<String, i64> = match store.start_burst(&pairs).await {
             Ok(runs) => runs.into_iter().collect(),
@@ -79,26 +87,27 @@ impl Scheduler {
                 // record their end: end them unrun, and free the jobs rather than leave them
                 // locked until a restart.
                 let why = super::fire::abandoned(&e);
-                for (job, claim, task_id) in &started {
-                    self.inner.runner.abandon(task_id, &why).await;
+                for (job, claim, task) in started {
+                    let task_id = task.id().to_string();
+                    task.abandon(why.clone()).await;
                     let _ = store.release_job_lock(&job.id, &claim.holder).await;
-                    let _ = store.release_job_lock(&job.id, task_id).await;
+                    let _ = store.release_job_lock(&job.id, &task_id).await;
                 }
                 return Err(e);
             }
         };
-        for (job, claim, task_id) in started {
+        for (job, claim, task) in started {
             let Some(&run_id) = runs.get(&job.id) else {
-                tracing::error!(job = %job.id, task = %task_id, "the burst recorded no run for this job");
+                tracing::error!(job = %job.id, task = %task.id(), "the burst recorded no run for this job");
                 continue;
             };
-            tracing::info!(job = %job.id, outcome = "fired", task = %task_id, run = run_id,
+            tracing::info!(job = %job.id, outcome = "fired", task = %task.id(), run = run_id,
                 reason = "schedule", "job firing");
             let me = self.clone();
             let started = Started {
                 job,
                 run_id,
-                task_id,
+                task,
                 scheduled_at: claim.due,
             };
             self.spawn(async move { me.finish(started).await });
@@ -117,21 +126,15 @@ fn plain_claim(job: &Job, now: DateTime<Utc>) -> Option<BurstClaim> {
     if now - due > LOOP_SLACK {
         return None;
     }
-    let tz = parse_timezone(&job.timezone).ok()?;
-    let schedule = Schedule::parse(&job.schedule, tz, due).ok()?;
-    let (count, last) = schedule.due_times(tz, due, now, 2);
+    let schedule = ZonedSchedule::parse(&job.schedule, &job.timezone, due).ok()?;
+    let (count, last) = schedule.due_times(due, now, 2);
     if count != 1 || last != due {
         return None;
     }
-    let next = if schedule.is_one_shot() {
-        None
-    } else {
-        schedule.next_after(tz, now)
-    };
     Some(BurstClaim {
         job_id: job.id.clone(),
         due,
-        next,
-        holder: format!("firing:{}", new_id()),
+        next: schedule.next_due(now),
+        holder: firing_token(),
     })
 }

@@ -2,11 +2,10 @@
 //! bookkeeping, run lock, precheck, a fresh task, its run, and the run row's outcome and
 //! delivery. Every decision here writes a `job_runs` row and one log line.
 
-use super::schedule::{Schedule, ScheduleError, parse_timezone};
-use super::{Scheduler, SchedulerError};
+use super::schedule::{ScheduleError, ZonedSchedule, parse_timezone};
+use super::{JobTask, Scheduler, SchedulerError};
 use crate::store::{Delivery, Job, NewNotice, RunOutcome, StoreError, TaskState, new_id};
 use chrono::{DateTime, Duration, Utc};
-use chrono_tz::Tz;
 use serde_json::Value;
 
 /// Counting missed due times stops here (a per-minute job down for months).
@@ -41,7 +40,7 @@ impl Trigger {
 pub(crate) struct Started {
     pub(crate) job: Job,
     pub(crate) run_id: i64,
-    pub(crate) task_id: String,
+    pub(crate) task: Box<dyn JobTask>,
     pub(crate) scheduled_at: DateTime<Utc>,
 }
 
@@ -71,19 +70,15 @@ impl Scheduler {
         let Some(due) = job.next_run_at else {
             return Ok(false);
         };
-        let parsed = parse_timezone(&job.timezone)
-            .and_then(|tz| Schedule::parse(&job.schedule, tz, due).map(|s| (tz, s)));
-        let (tz, schedule) = match parsed {
-            Ok(p) => p,
+        let schedule = match ZonedSchedule::parse(&job.schedule, &job.timezone, due) {
+            Ok(s) => s,
             Err(e) => return self.stop_unparseable(&job, due, e).await,
         };
-        let (count, last) = schedule.due_times(tz, due, now, MISSED_COUNT_CAP);
-        let next = if schedule.is_one_shot() {
-            None
-        } else {
-            schedule.next_after(tz, now)
-        };
-        if !store.claim_job_run(&job.id, Some(due), next).await? {
+        let (count, last) = schedule.due_times(due, now, MISSED_COUNT_CAP);
+        if !store
+            .claim_job_run(&job.id, Some(due), schedule.next_due(now))
+            .await?
+        {
             tracing::debug!(job = %job.id, due = %due, "due time already claimed elsewhere");
             return Ok(false);
         }
@@ -99,10 +94,10 @@ impl Scheduler {
         let missed = count - u64::from(fire_at.is_some());
         if missed > 0 {
             let last_missed = match fire_at {
-                Some(at) => schedule.previous_before(tz, at).unwrap_or(due).max(due),
+                Some(at) => schedule.previous_before(at).unwrap_or(due).max(due),
                 None => last,
             };
-            self.record_missed(&job, tz, missed, due, last_missed, at_start)
+            self.record_missed(&job, &schedule, missed, due, last_missed, at_start)
                 .await?;
         }
         if let Some(at) = fire_at {
@@ -151,7 +146,7 @@ impl Scheduler {
     async fn record_missed(
         &self,
         job: &Job,
-        tz: Tz,
+        schedule: &ZonedSchedule,
         missed: u64,
         first: DateTime<Utc>,
         last: DateTime<Utc>,
@@ -167,13 +162,14 @@ impl Scheduler {
         } else {
             ""
         };
+        let local = |t| schedule.local(t).format("%Y-%m-%d %H:%M %Z");
         let reason = if missed == 1 {
-            format!("{why}: 1 run at {}", local(first, tz))
+            format!("{why}: 1 run at {}", local(first))
         } else {
             format!(
                 "{why}: {at_least}{missed} runs between {} and {}",
-                local(first, tz),
-                local(last, tz)
+                local(first),
+                local(last)
             )
         };
         self.inner
@@ -208,7 +204,7 @@ impl Scheduler {
                     task_id,
                 })
             }
-            Begin::Ended { reason, .. } => Err(SchedulerError::Runner(reason)),
+            Begin::Ended { reason, .. } => Err(SchedulerError::NotStarted(reason)),
         }
     }
 
@@ -222,7 +218,7 @@ impl Scheduler {
         let store = &self.inner.store;
         // A placeholder holder first: an overlapping firing is refused before any precheck
         // runs (a precheck may consume the change it reports) and before any task exists.
-        let token = format!("firing:{}", new_id());
+        let token = firing_token();
         if !store.lock_job(&job.id, &token).await? {
             let holder = match store.job(&job.id).await {
                 Ok(j) => j.running_task_id,
@@ -257,14 +253,15 @@ impl Scheduler {
         {
             return Ok(ended);
         }
-        let task_id = match self.inner.runner.create(job).await {
-            Ok(id) => id,
-            Err(message) => {
+        let task = match self.inner.runner.create(job).await {
+            Ok(task) => task,
+            Err(e) => {
                 store.release_job_lock(&job.id, token).await?;
-                let reason = format!("could not create the task: {message}");
+                let reason = format!("could not create the task: {e}");
                 return self.record_failed_start(job, scheduled_at, reason).await;
             }
         };
+        let task_id = task.id().to_string();
         if !store.swap_job_lock(&job.id, token, &task_id).await? {
             // Only a restore in another process clears a lock; take it again if free.
             tracing::warn!(job = %job.id, task = %task_id, "run lock lost before the run started");
@@ -283,7 +280,7 @@ impl Scheduler {
             Ok(id) => id,
             Err(e) => {
                 // Without its run row nothing would deliver the task's answer: it must not run.
-                self.inner.runner.abandon(&task_id, &abandoned(&e)).await;
+                task.abandon(abandoned(&e)).await;
                 // The lock is the task's now; the caller's release (by the placeholder token)
                 // would not free it, and the job would stay locked until a restart.
                 let _ = store.release_job_lock(&job.id, &task_id).await;
@@ -295,7 +292,7 @@ impl Scheduler {
         Ok(Begin::Started(Box::new(Started {
             job: job.clone(),
             run_id,
-            task_id,
+            task,
             scheduled_at,
         })))
     }
@@ -321,9 +318,9 @@ impl Scheduler {
                     .await?
             }
             Ok(_) => return Ok(None),
-            Err(message) => {
+            Err(e) => {
                 self.inner.store.release_job_lock(&job.id, token).await?;
-                let reason = format!("precheck {tool} failed: {message}");
+                let reason = format!("precheck {tool} failed: {e}");
                 self.record_failed_start(job, scheduled_at, reason).await?
             }
         };
@@ -383,11 +380,12 @@ impl Scheduler {
         let Started {
             job,
             run_id,
-            task_id,
+            task,
             scheduled_at,
         } = started;
         let store = &self.inner.store;
-        let result = self.inner.runner.run(&task_id).await;
+        let task_id = task.id().to_string();
+        let result = task.run().await;
         if let Err(e) = store.release_job_lock(&job.id, &task_id).await {
             tracing::error!(job = %job.id, error = %e, "cannot release the job's run lock");
         }
@@ -425,7 +423,8 @@ impl Scheduler {
                     .await;
                 (RunOutcome::Failed, Some(why), delivery)
             }
-            Err(message) => {
+            Err(e) => {
+                let message = e.to_string();
                 let delivery = self
                     .failure_notice(&job, run_id, Some(&task_id), &message)
                     .await;
@@ -478,9 +477,10 @@ impl Scheduler {
     }
 }
 
-/// `2026-03-08 02:30 EST` in the job's zone.
-fn local(t: DateTime<Utc>, tz: Tz) -> String {
-    t.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z").to_string()
+/// Who holds a job's run lock while its firing starts, before its task exists: unique, so a
+/// firing releases only its own hold.
+pub(super) fn firing_token() -> String {
+    format!("firing:{}", new_id())
 }
 
 /// The date of `t` in the job's zone (UTC if the zone no longer parses).

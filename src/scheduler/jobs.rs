@@ -1,7 +1,7 @@
 //! Job bookkeeping on the scheduler handle: validating and adding jobs, removing them, and
 //! the views the API, the CLI and the tools show. Firing is in `fire`, the loop in `timer`.
 
-use super::schedule::{self, Schedule, parse_timezone};
+use super::schedule::ZonedSchedule;
 use super::{JobRequest, JobView, Scheduler, SchedulerError, words};
 use crate::store::{Job, JobRun, MAX_TASK_CHARS, NewJob, Origin};
 use chrono::{DateTime, Utc};
@@ -54,9 +54,9 @@ impl Scheduler {
             .map(str::trim)
             .filter(|z| !z.is_empty())
             .unwrap_or(&settings.timezone);
-        let tz = parse_timezone(zone)?;
         let now = self.inner.clock.now();
-        let (_, first) = schedule::validate(&req.schedule, tz, now, settings.min_interval_s)?;
+        let (schedule, first) =
+            ZonedSchedule::validate(&req.schedule, zone, now, settings.min_interval_s)?;
         let notify = self.check_channels(&req.notify)?;
         if let Some(p) = &req.precheck {
             check_precheck(p)?;
@@ -81,7 +81,7 @@ impl Scheduler {
             name,
             task: task.to_string(),
             schedule: req.schedule.trim().to_string(),
-            timezone: tz.name().to_string(),
+            timezone: schedule.zone().to_string(),
             notify,
             profile: req
                 .profile
@@ -201,24 +201,26 @@ impl Scheduler {
             timezone: zone.to_string(),
             next: Vec::new(),
         };
-        let tz = match parse_timezone(zone) {
-            Ok(tz) => tz,
-            Err(e) => return invalid(e.to_string(), zone),
-        };
         let now = self.inner.clock.now();
-        let (parsed, first) = match schedule::validate(expr, tz, now, settings.min_interval_s) {
-            Ok(v) => v,
-            Err(e) => return invalid(e.to_string(), tz.name()),
-        };
-        let next = firings(&parsed, tz, first, PREVIEW_FIRINGS)
+        let (schedule, first) =
+            match ZonedSchedule::validate(expr, zone, now, settings.min_interval_s) {
+                Ok(v) => v,
+                // The zone's canonical name when only the schedule is wrong.
+                Err(e) => {
+                    let zone = super::parse_timezone(zone).map_or(zone, |tz| tz.name());
+                    return invalid(e.to_string(), zone);
+                }
+            };
+        let next = schedule
+            .firings(first, PREVIEW_FIRINGS)
             .into_iter()
-            .map(|t| t.with_timezone(&tz).to_rfc3339())
+            .map(|t| schedule.local(t).to_rfc3339())
             .collect();
         SchedulePreview {
             valid: true,
             error: None,
-            description: words::describe(expr, &parsed, tz),
-            timezone: tz.name().to_string(),
+            description: words::describe(expr, &schedule),
+            timezone: schedule.zone().to_string(),
             next,
         }
     }
@@ -243,15 +245,14 @@ impl Scheduler {
         let now = self.inner.clock.now();
         let next = match job.next_run_at {
             Some(t) if t > now => Some(t),
-            stored => parse_timezone(&job.timezone)
-                .and_then(|tz| {
-                    // Anchored at the last due time, so an interval keeps its phase.
-                    let anchor = stored.unwrap_or(job.created_at);
-                    Schedule::parse(&job.schedule, tz, anchor).map(|s| (tz, s))
-                })
-                .ok()
-                .filter(|(_, s)| !s.is_one_shot())
-                .and_then(|(tz, s)| s.next_after(tz, now)),
+            // Anchored at the last due time, so an interval keeps its phase.
+            stored => ZonedSchedule::parse(
+                &job.schedule,
+                &job.timezone,
+                stored.unwrap_or(job.created_at),
+            )
+            .ok()
+            .and_then(|s| s.next_due(now)),
         };
         self.inner.store.set_job_enabled(id, true, next).await?;
         tracing::info!(job = %id, next_run_at = ?next, "job resumed");
@@ -272,34 +273,21 @@ impl Scheduler {
     }
 }
 
-/// `first` and the firings after it, `n` in all (fewer for a one-shot).
-fn firings(s: &Schedule, tz: chrono_tz::Tz, first: DateTime<Utc>, n: usize) -> Vec<DateTime<Utc>> {
-    std::iter::successors(Some(first), |t| s.next_after(tz, *t))
-        .take(n)
-        .collect()
-}
-
 /// A job's next `n` firings from its stored next due time, in UTC; none while it is paused
 /// or when its schedule no longer parses.
 pub fn upcoming(job: &Job, n: usize) -> Vec<DateTime<Utc>> {
     let (Some(first), true) = (job.next_run_at, job.enabled) else {
         return Vec::new();
     };
-    match parse_timezone(&job.timezone)
-        .and_then(|tz| Schedule::parse(&job.schedule, tz, first).map(|s| (tz, s)))
-    {
-        Ok((_, s)) if s.is_one_shot() => vec![first],
-        Ok((tz, s)) => firings(&s, tz, first, n),
-        Err(_) => Vec::new(),
-    }
+    ZonedSchedule::parse(&job.schedule, &job.timezone, first)
+        .map(|s| s.firings(first, n))
+        .unwrap_or_default()
 }
 
 /// A stored job's schedule in words with its zone, e.g. "every day at 08:00 (Europe/Berlin)".
 pub fn describe_job(job: &Job) -> String {
-    match parse_timezone(&job.timezone)
-        .and_then(|tz| Schedule::parse(&job.schedule, tz, job.created_at).map(|s| (tz, s)))
-    {
-        Ok((tz, s)) => format!("{} ({})", words::describe(&job.schedule, &s, tz), tz.name()),
+    match ZonedSchedule::parse(&job.schedule, &job.timezone, job.created_at) {
+        Ok(s) => format!("{} ({})", words::describe(&job.schedule, &s), s.zone()),
         Err(_) => format!("'{}' ({})", job.schedule, job.timezone),
     }
 }

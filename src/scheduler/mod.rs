@@ -49,7 +49,7 @@ mod timer;
 pub mod words;
 
 pub use jobs::{PREVIEW_FIRINGS, SchedulePreview, describe_job, upcoming};
-pub use schedule::{Schedule, ScheduleError, next_after, parse_timezone};
+pub use schedule::{Schedule, ScheduleError, ZonedSchedule, parse_timezone};
 
 use crate::config::SchedulerSettings;
 use crate::store::{Job, JobRun, NewNotice, Store, StoreError, Task};
@@ -68,45 +68,81 @@ use tokio_util::task::TaskTracker;
 /// process (the CLI on the same database) are picked up within this time.
 pub const RESCAN: Duration = Duration::from_secs(30);
 
-/// Runs one firing's task to its end. Implemented by the agent (a brand-new task from the
-/// job's text, origin "job", job_id set — no earlier messages).
+/// Creates a firing's task. Implemented by the agent (a brand-new task from the job's text,
+/// origin "job", job_id set — no earlier messages), which also decides where it runs.
 pub trait TaskRunner: Send + Sync {
-    /// Create the task row (pending) and return its id without running it.
-    fn create<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Result<String, String>>;
+    /// Create the task (not yet running) and hand it back to be run or abandoned.
+    fn create<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Result<Box<dyn JobTask>, RunnerError>>;
     /// [`TaskRunner::create`] for a burst of jobs due at once, in their order; a runner that
     /// can store them in one go should.
-    fn create_many<'a>(&'a self, jobs: &'a [Job]) -> BoxFuture<'a, Vec<Result<String, String>>> {
+    fn create_many<'a>(&'a self, jobs: &'a [Job]) -> BoxFuture<'a, CreatedMany> {
         Box::pin(async move {
-            let mut ids = Vec::with_capacity(jobs.len());
+            let mut tasks = Vec::with_capacity(jobs.len());
             for job in jobs {
-                ids.push(self.create(job).await);
+                tasks.push(self.create(job).await);
             }
-            ids
+            Ok(tasks)
         })
     }
-    /// Run the created task to a final state and return it.
-    fn run<'a>(&'a self, task_id: &'a str) -> BoxFuture<'a, Result<Task, String>>;
-    /// End a created task without running it: its firing could not be recorded, so nothing
-    /// would deliver its answer or free its job when it ended. `why` goes in its error.
-    fn abandon<'a>(&'a self, task_id: &'a str, why: &'a str) -> BoxFuture<'a, ()>;
-    /// Run one tool call without the model (a precheck); Ok(result JSON) or Err(message).
+    /// Run one tool call without the model (a precheck): the tool's result JSON.
     fn precheck<'a>(
         &'a self,
         tool: &'a str,
         arguments: Value,
         job: &'a Job,
-    ) -> BoxFuture<'a, Result<Value, String>>;
+    ) -> BoxFuture<'a, Result<Value, RunnerError>>;
     /// Would a precheck call be accepted (the tool exists and is allowed, the arguments fit
     /// its schema)? Asked when a job is made, so a typo is refused then, not at every firing.
-    fn check_precheck(&self, tool: &str, arguments: &Value) -> Result<(), String>;
+    fn check_precheck(&self, tool: &str, arguments: &Value) -> Result<(), RunnerError>;
+}
+
+/// What [`TaskRunner::create_many`] gives back: per job, in order, its task or why it was not
+/// created; the outer error when none was.
+pub type CreatedMany = Result<Vec<Result<Box<dyn JobTask>, RunnerError>>, RunnerError>;
+
+/// A firing's task, created and not yet run.
+pub trait JobTask: Send {
+    fn id(&self) -> &str;
+    /// Run it to a final state and return it.
+    fn run(self: Box<Self>) -> BoxFuture<'static, Result<Task, RunnerError>>;
+    /// End it without running it: its firing could not be recorded, so nothing would deliver
+    /// its answer or free its job when it ended. `why` goes in its error.
+    fn abandon(self: Box<Self>, why: String) -> BoxFuture<'static, ()>;
+}
+
+/// Why a firing's task could not be created or run, or its precheck not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error("the agent is not ready yet")]
+    NotReady,
+    #[error("the daemon is shutting down and takes no new tasks")]
+    ShuttingDown,
+    /// The agent refused the task; its words say why and what to change.
+    #[error("{0}")]
+    Refused(String),
+    /// The precheck's tool refused the call or failed; its words say why.
+    #[error("{0}")]
+    Tool(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// Delivers a finished run. Implemented over the notifier's outbox.
 pub trait Deliver: Send + Sync {
     /// Queue a notice (linked to its job run); returns the outbox id.
-    fn deliver(&self, notice: NewNotice) -> BoxFuture<'_, Result<i64, String>>;
+    fn deliver(&self, notice: NewNotice) -> BoxFuture<'_, Result<i64, DeliverError>>;
     /// The configured channel names (`email`, webhook names).
     fn channels(&self) -> Vec<String>;
+}
+
+/// Why a notice could not be queued.
+#[derive(Debug, thiserror::Error)]
+pub enum DeliverError {
+    /// The channel is not (or no longer) configured; its words name the configured ones.
+    #[error("{0}")]
+    UnknownChannel(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// Wall-clock "now" for every schedule decision; injectable so tests control time.
@@ -211,7 +247,10 @@ pub enum SchedulerError {
     )]
     Busy { job_id: String, task_id: String },
     #[error("could not start the job's task: {0}")]
-    Runner(String),
+    Runner(#[from] RunnerError),
+    /// "Run now" could not start the run; the reason is the one recorded in its run row.
+    #[error("{0}")]
+    NotStarted(String),
     #[error(transparent)]
     Store(StoreError),
 }
@@ -246,7 +285,9 @@ impl SchedulerError {
             SchedulerError::NestedNotAllowed => 403,
             SchedulerError::NotFound(_) => 404,
             SchedulerError::Busy { .. } => 409,
-            SchedulerError::Runner(_) | SchedulerError::Store(_) => 500,
+            SchedulerError::Runner(_)
+            | SchedulerError::NotStarted(_)
+            | SchedulerError::Store(_) => 500,
         }
     }
 
@@ -261,7 +302,7 @@ impl SchedulerError {
             SchedulerError::NestedNotAllowed => "nested_job",
             SchedulerError::NotFound(_) => "not_found",
             SchedulerError::Busy { .. } => "busy",
-            SchedulerError::Runner(_) => "runner",
+            SchedulerError::Runner(_) | SchedulerError::NotStarted(_) => "runner",
             SchedulerError::Store(_) => "internal",
         }
     }
@@ -363,7 +404,7 @@ impl Scheduler {
     /// task's id at once and runs it in the background. Works with or without the loop.
     pub async fn run_now(&self, id: &str) -> Result<String, SchedulerError> {
         let started = self.begin_now(id).await?;
-        let task_id = started.task_id.clone();
+        let task_id = started.task.id().to_string();
         let me = self.clone();
         self.spawn(async move {
             me.finish(started).await;

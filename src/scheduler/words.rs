@@ -5,7 +5,7 @@
 //! Owns: the wording only. Pure: no clock, no store — the parsing and the fire times are
 //! `schedule`'s, and a pattern this cannot put in words is shown as it was written.
 
-use super::schedule::Schedule;
+use super::schedule::{Schedule, ZonedSchedule};
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
@@ -34,12 +34,12 @@ const MONTHS: [&str; 12] = [
 ];
 
 /// A schedule in words; `schedule` must already parse (this does not validate).
-pub fn describe(text: &str, parsed: &Schedule, tz: Tz) -> String {
-    match parsed {
+pub fn describe(text: &str, parsed: &ZonedSchedule) -> String {
+    match parsed.schedule() {
         Schedule::Every { period, .. } => format!("every {}", duration(period.num_seconds())),
         Schedule::At(at) => format!(
             "once, on {}",
-            at.with_timezone(&tz).format("%Y-%m-%d at %H:%M %Z")
+            parsed.local(*at).format("%Y-%m-%d at %H:%M %Z")
         ),
         Schedule::Cron(_) => {
             let expanded = alias(text.trim()).unwrap_or(text.trim());
@@ -251,10 +251,9 @@ mod tests {
     use super::*;
 
     fn words(text: &str) -> String {
-        let tz: Tz = "Europe/Berlin".parse().expect("zone");
         let now = chrono::TimeZone::with_ymd_and_hms(&Utc, 2026, 3, 1, 12, 0, 0).unwrap();
-        let parsed = Schedule::parse(text, tz, now).expect("parses");
-        describe(text, &parsed, tz)
+        let parsed = ZonedSchedule::parse(text, "Europe/Berlin", now).expect("parses");
+        describe(text, &parsed)
     }
 
     #[test]

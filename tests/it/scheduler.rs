@@ -6,7 +6,8 @@ use chrono::{DateTime, Duration as CDuration, Utc};
 use futures::future::BoxFuture;
 use hermes_agent::config::SchedulerSettings;
 use hermes_agent::scheduler::{
-    Clock, Deliver, JobRequest, JobView, ScheduleError, Scheduler, SchedulerError, TaskRunner,
+    Clock, Deliver, DeliverError, JobRequest, JobTask, JobView, RunnerError, ScheduleError,
+    Scheduler, SchedulerError, TaskRunner,
 };
 use hermes_agent::store::{Delivery, FailReason, Origin};
 use hermes_agent::store::{
@@ -64,8 +65,8 @@ enum Finish {
 /// until the test releases them.
 struct TestRunner {
     store: Store,
-    finish: Mutex<Finish>,
-    gate: Mutex<Option<Arc<Semaphore>>>,
+    finish: Arc<Mutex<Finish>>,
+    gate: Arc<Mutex<Option<Arc<Semaphore>>>>,
     precheck: Mutex<Result<Value, String>>,
     prechecks: Mutex<Vec<(String, Value)>>,
 }
@@ -74,8 +75,8 @@ impl TestRunner {
     fn new(store: Store) -> Arc<TestRunner> {
         Arc::new(TestRunner {
             store,
-            finish: Mutex::new(Finish::Answer("the digest".into())),
-            gate: Mutex::new(None),
+            finish: Arc::new(Mutex::new(Finish::Answer("the digest".into()))),
+            gate: Arc::default(),
             precheck: Mutex::new(Ok(json!({"changed": true}))),
             prechecks: Mutex::new(vec![]),
         })
@@ -96,14 +97,14 @@ impl TestRunner {
 
 impl TaskRunner for TestRunner {
     /// The tests' prechecks all use watch_page; anything else is a typo to refuse.
-    fn check_precheck(&self, tool: &str, _arguments: &Value) -> Result<(), String> {
+    fn check_precheck(&self, tool: &str, _arguments: &Value) -> Result<(), RunnerError> {
         match tool {
             "watch_page" => Ok(()),
-            other => Err(format!("unknown tool '{other}'")),
+            other => Err(RunnerError::Tool(format!("unknown tool '{other}'"))),
         }
     }
 
-    fn create<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Result<String, String>> {
+    fn create<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Result<Box<dyn JobTask>, RunnerError>> {
         Box::pin(async move {
             let t = self
                 .store
@@ -115,22 +116,59 @@ impl TaskRunner for TestRunner {
                     job_id: Some(job.id.clone()),
                     claimed: false,
                 })
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(t.id)
+                .await?;
+            Ok(Box::new(TestTask {
+                id: t.id,
+                store: self.store.clone(),
+                finish: self.finish.clone(),
+                gate: self.gate.clone(),
+            }) as Box<dyn JobTask>)
         })
     }
 
-    fn run<'a>(&'a self, task_id: &'a str) -> BoxFuture<'a, Result<Task, String>> {
+    fn precheck<'a>(
+        &'a self,
+        tool: &'a str,
+        arguments: Value,
+        _job: &'a Job,
+    ) -> BoxFuture<'a, Result<Value, RunnerError>> {
         Box::pin(async move {
-            let s = |e: hermes_agent::store::StoreError| e.to_string();
+            self.prechecks
+                .lock()
+                .unwrap()
+                .push((tool.to_string(), arguments));
+            self.precheck
+                .lock()
+                .unwrap()
+                .clone()
+                .map_err(RunnerError::Tool)
+        })
+    }
+}
+
+/// A task row [`TestRunner`] created; finished as its runner says when it is run.
+struct TestTask {
+    id: String,
+    store: Store,
+    finish: Arc<Mutex<Finish>>,
+    gate: Arc<Mutex<Option<Arc<Semaphore>>>>,
+}
+
+impl JobTask for TestTask {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn run(self: Box<Self>) -> BoxFuture<'static, Result<Task, RunnerError>> {
+        Box::pin(async move {
+            let task_id = self.id.as_str();
             assert!(
-                self.store.start_task(task_id).await.map_err(s)?,
+                self.store.start_task(task_id).await?,
                 "task was not pending"
             );
             let gate = self.gate.lock().unwrap().clone();
             if let Some(g) = gate {
-                g.acquire().await.map_err(|e| e.to_string())?.forget();
+                g.acquire().await.expect("the gate stays open").forget();
             }
             let finish = self.finish.lock().unwrap().clone();
             let outcome = match finish {
@@ -153,30 +191,15 @@ impl TaskRunner for TestRunner {
                     completion_tokens: 0,
                 },
             };
-            self.store.finish_task(task_id, &outcome).await.map_err(s)?;
-            self.store.task(task_id).await.map_err(s)
+            self.store.finish_task(task_id, &outcome).await?;
+            Ok(self.store.task(task_id).await?)
         })
     }
 
-    fn abandon<'a>(&'a self, task_id: &'a str, why: &'a str) -> BoxFuture<'a, ()> {
+    fn abandon(self: Box<Self>, why: String) -> BoxFuture<'static, ()> {
         Box::pin(async move {
-            let cancelled = self.store.cancel_pending(task_id, why).await.unwrap();
+            let cancelled = self.store.cancel_pending(&self.id, &why).await.unwrap();
             assert!(cancelled, "an abandoned task was no longer pending");
-        })
-    }
-
-    fn precheck<'a>(
-        &'a self,
-        tool: &'a str,
-        arguments: Value,
-        _job: &'a Job,
-    ) -> BoxFuture<'a, Result<Value, String>> {
-        Box::pin(async move {
-            self.prechecks
-                .lock()
-                .unwrap()
-                .push((tool.to_string(), arguments));
-            self.precheck.lock().unwrap().clone()
         })
     }
 }
@@ -187,13 +210,8 @@ struct TestDeliver {
 }
 
 impl Deliver for TestDeliver {
-    fn deliver(&self, notice: NewNotice) -> BoxFuture<'_, Result<i64, String>> {
-        Box::pin(async move {
-            self.store
-                .enqueue_notice(&notice)
-                .await
-                .map_err(|e| e.to_string())
-        })
+    fn deliver(&self, notice: NewNotice) -> BoxFuture<'_, Result<i64, DeliverError>> {
+        Box::pin(async move { Ok(self.store.enqueue_notice(&notice).await?) })
     }
     fn channels(&self) -> Vec<String> {
         vec!["email".into(), "ops-hook".into()]
@@ -767,7 +785,7 @@ async fn a_run_lock_left_by_a_crash_is_cleared_at_start() {
         .await
         .unwrap();
     // The state a SIGKILL mid-run leaves: a running task, a fired run, the lock held.
-    let task_id = c.runner.create(&job).await.unwrap();
+    let task_id = c.runner.create(&job).await.unwrap().id().to_string();
     c.store.start_task(&task_id).await.unwrap();
     let run_id = c
         .store

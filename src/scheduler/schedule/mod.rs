@@ -24,6 +24,9 @@ use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::CronParser;
 
+mod zoned;
+pub use zoned::ZonedSchedule;
+
 /// The forms, for error messages.
 const FORMS: &str = "use 5-field cron ('0 8 * * *' = 08:00 daily), an interval ('every 30m', \
                      'every 2h', 'every 1d'), or a one-shot ('in 30m', '2026-05-01T09:00')";
@@ -285,14 +288,9 @@ impl Schedule {
     }
 }
 
-/// The free-function form of [`Schedule::next_after`].
-pub fn next_after(schedule: &Schedule, tz: Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
-    schedule.next_after(tz, after)
-}
-
 /// Parse and check a new job's schedule at `now`: its first fire time, or why it cannot be
 /// used (in the past, never fires, more often than `min_interval_s`).
-pub fn validate(
+pub(super) fn validate(
     text: &str,
     tz: Tz,
     now: DateTime<Utc>,
