@@ -19,6 +19,7 @@ mod notify;
 mod real_model;
 mod scheduler;
 mod store_round_trips;
+mod timezone;
 mod tools_registry;
 mod web;
 mod web_tools;
