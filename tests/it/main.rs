@@ -5,6 +5,8 @@
 //! `cargo test --test it MODULE::` runs one module, e.g. `cargo test --test it web::`.
 
 mod common;
+/// Third-party programs some modules drive, installed on first use.
+mod deps;
 
 mod agent;
 mod agent_services;
