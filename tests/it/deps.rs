@@ -59,18 +59,27 @@ pub fn mcp() -> &'static Mcp {
     }
 }
 
+/// Why the install script must run.
+#[derive(Debug, PartialEq, Eq)]
+enum McpStale {
+    /// A program is missing (a fresh clone, or deleted since).
+    Missing,
+    /// The script changed (new pins) after its last successful run, or never finished one.
+    ScriptChanged,
+}
+
 /// Whether to run the install script: when something is missing, or the script is newer than
 /// its last successful run (it writes `mcp-deps.ok` at the end), so changed pins take effect.
-fn mcp_needs_install(
+fn mcp_stale(
     all_there: bool,
     done: Option<SystemTime>,
     script: Option<SystemTime>,
-) -> bool {
+) -> Option<McpStale> {
     match (done, script) {
-        _ if !all_there => true,
-        (Some(done), Some(script)) => done < script,
-        (None, _) => true,
-        (Some(_), None) => false,
+        _ if !all_there => Some(McpStale::Missing),
+        (Some(done), Some(script)) if done < script => Some(McpStale::ScriptChanged),
+        (None, _) => Some(McpStale::ScriptChanged),
+        _ => None,
     }
 }
 
@@ -81,27 +90,30 @@ fn modified(p: &Path) -> Option<SystemTime> {
 fn install_mcp() -> Result<Mcp, String> {
     let root = test_deps();
     let d = Mcp::at(&root);
-    let needed = || {
-        mcp_needs_install(
+    let stale = || {
+        mcp_stale(
             d.all_there(),
             modified(&root.join("mcp-deps.ok")),
             modified(&Path::new(ROOT).join(MCP_SCRIPT)),
         )
     };
-    if !needed() {
+    if stale().is_none() {
         return Ok(d);
     }
     let _lock = lock("mcp", "the MCP test programs")?;
     // Another process may have installed them while this one waited.
-    if !needed() {
-        return Ok(d);
-    }
+    let why = match stale() {
+        None => return Ok(d),
+        Some(McpStale::Missing) => "they are not installed yet: installing them now, once,",
+        Some(McpStale::ScriptChanged) => {
+            "the install script changed since its last run: running it again"
+        }
+    };
     say(&format!(
         "the MCP tests need real MCP servers (mcp-server-time from PyPI, \
-         @modelcontextprotocol/server-everything from npm) and the Python MCP client; they are \
-         not installed yet, so they are being installed now, once, under {} by `bash {MCP_SCRIPT}` \
-         (a minute or two; needs python3 with venv, node 20+ with npm, and the network). \
-         To do it by hand: bash {MCP_SCRIPT}",
+         @modelcontextprotocol/server-everything from npm) and the Python MCP client; {why} \
+         under {} by `bash {MCP_SCRIPT}` (a minute or two; needs python3 with venv, node 20+ \
+         with npm, and the network). To do it by hand: bash {MCP_SCRIPT}",
         root.display()
     ));
     let started = Instant::now();
@@ -324,15 +336,17 @@ fn say(text: &str) {
 fn mcp_deps_install_when_missing_or_the_script_changed() {
     let t = SystemTime::UNIX_EPOCH;
     let later = t + std::time::Duration::from_secs(60);
-    // Fresh clone: nothing there.
-    assert!(mcp_needs_install(false, None, Some(t)));
-    // Installed by hand before the stamp existed, or a program deleted since.
-    assert!(mcp_needs_install(true, None, Some(t)));
-    assert!(mcp_needs_install(false, Some(later), Some(t)));
+    let missing = Some(McpStale::Missing);
+    let changed = Some(McpStale::ScriptChanged);
+    // Fresh clone: nothing there; or a program deleted since the last install.
+    assert_eq!(mcp_stale(false, None, Some(t)), missing);
+    assert_eq!(mcp_stale(false, Some(later), Some(t)), missing);
+    // Installed by hand before the stamp existed, or the last run did not finish.
+    assert_eq!(mcp_stale(true, None, Some(t)), changed);
     // The script changed (new pins) after the last install.
-    assert!(mcp_needs_install(true, Some(t), Some(later)));
-    assert!(!mcp_needs_install(true, Some(later), Some(t)));
-    assert!(!mcp_needs_install(true, Some(t), Some(t)));
+    assert_eq!(mcp_stale(true, Some(t), Some(later)), changed);
+    assert_eq!(mcp_stale(true, Some(later), Some(t)), None);
+    assert_eq!(mcp_stale(true, Some(t), Some(t)), None);
 }
 
 #[test]
