@@ -126,7 +126,7 @@ fn install_mcp() -> Result<Mcp, String> {
     match status {
         Ok(s) if s.success() && d.all_there() => {
             say(&format!(
-                "MCP test programs installed in {} s",
+                "MCP test programs ready after {} s",
                 started.elapsed().as_secs()
             ));
             Ok(d)
@@ -284,9 +284,15 @@ fn install_browser() -> Result<Browser, String> {
                 chromedriver,
             })
         }
+        (Ok(s), ..) if s.success() => Err(format!(
+            "`{}` succeeded, yet `chromium` and `chromedriver` are not both found as files on \
+             PATH, in /usr/bin or in /usr/lib/chromium: install Chromium and its matching \
+             ChromeDriver so that they are, then run the tests again",
+            command.join(" ")
+        )),
         (Ok(s), ..) => Err(format!(
-            "installing Chromium for the browser tests failed (`{}` ended with {s}; its output is above): \
-             {by_hand}",
+            "installing Chromium for the browser tests failed (`{}` ended with {s}; its output \
+             is above): {by_hand}",
             command.join(" ")
         )),
         (Err(e), ..) => Err(format!(
