@@ -47,6 +47,15 @@ pub fn config(config: &Config) -> Check {
     Check::new(Verdict::Ok, "config", format!("{} is valid", config.source))
 }
 
+/// The zone jobs that name none fire in and tasks are told the time in, and where it came from.
+pub fn time_zone(config: &Config) -> Check {
+    let verdict = match config.timezone.ignored_tz {
+        Some(_) => Verdict::Warn,
+        None => Verdict::Ok,
+    };
+    Check::new(verdict, "time zone", config.timezone.describe())
+}
+
 /// Each model profile's endpoint answers (a `GET /models`, a few seconds at most).
 pub async fn models(s: &Settings) -> Vec<Check> {
     let gateway = match Gateway::new(&s.model) {
@@ -211,7 +220,7 @@ pub struct Parts<'a> {
 /// very process, and the data dir is the one it has open.
 pub async fn running_daemon(p: Parts<'_>) -> Vec<Check> {
     let s = &p.config.settings;
-    let mut checks = vec![config(p.config)];
+    let mut checks = vec![config(p.config), time_zone(p.config)];
     checks.extend(models(s).await);
     checks.push(Check::new(
         Verdict::Ok,

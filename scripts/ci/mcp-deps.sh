@@ -6,6 +6,9 @@
 #
 # Idempotent: a second run only checks that everything is there and works. Needs python3 (3.10+)
 # with venv, and node (20+) with npm; reaches PyPI and the npm registry.
+#
+# The MCP tests run it themselves when something is missing or this script is newer than its
+# last successful run (tests/it/deps.rs, which reads the `mcp-deps.ok` stamp written last).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -16,6 +19,10 @@ NODE=$DEPS/node
 PY_PACKAGES=(mcp-server-time==2026.10.19 mcp==2.3.0)
 NPM_PACKAGE=@modelcontextprotocol/server-everything@2026.8.31
 
+for tool in python3 node npm; do
+  command -v "$tool" >/dev/null 2>&1 \
+    || { echo "mcp-deps: $tool is not installed; the MCP tests need python3 (3.10+, with venv) and node (20+) with npm" >&2; exit 1; }
+done
 mkdir -p "$DEPS"
 
 if [ ! -x "$VENV/bin/python" ]; then
@@ -44,4 +51,5 @@ fi
   || { echo "mcp-deps: the Python packages do not import" >&2; exit 1; }
 node -e "process.exit(Number(process.versions.node.split('.')[0]) >= 20 ? 0 : 1)" \
   || { echo "mcp-deps: node $(node --version) is too old for server-everything (needs 20+)" >&2; exit 1; }
+touch "$DEPS/mcp-deps.ok"
 echo "mcp-deps: ready ($VENV, $NODE; node $(node --version))"

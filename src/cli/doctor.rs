@@ -45,6 +45,7 @@ impl Report {
 pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
     let mut report = Report::default();
     report.print(doctor::config(&config));
+    report.print(doctor::time_zone(&config));
     report.print_all(doctor::models(&config.settings).await);
     let daemon = Remote::detect(&config).await;
     report.print(match &daemon {

@@ -2,16 +2,19 @@
 //!
 //! Owns: locating the file (`--config`, `HERMES_CONFIG`, the XDG config dir, else built-in
 //! defaults), `${VAR}` expansion from the environment, parsing with precise `file:line: key`
-//! errors, semantic validation, and resolving the data dir. This is the only module that reads
+//! errors, semantic validation, and resolving the data dir and the time zone (`TZ`, see
+//! [`zone`]). This is the only module that reads
 //! environment variables (the entry layer passes the CLI's values in through [`Sources`]).
 //! Must not: open databases, talk to the network, or hold runtime state.
 
 mod locate;
 mod settings;
 mod validate;
+pub mod zone;
 
 pub use settings::*;
 pub use validate::Violation;
+pub use zone::{TimeZone, ZoneSource};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -76,12 +79,16 @@ pub struct Sources {
 /// A loaded, validated configuration plus the facts about where it came from.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// The effective settings: `scheduler.timezone` always names a zone here (an empty one in
+    /// the file has become the machine's), so every part reads one name and nothing more.
     pub settings: Settings,
     pub source: ConfigSource,
     /// The resolved data directory (flag > env > `storage.data_dir` > XDG data dir).
     pub data_dir: PathBuf,
     /// The resolved directory of manifest tools.
     pub manifests_dir: PathBuf,
+    /// The zone in `settings.scheduler.timezone`, and where it came from.
+    pub timezone: TimeZone,
 }
 
 impl Config {
@@ -100,24 +107,41 @@ impl Config {
         };
         let data_dir = resolve_data_dir(sources, &env, &settings)?;
         let manifests_dir = resolve_relative(&source, &settings.tools.manifests_dir);
+        let (settings, timezone) = with_zone(settings, env.get("TZ").map(String::as_str));
         Ok(Config {
             settings,
             source,
             data_dir,
             manifests_dir,
+            timezone,
         })
     }
 
-    /// A configuration from already-built settings (tests, embedding).
+    /// A configuration from already-built settings (tests, embedding). An empty
+    /// `scheduler.timezone` becomes the machine's zone, as in [`Config::load`].
     pub fn from_settings(settings: Settings, data_dir: PathBuf) -> Config {
         let manifests_dir = PathBuf::from(&settings.tools.manifests_dir);
+        let tz_var = std::env::var("TZ").ok();
+        let (settings, timezone) = with_zone(settings, tz_var.as_deref());
         Config {
             settings,
             source: ConfigSource::Defaults { looked_in: vec![] },
             data_dir,
             manifests_dir,
+            timezone,
         }
     }
+}
+
+/// The settings with `scheduler.timezone` resolved to a zone name, and that zone.
+fn with_zone(mut settings: Settings, tz_var: Option<&str>) -> (Settings, TimeZone) {
+    let zone = zone::resolve(
+        &settings.scheduler.timezone,
+        tz_var,
+        &zone::ZoneFiles::system(),
+    );
+    settings.scheduler.timezone = zone.tz.name().to_string();
+    (settings, zone)
 }
 
 /// The process environment, for `${VAR}` expansion in files other than settings.yaml (tool

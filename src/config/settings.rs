@@ -261,6 +261,8 @@ impl Default for MemorySettings {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SchedulerSettings {
+    /// IANA zone for jobs that name none and for the task's time line; empty: the machine's
+    /// own zone (resolved into the effective config, see [`super::zone`]).
     pub timezone: String,
     pub max_jobs: u32,
     pub min_interval_s: u64,
@@ -277,7 +279,7 @@ pub struct SchedulerSettings {
 impl Default for SchedulerSettings {
     fn default() -> Self {
         SchedulerSettings {
-            timezone: "Asia/Shanghai".into(),
+            timezone: String::new(),
             max_jobs: 100,
             min_interval_s: 60,
             catch_up_grace_s: 3600,

@@ -36,7 +36,7 @@ fn empty_file_means_defaults() {
     assert_eq!(s.agent.max_steps, 8);
     assert_eq!(s.tools.result_max_tokens, 800);
     assert_eq!(s.server.port, 8765);
-    assert_eq!(s.scheduler.timezone, "Asia/Shanghai");
+    assert_eq!(s.scheduler.timezone, "", "the machine's own zone");
     assert_eq!(
         s.model.profiles["fast"].base_url,
         "http://127.0.0.1:11434/v1"

@@ -126,11 +126,12 @@ impl Settings {
 
     fn validate_scheduler(&self) -> Result<(), Violation> {
         let s = &self.scheduler;
-        if s.timezone.parse::<chrono_tz::Tz>().is_err() {
+        // Empty: the machine's own zone, resolved when the config is loaded.
+        if !s.timezone.is_empty() && s.timezone.parse::<chrono_tz::Tz>().is_err() {
             return bad(
                 "scheduler.timezone",
                 format!(
-                    "unknown time zone '{}'; use an IANA name such as Europe/Berlin",
+                    "unknown time zone '{}'; use an IANA name such as Europe/Berlin, or \"\" for the machine's own zone",
                     s.timezone
                 ),
             );

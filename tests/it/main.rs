@@ -5,6 +5,8 @@
 //! `cargo test --test it MODULE::` runs one module, e.g. `cargo test --test it web::`.
 
 mod common;
+/// Third-party programs some modules drive, installed on first use.
+mod deps;
 
 mod agent;
 mod agent_services;
@@ -19,6 +21,7 @@ mod notify;
 mod real_model;
 mod scheduler;
 mod store_round_trips;
+mod timezone;
 mod tools_registry;
 mod web;
 mod web_tools;

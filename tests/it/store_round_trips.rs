@@ -5,7 +5,8 @@
 //! every write returns its row instead of reading it back.
 //!
 //! Counted from sqlx's own statement log (`sqlx::query` events) with a process-wide
-//! subscriber, so this file holds this one test.
+//! subscriber, so the test runs alone in a process of its own: the other tests of this binary
+//! would add their statements to the count.
 
 use crate::common;
 
@@ -44,8 +45,34 @@ impl tracing::field::Visit for Setup {
     }
 }
 
-#[tokio::test]
-async fn a_four_call_task_takes_at_most_seven_statements() {
+/// Set in the process the test runs alone in.
+const ALONE: &str = "HERMES_TEST_STATEMENTS_ALONE";
+
+#[test]
+fn a_four_call_task_takes_at_most_seven_statements() {
+    if std::env::var_os(ALONE).is_some() {
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(count_statements());
+    }
+    // This binary again, running only this test, one thread.
+    let name = "store_round_trips::a_four_call_task_takes_at_most_seven_statements";
+    let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args([name, "--exact", "--test-threads=1"])
+        .env(ALONE, "1")
+        .output()
+        .expect("the test binary runs");
+    let (stdout, stderr) = (common::text(&out.stdout), common::text(&out.stderr));
+    // "1 passed": it ran, rather than matching no test and passing with none.
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{stdout}{stderr}"
+    );
+}
+
+async fn count_statements() {
     let count = Arc::new(AtomicUsize::new(0));
     let only_sqlx = filter::Targets::new().with_target("sqlx::query", tracing::Level::TRACE);
     let subscriber =

@@ -3,8 +3,9 @@
 //! scripted model and a webhook receiver on loopback. Every page is photographed into
 //! `target/screenshots/` (desktop, and phone width for some) for a person to look at.
 //!
-//! Needs Debian's `chromium` and `chromium-driver` (`scripts/ci/browser-deps.sh` installs them);
-//! without them these tests fail and say how to install them — they never pass silently.
+//! Needs Debian's `chromium` and `chromium-driver`: the first test to start a browser installs
+//! them (`crate::deps`, running `scripts/ci/browser-deps.sh` as root or through passwordless
+//! sudo); when it cannot, these tests fail and say how to install them — never pass silently.
 
 use crate::common;
 
@@ -35,17 +36,6 @@ struct Browser {
     _profile: tempfile::TempDir,
 }
 
-fn find_program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain([
-            PathBuf::from("/usr/bin"),
-            PathBuf::from("/usr/lib/chromium"),
-        ])
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-}
-
 impl Browser {
     async fn start() -> Browser {
         Browser::start_with(&[]).await
@@ -53,12 +43,9 @@ impl Browser {
 
     /// With more Chromium flags (`--force-dark-mode`: `prefers-color-scheme: dark`).
     async fn start_with(extra: &[&str]) -> Browser {
-        let missing = "is not installed; the dashboard's browser tests need Debian's chromium \
-                       and its driver: `apt-get install -y chromium chromium-driver` (or run \
-                       scripts/ci/browser-deps.sh as root)";
-        let driver_bin =
-            find_program("chromedriver").unwrap_or_else(|| panic!("chromedriver {missing}"));
-        let chromium = find_program("chromium").unwrap_or_else(|| panic!("chromium {missing}"));
+        let installed = crate::deps::browser().await;
+        let driver_bin = installed.chromedriver.clone();
+        let chromium = installed.chromium.clone();
         // A free loopback port for chromedriver: bind, read, release.
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())

@@ -2,10 +2,12 @@
 //! `mcp-server-time`, the npm `@modelcontextprotocol/server-everything` (stdio and streamable
 //! HTTP), and the official Python client driving `hermes-agent mcp`.
 //!
-//! They are installed under `target/test-deps` by `scripts/ci/mcp-deps.sh`; without them every
-//! test here fails and says to run it. Every wait is on a condition with a bound, never a sleep.
+//! They are installed under `target/test-deps` by `scripts/ci/mcp-deps.sh`, which the first test
+//! here to need them runs (`crate::deps`); when that fails, every test here fails and says what
+//! to run. Every wait is on a condition with a bound, never a sleep.
 
 use crate::common;
+use crate::deps::Mcp as Deps;
 
 /// server-everything over streamable HTTP.
 mod http;
@@ -20,39 +22,16 @@ use hermes_agent::mcp::{ServerState, ServerStatus};
 use hermes_agent::store::{StepKind, TaskState};
 use hermes_agent::tools::{ToolContext, ToolError, ToolOutcome};
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-const DEPS_SCRIPT: &str = "scripts/ci/mcp-deps.sh";
 /// Bound for a server to start (a Python or Node process: about a second here) or restart.
 const PATIENCE: Duration = Duration::from_secs(30);
 /// A model URL for tests that never call the model.
 const NO_MODEL: &str = "http://127.0.0.1:9/v1";
 
-/// The installed programs.
-struct Deps {
-    python: PathBuf,
-    time: PathBuf,
-    everything: PathBuf,
-}
-
+/// The MCP programs, installed on first use (scripts/ci/mcp-deps.sh, under target/test-deps).
 fn deps() -> Deps {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-deps");
-    let d = Deps {
-        python: root.join("venv/bin/python"),
-        time: root.join("venv/bin/mcp-server-time"),
-        everything: root
-            .join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
-    };
-    for p in [&d.python, &d.time, &d.everything] {
-        assert!(
-            p.exists(),
-            "{} is missing: run `bash {DEPS_SCRIPT}` first (it installs the real MCP servers \
-             and the Python MCP client these tests use)",
-            p.display()
-        );
-    }
-    d
+    crate::deps::mcp().clone()
 }
 
 fn stdio(command: &[&str]) -> McpServer {

@@ -1,0 +1,393 @@
+//! The third-party programs some tests drive, installed by the tests on first use, so that a
+//! bare `cargo test` passes on a fresh clone: the MCP servers and the Python MCP client
+//! (`scripts/ci/mcp-deps.sh`, under `target/test-deps`) and Debian's chromium and
+//! chromium-driver (`scripts/ci/browser-deps.sh`, with apt-get as root).
+//!
+//! Each is installed once: the first test to ask installs while the others in this process wait
+//! (a `OnceLock`), and a file lock in `target/test-deps` keeps other processes (a second
+//! `cargo test`, CI) from installing at the same time. What is installed, why, and how to do it
+//! by hand goes to stderr, past the test harness's capture. When it cannot be installed, every
+//! test that needs it fails saying what to run — never passes without it.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Instant, SystemTime};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const MCP_SCRIPT: &str = "scripts/ci/mcp-deps.sh";
+const BROWSER_SCRIPT: &str = "scripts/ci/browser-deps.sh";
+
+fn test_deps() -> PathBuf {
+    Path::new(ROOT).join("target/test-deps")
+}
+
+/// The MCP programs under `target/test-deps`.
+#[derive(Clone)]
+pub struct Mcp {
+    pub python: PathBuf,
+    pub time: PathBuf,
+    pub everything: PathBuf,
+}
+
+impl Mcp {
+    fn at(root: &Path) -> Mcp {
+        Mcp {
+            python: root.join("venv/bin/python"),
+            time: root.join("venv/bin/mcp-server-time"),
+            everything: root
+                .join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
+        }
+    }
+
+    fn all_there(&self) -> bool {
+        [&self.python, &self.time, &self.everything]
+            .iter()
+            .all(|p| p.exists())
+    }
+}
+
+/// The MCP programs, installed first if they are not (or the script changed since).
+pub fn mcp() -> &'static Mcp {
+    static MCP: OnceLock<Result<Mcp, String>> = OnceLock::new();
+    match MCP.get_or_init(install_mcp) {
+        Ok(d) => d,
+        Err(why) => panic!("{why}"),
+    }
+}
+
+/// Why the install script must run.
+#[derive(Debug, PartialEq, Eq)]
+enum McpStale {
+    /// A program is missing (a fresh clone, or deleted since).
+    Missing,
+    /// The script changed (new pins) after its last successful run, or never finished one.
+    ScriptChanged,
+}
+
+/// Whether to run the install script: when something is missing, or the script is newer than
+/// its last successful run (it writes `mcp-deps.ok` at the end), so changed pins take effect.
+fn mcp_stale(
+    all_there: bool,
+    done: Option<SystemTime>,
+    script: Option<SystemTime>,
+) -> Option<McpStale> {
+    match (done, script) {
+        _ if !all_there => Some(McpStale::Missing),
+        (Some(done), Some(script)) if done < script => Some(McpStale::ScriptChanged),
+        (None, _) => Some(McpStale::ScriptChanged),
+        _ => None,
+    }
+}
+
+fn modified(p: &Path) -> Option<SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+fn install_mcp() -> Result<Mcp, String> {
+    let root = test_deps();
+    let d = Mcp::at(&root);
+    let stale = || {
+        mcp_stale(
+            d.all_there(),
+            modified(&root.join("mcp-deps.ok")),
+            modified(&Path::new(ROOT).join(MCP_SCRIPT)),
+        )
+    };
+    if stale().is_none() {
+        return Ok(d);
+    }
+    let _lock = lock("mcp", "the MCP test programs")?;
+    // Another process may have installed them while this one waited.
+    let why = match stale() {
+        None => return Ok(d),
+        Some(McpStale::Missing) => "they are not installed yet: installing them now, once,",
+        Some(McpStale::ScriptChanged) => {
+            "the install script changed since its last run: running it again"
+        }
+    };
+    say(&format!(
+        "the MCP tests need real MCP servers (mcp-server-time from PyPI, \
+         @modelcontextprotocol/server-everything from npm) and the Python MCP client; {why} \
+         under {} by `bash {MCP_SCRIPT}` (a minute or two; needs python3 with venv, node 20+ \
+         with npm, and the network). To do it by hand: bash {MCP_SCRIPT}",
+        root.display()
+    ));
+    let started = Instant::now();
+    let status = run_script(&["bash", MCP_SCRIPT]);
+    let by_hand = format!(
+        "run `bash {MCP_SCRIPT}` in {ROOT} and fix what it reports (it needs python3 3.10+ \
+         with venv, node 20+ with npm, and access to PyPI and the npm registry), then run the \
+         tests again"
+    );
+    match status {
+        Ok(s) if s.success() && d.all_there() => {
+            say(&format!(
+                "MCP test programs ready after {} s",
+                started.elapsed().as_secs()
+            ));
+            Ok(d)
+        }
+        Ok(s) => Err(format!(
+            "installing the MCP test programs failed (`bash {MCP_SCRIPT}` ended with {s}; its \
+             output is above): {by_hand}"
+        )),
+        Err(e) => Err(format!("cannot run `bash {MCP_SCRIPT}`: {e}; {by_hand}")),
+    }
+}
+
+/// Chromium and ChromeDriver, for the dashboard's browser tests.
+pub struct Browser {
+    pub chromium: PathBuf,
+    pub chromedriver: PathBuf,
+}
+
+/// Chromium and ChromeDriver, installed first if they are not and this user may. The install
+/// takes minutes: it runs off the test's runtime thread, so a daemon the test already started
+/// on that runtime keeps running meanwhile.
+pub async fn browser() -> &'static Browser {
+    static BROWSER: OnceLock<Result<Browser, String>> = OnceLock::new();
+    let found = tokio::task::spawn_blocking(|| BROWSER.get_or_init(install_browser).as_ref()).await;
+    match found {
+        Ok(Ok(b)) => b,
+        Ok(Err(why)) => panic!("{why}"),
+        Err(e) => panic!("the thread looking for Chromium failed: {e}"),
+    }
+}
+
+/// What to do about the browser.
+#[derive(Debug, PartialEq, Eq)]
+enum BrowserPlan {
+    Ready(PathBuf, PathBuf),
+    /// Run the script, as root already or through `sudo -n`.
+    Install {
+        sudo: bool,
+    },
+    /// Not installed and no way to become root without asking: fail with this.
+    Cannot(String),
+}
+
+fn browser_plan(
+    chromium: Option<PathBuf>,
+    chromedriver: Option<PathBuf>,
+    root: bool,
+    sudo: impl FnOnce() -> bool,
+) -> BrowserPlan {
+    match (chromium, chromedriver) {
+        (Some(c), Some(d)) => BrowserPlan::Ready(c, d),
+        _ if root => BrowserPlan::Install { sudo: false },
+        _ if sudo() => BrowserPlan::Install { sudo: true },
+        (c, d) => {
+            let missing = match (c, d) {
+                (None, None) => "chromium and chromedriver are",
+                (None, Some(_)) => "chromium is",
+                _ => "chromedriver is",
+            };
+            BrowserPlan::Cannot(format!(
+                "{missing} not installed, and installing them needs root: run \
+                 `sudo bash {BROWSER_SCRIPT}` (Debian's chromium and chromium-driver, with \
+                 apt-get) in {ROOT}, then run the tests again. Elsewhere, install Chromium and \
+                 its matching ChromeDriver so that `chromium` and `chromedriver` are on PATH."
+            ))
+        }
+    }
+}
+
+/// `name` on PATH, or where Debian puts it.
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([
+            PathBuf::from("/usr/bin"),
+            PathBuf::from("/usr/lib/chromium"),
+        ])
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
+}
+
+/// Whether `sudo` works without a password (CI runners): never prompts.
+fn passwordless_sudo() -> bool {
+    Command::new("sudo")
+        .args(["-n", "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn install_browser() -> Result<Browser, String> {
+    let plan = || {
+        browser_plan(
+            find_program("chromium"),
+            find_program("chromedriver"),
+            is_root(),
+            passwordless_sudo,
+        )
+    };
+    let sudo = match plan() {
+        BrowserPlan::Ready(chromium, chromedriver) => {
+            return Ok(Browser {
+                chromium,
+                chromedriver,
+            });
+        }
+        BrowserPlan::Cannot(why) => return Err(format!("the dashboard's browser tests: {why}")),
+        BrowserPlan::Install { sudo } => sudo,
+    };
+    let _lock = lock("browser", "Chromium")?;
+    if let BrowserPlan::Ready(chromium, chromedriver) = plan() {
+        return Ok(Browser {
+            chromium,
+            chromedriver,
+        });
+    }
+    let command: &[&str] = if sudo {
+        &["sudo", "-n", "bash", BROWSER_SCRIPT]
+    } else {
+        &["bash", BROWSER_SCRIPT]
+    };
+    say(&format!(
+        "the dashboard's browser tests need Chromium and ChromeDriver; they are not installed, \
+         so Debian's chromium and chromium-driver are being installed now, once, system-wide, \
+         by `{}` (apt-get; a few minutes). To do it by hand: sudo bash {BROWSER_SCRIPT}",
+        command.join(" ")
+    ));
+    let started = Instant::now();
+    let status = run_script(command);
+    let by_hand = format!(
+        "run `sudo bash {BROWSER_SCRIPT}` in {ROOT} (or `apt-get install chromium \
+         chromium-driver` as root) and fix what it reports, then run the tests again"
+    );
+    match (
+        status,
+        find_program("chromium"),
+        find_program("chromedriver"),
+    ) {
+        (Ok(s), Some(chromium), Some(chromedriver)) if s.success() => {
+            say(&format!(
+                "Chromium installed in {} s",
+                started.elapsed().as_secs()
+            ));
+            Ok(Browser {
+                chromium,
+                chromedriver,
+            })
+        }
+        (Ok(s), ..) if s.success() => Err(format!(
+            "`{}` succeeded, yet `chromium` and `chromedriver` are not both found as files on \
+             PATH, in /usr/bin or in /usr/lib/chromium: install Chromium and its matching \
+             ChromeDriver so that they are, then run the tests again",
+            command.join(" ")
+        )),
+        (Ok(s), ..) => Err(format!(
+            "installing Chromium for the browser tests failed (`{}` ended with {s}; its output \
+             is above): {by_hand}",
+            command.join(" ")
+        )),
+        (Err(e), ..) => Err(format!(
+            "cannot run `{}`: {e}; {by_hand}",
+            command.join(" ")
+        )),
+    }
+}
+
+/// An exclusive lock on `target/test-deps/NAME.lock`, held until dropped; says so when another
+/// process holds it.
+fn lock(name: &str, what: &str) -> Result<File, String> {
+    let dir = test_deps();
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let path = dir.join(format!("{name}.lock"));
+    let file = File::create(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    if file.try_lock().is_err() {
+        say(&format!(
+            "waiting for another process that is installing {what} (it holds {})",
+            path.display()
+        ));
+        file.lock()
+            .map_err(|e| format!("cannot lock {}: {e}", path.display()))?;
+    }
+    Ok(file)
+}
+
+/// Run `command` in the repository with its output on stderr (stdout is the test report).
+fn run_script(command: &[&str]) -> std::io::Result<ExitStatus> {
+    let (program, args) = command.split_first().expect("a command");
+    let stderr = std::io::stderr().as_fd().try_clone_to_owned()?;
+    Command::new(program)
+        .args(args)
+        .current_dir(ROOT)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(stderr))
+        .status()
+}
+
+/// A line on the real stderr: `eprintln!` would be captured by the test harness and shown only
+/// if the test fails, but an install is news whatever happens.
+fn say(text: &str) {
+    let _ = writeln!(std::io::stderr(), "hermes-agent tests: {text}");
+}
+
+#[test]
+fn mcp_deps_install_when_missing_or_the_script_changed() {
+    let t = SystemTime::UNIX_EPOCH;
+    let later = t + std::time::Duration::from_secs(60);
+    let missing = Some(McpStale::Missing);
+    let changed = Some(McpStale::ScriptChanged);
+    // Fresh clone: nothing there; or a program deleted since the last install.
+    assert_eq!(mcp_stale(false, None, Some(t)), missing);
+    assert_eq!(mcp_stale(false, Some(later), Some(t)), missing);
+    // Installed by hand before the stamp existed, or the last run did not finish.
+    assert_eq!(mcp_stale(true, None, Some(t)), changed);
+    // The script changed (new pins) after the last install.
+    assert_eq!(mcp_stale(true, Some(t), Some(later)), changed);
+    assert_eq!(mcp_stale(true, Some(later), Some(t)), None);
+    assert_eq!(mcp_stale(true, Some(t), Some(t)), None);
+}
+
+#[test]
+fn the_browser_is_installed_only_by_root_or_passwordless_sudo_else_the_test_says_how() {
+    let c = || Some(PathBuf::from("/usr/bin/chromium"));
+    let d = || Some(PathBuf::from("/usr/bin/chromedriver"));
+    let no_sudo = || false;
+    assert_eq!(
+        browser_plan(c(), d(), false, || panic!(
+            "sudo is not asked when both are there"
+        )),
+        BrowserPlan::Ready(c().unwrap_or_default(), d().unwrap_or_default())
+    );
+    assert_eq!(
+        browser_plan(None, None, true, || panic!("root needs no sudo")),
+        BrowserPlan::Install { sudo: false }
+    );
+    assert_eq!(
+        browser_plan(c(), None, false, || true),
+        BrowserPlan::Install { sudo: true }
+    );
+    for (chromium, driver, names) in [
+        (None, None, "chromium and chromedriver are not installed"),
+        (None, d(), "chromium is not installed"),
+        (c(), None, "chromedriver is not installed"),
+    ] {
+        match browser_plan(chromium, driver, false, no_sudo) {
+            BrowserPlan::Cannot(why) => {
+                assert!(why.starts_with(names), "{why}");
+                assert!(
+                    why.contains("run `sudo bash scripts/ci/browser-deps.sh`"),
+                    "{why}"
+                );
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+}
