@@ -365,6 +365,14 @@ pub struct ServerSettings {
     /// Where the dashboard is reachable from outside (e.g. `https://hermes.example.org`); digest
     /// emails link to a run's page when set.
     pub public_url: String,
+    /// A request head (the request line and headers) must arrive whole within this many
+    /// seconds of the connection opening or of its first byte; else the connection is closed.
+    pub header_timeout_s: u64,
+    /// A kept-alive connection with no request for this many seconds is closed.
+    pub idle_timeout_s: u64,
+    /// The most connections open at once; more wait until one closes. 0: half the process's
+    /// open-file limit (at most 4096). Never more than half that limit.
+    pub max_connections: u64,
 }
 
 impl Default for ServerSettings {
@@ -375,6 +383,9 @@ impl Default for ServerSettings {
             token: String::new(),
             allowed_hosts: Vec::new(),
             public_url: String::new(),
+            header_timeout_s: 10,
+            idle_timeout_s: 60,
+            max_connections: 0,
         }
     }
 }
