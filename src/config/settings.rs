@@ -373,6 +373,12 @@ pub struct ServerSettings {
     /// The most connections open at once; more wait until one closes. 0: half the process's
     /// open-file limit (at most 4096). Never more than half that limit.
     pub max_connections: u64,
+    /// Wrong tokens (at /login or as a bearer token) taken from one address within
+    /// `login_window_s`; after that many its token attempts are refused (429) until the
+    /// window has passed, even with the right token.
+    pub max_login_failures: u32,
+    /// The window of `max_login_failures`, and how long an address stays locked out.
+    pub login_window_s: u64,
 }
 
 impl Default for ServerSettings {
@@ -386,6 +392,8 @@ impl Default for ServerSettings {
             header_timeout_s: 10,
             idle_timeout_s: 60,
             max_connections: 0,
+            max_login_failures: 10,
+            login_window_s: 60,
         }
     }
 }

@@ -273,6 +273,18 @@ fn server_limits_are_checked() {
         "server.idle_timeout_s",
         "greater than 0",
     );
+    refused(
+        "server:\n  max_login_failures: 0\n",
+        2,
+        "server.max_login_failures",
+        "greater than 0",
+    );
+    refused(
+        "server:\n  login_window_s: 0\n",
+        2,
+        "server.login_window_s",
+        "greater than 0",
+    );
     // 0 connections means "derived from the open-file limit".
     let s = parse(
         "server:\n  max_connections: 0\n",

@@ -3,7 +3,8 @@
 //!
 //! Owns: routes (the dashboard's pages are merged in from `crate::web`, on the same router
 //! and behind the same checks), the Host, same-origin and token/session checks (`guard`,
-//! `session`), body limits, JSON errors — for every request, including a path that does not parse (`extract`) and what hyper refuses
+//! `session`), the lockout after repeated wrong tokens (`throttle`), body limits, JSON errors —
+//! for every request, including a path that does not parse (`extract`) and what hyper refuses
 //! before routing (`wire`) — the connections themselves, their cap and timeouts (`conn`), and
 //! the live event stream of a task (`events`).
 //! Must not: hold business logic — every handler is a thin call into a part.
@@ -18,6 +19,7 @@ mod handlers;
 mod jobs;
 pub(crate) mod outbox;
 pub mod session;
+pub mod throttle;
 mod wire;
 
 pub use conn::Limits;
@@ -56,6 +58,8 @@ pub struct ApiState {
     pub token: Arc<str>,
     /// The dashboard's signed-in browsers (see `session`).
     pub sessions: Sessions,
+    /// Wrong tokens per client address, and the lockouts they led to.
+    pub logins: throttle::LoginThrottle,
     /// The MCP servers, for their status (`GET /v1/mcp`, doctor, /settings).
     pub mcp: crate::mcp::McpManager,
 }
@@ -71,6 +75,7 @@ impl ApiState {
             config: app.config.clone(),
             token: Arc::from(app.config.settings.server.token.as_str()),
             sessions: Sessions::default(),
+            logins: throttle::LoginThrottle::from_settings(&app.config.settings.server),
             mcp: app.mcp.clone(),
         }
     }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower::ServiceExt;
 
+mod throttle;
 mod wire;
 
 /// Upper bound for a task to finish on the scripted model.

@@ -1,12 +1,13 @@
 //! The daemon under a small open-file limit, as a service manager may start it: crowds of
-//! idle connections do not starve `/healthz`.
+//! idle connections do not starve `/healthz`, and a burst of wrong tokens is a line or two in
+//! the log, not one per guess.
 
 use super::{BIN, Daemon, PATIENCE, Site, clean_command};
 use crate::common::echo_model;
 use hermes_agent::llm::scripted::ScriptedModel;
 use reqwest::StatusCode;
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_hundred_idle_connections_under_256_files_do_not_starve_health() {
@@ -56,5 +57,28 @@ async fn three_hundred_idle_connections_under_256_files_do_not_starve_health() {
     );
     drop(idle);
 
+    // Two hundred wrong tokens: refused, and logged as a burst.
+    let http = reqwest::Client::new();
+    let mut refused = 0;
+    for i in 0..200 {
+        let r = http
+            .get(format!("{}/v1/tasks", d.base))
+            .bearer_auth(format!("guess-{i}"))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .expect("answered");
+        if r.status() == StatusCode::TOO_MANY_REQUESTS {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 190);
+    d.wait_log("locked out").await;
+    let lines = d
+        .log()
+        .lines()
+        .filter(|l| l.contains("wrong token"))
+        .count();
+    assert!((1..=2).contains(&lines), "{lines} lines:\n{}", d.log());
     d.stop().await;
 }
