@@ -5,12 +5,13 @@
 //!
 //! Must not: render or log the token, or send the browser anywhere but a path of this site.
 
-use super::guard::{CsrfForm, local_path, see_other};
-use super::layout::shell;
+use super::guard::{CsrfForm, PageQuery, local_path, see_other};
+use super::layout::{error_page, shell};
 use crate::server::session::{self, COOKIE_NAME};
 use crate::server::throttle::{Door, Peer};
 use crate::server::{ApiState, Session, token_matches};
-use axum::extract::{Extension, Form, Query, State};
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Extension, Form, State};
 use axum::http::header::{RETRY_AFTER, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -23,7 +24,7 @@ pub struct LoginQuery {
     next: String,
 }
 
-pub async fn page(State(s): State<ApiState>, Query(q): Query<LoginQuery>) -> Response {
+pub async fn page(State(s): State<ApiState>, PageQuery(q): PageQuery<LoginQuery>) -> Response {
     if s.token.is_empty() {
         // Nothing to sign in to: every page is open on this (loopback) daemon.
         return see_other(local_path(&q.next));
@@ -62,8 +63,15 @@ pub struct LoginForm {
 pub async fn submit(
     State(s): State<ApiState>,
     Peer(peer): Peer,
-    Form(f): Form<LoginForm>,
+    form_data: Result<Form<LoginForm>, FormRejection>,
 ) -> Response {
+    let f = match form_data {
+        Ok(Form(f)) => f,
+        Err(r) => {
+            let message = format!("The sign-in form could not be read: {}", r.body_text());
+            return error_page(r.status(), &message);
+        }
+    };
     let next = local_path(&f.next);
     if s.token.is_empty() {
         return see_other(next);

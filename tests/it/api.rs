@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower::ServiceExt;
 
+mod pages;
 mod throttle;
 mod wire;
 
