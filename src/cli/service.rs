@@ -144,5 +144,7 @@ mod tests {
         assert!(unit.contains("ReadWritePaths=/var/lib/hermes\n"));
         assert_eq!(unit.matches("ExecStart=").count(), 1);
         assert!(unit.contains("Restart=on-failure"));
+        // The HTTP connection cap is half of it (server::conn).
+        assert!(unit.contains("\nLimitNOFILE=4096\n"));
     }
 }

@@ -367,6 +367,20 @@ pub struct ServerSettings {
     /// Where the dashboard is reachable from outside (e.g. `https://hermes.example.org`); digest
     /// emails link to a run's page when set.
     pub public_url: String,
+    /// A request head (the request line and headers) must arrive whole within this many
+    /// seconds of the connection opening or of its first byte; else the connection is closed.
+    pub header_timeout_s: u64,
+    /// A kept-alive connection with no request for this many seconds is closed.
+    pub idle_timeout_s: u64,
+    /// The most connections open at once; more wait until one closes. 0: half the process's
+    /// open-file limit (at most 4096). Never more than half that limit.
+    pub max_connections: u64,
+    /// Wrong tokens (at /login or as a bearer token) taken from one address within
+    /// `login_window_s`; after that many its token attempts are refused (429) until the
+    /// window has passed, even with the right token.
+    pub max_login_failures: u32,
+    /// The window of `max_login_failures`, and how long an address stays locked out.
+    pub login_window_s: u64,
 }
 
 impl Default for ServerSettings {
@@ -377,6 +391,11 @@ impl Default for ServerSettings {
             token: String::new(),
             allowed_hosts: Vec::new(),
             public_url: String::new(),
+            header_timeout_s: 10,
+            idle_timeout_s: 60,
+            max_connections: 0,
+            max_login_failures: 10,
+            login_window_s: 60,
         }
     }
 }

@@ -258,3 +258,38 @@ fn mcp_servers_are_checked_by_key() {
         assert!(message.contains(says), "{yaml}: {message}");
     }
 }
+
+#[test]
+fn server_limits_are_checked() {
+    refused(
+        "server:\n  header_timeout_s: 0\n",
+        2,
+        "server.header_timeout_s",
+        "greater than 0",
+    );
+    refused(
+        "server:\n  idle_timeout_s: 0\n",
+        2,
+        "server.idle_timeout_s",
+        "greater than 0",
+    );
+    refused(
+        "server:\n  max_login_failures: 0\n",
+        2,
+        "server.max_login_failures",
+        "greater than 0",
+    );
+    refused(
+        "server:\n  login_window_s: 0\n",
+        2,
+        "server.login_window_s",
+        "greater than 0",
+    );
+    // 0 connections means "derived from the open-file limit".
+    let s = parse(
+        "server:\n  max_connections: 0\n",
+        Path::new("s.yaml"),
+        &env(&[]),
+    );
+    assert_eq!(s.map(|s| s.server.max_connections).ok(), Some(0));
+}

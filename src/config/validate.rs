@@ -196,6 +196,10 @@ impl Settings {
                 ),
             );
         }
+        seconds("server.header_timeout_s", s.header_timeout_s, false)?;
+        seconds("server.idle_timeout_s", s.idle_timeout_s, false)?;
+        positive("server.max_login_failures", s.max_login_failures.into())?;
+        seconds("server.login_window_s", s.login_window_s, false)?;
         let url = &s.public_url;
         if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
             return bad(

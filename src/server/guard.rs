@@ -7,7 +7,11 @@
 //! its `Host` is a loopback name, an IP literal (no DNS answer can rebind a literal), or one of
 //! `server.allowed_hosts` (a reverse proxy's name). A request with no `Host` at all cannot come
 //! from a browser and is served.
+//!
+//! Bearer tokens are counted per client address by `throttle`: an address locked out after
+//! repeated wrong tokens gets 429 before its token is looked at.
 
+use super::throttle::{Door, Peer};
 use super::{ApiError, ApiState, session};
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -88,9 +92,15 @@ pub(super) async fn require_token(
         .and_then(|v| v.to_str().ok())
         .and_then(bearer_token);
     if let Some(given) = given {
+        let peer = Peer::of(req.extensions()).0;
+        if let Err(locked) = state.logins.check(peer) {
+            return Ok(locked.api_response());
+        }
         if token_matches(given, &state.token) {
+            state.logins.succeeded(peer);
             return Ok(next.run(req).await);
         }
+        state.logins.failed(peer, Door::Api);
     } else if let Some((_, sess)) = state.sessions.from_headers(req.headers()) {
         // A browser sends the cookie by itself; a change needs the token only our pages hold.
         let csrf = req

@@ -3,20 +3,26 @@
 //!
 //! Owns: routes (the dashboard's pages are merged in from `crate::web`, on the same router
 //! and behind the same checks), the Host, same-origin and token/session checks (`guard`,
-//! `session`), body limits, JSON errors — for every request, including a path that does not
-//! parse (`extract`) — and the live event stream of a task (`events`).
+//! `session`), the lockout after repeated wrong tokens (`throttle`), body limits, JSON errors —
+//! for every request, including a path that does not parse (`extract`) and what hyper refuses
+//! before routing (`wire`) — the connections themselves, their cap and timeouts (`conn`), and
+//! the live event stream of a task (`events`).
 //! Must not: hold business logic — every handler is a thin call into a part.
 
+mod conn;
 mod error;
 mod events;
 pub(crate) mod extract;
+mod framing;
 mod guard;
 mod handlers;
 mod jobs;
-mod listener;
 pub(crate) mod outbox;
 pub mod session;
+pub mod throttle;
+mod wire;
 
+pub use conn::Limits;
 pub use error::ApiError;
 pub use guard::token_matches;
 pub use session::{Session, Sessions};
@@ -52,6 +58,8 @@ pub struct ApiState {
     pub token: Arc<str>,
     /// The dashboard's signed-in browsers (see `session`).
     pub sessions: Sessions,
+    /// Wrong tokens per client address, and the lockouts they led to.
+    pub logins: throttle::LoginThrottle,
     /// The MCP servers, for their status (`GET /v1/mcp`, doctor, /settings).
     pub mcp: crate::mcp::McpManager,
 }
@@ -67,6 +75,7 @@ impl ApiState {
             config: app.config.clone(),
             token: Arc::from(app.config.settings.server.token.as_str()),
             sessions: Sessions::default(),
+            logins: throttle::LoginThrottle::from_settings(&app.config.settings.server),
             mcp: app.mcp.clone(),
         }
     }
@@ -137,15 +146,41 @@ pub fn router(state: ApiState) -> Router {
         .with_state(state)
 }
 
-/// Serve the API on `listener` until `shutdown` completes; in-flight requests finish first.
+/// Serve the API on `listener` within the limits of `server.*` (the connection cap bounded by
+/// this process's open-file limit) until `shutdown` completes; in-flight requests finish first.
 pub async fn serve(
     listener: TcpListener,
     state: ApiState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener::GuardedListener(listener), router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let s = &state.config.settings.server;
+    let files = conn::open_file_limit();
+    let limits = Limits::from_settings(s, files);
+    let files_text = files.map_or("unlimited".to_string(), |f| f.to_string());
+    if s.max_connections > limits.max_connections as u64 {
+        tracing::warn!(
+            "server.max_connections is {} but the open-file limit is {files_text}: at most {} connections (raise the limit, e.g. LimitNOFILE= in the systemd unit)",
+            s.max_connections,
+            limits.max_connections
+        );
+    }
+    tracing::info!(
+        "HTTP: at most {} connections at once (open-file limit {files_text}), header timeout {} s, idle timeout {} s",
+        limits.max_connections,
+        s.header_timeout_s,
+        s.idle_timeout_s
+    );
+    serve_with(listener, state, limits, shutdown).await
+}
+
+/// [`serve`] with explicit limits (tests use short timeouts).
+pub async fn serve_with(
+    listener: TcpListener,
+    state: ApiState,
+    limits: Limits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    conn::serve(listener, router(state), limits, shutdown).await
 }
 
 /// A request that failed for want of storage: name the database file in the answer (errors

@@ -3,14 +3,15 @@
 //!
 //! Must not: send anything itself; a retry goes through the `Notifier`, which wakes its sender.
 
-use super::guard::{Back, CsrfForm, encode, see_other};
-use super::layout::{Ctx, PageResult, badge, flash, render, short, when, when_opt};
+use super::flash::{Flash, flash};
+use super::guard::{Back, CsrfForm, PageQuery, see_other};
+use super::layout::{Ctx, PageResult, badge, render, short, when, when_opt};
 use super::tasks::notice_word;
 use crate::server::ApiState;
 use crate::server::extract::Id;
 use crate::server::outbox::{notice_id, parse_state};
 use crate::store::{Notice, NoticeFilter, NoticeState};
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::IntoResponse;
 use maud::{Markup, html};
 use serde::Deserialize;
@@ -23,7 +24,7 @@ pub struct ListQuery {
     done: Option<String>,
 }
 
-pub async fn list(ctx: Ctx, Query(q): Query<ListQuery>) -> PageResult {
+pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     let s = &ctx.state;
     let state = parse_state(Some(&q.state))?;
     let notices = s
@@ -107,17 +108,13 @@ pub async fn retry(
     Id(id): Id,
     CsrfForm(f): CsrfForm<Back>,
 ) -> PageResult {
-    let notice = s.notifier.retry(notice_id(&id)?).await?;
+    s.notifier.retry(notice_id(&id)?).await?;
     let back = parse_state(Some(&f.back))
         .ok()
         .flatten()
         .map_or("", notice_word);
-    let done = format!(
-        "Notice {} to {} is due now.",
-        notice.id, notice.queued.channel
-    );
     Ok(see_other(&format!(
         "/deliveries?state={back}&done={}",
-        encode(&done)
+        Flash::NoticeDue.key()
     )))
 }

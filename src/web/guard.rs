@@ -3,14 +3,16 @@
 //! A page request with a live `hermes_session` cookie runs with that [`Session`] in its
 //! extensions. Without one: when `server.token` is set, the browser is sent to `/login` (and
 //! back afterwards); when it is not, a session is made on the spot — it carries the CSRF token
-//! the page's forms need. [`CsrfForm`] refuses a form whose `csrf` field is not its session's.
+//! the page's forms need. [`CsrfForm`] refuses a form whose `csrf` field is not its session's;
+//! it and [`PageQuery`] answer what they cannot read with an error page.
 
 use super::layout::error_page;
 use crate::server::ApiState;
 use crate::server::session::{self, Session};
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::header::{LOCATION, SET_COOKIE};
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -88,6 +90,29 @@ pub fn local_path(next: &str) -> &str {
         && !next.contains('\\')
         && !next.chars().any(|c| c.is_control());
     if ok { next } else { "/" }
+}
+
+/// A page's query string read into `T`; one that does not fit (a parameter given twice) is an
+/// error page, not axum's plain-text rejection.
+pub struct PageQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for PageQuery<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(q)| PageQuery(q))
+            .map_err(|r| {
+                error_page(
+                    StatusCode::BAD_REQUEST,
+                    &format!(
+                        "The address could not be read ({}). Use the page's own links and forms.",
+                        r.body_text()
+                    ),
+                )
+            })
+    }
 }
 
 /// A form that changes something: refused unless its `csrf` field is its session's token.

@@ -6,16 +6,15 @@
 //! Must not: check or fire a job itself — everything goes through the `Scheduler`, as the
 //! API does; jobs made here have origin `web`.
 
-use super::guard::{CsrfForm, encode, see_other};
-use super::layout::{
-    Ctx, PageError, PageResult, badge, firing, flash, long_text, render, when, word,
-};
+use super::flash::{Flash, flash};
+use super::guard::{CsrfForm, PageQuery, see_other};
+use super::layout::{Ctx, PageError, PageResult, badge, firing, long_text, render, when, word};
 use super::tasks::notice_word;
 use crate::scheduler::{JobRequest, PREVIEW_FIRINGS, describe_job, upcoming};
 use crate::server::extract::Id;
 use crate::server::{ApiError, ApiState};
 use crate::store::{Notice, NoticeFilter, Origin};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::response::IntoResponse;
 use maud::{Markup, html};
 use serde::Deserialize;
@@ -26,7 +25,7 @@ pub struct Done {
     done: Option<String>,
 }
 
-pub async fn list(ctx: Ctx, Query(q): Query<Done>) -> PageResult {
+pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<Done>) -> PageResult {
     let _s = &ctx.state;
     let body = jobs_body(&ctx, &JobForm::default(), None, q.done.as_deref()).await?;
     Ok(render(&ctx, "Jobs", body).into_response())
@@ -166,7 +165,7 @@ pub async fn create(ctx: Ctx, CsrfForm(f): CsrfForm<JobForm>) -> PageResult {
         Ok(job) => Ok(see_other(&format!(
             "/jobs/{}?done={}",
             job.id,
-            encode("Job added.")
+            Flash::JobAdded.key()
         ))),
         Err(e) => {
             let e = ApiError::from(e);
@@ -176,7 +175,7 @@ pub async fn create(ctx: Ctx, CsrfForm(f): CsrfForm<JobForm>) -> PageResult {
     }
 }
 
-pub async fn show(ctx: Ctx, Id(id): Id, Query(q): Query<Done>) -> PageResult {
+pub async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<Done>) -> PageResult {
     let s = &ctx.state;
     let view = s.scheduler.get(&id).await?;
     let runs = s.scheduler.runs(&id, 50).await?;
@@ -271,27 +270,25 @@ pub async fn act(
     Path((id, action)): Path<(String, String)>,
     CsrfForm(_): CsrfForm,
 ) -> PageResult {
-    let back = |done: &str| see_other(&format!("/jobs/{id}?done={}", encode(done)));
+    let back = |done: Flash| see_other(&format!("/jobs/{id}?done={}", done.key()));
     Ok(match action.as_str() {
         "pause" => {
             s.scheduler.pause(&id).await?;
-            back("Paused: it will not fire until resumed.")
+            back(Flash::JobPaused)
         }
         "resume" => {
             s.scheduler.resume(&id).await?;
-            back("Resumed.")
+            back(Flash::JobResumed)
         }
         "run" => {
-            let task = s.scheduler.run_now(&id).await?;
-            back(&format!(
-                "Run started: task {task} (its row below links to it)."
-            ))
+            s.scheduler.run_now(&id).await?;
+            back(Flash::JobRunStarted)
         }
         "delete" => {
             if !s.scheduler.remove(&id).await? {
                 return Err(ApiError::not_found(format!("job '{id}' not found")).into());
             }
-            see_other(&format!("/jobs?done={}", encode("Job deleted.")))
+            see_other(&format!("/jobs?done={}", Flash::JobDeleted.key()))
         }
         other => {
             return Err(ApiError::not_found(format!(

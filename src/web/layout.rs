@@ -251,15 +251,6 @@ pub fn long_text(text: &str, class: &str) -> Markup {
     }
 }
 
-/// A notice that something happened (`?done=` after a form), announced to screen readers.
-pub fn flash(message: Option<&str>) -> Markup {
-    html! {
-        @if let Some(m) = message {
-            p.flash role="status" { (m) }
-        }
-    }
-}
-
 /// Markdown written by the model, as safe HTML (raw HTML shown as text, unsafe links dropped).
 pub fn markdown(md: &str) -> Markup {
     PreEscaped(crate::notify::render_markdown(md))

@@ -1,15 +1,19 @@
 //! Signing in and out: `GET /login` asks for `server.token`, `POST /login` checks it in
-//! constant time and sets the session cookie, `POST /logout` ends the session.
+//! constant time and sets the session cookie, `POST /logout` ends the session. Wrong tokens
+//! count towards the address's lockout (`server::throttle`), shared with the API's bearer
+//! tokens; a locked-out address gets a 429 page saying how long to wait.
 //!
 //! Must not: render or log the token, or send the browser anywhere but a path of this site.
 
-use super::guard::{CsrfForm, local_path, see_other};
-use super::layout::shell;
+use super::guard::{CsrfForm, PageQuery, local_path, see_other};
+use super::layout::{error_page, shell};
 use crate::server::session::{self, COOKIE_NAME};
+use crate::server::throttle::{Door, Peer};
 use crate::server::{ApiState, Session, token_matches};
-use axum::extract::{Extension, Form, Query, State};
-use axum::http::header::SET_COOKIE;
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Extension, Form, State};
+use axum::http::header::{RETRY_AFTER, SET_COOKIE};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
@@ -20,7 +24,7 @@ pub struct LoginQuery {
     next: String,
 }
 
-pub async fn page(State(s): State<ApiState>, Query(q): Query<LoginQuery>) -> Response {
+pub async fn page(State(s): State<ApiState>, PageQuery(q): PageQuery<LoginQuery>) -> Response {
     if s.token.is_empty() {
         // Nothing to sign in to: every page is open on this (loopback) daemon.
         return see_other(local_path(&q.next));
@@ -56,19 +60,41 @@ pub struct LoginForm {
     next: String,
 }
 
-pub async fn submit(State(s): State<ApiState>, Form(f): Form<LoginForm>) -> Response {
+pub async fn submit(
+    State(s): State<ApiState>,
+    Peer(peer): Peer,
+    form_data: Result<Form<LoginForm>, FormRejection>,
+) -> Response {
+    let f = match form_data {
+        Ok(Form(f)) => f,
+        Err(r) => {
+            let message = format!("The sign-in form could not be read: {}", r.body_text());
+            return error_page(r.status(), &message);
+        }
+    };
     let next = local_path(&f.next);
     if s.token.is_empty() {
         return see_other(next);
     }
+    if let Err(locked) = s.logins.check(peer) {
+        let secs = locked.seconds();
+        let message = format!(
+            "Too many wrong tokens from your address. Try again in {secs} s (after {} wrong tokens, sign-in waits {} s).",
+            s.config.settings.server.max_login_failures, s.config.settings.server.login_window_s
+        );
+        let page = form(next, Some(&message));
+        let retry = [(RETRY_AFTER, HeaderValue::from(secs))];
+        return (StatusCode::TOO_MANY_REQUESTS, retry, page).into_response();
+    }
     if !token_matches(&f.token, &s.token) {
-        tracing::warn!("dashboard sign-in with a wrong token");
+        s.logins.failed(peer, Door::SignIn);
         let page = form(
             next,
             Some("That is not the token. Check server.token (or $HERMES_TOKEN) and try again."),
         );
         return (StatusCode::UNAUTHORIZED, page).into_response();
     }
+    s.logins.succeeded(peer);
     let (id, _) = s.sessions.create();
     let mut resp = see_other(next);
     resp.headers_mut()

@@ -3,13 +3,14 @@
 //!
 //! Must not: touch the facts table or the index directly.
 
-use super::guard::{Back, CsrfForm, encode, see_other};
-use super::layout::{Ctx, PageError, PageResult, flash, render, when};
+use super::flash::{Flash, flash};
+use super::guard::{Back, CsrfForm, PageQuery, encode, see_other};
+use super::layout::{Ctx, PageError, PageResult, render, when};
 use crate::memory::LongTerm;
 use crate::server::extract::Id;
 use crate::server::{ApiError, ApiState};
 use crate::store::Fact;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::IntoResponse;
 use maud::html;
 use serde::Deserialize;
@@ -33,7 +34,7 @@ pub struct SearchQuery {
     done: Option<String>,
 }
 
-pub async fn page(ctx: Ctx, Query(q): Query<SearchQuery>) -> PageResult {
+pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<SearchQuery>) -> PageResult {
     let s = &ctx.state;
     let mem = memory(s)?;
     let query = q.q.trim();
@@ -108,13 +109,13 @@ pub async fn add(State(s): State<ApiState>, CsrfForm(f): CsrfForm<AddForm>) -> P
         .await
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let done = match how {
-        crate::store::Upsert::Merged => "Merged into a fact already known.",
-        _ => "Remembered.",
+        crate::store::Upsert::Merged => Flash::FactMerged,
+        _ => Flash::FactRemembered,
     };
     Ok(see_other(&format!(
         "/memory?q={}&done={}",
         encode(&fact.text),
-        encode(done)
+        done.key()
     )))
 }
 
@@ -129,6 +130,6 @@ pub async fn forget(
     Ok(see_other(&format!(
         "/memory?q={}&done={}",
         encode(&f.back),
-        encode("Forgotten.")
+        Flash::FactForgotten.key()
     )))
 }

@@ -4,7 +4,7 @@
 //! Owns: the pages and their forms — overview (`overview`), tasks with their live timeline
 //! (`tasks`, `timeline`), jobs (`jobs`), the outbox (`deliveries`), long-term memory
 //! (`memory`), the redacted settings and doctor's verdicts (`settings`), signing in
-//! (`login`) — the page shell (`layout`), the assets (`assets`), the security headers of every
+//! (`login`) — the page shell (`layout`), the flash messages after a form (`flash`), the assets (`assets`), the security headers of every
 //! response ([`security_headers`]) and the session every page runs in (`guard`).
 //! Must not: keep a second source of truth. Every page reads the same store and calls the
 //! same parts as the API (`Agent`, `Scheduler`, `LongTerm`, `Notifier`); the live timeline is
@@ -20,6 +20,7 @@
 
 mod assets;
 mod deliveries;
+mod flash;
 mod guard;
 mod jobs;
 mod layout;

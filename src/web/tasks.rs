@@ -5,7 +5,7 @@
 //! Must not: run a task itself — starting and cancelling go through the `Agent`, exactly as
 //! `POST /v1/tasks` and `/v1/tasks/{id}/cancel` do; tasks started here have origin `web`.
 
-use super::guard::{CsrfForm, see_other};
+use super::guard::{CsrfForm, PageQuery, see_other};
 use super::layout::{
     Ctx, PageError, PageResult, badge, long_text, markdown, render, when, when_opt,
 };
@@ -15,7 +15,7 @@ use crate::agent::Submit;
 use crate::server::extract::Id;
 use crate::server::{ApiError, ApiState};
 use crate::store::{NoticeState, Origin, TaskSearch, TaskState};
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::IntoResponse;
 use maud::{Markup, html};
 use serde::Deserialize;
@@ -38,7 +38,7 @@ fn some(s: &str) -> Option<&str> {
     Some(s.trim()).filter(|s| !s.is_empty())
 }
 
-pub async fn list(ctx: Ctx, Query(q): Query<ListQuery>) -> PageResult {
+pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     let s = &ctx.state;
     let search = TaskSearch {
         state: some(&q.state)

@@ -16,6 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower::ServiceExt;
 
+mod pages;
+mod throttle;
+mod wire;
+
 /// Upper bound for a task to finish on the scripted model.
 const PATIENCE: Duration = Duration::from_secs(20);
 

@@ -27,6 +27,8 @@ const PATIENCE: Duration = Duration::from_secs(20);
 const ADDR_WAIT: Duration = Duration::from_secs(10);
 const ADDR_POLL: Duration = Duration::from_millis(20);
 
+mod limits;
+
 /// Wait (bounded) for the address file of `data_dir` to name an address.
 async fn wait_for_addr(data_dir: &Path) -> SocketAddr {
     let deadline = Instant::now() + ADDR_WAIT;
@@ -115,7 +117,11 @@ impl Site {
 
 /// The binary with a clean environment: no stray user config or token can leak in.
 fn base_command(dir: &Path, env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new(BIN);
+    clean_command(Command::new(BIN), dir, env)
+}
+
+/// `cmd` (the binary, or a wrapper that runs it) with a clean environment.
+fn clean_command(mut cmd: Command, dir: &Path, env: &[(&str, &str)]) -> Command {
     cmd.current_dir(dir)
         .env_remove("HERMES_CONFIG")
         .env_remove("HERMES_DATA_DIR")
