@@ -462,6 +462,7 @@ impl Scheduler {
                 task_id: task_id.map(str::to_string),
                 job_id: Some(job.id.clone()),
                 run_id: Some(run_id),
+                ..NewNotice::default()
             };
             let r = self.inner.deliver.deliver(notice).await;
             if let Err(e) = r {

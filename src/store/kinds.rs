@@ -1,7 +1,8 @@
 //! The closed sets of words stored in text columns and shown by the API: a task's state
 //! ([`TaskState`]), who made a task or a job ([`Origin`]), why a task did not succeed
 //! ([`FailReason`]), what a job firing did ([`RunOutcome`]), where a notice is
-//! ([`NoticeState`]) and what became of a job run's delivery ([`Delivery`]). Each is an enum in
+//! ([`NoticeState`]), what became of a job run's delivery ([`Delivery`]) and of a mail read
+//! from the inbox ([`InboxState`], [`IgnoreReason`], [`InboxCommand`], [`CommandState`]). Each is an enum in
 //! the code and the same word as before in the database and in JSON, written once: the unit
 //! enums through [`word_enum!`], `Delivery` (which carries a reason) by hand, both stored and
 //! serialised through [`as_text!`].
@@ -168,6 +169,8 @@ word_enum! {
         Web = "web",
         /// An MCP client, through `hermes-agent mcp`.
         Mcp = "mcp",
+        /// A mail read from `inbox.email` (a reply to a notice, or a fresh message).
+        Email = "email",
     }
 }
 
@@ -200,6 +203,65 @@ word_enum! {
         Store = "store",
         /// The loop guard stopped a model repeating the same call.
         Loop = "loop",
+    }
+}
+
+word_enum! {
+    /// What a mail read from the inbox became.
+    InboxState, "inbox state" {
+        /// It became a task or a command.
+        Acted = "acted",
+        /// Recorded and left alone; the reason says why.
+        Ignored = "ignored",
+    }
+}
+
+word_enum! {
+    /// Why a mail read from the inbox was not acted on. None of these is ever answered, except
+    /// `no_job` (an allowed, authenticated sender asked for a job that is not there).
+    IgnoreReason, "ignore reason" {
+        /// The sender is not in `inbox.email.allow_from`.
+        NotAllowed = "not_allowed",
+        /// The sender started `inbox.email.max_tasks_per_hour` tasks within the last hour.
+        RateLimited = "rate_limited",
+        /// An automatic answer: `Auto-Submitted`, a vacation notice, a bounce.
+        AutoReply = "auto_reply",
+        /// Bulk or list mail: `Precedence: bulk|junk|list`, `List-Id`, `List-Unsubscribe`.
+        Bulk = "bulk",
+        /// Sent from the agent's own address.
+        OwnAddress = "own_address",
+        /// `inbox.email.trusted_authserv_id` is set and the receiving server did not vouch for
+        /// the sender (no dkim=pass or dmarc=pass for the From domain).
+        NotAuthenticated = "not_authenticated",
+        /// A command for a notice that has no job (or whose job was removed).
+        NoJob = "no_job",
+        /// Nothing written once quotes and the signature were taken off.
+        Empty = "empty",
+        /// Not a mail that can be read (no From address, not MIME).
+        Unreadable = "unreadable",
+    }
+}
+
+word_enum! {
+    /// A command given by replying to a job's notice, carried out without the model.
+    InboxCommand, "inbox command" {
+        Pause = "pause",
+        Resume = "resume",
+        /// Fire the job now, as `POST /v1/jobs/{id}/run` does.
+        RunNow = "run_now",
+    }
+}
+
+word_enum! {
+    /// How far a command got. Pause and resume are done in the transaction that records the
+    /// mail; a run is asked for in it (`requested`) and started after it (`started`, then
+    /// `done` or `failed`), so a restart finds what is left to do and never starts it twice.
+    CommandState, "command state" {
+        Requested = "requested",
+        /// Being carried out: a restart that finds it here cannot know whether the run began.
+        Started = "started",
+        Done = "done",
+        Failed = "failed",
     }
 }
 
@@ -282,6 +344,11 @@ mod tests {
         }
         assert_eq!(RunOutcome::Missed.to_string(), "missed");
         assert_eq!(NoticeState::Sent.as_str(), "sent");
+        assert_eq!(Origin::Email.as_str(), "email");
+        assert_eq!("run_now".parse::<InboxCommand>(), Ok(InboxCommand::RunNow));
+        assert_eq!(IgnoreReason::NotAllowed.as_str(), "not_allowed");
+        let err = "spam".parse::<IgnoreReason>().unwrap_err().to_string();
+        assert!(err.contains("not_allowed, rate_limited"), "{err}");
     }
 
     #[test]

@@ -21,7 +21,7 @@ macro_rules! columns {
     };
     (outbox) => {
         "id, channel, title, body, task_id, job_id, run_id, state, attempts, \
-         last_error, next_attempt_at, created_at, sent_at"
+         last_error, next_attempt_at, created_at, sent_at, token, recipient, in_reply_to, refs"
     };
     (facts) => {
         "id, text, tags, source, created_at, updated_at"
@@ -38,6 +38,7 @@ macro_rules! select {
 
 mod dashboard;
 mod facts;
+mod inbox;
 mod jobs;
 mod kinds;
 mod outbox;
@@ -46,6 +47,7 @@ mod working;
 
 pub use dashboard::*;
 pub use facts::*;
+pub use inbox::*;
 pub use jobs::*;
 pub use kinds::*;
 pub use outbox::*;
@@ -454,6 +456,13 @@ fn from_json<T: serde::de::DeserializeOwned>(text: &str, what: &str, owner: &str
 /// Now, in the form stored in every time column.
 pub fn now() -> chrono::DateTime<chrono::Utc> {
     chrono::Utc::now()
+}
+
+/// A fresh unguessable token: 32 hex characters from the operating system's random source
+/// (122 random bits). An email notice carries it in its Message-ID, and a reply must name it
+/// to act on the notice's job.
+pub fn new_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
 }
 
 /// A fresh random id: 16 hex characters, short enough to type, wide enough not to collide.

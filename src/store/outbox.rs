@@ -1,7 +1,7 @@
 //! The durable outbox (`outbox`): a notice is stored before it is sent, and stays until it is
 //! sent or has failed for good.
 
-use super::{NoticeState, Result, Store, json_list, limit_or, now};
+use super::{NoticeState, Result, Store, json_list, limit_or, new_token, now};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +19,10 @@ pub struct Notice {
     pub next_attempt_at: DateTime<Utc>,
     pub created_at: DateTime<Utc>,
     pub sent_at: Option<DateTime<Utc>>,
+    /// The notice's random token (see [`super::new_token`]); an email notice's Message-ID
+    /// carries it. Never shown by the API: a reply naming it acts on the notice's job.
+    #[serde(skip_serializing, default)]
+    pub token: Option<String>,
 }
 
 /// A notice to queue: where it goes, what it says, and what it came from.
@@ -30,6 +34,16 @@ pub struct NewNotice {
     pub task_id: Option<String>,
     pub job_id: Option<String>,
     pub run_id: Option<i64>,
+    /// One address instead of the channel's recipients: a reply to the allowed sender who
+    /// wrote (an address from the settings; the email channel refuses any other).
+    #[serde(default)]
+    pub recipient: Option<String>,
+    /// The Message-ID this notice answers (without angle brackets), for threading.
+    #[serde(default)]
+    pub in_reply_to: Option<String>,
+    /// The References of this notice: message ids without angle brackets, space-separated.
+    #[serde(default)]
+    pub refs: Option<String>,
 }
 
 /// Which notices [`Store::list_notices`] returns.
@@ -60,21 +74,7 @@ macro_rules! notice_where {
 
 impl Store {
     pub async fn enqueue_notice(&self, n: &NewNotice) -> Result<i64> {
-        let t = now();
-        Ok(sqlx::query_scalar(
-            "INSERT INTO outbox (channel, title, body, task_id, job_id, run_id, state, next_attempt_at, created_at) \
-             VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?) RETURNING id",
-        )
-        .bind(&n.channel)
-        .bind(&n.title)
-        .bind(&n.body)
-        .bind(&n.task_id)
-        .bind(&n.job_id)
-        .bind(n.run_id)
-        .bind(t)
-        .bind(t)
-        .fetch_one(self.pool())
-        .await?)
+        Ok(insert_notice(n).fetch_one(self.pool()).await?)
     }
 
     pub async fn notice(&self, id: i64) -> Result<Option<Notice>> {
@@ -192,4 +192,29 @@ impl Store {
         )
         .await
     }
+}
+
+/// The statement queuing `n` with a fresh token (see [`new_token`]), returning its id; run on
+/// the pool or inside a transaction that writes more.
+pub(super) fn insert_notice(
+    n: &NewNotice,
+) -> sqlx::query::QueryScalar<'_, sqlx::Sqlite, i64, sqlx::sqlite::SqliteArguments> {
+    let t = now();
+    sqlx::query_scalar(
+        "INSERT INTO outbox (channel, title, body, task_id, job_id, run_id, state, next_attempt_at, \
+         created_at, token, recipient, in_reply_to, refs) \
+         VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?) RETURNING id",
+    )
+    .bind(&n.channel)
+    .bind(&n.title)
+    .bind(&n.body)
+    .bind(&n.task_id)
+    .bind(&n.job_id)
+    .bind(n.run_id)
+    .bind(t)
+    .bind(t)
+    .bind(new_token())
+    .bind(&n.recipient)
+    .bind(&n.in_reply_to)
+    .bind(&n.refs)
 }

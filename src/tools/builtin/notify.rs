@@ -104,7 +104,7 @@ async fn notify(notifier: Notifier, a: NotifyArgs, ctx: ToolContext) -> Result<V
         body: a.text,
         task_id: Some(ctx.task_id.clone()).filter(|t| !t.is_empty()),
         job_id: ctx.job_id.clone(),
-        run_id: None,
+        ..NewNotice::default()
     };
     match notifier.enqueue(notice).await {
         Ok(id) => Ok(json!({"queued": true, "notice_id": id, "channel": a.channel})),

@@ -1,0 +1,521 @@
+//! Mail read from the inbox (`inbox_messages`, `inbox_watermarks`) and what it became.
+//!
+//! Each message is recorded exactly once, in ONE transaction with what it became — the task
+//! it created, the job change its command made, or nothing — and with the mailbox's
+//! watermark (the highest UID read): a crash before the commit leaves the message unread, to
+//! be read again; after it, the message is never read again. A message seen twice (the same
+//! UID, or the same Message-ID under another UID) changes nothing but the watermark.
+
+use super::outbox::insert_notice;
+use super::{
+    CommandState, IgnoreReason, InboxCommand, InboxState, NewNotice, NewTask, Notice, Result,
+    Store, Task, TaskState, limit_or, new_id, now,
+};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// A mail as recorded, with what it became. Serialised as `GET /v1/inbox` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow, PartialEq)]
+pub struct InboxMessage {
+    pub id: i64,
+    #[serde(skip)]
+    pub mailbox: String,
+    #[serde(skip)]
+    pub uid_validity: i64,
+    #[serde(skip)]
+    pub uid: i64,
+    pub message_id: Option<String>,
+    /// The From address, lower case.
+    #[serde(rename = "from")]
+    #[sqlx(rename = "sender")]
+    pub sender: String,
+    pub subject: String,
+    pub received_at: DateTime<Utc>,
+    pub state: InboxState,
+    pub reason: Option<IgnoreReason>,
+    pub command: Option<InboxCommand>,
+    pub command_state: Option<CommandState>,
+    /// What a command did (or why it could not), in words.
+    pub detail: Option<String>,
+    /// The notice the mail answers, when it named one.
+    pub notice_id: Option<i64>,
+    pub job_id: Option<String>,
+    pub task_id: Option<String>,
+    /// The notice answered, as the task's first message holds it.
+    #[serde(skip)]
+    pub context: Option<String>,
+    /// The mail's own Message-ID and References, for threading the answer.
+    #[serde(skip)]
+    pub refs: Option<String>,
+    pub reply_notice_id: Option<i64>,
+    pub answered_at: Option<DateTime<Utc>>,
+}
+
+/// Where a message was read: the account and folder, and its place there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MailPlace {
+    /// `user@host:port/FOLDER`.
+    pub mailbox: String,
+    pub uid_validity: u32,
+    pub uid: u32,
+}
+
+/// A message to record: where it was read and what it says about itself.
+#[derive(Debug, Clone, Default)]
+pub struct NewInboxMessage {
+    pub message_id: Option<String>,
+    pub sender: String,
+    pub subject: String,
+    /// The mail's Message-ID and its References, for threading an answer.
+    pub refs: Option<String>,
+}
+
+/// A job's enabled flag and next due time after a command (pause or resume), written in the
+/// same transaction as the mail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobChange {
+    pub enabled: bool,
+    pub next_run_at: Option<DateTime<Utc>>,
+}
+
+/// What a message became.
+#[derive(Debug, Clone)]
+pub enum InboxOutcome {
+    /// Left alone; `reply` only for an allowed sender's command that cannot be carried out.
+    Ignored {
+        reason: IgnoreReason,
+        notice_id: Option<i64>,
+        job_id: Option<String>,
+        reply: Option<NewNotice>,
+    },
+    /// A new pending task (origin `email`); `context` is the notice it answers.
+    Task {
+        task: NewTask,
+        context: Option<String>,
+        notice_id: Option<i64>,
+        job_id: Option<String>,
+    },
+    /// A command on a job: `change` is written now; `reply` confirms it.
+    Command {
+        command: InboxCommand,
+        state: CommandState,
+        notice_id: i64,
+        job_id: String,
+        change: Option<JobChange>,
+        detail: String,
+        reply: Option<NewNotice>,
+    },
+}
+
+/// What [`Store::record_inbox`] did.
+#[derive(Debug, Clone)]
+pub enum Recorded {
+    /// Recorded now; the task created, if any, and the reply queued, if any.
+    New {
+        id: i64,
+        task_id: Option<String>,
+        reply: Option<i64>,
+    },
+    /// Seen before (same UID or same Message-ID): nothing written but the watermark.
+    Seen,
+}
+
+/// Which messages [`Store::list_inbox`] returns, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct InboxFilter {
+    pub state: Option<InboxState>,
+    /// At most this many; 0 or less: 50.
+    pub limit: i64,
+}
+
+/// A mailbox's watermark: the highest UID read under one UIDVALIDITY.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Watermark {
+    pub uid_validity: i64,
+    pub last_uid: i64,
+    pub updated_at: DateTime<Utc>,
+}
+
+macro_rules! inbox_select {
+    ($($rest:tt)*) => {
+        concat!(
+            "SELECT id, mailbox, uid_validity, uid, message_id, sender, subject, received_at, \
+             state, reason, command, command_state, detail, notice_id, job_id, task_id, context, \
+             refs, reply_notice_id, answered_at FROM inbox_messages ",
+            $($rest)*
+        )
+    };
+}
+
+impl Store {
+    /// Record a message and what it became, and move the watermark past it, in one
+    /// transaction. A message already recorded (by UID or Message-ID) writes nothing else.
+    pub async fn record_inbox(
+        &self,
+        place: &MailPlace,
+        mail: &NewInboxMessage,
+        outcome: &InboxOutcome,
+    ) -> Result<Recorded> {
+        // IMMEDIATE: the write lock is taken before the duplicate check, so the check and the
+        // insert see the same database.
+        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+        let seen: Option<i64> = sqlx::query_scalar(
+            "SELECT id FROM inbox_messages WHERE (mailbox = ?1 AND uid_validity = ?2 AND uid = ?3) \
+             OR (?4 IS NOT NULL AND message_id = ?4) LIMIT 1",
+        )
+        .bind(&place.mailbox)
+        .bind(place.uid_validity)
+        .bind(place.uid)
+        .bind(&mail.message_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if seen.is_some() {
+            advance_watermark(&mut tx, place).await?;
+            tx.commit().await?;
+            return Ok(Recorded::Seen);
+        }
+        let t = now();
+        let mut row = Row::acted();
+        let mut reply = None;
+        match outcome {
+            InboxOutcome::Ignored {
+                reason,
+                notice_id,
+                job_id,
+                reply: answer,
+            } => {
+                row.state = InboxState::Ignored;
+                row.reason = Some(*reason);
+                row.notice_id = *notice_id;
+                row.job_id = job_id.clone();
+                if let Some(n) = answer {
+                    reply = Some(insert_notice(n).fetch_one(&mut *tx).await?);
+                }
+            }
+            InboxOutcome::Task {
+                task: new,
+                context,
+                notice_id,
+                job_id,
+            } => {
+                let created = insert_task(new).fetch_one(&mut *tx).await?;
+                row.task_id = Some(created.id.clone());
+                row.context = context.clone();
+                row.notice_id = *notice_id;
+                row.job_id = job_id.clone();
+            }
+            InboxOutcome::Command {
+                command,
+                state,
+                notice_id,
+                job_id,
+                change,
+                detail,
+                reply: answer,
+            } => {
+                if let Some(c) = change {
+                    sqlx::query("UPDATE jobs SET enabled = ?, next_run_at = ? WHERE id = ?")
+                        .bind(c.enabled)
+                        .bind(c.next_run_at)
+                        .bind(job_id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                row.command = Some(*command);
+                row.command_state = Some(*state);
+                row.detail = Some(detail.clone());
+                row.notice_id = Some(*notice_id);
+                row.job_id = Some(job_id.clone());
+                if let Some(n) = answer {
+                    reply = Some(insert_notice(n).fetch_one(&mut *tx).await?);
+                }
+            }
+        }
+        // A reply queued with the record is the message's answer: nothing more goes out later.
+        let answered = reply.map(|_| t);
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO inbox_messages (mailbox, uid_validity, uid, message_id, sender, subject, \
+             received_at, state, reason, command, command_state, detail, notice_id, job_id, \
+             task_id, context, refs, reply_notice_id, answered_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        )
+        .bind(&place.mailbox)
+        .bind(place.uid_validity)
+        .bind(place.uid)
+        .bind(&mail.message_id)
+        .bind(&mail.sender)
+        .bind(&mail.subject)
+        .bind(t)
+        .bind(row.state)
+        .bind(row.reason)
+        .bind(row.command)
+        .bind(row.command_state)
+        .bind(&row.detail)
+        .bind(row.notice_id)
+        .bind(&row.job_id)
+        .bind(&row.task_id)
+        .bind(&row.context)
+        .bind(&mail.refs)
+        .bind(reply)
+        .bind(answered)
+        .fetch_one(&mut *tx)
+        .await?;
+        advance_watermark(&mut tx, place).await?;
+        tx.commit().await?;
+        Ok(Recorded::New {
+            id,
+            task_id: row.task_id,
+            reply,
+        })
+    }
+
+    /// The watermarks of `mailbox`, the most recently moved first.
+    pub async fn inbox_watermarks(&self, mailbox: &str) -> Result<Vec<Watermark>> {
+        self.all(
+            sqlx::query_as(
+                "SELECT uid_validity, last_uid, updated_at FROM inbox_watermarks \
+                 WHERE mailbox = ? ORDER BY updated_at DESC, uid_validity DESC",
+            )
+            .bind(mailbox),
+        )
+        .await
+    }
+
+    /// Set the watermark of a mailbox never read under this UIDVALIDITY: mail up to `uid` was
+    /// there before and is not read. An existing watermark only ever moves up.
+    pub async fn start_inbox_watermark(&self, place: &MailPlace) -> Result<()> {
+        let mut tx = self.pool().begin().await?;
+        advance_watermark(&mut tx, place).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The notice whose token a reply names.
+    pub async fn notice_by_token(&self, token: &str) -> Result<Option<Notice>> {
+        self.first(sqlx::query_as(select!(outbox, "WHERE token = ?")).bind(token))
+            .await
+    }
+
+    /// How many tasks mail from `sender` started since `since` (the rate limit).
+    pub async fn email_tasks_since(&self, sender: &str, since: DateTime<Utc>) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT COUNT(*) FROM inbox_messages WHERE sender = ? AND received_at >= ? \
+             AND command IS NULL AND task_id IS NOT NULL",
+        )
+        .bind(sender)
+        .bind(since)
+        .fetch_one(self.pool())
+        .await?)
+    }
+
+    /// Messages, newest first.
+    pub async fn list_inbox(&self, f: &InboxFilter) -> Result<Vec<InboxMessage>> {
+        self.all(
+            sqlx::query_as(inbox_select!(
+                "WHERE (?1 IS NULL OR state = ?1) ORDER BY id DESC LIMIT ?2"
+            ))
+            .bind(f.state)
+            .bind(limit_or(f.limit, 50)),
+        )
+        .await
+    }
+
+    pub async fn inbox_message(&self, id: i64) -> Result<Option<InboxMessage>> {
+        self.first(sqlx::query_as(inbox_select!("WHERE id = ?")).bind(id))
+            .await
+    }
+
+    /// The message a task came from (an email task's, or a `run now`'s run).
+    pub async fn inbox_message_of_task(&self, task_id: &str) -> Result<Option<InboxMessage>> {
+        self.first(sqlx::query_as(inbox_select!("WHERE task_id = ? LIMIT 1")).bind(task_id))
+            .await
+    }
+
+    /// What an email task's first message holds besides the reply: the notice answered.
+    pub async fn email_context(&self, task_id: &str) -> Result<Option<String>> {
+        let ctx: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT context FROM inbox_messages WHERE task_id = ? AND command IS NULL LIMIT 1",
+        )
+        .bind(task_id)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(ctx.flatten())
+    }
+
+    /// Messages whose task has finished and whose answer has not been queued yet (a task
+    /// that ended while the daemon was down is found here at the next start), oldest first.
+    pub async fn unanswered_inbox(&self, limit: i64) -> Result<Vec<(InboxMessage, Task)>> {
+        let messages: Vec<InboxMessage> = self
+            .all(
+                sqlx::query_as(inbox_select!(
+                    "WHERE answered_at IS NULL AND task_id IS NOT NULL AND command IS NULL \
+                     AND task_id IN (SELECT id FROM tasks WHERE state IN \
+                     ('succeeded', 'failed', 'cancelled')) ORDER BY id LIMIT ?"
+                ))
+                .bind(limit),
+            )
+            .await?;
+        let mut out = Vec::with_capacity(messages.len());
+        for m in messages {
+            if let Some(task_id) = &m.task_id
+                && let Some(t) = self.find_task(task_id).await?
+                && t.state.is_finished()
+            {
+                out.push((m, t));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Queue the answer to message `id` (or record that none goes out: `reply` = None), once:
+    /// the notice and the mark are one transaction, and a message already answered gets
+    /// nothing. The notice's id, or None when nothing was queued.
+    pub async fn answer_inbox(&self, id: i64, reply: Option<&NewNotice>) -> Result<Option<i64>> {
+        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+        let notice = match reply {
+            Some(n) => Some(insert_notice(n).fetch_one(&mut *tx).await?),
+            None => None,
+        };
+        let marked = sqlx::query(
+            "UPDATE inbox_messages SET answered_at = ?, reply_notice_id = ? \
+             WHERE id = ? AND answered_at IS NULL",
+        )
+        .bind(now())
+        .bind(notice)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if marked == 0 {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        tx.commit().await?;
+        Ok(notice)
+    }
+
+    /// Commands in `state`, oldest first (at start: `requested` ones still to carry out,
+    /// `started` ones a stop interrupted).
+    pub async fn inbox_commands(&self, state: CommandState) -> Result<Vec<InboxMessage>> {
+        self.all(
+            sqlx::query_as(inbox_select!(
+                "WHERE command IS NOT NULL AND command_state = ? ORDER BY id"
+            ))
+            .bind(state),
+        )
+        .await
+    }
+
+    /// Move a command from `from` to `to` (false when it was not in `from`: someone else moved
+    /// it), with what it did and the run it started, and queue its confirmation — one
+    /// transaction.
+    pub async fn move_inbox_command(
+        &self,
+        id: i64,
+        from: CommandState,
+        to: CommandState,
+        detail: &str,
+        task_id: Option<&str>,
+        reply: Option<&NewNotice>,
+    ) -> Result<bool> {
+        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+        let notice = match reply {
+            Some(n) => Some(insert_notice(n).fetch_one(&mut *tx).await?),
+            None => None,
+        };
+        let moved = sqlx::query(
+            "UPDATE inbox_messages SET command_state = ?, detail = ?, task_id = COALESCE(?, task_id), \
+             reply_notice_id = COALESCE(?, reply_notice_id), \
+             answered_at = CASE WHEN ? IS NULL THEN answered_at ELSE ? END \
+             WHERE id = ? AND command_state = ?",
+        )
+        .bind(to)
+        .bind(detail)
+        .bind(task_id)
+        .bind(notice)
+        .bind(notice)
+        .bind(now())
+        .bind(id)
+        .bind(from)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if moved == 0 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+}
+
+/// The columns of a message row that depend on what it became.
+struct Row {
+    state: InboxState,
+    reason: Option<IgnoreReason>,
+    command: Option<InboxCommand>,
+    command_state: Option<CommandState>,
+    detail: Option<String>,
+    notice_id: Option<i64>,
+    job_id: Option<String>,
+    task_id: Option<String>,
+    context: Option<String>,
+}
+
+impl Row {
+    fn acted() -> Row {
+        Row {
+            state: InboxState::Acted,
+            reason: None,
+            command: None,
+            command_state: None,
+            detail: None,
+            notice_id: None,
+            job_id: None,
+            task_id: None,
+            context: None,
+        }
+    }
+}
+
+/// Move the mailbox's watermark up to `place.uid` (never down).
+async fn advance_watermark(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    place: &MailPlace,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO inbox_watermarks (mailbox, uid_validity, last_uid, updated_at) \
+         VALUES (?1, ?2, ?3, ?4) ON CONFLICT (mailbox, uid_validity) DO UPDATE SET \
+         last_uid = MAX(last_uid, excluded.last_uid), updated_at = excluded.updated_at",
+    )
+    .bind(&place.mailbox)
+    .bind(place.uid_validity)
+    .bind(place.uid)
+    .bind(now())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// A new pending task, as `Store::create_task` writes it, for a transaction that writes more.
+fn insert_task(
+    new: &NewTask,
+) -> sqlx::query::QueryAs<'_, sqlx::Sqlite, Task, sqlx::sqlite::SqliteArguments> {
+    sqlx::query_as(concat!(
+        "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING ",
+        columns!(tasks)
+    ))
+    .bind(new_id())
+    .bind(TaskState::Pending)
+    .bind(new.origin)
+    .bind(&new.parent_id)
+    .bind(&new.job_id)
+    .bind(&new.profile)
+    .bind(&new.task)
+    .bind(now())
+}
+
+#[cfg(test)]
+#[path = "inbox_tests.rs"]
+mod tests;
