@@ -1,14 +1,17 @@
 //! The email channel: one SMTP transport (lettre) built from `notify.email`.
 //!
 //! Owns: building the transport (STARTTLS, implicit TLS, or plain for a loopback relay), the
-//! multipart message (plain text + rendered HTML) addressed to every configured recipient, and
-//! sorting SMTP failures into transient (4xx, connection, timeout) and permanent (5xx, TLS,
+//! multipart message (plain text + rendered HTML) addressed to every configured recipient — or,
+//! for a reply, to the one recipient it names, which must be an address of the settings — with
+//! its Message-ID (the notice's token inside, see `thread`) and threading headers, and sorting
+//! SMTP failures into transient (4xx, connection, timeout) and permanent (5xx, TLS,
 //! client-side) ones.
 //! Must not: take an address from anywhere but the settings; touch the outbox.
 
 use super::NotifyError;
 use super::markdown::email_html;
 use super::sender::SendError;
+use super::thread;
 use crate::config::{EmailSettings, SmtpSecurity};
 use crate::store::Notice;
 use lettre::message::{Mailbox, Mailboxes, MultiPart, header};
@@ -27,6 +30,10 @@ pub(crate) struct EmailChannel {
     /// `host:port (security)`, for logs and `doctor`; never contains credentials.
     label: String,
     has_credentials: bool,
+    /// The domain of `from`: our Message-IDs end in it.
+    domain: String,
+    /// The addresses a reply may go to besides `to` (`inbox.email.allow_from`), lower case.
+    repliable: Vec<String>,
 }
 
 impl EmailChannel {
@@ -74,31 +81,91 @@ impl EmailChannel {
             SmtpSecurity::Tls => "tls",
             SmtpSecurity::None => "no encryption",
         };
+        let domain = from.email.domain().to_string();
+        let repliable = to
+            .iter()
+            .map(|m| m.email.to_string().to_lowercase())
+            .collect();
         Ok(EmailChannel {
             transport: builder.build(),
             from,
             to,
             label: format!("{}:{} ({security})", s.smtp_host, s.smtp_port),
             has_credentials,
+            domain,
+            repliable,
         })
+    }
+
+    /// Let replies go to `addresses` as well (the inbox's allowed senders).
+    pub(crate) fn allow_replies_to(&mut self, addresses: &[String]) {
+        for a in addresses {
+            let a = a.trim().to_lowercase();
+            if !self.repliable.contains(&a) {
+                self.repliable.push(a);
+            }
+        }
+    }
+
+    /// Who gets the notice: its one recipient (a reply), if it is an address of the settings,
+    /// else every configured recipient.
+    fn recipients(&self, notice: &Notice) -> Result<Mailboxes, SendError> {
+        let Some(addr) = notice.queued.recipient.as_deref() else {
+            return Ok(self.to.clone());
+        };
+        let addr = addr.trim();
+        if !self.repliable.contains(&addr.to_lowercase()) {
+            return Err(SendError::Permanent(format!(
+                "'{addr}' is in neither notify.email.to nor inbox.email.allow_from; a notice \
+                 goes only to addresses of the settings"
+            )));
+        }
+        let mb: Mailbox = addr
+            .parse()
+            .map_err(|e| SendError::Permanent(format!("'{addr}' is not a usable address: {e}")))?;
+        Ok(Mailboxes::new().with(mb))
     }
 
     pub(crate) fn label(&self) -> &str {
         &self.label
     }
 
-    /// The message for a notice: subject = title, To = every configured recipient.
+    /// The message for a notice: subject = title, To = every configured recipient (or the
+    /// reply's one), Message-ID = the notice's token, threaded under what it answers.
     pub(crate) fn message(&self, notice: &Notice) -> Result<Message, SendError> {
         // A title is one header line; a stray newline from the model must not split it.
-        let subject: String = notice
-            .queued
-            .title
-            .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .collect();
-        Message::builder()
+        let subject = one_line(&notice.queued.title);
+        let mut builder = Message::builder()
             .from(self.from.clone())
-            .mailbox(header::To::from(self.to.clone()))
+            .mailbox(header::To::from(self.recipients(notice)?));
+        if let Some(token) = &notice.token {
+            builder = builder.message_id(Some(format!(
+                "<{}>",
+                thread::message_id(token, &self.domain)
+            )));
+        }
+        let replying = notice.queued.in_reply_to.is_some();
+        if let Some(id) = &notice.queued.in_reply_to {
+            builder = builder.in_reply_to(format!("<{}>", one_line(id)));
+        }
+        if let Some(refs) = &notice.queued.refs {
+            let refs: Vec<String> = refs.split_whitespace().map(|r| format!("<{r}>")).collect();
+            if !refs.is_empty() {
+                builder = builder.references(refs.join(" "));
+            }
+        }
+        // RFC 3834: mail sent by a program says so, and auto-responders do not answer it — a
+        // vacation notice replying to a digest would otherwise be the start of a loop.
+        let auto = if replying {
+            "auto-replied"
+        } else {
+            "auto-generated"
+        };
+        builder = builder.raw_header(header::HeaderValue::new(
+            header::HeaderName::new_from_ascii_str("Auto-Submitted"),
+            auto.to_string(),
+        ));
+        builder
             .subject(subject.trim())
             .multipart(MultiPart::alternative_plain_html(
                 notice.queued.body.clone(),
@@ -128,6 +195,13 @@ impl EmailChannel {
             Err(e) => Err(classify(&e, &self.label).into_message()),
         }
     }
+}
+
+/// `text` with control characters (a newline from the model) turned into spaces: one header line.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 /// 4xx replies, connection failures and timeouts may pass; 5xx replies, TLS failures and
@@ -199,6 +273,7 @@ mod tests {
             next_attempt_at: t,
             created_at: t,
             sent_at: None,
+            token: None,
         }
     }
 
@@ -226,6 +301,50 @@ mod tests {
                 .iter()
                 .all(|a| a.domain() != "example.net")
         );
+    }
+
+    #[test]
+    fn a_notice_carries_its_token_in_its_message_id_and_says_a_program_sent_it() {
+        let ch = EmailChannel::new(&settings()).unwrap();
+        let mut n = notice("Daily digest");
+        n.token = Some("0123456789abcdef0123456789abcdef".into());
+        let raw = String::from_utf8(ch.message(&n).unwrap().formatted()).unwrap();
+        assert!(
+            raw.contains("Message-ID: <hermes.0123456789abcdef0123456789abcdef@example.com>"),
+            "{raw}"
+        );
+        assert!(raw.contains("Auto-Submitted: auto-generated"), "{raw}");
+        assert!(!raw.contains("In-Reply-To"), "{raw}");
+    }
+
+    #[test]
+    fn a_reply_goes_to_its_one_allowed_recipient_threaded() {
+        let mut ch = EmailChannel::new(&settings()).unwrap();
+        ch.allow_replies_to(&["Me@Example.net".to_string()]);
+        let mut n = notice("Re: Daily digest");
+        n.queued.recipient = Some("me@example.net".into());
+        n.queued.in_reply_to = Some("m1@example.net".into());
+        n.queued.refs = Some("d1@example.com m1@example.net".into());
+        let msg = ch.message(&n).unwrap();
+        let to: Vec<String> = msg.envelope().to().iter().map(|a| a.to_string()).collect();
+        assert_eq!(to, ["me@example.net"]);
+        let raw = String::from_utf8(msg.formatted()).unwrap();
+        assert!(raw.contains("In-Reply-To: <m1@example.net>"), "{raw}");
+        assert!(
+            raw.contains("References: <d1@example.com> <m1@example.net>"),
+            "{raw}"
+        );
+        assert!(raw.contains("Auto-Submitted: auto-replied"), "{raw}");
+        assert!(raw.contains("multipart/alternative"), "{raw}");
+
+        // An address from anywhere but the settings is refused, never sent to.
+        n.queued.recipient = Some("attacker@example.org".into());
+        match ch.message(&n) {
+            Err(SendError::Permanent(why)) => {
+                assert!(why.contains("inbox.email.allow_from"), "{why}")
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
     }
 
     #[test]

@@ -35,6 +35,7 @@
 mod email;
 mod markdown;
 mod sender;
+pub mod thread;
 mod webhook;
 
 pub use crate::util::RetryPolicy;
@@ -148,7 +149,20 @@ impl Notifier {
     /// Build the channels from the settings. An address or URL that cannot be used is an
     /// error naming its key, so a bad config shows at start, not at the first digest.
     pub fn new(settings: NotifySettings, store: Store) -> Result<Notifier, NotifyError> {
-        let email = settings.email.as_ref().map(EmailChannel::new).transpose()?;
+        Notifier::answering(settings, store, &[])
+    }
+
+    /// [`Notifier::new`], letting email notices also go to `reply_to` — the inbox's allowed
+    /// senders, whom replies answer — as well as to `notify.email.to`.
+    pub fn answering(
+        settings: NotifySettings,
+        store: Store,
+        reply_to: &[String],
+    ) -> Result<Notifier, NotifyError> {
+        let mut email = settings.email.as_ref().map(EmailChannel::new).transpose()?;
+        if let Some(e) = &mut email {
+            e.allow_replies_to(reply_to);
+        }
         let mut webhooks = BTreeMap::new();
         if !settings.webhooks.is_empty() {
             let client = reqwest::Client::builder()
@@ -211,6 +225,14 @@ impl Notifier {
             lane.wake.notify_one();
         }
         Ok(id)
+    }
+
+    /// Send what is due on `channel` now: a notice was queued in the store directly (the
+    /// inbox queues a reply in the transaction that records the mail it answers).
+    pub fn wake(&self, channel: &str) {
+        if let Some(lane) = self.inner.lanes.get(channel) {
+            lane.wake.notify_one();
+        }
     }
 
     /// "Retry now": a pending or failed notice becomes due at once (its attempts stay
