@@ -293,3 +293,127 @@ fn server_limits_are_checked() {
     );
     assert_eq!(s.map(|s| s.server.max_connections).ok(), Some(0));
 }
+
+/// An `inbox.email` section with `extra` lines (indented four spaces) and a notify.email.
+fn inbox(extra: &[&str]) -> String {
+    let mut text = String::from(
+        "notify:\n  email:\n    smtp_host: mail.example.org\n    from: hermes@example.org\n    to: [me@example.org]\n\
+         inbox:\n  email:\n    imap_host: imap.example.org\n    username: hermes@example.org\n    password: secret\n",
+    );
+    for l in extra {
+        text.push_str(&format!("    {l}\n"));
+    }
+    text
+}
+
+#[test]
+fn the_documented_inbox_example_is_valid_and_its_defaults_are_the_real_ones() {
+    // settings.yaml shows the section commented out: uncommented, it must parse.
+    let shipped = include_str!("../../settings.yaml");
+    let start = shipped.find("#  email:").expect("the inbox example");
+    let example: String = shipped[start..]
+        .lines()
+        .map(|l| l.strip_prefix('#').unwrap_or(l))
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let text = format!(
+        "notify:\n  email:\n    smtp_host: mail.example.org\n    from: hermes@example.org\n    to: [me@example.org]\ninbox:\n{example}"
+    );
+    let s = parse(&text, Path::new("s.yaml"), &env(&[("IMAP_PASSWORD", "pw")])).unwrap();
+    let e = s.inbox.email.expect("an inbox");
+    let d = ImapSettings::default();
+    assert_eq!(e.password, "pw");
+    assert_eq!(e.allow_from, ["me@example.org"]);
+    assert_eq!(
+        (
+            e.imap_port,
+            e.security,
+            e.mailbox.as_str(),
+            e.max_tasks_per_hour,
+            e.poll_s
+        ),
+        (
+            d.imap_port,
+            d.security,
+            d.mailbox.as_str(),
+            d.max_tasks_per_hour,
+            d.poll_s
+        )
+    );
+    assert_eq!(e.trusted_authserv_id, d.trusted_authserv_id);
+}
+
+#[test]
+fn a_bad_inbox_is_refused_at_its_line() {
+    assert!(parse(&inbox(&[]), Path::new("s.yaml"), &env(&[])).is_ok());
+    // Plain text over the network would carry the password in clear.
+    refused(
+        &inbox(&["security: none"]),
+        11,
+        "inbox.email.security",
+        "only for a server",
+    );
+    assert!(
+        parse(
+            &inbox(&["security: none"]).replace("imap.example.org", "127.0.0.1"),
+            Path::new("s.yaml"),
+            &env(&[])
+        )
+        .is_ok()
+    );
+    refused(
+        &inbox(&["imap_port: 0"]),
+        11,
+        "inbox.email.imap_port",
+        "greater than 0",
+    );
+    refused(
+        &inbox(&["imap_port: 70000"]),
+        11,
+        "inbox.email.imap_port",
+        "whole number",
+    );
+    refused(
+        &inbox(&["allow_from: [\"Me <me@example.org>\"]"]),
+        11,
+        "inbox.email.allow_from",
+        "not an email address",
+    );
+    refused(
+        &inbox(&["poll_s: 0"]),
+        11,
+        "inbox.email.poll_s",
+        "greater than 0",
+    );
+    refused(
+        &inbox(&["max_tasks_per_hour: 0"]),
+        11,
+        "inbox.email.max_tasks_per_hour",
+        "greater than 0",
+    );
+    refused(
+        &inbox(&[]).replace("password: secret", "password: \"\""),
+        10,
+        "inbox.email.password",
+        "IMAP_PASSWORD",
+    );
+    refused(
+        "inbox:\n  email:\n    imap_host: imap.example.org\n    username: u\n    password: p\n",
+        2,
+        "inbox.email",
+        "notify.email",
+    );
+    let (line, _, message) =
+        parse_err(&inbox(&[]).replace("password: secret", "password: ${IMAP_PASSWORD}"));
+    assert_eq!(line, Some(10));
+    assert!(message.contains("IMAP_PASSWORD"), "{message}");
+}
+
+#[test]
+fn the_imap_password_never_shows_in_debug_output() {
+    let s = parse(&inbox(&[]), Path::new("s.yaml"), &env(&[])).unwrap();
+    let shown = format!("{s:?}");
+    assert!(!shown.contains("secret"), "{shown}");
+    assert!(shown.contains("<redacted>"), "{shown}");
+}

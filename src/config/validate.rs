@@ -52,7 +52,8 @@ impl Settings {
         self.validate_notify()?;
         self.validate_server()?;
         self.validate_agents()?;
-        self.validate_mcp()
+        self.validate_mcp()?;
+        self.validate_inbox()
     }
 
     fn validate_model(&self) -> Result<(), Violation> {
@@ -255,6 +256,65 @@ impl Settings {
         Ok(())
     }
 
+    fn validate_inbox(&self) -> Result<(), Violation> {
+        let Some(e) = &self.inbox.email else {
+            return Ok(());
+        };
+        let k = |f: &str| format!("inbox.email.{f}");
+        if e.imap_host.trim().is_empty() {
+            return bad(
+                k("imap_host"),
+                "must name the IMAP server (e.g. imap.example.org)",
+            );
+        }
+        positive(&k("imap_port"), e.imap_port.into())?;
+        if e.security == ImapSecurity::None && !is_loopback(&e.imap_host) {
+            return bad(
+                k("security"),
+                format!(
+                    "`none` sends the password unencrypted, so it is only for a server on this machine \
+                     (127.0.0.1, ::1, localhost), not '{}'; use tls (port 993) or starttls (port 143)",
+                    e.imap_host
+                ),
+            );
+        }
+        if e.username.trim().is_empty() {
+            return bad(k("username"), "must name the mailbox's login");
+        }
+        if e.password.is_empty() {
+            return bad(
+                k("password"),
+                "must be set; write password: ${IMAP_PASSWORD} and put the password in the environment",
+            );
+        }
+        if e.mailbox.trim().is_empty() {
+            return bad(k("mailbox"), "must name a folder, usually INBOX");
+        }
+        if let Some(a) = e.allow_from.iter().find(|a| !is_address(a)) {
+            return bad(
+                k("allow_from"),
+                format!("'{a}' is not an email address (write me@example.org, without a name)"),
+            );
+        }
+        positive(&k("max_tasks_per_hour"), e.max_tasks_per_hour.into())?;
+        seconds(&k("poll_s"), e.poll_s, false)?;
+        if e.trusted_authserv_id.contains(char::is_whitespace)
+            || e.trusted_authserv_id.contains(';')
+        {
+            return bad(
+                k("trusted_authserv_id"),
+                "is the receiving server's id as it writes it first in Authentication-Results (e.g. mx.example.org)",
+            );
+        }
+        if self.notify.email.is_none() {
+            return bad(
+                "inbox.email",
+                "answers and confirmations go out through notify.email; configure it too",
+            );
+        }
+        Ok(())
+    }
+
     fn validate_agents(&self) -> Result<(), Violation> {
         let m = &self.model;
         for (name, a) in &self.agents {
@@ -277,4 +337,26 @@ impl Settings {
             .get_key_value(name)
             .map(|(k, v)| (k.as_str(), v))
     }
+}
+
+/// A bare address: one `@` with something on both sides, no spaces or angle brackets.
+fn is_address(a: &str) -> bool {
+    let a = a.trim();
+    match a.split_once('@') {
+        Some((local, domain)) => {
+            !local.is_empty()
+                && !domain.is_empty()
+                && !domain.contains('@')
+                && !a.contains(|c: char| c.is_whitespace() || c == '<' || c == '>')
+        }
+        None => false,
+    }
+}
+
+/// A host name or address that can only be this machine.
+fn is_loopback(host: &str) -> bool {
+    let h = host.trim().trim_start_matches('[').trim_end_matches(']');
+    h.eq_ignore_ascii_case("localhost")
+        || h.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
