@@ -8,12 +8,13 @@
 pub use crate::agent::JobExecution;
 use crate::agent::{Agent, DelegateTools, JobRunner};
 use crate::config::{Config, env_map};
+use crate::inbox::{Finished, Handoff, Inbox};
 use crate::llm::{Gateway, RetryPolicy};
 use crate::mcp::McpManager;
 use crate::memory::LongTerm;
 use crate::notify::{Notifier, NotifyError};
 use crate::scheduler::{Deliver, DeliverError, Scheduler};
-use crate::store::{NewNotice, Store};
+use crate::store::{Job, NewNotice, Store};
 use crate::tools::{RegistryBuilder, Tool, builtin, manifest};
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -48,6 +49,8 @@ pub struct App {
     /// The MCP servers of `mcp.servers`, whose tools join the registry once started
     /// (`serve` and `run` start them; commands that run no task do not).
     pub mcp: McpManager,
+    /// The mailbox of `inbox.email` (off without it); the daemon starts it.
+    pub inbox: Inbox,
 }
 
 /// Adjustments to the defaults, for tests and benchmarks (short retry delays, extra tools).
@@ -91,7 +94,14 @@ impl App {
                 }
             },
         };
-        let mut notifier = Notifier::new(s.notify.clone(), store.clone())?;
+        // Replies to mail go to the allowed senders who wrote, besides notify.email.to.
+        let reply_to = s
+            .inbox
+            .email
+            .as_ref()
+            .map(|e| e.allow_from.clone())
+            .unwrap_or_default();
+        let mut notifier = Notifier::answering(s.notify.clone(), store.clone(), &reply_to)?;
         if let Some(p) = options.notify_retry {
             notifier = notifier.with_retry(p);
         }
@@ -139,6 +149,15 @@ impl App {
         let agent = Agent::new(s.clone(), store.clone(), gateway, registry, memory.clone());
         delegate.bind(&agent);
         runner.bind(&agent);
+        let inbox = Inbox::new(
+            s,
+            store.clone(),
+            Arc::new(AppHandoff {
+                agent: agent.clone(),
+                scheduler: scheduler.clone(),
+                notifier: notifier.clone(),
+            }),
+        );
         Ok(App {
             config: Arc::new(config),
             store,
@@ -147,7 +166,61 @@ impl App {
             scheduler,
             memory,
             mcp,
+            inbox,
         })
+    }
+}
+
+/// The inbox's way to hand tasks and commands over: the agent's workers, the scheduler and
+/// the outbox's sender.
+struct AppHandoff {
+    agent: Agent,
+    scheduler: Scheduler,
+    notifier: Notifier,
+}
+
+impl Handoff for AppHandoff {
+    fn task_queued(&self) {
+        self.agent.wake_workers();
+    }
+
+    fn jobs_changed(&self) {
+        self.scheduler.wake();
+    }
+
+    fn notices_queued(&self) {
+        self.notifier.wake(crate::notify::EMAIL);
+    }
+
+    fn resumed_next_run(&self, job: &Job) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.scheduler.resumed_next_run(job)
+    }
+
+    fn run_now<'a>(&'a self, job_id: &'a str) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            self.scheduler
+                .run_now(job_id)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn finished(&self) -> futures::stream::BoxStream<'static, Finished> {
+        use tokio::sync::broadcast::error::RecvError;
+        let rx = self.agent.subscribe();
+        Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+            loop {
+                match rx.recv().await {
+                    // Only email tasks are answered; a task whose row did not come along may be one.
+                    Ok(ev) => match ev.task.as_deref() {
+                        Some(t) if t.origin != crate::store::Origin::Email => continue,
+                        _ => return Some((Finished::Task(ev.id), rx)),
+                    },
+                    Err(RecvError::Lagged(_)) => return Some((Finished::Missed, rx)),
+                    Err(RecvError::Closed) => return None,
+                }
+            }
+        }))
     }
 }
 

@@ -286,7 +286,12 @@ impl Agent {
             Some(memory) => self.recall(memory, task, opts, tally).await,
             None => Vec::new(),
         };
-        let goal = prompt::task_message(&now_local, &facts, &task.task);
+        // A reply by email continues what it answers: the notice goes into the first message.
+        let earlier = match task.origin {
+            crate::store::Origin::Email => self.inner.store.email_context(&task.id).await?,
+            _ => None,
+        };
+        let goal = prompt::task_message(&now_local, &facts, earlier.as_deref(), &task.task);
         Ok(ShortTerm::new(
             vec![Message::system(system)],
             Message::user(goal),

@@ -242,8 +242,20 @@ impl Scheduler {
     /// one-shot whose time passed while paused has no next time.
     pub async fn resume(&self, id: &str) -> Result<Job, SchedulerError> {
         let job = self.inner.store.job(id).await?;
+        let next = self.resumed_next_run(&job);
+        self.inner.store.set_job_enabled(id, true, next).await?;
+        tracing::info!(job = %id, next_run_at = ?next, "job resumed");
+        self.wake();
+        Ok(self.inner.store.job(id).await?)
+    }
+
+    /// The next due time of `job` if it were resumed now: its stored one if still ahead, else
+    /// the first after now (the due times that passed while paused are skipped). Written by
+    /// [`Scheduler::resume`], and by whoever resumes a job in a transaction of its own (a
+    /// reply by email); either then calls [`Scheduler::wake`].
+    pub fn resumed_next_run(&self, job: &Job) -> Option<DateTime<Utc>> {
         let now = self.inner.clock.now();
-        let next = match job.next_run_at {
+        match job.next_run_at {
             Some(t) if t > now => Some(t),
             // Anchored at the last due time, so an interval keeps its phase.
             stored => ZonedSchedule::parse(
@@ -253,11 +265,7 @@ impl Scheduler {
             )
             .ok()
             .and_then(|s| s.next_due(now)),
-        };
-        self.inner.store.set_job_enabled(id, true, next).await?;
-        tracing::info!(job = %id, next_run_at = ?next, "job resumed");
-        self.wake();
-        Ok(self.inner.store.job(id).await?)
+        }
     }
 
     /// The footer of a run's answer (see [`words::digest_footer`]), with the job's next run as

@@ -1,0 +1,170 @@
+//! The words of what the inbox sends back, and their threading: an answer (a finished task's
+//! result, or why it has none) and the one-line confirmation of a command — each a notice for
+//! the outbox, addressed to the allowed sender who wrote, `Re:` the mail's subject, under its
+//! Message-ID.
+
+use crate::notify::{EMAIL, thread};
+use crate::store::{FailReason, NewNotice, Task, TaskState};
+
+/// How many ids an answer's References keeps (the newest).
+const KEEP_REFS: usize = 20;
+/// The most of a notice the next task's first message holds, in characters.
+pub(crate) const CONTEXT_BUDGET: usize = 4000;
+
+/// Where an answer goes and what it hangs under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Thread {
+    /// The allowed sender's address, as written in `allow_from`.
+    pub to: String,
+    /// The mail's subject.
+    pub subject: String,
+    /// The mail's Message-ID.
+    pub message_id: Option<String>,
+    /// The answer's References, space-separated (the mail's own, then its Message-ID).
+    pub refs: Option<String>,
+    /// The job the conversation is about (the answered notice's), so that a reply to this
+    /// answer can pause it too.
+    pub job_id: Option<String>,
+}
+
+/// The References an answer to a mail carries, as stored with the mail.
+pub(crate) fn refs_of(references: &[String], message_id: Option<&str>) -> Option<String> {
+    let refs = thread::references(references, message_id, KEEP_REFS);
+    (!refs.is_empty()).then(|| refs.join(" "))
+}
+
+impl Thread {
+    fn notice(&self, body: String, task_id: Option<&str>) -> NewNotice {
+        NewNotice {
+            channel: EMAIL.to_string(),
+            title: thread::reply_subject(&self.subject),
+            body,
+            task_id: task_id.map(str::to_string),
+            job_id: self.job_id.clone(),
+            run_id: None,
+            recipient: Some(self.to.clone()),
+            in_reply_to: self.message_id.clone(),
+            refs: self.refs.clone(),
+        }
+    }
+
+    /// A one-line confirmation of a command (or why it could not be done).
+    pub(crate) fn confirmation(&self, line: &str, task_id: Option<&str>) -> NewNotice {
+        self.notice(line.to_string(), task_id)
+    }
+
+    /// The answer to the task a mail became.
+    pub(crate) fn answer(&self, task: &Task, public_url: &str) -> NewNotice {
+        let mut body = match (task.state, task.answer.as_deref()) {
+            (TaskState::Succeeded, Some(a)) if !a.trim().is_empty() => a.trim().to_string(),
+            (TaskState::Succeeded, _) => "Done (the task finished without an answer).".into(),
+            _ => {
+                let why = match task.reason {
+                    Some(FailReason::Interrupted | FailReason::Shutdown) => {
+                        "the daemon stopped while it ran".to_string()
+                    }
+                    Some(FailReason::Cancelled) => "it was cancelled".to_string(),
+                    _ => task
+                        .error
+                        .as_deref()
+                        .map(|e| crate::util::text::one_line(e, 300))
+                        .unwrap_or_else(|| task.state.to_string()),
+                };
+                format!("I could not finish this: {why}. Reply to this message to try again.")
+            }
+        };
+        body.push_str("\n\n---\n");
+        if public_url.is_empty() {
+            body.push_str(&format!("Task {}", task.id));
+        } else {
+            body.push_str(&format!(
+                "Task [{}]({public_url}/tasks/{})",
+                task.id, task.id
+            ));
+        }
+        self.notice(body, Some(&task.id))
+    }
+}
+
+/// What the next task's first message holds of the notice answered: its title and body, cut
+/// to [`CONTEXT_BUDGET`].
+pub(crate) fn context(title: &str, body: &str) -> String {
+    let text = format!("Subject: {}\n\n{}", title.trim(), body.trim());
+    if text.chars().count() <= CONTEXT_BUDGET {
+        return text;
+    }
+    let kept: String = text.chars().take(CONTEXT_BUDGET).collect();
+    format!("{kept}\n[… the rest of the message is not shown]")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Origin;
+
+    fn thread() -> Thread {
+        Thread {
+            to: "me@example.org".into(),
+            subject: "Re: Daily digest".into(),
+            message_id: Some("m1@example.org".into()),
+            refs: refs_of(&["d1@example.org".into()], Some("m1@example.org")),
+            job_id: Some("j_1".into()),
+        }
+    }
+
+    fn task(state: TaskState, answer: Option<&str>, reason: Option<FailReason>) -> Task {
+        let t = chrono::Utc::now();
+        Task {
+            id: "t1".into(),
+            state,
+            origin: Origin::Email,
+            parent_id: None,
+            job_id: None,
+            profile: "fast".into(),
+            task: "x".into(),
+            answer: answer.map(str::to_string),
+            error: Some("model down".into()),
+            reason,
+            parse_failures: 0,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            created_at: t,
+            started_at: None,
+            finished_at: None,
+        }
+    }
+
+    #[test]
+    fn an_answer_is_threaded_under_the_mail() {
+        let n = thread().answer(&task(TaskState::Succeeded, Some("Item two is…"), None), "");
+        assert_eq!(n.title, "Re: Daily digest");
+        assert_eq!(n.recipient.as_deref(), Some("me@example.org"));
+        assert_eq!(n.in_reply_to.as_deref(), Some("m1@example.org"));
+        assert_eq!(n.refs.as_deref(), Some("d1@example.org m1@example.org"));
+        assert_eq!(n.job_id.as_deref(), Some("j_1"));
+        assert!(n.body.starts_with("Item two is…"), "{}", n.body);
+        assert!(n.body.contains("Task t1"), "{}", n.body);
+    }
+
+    #[test]
+    fn a_failed_task_says_why_and_links_it() {
+        let n = thread().answer(
+            &task(TaskState::Failed, None, Some(FailReason::Interrupted)),
+            "https://h.example",
+        );
+        assert!(n.body.contains("the daemon stopped"), "{}", n.body);
+        assert!(n.body.contains("https://h.example/tasks/t1"), "{}", n.body);
+        let n = thread().answer(&task(TaskState::Failed, None, Some(FailReason::Model)), "");
+        assert!(n.body.contains("model down"), "{}", n.body);
+    }
+
+    #[test]
+    fn the_context_is_trimmed_to_its_budget() {
+        let long = "x".repeat(10_000);
+        let c = context("Digest", &long);
+        assert!(c.starts_with("Subject: Digest\n\n"));
+        assert!(c.chars().count() < CONTEXT_BUDGET + 60);
+        assert!(c.ends_with("not shown]"));
+        assert_eq!(context("T", "b"), "Subject: T\n\nb");
+    }
+}

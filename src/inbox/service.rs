@@ -1,0 +1,165 @@
+//! The reading loop: connect, catch up on what arrived since the watermark, then wait for
+//! mail (IDLE, or a poll every `poll_s`) and read it as it comes; when anything fails, mark the
+//! inbox down and connect again after a backoff with jitter. Nothing here ends the daemon: the
+//! loop ends only when it is stopped.
+
+use super::imap::{self, Connection, ImapError, Woken};
+use super::{Health, Inner};
+use crate::store::{MailPlace, StoreError};
+use crate::util::Backoff;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Waits between connection attempts: 1 s doubling to 5 min, jittered.
+const RECONNECT: Backoff =
+    Backoff::new(Duration::from_secs(1), Duration::from_secs(300)).with_jitter();
+/// A connection that lasted this long was healthy: the next failure starts the backoff over.
+const HEALTHY: Duration = Duration::from_secs(60);
+
+/// Why a connection ended.
+#[derive(Debug, thiserror::Error)]
+enum Ended {
+    #[error(transparent)]
+    Imap(#[from] ImapError),
+    /// Recording failed (the disk, the database): nothing was lost, the message is read again.
+    #[error("cannot record mail: {0}")]
+    Store(#[from] StoreError),
+}
+
+pub(crate) async fn run(inner: Arc<Inner>, stop: CancellationToken) {
+    tracing::info!(server = %inner.settings.label(), mailbox = %inner.settings.mailbox, "inbox started");
+    let mut failures: u32 = 0;
+    loop {
+        let began = Instant::now();
+        let ended = tokio::select! {
+            _ = stop.cancelled() => break,
+            r = inner.session(&stop) => r,
+        };
+        match ended {
+            Ok(()) => break,
+            Err(e) => {
+                if began.elapsed() >= HEALTHY {
+                    failures = 0;
+                }
+                let error = e.to_string();
+                tracing::warn!(error = %error, retry = failures + 1, "inbox down; connecting again");
+                inner.set_health(Health::Down { error });
+            }
+        }
+        let wait = RECONNECT.delay(failures);
+        failures = failures.saturating_add(1);
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+    tracing::info!("inbox stopped");
+}
+
+impl Inner {
+    /// One connection's life: Ok when stopped, Err when it failed.
+    async fn session(&self, stop: &CancellationToken) -> Result<(), Ended> {
+        let mut conn = imap::open(&self.settings).await?;
+        let uid_validity = conn.opened.uid_validity;
+        let mut last = self.watermark(&mut conn).await?;
+        self.set_health(Health::Ok { idle: conn.idle });
+        tracing::info!(
+            idle = conn.idle,
+            uid_validity,
+            from_uid = last + 1,
+            "inbox connected"
+        );
+        loop {
+            last = self.read_new(&mut conn, uid_validity, last, stop).await?;
+            if stop.is_cancelled() {
+                conn.logout().await;
+                return Ok(());
+            }
+            let woken = if conn.idle {
+                conn.idle(stop).await?
+            } else {
+                let poll = Duration::from_secs(self.settings.poll_s.max(1));
+                tokio::select! {
+                    _ = stop.cancelled() => Woken::Stopped,
+                    _ = tokio::time::sleep(poll) => {
+                        conn.noop().await?;
+                        Woken::Changed
+                    }
+                }
+            };
+            if woken == Woken::Stopped {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The UID mail is read after. First time on this mailbox: its current end (the backlog
+    /// is not replayed). A new UIDVALIDITY (the server renumbered it): mail since the day the
+    /// watermark last moved, each message skipped if its Message-ID was seen.
+    async fn watermark(&self, conn: &mut Connection) -> Result<u32, Ended> {
+        let uid_validity = conn.opened.uid_validity;
+        let marks = self.store.inbox_watermarks(&self.mailbox).await?;
+        if let Some(m) = marks
+            .iter()
+            .find(|m| m.uid_validity == i64::from(uid_validity))
+        {
+            return Ok(u32::try_from(m.last_uid).unwrap_or(0));
+        }
+        let end = match conn.opened.uid_next {
+            Some(next) => next.saturating_sub(1),
+            None => conn.last_uid().await?,
+        };
+        if let Some(previous) = marks.first() {
+            let day = previous.updated_at.format("%-d-%b-%Y").to_string();
+            let since = conn.uids_since(&day).await?;
+            tracing::warn!(
+                old = previous.uid_validity,
+                new = uid_validity,
+                "the mailbox was renumbered (new UIDVALIDITY); reading its mail since {day} again, skipping what was seen"
+            );
+            let first = since.first().map_or(end, |u| u.saturating_sub(1));
+            return Ok(first.min(end));
+        }
+        self.store
+            .start_inbox_watermark(&MailPlace {
+                mailbox: self.mailbox.clone(),
+                uid_validity,
+                uid: end,
+            })
+            .await?;
+        tracing::info!(
+            uid_validity,
+            after_uid = end,
+            "inbox read for the first time: mail already there is left alone"
+        );
+        Ok(end)
+    }
+
+    /// Read every message above `last`, in order; the new watermark.
+    async fn read_new(
+        &self,
+        conn: &mut Connection,
+        uid_validity: u32,
+        mut last: u32,
+        stop: &CancellationToken,
+    ) -> Result<u32, Ended> {
+        for uid in conn.uids_after(last).await? {
+            if stop.is_cancelled() {
+                break;
+            }
+            let place = MailPlace {
+                mailbox: self.mailbox.clone(),
+                uid_validity,
+                uid,
+            };
+            match conn.fetch(uid).await? {
+                Some((raw, size)) => self.take_in(&place, &raw, size).await?,
+                // Removed between the search and the fetch: nothing to read.
+                None => self.store.start_inbox_watermark(&place).await?,
+            }
+            last = uid;
+        }
+        Ok(last)
+    }
+}
