@@ -1,5 +1,6 @@
 //! `doctor`'s checks as data: each dependency — the config, the model endpoints, the data
-//! dir, memory, tools, SMTP and webhooks — with a verdict and a detail that says what to do.
+//! dir, memory, tools, SMTP and webhooks, the mailbox — with a verdict and a detail that says
+//! what to do.
 //! The CLI prints them (`cli/doctor.rs`); the dashboard's /settings page shows them.
 //!
 //! Owns: what is checked and how each outcome is judged.
@@ -155,6 +156,71 @@ pub async fn notify(notifier: &Notifier) -> Vec<Check> {
         .collect()
 }
 
+/// The mailbox of `inbox.email`: logged in and opened (nothing changed), and whether the
+/// server offers IDLE; nothing when no mailbox is configured.
+pub async fn inbox(s: &Settings) -> Option<Check> {
+    let e = s.inbox.email.as_ref()?;
+    let what = format!("inbox {}", e.label());
+    Some(match crate::inbox::probe(e).await {
+        Ok(p) => inbox_verdict(what, e, Ok(&p)),
+        Err(why) => inbox_verdict(what, e, Err(why)),
+    })
+}
+
+fn inbox_verdict(
+    what: String,
+    e: &crate::config::ImapSettings,
+    found: Result<&crate::inbox::Probe, String>,
+) -> Check {
+    let p = match found {
+        Ok(p) => p,
+        Err(why) => return Check::new(Verdict::Fail, what, why),
+    };
+    let how = if p.idle {
+        "the server offers IDLE: mail is read as it arrives".to_string()
+    } else {
+        format!(
+            "the server offers no IDLE: mail is looked for every {} s (inbox.email.poll_s)",
+            e.poll_s
+        )
+    };
+    let detail = format!(
+        "logged in, mailbox {} opened ({} message(s)); {how}",
+        p.mailbox, p.messages
+    );
+    if e.allow_from.is_empty() {
+        return Check::new(
+            Verdict::Warn,
+            what,
+            format!("{detail}; but inbox.email.allow_from is empty, so no mail is acted on"),
+        );
+    }
+    let verdict = if p.idle { Verdict::Ok } else { Verdict::Warn };
+    Check::new(verdict, what, detail)
+}
+
+/// The running daemon's mailbox, as its connection is doing.
+pub fn inbox_health(s: &Settings, health: &crate::inbox::Health) -> Option<Check> {
+    use crate::inbox::Health;
+    let e = s.inbox.email.as_ref()?;
+    let what = format!("inbox {}", e.label());
+    Some(match health {
+        Health::Off => return None,
+        Health::Starting => Check::new(Verdict::Warn, what, "connecting"),
+        Health::Ok { idle: true } => Check::new(Verdict::Ok, what, "connected, in IDLE"),
+        Health::Ok { idle: false } => Check::new(
+            Verdict::Warn,
+            what,
+            format!("connected; no IDLE, polling every {} s", e.poll_s),
+        ),
+        Health::Down { error } => Check::new(
+            Verdict::Fail,
+            what,
+            format!("{error} (retried with backoff)"),
+        ),
+    })
+}
+
 /// Each MCP server as the running daemon sees it: its state and its tools.
 pub fn mcp_servers(statuses: &[ServerStatus]) -> Vec<Check> {
     statuses.iter().map(mcp_server).collect()
@@ -214,6 +280,7 @@ pub struct Parts<'a> {
     pub registry: &'a Registry,
     pub notifier: &'a Notifier,
     pub mcp: &'a crate::mcp::McpManager,
+    pub inbox: &'a crate::inbox::Inbox,
 }
 
 /// Every check, as a running daemon sees them (the dashboard's /settings): the daemon is this
@@ -235,5 +302,6 @@ pub async fn running_daemon(p: Parts<'_>) -> Vec<Check> {
     checks.push(tools(p.registry, s));
     checks.extend(notify(p.notifier).await);
     checks.extend(mcp_servers(&p.mcp.status()));
+    checks.extend(inbox_health(s, &p.inbox.health()));
     checks
 }

@@ -78,6 +78,28 @@ pub fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
         None => "no email".into(),
     };
     println!("notify: {email}, {} webhook(s)", s.notify.webhooks.len());
+    if let Some(i) = &s.inbox.email {
+        println!(
+            "inbox: {} mailbox {}, {} allowed sender(s){}",
+            i.label(),
+            i.mailbox,
+            i.allow_from.len(),
+            if i.trusted_authserv_id.is_empty() {
+                ""
+            } else {
+                ", authenticated by the server"
+            }
+        );
+        if i.allow_from.is_empty() {
+            eprintln!(
+                "warning: inbox.email.allow_from is empty: the agent reads mail but acts on none"
+            );
+        } else if i.trusted_authserv_id.is_empty() {
+            eprintln!(
+                "warning: inbox.email.trusted_authserv_id is empty: a forged From of an allowed address starts tasks; set it to your mail server's id"
+            );
+        }
+    }
     println!(
         "server: {}:{}{}",
         s.server.host,

@@ -1,6 +1,7 @@
 //! The daemon's lifecycle: [`serve`] refuses an unsafe bind, binds, locks the data dir and
-//! builds the parts; [`run`] starts the worker pool, the scheduler, the outbox sender and the
-//! API on a listener it is given, and drains them in order when its shutdown future completes.
+//! builds the parts; [`run`] starts the worker pool, the scheduler, the outbox sender, the
+//! inbox and the API on a listener it is given, and drains them in order when its shutdown
+//! future completes.
 //!
 //! Owns: the start-up order, the data-dir lock (`lock`), the address file (`addr`), the
 //! shutdown sequence and its time bounds.

@@ -99,12 +99,13 @@ async fn mark_interrupted(app: &App) -> Result<(), DaemonError> {
 }
 
 /// The background work: workers, the scheduler loop and the pruner on one tracker, and the
-/// outbox sender apart from them.
+/// outbox sender and the inbox apart from them.
 struct Services {
     tracker: TaskTracker,
     stop: CancellationToken,
     sender: JoinHandle<()>,
     sender_stop: CancellationToken,
+    inbox: crate::inbox::Running,
 }
 
 impl Services {
@@ -127,16 +128,22 @@ impl Services {
             tokio::spawn(async move { notifier.run(stop).await })
         };
         spawn_pruner(app, &tracker, stop.clone());
+        // Mail becomes tasks for the workers started above; its answers go through the sender.
+        let inbox = app.inbox.start();
         Ok(Services {
             tracker,
             stop,
             sender,
             sender_stop,
+            inbox,
         })
     }
 
     /// Give running tasks the grace, stop what is left, send what was queued, stop the sender.
-    async fn drain(self, app: &App) {
+    async fn drain(mut self, app: &App) {
+        // No mail becomes a task from now on; what arrives waits in the mailbox for the next
+        // start (the watermark has not passed it).
+        self.inbox.stop_intake().await;
         let grace = Duration::from_secs(app.config.settings.agent.shutdown_grace_s);
         tracing::info!(
             running = app.agent.running_count(),
@@ -163,6 +170,8 @@ impl Services {
         }
         // Tasks are over, so no tool call needs the MCP servers any more (bounded).
         app.mcp.stop().await;
+        // The answers of email tasks that ended in the grace are queued for the last pass.
+        self.inbox.stop().await;
         // One bounded last pass for notices queued during the grace; what does not go out now
         // stays in the outbox for the next start.
         let _ = tokio::time::timeout(LAST_OUTBOX_PASS, app.notifier.deliver_due()).await;

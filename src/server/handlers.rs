@@ -40,7 +40,11 @@ pub async fn health(State(s): State<ApiState>) -> ApiResult {
             format!("rebuilding (recall reads the database meanwhile): {why}")
         }
     };
-    let degraded = fault.is_some() || index_trouble.is_some();
+    // The mailbox comes back by itself; meanwhile mail waits there, nothing is lost.
+    let inbox = s.inbox.health();
+    let degraded = fault.is_some()
+        || index_trouble.is_some()
+        || matches!(inbox, crate::inbox::Health::Down { .. });
     let counts = store.task_counts().await?;
     let count = |st: TaskState| {
         counts
@@ -57,6 +61,7 @@ pub async fn health(State(s): State<ApiState>) -> ApiResult {
         "running": s.agent.running_count(),
         "pending": count(TaskState::Pending),
         "memory": s.memory.is_some(),
+        "inbox": inbox.word(),
     }))
     .into_response())
 }

@@ -16,6 +16,7 @@ pub(crate) mod extract;
 mod framing;
 mod guard;
 mod handlers;
+pub(crate) mod inbox;
 mod jobs;
 pub(crate) mod outbox;
 pub mod session;
@@ -62,6 +63,8 @@ pub struct ApiState {
     pub logins: throttle::LoginThrottle,
     /// The MCP servers, for their status (`GET /v1/mcp`, doctor, /settings).
     pub mcp: crate::mcp::McpManager,
+    /// The mailbox's health (`/healthz`).
+    pub inbox: crate::inbox::Inbox,
 }
 
 impl ApiState {
@@ -77,6 +80,7 @@ impl ApiState {
             sessions: Sessions::default(),
             logins: throttle::LoginThrottle::from_settings(&app.config.settings.server),
             mcp: app.mcp.clone(),
+            inbox: app.inbox.clone(),
         }
     }
 
@@ -117,6 +121,7 @@ pub fn router(state: ApiState) -> Router {
             axum::routing::delete(handlers::forget_memory),
         )
         .route("/v1/mcp", get(handlers::mcp_servers))
+        .route("/v1/inbox", get(inbox::list_inbox))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             guard::require_token,

@@ -19,6 +19,7 @@ const NAV: &[(&str, &str)] = &[
     ("/tasks", "Tasks"),
     ("/jobs", "Jobs"),
     ("/deliveries", "Deliveries"),
+    ("/inbox", "Inbox"),
     ("/memory", "Memory"),
     ("/settings", "Settings"),
 ];

@@ -2,7 +2,7 @@
 //! daemon on the API's own router and port, every asset compiled into the binary.
 //!
 //! Owns: the pages and their forms — overview (`overview`), tasks with their live timeline
-//! (`tasks`, `timeline`), jobs (`jobs`), the outbox (`deliveries`), long-term memory
+//! (`tasks`, `timeline`), jobs (`jobs`), the outbox (`deliveries`), the mail read (`inbox`), long-term memory
 //! (`memory`), the redacted settings and doctor's verdicts (`settings`), signing in
 //! (`login`) — the page shell (`layout`), the flash messages after a form (`flash`), the assets (`assets`), the security headers of every
 //! response ([`security_headers`]) and the session every page runs in (`guard`).
@@ -22,6 +22,7 @@ mod assets;
 mod deliveries;
 mod flash;
 mod guard;
+mod inbox;
 mod jobs;
 mod layout;
 mod login;
@@ -58,6 +59,7 @@ pub fn routes(state: ApiState) -> Router<ApiState> {
         .route("/jobs/{id}/{action}", post(jobs::act))
         .route("/deliveries", get(deliveries::list))
         .route("/deliveries/{id}/retry", post(deliveries::retry))
+        .route("/inbox", get(inbox::list))
         .route("/memory", get(memory::page).post(memory::add))
         .route("/memory/{id}/forget", post(memory::forget))
         .route("/settings", get(settings::page))

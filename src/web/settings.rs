@@ -63,6 +63,7 @@ pub async fn checks(State(s): State<ApiState>) -> Markup {
         registry: s.agent.registry(),
         notifier: &s.notifier,
         mcp: &s.mcp,
+        inbox: &s.inbox,
     })
     .await;
     html! {

@@ -278,6 +278,7 @@ async fn a_token_guards_every_endpoint_but_health() {
         (Method::POST, "/v1/jobs/abc/resume", Some(json!({}))),
         (Method::GET, "/v1/deliveries?state=failed", None),
         (Method::POST, "/v1/deliveries/1/retry", Some(json!({}))),
+        (Method::GET, "/v1/inbox?state=ignored", None),
     ];
     for (method, path, body) in &endpoints {
         for auth in [None, Some("wrong-token"), Some("s3cret-token-for-test")] {
