@@ -1,7 +1,8 @@
 //! The third-party programs some tests drive, installed by the tests on first use, so that a
 //! bare `cargo test` passes on a fresh clone: the MCP servers and the Python MCP client
-//! (`scripts/ci/mcp-deps.sh`, under `target/test-deps`) and Debian's chromium and
-//! chromium-driver (`scripts/ci/browser-deps.sh`, with apt-get as root).
+//! (`scripts/ci/mcp-deps.sh`, under `target/test-deps`), Debian's chromium and
+//! chromium-driver (`scripts/ci/browser-deps.sh`, with apt-get as root) and Debian's
+//! dovecot-imapd (`scripts/ci/imap-deps.sh`, likewise).
 //!
 //! Each is installed once: the first test to ask installs while the others in this process wait
 //! (a `OnceLock`), and a file lock in `target/test-deps` keeps other processes (a second
@@ -20,6 +21,7 @@ use std::time::{Instant, SystemTime};
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const MCP_SCRIPT: &str = "scripts/ci/mcp-deps.sh";
 const BROWSER_SCRIPT: &str = "scripts/ci/browser-deps.sh";
+const IMAP_SCRIPT: &str = "scripts/ci/imap-deps.sh";
 
 fn test_deps() -> PathBuf {
     Path::new(ROOT).join("target/test-deps")
@@ -300,6 +302,91 @@ fn install_browser() -> Result<Browser, String> {
             command.join(" ")
         )),
     }
+}
+
+/// Dovecot's programs, for the inbox's tests (an IMAP server each test starts on its own).
+pub struct Dovecot {
+    pub dovecot: PathBuf,
+    pub doveadm: PathBuf,
+}
+
+/// Dovecot, installed first if it is not and this user may (root, or passwordless sudo). The
+/// install takes a minute: it runs off the test's runtime thread.
+pub async fn dovecot() -> &'static Dovecot {
+    static DOVECOT: OnceLock<Result<Dovecot, String>> = OnceLock::new();
+    let found = tokio::task::spawn_blocking(|| DOVECOT.get_or_init(install_dovecot).as_ref()).await;
+    match found {
+        Ok(Ok(d)) => d,
+        Ok(Err(why)) => panic!("{why}"),
+        Err(e) => panic!("the thread looking for Dovecot failed: {e}"),
+    }
+}
+
+fn find_dovecot() -> Option<Dovecot> {
+    let sbin = |name: &str| {
+        find_program(name).or_else(|| {
+            let p = PathBuf::from("/usr/sbin").join(name);
+            p.is_file().then_some(p)
+        })
+    };
+    Some(Dovecot {
+        dovecot: sbin("dovecot")?,
+        doveadm: sbin("doveadm")?,
+    })
+}
+
+fn install_dovecot() -> Result<Dovecot, String> {
+    if let Some(d) = find_dovecot() {
+        return Ok(d);
+    }
+    let by_hand = format!(
+        "run `sudo bash {IMAP_SCRIPT}` in {ROOT} (or `apt-get install dovecot-imapd` as root), \
+         then run the tests again"
+    );
+    let command: &[&str] = if is_root() {
+        &["bash", IMAP_SCRIPT]
+    } else if passwordless_sudo() {
+        &["sudo", "-n", "bash", IMAP_SCRIPT]
+    } else {
+        return Err(format!(
+            "the inbox's tests need a real IMAP server, Dovecot, which is not installed, and \
+             installing it needs root: {by_hand}"
+        ));
+    };
+    let _lock = lock("dovecot", "Dovecot")?;
+    if let Some(d) = find_dovecot() {
+        return Ok(d);
+    }
+    say(&format!(
+        "the inbox's tests need a real IMAP server; Debian's dovecot-imapd is not installed, so \
+         it is being installed now, once, system-wide, by `{}` (apt-get; a minute). To do it \
+         by hand: sudo bash {IMAP_SCRIPT}",
+        command.join(" ")
+    ));
+    let started = Instant::now();
+    match (run_script(command), find_dovecot()) {
+        (Ok(s), Some(d)) if s.success() => {
+            say(&format!(
+                "Dovecot installed in {} s",
+                started.elapsed().as_secs()
+            ));
+            Ok(d)
+        }
+        (Ok(s), _) => Err(format!(
+            "installing Dovecot for the inbox's tests failed (`{}` ended with {s}; its output \
+             is above): {by_hand}",
+            command.join(" ")
+        )),
+        (Err(e), _) => Err(format!(
+            "cannot run `{}`: {e}; {by_hand}",
+            command.join(" ")
+        )),
+    }
+}
+
+/// Whether this process runs as root (Dovecot's master must, to drop to its own users).
+pub fn running_as_root() -> bool {
+    is_root()
 }
 
 /// An exclusive lock on `target/test-deps/NAME.lock`, held until dropped; says so when another

@@ -1,6 +1,6 @@
 //! The integration tests, in one binary: each module drives the real parts against real
 //! servers on 127.0.0.1:0 (the daemon, a scripted model, SMTP, webhooks, MCP servers, a
-//! browser). One binary links the crate once instead of once per file.
+//! browser, an IMAP server). One binary links the crate once instead of once per file.
 //!
 //! `cargo test --test it MODULE::` runs one module, e.g. `cargo test --test it web::`.
 
@@ -13,6 +13,7 @@ mod agent_services;
 mod api;
 mod cli;
 mod daemon;
+mod inbox;
 mod llamacpp_native;
 mod llm_gateway;
 mod mcp;
