@@ -523,7 +523,7 @@ async fn fill_history(dir: &Path) -> Result<()> {
 }
 
 /// A daemon process started by the bench; killed if dropped while running.
-struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
     port: u16,
     spawned: Instant,
@@ -531,7 +531,7 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn spawn(bin: &Path, cfg: &Path, data_dir: &Path, logs: &Path) -> Result<Daemon> {
+    pub(crate) fn spawn(bin: &Path, cfg: &Path, data_dir: &Path, logs: &Path) -> Result<Daemon> {
         let text = std::fs::read_to_string(cfg)?;
         let port: u16 = text
             .lines()
@@ -563,20 +563,20 @@ impl Daemon {
         })
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    fn rss(&self) -> Result<u64> {
+    pub(crate) fn rss(&self) -> Result<u64> {
         common::rss_kib(self.pid())
     }
 
     /// Waits for `/healthz` to answer 200; returns the time since spawn.
-    async fn ready(mut self, client: &reqwest::Client) -> Result<(Daemon, Duration)> {
+    pub(crate) async fn ready(mut self, client: &reqwest::Client) -> Result<(Daemon, Duration)> {
         let url = self.url("/healthz");
         loop {
             if let Ok(r) = client.get(&url).send().await
@@ -620,7 +620,7 @@ impl Daemon {
     }
 
     /// SIGTERM, then wait (bounded) for a clean exit.
-    async fn stop(mut self) -> Result<()> {
+    pub(crate) async fn stop(mut self) -> Result<()> {
         self.term_handled().await?;
         let _ = Command::new("kill")
             .arg("-TERM")
@@ -684,15 +684,15 @@ impl Drop for Daemon {
 
 /// A process's resident memory by kind (KiB, from /proc/PID/status) and its thread count.
 #[derive(Debug, Clone, Copy)]
-struct MemoryParts {
+pub(crate) struct MemoryParts {
     /// Heap, stacks and other private memory.
-    anon_kib: u64,
+    pub(crate) anon_kib: u64,
     /// Pages of mapped files: the binary's code and read-only data, shared libraries.
-    file_kib: u64,
-    threads: u64,
+    pub(crate) file_kib: u64,
+    pub(crate) threads: u64,
 }
 
-fn memory_parts(pid: u32) -> Result<MemoryParts> {
+pub(crate) fn memory_parts(pid: u32) -> Result<MemoryParts> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("reading /proc/{pid}/status"))?;
     let field = |name: &str| {

@@ -5,7 +5,9 @@
 //! cargo build --release && cargo bench --bench agent
 //! ```
 //!
-//! or some sections: `cargo bench --bench agent -- overhead load tokens sched store footprint`.
+//! or some sections: `cargo bench --bench agent -- overhead load tokens sched store footprint
+//! inbox`. `inbox` needs Dovecot (`sudo bash scripts/ci/imap-deps.sh`) and root, as the
+//! inbox's tests do.
 //! `footprint quick` skips the 10,000-task soak, the job firings and the 100k-task start.
 //! `load` takes the concurrency levels after it, e.g. `-- load 1 10` (default 1 10 100 1000),
 //! and which ways of running and waiting to measure: `wait` (the pool + `Agent::wait`), `direct`
@@ -18,6 +20,7 @@
 
 mod common;
 mod footprint;
+mod inbox;
 mod load;
 mod overhead;
 mod sched;
@@ -25,7 +28,15 @@ mod tokens;
 
 use std::process::ExitCode;
 
-const SECTIONS: &[&str] = &["overhead", "load", "tokens", "sched", "store", "footprint"];
+const SECTIONS: &[&str] = &[
+    "overhead",
+    "load",
+    "tokens",
+    "sched",
+    "store",
+    "footprint",
+    "inbox",
+];
 
 fn main() -> ExitCode {
     // `cargo bench` passes `--bench`; a filter word selects sections.
@@ -96,6 +107,7 @@ fn main() -> ExitCode {
                 "sched" => sched::run().await,
                 "store" => sched::run_store().await,
                 "footprint" => footprint::run(quick).await,
+                "inbox" => inbox::run().await,
                 _ => Ok(()),
             }
         });
