@@ -9,15 +9,19 @@
 //!
 //! Files: `client.rs` (one connection), `manager.rs` (the servers' lives), `status.rs` (what
 //! they report), `tool.rs` (a server's tool as a registry tool), `names.rs` (tool names),
-//! `server.rs` + `catalog.rs` (`hermes-agent mcp`).
+//! `server.rs` + `serve_io.rs` + `catalog.rs` (`hermes-agent mcp`), `lines.rs` (bounded
+//! newline-delimited framing), `limits.rs` (the fixed bounds).
 //! Must not: bypass the registry's guards (validation, allowlist, timeouts, retries, breaker,
 //! result caps), read the environment itself (config does; the manager is handed the map), log
 //! env values or headers, or write anything but MCP to stdout.
 
 mod catalog;
 mod client;
+mod limits;
+mod lines;
 mod manager;
 mod names;
+mod serve_io;
 mod server;
 mod status;
 mod tool;
