@@ -185,7 +185,7 @@ pub async fn mcp_probe(
     let mut checks = Vec::new();
     for (name, server) in &s.mcp.servers {
         let what = format!("mcp server {name}");
-        checks.push(match crate::mcp::probe(name, server, env).await {
+        checks.push(match crate::mcp::probe(name, server, &s.mcp, env).await {
             Ok(tools) => Check::new(
                 Verdict::Ok,
                 what,

@@ -9,7 +9,9 @@
 //! Must not: offer a tool other than through the registry, or hold a tool of a server that
 //! is not running.
 
-use super::client::{self, Connection, HANDSHAKE_TIMEOUT, Handler};
+use super::client::{self, Connection, Handler};
+use super::limits::STOP_WAIT;
+use super::listing::list_tools;
 use super::status::{ServerState, ServerStatus, transport_word};
 use super::tool::{McpTool, PeerSlot};
 use super::{McpError, SEPARATOR};
@@ -25,18 +27,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// How long `run` waits for its servers before the first model call: enough for a local
-/// server to start (about a second here), short enough that a slow one (a first `uvx`
-/// download) does not hold the task; its tools join from the next step on.
-pub const RUN_START_WAIT: Duration = Duration::from_secs(5);
 /// Waits between attempts to start a server again: quick at first (a crash), then rarely
 /// (a server that cannot start only fills the log).
 const RESTART_BACKOFF: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(300));
 /// A server that ran this long before ending counts as healthy: its next restart is quick.
 const STABLE_AFTER: Duration = Duration::from_secs(60);
-/// The orderly stop of one server: rmcp closes its stdin, waits 3 s, sends SIGTERM, waits 3 s,
-/// then kills; this bounds the whole.
-pub const STOP_WAIT: Duration = Duration::from_secs(8);
 
 /// The MCP servers of the settings; a cheap handle. Nothing runs until [`McpManager::start`].
 #[derive(Clone)]
@@ -45,6 +40,8 @@ pub struct McpManager(Arc<Inner>);
 struct Inner {
     servers: Vec<Arc<Server>>,
     registry: Registry,
+    /// The bounds on listing a server's tools (`max_tools_per_server`, `max_list_pages`).
+    settings: McpSettings,
     /// The process environment, from which PATH, HOME and LANG are passed on.
     env: HashMap<String, String>,
     started: AtomicBool,
@@ -96,6 +93,7 @@ impl McpManager {
         McpManager(Arc::new(Inner {
             servers,
             registry,
+            settings: settings.clone(),
             env,
             started: AtomicBool::new(false),
             stop: CancellationToken::new(),
@@ -303,19 +301,7 @@ async fn refresh(
     server: &Server,
     peer: &rmcp::Peer<rmcp::RoleClient>,
 ) -> Result<Vec<String>, McpError> {
-    let failed = |reason: String| McpError::ListTools {
-        server: server.name.clone(),
-        reason,
-    };
-    let listed = tokio::time::timeout(HANDSHAKE_TIMEOUT, peer.list_all_tools())
-        .await
-        .map_err(|_| {
-            failed(format!(
-                "no answer within {} s",
-                HANDSHAKE_TIMEOUT.as_secs()
-            ))
-        })?
-        .map_err(|e| failed(client::service_error_text(&e)))?;
+    let listed = list_tools(&server.name, peer, &inner.settings).await?;
     let timeout = match server.config.timeout_s {
         0 => None,
         s => Some(Duration::from_secs(s)),
