@@ -1,8 +1,8 @@
 //! The MCP servers' lives: each configured server gets a supervisor that connects, registers
 //! its tools with the registry (`Registry::set_source_tools`), lists them again when the
-//! server says they changed, takes them away when it ends, and starts it again with backoff.
-//! A server that cannot start is logged with its reason and retried; it never stops the
-//! daemon.
+//! server says they changed (at most once per `RELIST_EVERY`), takes them away when it ends,
+//! and starts it again with backoff. A server that cannot start is logged with its reason and
+//! retried; it never stops the daemon.
 //!
 //! Owns: the supervisors, each server's status, and the orderly stop (close stdin, then
 //! SIGTERM, then SIGKILL, bounded).
@@ -10,7 +10,7 @@
 //! is not running.
 
 use super::client::{self, Connection, Handler};
-use super::limits::STOP_WAIT;
+use super::limits::{RELIST_EVERY, STOP_WAIT};
 use super::listing::list_tools;
 use super::status::{ServerState, ServerStatus, transport_word};
 use super::tool::{McpTool, PeerSlot};
@@ -265,7 +265,18 @@ async fn serve(inner: &Inner, server: &Server, conn: Connection, changed: &Notif
     let stop = service.cancellation_token();
     let ending = service.waiting();
     tokio::pin!(ending);
+    // A burst of list changes costs one re-list per RELIST_EVERY: the notification only
+    // schedules one (a later one while it is due adds nothing; one during the re-list leaves
+    // Notify's permit, so the final list is always read).
+    let mut listed_at = Instant::now();
+    let mut relist_at: Option<Instant> = None;
     loop {
+        let relist = async {
+            match relist_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = inner.stop.cancelled() => {
                 inner.withdraw(server);
@@ -275,13 +286,20 @@ async fn serve(inner: &Inner, server: &Server, conn: Connection, changed: &Notif
                 }
                 return Ended::Stopped;
             }
-            _ = changed.notified() => match refresh(inner, server, &peer).await {
-                Ok(tools) => {
-                    tracing::info!(server = %server.name, tools = tools.len(), "MCP server's tools changed");
-                    inner.set(server, |s| s.tools = tools);
+            _ = changed.notified(), if relist_at.is_none() => {
+                relist_at = Some(listed_at + RELIST_EVERY);
+            }
+            _ = relist => {
+                relist_at = None;
+                listed_at = Instant::now();
+                match refresh(inner, server, &peer).await {
+                    Ok(tools) => {
+                        tracing::info!(server = %server.name, tools = tools.len(), "MCP server's tools changed");
+                        inner.set(server, |s| s.tools = tools);
+                    }
+                    Err(e) => tracing::warn!(server = %server.name, "{e}; keeping the tools it had"),
                 }
-                Err(e) => tracing::warn!(server = %server.name, "{e}; keeping the tools it had"),
-            },
+            }
             quit = &mut ending => {
                 let how = match quit {
                     Ok(rmcp::service::QuitReason::Closed) => "its connection closed".to_string(),

@@ -1,9 +1,9 @@
-//! MCP servers that try to grow the daemon, all played by
+//! MCP servers that try to grow the daemon or flood it, all played by
 //! tests/it/mcp/hostile_server.py (raw JSON-RPC, the standard library only). Memory bounds are
 //! checked by what the registry and the model request hold (tool count, description and schema
 //! sizes, the offered set's size, a working-memory row), not by RSS.
 
-use super::{call, common, deps, running, settings_with, stdio};
+use super::{PATIENCE, call, common, deps, running, settings_with, stdio};
 use hermes_agent::config::McpServer;
 use hermes_agent::llm::ToolCall;
 use hermes_agent::store::{NewTask, Origin};
@@ -151,5 +151,37 @@ async fn a_result_over_the_line_limit_is_too_large_at_once_and_a_big_one_is_kept
 
     // The server still answers after both.
     assert!(lists(&t.app).await >= 1);
+    t.app.mcp.stop().await;
+}
+
+#[tokio::test]
+async fn a_flood_of_list_changed_costs_one_re_list_a_second() {
+    let t = common::app(
+        settings_with(NO_MODEL, vec![("hostile", hostile("single"))]),
+        vec![],
+    )
+    .await;
+    running(&t.app, &["hostile"]).await;
+    let before = lists(&t.app).await;
+
+    let started = Instant::now();
+    let flood = call(&t.app, "hostile__flood", json!({"count": 400})).await;
+    assert_eq!(flood.error, None, "{flood:?}");
+    // The tool it adds after the flood is listed in the end.
+    let listed = t
+        .app
+        .mcp
+        .wait_until(PATIENCE, |all| {
+            all[0].tools.iter().any(|n| n == "hostile__after_flood")
+        })
+        .await;
+    assert!(listed, "{:#?}", t.app.mcp.status());
+    let relists = lists(&t.app).await - before;
+    let seconds = started.elapsed().as_secs() + 1;
+    // One re-list per second at most (and the last notification's, after the tool was seen).
+    assert!(
+        relists <= seconds + 1,
+        "{relists} re-lists in {seconds} s for 401 notifications"
+    );
     t.app.mcp.stop().await;
 }
