@@ -169,10 +169,18 @@ pub fn mcp_server(st: &ServerStatus) -> Check {
             what,
             format!("{why} (retried with backoff; its tools are not offered)"),
         ),
-        other => Check::new(
+        ServerState::Starting => Check::new(
             Verdict::Warn,
             what,
-            format!("{other}; its tools are not offered yet"),
+            format!(
+                "starting (its first start); a task that begins now waits up to {} s for its tools",
+                crate::mcp::RUN_START_WAIT.as_secs()
+            ),
+        ),
+        ServerState::Restarting => Check::new(
+            Verdict::Warn,
+            what,
+            "restarting; its tools are offered again once it is back",
         ),
     }
 }

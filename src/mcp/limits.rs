@@ -12,10 +12,10 @@ use std::time::Duration;
 /// block.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How long `run` waits for its servers before the first model call: enough for a local
-/// server to start (about a second here), short enough that a slow one (a first `uvx`
-/// download) does not hold the task; its tools join from the next step on.
-pub const RUN_START_WAIT: Duration = Duration::from_secs(5);
+/// How long `run` (and any task that starts meanwhile) waits for servers on their first
+/// start: enough for a local server (about a second here), short enough that a slow one (a
+/// first `uvx` download) does not hold the task; its tools join from the next step on.
+pub const RUN_START_WAIT: Duration = crate::tools::SOURCE_START_WAIT;
 
 /// The orderly stop of one server: close its stdin, wait 3 s, SIGTERM, wait 3 s, kill; this
 /// bounds the whole.

@@ -2,7 +2,8 @@
 //! its tools with the registry (`Registry::set_source_tools`), lists them again when the
 //! server says they changed (at most once per `RELIST_EVERY`), takes them away when it ends,
 //! and starts it again with backoff. A server that cannot start is logged with its reason and
-//! retried; it never stops the daemon.
+//! retried; it never stops the daemon. While a server is on its first start the registry
+//! knows it (`Registry::starting`), so a task that begins then waits for its tools.
 //!
 //! Owns: the supervisors, each server's status, and the orderly stop (close stdin, then
 //! SIGTERM, then SIGKILL, bounded).
@@ -16,7 +17,7 @@ use super::status::{ServerState, ServerStatus, transport_word};
 use super::tool::{McpTool, PeerSlot};
 use super::{McpError, SEPARATOR};
 use crate::config::{McpServer, McpSettings};
-use crate::tools::{Registry, RegistryError};
+use crate::tools::{Registry, RegistryError, SourceStart};
 use crate::util::{Backoff, lock};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -108,10 +109,12 @@ impl McpManager {
             return;
         }
         for server in &self.0.servers {
+            // Said before anything runs, so a task submitted right after waits for it.
+            let first = self.0.registry.starting().begin(&server.name);
             let (inner, server) = (self.0.clone(), server.clone());
             self.0
                 .tracker
-                .spawn(async move { supervise(inner, server).await });
+                .spawn(async move { supervise(inner, server, first).await });
         }
     }
 
@@ -184,8 +187,10 @@ impl Inner {
     }
 }
 
-/// Connect, serve, and start again with backoff, until the manager stops.
-async fn supervise(inner: Arc<Inner>, server: Arc<Server>) {
+/// Connect, serve, and start again with backoff, until the manager stops. `first` is held
+/// until the first start ends, whichever way.
+async fn supervise(inner: Arc<Inner>, server: Arc<Server>, first: SourceStart) {
+    let mut first = Some(first);
     let mut failures = 0u32;
     loop {
         let changed = Arc::new(Notify::new());
@@ -198,7 +203,7 @@ async fn supervise(inner: Arc<Inner>, server: Arc<Server>) {
         };
         let began = Instant::now();
         let ended = match attempt {
-            Ok(conn) => serve(&inner, &server, conn, &changed).await,
+            Ok(conn) => serve(&inner, &server, conn, &changed, &mut first).await,
             Err(e) => Ended::Unusable(e),
         };
         inner.withdraw(&server);
@@ -231,6 +236,8 @@ async fn supervise(inner: Arc<Inner>, server: Arc<Server>) {
                 });
             }
         }
+        // Whatever happened, the first start is over: restarts make no task wait.
+        first = None;
         let delay = RESTART_BACKOFF.delay(failures);
         failures = failures.saturating_add(1);
         tokio::select! {
@@ -240,8 +247,15 @@ async fn supervise(inner: Arc<Inner>, server: Arc<Server>) {
     }
 }
 
-/// Offer the server's tools, follow its list changes, and wait for its end or the stop.
-async fn serve(inner: &Inner, server: &Server, conn: Connection, changed: &Notify) -> Ended {
+/// Offer the server's tools, follow its list changes, and wait for its end or the stop. The
+/// first start ends (`first` is dropped) once its tools are offered.
+async fn serve(
+    inner: &Inner,
+    server: &Server,
+    conn: Connection,
+    changed: &Notify,
+    first: &mut Option<SourceStart>,
+) -> Ended {
     let Connection {
         service,
         pid,
@@ -262,6 +276,7 @@ async fn serve(inner: &Inner, server: &Server, conn: Connection, changed: &Notif
         s.tools = tools;
         s.pid = pid;
     });
+    *first = None;
     let stop = service.cancellation_token();
     let ending = service.waiting();
     tokio::pin!(ending);

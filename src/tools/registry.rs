@@ -4,12 +4,14 @@
 //! (what is offered, what is refused), argument validation, per-attempt timeouts, retries of
 //! network-class errors with exponential backoff, circuit breaking, result shaping and
 //! capping (large results go to working memory, up to `memory.working_max_bytes`),
-//! delimiting, and one log line per call.
+//! delimiting, one log line per call, and which sources are still on their first start
+//! (`starting.rs`).
 //! Must not: know about the agent loop or messages; it returns the text the model will see
 //! and the facts the trace needs, nothing more.
 
 use super::breaker::Breakers;
 use super::shape::{self, Rest};
+use super::starting::{SOURCE_START_WAIT, Starting};
 use super::{Fit, Tool, ToolContext, ToolError, schema};
 use crate::config::ToolSettings;
 use crate::llm::{ToolCall, ToolSpec, Toolset, estimate_tokens};
@@ -117,6 +119,7 @@ impl RegistryBuilder {
             entries: RwLock::new(self.entries),
             breakers,
             offers: Mutex::default(),
+            starting: Starting::default(),
         }))
     }
 }
@@ -144,6 +147,8 @@ struct Inner {
     /// Weak, so a replaced MCP tool is dropped at once; its allocation, and so its address,
     /// stays taken while the key lives, so a new entry is never mistaken for it.
     offers: Mutex<Vec<(Vec<Weak<Entry>>, Toolset)>>,
+    /// Sources on their first start, whose tools a new task waits for (bounded).
+    starting: Starting,
 }
 
 struct Entry {
@@ -293,6 +298,11 @@ impl Registry {
         errors
     }
 
+    /// The sources (MCP servers) on their first start, whose tools a new task waits for.
+    pub fn starting(&self) -> &Starting {
+        &self.0.starting
+    }
+
     fn entries(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<Entry>>> {
         // Writers only swap whole entries in and out, so a poisoned map is still consistent.
         self.0.entries.read().unwrap_or_else(|p| p.into_inner())
@@ -388,7 +398,13 @@ impl Registry {
         attempts: &mut u32,
     ) -> Result<(Arc<Entry>, Value), Refusal> {
         let name = call.name.as_str();
-        let Some(entry) = self.entry(name) else {
+        // A tool of a source on its first start (a job's precheck at the daemon's start).
+        let mut entry = self.entry(name);
+        if entry.is_none() && !self.0.starting.names().is_empty() {
+            self.0.starting.wait(SOURCE_START_WAIT).await;
+            entry = self.entry(name);
+        }
+        let Some(entry) = entry else {
             let available: Vec<String> = self
                 .offered(restrict)
                 .iter()

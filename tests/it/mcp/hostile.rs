@@ -1,29 +1,50 @@
-//! MCP servers that try to grow the daemon or flood it, all played by
+//! MCP servers that try to grow the daemon, flood it or catch it starting, all played by
 //! tests/it/mcp/hostile_server.py (raw JSON-RPC, the standard library only). Memory bounds are
 //! checked by what the registry and the model request hold (tool count, description and schema
 //! sizes, the offered set's size, a working-memory row), not by RSS.
 
-use super::{PATIENCE, call, common, deps, running, settings_with, stdio};
+use super::{PATIENCE, call, common, deps, running, settings_with, status_of, stdio};
+use hermes_agent::agent::{RunOptions, Submit};
 use hermes_agent::config::McpServer;
 use hermes_agent::llm::ToolCall;
-use hermes_agent::store::{NewTask, Origin};
+use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_agent::mcp::ServerState;
+use hermes_agent::store::{NewTask, Origin, TaskState};
 use hermes_agent::tools::{ToolContext, ToolError};
 use serde_json::{Value, json};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 const NO_MODEL: &str = super::NO_MODEL;
 
-fn hostile(mode: &str) -> McpServer {
+fn hostile(mode: &str, gate: Option<&Path>) -> McpServer {
     let python = deps().python.to_string_lossy().into_owned();
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/it/mcp/hostile_server.py"
     );
-    let command = vec![python.as_str(), script, mode];
+    let gate = gate.map(|g| g.to_string_lossy().into_owned());
+    let mut command = vec![python.as_str(), script, mode];
+    command.extend(gate.as_deref());
     McpServer {
         timeout_s: 60,
         ..stdio(&command)
     }
+}
+
+/// Create a task and run it in this process, as a worker would; the stored record.
+async fn run_task(app: &hermes_agent::app::App, text: &str) -> hermes_agent::store::TaskRecord {
+    let submit = Submit::new(text, Origin::Api, None);
+    let task = app.agent.create(submit).await.expect("task created");
+    app.agent
+        .execute(&task.id, RunOptions::default())
+        .await
+        .expect("task ran");
+    app.store
+        .task_record(&task.id)
+        .await
+        .expect("store readable")
+        .expect("task stored")
 }
 
 /// The number of `tools/list` requests the server got so far.
@@ -41,7 +62,7 @@ async fn lists(app: &hermes_agent::app::App) -> u64 {
 
 #[tokio::test]
 async fn a_server_that_pages_forever_with_huge_tools_is_held_to_the_bounds() {
-    let mut s = settings_with(NO_MODEL, vec![("hostile", hostile("endless"))]);
+    let mut s = settings_with(NO_MODEL, vec![("hostile", hostile("endless", None))]);
     s.mcp.max_list_pages = 4;
     let t = common::app(s, vec![]).await;
     let status = running(&t.app, &["hostile"]).await;
@@ -83,7 +104,7 @@ async fn a_server_that_pages_forever_with_huge_tools_is_held_to_the_bounds() {
 #[tokio::test]
 async fn a_result_over_the_line_limit_is_too_large_at_once_and_a_big_one_is_kept_bounded() {
     let t = common::app(
-        settings_with(NO_MODEL, vec![("hostile", hostile("single"))]),
+        settings_with(NO_MODEL, vec![("hostile", hostile("single", None))]),
         vec![],
     )
     .await;
@@ -157,7 +178,7 @@ async fn a_result_over_the_line_limit_is_too_large_at_once_and_a_big_one_is_kept
 #[tokio::test]
 async fn a_flood_of_list_changed_costs_one_re_list_a_second() {
     let t = common::app(
-        settings_with(NO_MODEL, vec![("hostile", hostile("single"))]),
+        settings_with(NO_MODEL, vec![("hostile", hostile("single", None))]),
         vec![],
     )
     .await;
@@ -183,5 +204,72 @@ async fn a_flood_of_list_changed_costs_one_re_list_a_second() {
         relists <= seconds + 1,
         "{relists} re-lists in {seconds} s for 401 notifications"
     );
+    t.app.mcp.stop().await;
+}
+
+#[tokio::test]
+async fn a_task_that_starts_while_a_server_starts_waits_for_its_tools() {
+    let model = ScriptedModel::start(vec![Reply::text("done")]).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let gate = dir.path().join("gate");
+    let t = common::app(
+        settings_with(
+            &model.base_url(),
+            vec![("hostile", hostile("gated", Some(&gate)))],
+        ),
+        vec![],
+    )
+    .await;
+    let registry = t.app.agent.registry().clone();
+    t.app.mcp.start();
+    assert_eq!(registry.starting().names(), ["hostile"]);
+    let doctor = hermes_agent::doctor::mcp_server(&status_of(&t.app, "hostile"));
+    assert!(doctor.detail.starts_with("starting"), "{}", doctor.detail);
+
+    // A task submitted now (as through the API, or a job's catch-up at start).
+    let app = t.app.clone();
+    let task = tokio::spawn(async move { run_task(&app, "What time is it?").await });
+    // The task is under way (or, without the wait, already done) before the server is up;
+    // then the server comes up.
+    let deadline = Instant::now() + PATIENCE;
+    while t.app.agent.running_count() == 0 && !task.is_finished() {
+        assert!(Instant::now() < deadline, "the task never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    std::fs::write(&gate, "open").expect("open the gate");
+    let record = tokio::time::timeout(PATIENCE, task)
+        .await
+        .expect("the task ends")
+        .expect("the task ran");
+    assert_eq!(record.task.state, TaskState::Succeeded, "{record:#?}");
+    let first = &model.requests()[0];
+    let names: Vec<&str> = first["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    assert!(names.contains(&"hostile__stats"), "first offer: {names:?}");
+    assert!(registry.starting().names().is_empty());
+
+    // A restart is no first start: nothing waits, and doctor says restarting.
+    std::fs::remove_file(&gate).expect("close the gate");
+    let pid = status_of(&t.app, "hostile").pid.expect("a pid");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let restarting = t
+        .app
+        .mcp
+        .wait_until(PATIENCE, |all| all[0].state == ServerState::Restarting)
+        .await;
+    assert!(restarting, "{:#?}", t.app.mcp.status());
+    assert!(registry.starting().names().is_empty());
+    let doctor = hermes_agent::doctor::mcp_server(&status_of(&t.app, "hostile"));
+    assert!(doctor.detail.starts_with("restarting"), "{}", doctor.detail);
+    std::fs::write(&gate, "open").expect("open the gate again");
+    running(&t.app, &["hostile"]).await;
     t.app.mcp.stop().await;
 }
