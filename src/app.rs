@@ -105,7 +105,8 @@ impl App {
         .with_profiles(s.model.profiles.keys().cloned().collect())
         .with_public_url(&s.server.public_url);
 
-        let mut tools = RegistryBuilder::new(s.tools.clone(), store.clone());
+        let mut tools = RegistryBuilder::new(s.tools.clone(), store.clone())
+            .with_working_max_bytes(s.memory.working_max_bytes);
         if let Some(b) = options.tool_backoff {
             tools = tools.with_retry_backoff(b);
         }

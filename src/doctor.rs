@@ -178,10 +178,18 @@ pub fn mcp_server(st: &ServerStatus) -> Check {
             what,
             format!("{why} (retried with backoff; its tools are not offered)"),
         ),
-        other => Check::new(
+        ServerState::Starting => Check::new(
             Verdict::Warn,
             what,
-            format!("{other}; its tools are not offered yet"),
+            format!(
+                "starting (its first start); a task that begins now waits up to {} s for its tools",
+                crate::mcp::RUN_START_WAIT.as_secs()
+            ),
+        ),
+        ServerState::Restarting => Check::new(
+            Verdict::Warn,
+            what,
+            "restarting; its tools are offered again once it is back",
         ),
     }
 }
@@ -194,7 +202,7 @@ pub async fn mcp_probe(
     let mut checks = Vec::new();
     for (name, server) in &s.mcp.servers {
         let what = format!("mcp server {name}");
-        checks.push(match crate::mcp::probe(name, server, env).await {
+        checks.push(match crate::mcp::probe(name, server, &s.mcp, env).await {
             Ok(tools) => Check::new(
                 Verdict::Ok,
                 what,

@@ -233,6 +233,20 @@ impl Agent {
             depth: opts.depth,
             profile: task.profile.clone(),
         };
+        // Tool sources still on their first start (an MCP server the daemon just launched)
+        // would be missing from this task's offer: wait for them, bounded, and say so when
+        // one is still not up.
+        let late = (self.inner.registry.starting())
+            .wait(crate::tools::SOURCE_START_WAIT)
+            .await;
+        if !late.is_empty() {
+            let text = format!(
+                "tools of {} still starting after {} s; they are offered once they are up",
+                late.join(", "),
+                crate::tools::SOURCE_START_WAIT.as_secs()
+            );
+            self.record(opts, tally, trace::note(0, Some(text), None));
+        }
         let mut window = self.prepare_window(task, opts, tally).await?;
         let summariser = self.summariser(task);
         let mut guard = LoopGuard::new(self.inner.settings.agent.max_identical_calls);

@@ -6,7 +6,8 @@
 //! Owns: the MCP side of those calls — tool listing, argument checks against the published
 //! schemas, results as JSON (structured and as text), failures as `isError` results a model
 //! can read.
-//! Must not: write to stdout itself (rmcp owns it; logs go to stderr), or hold business logic.
+//! Must not: write to stdout itself (rmcp, through `serve_io.rs`, owns it; logs go to stderr),
+//! or hold business logic.
 
 use super::catalog::{self, MAX_LIST, Spec};
 use crate::cli::backend::Backend;
@@ -46,8 +47,9 @@ pub enum ServeError {
 
 /// Serve MCP on stdin/stdout through `backend` until the client closes stdin.
 pub(crate) async fn serve_stdio(backend: Arc<dyn Backend>) -> Result<(), ServeError> {
+    let io = super::serve_io::ServeIo::new(tokio::io::stdin(), tokio::io::stdout());
     let session = Hermes::new(backend)
-        .serve(rmcp::transport::stdio())
+        .serve(io)
         .await
         .map_err(|e| ServeError::Handshake(crate::util::error_chain(&e)))?;
     session
