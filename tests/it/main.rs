@@ -18,6 +18,7 @@ mod memory;
 mod notify;
 mod real_model;
 mod scheduler;
+mod storage_faults;
 mod store_round_trips;
 mod tools_registry;
 mod web;
