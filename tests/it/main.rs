@@ -16,6 +16,7 @@ mod llm_gateway;
 mod mcp;
 mod memory;
 mod notify;
+mod notify_bounds;
 mod real_model;
 mod scheduler;
 mod storage_faults;
