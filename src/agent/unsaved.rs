@@ -53,11 +53,16 @@ impl Agent {
         }))
     }
 
-    /// Tasks as [`Store::list_tasks`] finds them, unsaved ends shown. A state filter applies to
-    /// the stored state.
+    /// Tasks as [`Store::list_tasks`] finds them, unsaved ends shown. A state filter selects
+    /// by the stored state and keeps only the tasks still in it as shown, so `running` never
+    /// lists an end that is only unsaved.
     pub async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {
         let tasks = self.inner.store.list_tasks(filter).await?;
-        Ok(tasks.into_iter().map(|t| self.as_known(t)).collect())
+        Ok(tasks
+            .into_iter()
+            .map(|t| self.as_known(t))
+            .filter(|t| filter.state.is_none_or(|state| t.state == state))
+            .collect())
     }
 }
 

@@ -344,6 +344,9 @@ async fn a_task_whose_end_cannot_be_written_is_not_shown_running_and_is_written_
         "{list}"
     );
 
+    let (_, running) = send(&api, get("/v1/tasks?state=running")).await;
+    assert_eq!(running["tasks"], json!([]), "{running}");
+
     disk.free();
     let deadline = tokio::time::Instant::now() + RECOVERY;
     let stored = loop {
