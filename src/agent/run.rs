@@ -198,11 +198,18 @@ impl Agent {
             // Finished already, by someone else (the shutdown marking every running task).
             Ok(None) => store.task(&task.id).await?,
             Err(e) => {
-                // Waiters (API clients, a job's run holding its lock) must not wait forever on
-                // a row that could not be written; the row stays `running` and is marked
-                // `interrupted` at the next start.
-                tracing::error!(task = %task.id, error = %e, "could not record the task's end");
-                self.announce(&task.id, out.state, None);
+                // Never a silent `running`: the end is kept, shown in the row's place and
+                // written once the database takes it (`unsaved.rs`); waiters (API clients, a
+                // job's run holding its lock) hear it now; the runner's caller gets the error.
+                tracing::error!(
+                    task = %task.id,
+                    state = %out.state,
+                    reason = out.reason.map(FailReason::as_str).unwrap_or(""),
+                    error = %e,
+                    "task finished, but its end could not be written; retrying in the background"
+                );
+                let shown = self.keep_unsaved(&task, out, &e);
+                self.announce(&task.id, shown.state, Some(&shown));
                 return Err(e.into());
             }
         };

@@ -101,6 +101,22 @@ impl From<crate::agent::AgentError> for ApiError {
     }
 }
 
+impl From<crate::memory::MemoryError> for ApiError {
+    fn from(e: crate::memory::MemoryError) -> ApiError {
+        use crate::memory::MemoryError;
+        match e {
+            MemoryError::Store(s) => s.into(),
+            MemoryError::EmptyFact | MemoryError::FactTooLong(_) => {
+                ApiError::bad_request(e.to_string())
+            }
+            MemoryError::Locked { .. } => ApiError::unavailable(e.to_string()),
+            MemoryError::Index { .. } | MemoryError::Io { .. } | MemoryError::Worker(_) => {
+                ApiError::internal(e)
+            }
+        }
+    }
+}
+
 /// Rejections of the JSON extractor (bad JSON, wrong content type, unknown fields, too big)
 /// become JSON errors too.
 impl From<axum::extract::rejection::JsonRejection> for ApiError {

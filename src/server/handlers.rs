@@ -122,7 +122,6 @@ pub async fn create_task(
     let done = s.agent.wait(&task.id, rx, limit).await?;
     let record = s
         .agent
-        .store()
         .task_record(&done.id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("task '{}' vanished", done.id)))?;
@@ -135,7 +134,7 @@ pub async fn create_task(
 }
 
 pub async fn get_task(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
-    match s.agent.store().task_record(&id).await? {
+    match s.agent.task_record(&id).await? {
         Some(r) => Ok(Json(r).into_response()),
         None => Err(ApiError::not_found(format!("task '{id}' not found"))),
     }
@@ -160,7 +159,6 @@ pub async fn list_tasks(State(s): State<ApiState>, Query(q): Query<ListTasks>) -
     let limit = bounded("limit", q.limit, 50, 1000)?;
     let tasks = s
         .agent
-        .store()
         .list_tasks(&TaskFilter {
             state,
             job_id: q.job_id,
@@ -244,10 +242,7 @@ pub struct Search {
 
 pub async fn search_memory(State(s): State<ApiState>, Query(q): Query<Search>) -> ApiResult {
     let k = bounded("k", q.k, 5, 100)?;
-    let found = memory(&s)?
-        .recall(&q.q, k)
-        .await
-        .map_err(ApiError::internal)?;
+    let found = memory(&s)?.recall(&q.q, k).await?;
     let facts: Vec<Value> = found
         .iter()
         .map(|r| {
@@ -279,10 +274,7 @@ pub async fn add_memory(
             "`text` is over 2000 characters; store one fact at a time",
         ));
     }
-    let (fact, how) = memory(&s)?
-        .remember(&req.text, &req.tags, "api")
-        .await
-        .map_err(ApiError::internal)?;
+    let (fact, how) = memory(&s)?.remember(&req.text, &req.tags, "api").await?;
     let merged = matches!(how, crate::store::Upsert::Merged);
     Ok((
         StatusCode::CREATED,
@@ -292,7 +284,7 @@ pub async fn add_memory(
 }
 
 pub async fn forget_memory(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
-    if memory(&s)?.forget(&id).await.map_err(ApiError::internal)? {
+    if memory(&s)?.forget(&id).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Err(ApiError::not_found(format!("fact '{id}' not found")))

@@ -61,7 +61,7 @@ macro_rules! notice_where {
 impl Store {
     pub async fn enqueue_notice(&self, n: &NewNotice) -> Result<i64> {
         let t = now();
-        Ok(sqlx::query_scalar(
+        let insert = sqlx::query_as(
             "INSERT INTO outbox (channel, title, body, task_id, job_id, run_id, state, next_attempt_at, created_at) \
              VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?) RETURNING id",
         )
@@ -72,9 +72,9 @@ impl Store {
         .bind(&n.job_id)
         .bind(n.run_id)
         .bind(t)
-        .bind(t)
-        .fetch_one(self.pool())
-        .await?)
+        .bind(t);
+        let (id,): (i64,) = self.inserted(insert).await?;
+        Ok(id)
     }
 
     pub async fn notice(&self, id: i64) -> Result<Option<Notice>> {
