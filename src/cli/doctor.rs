@@ -24,7 +24,7 @@ impl Report {
             Verdict::Warn => "warn",
             Verdict::Fail => "FAIL",
         };
-        println!("[{tag}] {}: {}", c.what, c.detail);
+        outln!("[{tag}] {}: {}", c.what, c.detail);
     }
 
     fn print_all(&mut self, checks: Vec<Check>) {

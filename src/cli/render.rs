@@ -7,6 +7,7 @@
 use super::backend::FoundFact;
 use crate::scheduler::JobView;
 use crate::store::{Notice, NoticeState, Step, StepKind, Task, TaskRecord, TaskState};
+use crate::util::text;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use std::fmt::Write;
@@ -16,6 +17,8 @@ use std::process::ExitCode;
 /// whether the value came from the daemon's API or from the data dir.
 pub fn print_json(v: &impl Serialize) -> anyhow::Result<()> {
     let value = serde_json::to_value(v)?;
+    // Not through `for_terminal`: JSON escapes control characters itself, and a program reading
+    // it must get the text exactly as stored.
     println!("{}", serde_json::to_string_pretty(&value)?);
     Ok(())
 }
@@ -49,8 +52,8 @@ pub fn print_outcome(record: &TaskRecord, json: bool) -> anyhow::Result<ExitCode
     } else {
         let t = &record.task;
         match (&t.answer, t.state) {
-            (Some(a), TaskState::Succeeded) => println!("{a}"),
-            _ => eprintln!(
+            (Some(a), TaskState::Succeeded) => outln!("{a}"),
+            _ => errln!(
                 "task {} {}{}: {}",
                 t.id,
                 t.state,
@@ -62,18 +65,10 @@ pub fn print_outcome(record: &TaskRecord, json: bool) -> anyhow::Result<ExitCode
     Ok(exit_for(record.task.state))
 }
 
-/// Shorten to `max` characters on one line, marking the cut.
+/// Shorten to `max` characters on one line, marking the cut; control characters are written
+/// out (as `\x1b`) first, so what they were stays visible in the line.
 pub fn one_line(s: &str, max: usize) -> String {
-    let flat: String = s
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= max {
-        return flat;
-    }
-    let cut: String = flat.chars().take(max.saturating_sub(1)).collect();
-    format!("{cut}…")
+    text::one_line(&text::for_terminal(s), max)
 }
 
 pub fn task_table(tasks: &[Task]) -> String {
