@@ -39,6 +39,7 @@ mod memory;
 mod render;
 mod run;
 mod service;
+mod table;
 mod tasks;
 
 pub use service::render_unit;
