@@ -54,6 +54,10 @@ pub enum LlmError {
         detail: String,
         attempts: u32,
         hint: String,
+        /// The server said that what it rejects is the request's tools: its error names the
+        /// `tools` or `tool_choice` parameter, or says tools are not supported (see
+        /// `wire::rejects_tools`). The evidence `tool_mode: auto` switches to text mode on.
+        tools_rejected: bool,
     },
 
     #[error(
@@ -194,6 +198,7 @@ mod tests {
             detail: String::new(),
             attempts: 1,
             hint: String::new(),
+            tools_rejected: false,
         };
         assert!(status(429).is_retryable());
         assert!(status(500).is_retryable());

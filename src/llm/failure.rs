@@ -90,6 +90,7 @@ impl Failure {
                 attempts,
             },
             Failure::Status { status, body, .. } => LlmError::Status {
+                tools_rejected: super::wire::rejects_tools(status, &body),
                 status,
                 profile: profile_name.to_string(),
                 base_url: profile.base_url.clone(),
