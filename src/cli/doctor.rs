@@ -45,7 +45,7 @@ impl Report {
 pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
     let mut report = Report::default();
     report.print(doctor::config(&config));
-    report.print_all(doctor::models(&config.settings).await);
+    report.print_all(doctor::models(&config).await);
     let daemon = Remote::detect(&config).await;
     report.print(match &daemon {
         Some(d) => Check::new(Verdict::Ok, "daemon", format!("running at {}", d.base())),

@@ -72,6 +72,27 @@ pub fn one_line(s: &str, max: usize) -> String {
     text::one_line(&text::for_terminal(s), max)
 }
 
+/// Errors and notes on a timeline longer than this are cut (at a word); the rest is in
+/// `tasks show ID --json`. Model errors stay well under it: they quote at most 400 characters
+/// of a server's body.
+const WHOLE_CHARS: usize = 1500;
+
+/// An error or a note on one line, whole: it ends with what to do, so cutting it at a fixed
+/// width cut off the advice. Only past [`WHOLE_CHARS`] is it cut, at a word.
+pub fn whole_line(s: &str) -> String {
+    let flat = text::collapse(&text::for_terminal(s));
+    if flat.chars().count() <= WHOLE_CHARS {
+        return flat;
+    }
+    let kept = text::prefix(&flat, WHOLE_CHARS);
+    let at = kept.rfind(' ').unwrap_or(kept.len());
+    format!(
+        "{}{} (the whole text: tasks show --json)",
+        &kept[..at],
+        text::ELLIPSIS
+    )
+}
+
 pub fn task_table(tasks: &[Task]) -> String {
     if tasks.is_empty() {
         return "no tasks yet — start one with `hermes-agent run \"...\"`\n".into();
@@ -102,7 +123,7 @@ pub fn step_line(s: &Step) -> String {
                 .row
                 .error
                 .as_deref()
-                .map(|e| format!("  ! {}", one_line(e, 120)))
+                .map(|e| format!("  ! {}", whole_line(e)))
                 .unwrap_or_default();
             format!(
                 "[{:>2}] model {} ({} ms, {}→{} tok) {what}{err}",
@@ -115,7 +136,7 @@ pub fn step_line(s: &Step) -> String {
         }
         StepKind::Tool => {
             let outcome = match &s.row.error {
-                Some(e) => format!("✗ {}", one_line(e, 120)),
+                Some(e) => format!("✗ {}", whole_line(e)),
                 None => format!("✓ {}", one_line(s.row.output.as_deref().unwrap_or(""), 100)),
             };
             format!(
@@ -129,13 +150,12 @@ pub fn step_line(s: &Step) -> String {
         StepKind::Note => format!(
             "[{:>2}]   note {}",
             s.row.step,
-            one_line(
+            whole_line(
                 s.row
                     .output
                     .as_deref()
                     .or(s.row.error.as_deref())
-                    .unwrap_or(""),
-                140
+                    .unwrap_or("")
             )
         ),
     }
@@ -181,7 +201,7 @@ pub fn task_timeline(t: &Task, steps: &[Step], notices: &[Notice]) -> String {
         let err = n
             .last_error
             .as_deref()
-            .map(|e| format!(" — {}", one_line(e, 120)))
+            .map(|e| format!(" — {}", whole_line(e)))
             .unwrap_or_default();
         let _ = writeln!(
             out,
@@ -283,6 +303,19 @@ mod tests {
                 line[..at].width()
             })
             .collect()
+    }
+
+    #[test]
+    fn errors_on_the_timeline_are_whole_or_cut_at_a_word() {
+        let advice = "cannot reach the model server at http://127.0.0.1:9/v1 (connection refused) after 4 attempt(s): is the model server running and listening there? Or point model.profiles.fast.base_url at an OpenAI-compatible server, in /etc/h/settings.yaml.";
+        assert_eq!(whole_line(advice), advice);
+        let long = "word ".repeat(WHOLE_CHARS);
+        let cut = whole_line(&long);
+        assert!(
+            cut.starts_with("word word") && cut.contains("word… (the whole text"),
+            "{cut}"
+        );
+        assert!(cut.chars().count() < WHOLE_CHARS + 60);
     }
 
     #[test]

@@ -474,3 +474,52 @@ fn config_check_escapes_what_it_quotes_from_the_file() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn without_a_model_the_error_names_the_settings_file_and_the_local_model_script_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    // Port 9 (discard) on loopback: nothing listens, the connection is refused at once.
+    let config = hostile_site(
+        dir.path(),
+        "http://127.0.0.1:9/v1",
+        "http://127.0.0.1:9/v1",
+        "",
+    );
+    let out = hermes_with(
+        dir.path(),
+        &config,
+        &["run", "What is the capital of France?"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    let failed = stderr
+        .lines()
+        .find(|l| l.contains(" failed (model): "))
+        .unwrap_or_else(|| panic!("no failure line: {stderr}"));
+    let error = failed.split_once(" failed (model): ").unwrap().1;
+    assert!(
+        error.contains(&config.display().to_string()),
+        "names the file: {error}"
+    );
+    assert!(error.contains("model.profiles.fast.base_url"), "{error}");
+    assert!(error.contains("scripts/local-model.sh"), "{error}");
+    // The timeline's line for the model call carries the same words, whole.
+    let step = stderr
+        .lines()
+        .find(|l| l.starts_with("[ 1] model fast"))
+        .unwrap_or_else(|| panic!("no step line: {stderr}"));
+    assert!(step.ends_with(error), "step: {step}\nerror: {error}");
+    let id = stderr
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap();
+    let out = hermes_with(dir.path(), &config, &["tasks", "show", id]);
+    let shown = text(&out.stdout);
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("[ 1] model fast") && l.ends_with(error)),
+        "{shown}"
+    );
+}
