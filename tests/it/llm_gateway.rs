@@ -808,9 +808,12 @@ async fn the_tool_probe_names_the_mode_a_profile_needs() {
     type Expect = fn(&ToolProbe) -> bool;
     let cases: Vec<(Vec<Reply>, Expect)> = vec![
         (
+            // The call, a worded answer with the tool offered, the tool's word repeated.
             vec![
                 Reply::text("hi"),
                 Reply::tool_calls(&[("ping", json!({"n": 1}))]),
+                Reply::text("ready"),
+                Reply::text("heliotrope"),
             ],
             |p| *p == ToolProbe::Native,
         ),
