@@ -76,7 +76,7 @@ impl App {
     ) -> Result<App, AppError> {
         let s = &config.settings;
         let store = Store::open_with(&config.data_dir, options.store).await?;
-        let mut gateway = Gateway::new(&s.model)?;
+        let mut gateway = Gateway::new(&s.model)?.with_settings_source(&config.source);
         if let Some(p) = options.model_retry {
             gateway = gateway.with_retry(p);
         }

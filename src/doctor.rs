@@ -57,9 +57,10 @@ pub fn time_zone(config: &Config) -> Check {
 }
 
 /// Each model profile's endpoint answers (a `GET /models`, a few seconds at most).
-pub async fn models(s: &Settings) -> Vec<Check> {
+pub async fn models(config: &Config) -> Vec<Check> {
+    let s = &config.settings;
     let gateway = match Gateway::new(&s.model) {
-        Ok(g) => g,
+        Ok(g) => g.with_settings_source(&config.source),
         Err(e) => return vec![Check::new(Verdict::Fail, "model", e.to_string())],
     };
     let mut checks = Vec::new();
@@ -229,7 +230,7 @@ pub struct Parts<'a> {
 pub async fn running_daemon(p: Parts<'_>) -> Vec<Check> {
     let s = &p.config.settings;
     let mut checks = vec![config(p.config), time_zone(p.config)];
-    checks.extend(models(s).await);
+    checks.extend(models(p.config).await);
     checks.push(Check::new(
         Verdict::Ok,
         "daemon",

@@ -24,7 +24,7 @@ impl Report {
             Verdict::Warn => "warn",
             Verdict::Fail => "FAIL",
         };
-        println!("[{tag}] {}: {}", c.what, c.detail);
+        outln!("[{tag}] {}: {}", c.what, c.detail);
     }
 
     fn print_all(&mut self, checks: Vec<Check>) {
@@ -46,7 +46,7 @@ pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
     let mut report = Report::default();
     report.print(doctor::config(&config));
     report.print(doctor::time_zone(&config));
-    report.print_all(doctor::models(&config.settings).await);
+    report.print_all(doctor::models(&config).await);
     let daemon = Remote::detect(&config).await;
     report.print(match &daemon {
         Some(d) => Check::new(Verdict::Ok, "daemon", format!("running at {}", d.base())),

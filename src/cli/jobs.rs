@@ -16,7 +16,7 @@ pub async fn jobs(backend: &dyn Backend, cmd: JobsCmd) -> anyhow::Result<ExitCod
             if json {
                 print_json(&json!({ "jobs": jobs }))?;
             } else {
-                print!("{}", render::job_table(&jobs));
+                out!("{}", render::job_table(&jobs));
             }
         }
         JobsCmd::Add { job, json } => {
@@ -24,7 +24,7 @@ pub async fn jobs(backend: &dyn Backend, cmd: JobsCmd) -> anyhow::Result<ExitCod
             if json {
                 print_json(&view)?;
             } else {
-                println!(
+                outln!(
                     "job {} added; next run {}",
                     view.id,
                     view.next_run_at
@@ -35,7 +35,7 @@ pub async fn jobs(backend: &dyn Backend, cmd: JobsCmd) -> anyhow::Result<ExitCod
         }
         JobsCmd::Rm { id } => {
             backend.remove_job(&id).await?;
-            println!("job {id} removed");
+            outln!("job {id} removed");
         }
         JobsCmd::Run { id } => return run(backend, &id).await,
     }
@@ -45,19 +45,19 @@ pub async fn jobs(backend: &dyn Backend, cmd: JobsCmd) -> anyhow::Result<ExitCod
 /// Fire a job now and print its task's outcome; the exit code is the task's.
 async fn run(backend: &dyn Backend, id: &str) -> anyhow::Result<ExitCode> {
     if backend.daemon().is_none() {
-        eprintln!("job {id}: firing in this process (no daemon running)");
+        errln!("job {id}: firing in this process (no daemon running)");
     }
     let record = match backend.fire_job(id).await? {
         Fired::OnDaemon { base, task_id } => {
-            eprintln!("job {id} fired on the daemon at {base}: task {task_id}");
+            errln!("job {id} fired on the daemon at {base}: task {task_id}");
             // Live, as `run` shows a task: each step on stderr, the outcome below.
-            let print = |step: &crate::store::Step| eprintln!("{}", render::step_line(step));
+            let print = |step: &crate::store::Step| errln!("{}", render::step_line(step));
             backend.watch(&task_id, &print).await?;
             backend.task(&task_id).await?
         }
         Fired::Here { run, delivered } => {
             if delivered > 0 {
-                eprintln!("delivered {delivered} notice(s)");
+                errln!("delivered {delivered} notice(s)");
             }
             let Some(task_id) = run.task_id else {
                 anyhow::bail!(

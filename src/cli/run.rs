@@ -31,11 +31,11 @@ async fn run_task(app: &App, args: RunArgs, daemon_up: bool) -> anyhow::Result<E
         .create_claimed(Submit::new(args.task, Origin::Cli, args.profile))
         .await?;
     let task = claimed.task().clone();
-    eprintln!("task {} ({} profile)", task.id, task.profile);
+    errln!("task {} ({} profile)", task.id, task.profile);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let printer = tokio::spawn(async move {
         while let Some(step) = rx.recv().await {
-            eprintln!("{}", render::step_line(&step));
+            errln!("{}", render::step_line(&step));
         }
     });
     let opts = RunOptions {
@@ -47,7 +47,7 @@ async fn run_task(app: &App, args: RunArgs, daemon_up: bool) -> anyhow::Result<E
     let done = tokio::select! {
         r = &mut exec => r?,
         _ = tokio::signal::ctrl_c() => {
-            eprintln!("interrupted: cancelling task {}", task.id);
+            errln!("interrupted: cancelling task {}", task.id);
             app.agent.cancel(&task.id).await?;
             exec.await?
         }
@@ -59,7 +59,7 @@ async fn run_task(app: &App, args: RunArgs, daemon_up: bool) -> anyhow::Result<E
         let sent = tokio::time::timeout(DELIVER_NOW, app.notifier.deliver_due())
             .await
             .unwrap_or(0);
-        eprintln!("delivered {sent} notice(s)");
+        errln!("delivered {sent} notice(s)");
     }
     let record = app
         .store

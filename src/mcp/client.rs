@@ -222,7 +222,7 @@ fn read_stderr(
         let mut lines = tokio::io::BufReader::new(stderr).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             let line = last_words.redact(&line);
-            tracing::debug!(server = %name, "mcp server stderr: {line}");
+            tracing::debug!(server = %name, "mcp server stderr: {}", crate::util::text::for_terminal(&line));
             last_words.push(&line);
         }
     })
