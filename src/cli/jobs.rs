@@ -4,8 +4,9 @@
 //! Must not: reach the daemon or the data dir except through the [`Backend`] it is given.
 
 use super::JobsCmd;
-use super::backend::{Backend, Fired};
+use super::backend::Fired;
 use super::render::{self, print_json, print_outcome};
+use crate::client::Backend;
 use serde_json::json;
 use std::process::ExitCode;
 

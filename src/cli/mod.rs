@@ -1,8 +1,8 @@
 //! The command line (clap): parses arguments, loads the configuration, calls into the library
 //! and prints. This is the binary edge: errors become `anyhow` messages and exit codes here.
 //! One file per command group; `tasks`, `jobs` and `memory` are written once against
-//! `backend::Backend`, answered by the running daemon or by the data dir in this process;
-//! `mcp` (the MCP server in `crate::mcp`) is built on the same trait.
+//! `client::Backend`, answered by the running daemon or by the data dir in this process
+//! (`backend` picks); `mcp` (the MCP server in `crate::mcp`) is built on the same trait.
 //!
 //! Must not: hold business logic; each command is a thin call into a part or a backend.
 
@@ -30,7 +30,7 @@ macro_rules! errln {
     };
 }
 
-pub(crate) mod backend;
+mod backend;
 mod config;
 mod doctor;
 mod jobs;

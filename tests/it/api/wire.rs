@@ -3,7 +3,7 @@
 //! before any handler runs — each answered with the API's JSON error, or closed.
 
 use super::{PATIENCE, api};
-use hermes_agent::server::{ApiState, Limits, serve_with};
+use hermes_agent::http::{ApiState, Limits, serve_with};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! Must not: fetch anything; pages pass in what they read.
 
 use super::assets;
-use crate::server::{ApiError, ApiState, Session};
+use crate::http::{ApiError, ApiState, Session};
 use axum::extract::FromRequestParts;
 use axum::http::StatusCode;
 use axum::http::request::Parts;

@@ -12,8 +12,8 @@ use super::layout::{
 use super::overview::task_table;
 use super::timeline::timeline;
 use crate::agent::Submit;
-use crate::server::extract::Id;
-use crate::server::{ApiError, ApiState};
+use crate::http::extract::Id;
+use crate::http::{ApiError, ApiState};
 use crate::store::{NoticeState, Origin, TaskSearch, TaskState};
 use axum::extract::State;
 use axum::response::IntoResponse;

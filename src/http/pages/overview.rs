@@ -4,9 +4,9 @@
 //! Must not: change anything; every figure is read from the store (or the agent) per request.
 
 use super::layout::{Ctx, PageResult, badge, firing, render, short, when, when_opt, word};
+use crate::http::ApiState;
 use crate::scheduler::JobView;
 use crate::scheduler::{describe_job, upcoming};
-use crate::server::ApiState;
 use crate::store::{Backlog, JobRun, Task, TaskFilter, TaskState, Tokens};
 use axum::response::IntoResponse;
 use chrono::DateTime;

@@ -9,7 +9,7 @@
 
 use super::layout::{Ctx, PageResult, badge, render};
 use crate::doctor::{self, Verdict};
-use crate::server::ApiState;
+use crate::http::ApiState;
 use axum::extract::State;
 use axum::response::IntoResponse;
 use maud::{Markup, html};
