@@ -45,7 +45,6 @@ mod tasks;
 pub use service::render_unit;
 
 use crate::config::{Config, ConfigError, Sources};
-use crate::scheduler::JobRequest;
 use crate::store::TaskState;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -143,7 +142,7 @@ pub enum JobsCmd {
     /// Add a job.
     Add {
         #[command(flatten)]
-        job: JobRequest,
+        job: jobs::JobArgs,
         #[arg(long)]
         json: bool,
     },

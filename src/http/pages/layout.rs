@@ -4,7 +4,9 @@
 //! Must not: fetch anything; pages pass in what they read.
 
 use super::assets;
+use crate::doctor::Verdict;
 use crate::http::{ApiError, ApiState, Session};
+use crate::store::{NoticeState, RunOutcome, TaskState};
 use axum::extract::FromRequestParts;
 use axum::http::StatusCode;
 use axum::http::request::Parts;
@@ -218,15 +220,103 @@ pub fn when_opt(t: Option<DateTime<Utc>>, tz: Tz) -> Markup {
     }
 }
 
-/// A state word as a coloured badge (the colour follows the word, the word stays readable).
-pub fn badge(word: &str) -> Markup {
-    let tone = match word {
-        "succeeded" | "sent" | "fired" | "ok" | "queued" | "enabled" => "good",
-        "failed" | "fail" | "missed" | "cancelled" => "bad",
-        "running" | "pending" | "warn" | "skipped" | "paused" => "busy",
-        _ => "plain",
-    };
-    html! { span class={"badge " (tone)} data-state=(word) { (word) } }
+/// What a badge's colour says about a state: done well, gone wrong, or under way / waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tone {
+    Good,
+    Bad,
+    Busy,
+}
+
+impl Tone {
+    fn class(self) -> &'static str {
+        match self {
+            Tone::Good => "good",
+            Tone::Bad => "bad",
+            Tone::Busy => "busy",
+        }
+    }
+}
+
+/// A state shown as a badge: its word, and what that state means (its tone).
+pub trait Badge {
+    fn word(&self) -> &'static str;
+    fn tone(&self) -> Tone;
+}
+
+impl Badge for TaskState {
+    fn word(&self) -> &'static str {
+        self.as_str()
+    }
+    fn tone(&self) -> Tone {
+        match self {
+            TaskState::Succeeded => Tone::Good,
+            TaskState::Failed | TaskState::Cancelled => Tone::Bad,
+            TaskState::Pending | TaskState::Running => Tone::Busy,
+        }
+    }
+}
+
+impl Badge for RunOutcome {
+    fn word(&self) -> &'static str {
+        self.as_str()
+    }
+    fn tone(&self) -> Tone {
+        match self {
+            RunOutcome::Fired => Tone::Good,
+            RunOutcome::Failed | RunOutcome::Missed => Tone::Bad,
+            RunOutcome::Skipped => Tone::Busy,
+        }
+    }
+}
+
+impl Badge for NoticeState {
+    fn word(&self) -> &'static str {
+        self.as_str()
+    }
+    fn tone(&self) -> Tone {
+        match self {
+            NoticeState::Sent => Tone::Good,
+            NoticeState::Failed => Tone::Bad,
+            NoticeState::Pending => Tone::Busy,
+        }
+    }
+}
+
+impl Badge for Verdict {
+    fn word(&self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Warn => "warn",
+            Verdict::Fail => "fail",
+        }
+    }
+    fn tone(&self) -> Tone {
+        match self {
+            Verdict::Ok => Tone::Good,
+            Verdict::Warn => Tone::Busy,
+            Verdict::Fail => Tone::Bad,
+        }
+    }
+}
+
+/// Whether a job fires on its schedule.
+#[derive(Debug, Clone, Copy)]
+pub struct JobEnabled(pub bool);
+
+impl Badge for JobEnabled {
+    fn word(&self) -> &'static str {
+        if self.0 { "enabled" } else { "paused" }
+    }
+    fn tone(&self) -> Tone {
+        if self.0 { Tone::Good } else { Tone::Busy }
+    }
+}
+
+/// A state as a coloured badge (the colour follows the state's tone; the word stays readable).
+pub fn badge(state: &impl Badge) -> Markup {
+    let word = state.word();
+    html! { span class={"badge " (state.tone().class())} data-state=(word) { (word) } }
 }
 
 /// `text` on one line, cut to `max` characters with a mark.
@@ -256,10 +346,3 @@ pub fn markdown(md: &str) -> Markup {
     PreEscaped(crate::notify::render_markdown(md))
 }
 
-/// A value's JSON word (a run's outcome, a delivery state), or `?`.
-pub fn word(v: &impl serde::Serialize) -> String {
-    match serde_json::to_value(v) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => "?".into(),
-    }
-}

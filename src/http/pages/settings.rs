@@ -8,7 +8,7 @@
 //! origin (a webhook's path is often its secret); other URLs lose their query and userinfo.
 
 use super::layout::{Ctx, PageResult, badge, render};
-use crate::doctor::{self, Verdict};
+use crate::doctor;
 use crate::http::ApiState;
 use axum::extract::State;
 use axum::response::IntoResponse;
@@ -69,7 +69,7 @@ pub async fn checks(State(s): State<ApiState>) -> Markup {
         ul.checks {
             @for c in &checks {
                 li {
-                    (badge(match c.verdict { Verdict::Ok => "ok", Verdict::Warn => "warn", Verdict::Fail => "fail" }))
+                    (badge(&c.verdict))
                     " " b { (c.what) } " " span { (c.detail) }
                 }
             }
