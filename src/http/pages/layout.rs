@@ -345,4 +345,3 @@ pub fn long_text(text: &str, class: &str) -> Markup {
 pub fn markdown(md: &str) -> Markup {
     PreEscaped(crate::notify::render_markdown(md))
 }
-
