@@ -205,7 +205,13 @@ impl Api {
     fn start(app: &App, listener: TcpListener) -> Api {
         let state = ApiState::new(app);
         let stop = CancellationToken::new();
-        let server = tokio::spawn(http::serve(listener, state, stop.clone().cancelled_owned()));
+        let limits = http::Limits::for_process(&state.config.settings.server);
+        let server = tokio::spawn(http::serve(
+            listener,
+            state,
+            limits,
+            stop.clone().cancelled_owned(),
+        ));
         Api { stop, server }
     }
 

@@ -25,7 +25,7 @@ pub mod session;
 pub mod throttle;
 mod wire;
 
-pub use conn::Limits;
+pub use conn::{Limits, serve};
 pub use error::ApiError;
 pub use guard::token_matches;
 pub use session::{Session, Sessions};
@@ -40,9 +40,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::routing::{delete, get, post};
-use std::future::Future;
 use std::sync::Arc;
-use tokio::net::TcpListener;
 
 /// Largest request body accepted (a task text is capped well below this).
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -171,43 +169,6 @@ pub fn router(state: ApiState) -> Router {
             guard::require_known_host,
         ))
         .with_state(state)
-}
-
-/// Serve the API on `listener` within the limits of `server.*` (the connection cap bounded by
-/// this process's open-file limit) until `shutdown` completes; in-flight requests finish first.
-pub async fn serve(
-    listener: TcpListener,
-    state: ApiState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let s = &state.config.settings.server;
-    let files = conn::open_file_limit();
-    let limits = Limits::from_settings(s, files);
-    let files_text = files.map_or("unlimited".to_string(), |f| f.to_string());
-    if s.max_connections > limits.max_connections as u64 {
-        tracing::warn!(
-            "server.max_connections is {} but the open-file limit is {files_text}: at most {} connections (raise the limit, e.g. LimitNOFILE= in the systemd unit)",
-            s.max_connections,
-            limits.max_connections
-        );
-    }
-    tracing::info!(
-        "HTTP: at most {} connections at once (open-file limit {files_text}), header timeout {} s, idle timeout {} s",
-        limits.max_connections,
-        s.header_timeout_s,
-        s.idle_timeout_s
-    );
-    serve_with(listener, state, limits, shutdown).await
-}
-
-/// [`serve`] with explicit limits (tests use short timeouts).
-pub async fn serve_with(
-    listener: TcpListener,
-    state: ApiState,
-    limits: Limits,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    conn::serve(listener, router(state), limits, shutdown).await
 }
 
 /// A request that failed for want of storage: name the database file in the answer (errors

@@ -515,9 +515,11 @@ async fn a_huge_url_gets_a_json_error_on_a_real_socket() {
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let state = ApiState::new(&a.t.app);
+    let limits = hermes_agent::http::Limits::for_process(&a.t.app.config.settings.server);
     tokio::spawn(hermes_agent::http::serve(
         listener,
         state,
+        limits,
         std::future::pending(),
     ));
 

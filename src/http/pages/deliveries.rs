@@ -5,7 +5,7 @@
 
 use super::flash::{Flash, flash};
 use super::guard::{Back, CsrfForm, PageQuery, see_other};
-use super::layout::{Ctx, PageResult, badge, render, short, when, when_opt};
+use super::layout::{Ctx, PageResult, Shown, badge, render, short, when, when_opt};
 use crate::http::ApiState;
 use crate::http::api::deliveries::{notice_id, parse_state};
 use crate::http::extract::Id;
@@ -79,7 +79,7 @@ fn row(ctx: &Ctx, n: &Notice, back: &str) -> Markup {
             td data-label="Channel" { (n.queued.channel) }
             td data-label="Title" { (short(&n.queued.title, 60)) }
             td data-label="State" {
-                (badge(&n.state))
+                (badge(Shown::Notice(n.state)))
                 @if let Some(e) = &n.last_error { div.error-text { (short(e, 200)) } }
             }
             td data-label="Attempts" { (n.attempts) }

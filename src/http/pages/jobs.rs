@@ -8,9 +8,7 @@
 
 use super::flash::{Flash, flash};
 use super::guard::{CsrfForm, PageQuery, see_other};
-use super::layout::{
-    Ctx, JobEnabled, PageError, PageResult, badge, firing, long_text, render, when,
-};
+use super::layout::{Ctx, PageError, PageResult, Shown, badge, firing, long_text, render, when};
 use crate::http::extract::Id;
 use crate::http::{ApiError, ApiState};
 use crate::scheduler::{JobRequest, PREVIEW_FIRINGS, describe_job, upcoming};
@@ -51,12 +49,12 @@ async fn jobs_body(
                     tr {
                         td data-label="Job" {
                             a href={"/jobs/" (j.id)} { (j.name) }
-                            @if !j.enabled { " " (badge(&JobEnabled(false))) }
+                            @if !j.enabled { " " (badge(Shown::Job { enabled: false })) }
                         }
                         td data-label="Schedule" { (describe_job(&j.job)) }
                         td data-label="Next run" { @if let (true, Some(t)) = (j.enabled, j.next_run_at) { (firing(t, tz)) } @else if j.enabled { span.muted { "—" } } @else { span.muted { "paused" } } }
                         td data-label="Last run" { @match &j.last_run {
-                            Some(r) => { (badge(&r.outcome)) " " (when(r.fired_at, tz)) }
+                            Some(r) => { (badge(Shown::Run(r.outcome))) " " (when(r.fired_at, tz)) }
                             None => { span.muted { "never" } }
                         } }
                     }
@@ -195,7 +193,7 @@ pub async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<Done>) -> PageRe
         div.task-text { (long_text(&j.task, "task")) }
         dl.facts {
             dt { "Schedule" } dd { (describe_job(j)) " " code { (j.schedule) } }
-            dt { "State" } dd #job-state { (badge(&JobEnabled(j.enabled))) }
+            dt { "State" } dd #job-state { (badge(Shown::Job { enabled: j.enabled })) }
             dt { "Delivers to" } dd { @if j.notify.is_empty() { span.muted { "nobody" } } @else { (j.notify.join(", ")) } }
             dt { "Profile" } dd { (j.profile.as_deref().unwrap_or("default")) }
             dt { "Origin" } dd { (j.origin) }
@@ -248,13 +246,13 @@ fn runs_table(runs: &[crate::store::JobRun], notices: &[Notice], tz: chrono_tz::
                 tbody { @for r in runs {
                     tr {
                         td data-label="Fired" { (when(r.fired_at, tz)) }
-                        td data-label="Outcome" { (badge(&r.outcome)) @if let Some(why) = &r.reason { " " span.muted { (why) } } }
+                        td data-label="Outcome" { (badge(Shown::Run(r.outcome))) @if let Some(why) = &r.reason { " " span.muted { (why) } } }
                         td data-label="Task" { @match &r.task_id { Some(t) => { a href={"/tasks/" (t)} { (t) } } None => { span.muted { "—" } } } }
                         td data-label="Delivery" {
                             span.muted { (r.delivery) }
                             @for n in notices.iter().filter(|n| n.queued.run_id == Some(r.id)) {
                                 div.delivery {
-                                    (badge(&n.state)) " " (n.queued.channel)
+                                    (badge(Shown::Notice(n.state))) " " (n.queued.channel)
                                     @if let Some(e) = &n.last_error { " — " span.error-text { (e) } }
                                 }
                             }
@@ -275,22 +273,13 @@ enum JobAction {
     Delete,
 }
 
-impl std::str::FromStr for JobAction {
-    type Err = ApiError;
-    fn from_str(s: &str) -> Result<JobAction, ApiError> {
-        Ok(match s {
-            "pause" => JobAction::Pause,
-            "resume" => JobAction::Resume,
-            "run" => JobAction::Run,
-            "delete" => JobAction::Delete,
-            other => {
-                return Err(ApiError::not_found(format!(
-                    "'{other}' is not something a job can do; use pause, resume, run or delete"
-                )));
-            }
-        })
-    }
-}
+/// The actions by the word in their path.
+const JOB_ACTIONS: [(&str, JobAction); 4] = [
+    ("pause", JobAction::Pause),
+    ("resume", JobAction::Resume),
+    ("run", JobAction::Run),
+    ("delete", JobAction::Delete),
+];
 
 pub async fn act(
     State(s): State<ApiState>,
@@ -298,7 +287,13 @@ pub async fn act(
     CsrfForm(_): CsrfForm,
 ) -> PageResult {
     let back = |done: Flash| see_other(&format!("/jobs/{id}?done={}", done.key()));
-    Ok(match action.parse::<JobAction>()? {
+    let Some(&(_, action)) = JOB_ACTIONS.iter().find(|(word, _)| *word == action) else {
+        return Err(ApiError::not_found(format!(
+            "'{action}' is not something a job can do; use pause, resume, run or delete"
+        ))
+        .into());
+    };
+    Ok(match action {
         JobAction::Pause => {
             s.scheduler.pause(&id).await?;
             back(Flash::JobPaused)

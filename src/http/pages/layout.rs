@@ -220,103 +220,58 @@ pub fn when_opt(t: Option<DateTime<Utc>>, tz: Tz) -> Markup {
     }
 }
 
-/// What a badge's colour says about a state: done well, gone wrong, or under way / waiting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tone {
-    Good,
-    Bad,
-    Busy,
-}
-
-impl Tone {
-    fn class(self) -> &'static str {
-        match self {
-            Tone::Good => "good",
-            Tone::Bad => "bad",
-            Tone::Busy => "busy",
-        }
-    }
-}
-
-/// A state shown as a badge: its word, and what that state means (its tone).
-pub trait Badge {
-    fn word(&self) -> &'static str;
-    fn tone(&self) -> Tone;
-}
-
-impl Badge for TaskState {
-    fn word(&self) -> &'static str {
-        self.as_str()
-    }
-    fn tone(&self) -> Tone {
-        match self {
-            TaskState::Succeeded => Tone::Good,
-            TaskState::Failed | TaskState::Cancelled => Tone::Bad,
-            TaskState::Pending | TaskState::Running => Tone::Busy,
-        }
-    }
-}
-
-impl Badge for RunOutcome {
-    fn word(&self) -> &'static str {
-        self.as_str()
-    }
-    fn tone(&self) -> Tone {
-        match self {
-            RunOutcome::Fired => Tone::Good,
-            RunOutcome::Failed | RunOutcome::Missed => Tone::Bad,
-            RunOutcome::Skipped => Tone::Busy,
-        }
-    }
-}
-
-impl Badge for NoticeState {
-    fn word(&self) -> &'static str {
-        self.as_str()
-    }
-    fn tone(&self) -> Tone {
-        match self {
-            NoticeState::Sent => Tone::Good,
-            NoticeState::Failed => Tone::Bad,
-            NoticeState::Pending => Tone::Busy,
-        }
-    }
-}
-
-impl Badge for Verdict {
-    fn word(&self) -> &'static str {
-        match self {
-            Verdict::Ok => "ok",
-            Verdict::Warn => "warn",
-            Verdict::Fail => "fail",
-        }
-    }
-    fn tone(&self) -> Tone {
-        match self {
-            Verdict::Ok => Tone::Good,
-            Verdict::Warn => Tone::Busy,
-            Verdict::Fail => Tone::Bad,
-        }
-    }
-}
-
-/// Whether a job fires on its schedule.
+/// A state a page shows as a badge: the stored word, coloured by what the state means.
 #[derive(Debug, Clone, Copy)]
-pub struct JobEnabled(pub bool);
+pub enum Shown {
+    Task(TaskState),
+    Run(RunOutcome),
+    Notice(NoticeState),
+    Check(Verdict),
+    /// Whether a job fires on its schedule.
+    Job {
+        enabled: bool,
+    },
+}
 
-impl Badge for JobEnabled {
-    fn word(&self) -> &'static str {
-        if self.0 { "enabled" } else { "paused" }
+impl Shown {
+    fn word(self) -> &'static str {
+        match self {
+            Shown::Task(s) => s.as_str(),
+            Shown::Run(o) => o.as_str(),
+            Shown::Notice(n) => n.as_str(),
+            Shown::Check(v) => v.as_str(),
+            Shown::Job { enabled: true } => "enabled",
+            Shown::Job { enabled: false } => "paused",
+        }
     }
-    fn tone(&self) -> Tone {
-        if self.0 { Tone::Good } else { Tone::Busy }
+
+    /// The badge's class: done well, gone wrong, or under way / waiting.
+    fn tone(self) -> &'static str {
+        use {NoticeState as N, RunOutcome as R, TaskState as T};
+        match self {
+            Shown::Task(T::Succeeded)
+            | Shown::Run(R::Fired)
+            | Shown::Notice(N::Sent)
+            | Shown::Check(Verdict::Ok)
+            | Shown::Job { enabled: true } => "good",
+            Shown::Task(T::Failed | T::Cancelled)
+            | Shown::Run(R::Failed | R::Missed)
+            | Shown::Notice(N::Failed)
+            | Shown::Check(Verdict::Fail) => "bad",
+            Shown::Task(T::Pending | T::Running)
+            | Shown::Run(R::Skipped)
+            | Shown::Notice(N::Pending)
+            | Shown::Check(Verdict::Warn)
+            | Shown::Job { enabled: false } => "busy",
+        }
     }
 }
 
-/// A state as a coloured badge (the colour follows the state's tone; the word stays readable).
-pub fn badge(state: &impl Badge) -> Markup {
+/// A state as a coloured badge (the colour follows what the state means; the word stays
+/// readable).
+pub fn badge(state: Shown) -> Markup {
     let word = state.word();
-    html! { span class={"badge " (state.tone().class())} data-state=(word) { (word) } }
+    html! { span class={"badge " (state.tone())} data-state=(word) { (word) } }
 }
 
 /// `text` on one line, cut to `max` characters with a mark.

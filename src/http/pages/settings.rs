@@ -7,7 +7,7 @@
 //! empty; MCP `env` and `headers` values are hidden; webhook and MCP URLs keep only their
 //! origin (a webhook's path is often its secret); other URLs lose their query and userinfo.
 
-use super::layout::{Ctx, PageResult, badge, render};
+use super::layout::{Ctx, PageResult, Shown, badge, render};
 use crate::doctor;
 use crate::http::ApiState;
 use axum::extract::State;
@@ -69,7 +69,7 @@ pub async fn checks(State(s): State<ApiState>) -> Markup {
         ul.checks {
             @for c in &checks {
                 li {
-                    (badge(&c.verdict))
+                    (badge(Shown::Check(c.verdict)))
                     " " b { (c.what) } " " span { (c.detail) }
                 }
             }

@@ -7,7 +7,7 @@
 
 use super::guard::{CsrfForm, PageQuery, see_other};
 use super::layout::{
-    Ctx, PageError, PageResult, badge, long_text, markdown, render, when, when_opt,
+    Ctx, PageError, PageResult, Shown, badge, long_text, markdown, render, when, when_opt,
 };
 use super::overview::task_table;
 use super::timeline::timeline;
@@ -178,7 +178,7 @@ pub async fn show(ctx: Ctx, Id(id): Id) -> PageResult {
     let body = html! {
         div.task-text { (long_text(&t.task, "task")) }
         dl.facts {
-            dt { "State" } dd #task-state { (badge(&t.state)) @if let Some(r) = t.reason { " " span.muted { (r) } } }
+            dt { "State" } dd #task-state { (badge(Shown::Task(t.state))) @if let Some(r) = t.reason { " " span.muted { (r) } } }
             dt { "Origin" } dd { (t.origin) }
             dt { "Profile" } dd { (t.profile) }
             @if let Some(j) = &t.job_id { dt { "Job" } dd { a href={"/jobs/" (j)} { (j) } } }
@@ -211,7 +211,7 @@ pub async fn show(ctx: Ctx, Id(id): Id) -> PageResult {
                 h2 #h-notices { "Deliveries" }
                 ul.notices { @for n in &record.notices {
                     li {
-                        (badge(&n.state)) " "
+                        (badge(Shown::Notice(n.state))) " "
                         b { (n.queued.channel) } " · " (n.queued.title)
                         " · " (n.attempts) " attempt(s)"
                         @if let Some(e) = &n.last_error { " — " span.error-text { (e) } }
