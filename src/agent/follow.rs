@@ -63,7 +63,7 @@ impl Agent {
         loop {
             // The state is read before the rows: a task seen finished here has all its rows
             // stored already, so after sending them the stream can end.
-            let task = store.task(id).await?;
+            let task = self.as_known(store.task(id).await?);
             for step in store.steps_after(id, seen).await? {
                 seen = step.seq;
                 if tx.send(Ok(Followed::Step(step))).await.is_err() {

@@ -14,6 +14,7 @@ mod pool;
 pub mod prompt;
 mod run;
 mod trace;
+mod unsaved;
 
 pub use delegate::{DelegateTools, MAX_DEPTH};
 pub use follow::Followed;
@@ -94,8 +95,9 @@ pub struct TaskFinished {
     pub id: String,
     pub state: TaskState,
     /// The row as its runner finished it, when someone was listening: [`Agent::wait`] returns
-    /// it without reading it back. `None` when the end could not be written (the store failed)
-    /// or the task was finished elsewhere (a cancel of a pending task).
+    /// it without reading it back (an end that could not be written yet is the row shown in
+    /// its place, see `unsaved.rs`). `None` when the task was finished elsewhere (a cancel of
+    /// a pending task).
     pub task: Option<Arc<Task>>,
 }
 
@@ -152,6 +154,9 @@ struct Inner {
     memory: Option<LongTerm>,
     /// Running tasks' stop switches, so the API can cancel one and shutdown can stop all.
     running: Mutex<HashMap<String, Running>>,
+    /// Ends the runner could not write yet, by task id: shown in place of the stored row and
+    /// retried in the background (see `unsaved.rs`).
+    unsaved: Mutex<HashMap<String, Task>>,
     /// Every finished task is announced here.
     finished: broadcast::Sender<TaskFinished>,
     /// Every stored trace row is announced here.
@@ -181,6 +186,7 @@ impl Agent {
                 registry,
                 memory,
                 running: Mutex::new(HashMap::new()),
+                unsaved: Mutex::new(HashMap::new()),
                 finished,
                 steps,
                 queued: Notify::new(),
@@ -327,7 +333,7 @@ impl Agent {
     ) -> Result<Task, AgentError> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let t = self.inner.store.task(id).await?;
+            let t = self.as_known(self.inner.store.task(id).await?);
             if t.state.is_finished() {
                 return Ok(t);
             }
@@ -335,14 +341,14 @@ impl Agent {
             // waiters, re-reading on every event would cost waiters × events queries.
             loop {
                 match tokio::time::timeout_at(deadline, rx.recv()).await {
-                    Err(_) => return Ok(self.inner.store.task(id).await?),
+                    Err(_) => return Ok(self.as_known(self.inner.store.task(id).await?)),
                     Ok(Ok(ev)) if ev.id != id => continue,
                     // Our task, with the row its runner finished: no need to read it back.
                     Ok(Ok(TaskFinished { task: Some(t), .. })) => {
                         return Ok(Arc::unwrap_or_clone(t));
                     }
                     Ok(Err(broadcast::error::RecvError::Closed)) => {
-                        return Ok(self.inner.store.task(id).await?);
+                        return Ok(self.as_known(self.inner.store.task(id).await?));
                     }
                     // Our task, or we lagged behind and may have missed it: look again.
                     Ok(_) => break,
@@ -351,13 +357,12 @@ impl Agent {
         }
     }
 
-    /// A task by id or unambiguous prefix.
+    /// A task by id or unambiguous prefix (its unsaved end shown, see `unsaved.rs`).
     pub async fn find(&self, id: &str) -> Result<Task, AgentError> {
-        self.inner
-            .store
-            .find_task(id)
-            .await?
-            .ok_or_else(|| AgentError::NotFound(id.to_string()))
+        match self.inner.store.find_task(id).await? {
+            Some(task) => Ok(self.as_known(task)),
+            None => Err(AgentError::NotFound(id.to_string())),
+        }
     }
 
     /// Cancel a pending or running task.

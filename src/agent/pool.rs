@@ -27,7 +27,7 @@ impl Agent {
             match self.inner.store.claim_next_pending().await {
                 Ok(Some(task)) => {
                     if let Err(e) = self.run_taken(task, RunOptions::default()).await {
-                        tracing::error!(worker, error = %e, "task could not run");
+                        tracing::error!(worker, error = %e, "the task's end could not be recorded");
                     }
                     continue;
                 }

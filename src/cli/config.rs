@@ -13,7 +13,7 @@ pub fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
     let config = match Config::load(src) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return Ok(ExitCode::from(EXIT_CONFIG));
         }
     };
@@ -21,20 +21,20 @@ pub fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
     let manifests = match manifest::load_dir(&config.manifests_dir, &env_map()) {
         Ok(m) => m,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return Ok(ExitCode::from(EXIT_CONFIG));
         }
     };
     let s = &config.settings;
-    println!("config: {} — valid", config.source);
-    println!("data dir: {}", config.data_dir.display());
+    outln!("config: {} — valid", config.source);
+    outln!("data dir: {}", config.data_dir.display());
     for (name, p) in &s.model.profiles {
         let mark = if *name == s.model.default_profile {
             " (default)"
         } else {
             ""
         };
-        println!(
+        outln!(
             "profile {name}{mark}: model {} at {}{}",
             p.model,
             p.base_url,
@@ -45,12 +45,14 @@ pub fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
             }
         );
     }
-    println!(
+    outln!(
         "agent: max_steps {}, {} workers, task timeout {} s",
-        s.agent.max_steps, s.agent.workers, s.agent.task_timeout_s
+        s.agent.max_steps,
+        s.agent.workers,
+        s.agent.task_timeout_s
     );
     let names: Vec<&str> = manifests.iter().map(|t| t.info().name.as_str()).collect();
-    println!(
+    outln!(
         "tools: allowlist [{}], {} manifest tool(s) in {}{}",
         s.tools.allowlist.join(", "),
         names.len(),
@@ -66,7 +68,7 @@ pub fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
             crate::config::McpTransport::Stdio => server.command.join(" "),
             crate::config::McpTransport::Http => server.url.clone(),
         };
-        println!("mcp server {name}: {how}");
+        outln!("mcp server {name}: {how}");
     }
     let email = match &s.notify.email {
         Some(e) => format!(
@@ -77,9 +79,9 @@ pub fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
         ),
         None => "no email".into(),
     };
-    println!("notify: {email}, {} webhook(s)", s.notify.webhooks.len());
+    outln!("notify: {email}, {} webhook(s)", s.notify.webhooks.len());
     if let Some(i) = &s.inbox.email {
-        println!(
+        outln!(
             "inbox: {} mailbox {}, {} allowed sender(s){}",
             i.label(),
             i.mailbox,
@@ -91,16 +93,16 @@ pub fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
             }
         );
         if i.allow_from.is_empty() {
-            eprintln!(
+            errln!(
                 "warning: inbox.email.allow_from is empty: the agent reads mail but acts on none"
             );
         } else if i.trusted_authserv_id.is_empty() {
-            eprintln!(
+            errln!(
                 "warning: inbox.email.trusted_authserv_id is empty: a forged From of an allowed address starts tasks; set it to your mail server's id"
             );
         }
     }
-    println!(
+    outln!(
         "server: {}:{}{}",
         s.server.host,
         s.server.port,

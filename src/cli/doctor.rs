@@ -4,8 +4,8 @@
 //!
 //! Must not: change anything: it probes, and with a daemon up it leaves the data dir alone.
 
-use super::backend::Remote;
 use crate::app::{App, JobExecution};
+use crate::client::Remote;
 use crate::config::Config;
 use crate::doctor::{self, Check, Verdict};
 use std::process::ExitCode;
@@ -24,7 +24,7 @@ impl Report {
             Verdict::Warn => "warn",
             Verdict::Fail => "FAIL",
         };
-        println!("[{tag}] {}: {}", c.what, c.detail);
+        outln!("[{tag}] {}: {}", c.what, c.detail);
     }
 
     fn print_all(&mut self, checks: Vec<Check>) {
@@ -42,11 +42,17 @@ impl Report {
     }
 }
 
+/// `GET /v1/mcp`: each MCP server's status as the daemon sees it.
+#[derive(serde::Deserialize)]
+struct McpServers {
+    servers: Vec<crate::mcp::ServerStatus>,
+}
+
 pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
     let mut report = Report::default();
     report.print(doctor::config(&config));
     report.print(doctor::time_zone(&config));
-    report.print_all(doctor::models(&config.settings).await);
+    report.print_all(doctor::models(&config).await);
     // Its own login, whether or not the daemon is up: IMAP servers take several sessions.
     report.print_all(doctor::inbox(&config.settings).await.into_iter().collect());
     let daemon = Remote::detect(&config).await;
@@ -63,8 +69,8 @@ pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
     });
     // The MCP servers: the daemon's, as it runs them; else each started once and stopped.
     match &daemon {
-        Some(d) => match d.mcp_servers().await {
-            Ok(servers) => report.print_all(doctor::mcp_servers(&servers)),
+        Some(d) => match d.get::<McpServers>("/v1/mcp").await {
+            Ok(list) => report.print_all(doctor::mcp_servers(&list.servers)),
             Err(e) => report.print(Check::new(Verdict::Warn, "mcp servers", e.to_string())),
         },
         None => {

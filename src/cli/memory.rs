@@ -4,8 +4,8 @@
 //! Must not: reach the daemon or the data dir except through the [`Backend`] it is given.
 
 use super::MemoryCmd;
-use super::backend::Backend;
 use super::render::{self, print_json};
+use crate::client::Backend;
 use serde_json::json;
 use std::process::ExitCode;
 
@@ -18,19 +18,19 @@ pub async fn memory(backend: &dyn Backend, cmd: MemoryCmd) -> anyhow::Result<Exi
             } else {
                 ""
             };
-            println!("{}{merged}", fact.id);
+            outln!("{}{merged}", fact.id);
         }
         MemoryCmd::Search { query, k, json } => {
             let facts = backend.recall(&query, k).await?;
             if json {
                 print_json(&json!({ "facts": facts }))?;
             } else {
-                print!("{}", render::fact_list(&facts));
+                out!("{}", render::fact_list(&facts));
             }
         }
         MemoryCmd::Forget { id } => {
             backend.forget(&id).await?;
-            println!("forgot {id}");
+            outln!("forgot {id}");
         }
     }
     Ok(ExitCode::SUCCESS)

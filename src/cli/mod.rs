@@ -1,12 +1,36 @@
 //! The command line (clap): parses arguments, loads the configuration, calls into the library
 //! and prints. This is the binary edge: errors become `anyhow` messages and exit codes here.
 //! One file per command group; `tasks`, `jobs` and `memory` are written once against
-//! `backend::Backend`, answered by the running daemon or by the data dir in this process;
-//! `mcp` (the MCP server in `crate::mcp`) is built on the same trait.
+//! `client::Backend`, answered by the running daemon or by the data dir in this process
+//! (`backend` picks); `mcp` (the MCP server in `crate::mcp`) is built on the same trait.
 //!
 //! Must not: hold business logic; each command is a thin call into a part or a backend.
 
-pub(crate) mod backend;
+/// `println!` for what a person reads: the line goes through
+/// [`for_terminal`](crate::util::text::for_terminal), so text from a model, a server, an MCP
+/// server or a fact cannot drive the terminal (retitle it, clear it, plant links, reverse text).
+/// `--json` output is printed by `render::print_json` instead, unchanged.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        println!("{}", $crate::util::text::for_terminal(&format!($($arg)*)))
+    };
+}
+
+/// [`outln!`] without the newline: for tables and timelines that end in their own.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        print!("{}", $crate::util::text::for_terminal(&format!($($arg)*)))
+    };
+}
+
+/// [`outln!`] on stderr: the live timeline, errors, progress.
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        eprintln!("{}", $crate::util::text::for_terminal(&format!($($arg)*)))
+    };
+}
+
+mod backend;
 mod config;
 mod doctor;
 mod jobs;
@@ -15,12 +39,12 @@ mod memory;
 mod render;
 mod run;
 mod service;
+mod table;
 mod tasks;
 
 pub use service::render_unit;
 
 use crate::config::{Config, ConfigError, Sources};
-use crate::scheduler::JobRequest;
 use crate::store::TaskState;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -118,7 +142,7 @@ pub enum JobsCmd {
     /// Add a job.
     Add {
         #[command(flatten)]
-        job: JobRequest,
+        job: jobs::JobArgs,
         #[arg(long)]
         json: bool,
     },
@@ -176,14 +200,14 @@ pub fn main() -> ExitCode {
     let runtime = match runtime(matches!(cli.command, Command::Serve)) {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            errln!("error: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", error_text(&e));
+            errln!("error: {}", error_text(&e));
             match e.downcast_ref::<ConfigError>() {
                 Some(_) => ExitCode::from(EXIT_CONFIG),
                 None => ExitCode::FAILURE,
@@ -225,13 +249,32 @@ fn error_text(e: &anyhow::Error) -> String {
 fn init_tracing(default: &str) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    // journald adds its own timestamps; keep lines short and free of colour codes there.
+    // journald adds its own timestamps; keep lines short. No colour codes: every line goes
+    // through `for_terminal` (see `LogWriter`), which would write them out.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(|| LogWriter)
+        .with_ansi(false)
         .with_target(false)
         .try_init();
+}
+
+/// Log lines to stderr through [`for_terminal`](crate::util::text::for_terminal), like every
+/// other line a person reads: a logged error may quote a model server's body or an MCP server's
+/// stderr, and tracing-subscriber escapes nothing when it writes without colours.
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // The formatter writes each event whole, so no character is split between two writes.
+        let line = String::from_utf8_lossy(buf);
+        std::io::stderr().write_all(crate::util::text::for_terminal(&line).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
 }
 
 fn sources(cli: &Cli) -> Sources {
@@ -268,3 +311,6 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Doctor => doctor::doctor(config).await,
     }
 }
+
+#[cfg(test)]
+mod tests;

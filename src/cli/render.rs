@@ -5,8 +5,10 @@
 //! Must not: fetch anything — every function takes the typed values a backend returned.
 
 use super::backend::FoundFact;
+use super::table::{Table, cell};
 use crate::scheduler::JobView;
 use crate::store::{Notice, NoticeState, Step, StepKind, Task, TaskRecord, TaskState};
+use crate::util::text;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use std::fmt::Write;
@@ -16,6 +18,8 @@ use std::process::ExitCode;
 /// whether the value came from the daemon's API or from the data dir.
 pub fn print_json(v: &impl Serialize) -> anyhow::Result<()> {
     let value = serde_json::to_value(v)?;
+    // Not through `for_terminal`: JSON escapes control characters itself, and a program reading
+    // it must get the text exactly as stored.
     println!("{}", serde_json::to_string_pretty(&value)?);
     Ok(())
 }
@@ -23,14 +27,6 @@ pub fn print_json(v: &impl Serialize) -> anyhow::Result<()> {
 /// A time as the API writes it (RFC 3339, `Z`), so tables read the same as the JSON.
 pub fn time(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
-}
-
-/// A value's JSON word (an enum such as a run's outcome), or `?`.
-pub fn word(v: &impl Serialize) -> String {
-    match serde_json::to_value(v) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => "?".into(),
-    }
 }
 
 /// Exit 0 for a task that succeeded, 1 for any other end.
@@ -49,8 +45,8 @@ pub fn print_outcome(record: &TaskRecord, json: bool) -> anyhow::Result<ExitCode
     } else {
         let t = &record.task;
         match (&t.answer, t.state) {
-            (Some(a), TaskState::Succeeded) => println!("{a}"),
-            _ => eprintln!(
+            (Some(a), TaskState::Succeeded) => outln!("{a}"),
+            _ => errln!(
                 "task {} {}{}: {}",
                 t.id,
                 t.state,
@@ -62,42 +58,48 @@ pub fn print_outcome(record: &TaskRecord, json: bool) -> anyhow::Result<ExitCode
     Ok(exit_for(record.task.state))
 }
 
-/// Shorten to `max` characters on one line, marking the cut.
+/// Shorten to `max` characters on one line, marking the cut; control characters are written
+/// out (as `\x1b`) first, so what they were stays visible in the line.
 pub fn one_line(s: &str, max: usize) -> String {
-    let flat: String = s
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= max {
+    text::one_line(&text::for_terminal(s), max)
+}
+
+/// Errors and notes on a timeline longer than this are cut (at a word); the rest is in
+/// `tasks show ID --json`. Model errors stay well under it: they quote at most 400 characters
+/// of a server's body.
+const WHOLE_CHARS: usize = 1500;
+
+/// An error or a note on one line, whole: it ends with what to do, so cutting it at a fixed
+/// width cut off the advice. Only past [`WHOLE_CHARS`] is it cut, at a word.
+pub fn whole_line(s: &str) -> String {
+    let flat = text::collapse(&text::for_terminal(s));
+    if flat.chars().count() <= WHOLE_CHARS {
         return flat;
     }
-    let cut: String = flat.chars().take(max.saturating_sub(1)).collect();
-    format!("{cut}…")
+    let kept = text::prefix(&flat, WHOLE_CHARS);
+    let at = kept.rfind(' ').unwrap_or(kept.len());
+    format!(
+        "{}{} (the whole text: tasks show --json)",
+        &kept[..at],
+        text::ELLIPSIS
+    )
 }
 
 pub fn task_table(tasks: &[Task]) -> String {
     if tasks.is_empty() {
         return "no tasks yet — start one with `hermes-agent run \"...\"`\n".into();
     }
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<16}  {:<9}  {:<6}  {:<19}  TASK",
-        "ID", "STATE", "ORIGIN", "CREATED (UTC)"
-    );
+    let mut table = Table::new(&["ID", "STATE", "ORIGIN", "CREATED (UTC)", "TASK"]);
     for t in tasks {
-        let _ = writeln!(
-            out,
-            "{:<16}  {:<9}  {:<6}  {:<19}  {}",
-            t.id,
-            t.state.as_str(),
-            t.origin,
-            t.created_at.format("%Y-%m-%d %H:%M:%S"),
-            one_line(&t.task, 60)
-        );
+        table.row(vec![
+            cell(&t.id, 32),
+            t.state.to_string(),
+            t.origin.to_string(),
+            t.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+            cell(&t.task, 60),
+        ]);
     }
-    out
+    table.render()
 }
 
 /// One line per trace row, as `run` prints them live.
@@ -113,7 +115,7 @@ pub fn step_line(s: &Step) -> String {
                 .row
                 .error
                 .as_deref()
-                .map(|e| format!("  ! {}", one_line(e, 120)))
+                .map(|e| format!("  ! {}", whole_line(e)))
                 .unwrap_or_default();
             format!(
                 "[{:>2}] model {} ({} ms, {}→{} tok) {what}{err}",
@@ -126,7 +128,7 @@ pub fn step_line(s: &Step) -> String {
         }
         StepKind::Tool => {
             let outcome = match &s.row.error {
-                Some(e) => format!("✗ {}", one_line(e, 120)),
+                Some(e) => format!("✗ {}", whole_line(e)),
                 None => format!("✓ {}", one_line(s.row.output.as_deref().unwrap_or(""), 100)),
             };
             format!(
@@ -140,13 +142,12 @@ pub fn step_line(s: &Step) -> String {
         StepKind::Note => format!(
             "[{:>2}]   note {}",
             s.row.step,
-            one_line(
+            whole_line(
                 s.row
                     .output
                     .as_deref()
                     .or(s.row.error.as_deref())
-                    .unwrap_or(""),
-                140
+                    .unwrap_or("")
             )
         ),
     }
@@ -192,7 +193,7 @@ pub fn task_timeline(t: &Task, steps: &[Step], notices: &[Notice]) -> String {
         let err = n
             .last_error
             .as_deref()
-            .map(|e| format!(" — {}", one_line(e, 120)))
+            .map(|e| format!(" — {}", whole_line(e)))
             .unwrap_or_default();
         let _ = writeln!(
             out,
@@ -213,36 +214,33 @@ pub fn job_table(jobs: &[JobView]) -> String {
         return "no jobs — add one with `hermes-agent jobs add \"TASK\" --schedule \"0 8 * * *\"`\n"
             .into();
     }
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<18}  {:<16}  {:<14}  {:<20}  LAST RUN",
-        "ID", "NAME", "SCHEDULE", "NEXT (UTC)"
-    );
+    let mut table = Table::new(&["ID", "NAME", "SCHEDULE", "NEXT (UTC)", "LAST RUN"]);
     for j in jobs {
         let last = match &j.last_run {
             Some(r) => format!(
                 "{} {}{}",
-                word(&r.outcome),
+                r.outcome.as_str(),
                 time(r.fired_at),
                 r.reason
                     .as_deref()
-                    .map(|x| format!(" ({x})"))
+                    .map(|x| format!(" ({})", one_line(x, 80)))
                     .unwrap_or_default()
             ),
             None => "never".into(),
         };
-        let next = j.next_run_at.map(time).unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "{:<18}  {:<16}  {:<14}  {:<20}  {last}",
-            j.id,
-            one_line(&j.name, 16),
-            j.schedule,
-            one_line(&next, 20)
-        );
+        // To the second: the fraction the API gives only widens the column.
+        let next = j
+            .next_run_at
+            .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true));
+        table.row(vec![
+            cell(&j.id, 32),
+            cell(&j.name, 24),
+            cell(&j.schedule, 40),
+            next.unwrap_or_default(),
+            last,
+        ]);
     }
-    out
+    table.render()
 }
 
 /// One line per fact: id, score, text.
@@ -255,4 +253,117 @@ pub fn fact_list(facts: &[FoundFact]) -> String {
         let _ = writeln!(out, "{}  {:.2}  {}", f.id, f.score, f.text);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::JobView;
+    use crate::store::{Job, Origin};
+    use unicode_width::UnicodeWidthStr;
+
+    fn task(id: &str, state: TaskState, origin: Origin, text: &str) -> Task {
+        Task {
+            id: id.into(),
+            state,
+            origin,
+            parent_id: None,
+            job_id: None,
+            profile: "fast".into(),
+            task: text.into(),
+            answer: None,
+            error: None,
+            reason: None,
+            parse_failures: 0,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            created_at: Utc::now(),
+            started_at: None,
+            finished_at: None,
+        }
+    }
+
+    /// The display column at which `needle` starts in each line that holds it.
+    fn columns_of(table: &str, needles: &[&str]) -> Vec<usize> {
+        table
+            .lines()
+            .zip(needles)
+            .map(|(line, needle)| {
+                let at = line
+                    .find(needle)
+                    .unwrap_or_else(|| panic!("no {needle} in {line}"));
+                line[..at].width()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn errors_on_the_timeline_are_whole_or_cut_at_a_word() {
+        let advice = "cannot reach the model server at http://127.0.0.1:9/v1 (connection refused) after 4 attempt(s): is the model server running and listening there? Or point model.profiles.fast.base_url at an OpenAI-compatible server, in /etc/h/settings.yaml.";
+        assert_eq!(whole_line(advice), advice);
+        let long = "word ".repeat(WHOLE_CHARS);
+        let cut = whole_line(&long);
+        assert!(
+            cut.starts_with("word word") && cut.contains("word… (the whole text"),
+            "{cut}"
+        );
+        assert!(cut.chars().count() < WHOLE_CHARS + 60);
+    }
+
+    #[test]
+    fn the_task_table_lines_up_whatever_the_origin_and_script() {
+        let table = task_table(&[
+            task(
+                "aaaaaaaaaaaaaaaa",
+                TaskState::Succeeded,
+                Origin::Cli,
+                "乌龙茶多少钱？",
+            ),
+            task(
+                "bbbbbbbbbbbbbbbb",
+                TaskState::Failed,
+                Origin::Mcp,
+                "the price of tea",
+            ),
+            task("cccccccccccccccc", TaskState::Pending, Origin::Job, "x"),
+        ]);
+        let task_column = columns_of(&table, &["TASK", "乌龙茶", "the price", "x"]);
+        assert!(task_column.iter().all(|c| *c == task_column[0]), "{table}");
+        let created = columns_of(&table, &["CREATED", "20", "20", "20"]);
+        assert!(created.iter().all(|c| *c == created[0]), "{table}");
+    }
+
+    #[test]
+    fn the_job_table_lines_up_wide_names_and_long_schedules() {
+        let job = |id: &str, name: &str, schedule: &str| JobView {
+            job: Job {
+                id: id.into(),
+                name: name.into(),
+                task: "t".into(),
+                schedule: schedule.into(),
+                timezone: "UTC".into(),
+                notify: vec![],
+                profile: None,
+                origin: Origin::Cli,
+                precheck: None,
+                enabled: true,
+                next_run_at: Some(Utc::now()),
+                running_task_id: None,
+                created_at: Utc::now(),
+            },
+            last_run: None,
+        };
+        let table = job_table(&[
+            job("j_aaaaaaaaaaaaaaaa", "乌龙茶价格监控", "every 2h"),
+            job("j_bbbbbbbbbbbbbbbb", "tea", "2026-12-01T08:00:00+08:00"),
+        ]);
+        for column in [
+            ["SCHEDULE", "every", "2026-12-01T08"],
+            ["LAST RUN", "never", "never"],
+        ] {
+            let at = columns_of(&table, &column);
+            assert!(at.iter().all(|c| *c == at[0]), "{column:?}: {table}");
+        }
+        assert!(table.contains("2026-12-01T08:00:00+08:00"), "{table}");
+    }
 }

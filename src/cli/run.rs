@@ -6,10 +6,11 @@
 //! Must not: hand the task to the daemon — its live timeline only exists in this process.
 
 use super::RunArgs;
-use super::backend::{DELIVER_NOW, Remote};
+use super::backend::DELIVER_NOW;
 use super::render::{self, print_outcome};
 use crate::agent::{RunOptions, Submit};
 use crate::app::{App, JobExecution};
+use crate::client::Remote;
 use crate::config::Config;
 use crate::store::Origin;
 use std::process::ExitCode;
@@ -31,11 +32,11 @@ async fn run_task(app: &App, args: RunArgs, daemon_up: bool) -> anyhow::Result<E
         .create_claimed(Submit::new(args.task, Origin::Cli, args.profile))
         .await?;
     let task = claimed.task().clone();
-    eprintln!("task {} ({} profile)", task.id, task.profile);
+    errln!("task {} ({} profile)", task.id, task.profile);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let printer = tokio::spawn(async move {
         while let Some(step) = rx.recv().await {
-            eprintln!("{}", render::step_line(&step));
+            errln!("{}", render::step_line(&step));
         }
     });
     let opts = RunOptions {
@@ -47,7 +48,7 @@ async fn run_task(app: &App, args: RunArgs, daemon_up: bool) -> anyhow::Result<E
     let done = tokio::select! {
         r = &mut exec => r?,
         _ = tokio::signal::ctrl_c() => {
-            eprintln!("interrupted: cancelling task {}", task.id);
+            errln!("interrupted: cancelling task {}", task.id);
             app.agent.cancel(&task.id).await?;
             exec.await?
         }
@@ -59,7 +60,7 @@ async fn run_task(app: &App, args: RunArgs, daemon_up: bool) -> anyhow::Result<E
         let sent = tokio::time::timeout(DELIVER_NOW, app.notifier.deliver_due())
             .await
             .unwrap_or(0);
-        eprintln!("delivered {sent} notice(s)");
+        errln!("delivered {sent} notice(s)");
     }
     let record = app
         .store

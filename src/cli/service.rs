@@ -80,16 +80,16 @@ pub fn service_install(config: &Config) -> anyhow::Result<ExitCode> {
     let unit = render_unit(&exe, config_file.as_deref(), &data_dir);
     let path = unit_dir.join("hermes-agent.service");
     std::fs::write(&path, unit).with_context(|| format!("cannot write {}", path.display()))?;
-    println!("wrote {}", path.display());
-    println!(
+    outln!("wrote {}", path.display());
+    outln!(
         "next:\n  systemctl --user daemon-reload\n  systemctl --user enable --now hermes-agent\n  journalctl --user -u hermes-agent -f"
     );
     match linger_enabled() {
-        Some(true) => println!("lingering is on: the service keeps running after you log out"),
-        Some(false) => println!(
+        Some(true) => outln!("lingering is on: the service keeps running after you log out"),
+        Some(false) => outln!(
             "warning: lingering is off, so the service stops when you log out. Fix: loginctl enable-linger $USER"
         ),
-        None => println!(
+        None => outln!(
             "note: could not ask loginctl about lingering; without it the service stops at logout (loginctl enable-linger $USER)"
         ),
     }

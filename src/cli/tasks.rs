@@ -4,8 +4,8 @@
 //! Must not: reach the daemon or the data dir except through the [`Backend`] it is given.
 
 use super::TasksCmd;
-use super::backend::Backend;
 use super::render::{self, print_json};
+use crate::client::Backend;
 use serde_json::json;
 use std::process::ExitCode;
 
@@ -16,11 +16,11 @@ pub async fn tasks(backend: &dyn Backend, cmd: TasksCmd) -> anyhow::Result<ExitC
             if json {
                 print_json(&json!({ "tasks": list }))?;
             } else {
-                print!("{}", render::task_table(&list));
+                out!("{}", render::task_table(&list));
             }
         }
         TasksCmd::Watch { id } => {
-            let print = |step: &crate::store::Step| println!("{}", render::step_line(step));
+            let print = |step: &crate::store::Step| outln!("{}", render::step_line(step));
             let task = backend.watch(&id, &print).await?;
             let record = backend.task(&task.id).await?;
             return render::print_outcome(&record, false);
@@ -30,7 +30,7 @@ pub async fn tasks(backend: &dyn Backend, cmd: TasksCmd) -> anyhow::Result<ExitC
             if json {
                 print_json(&record)?;
             } else {
-                print!(
+                out!(
                     "{}",
                     render::task_timeline(&record.task, &record.steps, &record.notices)
                 );

@@ -250,6 +250,9 @@ pub struct MemorySettings {
     pub recall_top_k: u32,
     /// Days a task's working-memory rows are kept.
     pub working_retention_days: u32,
+    /// The most of one over-cap tool result kept in working memory (bytes); the rest is
+    /// dropped, and the model is told so.
+    pub working_max_bytes: u64,
 }
 
 impl Default for MemorySettings {
@@ -257,6 +260,7 @@ impl Default for MemorySettings {
         MemorySettings {
             recall_top_k: 5,
             working_retention_days: 7,
+            working_max_bytes: 1024 * 1024,
         }
     }
 }
@@ -421,11 +425,26 @@ pub struct SubAgent {
     pub timeout_s: u64,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct McpSettings {
     /// By name; each server's tools are offered as `NAME__TOOL`.
     pub servers: BTreeMap<String, McpServer>,
+    /// The most tools taken from one server (the first ones it lists); every tool costs
+    /// prompt tokens at every step.
+    pub max_tools_per_server: u32,
+    /// The most `tools/list` pages read from one server per listing.
+    pub max_list_pages: u32,
+}
+
+impl Default for McpSettings {
+    fn default() -> Self {
+        McpSettings {
+            servers: BTreeMap::new(),
+            max_tools_per_server: 128,
+            max_list_pages: 10,
+        }
+    }
 }
 
 /// One MCP server: a program speaking MCP on stdio (`command`), or a streamable-HTTP endpoint

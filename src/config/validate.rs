@@ -122,7 +122,8 @@ impl Settings {
             "context.summary_max_length",
             self.context.summary_max_length.into(),
         )?;
-        positive("memory.recall_top_k", self.memory.recall_top_k.into())
+        positive("memory.recall_top_k", self.memory.recall_top_k.into())?;
+        positive("memory.working_max_bytes", self.memory.working_max_bytes)
     }
 
     fn validate_scheduler(&self) -> Result<(), Violation> {
@@ -212,6 +213,11 @@ impl Settings {
     }
 
     fn validate_mcp(&self) -> Result<(), Violation> {
+        positive(
+            "mcp.max_tools_per_server",
+            self.mcp.max_tools_per_server.into(),
+        )?;
+        positive("mcp.max_list_pages", self.mcp.max_list_pages.into())?;
         for (name, m) in &self.mcp.servers {
             let k = |f: &str| format!("mcp.servers.{name}.{f}");
             let name_ok = !name.is_empty()

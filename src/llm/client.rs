@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::error::{body_detail, redact};
+use super::error::{body_detail, connect_hint, redact, settings_place};
 #[cfg(test)]
 use super::failure::RETRY_AFTER_CEILING;
 use super::failure::{ERROR_BODY_CHARS, Failure, parse_retry_after};
@@ -22,7 +22,7 @@ use super::wire;
 use super::{
     LlmError, Message, ModelReply, ToolCall, ToolSpec, Toolset, Usage, estimate_tokens, parse,
 };
-use crate::config::{ModelSettings, Profile, ToolMode};
+use crate::config::{ConfigSource, ModelSettings, Profile, ToolMode};
 use crate::util::lock;
 use crate::util::{Backoff, RetryPolicy};
 
@@ -55,6 +55,8 @@ pub struct Gateway {
     parse_failures: Arc<AtomicU64>,
     /// `auto` profiles whose server showed it ignores native tools: text mode from then on.
     switched: Arc<Mutex<BTreeSet<String>>>,
+    /// Where the profiles are set ("in /path/settings.yaml"), for the hints of errors.
+    settings_place: Arc<str>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -115,11 +117,19 @@ impl Gateway {
             max_retry_after: Duration::from_secs(settings.max_retry_after_s),
             parse_failures: Arc::new(AtomicU64::new(0)),
             switched: Arc::default(),
+            settings_place: settings_place(&ConfigSource::Defaults { looked_in: vec![] }).into(),
         })
     }
 
     pub fn with_retry(mut self, policy: RetryPolicy) -> Gateway {
         self.retry = policy;
+        self
+    }
+
+    /// Name the settings file in use (or where to create one) in the errors' hints: a person
+    /// told to set `model.profiles.fast.base_url` should not have to find out where.
+    pub fn with_settings_source(mut self, source: &ConfigSource) -> Gateway {
+        self.settings_place = settings_place(source).into();
         self
     }
 
@@ -151,16 +161,17 @@ impl Gateway {
         }
         let resp = req.send().await.map_err(|e| {
             format!(
-                "cannot reach {} ({}): is the model server running? (for Ollama: `ollama serve`), or set model.profiles.{profile_name}.base_url",
+                "cannot reach {} ({}): {}",
                 profile.base_url,
-                redact(&e.to_string(), &profile.api_key)
+                redact(&e.to_string(), &profile.api_key),
+                connect_hint(profile_name, &profile.base_url, &self.settings_place)
             )
         })?;
         let status = resp.status();
         if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
             return Err(format!(
-                "{} refused the API key ({status}); check model.profiles.{profile_name}.api_key",
-                profile.base_url
+                "{} refused the API key ({status}); check model.profiles.{profile_name}.api_key {}",
+                profile.base_url, self.settings_place
             ));
         }
         if !status.is_success() {
@@ -181,11 +192,12 @@ impl Gateway {
             ))
         } else {
             Err(format!(
-                "{} is reachable but does not list model {} (it has: {}); pull it (`ollama pull {}`) or change model.profiles.{profile_name}.model",
+                "{} is reachable but does not list model {} (it has: {}); pull it (`ollama pull {}`) or change model.profiles.{profile_name}.model {}",
                 profile.base_url,
                 profile.model,
                 ids.join(", "),
-                profile.model
+                profile.model,
+                self.settings_place
             ))
         }
     }
@@ -321,7 +333,7 @@ impl Gateway {
                 Err(f) => f,
             };
             let delay = self.retry_delay(profile_name, profile, &failure, attempts, deadline)?;
-            let error = failure.into_error(profile_name, profile, attempts);
+            let error = failure.into_error(profile_name, profile, attempts, &self.settings_place);
             let Some(delay) = delay.filter(|_| error.is_retryable()) else {
                 return Err(error);
             };

@@ -4,6 +4,8 @@
 //! text that came back from a server. Must not: hold a key — errors are built from text that
 //! has already been redacted.
 
+use crate::config::ConfigSource;
+
 /// A failed model call. Every message names the server and the setting to change; none
 /// contains an API key (server text is redacted before it gets here).
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +56,10 @@ pub enum LlmError {
         detail: String,
         attempts: u32,
         hint: String,
+        /// The server said that what it rejects is the request's tools: its error names the
+        /// `tools` or `tool_choice` parameter, or says tools are not supported (see
+        /// `wire::rejects_tools`). The evidence `tool_mode: auto` switches to text mode on.
+        tools_rejected: bool,
     },
 
     #[error(
@@ -116,32 +122,58 @@ impl LlmError {
     }
 }
 
-/// What to suggest when the server cannot be reached at all.
-pub(crate) fn connect_hint(profile: &str, base_url: &str) -> String {
-    if base_url.contains(":11434") {
-        format!("is Ollama running (`ollama serve`)? or set model.profiles.{profile}.base_url")
-    } else {
-        format!(
-            "is the model server running and listening there? or set model.profiles.{profile}.base_url"
-        )
+/// Where a profile's settings are changed, as error messages say it: `in FILE`, or with no file
+/// in use, where to make one. Built from where the configuration came from, which the caller
+/// passes in (only the config module reads the environment).
+pub(crate) fn settings_place(source: &ConfigSource) -> String {
+    match source {
+        ConfigSource::File(path) => format!("in {}", path.display()),
+        ConfigSource::Defaults { looked_in } => {
+            let create = looked_in
+                .first()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| DEFAULT_SETTINGS_FILE.to_string());
+            format!(
+                "in a settings file (none is in use: create {create}, or name one with --config)"
+            )
+        }
     }
 }
 
-/// What to suggest for an HTTP error status.
-pub(crate) fn status_hint(status: u16, profile: &str, model: &str) -> String {
+/// Where the settings file is looked for on Linux, for when the caller did not say.
+const DEFAULT_SETTINGS_FILE: &str = "~/.config/hermes-agent/settings.yaml";
+
+/// What to suggest when the server cannot be reached at all: start it, point the profile
+/// elsewhere (`place` is where: see [`settings_place`]), or serve a small model with the script
+/// that ships for this case.
+pub(crate) fn connect_hint(profile: &str, base_url: &str, place: &str) -> String {
+    let start = if base_url.contains(":11434") {
+        "is Ollama running (`ollama serve`)?"
+    } else {
+        "is the model server running and listening there?"
+    };
+    format!(
+        "{start} Or point model.profiles.{profile}.base_url at an OpenAI-compatible server, {place}. \
+         No model server at all? scripts/local-model.sh in hermes-agent's source tree serves a \
+         small one on loopback and prints the settings to use."
+    )
+}
+
+/// What to suggest for an HTTP error status; `place` is where the profile is set.
+pub(crate) fn status_hint(status: u16, profile: &str, model: &str, place: &str) -> String {
     match status {
         401 | 403 => format!(
-            "Check model.profiles.{profile}.api_key (set it in settings.yaml, e.g. api_key: ${{OPENAI_API_KEY}})"
+            "Check model.profiles.{profile}.api_key {place} (e.g. api_key: ${{OPENAI_API_KEY}})"
         ),
         404 => format!(
-            "Check that model '{model}' exists on the server (for Ollama: `ollama pull {model}`) and that model.profiles.{profile}.base_url ends in /v1"
+            "Check that model '{model}' exists on the server (for Ollama: `ollama pull {model}`) and that model.profiles.{profile}.base_url {place} ends in /v1"
         ),
         429 => {
             "The server is rate limiting: wait and try again, or lower agent.workers".to_string()
         }
         500..=599 => "The server failed; its own logs say why".to_string(),
         _ => format!(
-            "The server rejected the request: check that model '{model}' supports tool calling and that model.profiles.{profile}.max_tokens and temperature are in its range"
+            "The server rejected the request: check that model '{model}' supports tool calling and that model.profiles.{profile}.max_tokens and temperature {place} are in its range"
         ),
     }
 }
@@ -194,6 +226,7 @@ mod tests {
             detail: String::new(),
             attempts: 1,
             hint: String::new(),
+            tools_rejected: false,
         };
         assert!(status(429).is_retryable());
         assert!(status(500).is_retryable());
@@ -232,7 +265,32 @@ mod tests {
 
     #[test]
     fn ollama_hint_only_for_ollama_port() {
-        assert!(connect_hint("fast", "http://127.0.0.1:11434/v1").contains("ollama serve"));
-        assert!(!connect_hint("fast", "http://127.0.0.1:8000/v1").contains("ollama"));
+        assert!(connect_hint("fast", "http://127.0.0.1:11434/v1", "in f").contains("ollama serve"));
+        assert!(!connect_hint("fast", "http://127.0.0.1:8000/v1", "in f").contains("ollama"));
+    }
+
+    #[test]
+    fn the_hints_say_which_file_and_that_a_local_model_script_exists() {
+        let file = ConfigSource::File("/etc/h/settings.yaml".into());
+        let place = settings_place(&file);
+        assert_eq!(place, "in /etc/h/settings.yaml");
+        let hint = connect_hint("fast", "http://127.0.0.1:11434/v1", &place);
+        assert!(
+            hint.contains("base_url at an OpenAI-compatible server, in /etc/h/settings.yaml."),
+            "{hint}"
+        );
+        assert!(hint.contains("scripts/local-model.sh"), "{hint}");
+        let none = ConfigSource::Defaults {
+            looked_in: vec!["/home/u/.config/hermes-agent/settings.yaml".into()],
+        };
+        let place = settings_place(&none);
+        assert!(
+            place.contains("create /home/u/.config/hermes-agent/settings.yaml"),
+            "{place}"
+        );
+        assert!(place.contains("--config"), "{place}");
+        let unknown = settings_place(&ConfigSource::Defaults { looked_in: vec![] });
+        assert!(unknown.contains(DEFAULT_SETTINGS_FILE), "{unknown}");
+        assert!(status_hint(401, "fast", "m", &place).contains(&place));
     }
 }

@@ -73,6 +73,7 @@ impl Failure {
         profile_name: &str,
         profile: &Profile,
         attempts: u32,
+        place: &str,
     ) -> LlmError {
         let key = &profile.api_key;
         match self {
@@ -81,7 +82,7 @@ impl Failure {
                 base_url: profile.base_url.clone(),
                 reason: redact(&reason, key),
                 attempts,
-                hint: connect_hint(profile_name, &profile.base_url),
+                hint: connect_hint(profile_name, &profile.base_url, place),
             },
             Failure::Timeout => LlmError::Timeout {
                 profile: profile_name.to_string(),
@@ -90,13 +91,14 @@ impl Failure {
                 attempts,
             },
             Failure::Status { status, body, .. } => LlmError::Status {
+                tools_rejected: super::wire::rejects_tools(status, &body),
                 status,
                 profile: profile_name.to_string(),
                 base_url: profile.base_url.clone(),
                 model: profile.model.clone(),
                 detail: redact(&body_detail(&body, ERROR_BODY_CHARS), key),
                 attempts,
-                hint: status_hint(status, profile_name, &profile.model),
+                hint: status_hint(status, profile_name, &profile.model, place),
             },
             Failure::BadResponse(reason) => LlmError::BadResponse {
                 profile: profile_name.to_string(),

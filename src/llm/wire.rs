@@ -9,7 +9,8 @@
 //!   (read back by [`super::parse`]), results go back as user-role text in the registry's
 //!   `<tool_result>` form.
 //!
-//! Also: when a server shows it ignored the tools it was sent (see [`tools_ignored`]).
+//! Also: when a server shows it ignored the tools it was sent ([`tools_ignored`], [`tools_blanked`])
+//! or says it rejects them ([`rejects_tools`]).
 //! Must not: decide which mode a profile uses (the gateway does) or know what a tool does.
 
 use super::{LlmError, Message, ModelReply, Role, ToolSpec, Toolset, Usage};
@@ -249,17 +250,117 @@ pub(crate) fn tools_blanked(reply: &ModelReply, tools: &[ToolSpec]) -> Option<St
     )
 }
 
-/// Did the server refuse the request because of its tools (a 400 that names them)?
+/// Did the server refuse the request because of its tools? Only what [`rejects_tools`] found
+/// in its error counts.
 pub(crate) fn tools_refused(e: &LlmError) -> Option<String> {
     match e {
-        // The server's own words are the only evidence; nothing else says "tools".
-        LlmError::Status { status, detail, .. }
-            if (400..500).contains(status) && detail.to_ascii_lowercase().contains("tool") =>
-        {
-            Some(format!("the server refused tools: HTTP {status}: {detail}"))
-        }
+        LlmError::Status {
+            status,
+            detail,
+            tools_rejected: true,
+            ..
+        } => Some(format!("the server refused tools: HTTP {status}: {detail}")),
         _ => None,
     }
+}
+
+/// Words that name the request's tools in an error message (as word sequences).
+const TOOL_WORDS: [&[&str]; 8] = [
+    &["tools"],
+    &["tool_choice"],
+    &["tool", "choice"],
+    &["tool", "calling"],
+    &["tool", "calls"],
+    &["tool", "use"],
+    &["function", "calling"],
+    &["functions"],
+];
+
+/// Words that say something is not supported or not accepted.
+const REFUSAL_WORDS: [&[&str]; 12] = [
+    &["not", "supported"],
+    &["unsupported"],
+    &["not", "support"],
+    &["t", "support"],
+    &["requires"],
+    &["not", "allowed"],
+    &["not", "permitted"],
+    &["unrecognized"],
+    &["unrecognised"],
+    &["unknown"],
+    &["not", "enabled"],
+    &["cannot", "be", "used"],
+];
+
+/// How many words apart the tools and the refusal may be and still be one statement.
+const NEAR: usize = 5;
+
+/// Does a 400 (or a validation 422) say that the request's tools are what the server rejects?
+/// Evidence, in order: the error's `param` is `tools`/`tool_choice` (OpenAI and its imitators), a
+/// validation error's `loc` names them (FastAPI servers such as llama-cpp-python), or its
+/// message says tools are not supported, within a few words ("this model does not support
+/// tools", "tools is not supported", "\"auto\" tool choice requires --enable-auto-tool-choice").
+/// A refusal that only quotes "the tool output" is about the content, and switching the profile
+/// to text mode for the rest of the process on it would be wrong.
+pub(crate) fn rejects_tools(status: u16, body: &str) -> bool {
+    if !matches!(status, 400 | 422) {
+        return false;
+    }
+    let json: Option<Value> = serde_json::from_str(body).ok();
+    if let Some(v) = &json {
+        let named = [v.pointer("/error/param"), v.get("param")]
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .any(is_tools_param);
+        let located = v
+            .get("detail")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|d| d.get("loc").and_then(Value::as_array))
+            .flatten()
+            .filter_map(Value::as_str)
+            .any(is_tools_param);
+        if named || located {
+            return true;
+        }
+    }
+    let message = json
+        .as_ref()
+        .and_then(|v| {
+            let e = v.get("error")?;
+            e.get("message").and_then(Value::as_str).or(e.as_str())
+        })
+        .unwrap_or(body);
+    says_tools_unsupported(message)
+}
+
+/// `tools`, `tool_choice`, or a part of them (`tools[0].function`).
+fn is_tools_param(param: &str) -> bool {
+    let head = param.trim().split(['.', '[']).next().unwrap_or("");
+    matches!(
+        head.to_ascii_lowercase().as_str(),
+        "tools" | "tool_choice" | "functions" | "function_call"
+    )
+}
+
+fn says_tools_unsupported(message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    let words: Vec<&str> = lower
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let at = |phrases: &[&[&str]]| -> Vec<usize> {
+        (0..words.len())
+            .filter(|&i| phrases.iter().any(|p| words[i..].starts_with(p)))
+            .collect()
+    };
+    let tools = at(&TOOL_WORDS);
+    let refusals = at(&REFUSAL_WORDS);
+    tools
+        .iter()
+        .any(|t| refusals.iter().any(|r| t.abs_diff(*r) <= NEAR))
 }
 
 #[cfg(test)]
@@ -349,6 +450,49 @@ mod tests {
             tools_ignored(&counted(1), &vec![spec()].into()).is_none(),
             "too small to tell"
         );
+    }
+
+    #[test]
+    fn only_words_about_tool_support_are_evidence() {
+        for (body, rejects) in [
+            (
+                r#"{"error": {"message": "this model does not support tools"}}"#,
+                true,
+            ),
+            (
+                r#"{"error": {"message": "tools param requires --jinja flag"}}"#,
+                true,
+            ),
+            (
+                "registry.ollama.ai/library/gemma:2b does not support tools",
+                true,
+            ),
+            (
+                r#"{"error": "Unrecognized request argument supplied: tools"}"#,
+                true,
+            ),
+            (
+                r#"{"error": {"message": "x", "param": "tools[0].function.name"}}"#,
+                true,
+            ),
+            (
+                r#"{"error": {"message": "the tool output is not allowed here"}}"#,
+                false,
+            ),
+            (
+                r#"{"error": {"message": "flagged by moderation: the tool output asks for harm"}}"#,
+                false,
+            ),
+            (
+                r#"{"error": {"message": "x", "param": "messages[2].content"}}"#,
+                false,
+            ),
+            ("", false),
+        ] {
+            assert_eq!(rejects_tools(400, body), rejects, "{body}");
+        }
+        let named = r#"{"error": {"message": "x", "param": "tools"}}"#;
+        assert!(!rejects_tools(500, named) && !rejects_tools(401, named));
     }
 
     #[test]

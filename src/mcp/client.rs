@@ -10,12 +10,13 @@
 //! server write to this process's stdout.
 
 use super::McpError;
-use super::names::tool_names;
+use super::child::ChildTransport;
+use super::limits::HANDSHAKE_TIMEOUT;
 use crate::config::{McpServer, McpTransport};
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
-use rmcp::service::{MaybeSendFuture, NotificationContext, RunningService};
+use rmcp::service::{ClientCacheConfig, MaybeSendFuture, NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{IntoTransport, StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::{IntoTransport, StreamableHttpClientTransport};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -23,10 +24,6 @@ use std::time::Duration;
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
-
-/// A server gets this long to start and answer `initialize` (and later `tools/list`): a
-/// program fetched on first use (`uvx`, `npx`) can take a while, a hung one must not block.
-pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The only variables of this process a server inherits; the rest of its environment is its
 /// own `env` (the daemon's may hold keys the server has no business seeing).
 const INHERITED_ENV: [&str; 3] = ["PATH", "HOME", "LANG"];
@@ -135,35 +132,6 @@ pub(super) async fn connect(
     }
 }
 
-/// Connect, list the tools and disconnect: whether `server` works, and the names its tools
-/// would get — for `doctor` when no daemon runs.
-pub async fn probe(
-    name: &str,
-    server: &McpServer,
-    env: &HashMap<String, String>,
-) -> Result<Vec<String>, McpError> {
-    let handler = Handler {
-        changed: Arc::new(Notify::new()),
-    };
-    let mut conn = connect(name, server, env, handler).await?;
-    let listed = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.service.peer().list_all_tools())
-        .await
-        .map_err(|_| format!("no answer within {} s", HANDSHAKE_TIMEOUT.as_secs()))
-        .and_then(|r| r.map_err(|e| service_error_text(&e)));
-    let _ = conn
-        .service
-        .close_with_timeout(super::manager::STOP_WAIT)
-        .await;
-    let tools = listed.map_err(|reason| McpError::ListTools {
-        server: name.to_string(),
-        reason,
-    })?;
-    let real: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    let mut names = tool_names(name, &real);
-    names.sort();
-    Ok(names)
-}
-
 async fn connect_stdio(
     name: &str,
     server: &McpServer,
@@ -175,13 +143,11 @@ async fn connect_stdio(
     let mut wrapped = process_wrap::tokio::CommandWrap::from(command);
     #[cfg(unix)]
     wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
-    let (child, stderr) = TokioChildProcess::builder(wrapped)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| spawn_error(name, &program, e))?;
+    let (child, stderr) =
+        ChildTransport::spawn(name, wrapped).map_err(|e| spawn_error(name, &program, e))?;
     let pid = child.id();
     let last_words = LastWords::new(server);
-    let reader = stderr.map(|s| read_stderr(name, s, last_words.clone()));
+    let reader = read_stderr(name, stderr, last_words.clone());
     match handshake(handler, child).await {
         Ok(service) => Ok(Connection {
             service,
@@ -191,9 +157,7 @@ async fn connect_stdio(
         Err(failure) => {
             // The process is gone or going: give its last lines a moment to arrive, so the
             // reason can quote them.
-            if let Some(r) = reader {
-                let _ = tokio::time::timeout(LAST_WORDS_WAIT, r).await;
-            }
+            let _ = tokio::time::timeout(LAST_WORDS_WAIT, reader).await;
             Err(failure.into_error(name, last_words.suffix(), ""))
         }
     }
@@ -258,7 +222,7 @@ fn read_stderr(
         let mut lines = tokio::io::BufReader::new(stderr).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             let line = last_words.redact(&line);
-            tracing::debug!(server = %name, "mcp server stderr: {line}");
+            tracing::debug!(server = %name, "mcp server stderr: {}", crate::util::text::for_terminal(&line));
             last_words.push(&line);
         }
     })
@@ -322,7 +286,15 @@ where
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, handler.serve(transport)).await {
         Err(_) => Err(Failure::Timeout),
         Ok(Err(e)) => Err(Failure::Refused(init_error_text(&e))),
-        Ok(Ok(service)) => Ok(service),
+        Ok(Ok(service)) => {
+            // rmcp keeps `tools/list` pages for as long as the server's `ttlMs` says: a server
+            // could have it hold hundreds of huge pages. The manager lists again when told to.
+            service
+                .peer()
+                .set_response_cache_config(ClientCacheConfig::disabled())
+                .await;
+            Ok(service)
+        }
     }
 }
 

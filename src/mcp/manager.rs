@@ -1,20 +1,23 @@
 //! The MCP servers' lives: each configured server gets a supervisor that connects, registers
 //! its tools with the registry (`Registry::set_source_tools`), lists them again when the
-//! server says they changed, takes them away when it ends, and starts it again with backoff.
-//! A server that cannot start is logged with its reason and retried; it never stops the
-//! daemon.
+//! server says they changed (at most once per `RELIST_EVERY`), takes them away when it ends,
+//! and starts it again with backoff. A server that cannot start is logged with its reason and
+//! retried; it never stops the daemon. While a server is on its first start the registry
+//! knows it (`Registry::starting`), so a task that begins then waits for its tools.
 //!
 //! Owns: the supervisors, each server's status, and the orderly stop (close stdin, then
 //! SIGTERM, then SIGKILL, bounded).
 //! Must not: offer a tool other than through the registry, or hold a tool of a server that
 //! is not running.
 
-use super::client::{self, Connection, HANDSHAKE_TIMEOUT, Handler};
+use super::client::{self, Connection, Handler};
+use super::limits::{RELIST_EVERY, STOP_WAIT};
+use super::listing::list_tools;
 use super::status::{ServerState, ServerStatus, transport_word};
 use super::tool::{McpTool, PeerSlot};
 use super::{McpError, SEPARATOR};
 use crate::config::{McpServer, McpSettings};
-use crate::tools::{Registry, RegistryError};
+use crate::tools::{Registry, RegistryError, SourceStart};
 use crate::util::{Backoff, lock};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,18 +28,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// How long `run` waits for its servers before the first model call: enough for a local
-/// server to start (about a second here), short enough that a slow one (a first `uvx`
-/// download) does not hold the task; its tools join from the next step on.
-pub const RUN_START_WAIT: Duration = Duration::from_secs(5);
 /// Waits between attempts to start a server again: quick at first (a crash), then rarely
 /// (a server that cannot start only fills the log).
 const RESTART_BACKOFF: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(300));
 /// A server that ran this long before ending counts as healthy: its next restart is quick.
 const STABLE_AFTER: Duration = Duration::from_secs(60);
-/// The orderly stop of one server: rmcp closes its stdin, waits 3 s, sends SIGTERM, waits 3 s,
-/// then kills; this bounds the whole.
-pub const STOP_WAIT: Duration = Duration::from_secs(8);
 
 /// The MCP servers of the settings; a cheap handle. Nothing runs until [`McpManager::start`].
 #[derive(Clone)]
@@ -45,6 +41,8 @@ pub struct McpManager(Arc<Inner>);
 struct Inner {
     servers: Vec<Arc<Server>>,
     registry: Registry,
+    /// The bounds on listing a server's tools (`max_tools_per_server`, `max_list_pages`).
+    settings: McpSettings,
     /// The process environment, from which PATH, HOME and LANG are passed on.
     env: HashMap<String, String>,
     started: AtomicBool,
@@ -96,6 +94,7 @@ impl McpManager {
         McpManager(Arc::new(Inner {
             servers,
             registry,
+            settings: settings.clone(),
             env,
             started: AtomicBool::new(false),
             stop: CancellationToken::new(),
@@ -110,10 +109,12 @@ impl McpManager {
             return;
         }
         for server in &self.0.servers {
+            // Said before anything runs, so a task submitted right after waits for it.
+            let first = self.0.registry.starting().begin(&server.name);
             let (inner, server) = (self.0.clone(), server.clone());
             self.0
                 .tracker
-                .spawn(async move { supervise(inner, server).await });
+                .spawn(async move { supervise(inner, server, first).await });
         }
     }
 
@@ -166,6 +167,16 @@ impl McpManager {
     }
 }
 
+impl crate::tools::ToolSources for McpManager {
+    fn start(&self) {
+        McpManager::start(self)
+    }
+
+    fn stop(&self) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(McpManager::stop(self))
+    }
+}
+
 impl Inner {
     fn set(&self, server: &Server, change: impl FnOnce(&mut ServerStatus)) {
         {
@@ -186,8 +197,10 @@ impl Inner {
     }
 }
 
-/// Connect, serve, and start again with backoff, until the manager stops.
-async fn supervise(inner: Arc<Inner>, server: Arc<Server>) {
+/// Connect, serve, and start again with backoff, until the manager stops. `first` is held
+/// until the first start ends, whichever way.
+async fn supervise(inner: Arc<Inner>, server: Arc<Server>, first: SourceStart) {
+    let mut first = Some(first);
     let mut failures = 0u32;
     loop {
         let changed = Arc::new(Notify::new());
@@ -200,7 +213,7 @@ async fn supervise(inner: Arc<Inner>, server: Arc<Server>) {
         };
         let began = Instant::now();
         let ended = match attempt {
-            Ok(conn) => serve(&inner, &server, conn, &changed).await,
+            Ok(conn) => serve(&inner, &server, conn, &changed, &mut first).await,
             Err(e) => Ended::Unusable(e),
         };
         inner.withdraw(&server);
@@ -233,6 +246,8 @@ async fn supervise(inner: Arc<Inner>, server: Arc<Server>) {
                 });
             }
         }
+        // Whatever happened, the first start is over: restarts make no task wait.
+        first = None;
         let delay = RESTART_BACKOFF.delay(failures);
         failures = failures.saturating_add(1);
         tokio::select! {
@@ -242,8 +257,15 @@ async fn supervise(inner: Arc<Inner>, server: Arc<Server>) {
     }
 }
 
-/// Offer the server's tools, follow its list changes, and wait for its end or the stop.
-async fn serve(inner: &Inner, server: &Server, conn: Connection, changed: &Notify) -> Ended {
+/// Offer the server's tools, follow its list changes, and wait for its end or the stop. The
+/// first start ends (`first` is dropped) once its tools are offered.
+async fn serve(
+    inner: &Inner,
+    server: &Server,
+    conn: Connection,
+    changed: &Notify,
+    first: &mut Option<SourceStart>,
+) -> Ended {
     let Connection {
         service,
         pid,
@@ -264,10 +286,22 @@ async fn serve(inner: &Inner, server: &Server, conn: Connection, changed: &Notif
         s.tools = tools;
         s.pid = pid;
     });
+    *first = None;
     let stop = service.cancellation_token();
     let ending = service.waiting();
     tokio::pin!(ending);
+    // A burst of list changes costs one re-list per RELIST_EVERY: the notification only
+    // schedules one (a later one while it is due adds nothing; one during the re-list leaves
+    // Notify's permit, so the final list is always read).
+    let mut listed_at = Instant::now();
+    let mut relist_at: Option<Instant> = None;
     loop {
+        let relist = async {
+            match relist_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = inner.stop.cancelled() => {
                 inner.withdraw(server);
@@ -277,13 +311,20 @@ async fn serve(inner: &Inner, server: &Server, conn: Connection, changed: &Notif
                 }
                 return Ended::Stopped;
             }
-            _ = changed.notified() => match refresh(inner, server, &peer).await {
-                Ok(tools) => {
-                    tracing::info!(server = %server.name, tools = tools.len(), "MCP server's tools changed");
-                    inner.set(server, |s| s.tools = tools);
+            _ = changed.notified(), if relist_at.is_none() => {
+                relist_at = Some(listed_at + RELIST_EVERY);
+            }
+            _ = relist => {
+                relist_at = None;
+                listed_at = Instant::now();
+                match refresh(inner, server, &peer).await {
+                    Ok(tools) => {
+                        tracing::info!(server = %server.name, tools = tools.len(), "MCP server's tools changed");
+                        inner.set(server, |s| s.tools = tools);
+                    }
+                    Err(e) => tracing::warn!(server = %server.name, "{e}; keeping the tools it had"),
                 }
-                Err(e) => tracing::warn!(server = %server.name, "{e}; keeping the tools it had"),
-            },
+            }
             quit = &mut ending => {
                 let how = match quit {
                     Ok(rmcp::service::QuitReason::Closed) => "its connection closed".to_string(),
@@ -303,19 +344,7 @@ async fn refresh(
     server: &Server,
     peer: &rmcp::Peer<rmcp::RoleClient>,
 ) -> Result<Vec<String>, McpError> {
-    let failed = |reason: String| McpError::ListTools {
-        server: server.name.clone(),
-        reason,
-    };
-    let listed = tokio::time::timeout(HANDSHAKE_TIMEOUT, peer.list_all_tools())
-        .await
-        .map_err(|_| {
-            failed(format!(
-                "no answer within {} s",
-                HANDSHAKE_TIMEOUT.as_secs()
-            ))
-        })?
-        .map_err(|e| failed(client::service_error_text(&e)))?;
+    let listed = list_tools(&server.name, peer, &inner.settings).await?;
     let timeout = match server.config.timeout_s {
         0 => None,
         s => Some(Duration::from_secs(s)),

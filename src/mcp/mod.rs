@@ -7,23 +7,31 @@
 //! - Server: `hermes-agent mcp` ([`serve_stdio`]) offers the daemon's tasks, jobs and memory
 //!   to MCP clients (desktop assistants, editors) over stdio, through the CLI's `Backend`.
 //!
-//! Files: `client.rs` (one connection), `manager.rs` (the servers' lives), `status.rs` (what
-//! they report), `tool.rs` (a server's tool as a registry tool), `names.rs` (tool names),
-//! `server.rs` + `catalog.rs` (`hermes-agent mcp`).
+//! Files: `client.rs` (one connection), `child.rs` (a stdio server's process as a transport),
+//! `lines.rs` (bounded newline-delimited framing), `listing.rs` (a server's tools, listed with
+//! bounds), `manager.rs` (the servers' lives), `status.rs` (what they report), `tool.rs` (a
+//! server's tool as a registry tool), `names.rs` (tool names), `limits.rs` (the fixed
+//! bounds), `server.rs` + `serve_io.rs` + `catalog.rs` (`hermes-agent mcp`).
 //! Must not: bypass the registry's guards (validation, allowlist, timeouts, retries, breaker,
 //! result caps), read the environment itself (config does; the manager is handed the map), log
 //! env values or headers, or write anything but MCP to stdout.
 
 mod catalog;
+mod child;
 mod client;
+mod limits;
+mod lines;
+mod listing;
 mod manager;
 mod names;
+mod serve_io;
 mod server;
 mod status;
 mod tool;
 
-pub use client::probe;
-pub use manager::{McpManager, RUN_START_WAIT, STOP_WAIT};
+pub use limits::{RUN_START_WAIT, STOP_WAIT};
+pub use listing::probe;
+pub use manager::McpManager;
 pub use names::{SEPARATOR, tool_name};
 pub(crate) use server::serve_stdio;
 pub use server::{ServeError, TOOL_NAMES};

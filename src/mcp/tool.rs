@@ -1,13 +1,18 @@
 //! A tool of an MCP server as a registry [`Tool`]: its name as the model sees it
-//! (`SERVER__TOOL`), its description and input schema as the server gave them, and a call that
-//! goes to whichever connection the server has at that moment (so a retry after a restart
-//! reaches the new process).
+//! (`SERVER__TOOL`), its description (marked as the server's, and cut to a bound) and input
+//! schema (refused over a bound) as the server gave them, and a call that goes to whichever
+//! connection the server has at that moment (so a retry after a restart reaches the new
+//! process).
 //!
-//! Owns: turning a `tools/call` answer into a value or a [`ToolError`] — a transport failure is
-//! `Network` (retried by the registry), the tool's own `isError` is `Failed` with its text, a
-//! refusal of the arguments is `InvalidArguments`.
-//! Must not: validate, time out, retry or cap — the registry does all of that, as for any tool.
+//! Owns: the bounds on what one listed tool may cost, and turning a `tools/call` answer into a
+//! value or a [`ToolError`] — a transport failure is `Network` (retried by the registry), the
+//! tool's own `isError` is `Failed` with its text, a refusal of the arguments is
+//! `InvalidArguments`, an answer over the transport's limit is `Failed` as "too large".
+//! Must not: validate, time out, retry or cap results — the registry does all of that, as for
+//! any tool.
 
+use super::child::TOO_LARGE;
+use super::limits::{MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES};
 use super::names::tool_names;
 use crate::tools::{Tool, ToolContext, ToolError, ToolInfo};
 use futures::future::BoxFuture;
@@ -31,7 +36,9 @@ pub struct McpTool {
 }
 
 impl McpTool {
-    /// The registry tools for what `server` listed, named `server__tool`.
+    /// The registry tools for what `server` listed, named `server__tool`: a description
+    /// over [`MAX_DESCRIPTION_BYTES`] is cut, a tool whose schema is over [`MAX_SCHEMA_BYTES`]
+    /// is left out; each is logged with the server and the tool.
     pub(super) fn from_listed(
         server: &str,
         listed: Vec<rmcp::model::Tool>,
@@ -40,27 +47,49 @@ impl McpTool {
     ) -> Vec<Arc<dyn Tool>> {
         let real: Vec<&str> = listed.iter().map(|t| t.name.as_ref()).collect();
         let names = tool_names(server, &real);
-        listed
-            .iter()
-            .zip(names)
-            .map(|(t, name)| {
-                let description = t
-                    .description
-                    .as_deref()
-                    .or(t.title.as_deref())
-                    .unwrap_or("(no description)");
-                let tool: Arc<dyn Tool> = Arc::new(McpTool {
-                    info: ToolInfo {
-                        timeout,
-                        ..ToolInfo::new(name, description, object_schema(&t.input_schema))
-                    },
-                    server: server.to_string(),
-                    remote: t.name.to_string(),
-                    peer: peer.clone(),
-                });
-                tool
-            })
-            .collect()
+        let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(listed.len());
+        for (t, name) in listed.iter().zip(names) {
+            let schema_bytes = serde_json::to_vec(&t.input_schema).map_or(usize::MAX, |v| v.len());
+            if schema_bytes > MAX_SCHEMA_BYTES {
+                tracing::warn!(
+                    server,
+                    tool = %t.name,
+                    bytes = schema_bytes,
+                    limit = MAX_SCHEMA_BYTES,
+                    "MCP tool left out: its input schema is too large"
+                );
+                continue;
+            }
+            let given = t
+                .description
+                .as_deref()
+                .or(t.title.as_deref())
+                .unwrap_or("(no description)");
+            let cut = &given[..given.floor_char_boundary(MAX_DESCRIPTION_BYTES)];
+            if cut.len() < given.len() {
+                tracing::warn!(
+                    server,
+                    tool = %t.name,
+                    bytes = given.len(),
+                    limit = MAX_DESCRIPTION_BYTES,
+                    "MCP tool description cut to the limit"
+                );
+            }
+            tools.push(Arc::new(McpTool {
+                info: ToolInfo {
+                    timeout,
+                    ..ToolInfo::new(
+                        name,
+                        described(server, cut, cut.len() < given.len()),
+                        object_schema(&t.input_schema),
+                    )
+                },
+                server: server.to_string(),
+                remote: t.name.to_string(),
+                peer: peer.clone(),
+            }));
+        }
+        tools
     }
 
     /// The name the server knows this tool by.
@@ -98,6 +127,13 @@ impl Tool for McpTool {
     ) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(self.run(args))
     }
+}
+
+/// A description as the model sees it: marked as the server's words, so the model can tell a
+/// third party's text from ours.
+fn described(server: &str, description: &str, cut: bool) -> String {
+    let mark = if cut { "…" } else { "" };
+    format!("[from MCP server `{server}`] {description}{mark}")
 }
 
 /// The server's input schema as an object schema (a schema without `type` gets it: MCP
@@ -163,6 +199,10 @@ fn from_service_error(server: &str, e: ServiceError) -> ToolError {
         ServiceError::Timeout { .. } => {
             ToolError::Network(format!("MCP server '{server}' did not answer: {e}"))
         }
+        ServiceError::McpError(data) if data.code == TOO_LARGE => ToolError::Failed(format!(
+            "MCP server '{server}' answered, but {}; ask for less (a narrower query, fewer items)",
+            data.message
+        )),
         ServiceError::McpError(data) if data.code == ErrorCode::INVALID_PARAMS => {
             ToolError::InvalidArguments(data.message.to_string())
         }

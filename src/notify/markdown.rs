@@ -1,31 +1,81 @@
 //! Markdown → HTML for the HTML part of notice emails.
 //!
 //! Owns: turning a notice body (usually the model's answer, so untrusted) into HTML that is
-//! safe to open in a mail client, styled inline (mail clients drop `<style>`). Raw HTML in the input is shown as text, never passed through,
-//! and link or image targets other than http(s)/mailto are dropped.
+//! safe to open in a mail client, styled inline (mail clients drop `<style>`). Raw HTML in the
+//! input is shown as text, never passed through; link targets other than http(s)/mailto are
+//! dropped; an image becomes a plain link to it ("image: ALT"), never an `<img>`: a mail
+//! client loads images when the mail is opened, which tells the image's host who read it and
+//! when (a tracking pixel).
 //! Must not: fetch anything or know about channels.
 
 use pulldown_cmark::{CowStr, Event, Options, Parser, Tag, TagEnd, html};
 
-/// Render Markdown to an HTML fragment. Raw HTML in `md` is escaped (model output is untrusted).
+/// Render Markdown to an HTML fragment. Raw HTML in `md` is escaped (model output is untrusted)
+/// and images are links (see the module doc).
 pub fn render_markdown(md: &str) -> String {
     let options =
         Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
-    let events = Parser::new_ext(md, options).map(|event| match event {
-        // An HTML block becomes a paragraph of visible text, so `<script>` shows as what it is.
-        Event::Start(Tag::HtmlBlock) => Event::Start(Tag::Paragraph),
-        Event::End(TagEnd::HtmlBlock) => Event::End(TagEnd::Paragraph),
-        Event::Html(raw) | Event::InlineHtml(raw) => Event::Text(raw),
-        Event::Start(mut tag @ (Tag::Link { .. } | Tag::Image { .. })) => {
-            if let Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. } = &mut tag {
-                *dest_url = safe_url(std::mem::replace(dest_url, CowStr::Borrowed("")));
+    let mut parser = Parser::new_ext(md, options).peekable();
+    let mut events = Vec::new();
+    // Links open around the current event: an image inside one is only its alt text, since a
+    // link inside a link is not HTML.
+    let mut links = 0usize;
+    while let Some(event) = parser.next() {
+        match event {
+            // An HTML block becomes a paragraph of visible text, so `<script>` shows as what it is.
+            Event::Start(Tag::HtmlBlock) => events.push(Event::Start(Tag::Paragraph)),
+            Event::End(TagEnd::HtmlBlock) => events.push(Event::End(TagEnd::Paragraph)),
+            Event::Html(raw) | Event::InlineHtml(raw) => events.push(Event::Text(raw)),
+            Event::Start(Tag::Link {
+                link_type,
+                dest_url,
+                title,
+                id,
+            }) => {
+                links += 1;
+                events.push(Event::Start(Tag::Link {
+                    link_type,
+                    dest_url: safe_url(dest_url),
+                    title,
+                    id,
+                }));
             }
-            Event::Start(tag)
+            Event::End(TagEnd::Link) => {
+                links = links.saturating_sub(1);
+                events.push(Event::End(TagEnd::Link));
+            }
+            Event::Start(Tag::Image {
+                link_type,
+                dest_url,
+                title,
+                id,
+            }) => {
+                let dest_url = safe_url(dest_url);
+                let no_alt = matches!(parser.peek(), Some(Event::End(TagEnd::Image)));
+                if links == 0 {
+                    let image = Tag::Link {
+                        link_type,
+                        dest_url: dest_url.clone(),
+                        title,
+                        id,
+                    };
+                    events.push(Event::Start(image));
+                }
+                events.push(Event::Text("image: ".into()));
+                if no_alt {
+                    events.push(Event::Text(dest_url));
+                }
+            }
+            Event::End(TagEnd::Image) => {
+                if links == 0 {
+                    events.push(Event::End(TagEnd::Link));
+                }
+            }
+            other => events.push(other),
         }
-        other => other,
-    });
+    }
     let mut out = String::with_capacity(md.len() + md.len() / 2);
-    html::push_html(&mut out, events);
+    html::push_html(&mut out, events.into_iter());
     out
 }
 
@@ -67,7 +117,6 @@ const INLINE: &[(&str, &str)] = &[
         "<code class=\"",
         "<code style=\"font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 0.9em;\" class=\"",
     ),
-    ("<img ", "<img style=\"max-width: 100%; height: auto;\" "),
     (
         "<hr />",
         "<hr style=\"border: 0; border-top: 1px solid #d0d7de; margin: 1.5em 0;\" />",
@@ -197,6 +246,37 @@ mod tests {
         assert!(html.contains(r#"<a href="">x</a>"#), "{html}");
         let html = render_markdown("[mail](mailto:me@example.com)");
         assert!(html.contains(r#"href="mailto:me@example.com""#), "{html}");
+    }
+
+    #[test]
+    fn images_become_links_never_loaded() {
+        let html = render_markdown(
+            "![pixel](http://tracker.example/p.gif?u=1 \"t\") ![](https://x.example/a.png) \
+             ![*bold* alt](data:image/png;base64,AAAA) [![inner](https://x.example/b.png)](https://site.example/)",
+        );
+        assert!(!html.contains("<img"), "{html}");
+        assert!(
+            html.contains(
+                r#"<a href="http://tracker.example/p.gif?u=1" title="t">image: pixel</a>"#
+            ),
+            "{html}"
+        );
+        // Without alt text the link shows where it goes.
+        assert!(
+            html.contains(
+                r#"<a href="https://x.example/a.png">image: https://x.example/a.png</a>"#
+            ),
+            "{html}"
+        );
+        assert!(!html.contains("data:"), "{html}");
+        assert!(html.contains("image: <em>bold</em> alt</a>"), "{html}");
+        // Inside a link, an image is its alt text: no link in a link.
+        assert!(
+            html.contains(r#"<a href="https://site.example/">image: inner</a>"#),
+            "{html}"
+        );
+        let doc = email_html("t", "![x](https://x.example/c.png)");
+        assert!(!doc.contains("<img"), "{doc}");
     }
 
     #[test]

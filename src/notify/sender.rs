@@ -62,10 +62,17 @@ impl Notifier {
         join_all(lanes).await.into_iter().sum()
     }
 
-    /// The sender: one loop per channel, until cancelled.
+    /// The sender: one loop per channel, until cancelled. Without a channel there is nothing
+    /// to loop on: notices left for removed channels are failed, and it returns at once.
     pub async fn run(&self, cancel: CancellationToken) {
-        info!(channels = ?self.channels(), "notice sender started");
         self.fail_orphans().await;
+        if self.inner.lanes.is_empty() {
+            info!(
+                "no notice channel is configured (notify.email, notify.webhooks); the notice sender does not run"
+            );
+            return;
+        }
+        info!(channels = ?self.channels(), "notice sender started");
         join_all(
             self.inner
                 .lanes
@@ -287,7 +294,101 @@ impl Inner {
 
 #[cfg(test)]
 mod tests {
+    use crate::config::{NotifySettings, WebhookSettings};
+    use crate::notify::Notifier;
+    use crate::store::Store;
+    use std::sync::{Arc, Mutex};
     use std::time::Duration;
+    use tokio_util::sync::CancellationToken;
+
+    /// Log lines written while it is the thread's default subscriber.
+    #[derive(Clone, Default)]
+    struct Logs(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Logs {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            crate::util::lock(&self.0).extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Logs {
+        /// Capture this thread's log lines (the test runtime is single-threaded).
+        fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+            let logs = Logs::default();
+            let writer = logs.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_ansi(false)
+                .with_writer(move || writer.clone())
+                .finish();
+            (logs, tracing::subscriber::set_default(subscriber))
+        }
+
+        fn text(&self) -> String {
+            String::from_utf8_lossy(&crate::util::lock(&self.0)).into_owned()
+        }
+    }
+
+    #[tokio::test]
+    async fn without_a_channel_the_sender_says_it_does_not_run_not_that_it_stopped() {
+        let (logs, _guard) = Logs::capture();
+        let store = Store::open_in_memory().await.unwrap();
+        let notifier = Notifier::new(NotifySettings::default(), store).unwrap();
+        let cancel = CancellationToken::new();
+        tokio::time::timeout(Duration::from_secs(5), notifier.run(cancel))
+            .await
+            .expect("nothing to wait for");
+        let text = logs.text();
+        assert!(text.contains("no notice channel is configured"), "{text}");
+        assert!(!text.contains("sender started"), "{text}");
+        assert!(!text.contains("sender stopped"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn with_a_channel_the_sender_says_stopped_only_once_stopped() {
+        let (logs, _guard) = Logs::capture();
+        let store = Store::open_in_memory().await.unwrap();
+        let settings = NotifySettings {
+            webhooks: [(
+                "ops".to_string(),
+                WebhookSettings {
+                    url: "http://127.0.0.1:9/hook".into(),
+                    secret: String::new(),
+                },
+            )]
+            .into(),
+            ..NotifySettings::default()
+        };
+        let notifier = Notifier::new(settings, store).unwrap();
+        let cancel = CancellationToken::new();
+        let running = tokio::spawn({
+            let notifier = notifier.clone();
+            let cancel = cancel.clone();
+            async move { notifier.run(cancel).await }
+        });
+        // Let the sender start and settle into its wait.
+        let started = async {
+            while !logs.text().contains("sender started") {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), started)
+            .await
+            .expect("the sender starts");
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!logs.text().contains("sender stopped"), "{}", logs.text());
+        cancel.cancel();
+        tokio::time::timeout(Duration::from_secs(5), running)
+            .await
+            .expect("stops when cancelled")
+            .unwrap();
+        assert!(logs.text().contains("sender stopped"), "{}", logs.text());
+    }
 
     #[test]
     fn the_default_policy_is_8_attempts_doubling_from_30_s_up_to_an_hour() {

@@ -2,7 +2,9 @@
 //!
 //! Owns: the payload, its HMAC-SHA256 signature (`X-Hermes-Signature: sha256=<hex>` over the
 //! exact body bytes, when the webhook has a secret), and sorting answers into sent (2xx),
-//! transient (408, 429, 5xx, connect errors, timeouts) and permanent (any other status).
+//! transient (408, 429, 5xx, connect errors, timeouts) and permanent (any other status). A
+//! refusal's body is read only up to [`MAX_ERROR_BODY`], so no receiver can make the daemon
+//! hold its whole answer.
 //! Must not: follow redirects (the URL in the config is the only place a notice may go), log
 //! a webhook's full URL (chat webhooks carry their token in the path), touch the outbox.
 
@@ -24,6 +26,9 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 /// How much of a refusing receiver's body goes into the notice's error.
 const EXCERPT_CHARS: usize = 200;
+/// How much of a refusing receiver's body is read at most: the rest is never read (the
+/// connection is dropped), so a receiver answering with hundreds of megabytes costs nothing.
+pub(crate) const MAX_ERROR_BODY: usize = 64 * 1024;
 
 pub(crate) struct WebhookChannel {
     pub(crate) name: String,
@@ -110,7 +115,8 @@ impl WebhookChannel {
         if status.is_success() {
             return Ok(());
         }
-        let text = response.text().await.unwrap_or_default();
+        let text =
+            String::from_utf8_lossy(&read_capped(response, MAX_ERROR_BODY).await).into_owned();
         let excerpt = crate::util::text::prefix(text.trim(), EXCERPT_CHARS);
         let what = format!(
             "webhook '{}' ({label}) answered HTTP {status}{}",
@@ -137,7 +143,7 @@ impl WebhookChannel {
     }
 
     /// Reachable = any HTTP answer to a HEAD within a short timeout.
-    pub(crate) async fn check(&self) -> Result<String, String> {
+    pub(crate) async fn check(&self) -> Result<String, super::CheckError> {
         match self
             .client
             .head(self.url.clone())
@@ -146,9 +152,24 @@ impl WebhookChannel {
             .await
         {
             Ok(r) => Ok(format!("reachable (HEAD answered HTTP {})", r.status())),
-            Err(e) => Err(format!("unreachable: {}", describe(e))),
+            Err(e) => Err(super::CheckError::Unreachable(describe(e))),
         }
     }
+}
+
+/// At most `cap` bytes of the body, read as they arrive; reading stops there, and dropping the
+/// response then closes the connection. A body that breaks off gives what came before.
+async fn read_capped(mut response: reqwest::Response, cap: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        let room = cap - body.len();
+        if chunk.len() >= room {
+            body.extend_from_slice(&chunk[..room]);
+            break;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    body
 }
 
 fn is_transient(status: StatusCode) -> bool {

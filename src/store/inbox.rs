@@ -6,7 +6,7 @@
 //! be read again; after it, the message is never read again. A message seen twice (the same
 //! UID, or the same Message-ID under another UID) changes nothing but the watermark.
 
-use super::outbox::insert_notice;
+use super::outbox::insert_notice_on;
 use super::{
     CommandState, IgnoreReason, InboxCommand, InboxState, NewNotice, NewTask, Notice, Result,
     Store, Task, TaskState, limit_or, new_id, now,
@@ -189,7 +189,7 @@ impl Store {
                 row.notice_id = *notice_id;
                 row.job_id = job_id.clone();
                 if let Some(n) = answer {
-                    reply = Some(insert_notice(n).fetch_one(&mut *tx).await?);
+                    reply = Some(insert_notice_on(&mut *tx, n).await?);
                 }
             }
             InboxOutcome::Task {
@@ -227,7 +227,7 @@ impl Store {
                 row.notice_id = Some(*notice_id);
                 row.job_id = Some(job_id.clone());
                 if let Some(n) = answer {
-                    reply = Some(insert_notice(n).fetch_one(&mut *tx).await?);
+                    reply = Some(insert_notice_on(&mut *tx, n).await?);
                 }
             }
         }
@@ -373,7 +373,7 @@ impl Store {
     pub async fn answer_inbox(&self, id: i64, reply: Option<&NewNotice>) -> Result<Option<i64>> {
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         let notice = match reply {
-            Some(n) => Some(insert_notice(n).fetch_one(&mut *tx).await?),
+            Some(n) => Some(insert_notice_on(&mut *tx, n).await?),
             None => None,
         };
         let marked = sqlx::query(
@@ -420,7 +420,7 @@ impl Store {
     ) -> Result<bool> {
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         let notice = match reply {
-            Some(n) => Some(insert_notice(n).fetch_one(&mut *tx).await?),
+            Some(n) => Some(insert_notice_on(&mut *tx, n).await?),
             None => None,
         };
         let moved = sqlx::query(

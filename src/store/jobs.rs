@@ -162,7 +162,7 @@ impl Store {
         task_id: Option<&str>,
         reason: Option<&str>,
     ) -> Result<i64> {
-        Ok(sqlx::query_scalar(
+        let insert = sqlx::query_as(
             "INSERT INTO job_runs (job_id, scheduled_at, fired_at, outcome, task_id, reason) \
              VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
         )
@@ -171,9 +171,9 @@ impl Store {
         .bind(now())
         .bind(outcome)
         .bind(task_id)
-        .bind(reason)
-        .fetch_one(self.pool())
-        .await?)
+        .bind(reason);
+        let (id,): (i64,) = self.inserted(insert).await?;
+        Ok(id)
     }
 
     /// Update a run after its task ended (a fired run may still fail, and its delivery moves on).
@@ -276,12 +276,10 @@ impl Store {
             // Not kept in the connection's statement cache: a burst's statement differs with
             // its size, and a cache of 100 prepared many-row statements per connection grows
             // the daemon by megabytes (BENCHMARKS.md §3, the job firings).
-            let ids: Vec<String> = update
-                .build_query_scalar()
-                .persistent(false)
-                .fetch_all(self.pool())
+            let ids: Vec<(String,)> = self
+                .returning(update.build_query_as().persistent(false))
                 .await?;
-            claimed.extend(ids);
+            claimed.extend(ids.into_iter().map(|(id,)| id));
         }
         Ok(claimed)
     }

@@ -44,6 +44,7 @@ mod kinds;
 mod outbox;
 mod tasks;
 mod working;
+mod write;
 
 pub use dashboard::*;
 pub use facts::*;
@@ -97,8 +98,9 @@ pub enum StoreError {
     NotFound { what: &'static str, id: String },
     #[error("{0}")]
     Conflict(String),
-    /// The database cannot be written: a full disk, a read-only file, an I/O failure.
-    #[error("the database cannot be written ({fault}): {detail}")]
+    /// The database cannot be written: a full disk, a read-only file, an I/O failure. The
+    /// write did not happen (its transaction was rolled back).
+    #[error("the database cannot be written ({fault}): {detail}; {}", fault.hint())]
     Unavailable { fault: StorageFault, detail: String },
     #[error("database error: {0}")]
     Sql(sqlx::Error),
@@ -343,6 +345,11 @@ impl Store {
         &self.pool
     }
 
+    /// Whether [`Store::close`] was called (nothing can be written through it any more).
+    pub fn is_closed(&self) -> bool {
+        self.pool.is_closed()
+    }
+
     /// Wait for pending writes and release the file (tests reopen the same data dir).
     pub async fn close(&self) {
         self.pool.close().await;
@@ -351,7 +358,8 @@ impl Store {
 
 /// A write statement with its arguments bound.
 type Statement<'q> = sqlx::query::Query<'q, sqlx::Sqlite, SqliteArguments>;
-/// A read statement with its arguments bound, each row read as a `T`.
+/// A statement with its arguments bound, each row read as a `T`: a read, or a write with
+/// `RETURNING` (run by `write.rs`).
 type Select<'q, T> = sqlx::query::QueryAs<'q, sqlx::Sqlite, T, SqliteArguments>;
 
 /// A type `query_as` can read rows into (spelled once; the bound is long).
@@ -370,22 +378,6 @@ trait WithJson: Record {
 }
 
 impl Store {
-    /// Run a write; how many rows it changed.
-    async fn rows(&self, statement: Statement<'_>) -> Result<u64> {
-        Ok(statement.execute(self.pool()).await?.rows_affected())
-    }
-
-    /// Run a write whose row count does not matter.
-    async fn run(&self, statement: Statement<'_>) -> Result<()> {
-        self.rows(statement).await.map(drop)
-    }
-
-    /// Run a write meant for one row; false when no row matched (gone, or not in the state
-    /// the statement asks for).
-    async fn one_row(&self, statement: Statement<'_>) -> Result<bool> {
-        Ok(self.rows(statement).await? == 1)
-    }
-
     /// A single number (`SELECT COUNT(*) ...`).
     async fn count(&self, sql: &'static str) -> Result<i64> {
         Ok(sqlx::query_scalar(sql).fetch_one(self.pool()).await?)
@@ -395,6 +387,8 @@ impl Store {
         Ok(select.fetch_all(self.pool()).await?)
     }
 
+    /// The first row a read selects. Never for a writing statement (`… RETURNING`): reading
+    /// one row stops it before its commit, whose error would be lost (see `write.rs`).
     async fn first<T: Record>(&self, select: Select<'_, T>) -> Result<Option<T>> {
         Ok(select.fetch_optional(self.pool()).await?)
     }

@@ -1,7 +1,7 @@
 //! The durable outbox (`outbox`): a notice is stored before it is sent, and stays until it is
 //! sent or has failed for good.
 
-use super::{NoticeState, Result, Store, json_list, limit_or, new_token, now};
+use super::{NoticeState, Result, Store, StoreError, json_list, limit_or, new_token, now};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -74,7 +74,7 @@ macro_rules! notice_where {
 
 impl Store {
     pub async fn enqueue_notice(&self, n: &NewNotice) -> Result<i64> {
-        Ok(insert_notice(n).fetch_one(self.pool()).await?)
+        insert_notice_on(self.pool(), n).await
     }
 
     pub async fn notice(&self, id: i64) -> Result<Option<Notice>> {
@@ -196,7 +196,19 @@ impl Store {
 
 /// The statement queuing `n` with a fresh token (see [`new_token`]), returning its id; run on
 /// the pool or inside a transaction that writes more.
-pub(super) fn insert_notice(
+/// Insert a notice on a pool or inside a transaction, stepping the statement to its end (see
+/// `store/write.rs`): its id.
+pub(super) async fn insert_notice_on<'c, E: sqlx::SqliteExecutor<'c>>(
+    on: E,
+    n: &NewNotice,
+) -> Result<i64> {
+    let ids: Vec<i64> = insert_notice(n).fetch_all(on).await?;
+    ids.into_iter()
+        .next()
+        .ok_or_else(|| StoreError::Corrupt("an inserted notice did not come back".into()))
+}
+
+fn insert_notice(
     n: &NewNotice,
 ) -> sqlx::query::QueryScalar<'_, sqlx::Sqlite, i64, sqlx::sqlite::SqliteArguments> {
     let t = now();

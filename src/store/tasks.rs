@@ -132,7 +132,7 @@ impl Store {
         .bind(&new.task)
         .bind(created)
         .bind(started);
-        Ok(insert.fetch_one(self.pool()).await?)
+        self.inserted(insert).await
     }
 
     /// Several new tasks in one statement (a burst of job firings); the rows as stored, in the
@@ -164,10 +164,8 @@ impl Store {
             });
             insert.push(concat!(" RETURNING ", columns!(tasks)));
             // Sized by the burst, so not kept in the statement cache (see `claim_burst`).
-            let mut rows: Vec<Task> = insert
-                .build_query_as()
-                .persistent(false)
-                .fetch_all(self.pool())
+            let mut rows: Vec<Task> = self
+                .returning(insert.build_query_as().persistent(false))
                 .await?;
             // RETURNING promises no order: put the rows back in the caller's.
             let order: std::collections::HashMap<&str, usize> = ids
@@ -240,7 +238,7 @@ impl Store {
              AND state = 'pending' RETURNING ",
             columns!(tasks)
         );
-        self.first(sqlx::query_as(sql).bind(now())).await
+        self.returning_one(sqlx::query_as(sql).bind(now())).await
     }
 
     /// pending → running. Returns false when the task was not pending (taken or cancelled).
@@ -257,7 +255,7 @@ impl Store {
         ))
         .bind(now())
         .bind(id);
-        self.first(start).await
+        self.returning_one(start).await
     }
 
     /// running|pending → a final state. A task already finished keeps its first outcome
@@ -284,7 +282,7 @@ impl Store {
         .bind(outcome.completion_tokens)
         .bind(now())
         .bind(id);
-        self.first(finish).await
+        self.returning_one(finish).await
     }
 
     /// pending → cancelled; false when the task is no longer pending (it started somewhere).
@@ -336,7 +334,7 @@ impl Store {
 
     /// Append a trace row; `seq` continues from the task's last row.
     pub async fn add_step(&self, task_id: &str, step: &NewStep) -> Result<i64> {
-        let seq: i64 = sqlx::query_scalar(
+        let insert = sqlx::query_as(
             "INSERT INTO task_steps (task_id, seq, step, kind, name, request_tokens, result_tokens, \
              arguments, output, error, duration_ms, created_at) \
              VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM task_steps WHERE task_id = ?1), \
@@ -352,9 +350,8 @@ impl Store {
         .bind(&step.output)
         .bind(&step.error)
         .bind(step.duration_ms)
-        .bind(now())
-        .fetch_one(self.pool())
-        .await?;
+        .bind(now());
+        let (seq,): (i64,) = self.inserted(insert).await?;
         Ok(seq)
     }
 

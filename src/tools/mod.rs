@@ -258,5 +258,7 @@ pub mod manifest;
 pub mod registry;
 pub mod schema;
 pub mod shape;
+mod starting;
 
 pub use registry::{Registry, RegistryBuilder, RegistryError, ToolOutcome};
+pub use starting::{SOURCE_START_WAIT, SourceStart, Starting, ToolSources};

@@ -3,12 +3,15 @@
 //! Owns: registration (unique names, JSON Schemas compiled once), the two-layer allowlist
 //! (what is offered, what is refused), argument validation, per-attempt timeouts, retries of
 //! network-class errors with exponential backoff, circuit breaking, result shaping and
-//! capping (large results go to working memory), delimiting, and one log line per call.
+//! capping (large results go to working memory, up to `memory.working_max_bytes`),
+//! delimiting, one log line per call, and which sources are still on their first start
+//! (`starting.rs`).
 //! Must not: know about the agent loop or messages; it returns the text the model will see
 //! and the facts the trace needs, nothing more.
 
 use super::breaker::Breakers;
 use super::shape::{self, Rest};
+use super::starting::{SOURCE_START_WAIT, Starting};
 use super::{Fit, Tool, ToolContext, ToolError, schema};
 use crate::config::ToolSettings;
 use crate::llm::{ToolCall, ToolSpec, Toolset, estimate_tokens};
@@ -66,6 +69,7 @@ pub struct RegistryBuilder {
     settings: ToolSettings,
     store: Store,
     backoff: Backoff,
+    working_max_bytes: usize,
     entries: BTreeMap<String, Arc<Entry>>,
 }
 
@@ -75,8 +79,15 @@ impl RegistryBuilder {
             settings,
             store,
             backoff: DEFAULT_BACKOFF,
+            working_max_bytes: crate::config::MemorySettings::default().working_max_bytes as usize,
             entries: BTreeMap::new(),
         }
+    }
+
+    /// Keep at most this many bytes of one result in working memory (`memory.working_max_bytes`).
+    pub fn with_working_max_bytes(mut self, bytes: u64) -> RegistryBuilder {
+        self.working_max_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+        self
     }
 
     /// The first retry waits `base`, each further one twice as long.
@@ -104,9 +115,11 @@ impl RegistryBuilder {
             settings: self.settings,
             store: self.store,
             backoff: self.backoff,
+            working_max_bytes: self.working_max_bytes,
             entries: RwLock::new(self.entries),
             breakers,
             offers: Mutex::default(),
+            starting: Starting::default(),
         }))
     }
 }
@@ -120,6 +133,9 @@ struct Inner {
     settings: ToolSettings,
     /// Where over-cap results go (working memory).
     store: Store,
+    /// How much of one over-cap result is kept there: a server's 12 MB answer must not become
+    /// a 12 MB row (nor a 12 MB string read back page by page).
+    working_max_bytes: usize,
     /// Waits between retries of network-class errors.
     backoff: Backoff,
     /// Every tool by name: those registered at start, and the current tools of each source.
@@ -131,6 +147,8 @@ struct Inner {
     /// Weak, so a replaced MCP tool is dropped at once; its allocation, and so its address,
     /// stays taken while the key lives, so a new entry is never mistaken for it.
     offers: Mutex<Vec<(Vec<Weak<Entry>>, Toolset)>>,
+    /// Sources on their first start, whose tools a new task waits for (bounded).
+    starting: Starting,
 }
 
 struct Entry {
@@ -280,6 +298,11 @@ impl Registry {
         errors
     }
 
+    /// The sources (MCP servers) on their first start, whose tools a new task waits for.
+    pub fn starting(&self) -> &Starting {
+        &self.0.starting
+    }
+
     fn entries(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<Entry>>> {
         // Writers only swap whole entries in and out, so a poisoned map is still consistent.
         self.0.entries.read().unwrap_or_else(|p| p.into_inner())
@@ -375,7 +398,13 @@ impl Registry {
         attempts: &mut u32,
     ) -> Result<(Arc<Entry>, Value), Refusal> {
         let name = call.name.as_str();
-        let Some(entry) = self.entry(name) else {
+        // A tool of a source on its first start (a job's precheck at the daemon's start).
+        let mut entry = self.entry(name);
+        if entry.is_none() && !self.0.starting.names().is_empty() {
+            self.0.starting.wait(SOURCE_START_WAIT).await;
+            entry = self.entry(name);
+        }
+        let Some(entry) = entry else {
             let available: Vec<String> = self
                 .offered(restrict)
                 .iter()
@@ -526,12 +555,14 @@ impl Registry {
         }
         let full = unfiltered.as_ref().map(shape::render);
         let full_text = full.as_deref().unwrap_or(&shown);
-        let (body, key) = match self.0.store.put_working(&ctx.task_id, full_text).await {
+        let kept = &full_text[..full_text.floor_char_boundary(self.0.working_max_bytes)];
+        let (body, key) = match self.0.store.put_working(&ctx.task_id, kept).await {
             Ok(key) => {
                 let rest = Rest::Stored {
                     key: &key,
                     aligned: full.is_none(),
                     total: full_text.chars().count(),
+                    kept: kept.chars().count(),
                 };
                 (shape::cut_with_note(&shown, cap, &rest), Some(key))
             }

@@ -65,11 +65,14 @@ pub fn cut_to_tokens(text: &str, max_tokens: u32) -> (&str, usize) {
 /// Why the shown text ends early, and where the rest is.
 pub enum Rest<'a> {
     /// The full result is stored under this key; `aligned` says the stored text is the
-    /// same text that was cut (no keep-fields in between), so offsets line up.
+    /// same text that was cut (no keep-fields in between), so offsets line up. `total` counts
+    /// the full result's characters, `kept` those stored (fewer when working memory's
+    /// per-result bound cut it).
     Stored {
         key: &'a str,
         aligned: bool,
         total: usize,
+        kept: usize,
     },
     /// Storing the full result failed.
     NotStored(&'a str),
@@ -81,16 +84,36 @@ pub enum Rest<'a> {
 pub fn truncation_note(shown: usize, total: usize, rest: &Rest<'_>) -> String {
     match rest {
         Rest::Stored {
-            key, aligned: true, ..
-        } => format!(
+            key,
+            aligned: true,
+            total: full,
+            kept,
+        } if kept >= full => format!(
             "[truncated: showing {shown} of {total} characters; the full result is in working memory under key {key} — call read_working_memory with {{\"key\": \"{key}\", \"offset\": {shown}}} to read on]"
+        ),
+        Rest::Stored {
+            key,
+            aligned: true,
+            kept,
+            ..
+        } => format!(
+            "[truncated: showing {shown} of {total} characters; the first {kept} characters are in working memory under key {key} (it keeps a bounded part of a result; the rest is gone) — call read_working_memory with {{\"key\": \"{key}\", \"offset\": {shown}}} to read on]"
         ),
         Rest::Stored {
             key,
             aligned: false,
             total: full,
-        } => format!(
+            kept,
+        } if kept >= full => format!(
             "[truncated: showing {shown} of {total} characters of the kept fields; the full unfiltered result ({full} characters) is in working memory under key {key} — call read_working_memory with {{\"key\": \"{key}\", \"offset\": 0}} to read it]"
+        ),
+        Rest::Stored {
+            key,
+            aligned: false,
+            total: full,
+            kept,
+        } => format!(
+            "[truncated: showing {shown} of {total} characters of the kept fields; the first {kept} of the full unfiltered result's {full} characters are in working memory under key {key} (it keeps a bounded part of a result; the rest is gone) — call read_working_memory with {{\"key\": \"{key}\", \"offset\": 0}} to read them]"
         ),
         Rest::NotStored(why) => format!(
             "[truncated: showing {shown} of {total} characters; the full result could not be stored ({why}), so the rest is not available]"
@@ -202,6 +225,7 @@ mod tests {
                 key: "wm_0123456789abcdef",
                 aligned: true,
                 total: 10_000,
+                kept: 10_000,
             },
         );
         assert!(estimate_tokens(&out) <= 100, "{}", estimate_tokens(&out));

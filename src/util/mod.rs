@@ -1,5 +1,6 @@
-//! Small helpers every part uses alike: cutting text for messages and traces, walking an
-//! error's causes, the one backoff arithmetic, and the one policy for poisoned mutexes.
+//! Small helpers every part uses alike: cutting text for messages and traces and making it safe
+//! to print on a terminal, walking an error's causes, the one backoff arithmetic, and the one
+//! policy for poisoned mutexes.
 //!
 //! Owns: nothing with state. Must not: depend on any other part of the crate, so that every
 //! part may depend on it.

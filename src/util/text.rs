@@ -1,7 +1,9 @@
-//! Cutting and flattening text for messages, traces and terminal output. Lengths count
-//! characters (never bytes), so a cut never splits a character, Chinese included.
+//! Cutting and flattening text for messages, traces and terminal output, and making text that
+//! came from elsewhere safe to print on a terminal. Lengths count characters (never bytes), so a
+//! cut never splits a character, Chinese included.
 
 use std::borrow::Cow;
+use std::fmt::Write;
 
 /// The mark left where text was cut.
 pub const ELLIPSIS: char = '…';
@@ -50,9 +52,63 @@ pub fn one_line(text: &str, max: usize) -> String {
     format!("{}{ELLIPSIS}", prefix(&flat, max.saturating_sub(1)))
 }
 
+/// `text` as a terminal may show it: every control character but newline and tab written out
+/// visibly (`\x1b`, `\x07`, `\r`'s `\x0d`; C1 controls as `\u{9b}`), and the bidi overrides,
+/// embeddings, isolates and marks written the same way (`\u{202e}`). Borrowed when there was
+/// nothing to change (the common case).
+///
+/// Answers, errors, facts and server replies are text someone else wrote: printed raw, an
+/// `ESC ] 0 ; … BEL` retitles the window, `ESC [ 2 J` clears the screen, `ESC ] 8` plants a
+/// hyperlink, `\r` overwrites the line and U+202E shows the rest of it reversed. Escaping
+/// (rather than dropping) keeps what was sent readable.
+pub fn for_terminal(text: &str) -> Cow<'_, str> {
+    let Some(first) = text.find(unsafe_on_terminal) else {
+        return Cow::Borrowed(text);
+    };
+    let mut out = String::with_capacity(text.len() + 16);
+    out.push_str(&text[..first]);
+    for c in text[first..].chars() {
+        if !unsafe_on_terminal(c) {
+            out.push(c);
+        } else if (c as u32) < 0x80 {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        } else {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// A character a terminal acts on instead of showing: C0 controls but newline and tab, DEL, C1
+/// controls, and the bidi formatting characters (which reorder what follows them).
+fn unsafe_on_terminal(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(
+            c,
+            '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn terminal_sequences_are_written_out_not_sent() {
+        let evil = "a\u{1b}]0;title\u{7}b\u{1b}[2Jc\u{1b}]8;;file:///etc/passwd\u{1b}\\d\re\u{202e}f\u{9b}g\u{7f}h\u{2066}i";
+        assert_eq!(
+            for_terminal(evil),
+            r"a\x1b]0;title\x07b\x1b[2Jc\x1b]8;;file:///etc/passwd\x1b\d\x0de\u{202e}f\u{9b}g\x7fh\u{2066}i"
+        );
+        assert_eq!(for_terminal("\u{0}\u{8}\u{200f}"), r"\x00\x08\u{200f}");
+    }
+
+    #[test]
+    fn ordinary_text_passes_as_it_is() {
+        for plain in ["line one\n\tline two", "中文 العربية", "a \\x1b b", "", "…"] {
+            assert!(matches!(for_terminal(plain), Cow::Borrowed(p) if p == plain));
+        }
+    }
 
     #[test]
     fn cuts_on_characters() {

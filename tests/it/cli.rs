@@ -237,3 +237,289 @@ fn config_check_loads_the_manifests_it_names() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("fine"), "{}", text(&out.stdout));
 }
+
+/// What a hostile model, server, MCP server or fact could carry to a terminal: a window title
+/// (OSC 0 … BEL), a screen clear (CSI 2J), a hyperlink to a local file (OSC 8 … ST), a
+/// right-to-left override, an 8-bit CSI (C1) and a carriage return that overwrites the line.
+const EVIL: &str = "A\u{1b}]0;pwned\u{7}B\u{1b}[2JC\u{1b}]8;;file:///etc/passwd\u{1b}\\link\u{1b}]8;;\u{1b}\\D\u{202e}E\u{9b}31mF\rG";
+
+/// No byte that a terminal would act on: ESC, BEL, CR, a C1 control (UTF-8 `C2 80`–`C2 9F`) or
+/// a bidi override or isolate (U+202A–U+202E, U+2066–U+2069).
+fn assert_inert(what: &str, out: &[u8]) {
+    let shown = text(out);
+    for (i, b) in out.iter().enumerate() {
+        assert!(
+            !matches!(b, 0x1b | 0x07 | 0x0d),
+            "{what}: raw control byte {b:#04x} at {i}: {shown:?}"
+        );
+    }
+    for w in out.windows(3) {
+        let bidi = w[0] == 0xe2
+            && ((w[1] == 0x80 && (0xaa..=0xae).contains(&w[2]))
+                || (w[1] == 0x81 && (0xa6..=0xa9).contains(&w[2])));
+        assert!(!bidi, "{what}: raw bidi control {w:02x?}: {shown:?}");
+    }
+    for w in out.windows(2) {
+        assert!(
+            !(w[0] == 0xc2 && (0x80..=0x9f).contains(&w[1])),
+            "{what}: raw C1 control {w:02x?}: {shown:?}"
+        );
+    }
+}
+
+/// The sequences are still there to read, escaped.
+fn assert_escaped(what: &str, out: &[u8]) {
+    let shown = text(out);
+    for escaped in [r"\x1b]0;pwned\x07", r"\x1b[2J", r"\u{202e}", r"\u{9b}31m"] {
+        assert!(shown.contains(escaped), "{what}: no {escaped} in {shown:?}");
+    }
+}
+
+/// A settings file for `dir` whose `fast` profile talks to `fast_url` and `pro` to `pro_url`.
+fn hostile_site(dir: &Path, fast_url: &str, pro_url: &str, extra: &str) -> std::path::PathBuf {
+    let file = dir.join("settings.yaml");
+    let yaml = format!(
+        "model:\n  profiles:\n    fast: {{base_url: \"{fast_url}\", model: scripted, timeout_s: 20}}\n    \
+         pro: {{base_url: \"{pro_url}\", model: scripted-pro, timeout_s: 20}}\n\
+         tools:\n  manifests_dir: /nonexistent-hermes-cli-test-tools\n\
+         context:\n  summary_enabled: false\n\
+         scheduler:\n  timezone: UTC\n\
+         server:\n  port: 0\n{extra}"
+    );
+    std::fs::write(&file, yaml).unwrap();
+    file
+}
+
+fn hermes_with(dir: &Path, config: &Path, args: &[&str]) -> Output {
+    let mut all = vec!["--config", config.to_str().unwrap()];
+    all.extend_from_slice(args);
+    hermes(dir, &all)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_sequences_in_answers_errors_and_tasks_reach_the_terminal_escaped() {
+    use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+    let answering = ScriptedModel::start_with(|_| Reply::text(EVIL)).await;
+    // A 500 first: its retry is logged (a log line quoting the body), then a 400 fails the task.
+    let failing = |status| Reply::Status {
+        status,
+        headers: vec![],
+        body: serde_json::json!({"error": {"message": EVIL}}).to_string(),
+    };
+    let refusing = ScriptedModel::start(vec![failing(500), failing(400)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = hostile_site(dir.path(), &answering.base_url(), &refusing.base_url(), "");
+    let task = format!("say {EVIL}");
+
+    let out = hermes_with(dir.path(), &config, &["run", &task]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_inert("run stdout", &out.stdout);
+    assert_escaped("run stdout", &out.stdout);
+    assert_inert("run timeline", &out.stderr);
+    assert_escaped("run timeline", &out.stderr);
+    // --json stays JSON, its escaping is JSON's: the answer reads back exactly.
+    let out = hermes_with(dir.path(), &config, &["run", &task, "--json"]);
+    let record: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(record["answer"], EVIL);
+
+    let out = hermes_with(dir.path(), &config, &["run", &task, "--profile", "pro"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("retrying"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_inert("run failure", &out.stderr);
+    assert_escaped("run failure", &out.stderr);
+
+    let out = hermes_with(dir.path(), &config, &["tasks", "list"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_inert("tasks list", &out.stdout);
+    let listed = text(&out.stdout);
+    let ids: Vec<&str> = listed
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(ids.len(), 3, "{listed}");
+    for id in ids {
+        let out = hermes_with(dir.path(), &config, &["tasks", "show", id]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_inert("tasks show", &out.stdout);
+        assert_escaped("tasks show", &out.stdout);
+        let out = hermes_with(dir.path(), &config, &["tasks", "watch", id]);
+        assert_inert("tasks watch stdout", &out.stdout);
+        assert_inert("tasks watch stderr", &out.stderr);
+        assert_escaped("tasks watch", &[out.stdout, out.stderr].concat());
+    }
+    answering.stop().await;
+    refusing.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_sequences_in_facts_and_jobs_reach_the_terminal_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = hostile_site(
+        dir.path(),
+        "http://127.0.0.1:9/v1",
+        "http://127.0.0.1:9/v1",
+        "",
+    );
+    let fact = format!("the tea shop sells {EVIL}");
+    let out = hermes_with(dir.path(), &config, &["memory", "add", &fact]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = hermes_with(dir.path(), &config, &["memory", "search", "tea shop"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_inert("memory search", &out.stdout);
+    assert_escaped("memory search", &out.stdout);
+    let out = hermes_with(
+        dir.path(),
+        &config,
+        &["memory", "search", "tea shop", "--json"],
+    );
+    let found: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(found["facts"][0]["text"], fact.as_str());
+
+    let out = hermes_with(
+        dir.path(),
+        &config,
+        &[
+            "jobs",
+            "add",
+            &fact,
+            "--name",
+            EVIL,
+            "--schedule",
+            "every 2h",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = hermes_with(dir.path(), &config, &["jobs", "list"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_inert("jobs list", &out.stdout);
+    let out = hermes_with(dir.path(), &config, &["memory", "forget", EVIL]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_inert("an error naming what was asked", &out.stderr);
+}
+
+/// A model server whose `/models` lists ids carrying control sequences.
+async fn hostile_models_server() -> String {
+    let app = axum::Router::new().route(
+        "/v1/models",
+        axum::routing::get(|| async {
+            axum::Json(serde_json::json!({"data": [{"id": EVIL}, {"id": "other"}]}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}/v1")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_escapes_model_ids_answers_and_mcp_servers_last_words() {
+    use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+    let answering = ScriptedModel::start_with(|_| Reply::text(EVIL)).await;
+    let listing = hostile_models_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    // printf's octal escapes: the settings file itself may not hold control characters.
+    let printf: String = EVIL
+        .bytes()
+        .map(|b| match b {
+            b'\\' => r"\\".to_string(),
+            b' '..=b'~' => char::from(b).to_string(),
+            _ => format!("\\{b:03o}"),
+        })
+        .collect();
+    let mcp = format!(
+        "mcp:\n  servers:\n    loud:\n      command: [sh, -c, {}]\n",
+        serde_json::to_string(&format!("printf '{printf}\\n' >&2; exit 3")).unwrap()
+    );
+    let config = hostile_site(dir.path(), &answering.base_url(), &listing, &mcp);
+    let out = hermes_with(dir.path(), &config, &["doctor"]);
+    let stdout = format!("{}\nstderr: {}", text(&out.stdout), text(&out.stderr));
+    assert_inert("doctor", &out.stdout);
+    assert_inert("doctor stderr", &out.stderr);
+    // The probe's quote of the answer, the listed model id, the MCP server's stderr.
+    assert!(stdout.contains("did not call the offered tool"), "{stdout}");
+    assert!(
+        stdout.contains("does not list model scripted-pro"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("mcp server loud"), "{stdout}");
+    // The probe quotes the answer on one line, its control characters dropped.
+    assert!(stdout.contains("(it said: A ]0;pwned B [2JC"), "{stdout}");
+    assert_eq!(stdout.matches(r"\x1b]0;pwned\x07").count(), 2, "{stdout}");
+    answering.stop().await;
+}
+
+#[test]
+fn config_check_escapes_what_it_quotes_from_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.yaml");
+    // EVIL in YAML's own escapes (the file itself may not hold control characters).
+    let key = r#""A\e]0;pwned\aB\e[2JC\u202eD\x9b31mE\rF""#;
+    std::fs::write(&file, format!("agent:\n  {key}: 1\n")).unwrap();
+    let out = hermes(
+        dir.path(),
+        &["--config", file.to_str().unwrap(), "config", "check"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert_inert("config check", &out.stderr);
+    assert!(
+        text(&out.stderr).contains(r"\x1b[2J"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn without_a_model_the_error_names_the_settings_file_and_the_local_model_script_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    // Port 9 (discard) on loopback: nothing listens, the connection is refused at once.
+    let config = hostile_site(
+        dir.path(),
+        "http://127.0.0.1:9/v1",
+        "http://127.0.0.1:9/v1",
+        "",
+    );
+    let out = hermes_with(
+        dir.path(),
+        &config,
+        &["run", "What is the capital of France?"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    let failed = stderr
+        .lines()
+        .find(|l| l.contains(" failed (model): "))
+        .unwrap_or_else(|| panic!("no failure line: {stderr}"));
+    let error = failed.split_once(" failed (model): ").unwrap().1;
+    assert!(
+        error.contains(&config.display().to_string()),
+        "names the file: {error}"
+    );
+    assert!(error.contains("model.profiles.fast.base_url"), "{error}");
+    assert!(error.contains("scripts/local-model.sh"), "{error}");
+    // The timeline's line for the model call carries the same words, whole.
+    let step = stderr
+        .lines()
+        .find(|l| l.starts_with("[ 1] model fast"))
+        .unwrap_or_else(|| panic!("no step line: {stderr}"));
+    assert!(step.ends_with(error), "step: {step}\nerror: {error}");
+    let id = stderr
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap();
+    let out = hermes_with(dir.path(), &config, &["tasks", "show", id]);
+    let shown = text(&out.stdout);
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("[ 1] model fast") && l.ends_with(error)),
+        "{shown}"
+    );
+}

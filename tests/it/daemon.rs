@@ -1085,3 +1085,42 @@ async fn tasks_watch_follows_a_task_live_on_the_daemon_and_replays_it_locally() 
         text(&out.stderr)
     );
 }
+
+/// Through the daemon, as without it: what the daemon's API returns (an answer, a fact) reaches
+/// the terminal with its control sequences written out, never raw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_the_daemon_control_sequences_reach_the_terminal_escaped() {
+    const EVIL: &str = "A\u{1b}]0;pwned\u{7}B\u{1b}[2JC\u{202e}D\u{9b}E\rF";
+    let raw = |out: &[u8]| {
+        out.iter().any(|b| matches!(b, 0x1b | 0x07 | 0x0d))
+            || out.windows(3).any(|w| w == [0xe2, 0x80, 0xae])
+            || out.windows(2).any(|w| w == [0xc2, 0x9b])
+    };
+    let model = ScriptedModel::start_with(|_| Reply::text(EVIL)).await;
+    let site = Site::new(&model.base_url(), &[], &[]);
+    let mut d = site.start(&[]);
+    d.ready().await;
+    let task = d.submit("say it").await;
+    d.finished(&task).await;
+    let out = site.cli(&["memory", "add", &format!("tea {EVIL}")], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for args in [
+        vec!["tasks", "watch", task.as_str()],
+        vec!["tasks", "show", task.as_str()],
+        vec!["tasks", "list"],
+        vec!["memory", "search", "tea"],
+    ] {
+        let out = site.cli(&args, &[]);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        assert!(!raw(&out.stdout), "{args:?}: {:?}", text(&out.stdout));
+        assert!(!raw(&out.stderr), "{args:?}: {:?}", text(&out.stderr));
+        if args[0] != "tasks" || args[1] != "list" {
+            assert!(
+                text(&out.stdout).contains(r"\x1b]0;pwned\x07B\x1b[2JC\u{202e}D\u{9b}E\x0dF"),
+                "{args:?}: {}",
+                text(&out.stdout)
+            );
+        }
+    }
+    d.stop().await;
+}

@@ -9,13 +9,18 @@
 //! - `tool`-role messages are dropped from the prompt (its template has no branch for them).
 //!
 //! So a native task against it could never end with an answer. `tool_mode: auto` takes the
-//! blank reply as evidence that the server ignores tools and asks again in text mode.
+//! blank reply as evidence that the server ignores tools and asks again in text mode, and
+//! `doctor`'s probe asks what fails there (a worded answer with tools offered, a `tool` message)
+//! and says `tool_mode: text`, as the README and scripts/local-model.sh do.
 
 use crate::common;
 
+use hermes_agent::config::Config;
+use hermes_agent::doctor::Verdict;
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_agent::llm::{Gateway, ToolProbe, estimate_tokens};
 use hermes_agent::store::TaskState;
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// The server's answer to a native request whose model chose "message:".
 fn blank_answer() -> Reply {
@@ -54,4 +59,124 @@ async fn auto_mode_gets_an_answer_from_a_server_that_blanks_answers_when_offered
     assert_eq!(requests.len(), 2, "one native request, one in text mode");
     assert!(requests[0].get("tools").is_some());
     assert!(requests[1].get("tools").is_none());
+}
+
+/// How an imitated server behaves: whether it blanks worded answers when offered tools, and
+/// whether it drops `tool`-role messages before building (and counting) the prompt.
+#[derive(Clone, Copy)]
+struct Server {
+    blanks_worded_answers: bool,
+    drops_tool_messages: bool,
+}
+
+/// llama-cpp-python 0.3.36 with `--chat_format chatml-function-calling`, as scripts/local-model.sh
+/// starts it.
+const CHATML_FUNCTION_CALLING: Server = Server {
+    blanks_worded_answers: true,
+    drops_tool_messages: true,
+};
+
+/// An answer as `server` would give it: offered tools and asked to call one, it calls it; offered
+/// tools otherwise, it answers "" if it blanks worded answers; without tools it answers from what
+/// it saw — a word a tool returned only if the tool's message reached the prompt.
+fn imitate(server: Server, req: &Value) -> Reply {
+    let mut seen = req.clone();
+    if server.drops_tool_messages
+        && let Some(messages) = seen["messages"].as_array_mut()
+    {
+        messages.retain(|m| m["role"] != "tool");
+    }
+    let prompt_tokens = estimate_tokens(&seen.to_string());
+    let messages = seen["messages"].as_array().cloned().unwrap_or_default();
+    let last = messages.last().cloned().unwrap_or(Value::Null);
+    let asked_to_call = last["role"] == "user"
+        && last["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("Call the tool"));
+    let offered = req.get("tools").is_some();
+    let message = if offered && asked_to_call {
+        json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+               "function": {"name": "ping", "arguments": "{\"n\": 1}"}}]})
+    } else if offered && server.blanks_worded_answers {
+        json!({"role": "assistant", "content": ""})
+    } else {
+        let returned = messages
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .filter_map(|m| m["content"].as_str())
+            .find_map(|c| c.split("the word is ").nth(1))
+            .and_then(|rest| rest.split(['.', ' ']).next())
+            .map(str::to_string);
+        json!({"role": "assistant", "content": returned.unwrap_or_else(|| "ready".into())})
+    };
+    Reply::Body(json!({
+        "id": "chatcmpl-x", "object": "chat.completion", "created": 0, "model": "smollm2",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 3},
+    }))
+}
+
+#[tokio::test]
+async fn the_tool_probe_says_text_mode_where_native_calls_come_back_but_tasks_cannot_end() {
+    let cases = [
+        (CHATML_FUNCTION_CALLING, false),
+        (
+            Server {
+                blanks_worded_answers: true,
+                drops_tool_messages: false,
+            },
+            false,
+        ),
+        (
+            Server {
+                blanks_worded_answers: false,
+                drops_tool_messages: true,
+            },
+            false,
+        ),
+        (
+            Server {
+                blanks_worded_answers: false,
+                drops_tool_messages: false,
+            },
+            true,
+        ),
+    ];
+    for (server, native) in cases {
+        let model = ScriptedModel::start_with(move |req| imitate(server, req)).await;
+        let gateway = Gateway::new(&common::settings(&model.base_url()).model).unwrap();
+        let probe = gateway.probe_tools("fast").await.expect("probed");
+        let advice = probe.advice("fast");
+        assert_eq!(probe == ToolProbe::Native, native, "{advice}");
+        if !native {
+            assert!(
+                advice.contains("model.profiles.fast.tool_mode: text"),
+                "{advice}"
+            );
+        }
+        if server.drops_tool_messages {
+            assert!(advice.contains("`tool` messages"), "{advice}");
+        }
+        model.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn doctor_gives_the_docs_verdict_for_llama_cpp_pythons_chatml_function_calling() {
+    let model = ScriptedModel::start_with(|req| imitate(CHATML_FUNCTION_CALLING, req)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::from_settings(common::settings(&model.base_url()), dir.path().into());
+    let checks = hermes_agent::doctor::models(&config).await;
+    let tools = checks
+        .iter()
+        .find(|c| c.what == "model profile fast tools")
+        .unwrap_or_else(|| panic!("{checks:?}"));
+    assert_eq!(tools.verdict, Verdict::Warn, "{}", tools.detail);
+    assert!(
+        !tools.detail.contains("native tool calls work"),
+        "{}",
+        tools.detail
+    );
+    assert!(tools.detail.contains("tool_mode: text"), "{}", tools.detail);
+    model.stop().await;
 }

@@ -808,9 +808,12 @@ async fn the_tool_probe_names_the_mode_a_profile_needs() {
     type Expect = fn(&ToolProbe) -> bool;
     let cases: Vec<(Vec<Reply>, Expect)> = vec![
         (
+            // The call, a worded answer with the tool offered, the tool's word repeated.
             vec![
                 Reply::text("hi"),
                 Reply::tool_calls(&[("ping", json!({"n": 1}))]),
+                Reply::text("ready"),
+                Reply::text("heliotrope"),
             ],
             |p| *p == ToolProbe::Native,
         ),
@@ -875,4 +878,72 @@ async fn an_unrecorded_scripted_server_answers_and_counts_but_keeps_no_copies() 
     assert!(model.wait_for_requests(1, Duration::from_secs(5)).await);
     assert_eq!(model.request_count(), 1);
     assert!(model.requests().is_empty() && model.authorizations().is_empty());
+}
+
+#[tokio::test]
+async fn only_a_400_about_the_tools_switches_an_auto_profile_never_a_refusals_wording() {
+    let bodies: [(&str, bool); 9] = [
+        // Refusals and other faults that mention a tool but say nothing about tool support.
+        (
+            r#"{"error": {"message": "Request blocked by the content policy: the tool output contains disallowed text"}}"#,
+            false,
+        ),
+        (
+            r#"{"error": {"message": "I can't repeat the tool output you sent.", "type": "invalid_request_error", "param": "messages"}}"#,
+            false,
+        ),
+        (
+            "The tool result is too long for this model's context window",
+            false,
+        ),
+        (
+            r#"{"error": {"message": "max_tokens is too large; the tools are fine"}}"#,
+            false,
+        ),
+        // The server names the parameter, or says it does not support tools.
+        (
+            r#"{"error": {"message": "Invalid value", "type": "invalid_request_error", "param": "tools"}}"#,
+            true,
+        ),
+        (
+            r#"{"error": {"message": "Invalid value", "param": "tool_choice"}}"#,
+            true,
+        ),
+        (r#"{"error": {"message": "tools is not supported"}}"#, true),
+        (
+            r#"{"error": {"message": "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set"}}"#,
+            true,
+        ),
+        (
+            r#"{"detail": [{"loc": ["body", "tools"], "msg": "Extra inputs are not permitted", "type": "extra_forbidden"}]}"#,
+            true,
+        ),
+    ];
+    for (body, switches) in bodies {
+        let model = ScriptedModel::start(vec![
+            Reply::Status {
+                status: if body.contains("detail") { 422 } else { 400 },
+                headers: vec![],
+                body: body.into(),
+            },
+            Reply::text("second"),
+        ])
+        .await;
+        let gw = gateway_for(&model);
+        let first = gw.chat("fast", &ask("hi"), &many_tools()).await;
+        if switches {
+            let reply = first.unwrap_or_else(|e| panic!("{body}: no switch: {e}"));
+            assert_eq!(reply.content, "second", "{body}");
+            assert_eq!(reply.notes.len(), 1, "{body}: {:?}", reply.notes);
+            assert!(model.requests()[1].get("tools").is_none(), "{body}");
+        } else {
+            let err = first.expect_err(body);
+            assert!(matches!(err, LlmError::Status { .. }), "{body}: {err}");
+            // Still native: the next call offers the tools again.
+            let reply = gw.chat("fast", &ask("hi"), &many_tools()).await.unwrap();
+            assert!(reply.notes.is_empty(), "{body}: {:?}", reply.notes);
+            assert!(model.requests()[1].get("tools").is_some(), "{body}");
+        }
+        model.stop().await;
+    }
 }

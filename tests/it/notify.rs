@@ -430,6 +430,7 @@ async fn deliver_until_settled(
 
 const DIGEST: &str = "# Morning digest\n\n## Weather\n\n- sunny, 21 °C\n- light wind\n\n\
                       Read [the forecast](https://weather.example.com/today).\n\n\
+                      ![radar](https://tracker.example/pixel.gif?u=42)\n\n\
                       <script>alert('x')</script>\n";
 
 // ---------------------------------------------------------------------------------------------
@@ -488,6 +489,12 @@ async fn a_digest_reaches_every_recipient_as_text_and_html() {
         "{html}"
     );
     assert!(!html.contains("<script"), "raw HTML passed through: {html}");
+    // A remote image would be fetched when the mail is opened (a tracking pixel): a link.
+    assert!(!html.contains("<img"), "{html}");
+    assert!(
+        html.contains(r#"<a href="https://tracker.example/pixel.gif?u=42">image: radar</a>"#),
+        "{html}"
+    );
     assert!(html.contains("&lt;script&gt;"), "{html}");
     assert!(html.contains("Daily digest — 2026-11-30"), "{html}");
 

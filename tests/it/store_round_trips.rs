@@ -5,8 +5,9 @@
 //! every write returns its row instead of reading it back.
 //!
 //! Counted from sqlx's own statement log (`sqlx::query` events) with a process-wide
-//! subscriber, so the test runs alone in a process of its own: the other tests of this binary
-//! would add their statements to the count.
+//! subscriber, so this file holds this one test. The other modules' tests run in the same
+//! process at the same time, so only statements made inside this test's span are counted
+//! (sqlx's connection thread runs each statement in its caller's span).
 
 use crate::common;
 
@@ -17,15 +18,26 @@ use hermes_agent::tools::{ToolInfo, tool_fn};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use tracing::Instrument as _;
 use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::{Layer, filter};
 
-/// Counts the statements sqlx logs, except a new connection's setup (`PRAGMA …`): the pool
-/// opens connections when it likes, and their cost is not a task's.
+/// The span this test's work runs in; statements outside it are other tests'.
+const SPAN: &str = "counted_round_trips";
+
+/// Counts the statements sqlx logs inside [`SPAN`], except a new connection's setup
+/// (`PRAGMA …`): the pool opens connections when it likes, and their cost is not a task's.
 struct Statements(Arc<AtomicUsize>);
 
-impl<S: tracing::Subscriber> Layer<S> for Statements {
-    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Statements {
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: Context<'_, S>) {
+        let ours = ctx
+            .event_scope(event)
+            .is_some_and(|mut scope| scope.any(|span| span.name() == SPAN));
+        if !ours {
+            return;
+        }
         let mut setup = Setup(false);
         event.record(&mut setup);
         if !setup.0 {
@@ -45,40 +57,20 @@ impl tracing::field::Visit for Setup {
     }
 }
 
-/// Set in the process the test runs alone in.
-const ALONE: &str = "HERMES_TEST_STATEMENTS_ALONE";
-
-#[test]
-fn a_four_call_task_takes_at_most_seven_statements() {
-    if std::env::var_os(ALONE).is_some() {
-        return tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime")
-            .block_on(count_statements());
-    }
-    // This binary again, running only this test, one thread.
-    let name = "store_round_trips::a_four_call_task_takes_at_most_seven_statements";
-    let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
-        .args([name, "--exact", "--test-threads=1"])
-        .env(ALONE, "1")
-        .output()
-        .expect("the test binary runs");
-    let (stdout, stderr) = (common::text(&out.stdout), common::text(&out.stderr));
-    // "1 passed": it ran, rather than matching no test and passing with none.
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "{stdout}{stderr}"
-    );
-}
-
-async fn count_statements() {
+#[tokio::test]
+async fn a_four_call_task_takes_at_most_seven_statements() {
     let count = Arc::new(AtomicUsize::new(0));
-    let only_sqlx = filter::Targets::new().with_target("sqlx::query", tracing::Level::TRACE);
+    let only_sqlx = filter::Targets::new()
+        .with_target("sqlx::query", tracing::Level::TRACE)
+        .with_target(module_path!(), tracing::Level::TRACE);
     let subscriber =
         tracing_subscriber::registry().with(Statements(count.clone()).with_filter(only_sqlx));
     tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+    counted(count).instrument(tracing::info_span!(SPAN)).await;
+}
 
+/// The test's work, run inside [`SPAN`].
+async fn counted(count: Arc<AtomicUsize>) {
     // A no-op tool: its own statements (there are none) are not the agent's.
     let noop = tool_fn(
         ToolInfo::new(
@@ -124,6 +116,8 @@ async fn count_statements() {
         statements <= 7,
         "a four-call task took {statements} statements"
     );
+    // Created, started, traced and finished: fewer would mean statements went uncounted.
+    assert!(statements >= 4, "only {statements} statements counted");
 
     // A waiter (`wait: true`, a job's run, a sub-agent) reads the row once, to see whether the
     // task has ended already; the end itself comes with the finished row, not read back.
@@ -137,11 +131,12 @@ async fn count_statements() {
     let rx = agent.subscribe();
     let waiter = {
         let (agent, id) = (agent.clone(), task.id.clone());
-        tokio::spawn(async move {
+        let wait = async move {
             agent
                 .wait(&id, rx, std::time::Duration::from_secs(30))
                 .await
-        })
+        };
+        tokio::spawn(wait.instrument(tracing::Span::current()))
     };
     // The waiter's first read happens before the task runs, or it would not be waiting.
     while count.load(Ordering::Relaxed) == created {

@@ -100,6 +100,15 @@ struct Setup {
 }
 
 async fn setup(settings: ToolSettings, tools: Vec<Arc<dyn Tool>>) -> Setup {
+    setup_keeping(settings, tools, None).await
+}
+
+/// As [`setup`], keeping at most `working_max_bytes` of a result in working memory.
+async fn setup_keeping(
+    settings: ToolSettings,
+    tools: Vec<Arc<dyn Tool>>,
+    working_max_bytes: Option<u64>,
+) -> Setup {
     let store = Store::open_in_memory().await.expect("in-memory store");
     let task = store
         .create_task(&NewTask {
@@ -112,6 +121,9 @@ async fn setup(settings: ToolSettings, tools: Vec<Arc<dyn Tool>>) -> Setup {
         .expect("task row");
     let mut b =
         RegistryBuilder::new(settings, store.clone()).with_retry_backoff(Duration::from_millis(10));
+    if let Some(bytes) = working_max_bytes {
+        b = b.with_working_max_bytes(bytes);
+    }
     for t in working::tools(store.clone()) {
         b.register(t).expect("register working tools");
     }
@@ -583,7 +595,8 @@ async fn a_5_mb_result_is_capped_stored_and_read_back_in_pages() {
     let big = Arc::new(TestTool::new("big", move |_, _| {
         Ok(Value::String((*t2).clone()))
     }));
-    let s = setup(ToolSettings::default(), vec![big]).await;
+    // Working memory set to keep it whole (memory.working_max_bytes: 8 MiB).
+    let s = setup_keeping(ToolSettings::default(), vec![big], Some(8 << 20)).await;
     let o = s
         .registry
         .execute(&call("big", json!({})), &s.ctx, None)
@@ -661,6 +674,38 @@ async fn a_5_mb_result_is_capped_stored_and_read_back_in_pages() {
         .await
         .expect("stored");
     assert_eq!(all.text.len(), text.len());
+}
+
+#[tokio::test]
+async fn working_memory_keeps_at_most_its_bound_of_a_result_and_says_so() {
+    let text = big_text();
+    let t2 = text.clone();
+    let big = Arc::new(TestTool::new("big", move |_, _| {
+        Ok(Value::String(t2.clone()))
+    }));
+    // The default bound (memory.working_max_bytes: 1 MiB).
+    let s = setup(ToolSettings::default(), vec![big]).await;
+    let o = s
+        .registry
+        .execute(&call("big", json!({})), &s.ctx, None)
+        .await;
+    assert!(o.error.is_none(), "{o:?}");
+    let key = o.working_key.clone().expect("stored in working memory");
+    let kept = s
+        .store
+        .read_working(&key, 0, usize::MAX)
+        .await
+        .expect("stored");
+    assert_eq!(kept.total_chars, 1 << 20);
+    assert!(text.starts_with(&kept.text));
+    assert!(
+        o.content.contains(&format!(
+            "of {} characters; the first 1048576 characters are in working memory under key {key}",
+            text.len()
+        )),
+        "{}",
+        o.content
+    );
 }
 
 #[tokio::test]

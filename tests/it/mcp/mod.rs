@@ -9,13 +9,15 @@
 use crate::common;
 use crate::deps::Mcp as Deps;
 
+/// Servers that try to grow the daemon, flood it, or start slowly.
+mod hostile;
 /// server-everything over streamable HTTP.
 mod http;
 /// `hermes-agent mcp` driven by MCP clients.
 mod serve;
 
 use hermes_agent::app::App;
-use hermes_agent::config::{McpServer, Settings};
+use hermes_agent::config::{McpServer, McpSettings, Settings};
 use hermes_agent::llm::ToolCall;
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::mcp::{ServerState, ServerStatus};
@@ -375,13 +377,15 @@ async fn a_changed_tool_list_reaches_the_registry() {
 async fn probe_says_whether_a_server_works_and_leaves_nothing_running() {
     let d = deps();
     let env: std::collections::HashMap<String, String> = std::env::vars().collect();
-    let names = hermes_agent::mcp::probe("time", &time_server(&d), &env)
+    let limits = McpSettings::default();
+    let names = hermes_agent::mcp::probe("time", &time_server(&d), &limits, &env)
         .await
         .expect("the time server works");
     assert_eq!(names, ["time__convert_time", "time__get_current_time"]);
-    let missing = hermes_agent::mcp::probe("gone", &stdio(&["hermes-no-such-program"]), &env)
-        .await
-        .expect_err("no such program");
+    let missing =
+        hermes_agent::mcp::probe("gone", &stdio(&["hermes-no-such-program"]), &limits, &env)
+            .await
+            .expect_err("no such program");
     assert!(
         matches!(&missing, hermes_agent::mcp::McpError::NotFound { program, .. } if program == "hermes-no-such-program"),
         "{missing}"

@@ -189,3 +189,95 @@ fn hermes_mcp_writes_nothing_but_mcp_to_stdout() {
     assert_eq!(listed["result"]["tools"].as_array().map(Vec::len), Some(9));
     assert!(lines[2].contains("\"isError\":false"), "{}", lines[2]);
 }
+
+/// `hermes-agent mcp` on a fresh data dir, with its stdin, and its stdout lines as they come.
+fn raw_mcp(
+    dir: &Path,
+) -> (
+    std::process::Child,
+    std::process::ChildStdin,
+    std::sync::mpsc::Receiver<String>,
+) {
+    use std::io::BufRead;
+    let site = mcp_site(dir, NO_MODEL);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-agent"))
+        .arg("--config")
+        .arg(site.config_flag.as_ref().expect("set"))
+        .arg("--data-dir")
+        .arg(site.data_dir_flag.as_ref().expect("set"))
+        .arg("mcp")
+        .env("XDG_CONFIG_HOME", dir.join("xdg-config"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the binary runs");
+    let stdin = child.stdin.take().expect("stdin");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    (child, stdin, rx)
+}
+
+#[test]
+fn hermes_mcp_answers_every_bad_line_and_stays_up() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut child, mut stdin, rx) = raw_mcp(dir.path());
+    let mut send = |line: &[u8]| {
+        stdin.write_all(line).expect("write to stdin");
+        stdin.write_all(b"\n").expect("write to stdin");
+        stdin.flush().expect("flush");
+    };
+    let answer = || -> Value {
+        let line = rx.recv_timeout(PATIENCE).expect("an answer on stdout");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line}: {e}"))
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}});
+    send(init.to_string().as_bytes());
+    assert_eq!(answer()["id"], 1);
+    send(br#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
+
+    // Not JSON, and JSON cut short: parse errors.
+    send(b"this is not json");
+    let not_json = answer();
+    assert_eq!(not_json["error"]["code"], -32700, "{not_json}");
+    send(br#"{"jsonrpc": "2.0", "id": 2, "method": "tools/list""#);
+    assert_eq!(answer()["error"]["code"], -32700);
+
+    // A 20 MB request: skipped as it arrives and answered, with its id.
+    let huge = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "remember", "arguments": {"text": "x".repeat(20_000_000)}}});
+    send(huge.to_string().as_bytes());
+    let too_large = answer();
+    assert_eq!(too_large["id"], 3, "{too_large}");
+    assert_eq!(too_large["error"]["code"], -32600);
+    let message = too_large["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("too large"), "{message}");
+
+    // Params of the wrong types for a method it serves: invalid params, not "no such method".
+    send(
+        br#"{"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": 7, "arguments": "text"}}"#,
+    );
+    let wrong = answer();
+    assert_eq!(wrong["id"], 4, "{wrong}");
+    assert_eq!(wrong["error"]["code"], -32602, "{wrong}");
+
+    // And the session still works.
+    send(br#"{"jsonrpc": "2.0", "id": 5, "method": "tools/list"}"#);
+    let listed = answer();
+    assert_eq!(listed["id"], 5);
+    assert_eq!(listed["result"]["tools"].as_array().map(Vec::len), Some(9));
+    drop(stdin);
+    let status = child.wait().expect("it exits when stdin closes");
+    assert!(status.success(), "{status}");
+}

@@ -1,0 +1,30 @@
+//! Checks over the command line's own sources.
+
+/// `[(name, source, allowed)]` for files of this directory.
+macro_rules! sources {
+    ($($name:literal => $allowed:literal),* $(,)?) => {
+        [$(($name, include_str!($name), $allowed)),*]
+    };
+}
+
+/// Every source file of the command line, with how many raw print macros it may hold: the
+/// three escaping macros' own bodies (mod.rs) and `print_json` (render.rs). The daemon's
+/// client (`crate::client`) prints nothing at all.
+const SOURCES: [(&str, &str, usize); 12] = sources![
+    "mod.rs" => 3, "render.rs" => 1, "run.rs" => 0, "tasks.rs" => 0, "jobs.rs" => 0,
+    "memory.rs" => 0, "doctor.rs" => 0, "config.rs" => 0, "service.rs" => 0, "table.rs" => 0,
+    "mcp.rs" => 0, "backend.rs" => 0,
+];
+
+/// What a person reads goes through `outln!`, `out!` or `errln!` (and so `for_terminal`): a
+/// raw `println!` would let an answer or a server's text drive the terminal.
+#[test]
+fn human_output_goes_through_the_escaping_macros() {
+    for (name, source, allowed) in SOURCES {
+        let raw = source.matches("println!(").count() + source.matches("print!(").count();
+        assert_eq!(
+            raw, allowed,
+            "src/cli/{name}: print with outln!/out!/errln! (or render::print_json for --json)"
+        );
+    }
+}

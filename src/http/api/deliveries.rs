@@ -1,0 +1,64 @@
+//! The outbox over HTTP: `GET /v1/deliveries?state=&limit=` (newest first) and
+//! `POST /v1/deliveries/{id}/retry` (a pending or failed notice due now; the sender is woken).
+
+use crate::http::extract::{Id, Query, bounded};
+use crate::http::{ApiError, ApiState};
+use crate::store::{NoticeFilter, NoticeState};
+use axum::Json;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListDeliveries {
+    state: Option<String>,
+    limit: Option<i64>,
+}
+
+/// A notice state from a query or form value; empty means "any".
+pub fn parse_state(v: Option<&str>) -> Result<Option<NoticeState>, ApiError> {
+    match v.map(str::trim) {
+        None | Some("") => Ok(None),
+        Some("pending") => Ok(Some(NoticeState::Pending)),
+        Some("sent") => Ok(Some(NoticeState::Sent)),
+        Some("failed") => Ok(Some(NoticeState::Failed)),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "unknown delivery state '{other}'; use pending, sent or failed"
+        ))),
+    }
+}
+
+pub async fn list_deliveries(
+    State(s): State<ApiState>,
+    Query(q): Query<ListDeliveries>,
+) -> Result<Response, ApiError> {
+    let state = parse_state(q.state.as_deref())?;
+    let limit = bounded("limit", q.limit, 50, 1000)?;
+    let notices = s
+        .agent
+        .store()
+        .list_notices(&NoticeFilter {
+            state,
+            limit,
+            newest_first: true,
+            ..NoticeFilter::default()
+        })
+        .await?;
+    Ok(Json(json!({ "deliveries": notices })).into_response())
+}
+
+/// A notice id from the path: a whole number.
+pub fn notice_id(id: &str) -> Result<i64, ApiError> {
+    id.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "'{id}' is not a delivery id; ids are whole numbers (GET /v1/deliveries lists them)"
+        ))
+    })
+}
+
+pub async fn retry_delivery(State(s): State<ApiState>, Id(id): Id) -> Result<Response, ApiError> {
+    let notice = s.notifier.retry(notice_id(&id)?).await?;
+    Ok(Json(notice).into_response())
+}

@@ -1,0 +1,119 @@
+//! `/deliveries`: the outbox — pending, sent and failed notices with their attempts, the last
+//! error and the next retry — and "retry now" for a pending or failed one.
+//!
+//! Must not: send anything itself; a retry goes through the `Notifier`, which wakes its sender.
+
+use super::flash::{Flash, flash};
+use super::guard::{Back, CsrfForm, PageQuery, see_other};
+use super::layout::{Ctx, PageResult, Shown, badge, render, short, when, when_opt};
+use crate::http::ApiState;
+use crate::http::api::deliveries::{notice_id, parse_state};
+use crate::http::extract::Id;
+use crate::store::{Notice, NoticeFilter, NoticeState};
+use axum::extract::State;
+use axum::response::IntoResponse;
+use maud::{Markup, html};
+use serde::Deserialize;
+
+#[derive(Deserialize, Default)]
+pub struct ListQuery {
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    done: Option<String>,
+}
+
+pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
+    let s = &ctx.state;
+    let state = parse_state(Some(&q.state))?;
+    let notices = s
+        .agent
+        .store()
+        .list_notices(&NoticeFilter {
+            state,
+            limit: 200,
+            newest_first: true,
+            ..NoticeFilter::default()
+        })
+        .await?;
+    let tabs = [
+        ("", "All"),
+        ("pending", "Pending"),
+        ("failed", "Failed"),
+        ("sent", "Sent"),
+    ];
+    let body = html! {
+        (flash(q.done.as_deref()))
+        nav.tabs aria-label="Filter by state" {
+            @for (value, label) in tabs {
+                @if q.state == value {
+                    a href={"/deliveries?state=" (value)} aria-current="page" { (label) }
+                } @else {
+                    a href={"/deliveries?state=" (value)} { (label) }
+                }
+            }
+        }
+        @if notices.is_empty() {
+            p.muted { "Nothing here." }
+        } @else {
+            div.scroll { table.rows #deliveries {
+                thead { tr {
+                    th { "Queued" } th { "Channel" } th { "Title" } th { "State" }
+                    th { "Attempts" } th { "Next try / sent" } th { "From" } th { span.sr-only { "Actions" } }
+                } }
+                tbody { @for n in &notices {
+                    (row(&ctx, n, &q.state))
+                } }
+            } }
+        }
+    };
+    Ok(render(&ctx, "Deliveries", body).into_response())
+}
+
+/// One notice; `back` is the filter to come back to after a retry.
+fn row(ctx: &Ctx, n: &Notice, back: &str) -> Markup {
+    let tz = ctx.tz();
+    html! {
+        tr data-id=(n.id) {
+            td data-label="Queued" { (when(n.created_at, tz)) }
+            td data-label="Channel" { (n.queued.channel) }
+            td data-label="Title" { (short(&n.queued.title, 60)) }
+            td data-label="State" {
+                (badge(Shown::Notice(n.state)))
+                @if let Some(e) = &n.last_error { div.error-text { (short(e, 200)) } }
+            }
+            td data-label="Attempts" { (n.attempts) }
+            td data-label="Next try / sent" { @match n.state {
+                NoticeState::Pending => { (when(n.next_attempt_at, tz)) }
+                _ => { (when_opt(n.sent_at, tz)) }
+            } }
+            td data-label="From" {
+                @if let Some(t) = &n.queued.task_id { a href={"/tasks/" (t)} { "task" } " " }
+                @if let Some(j) = &n.queued.job_id { a href={"/jobs/" (j)} { "job" } }
+            }
+            td.actions-cell { @if n.state != NoticeState::Sent {
+                form.inline method="post" action={"/deliveries/" (n.id) "/retry"} {
+                    (ctx.csrf())
+                    input type="hidden" name="back" value=(back);
+                    button type="submit" { "Retry now" }
+                }
+            } }
+        }
+    }
+}
+
+pub async fn retry(
+    State(s): State<ApiState>,
+    Id(id): Id,
+    CsrfForm(f): CsrfForm<Back>,
+) -> PageResult {
+    s.notifier.retry(notice_id(&id)?).await?;
+    let back = parse_state(Some(&f.back))
+        .ok()
+        .flatten()
+        .map_or("", NoticeState::as_str);
+    Ok(see_other(&format!(
+        "/deliveries?state={back}&done={}",
+        Flash::NoticeDue.key()
+    )))
+}

@@ -1,0 +1,105 @@
+//! `/inbox`: the mail the agent read, newest first, and what each became — a task (linked),
+//! a command on a job (linked, with what it did), or ignored with the reason — and how the
+//! mailbox is doing.
+//!
+//! Must not: change anything (mail is acted on by the inbox alone) or show a message's text
+//! (its task does).
+
+use super::guard::PageQuery;
+use super::layout::{Ctx, PageResult, Shown, badge, render, short, when};
+use crate::http::api::inbox::parse_state;
+use crate::inbox::Health;
+use crate::store::{InboxFilter, InboxMessage, InboxState};
+use axum::response::IntoResponse;
+use maud::{Markup, html};
+use serde::Deserialize;
+
+#[derive(Deserialize, Default)]
+pub struct ListQuery {
+    #[serde(default)]
+    state: String,
+}
+
+pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
+    let s = &ctx.state;
+    let state = parse_state(Some(&q.state))?;
+    let messages = s
+        .agent
+        .store()
+        .list_inbox(&InboxFilter { state, limit: 200 })
+        .await?;
+    let tabs = [("", "All"), ("acted", "Acted on"), ("ignored", "Ignored")];
+    let body = html! {
+        (status(&s.inbox.health()))
+        nav.tabs aria-label="Filter by state" {
+            @for (value, label) in tabs {
+                @if q.state == value {
+                    a href={"/inbox?state=" (value)} aria-current="page" { (label) }
+                } @else {
+                    a href={"/inbox?state=" (value)} { (label) }
+                }
+            }
+        }
+        @if messages.is_empty() {
+            p.muted { "No mail read yet." }
+        } @else {
+            div.scroll { table.rows #inbox {
+                thead { tr {
+                    th { "Read" } th { "From" } th { "Subject" } th { "State" } th { "Became" }
+                } }
+                tbody { @for m in &messages { (row(&ctx, m)) } }
+            } }
+        }
+    };
+    Ok(render(&ctx, "Inbox", body).into_response())
+}
+
+/// The mailbox's connection, in a sentence.
+fn status(h: &Health) -> Markup {
+    html! {
+        p #inbox-status data-state=(h.word()) {
+            @match h {
+                Health::Off => { "No mailbox is configured (inbox.email in settings.yaml; see the README, “Inbox”)." }
+                Health::Starting => { (badge(Shown::Mailbox { up: None })) " Connecting to the mailbox…" }
+                Health::Ok { idle: true } => { (badge(Shown::Mailbox { up: Some(true) })) " Connected; new mail is read as it arrives (IDLE)." }
+                Health::Ok { idle: false } => { (badge(Shown::Mailbox { up: Some(true) })) " Connected; the server has no IDLE, so it is asked every inbox.email.poll_s seconds." }
+                Health::Down { error } => { (badge(Shown::Mailbox { up: Some(false) })) " Not connected — retrying: " (error) }
+            }
+        }
+    }
+}
+
+fn row(ctx: &Ctx, m: &InboxMessage) -> Markup {
+    let tz = ctx.tz();
+    html! {
+        tr data-id=(m.id) {
+            td data-label="Read" { (when(m.received_at, tz)) }
+            td data-label="From" { (m.sender) }
+            td data-label="Subject" { (short(&m.subject, 80)) }
+            td data-label="State" { (badge(Shown::Mail(m.state))) }
+            td data-label="Became" { (became(m)) }
+        }
+    }
+}
+
+/// A task link, a command with its job and outcome, or the reason it was ignored.
+fn became(m: &InboxMessage) -> Markup {
+    html! {
+        @match (m.state, m.command) {
+            (InboxState::Ignored, _) => {
+                span.reason { (m.reason.map_or("ignored", |r| r.as_str())) }
+                @if let Some(d) = &m.detail { " " span.muted { (short(d, 120)) } }
+            }
+            (InboxState::Acted, Some(c)) => {
+                span.command { (c.as_str()) }
+                @if let Some(j) = &m.job_id { " on " a href={"/jobs/" (j)} { "job " (j) } }
+                @if let Some(t) = &m.task_id { " — " a href={"/tasks/" (t)} { "run" } }
+                @if let Some(d) = &m.detail { div.muted { (short(d, 160)) } }
+            }
+            (InboxState::Acted, None) => {
+                @if let Some(t) = &m.task_id { a href={"/tasks/" (t)} { "task " (t) } }
+                @if m.notice_id.is_some() { " " span.muted { "(a reply)" } }
+            }
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! The page shell (head, navigation, sign-out) and the small pieces every page shares: times in
+//! the configured zone, state badges, shortened text, the CSRF field, and error pages.
+//!
+//! Must not: fetch anything; pages pass in what they read.
+
+use super::assets;
+use crate::doctor::Verdict;
+use crate::http::{ApiError, ApiState, Session};
+use crate::store::{InboxState, NoticeState, RunOutcome, TaskState};
+use axum::extract::FromRequestParts;
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+
+/// The navigation: path and label.
+const NAV: &[(&str, &str)] = &[
+    ("/", "Overview"),
+    ("/tasks", "Tasks"),
+    ("/jobs", "Jobs"),
+    ("/deliveries", "Deliveries"),
+    ("/inbox", "Inbox"),
+    ("/memory", "Memory"),
+    ("/settings", "Settings"),
+];
+
+/// What every page starts from: the daemon's state, the request's session (put there by
+/// [`super::guard::require_session`]) and the path, which marks the page's navigation entry.
+pub struct Ctx {
+    pub state: ApiState,
+    pub session: Session,
+    pub path: String,
+}
+
+impl FromRequestParts<ApiState> for Ctx {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Ctx, Response> {
+        let session = parts.extensions.get::<Session>().cloned().ok_or_else(|| {
+            // Only a route outside `require_session` can get here: a wiring fault, not the user's.
+            error_page(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "This page was served without a session; please report it.",
+            )
+        })?;
+        Ok(Ctx {
+            state: state.clone(),
+            session,
+            path: parts.uri.path().to_string(),
+        })
+    }
+}
+
+impl Ctx {
+    /// The zone pages show times in: the scheduler's (the user's) zone.
+    pub fn tz(&self) -> Tz {
+        zone(&self.state)
+    }
+
+    /// A hidden field with the session's CSRF token, for every form that changes something.
+    pub fn csrf(&self) -> Markup {
+        html! { input type="hidden" name="csrf" value=(self.session.csrf); }
+    }
+}
+
+pub fn zone(state: &ApiState) -> Tz {
+    state
+        .agent
+        .settings()
+        .scheduler
+        .timezone
+        .parse()
+        .unwrap_or(Tz::UTC)
+}
+
+/// A whole page: `title` in the head and as the heading, `body` under it.
+pub fn render(ctx: &Ctx, title: &str, body: Markup) -> Markup {
+    let signed_in = !ctx.state.token.is_empty();
+    let body = html! {
+        (body)
+        p.zone.muted { "Times are in " (ctx.tz().name()) " (scheduler.timezone)." }
+    };
+    shell(
+        title,
+        Some(&ctx.path),
+        html! {
+            @if signed_in {
+                form.signout method="post" action="/logout" {
+                    (ctx.csrf())
+                    button.link type="submit" { "Sign out" }
+                }
+            }
+        },
+        body,
+    )
+}
+
+/// The shell without a session (sign-in, errors).
+pub fn shell(title: &str, current: Option<&str>, extra_nav: Markup, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                meta name="color-scheme" content="light dark";
+                title { (title) " · hermes-agent" }
+                link rel="stylesheet" href=(assets::url("app.css"));
+                link rel="icon" href=(assets::url("icon.svg")) type="image/svg+xml";
+                script src=(assets::url("app.js")) defer {}
+            }
+            body {
+                a.skip href="#main" { "Skip to content" }
+                header.top {
+                    a.brand href="/" { "hermes" span { "-agent" } }
+                    @if let Some(current) = current {
+                        nav aria-label="Main" {
+                            ul {
+                                @for (path, label) in NAV {
+                                    li {
+                                        @if is_current(path, current) {
+                                            a href=(path) aria-current="page" { (label) }
+                                        } @else {
+                                            a href=(path) { (label) }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    (extra_nav)
+                }
+                main #main class=[current.is_none().then_some("narrow-page")] {
+                    h1 { (title) }
+                    (body)
+                }
+                footer.bottom { "hermes-agent " (env!("CARGO_PKG_VERSION")) }
+            }
+        }
+    }
+}
+
+fn is_current(path: &str, current: &str) -> bool {
+    if path == "/" {
+        current == "/"
+    } else {
+        current == path || current.starts_with(&format!("{path}/"))
+    }
+}
+
+/// An error as a page: the status, what went wrong, and a way back.
+pub fn error_page(status: StatusCode, message: &str) -> Response {
+    let title = status.canonical_reason().unwrap_or("Error");
+    let body = html! {
+        p.error role="alert" { (message) }
+        p { a href="/" { "Back to the overview" } }
+    };
+    (status, shell(title, Some(""), html! {}, body)).into_response()
+}
+
+/// Any failure of a page handler, shown as a page; internal details stay in the log (the
+/// conversion to [`ApiError`] logs them).
+pub struct PageError(pub ApiError);
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        error_page(self.0.status, &self.0.message)
+    }
+}
+
+macro_rules! page_error_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for PageError {
+            fn from(e: $t) -> PageError {
+                PageError(ApiError::from(e))
+            }
+        }
+    )*};
+}
+page_error_from!(
+    crate::store::StoreError,
+    crate::agent::AgentError,
+    crate::scheduler::SchedulerError
+);
+
+impl From<ApiError> for PageError {
+    fn from(e: ApiError) -> PageError {
+        PageError(e)
+    }
+}
+
+pub type PageResult<T = Response> = Result<T, PageError>;
+
+/// `2026-12-01 09:25` in `tz`, in a `<time>` with the exact instant.
+pub fn when(t: DateTime<Utc>, tz: Tz) -> Markup {
+    let local = t.with_timezone(&tz);
+    html! {
+        time datetime=(t.to_rfc3339()) title=(local.format("%Y-%m-%d %H:%M:%S %Z")) {
+            (local.format("%Y-%m-%d %H:%M"))
+        }
+    }
+}
+
+/// A firing: `Tue 2026-12-01 08:00` in `tz`, the weekday first (schedules are about days).
+pub fn firing(t: DateTime<Utc>, tz: Tz) -> Markup {
+    let local = t.with_timezone(&tz);
+    html! {
+        time datetime=(t.to_rfc3339()) title=(local.format("%Y-%m-%d %H:%M:%S %Z")) {
+            (local.format("%a %Y-%m-%d %H:%M"))
+        }
+    }
+}
+
+/// An optional time, or a dash.
+pub fn when_opt(t: Option<DateTime<Utc>>, tz: Tz) -> Markup {
+    match t {
+        Some(t) => when(t, tz),
+        None => html! { span.muted { "—" } },
+    }
+}
+
+/// A state a page shows as a badge: the stored word, coloured by what the state means.
+#[derive(Debug, Clone, Copy)]
+pub enum Shown {
+    Task(TaskState),
+    Run(RunOutcome),
+    Notice(NoticeState),
+    Check(Verdict),
+    /// Whether a job fires on its schedule.
+    Job {
+        enabled: bool,
+    },
+    /// What became of a mail read.
+    Mail(InboxState),
+    /// The mailbox's connection: `None` while the first one is made.
+    Mailbox {
+        up: Option<bool>,
+    },
+}
+
+impl Shown {
+    fn word(self) -> &'static str {
+        match self {
+            Shown::Task(s) => s.as_str(),
+            Shown::Run(o) => o.as_str(),
+            Shown::Notice(n) => n.as_str(),
+            Shown::Check(v) => v.as_str(),
+            Shown::Job { enabled: true } => "enabled",
+            Shown::Job { enabled: false } => "paused",
+            Shown::Mail(m) => m.as_str(),
+            Shown::Mailbox { up: None } => "connecting",
+            Shown::Mailbox { up: Some(true) } => "connected",
+            Shown::Mailbox { up: Some(false) } => "down",
+        }
+    }
+
+    /// The badge's class: done well, gone wrong, or under way / waiting.
+    fn tone(self) -> &'static str {
+        use {NoticeState as N, RunOutcome as R, TaskState as T};
+        match self {
+            Shown::Task(T::Succeeded)
+            | Shown::Run(R::Fired)
+            | Shown::Notice(N::Sent)
+            | Shown::Check(Verdict::Ok)
+            | Shown::Job { enabled: true }
+            | Shown::Mail(InboxState::Acted)
+            | Shown::Mailbox { up: Some(true) } => "good",
+            Shown::Task(T::Failed | T::Cancelled)
+            | Shown::Run(R::Failed | R::Missed)
+            | Shown::Notice(N::Failed)
+            | Shown::Check(Verdict::Fail)
+            | Shown::Mailbox { up: Some(false) } => "bad",
+            Shown::Task(T::Pending | T::Running)
+            | Shown::Run(R::Skipped)
+            | Shown::Notice(N::Pending)
+            | Shown::Check(Verdict::Warn)
+            | Shown::Job { enabled: false }
+            | Shown::Mail(InboxState::Ignored)
+            | Shown::Mailbox { up: None } => "busy",
+        }
+    }
+}
+
+/// A state as a coloured badge (the colour follows what the state means; the word stays
+/// readable).
+pub fn badge(state: Shown) -> Markup {
+    let word = state.word();
+    html! { span class={"badge " (state.tone())} data-state=(word) { (word) } }
+}
+
+/// `text` on one line, cut to `max` characters with a mark.
+pub fn short(text: &str, max: usize) -> String {
+    crate::util::text::one_line(text, max)
+}
+
+/// Text as it was written, long text folded into `<details>` (its first line as the summary).
+pub fn long_text(text: &str, class: &str) -> Markup {
+    const FOLD_CHARS: usize = 240;
+    const FOLD_LINES: usize = 4;
+    let long = text.chars().count() > FOLD_CHARS || text.lines().count() > FOLD_LINES;
+    html! {
+        @if long {
+            details class=(class) {
+                summary { (short(text, 80)) " " span.muted { "(" (text.chars().count()) " characters)" } }
+                pre { (text) }
+            }
+        } @else {
+            pre class=(class) { (text) }
+        }
+    }
+}
+
+/// Markdown written by the model, as safe HTML (raw HTML shown as text, unsafe links dropped).
+pub fn markdown(md: &str) -> Markup {
+    PreEscaped(crate::notify::render_markdown(md))
+}

@@ -1,0 +1,135 @@
+//! `/memory`: long-term facts — search them, add one, forget one — through `LongTerm`, as
+//! the API does (facts added here have source `web`).
+//!
+//! Must not: touch the facts table or the index directly.
+
+use super::flash::{Flash, flash};
+use super::guard::{Back, CsrfForm, PageQuery, encode, see_other};
+use super::layout::{Ctx, PageError, PageResult, render, when};
+use crate::http::extract::Id;
+use crate::http::{ApiError, ApiState};
+use crate::memory::LongTerm;
+use crate::store::Fact;
+use axum::extract::State;
+use axum::response::IntoResponse;
+use maud::html;
+use serde::Deserialize;
+
+/// Facts shown for a search, and most recent facts shown without one.
+const SHOWN: usize = 20;
+
+fn memory(s: &ApiState) -> Result<&LongTerm, PageError> {
+    s.memory.as_ref().ok_or_else(|| {
+        PageError(ApiError::unavailable(
+            "Long-term memory is unavailable: its index could not be opened (the daemon's log says why).",
+        ))
+    })
+}
+
+#[derive(Deserialize, Default)]
+pub struct SearchQuery {
+    #[serde(default)]
+    q: String,
+    #[serde(default)]
+    done: Option<String>,
+}
+
+pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<SearchQuery>) -> PageResult {
+    let s = &ctx.state;
+    let mem = memory(s)?;
+    let query = q.q.trim();
+    let found: Vec<(Fact, Option<f32>)> = if query.is_empty() {
+        let mut all = s.agent.store().all_facts().await?;
+        all.sort_by_key(|f| std::cmp::Reverse(f.updated_at));
+        all.into_iter().take(SHOWN).map(|f| (f, None)).collect()
+    } else {
+        mem.recall(query, SHOWN)
+            .await
+            .map_err(ApiError::internal)?
+            .into_iter()
+            .map(|r| (r.fact, Some(r.score)))
+            .collect()
+    };
+    let tz = ctx.tz();
+    let body = html! {
+        (flash(q.done.as_deref()))
+        form.filters method="get" action="/memory" role="search" {
+            div.field.grow {
+                label for="m-q" { "Search facts" }
+                input #m-q type="search" name="q" value=(q.q) placeholder="words (any language)";
+            }
+            button type="submit" { "Search" }
+        }
+        h2 { @if query.is_empty() { "Most recent facts" } @else { "Found" } }
+        @if found.is_empty() {
+            p.muted #no-facts { "No facts." }
+        } @else {
+            ul.facts-list #facts { @for (f, score) in &found {
+                li data-id=(f.id) {
+                    p.fact { (f.text) }
+                    p.muted {
+                        @for t in &f.tags { span.tag { (t) } " " }
+                        "from " (f.source) " · " (when(f.updated_at, tz))
+                        @if let Some(sc) = score { " · score " (format!("{sc:.2}")) }
+                    }
+                    form.inline method="post" action={"/memory/" (f.id) "/forget"} {
+                        (ctx.csrf())
+                        input type="hidden" name="back" value=(q.q);
+                        button.danger type="submit" aria-label={"Forget: " (crate::util::text::one_line(&f.text, 40))} { "Forget" }
+                    }
+                }
+            } }
+        }
+        section.card aria-labelledby="h-add" {
+            h2 #h-add { "Add a fact" }
+            form.stack method="post" action="/memory" {
+                (ctx.csrf())
+                label for="fact-text" { "Fact" }
+                textarea #fact-text name="text" rows="2" required maxlength="2000" {}
+                label for="fact-tags" { "Tags (comma-separated)" }
+                input #fact-tags name="tags" placeholder="preference, home";
+                button type="submit" { "Remember" }
+            }
+        }
+    };
+    Ok(render(&ctx, "Memory", body).into_response())
+}
+
+#[derive(Deserialize)]
+pub struct AddForm {
+    text: String,
+    #[serde(default)]
+    tags: String,
+}
+
+pub async fn add(State(s): State<ApiState>, CsrfForm(f): CsrfForm<AddForm>) -> PageResult {
+    let tags: Vec<String> = f.tags.split(',').map(|t| t.trim().to_string()).collect();
+    let (fact, how) = memory(&s)?
+        .remember(&f.text, &tags, "web")
+        .await
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let done = match how {
+        crate::store::Upsert::Merged => Flash::FactMerged,
+        _ => Flash::FactRemembered,
+    };
+    Ok(see_other(&format!(
+        "/memory?q={}&done={}",
+        encode(&fact.text),
+        done.key()
+    )))
+}
+
+pub async fn forget(
+    State(s): State<ApiState>,
+    Id(id): Id,
+    CsrfForm(f): CsrfForm<Back>,
+) -> PageResult {
+    if !memory(&s)?.forget(&id).await.map_err(ApiError::internal)? {
+        return Err(ApiError::not_found(format!("There is no fact {id}.")).into());
+    }
+    Ok(see_other(&format!(
+        "/memory?q={}&done={}",
+        encode(&f.back),
+        Flash::FactForgotten.key()
+    )))
+}
