@@ -12,7 +12,7 @@
 //!   request line, a malformed header) are empty `400`/`414`/`431` heads; they are written in
 //!   place of them as the same status with a JSON body. One is recognised as an error head
 //!   with `content-length: 0` that lacks the security headers every answer of the router
-//!   carries (`web::security_headers`).
+//!   carries (`http/headers.rs`).
 //!
 //! Owns: watching heads on the wire (with `framing`) and the canned answers above.
 //! Must not: change any other byte, or look at what a request asks for.
