@@ -175,7 +175,7 @@ pub async fn inbox(s: &Settings) -> Option<Check> {
     let what = format!("inbox {}", e.label());
     Some(match crate::inbox::probe(e).await {
         Ok(p) => inbox_verdict(what, e, Ok(&p)),
-        Err(why) => inbox_verdict(what, e, Err(why)),
+        Err(why) => inbox_verdict(what, e, Err(why.to_string())),
     })
 }
 

@@ -32,7 +32,7 @@ mod reply;
 mod service;
 
 pub use imap::ImapError;
-pub use probe::{Probe, probe};
+pub use probe::{Probe, ProbeError, probe};
 
 use crate::config::{ImapSettings, Settings};
 use crate::store::{Job, Store};

@@ -1,7 +1,7 @@
 //! `doctor`'s look at the mailbox: connect, log in, open it, and say whether the server
 //! offers IDLE — changing nothing.
 
-use super::imap;
+use super::imap::{self, ImapError};
 use crate::config::ImapSettings;
 use serde::Serialize;
 use std::time::Duration;
@@ -21,17 +21,28 @@ pub struct Probe {
     pub idle: bool,
 }
 
+/// Why the mailbox could not be looked at.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(
+        "the IMAP server {server} did not answer within {} s; check inbox.email.imap_host and imap_port, and that the server is up",
+        .waited.as_secs()
+    )]
+    TimedOut { server: String, waited: Duration },
+    #[error(transparent)]
+    Imap(#[from] ImapError),
+}
+
 /// Log in to the mailbox of `s` and open it read-only; what was found, or why it failed (a
 /// message naming the setting to change).
-pub async fn probe(s: &ImapSettings) -> Result<Probe, String> {
+pub async fn probe(s: &ImapSettings) -> Result<Probe, ProbeError> {
     let checked = tokio::time::timeout(PROBE_TIMEOUT, imap::open(s)).await;
     match checked {
-        Err(_) => Err(format!(
-            "the IMAP server {} did not answer within {} s",
-            s.label(),
-            PROBE_TIMEOUT.as_secs()
-        )),
-        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(ProbeError::TimedOut {
+            server: s.label(),
+            waited: PROBE_TIMEOUT,
+        }),
+        Ok(Err(e)) => Err(e.into()),
         Ok(Ok(conn)) => {
             let found = Probe {
                 server: s.label(),

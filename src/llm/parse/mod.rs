@@ -397,7 +397,7 @@ fn looks_like_call(text: &str) -> bool {
 }
 
 /// Parses JSON strictly, then once more after [`repair_json`].
-pub fn parse_lenient(text: &str) -> Result<Value, String> {
+fn parse_lenient(text: &str) -> Result<Value, String> {
     let text = text.trim().trim_start_matches('\u{feff}');
     match serde_json::from_str(text) {
         Ok(v) => Ok(v),

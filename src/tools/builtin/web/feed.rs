@@ -48,12 +48,11 @@ fn short(text: &str, max: usize) -> String {
 
 /// Parse raw feed bytes (feed-rs honours the XML encoding declaration itself, so bytes, not
 /// decoded text, go in). Relative links are resolved against `url`.
-pub fn parse(body: &[u8], url: &Url) -> Result<Feed, String> {
+pub fn parse(body: &[u8], url: &Url) -> Result<Feed, feed_rs::parser::ParseFeedError> {
     let parsed = feed_rs::parser::Builder::new()
         .base_uri(Some(url.as_str()))
         .build()
-        .parse(body)
-        .map_err(|e| e.to_string())?;
+        .parse(body)?;
     let mut items: Vec<Item> = parsed
         .entries
         .into_iter()
