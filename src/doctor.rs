@@ -60,7 +60,7 @@ pub fn config(config: &Config) -> Check {
 }
 
 /// The zone jobs that name none fire in and tasks are told the time in, and where it came from.
-pub fn time_zone(config: &Config) -> Check {
+pub(crate) fn time_zone(config: &Config) -> Check {
     let verdict = match config.timezone.ignored_tz {
         Some(_) => Verdict::Warn,
         None => Verdict::Ok,
@@ -212,7 +212,7 @@ fn inbox_verdict(
 }
 
 /// The running daemon's mailbox, as its connection is doing.
-pub fn inbox_health(s: &Settings, health: &crate::inbox::Health) -> Option<Check> {
+pub(crate) fn inbox_health(s: &Settings, health: &crate::inbox::Health) -> Option<Check> {
     use crate::inbox::Health;
     let e = s.inbox.email.as_ref()?;
     let what = format!("inbox {}", e.label());
@@ -234,7 +234,7 @@ pub fn inbox_health(s: &Settings, health: &crate::inbox::Health) -> Option<Check
 }
 
 /// Each MCP server as the running daemon sees it: its state and its tools.
-pub fn mcp_servers(statuses: &[ServerStatus]) -> Vec<Check> {
+pub(crate) fn mcp_servers(statuses: &[ServerStatus]) -> Vec<Check> {
     statuses.iter().map(mcp_server).collect()
 }
 
@@ -273,7 +273,7 @@ pub fn mcp_server(st: &ServerStatus) -> Check {
 }
 
 /// Each MCP server started, asked for its tools and stopped: `doctor` with no daemon up.
-pub async fn mcp_probe(
+pub(crate) async fn mcp_probe(
     s: &Settings,
     env: &std::collections::HashMap<String, String>,
 ) -> Vec<Check> {
@@ -293,7 +293,7 @@ pub async fn mcp_probe(
 }
 
 /// The handles a running daemon checks itself with.
-pub struct Parts<'a> {
+pub(crate) struct Parts<'a> {
     pub config: &'a Config,
     pub store: &'a Store,
     pub memory: Option<&'a LongTerm>,
@@ -305,7 +305,7 @@ pub struct Parts<'a> {
 
 /// Every check, as a running daemon sees them (the dashboard's /settings): the daemon is this
 /// very process, and the data dir is the one it has open.
-pub async fn running_daemon(p: Parts<'_>) -> Vec<Check> {
+pub(crate) async fn running_daemon(p: Parts<'_>) -> Vec<Check> {
     let s = &p.config.settings;
     let mut checks = vec![config(p.config), time_zone(p.config)];
     checks.extend(models(p.config).await);

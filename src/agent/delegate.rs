@@ -13,12 +13,12 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 /// Sub-agents may not delegate beyond this depth (a top-level task is depth 0).
-pub const MAX_DEPTH: u32 = 2;
+pub(crate) const MAX_DEPTH: u32 = 2;
 
 /// The delegate tools. They are registered before the agent exists (the agent holds the
 /// registry), so they hold a weak link set once with [`DelegateTools::bind`].
 #[derive(Clone, Default)]
-pub struct DelegateTools {
+pub(crate) struct DelegateTools {
     agent: Arc<OnceLock<Weak<Inner>>>,
 }
 
@@ -228,7 +228,7 @@ impl SubResult {
 /// `{agent, task}`: one sub-task.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SubTask {
+pub(crate) struct SubTask {
     agent: String,
     task: String,
 }
@@ -236,6 +236,6 @@ pub struct SubTask {
 /// `{tasks: [{agent, task}, …]}`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SubTasks {
+pub(crate) struct SubTasks {
     tasks: Vec<SubTask>,
 }

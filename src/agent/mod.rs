@@ -16,7 +16,7 @@ mod run;
 mod trace;
 mod unsaved;
 
-pub use delegate::{DelegateTools, MAX_DEPTH};
+pub(crate) use delegate::DelegateTools;
 pub use follow::Followed;
 pub use jobs::{JobExecution, JobRunner};
 
@@ -220,7 +220,7 @@ impl Agent {
     /// Store several new pending tasks in one statement (a burst of job firings) and wake the
     /// workers. The outer error: nothing was stored; inside, each request's task or why it was
     /// refused, in the order given.
-    pub async fn submit_many(
+    pub(crate) async fn submit_many(
         &self,
         reqs: Vec<Submit>,
     ) -> Result<Vec<Result<Task, AgentError>>, AgentError> {
@@ -302,14 +302,14 @@ impl Agent {
     }
 
     /// Take no new tasks through [`Agent::submit`] from now on (the daemon is shutting down).
-    pub fn close_intake(&self) {
+    pub(crate) fn close_intake(&self) {
         self.inner
             .closed
             .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Wake an idle worker (a task was created some other way, e.g. by a job firing).
-    pub fn wake_workers(&self) {
+    pub(crate) fn wake_workers(&self) {
         self.inner.queued.notify_one();
     }
 
@@ -320,7 +320,7 @@ impl Agent {
 
     /// Announcements of stored trace rows (see [`StepRecorded`]). Subscribe before reading the
     /// rows recorded so far, so none falls between the read and the first announcement.
-    pub fn subscribe_steps(&self) -> broadcast::Receiver<StepRecorded> {
+    pub(crate) fn subscribe_steps(&self) -> broadcast::Receiver<StepRecorded> {
         self.inner.steps.subscribe()
     }
 
@@ -400,7 +400,7 @@ impl Agent {
 
     /// Stop every running task (daemon shutdown after the grace period): each ends `failed`
     /// with reason `shutdown`. Returns how many were stopped.
-    pub fn stop_all_running(&self) -> usize {
+    pub(crate) fn stop_all_running(&self) -> usize {
         let ids: Vec<String> = lock(&self.inner.running).keys().cloned().collect();
         ids.iter()
             .filter(|id| self.stop_running(id, StopReason::Shutdown))

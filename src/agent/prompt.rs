@@ -31,7 +31,7 @@ pub fn system_prompt(extra: &str, agent_prompt: Option<&str>) -> String {
 /// The task's user message: the moment (so "this morning" and "tomorrow" resolve), the facts
 /// recalled for the task — made inert, and never with system authority — then, for a reply by
 /// email, the message it answers (`earlier`, made inert too), then the task.
-pub fn task_message(
+pub(crate) fn task_message(
     now_local: &str,
     facts: &[Recalled],
     earlier: Option<&str>,

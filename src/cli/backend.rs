@@ -17,7 +17,7 @@ pub async fn connect(config: Config) -> Box<dyn Backend> {
 
 /// As [`connect`], for requests made on behalf of `origin` (the origin of what the local
 /// backend creates; the API records its own, `api`).
-pub async fn connect_as(config: Config, origin: Origin) -> Box<dyn Backend> {
+pub(crate) async fn connect_as(config: Config, origin: Origin) -> Box<dyn Backend> {
     match Remote::detect(&config).await {
         Some(remote) => Box::new(remote),
         None => Box::new(Local::new(config, build_parts()).acting_for(origin)),

@@ -9,7 +9,7 @@ use crate::config::{Config, Sources, env_map};
 use crate::tools::manifest;
 use std::process::ExitCode;
 
-pub fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
+pub(crate) fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
     let config = match Config::load(src) {
         Ok(c) => c,
         Err(e) => {

@@ -42,8 +42,6 @@ mod service;
 mod table;
 mod tasks;
 
-pub use service::render_unit;
-
 use crate::config::{Config, ConfigError, Sources};
 use crate::store::TaskState;
 use clap::{Args, Parser, Subcommand};
@@ -185,7 +183,7 @@ pub enum ServiceCmd {
 }
 
 /// Exit code for an invalid configuration (`config check` and every command that loads one).
-pub const EXIT_CONFIG: u8 = 2;
+pub(crate) const EXIT_CONFIG: u8 = 2;
 
 /// Parse the process arguments and run the command.
 pub fn main() -> ExitCode {

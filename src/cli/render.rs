@@ -16,7 +16,7 @@ use std::process::ExitCode;
 
 /// Print as pretty JSON. Through `serde_json::Value`, whose keys are sorted: the same text
 /// whether the value came from the daemon's API or from the data dir.
-pub fn print_json(v: &impl Serialize) -> anyhow::Result<()> {
+pub(crate) fn print_json(v: &impl Serialize) -> anyhow::Result<()> {
     let value = serde_json::to_value(v)?;
     // Not through `for_terminal`: JSON escapes control characters itself, and a program reading
     // it must get the text exactly as stored.
@@ -30,7 +30,7 @@ pub fn time(t: DateTime<Utc>) -> String {
 }
 
 /// Exit 0 for a task that succeeded, 1 for any other end.
-pub fn exit_for(state: TaskState) -> ExitCode {
+pub(crate) fn exit_for(state: TaskState) -> ExitCode {
     if state == TaskState::Succeeded {
         ExitCode::SUCCESS
     } else {
@@ -39,7 +39,7 @@ pub fn exit_for(state: TaskState) -> ExitCode {
 }
 
 /// Print a finished task the way `run` promises: the answer on stdout, problems on stderr.
-pub fn print_outcome(record: &TaskRecord, json: bool) -> anyhow::Result<ExitCode> {
+pub(crate) fn print_outcome(record: &TaskRecord, json: bool) -> anyhow::Result<ExitCode> {
     if json {
         print_json(record)?;
     } else {
@@ -71,7 +71,7 @@ const WHOLE_CHARS: usize = 1500;
 
 /// An error or a note on one line, whole: it ends with what to do, so cutting it at a fixed
 /// width cut off the advice. Only past [`WHOLE_CHARS`] is it cut, at a word.
-pub fn whole_line(s: &str) -> String {
+pub(crate) fn whole_line(s: &str) -> String {
     let flat = text::collapse(&text::for_terminal(s));
     if flat.chars().count() <= WHOLE_CHARS {
         return flat;
@@ -85,7 +85,7 @@ pub fn whole_line(s: &str) -> String {
     )
 }
 
-pub fn task_table(tasks: &[Task]) -> String {
+pub(crate) fn task_table(tasks: &[Task]) -> String {
     if tasks.is_empty() {
         return "no tasks yet — start one with `hermes-agent run \"...\"`\n".into();
     }
@@ -103,7 +103,7 @@ pub fn task_table(tasks: &[Task]) -> String {
 }
 
 /// One line per trace row, as `run` prints them live.
-pub fn step_line(s: &Step) -> String {
+pub(crate) fn step_line(s: &Step) -> String {
     match s.row.kind {
         StepKind::Model => {
             let what = match (&s.row.arguments, &s.row.output) {
@@ -153,7 +153,7 @@ pub fn step_line(s: &Step) -> String {
     }
 }
 
-pub fn task_timeline(t: &Task, steps: &[Step], notices: &[Notice]) -> String {
+pub(crate) fn task_timeline(t: &Task, steps: &[Step], notices: &[Notice]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -209,7 +209,7 @@ pub fn task_timeline(t: &Task, steps: &[Step], notices: &[Notice]) -> String {
     out
 }
 
-pub fn job_table(jobs: &[JobView]) -> String {
+pub(crate) fn job_table(jobs: &[JobView]) -> String {
     if jobs.is_empty() {
         return "no jobs — add one with `hermes-agent jobs add \"TASK\" --schedule \"0 8 * * *\"`\n"
             .into();
@@ -244,7 +244,7 @@ pub fn job_table(jobs: &[JobView]) -> String {
 }
 
 /// One line per fact: id, score, text.
-pub fn fact_list(facts: &[FoundFact]) -> String {
+pub(crate) fn fact_list(facts: &[FoundFact]) -> String {
     if facts.is_empty() {
         return "nothing found\n".into();
     }

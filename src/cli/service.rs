@@ -11,7 +11,7 @@ const UNIT_TEMPLATE: &str = include_str!("../../systemd/hermes-agent.service");
 
 /// The unit text for this machine: ExecStart at this binary, the data dir writable. Paths are
 /// written as unit-file words (see `unit_word`), so a space or a `%` in them survives.
-pub fn render_unit(exe: &Path, config: Option<&Path>, data_dir: &Path) -> String {
+pub(crate) fn render_unit(exe: &Path, config: Option<&Path>, data_dir: &Path) -> String {
     let mut exec = format!("ExecStart={}", unit_word(&exe.to_string_lossy(), true));
     if let Some(c) = config {
         exec.push_str(&format!(
@@ -60,7 +60,7 @@ fn unit_word(word: &str, exec: bool) -> String {
     out
 }
 
-pub fn service_install(config: &Config) -> anyhow::Result<ExitCode> {
+pub(crate) fn service_install(config: &Config) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("cannot find this program's path")?;
     let dirs = directories::BaseDirs::new()
         .context("cannot find your home directory to install a user service")?;

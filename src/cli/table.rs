@@ -11,7 +11,7 @@ use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 const GAP: &str = "  ";
 
 /// Rows of cells, the first one the header.
-pub struct Table {
+pub(crate) struct Table {
     rows: Vec<Vec<String>>,
 }
 
@@ -28,7 +28,7 @@ impl Table {
     }
 
     /// The lines, every column but the last padded to its widest cell.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
         let widths: Vec<usize> = (0..columns)
             .map(|i| {
@@ -56,7 +56,7 @@ impl Table {
 
 /// `text` as one table cell: on one line, control characters written out (`\x1b`), at most
 /// `max` display columns, a cut marked with `…`.
-pub fn cell(text: &str, max: usize) -> String {
+pub(crate) fn cell(text: &str, max: usize) -> String {
     let flat = text::collapse(&text::for_terminal(text));
     if flat.width() <= max {
         return flat;

@@ -21,7 +21,7 @@ use tokio::sync::OnceCell;
 
 /// Every part a job or a task needs, connected.
 #[derive(Clone)]
-pub struct Parts {
+pub(crate) struct Parts {
     pub store: Store,
     pub agent: Agent,
     pub scheduler: Scheduler,
@@ -33,14 +33,14 @@ pub struct Parts {
 /// Builds the parts on a data dir, with the memory index already open here (an index opens
 /// once at a time: `hermes-agent mcp` both remembers and runs tasks in one process). The CLI
 /// builds them with `app::App`, which this module cannot name without a cycle.
-pub type BuildParts = Box<
+pub(crate) type BuildParts = Box<
     dyn Fn(Config, Option<LongTerm>) -> BoxFuture<'static, Result<Parts, ClientError>>
         + Send
         + Sync,
 >;
 
 /// The data dir in this process; each part is opened on first use.
-pub struct Local {
+pub(crate) struct Local {
     config: Config,
     /// On whose behalf: the origin of the jobs, tasks and facts it creates.
     origin: Origin,
@@ -63,7 +63,7 @@ impl Local {
     }
 
     /// The same backend, creating things with `origin` (`hermes-agent mcp`: `mcp`).
-    pub fn acting_for(mut self, origin: Origin) -> Local {
+    pub(crate) fn acting_for(mut self, origin: Origin) -> Local {
         self.origin = origin;
         self
     }

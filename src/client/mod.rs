@@ -14,9 +14,9 @@ mod error;
 mod local;
 mod remote;
 
-pub use error::ClientError;
-pub use local::{BuildParts, Local, Parts};
-pub use remote::Remote;
+pub(crate) use error::ClientError;
+pub(crate) use local::{BuildParts, Local, Parts};
+pub(crate) use remote::Remote;
 
 use crate::scheduler::{JobRequest, JobView};
 use crate::store::{JobRun, Step, Task, TaskRecord, TaskState};
@@ -30,12 +30,12 @@ use std::time::Duration;
 pub const DELIVER_NOW: Duration = Duration::from_secs(60);
 
 /// What `watch` calls for each trace row.
-pub type OnStep = dyn Fn(&Step) + Send + Sync;
+pub(crate) type OnStep = dyn Fn(&Step) + Send + Sync;
 
 /// What a backend call gives back: boxed so the trait can be used as `dyn Backend`.
 pub type Reply<'a, T> = BoxFuture<'a, Result<T, ClientError>>;
 
-pub trait Backend: Send + Sync {
+pub(crate) trait Backend: Send + Sync {
     /// The daemon's base URL when the work happens there; `None` in this process.
     fn daemon(&self) -> Option<&str>;
 

@@ -3,7 +3,7 @@
 
 /// The 1-based line of `keys` (a path like `["server", "port"]`) in block-style YAML.
 /// Falls back to the deepest ancestor found (flow-style maps keep their children on one line).
-pub fn line_of_key(text: &str, keys: &[&str]) -> Option<u64> {
+pub(crate) fn line_of_key(text: &str, keys: &[&str]) -> Option<u64> {
     let lines: Vec<&str> = text.lines().collect();
     let mut best = None;
     // The block we search: line range [start, end) and the indent its parent key had.

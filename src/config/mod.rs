@@ -13,8 +13,8 @@ mod validate;
 pub mod zone;
 
 pub use settings::*;
-pub use validate::Violation;
-pub use zone::{TimeZone, ZoneSource};
+pub(crate) use validate::Violation;
+pub(crate) use zone::TimeZone;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -146,18 +146,18 @@ fn with_zone(mut settings: Settings, tz_var: Option<&str>) -> (Settings, TimeZon
 
 /// The process environment, for `${VAR}` expansion in files other than settings.yaml (tool
 /// manifests). Read here so that no other module touches the environment.
-pub fn env_map() -> HashMap<String, String> {
+pub(crate) fn env_map() -> HashMap<String, String> {
     std::env::vars().collect()
 }
 
 /// The XDG config file path (`~/.config/hermes-agent/settings.yaml` on Linux).
-pub fn xdg_config_file() -> Option<PathBuf> {
+pub(crate) fn xdg_config_file() -> Option<PathBuf> {
     directories::ProjectDirs::from("", "", "hermes-agent")
         .map(|d| d.config_dir().join("settings.yaml"))
 }
 
 /// The XDG data dir (`~/.local/share/hermes-agent` on Linux).
-pub fn xdg_data_dir() -> Option<PathBuf> {
+pub(crate) fn xdg_data_dir() -> Option<PathBuf> {
     directories::ProjectDirs::from("", "", "hermes-agent").map(|d| d.data_dir().to_path_buf())
 }
 
@@ -317,7 +317,7 @@ fn yaml_error_message(raw: &str) -> String {
 #[error(
     "environment variable {0} is not set (the file uses ${{{0}}}); export it, put it in the service's EnvironmentFile, or write ${{{0}:-default}}"
 )]
-pub struct UnsetVar(pub String);
+pub(crate) struct UnsetVar(pub String);
 
 fn unset_var_message(name: &str) -> String {
     UnsetVar(name.to_string()).to_string()
@@ -326,7 +326,7 @@ fn unset_var_message(name: &str) -> String {
 /// Expand `${NAME}` and `${NAME:-default}` from `env`. The YAML parser expands plain scalars
 /// itself; this covers quoted ones (`"Bearer ${TOKEN}"`) too. An unset or empty name without a
 /// default is an error, never a silent empty string. Text that is not `${IDENT}` stays as is.
-pub fn expand_vars(s: &str, env: &HashMap<String, String>) -> Result<String, UnsetVar> {
+pub(crate) fn expand_vars(s: &str, env: &HashMap<String, String>) -> Result<String, UnsetVar> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(start) = rest.find("${") {

@@ -8,7 +8,7 @@ use super::settings::*;
 
 /// A semantic error: the dotted key and what is wrong with its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
+pub(crate) struct Violation {
     pub key: String,
     pub message: String,
 }
@@ -45,7 +45,7 @@ fn seconds(key: &str, v: u64, allow_zero: bool) -> Result<(), Violation> {
 
 impl Settings {
     /// Values that parse but cannot work. The first problem found is reported.
-    pub fn validate(&self) -> Result<(), Violation> {
+    pub(crate) fn validate(&self) -> Result<(), Violation> {
         self.validate_model()?;
         self.validate_limits()?;
         self.validate_scheduler()?;

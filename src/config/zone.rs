@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 /// Where the machine says its zone is; the real files outside tests.
 #[derive(Debug, Clone)]
-pub struct ZoneFiles {
+pub(crate) struct ZoneFiles {
     /// Usually a symlink into the zone database (`/usr/share/zoneinfo/Europe/Berlin`).
     pub localtime: PathBuf,
     /// Debian's one-line zone name, for a `/etc/localtime` copied instead of linked.
@@ -87,7 +87,7 @@ impl TimeZone {
 /// The zone for `setting` (`scheduler.timezone`): itself when it names a zone, else the
 /// machine's. A name that is not a zone only gets here unvalidated (settings built in code):
 /// it falls back to UTC rather than to a zone nobody chose.
-pub fn resolve(setting: &str, tz_var: Option<&str>, files: &ZoneFiles) -> TimeZone {
+pub(crate) fn resolve(setting: &str, tz_var: Option<&str>, files: &ZoneFiles) -> TimeZone {
     let setting = setting.trim();
     if !setting.is_empty() {
         return TimeZone {
@@ -100,7 +100,7 @@ pub fn resolve(setting: &str, tz_var: Option<&str>, files: &ZoneFiles) -> TimeZo
 }
 
 /// The machine's own zone: `TZ`, then `/etc/localtime`'s link, then `/etc/timezone`, else UTC.
-pub fn machine_zone(tz_var: Option<&str>, files: &ZoneFiles) -> TimeZone {
+pub(crate) fn machine_zone(tz_var: Option<&str>, files: &ZoneFiles) -> TimeZone {
     // glibc's syntax: an optional ':' before a name or a file path.
     let tz_var = tz_var
         .map(|v| v.trim().trim_start_matches(':'))

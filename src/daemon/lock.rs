@@ -8,14 +8,14 @@ use std::fs::{File, TryLockError};
 use std::path::Path;
 
 /// The file in the data dir a running daemon holds locked.
-pub const LOCK_FILE: &str = "daemon.lock";
+pub(crate) const LOCK_FILE: &str = "daemon.lock";
 
 /// Lock `data_dir` for this process; the lock lasts as long as the returned file is open.
 ///
 /// A second daemon would take the first one's running tasks for leftovers of a crash and mark
 /// them failed, and run the same jobs twice. The OS releases the lock when the process ends,
 /// however it ends, so a crash leaves nothing to clean up.
-pub fn lock_data_dir(data_dir: &Path) -> Result<File, DaemonError> {
+pub(crate) fn lock_data_dir(data_dir: &Path) -> Result<File, DaemonError> {
     std::fs::create_dir_all(data_dir).map_err(|source| DaemonError::CreateDataDir {
         path: data_dir.to_path_buf(),
         source,

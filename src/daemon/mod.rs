@@ -12,7 +12,7 @@ mod lock;
 mod run;
 
 pub use crate::client::addr::{ADDR_FILE, AddrFile, AddrFileError, addr_path, read_addr};
-pub use lock::{LOCK_FILE, lock_data_dir};
+pub(crate) use lock::lock_data_dir;
 pub use run::run;
 
 use crate::app::{App, AppError, JobExecution};
@@ -109,7 +109,7 @@ pub async fn serve(config: Config) -> Result<(), DaemonError> {
 /// SIGTERM (systemd) or SIGINT (Ctrl-C). The handlers are installed by this call, not when the
 /// future is first polled: a SIGTERM that comes while the daemon starts — even right after
 /// `/healthz` first answers — stops it with the grace period, instead of killing it.
-pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+pub(crate) fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

@@ -87,14 +87,14 @@ impl Limits {
 
 /// The process's soft limit on open files (`ulimit -n`, systemd's `LimitNOFILE=`); `None` when
 /// unlimited.
-pub fn open_file_limit() -> Option<u64> {
+pub(crate) fn open_file_limit() -> Option<u64> {
     rustix::process::getrlimit(rustix::process::Resource::Nofile).current
 }
 
 /// Half the open-file limit: the other half is for the database, the index, MCP servers'
 /// pipes and outgoing connections. `setting` 0 means that half (at most 4096); a larger
 /// setting is cut to it.
-pub fn connection_cap(setting: u64, files: Option<u64>) -> usize {
+pub(crate) fn connection_cap(setting: u64, files: Option<u64>) -> usize {
     let half = files.map_or(u64::MAX, |f| (f / 2).max(1));
     let cap = match setting {
         0 => half.min(AUTO_MAX_CONNECTIONS),

@@ -34,7 +34,7 @@ impl ApiError {
     pub fn conflict(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::CONFLICT, "conflict", message)
     }
-    pub fn unavailable(message: impl Into<String>) -> ApiError {
+    pub(crate) fn unavailable(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
     }
     /// An unexpected failure: the cause goes to the log, the client gets a generic message.

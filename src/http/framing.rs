@@ -10,7 +10,7 @@
 
 /// The longest line a request head may have. Well under hyper's own 64 KiB URI limit, and far
 /// above anything the API or the dashboard send.
-pub const MAX_HEAD_LINE: usize = 16 * 1024;
+pub(crate) const MAX_HEAD_LINE: usize = 16 * 1024;
 
 /// A head this long is refused by hyper (its read buffer holds about 400 KiB); past it the
 /// watch stops instead of keeping a copy.
@@ -49,7 +49,7 @@ enum Phase {
 }
 
 #[derive(Debug)]
-pub struct Framing {
+pub(crate) struct Framing {
     phase: Phase,
     /// The current head's bytes, for its framing headers.
     head: Vec<u8>,
@@ -71,12 +71,12 @@ impl Default for Framing {
 
 impl Framing {
     /// Some of a head has arrived, not all of it.
-    pub fn in_head(&self) -> bool {
+    pub(crate) fn in_head(&self) -> bool {
         matches!(self.phase, Phase::Head { .. }) && !self.head.is_empty()
     }
 
     /// No head has been completed on this connection yet (its first request is awaited).
-    pub fn before_first_head(&self) -> bool {
+    pub(crate) fn before_first_head(&self) -> bool {
         self.heads == 0 && matches!(self.phase, Phase::Head { .. })
     }
 

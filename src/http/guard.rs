@@ -134,7 +134,7 @@ pub(super) fn bearer_token(value: &str) -> Option<&str> {
 }
 
 /// Constant-time in the token's content, so timing does not reveal how much of a guess was right.
-pub fn token_matches(given: &str, expected: &str) -> bool {
+pub(crate) fn token_matches(given: &str, expected: &str) -> bool {
     use subtle::ConstantTimeEq;
     given.len() == expected.len() && bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
 }

@@ -11,7 +11,7 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
      style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; \
      frame-ancestors 'none'; base-uri 'none'";
 
-pub async fn security_headers(req: Request, next: Next) -> Response {
+pub(crate) async fn security_headers(req: Request, next: Next) -> Response {
     let mut resp = next.run(req).await;
     let h = resp.headers_mut();
     h.insert(

@@ -27,7 +27,7 @@ mod wire;
 
 pub use conn::{Limits, serve};
 pub use error::ApiError;
-pub use guard::token_matches;
+pub(crate) use guard::token_matches;
 pub use session::{Session, Sessions};
 
 use crate::agent::Agent;
@@ -88,7 +88,7 @@ impl ApiState {
     }
 
     /// Whether the session cookie must be marked `Secure`: the dashboard is reached over https.
-    pub fn secure_cookies(&self) -> bool {
+    pub(crate) fn secure_cookies(&self) -> bool {
         let url = &self.agent.settings().server.public_url;
         url.trim().to_ascii_lowercase().starts_with("https://")
     }
@@ -205,7 +205,7 @@ async fn note_storage_faults(
 }
 
 /// Whether `host` is a loopback address (or `localhost`); non-loopback binds need a token.
-pub fn is_loopback_host(host: &str) -> bool {
+pub(crate) fn is_loopback_host(host: &str) -> bool {
     if host.eq_ignore_ascii_case("localhost") {
         return true;
     }

@@ -25,12 +25,12 @@ use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 
 /// The cookie's name.
-pub const COOKIE_NAME: &str = "hermes_session";
+pub(crate) const COOKIE_NAME: &str = "hermes_session";
 /// The form field and header that carry the CSRF token.
 pub const CSRF_FIELD: &str = "csrf";
-pub const CSRF_HEADER: &str = "x-csrf-token";
+pub(crate) const CSRF_HEADER: &str = "x-csrf-token";
 /// How long a session lasts after sign-in.
-pub const LIFETIME: Duration = Duration::from_secs(7 * 24 * 3600);
+pub(crate) const LIFETIME: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The most sessions kept; signing in once more drops the oldest.
 const MAX_SESSIONS: usize = 256;
 
@@ -120,7 +120,7 @@ pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 /// `Set-Cookie` for a new session (`secure`: the dashboard is reached over https).
-pub fn set_cookie(id: &str, secure: bool) -> HeaderValue {
+pub(crate) fn set_cookie(id: &str, secure: bool) -> HeaderValue {
     let value = format!(
         "{COOKIE_NAME}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{}",
         LIFETIME.as_secs(),
@@ -131,7 +131,7 @@ pub fn set_cookie(id: &str, secure: bool) -> HeaderValue {
 }
 
 /// `Set-Cookie` that makes the browser forget the session.
-pub fn clear_cookie(secure: bool) -> HeaderValue {
+pub(crate) fn clear_cookie(secure: bool) -> HeaderValue {
     if secure {
         HeaderValue::from_static(
             "hermes_session=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0; Secure",
@@ -142,19 +142,23 @@ pub fn clear_cookie(secure: bool) -> HeaderValue {
 }
 
 /// Whether `given` is the session's CSRF token (constant time).
-pub fn csrf_matches(session: &Session, given: &str) -> bool {
+pub(crate) fn csrf_matches(session: &Session, given: &str) -> bool {
     super::token_matches(given, &session.csrf)
 }
 
 /// Methods that only read.
-pub fn is_safe(method: &Method) -> bool {
+pub(crate) fn is_safe(method: &Method) -> bool {
     matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
 /// A request that changes something must not say it comes from another site: `Origin`, when
 /// sent, names this very host (or `server.public_url`), and `Sec-Fetch-Site`, when sent, is
 /// `same-origin` or `none` (typed by the user). Clients that are not browsers send neither.
-pub fn same_origin(method: &Method, headers: &HeaderMap, public_url: &str) -> Result<(), ApiError> {
+pub(crate) fn same_origin(
+    method: &Method,
+    headers: &HeaderMap,
+    public_url: &str,
+) -> Result<(), ApiError> {
     if is_safe(method) {
         return Ok(());
     }

@@ -29,11 +29,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Addresses tracked at once (about 100 bytes each).
-pub const MAX_CLIENTS: usize = 4096;
+pub(crate) const MAX_CLIENTS: usize = 4096;
 
 /// The peer address of a request that came over a socket (`None` when the router is driven
 /// in-process), as set by `conn`.
-pub struct Peer(pub Option<IpAddr>);
+pub(crate) struct Peer(pub Option<IpAddr>);
 
 impl Peer {
     pub fn of(extensions: &Extensions) -> Peer {
@@ -108,7 +108,7 @@ impl Locked {
     }
 
     /// The API's answer: 429 with `Retry-After` and the JSON error.
-    pub fn api_response(self) -> Response {
+    pub(crate) fn api_response(self) -> Response {
         let secs = self.seconds();
         let mut resp = super::ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,

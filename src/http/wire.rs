@@ -17,7 +17,7 @@
 //! Owns: watching heads on the wire (with `framing`) and the canned answers above.
 //! Must not: change any other byte, or look at what a request asks for.
 
-pub use super::framing::MAX_HEAD_LINE;
+pub(crate) use super::framing::MAX_HEAD_LINE;
 use super::framing::{Framing, Seen};
 use std::future::Future;
 use std::io;
@@ -28,7 +28,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
 /// A connection, watched.
-pub struct HeadGuard<T> {
+pub(crate) struct HeadGuard<T> {
     inner: T,
     framing: Framing,
     header_timeout: Duration,

@@ -239,7 +239,7 @@ impl Connection {
     }
 
     /// The UIDs above `after`, in order (mail that arrived since).
-    pub async fn uids_after(&mut self, after: u32) -> Result<Vec<u32>, ImapError> {
+    pub(crate) async fn uids_after(&mut self, after: u32) -> Result<Vec<u32>, ImapError> {
         let label = self.label.clone();
         let session = self.session()?;
         // Changes noticed so far are about to be looked at: only later ones matter now.
@@ -255,7 +255,7 @@ impl Connection {
     }
 
     /// The UIDs of mail that arrived on or after `day` (`1-Dec-2026`), in order.
-    pub async fn uids_since(&mut self, day: &str) -> Result<Vec<u32>, ImapError> {
+    pub(crate) async fn uids_since(&mut self, day: &str) -> Result<Vec<u32>, ImapError> {
         let label = self.label.clone();
         let session = self.session()?;
         let found = within(
@@ -271,7 +271,7 @@ impl Connection {
     }
 
     /// The highest UID in the mailbox (0 when empty), for a server that sends no UIDNEXT.
-    pub async fn last_uid(&mut self) -> Result<u32, ImapError> {
+    pub(crate) async fn last_uid(&mut self) -> Result<u32, ImapError> {
         if self.opened.exists == 0 {
             return Ok(0);
         }

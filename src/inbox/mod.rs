@@ -31,7 +31,6 @@ mod quote;
 mod reply;
 mod service;
 
-pub use imap::ImapError;
 pub use probe::{Probe, ProbeError, probe};
 
 use crate::config::{ImapSettings, Settings};
@@ -200,7 +199,7 @@ impl Inbox {
 
 impl Running {
     /// Read no more mail (bounded): the daemon is shutting down.
-    pub async fn stop_intake(&mut self) {
+    pub(crate) async fn stop_intake(&mut self) {
         if let Some((stop, handle)) = self.intake.take() {
             stop.cancel();
             if tokio::time::timeout(STOP_WAIT, handle).await.is_err() {

@@ -77,7 +77,7 @@ impl LastWords {
     }
 
     /// `; it said: LINE` with its last non-empty line, or nothing.
-    pub fn suffix(&self) -> String {
+    pub(crate) fn suffix(&self) -> String {
         let lines = crate::util::lock(&self.lines);
         match lines.iter().rev().find(|l| !l.is_empty()) {
             Some(l) => format!("; it said: {l}"),

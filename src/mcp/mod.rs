@@ -29,14 +29,13 @@ mod server;
 mod status;
 mod tool;
 
-pub use limits::{RUN_START_WAIT, STOP_WAIT};
+pub(crate) use limits::RUN_START_WAIT;
 pub use listing::probe;
-pub use manager::McpManager;
-pub use names::{SEPARATOR, tool_name};
+pub(crate) use manager::McpManager;
+pub(crate) use names::SEPARATOR;
 pub(crate) use server::serve_stdio;
 pub use server::{ServeError, TOOL_NAMES};
 pub use status::{ServerState, ServerStatus};
-pub use tool::McpTool;
 
 /// Why an MCP server could not be started or used. Each names the server and says what to
 /// change; none carries an env value or a header value.

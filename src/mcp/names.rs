@@ -7,7 +7,7 @@
 //! name (and the allowlist entries written for it) stays the same across restarts.
 
 /// Between the server name and the tool name (configured server names cannot contain it).
-pub const SEPARATOR: &str = "__";
+pub(crate) const SEPARATOR: &str = "__";
 /// The registry's limit on a tool name.
 const MAX_NAME: usize = 64;
 /// Room for `_` and 6 hex digits when a name must be shortened or told apart.
@@ -16,7 +16,7 @@ const SUFFIX: usize = 7;
 /// Registry names for `tools` of `server`, in the same order: `server__tool`, with characters
 /// the registry refuses turned into `_`; a name too long, or equal to an earlier one after
 /// that, is shortened and given a suffix from a hash of the real name.
-pub fn tool_names(server: &str, tools: &[&str]) -> Vec<String> {
+pub(crate) fn tool_names(server: &str, tools: &[&str]) -> Vec<String> {
     let mut taken = std::collections::HashSet::new();
     tools
         .iter()
@@ -32,7 +32,7 @@ pub fn tool_names(server: &str, tools: &[&str]) -> Vec<String> {
 }
 
 /// `server__tool` with the tool's refused characters turned into `_` (no length rule).
-pub fn tool_name(server: &str, tool: &str) -> String {
+pub(crate) fn tool_name(server: &str, tool: &str) -> String {
     let mut name = format!("{server}{SEPARATOR}");
     if tool.is_empty() {
         name.push('_');

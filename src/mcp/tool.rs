@@ -27,7 +27,7 @@ use std::time::Duration;
 pub(super) type PeerSlot = Arc<Mutex<Option<Peer<RoleClient>>>>;
 
 /// One tool of one MCP server.
-pub struct McpTool {
+pub(crate) struct McpTool {
     info: ToolInfo,
     server: String,
     /// The name the server knows it by.
@@ -90,11 +90,6 @@ impl McpTool {
             }));
         }
         tools
-    }
-
-    /// The name the server knows this tool by.
-    pub fn remote_name(&self) -> &str {
-        &self.remote
     }
 
     async fn run(&self, args: Value) -> Result<Value, ToolError> {

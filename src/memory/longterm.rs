@@ -24,7 +24,7 @@ use tantivy::schema::{IndexRecordOption, Value};
 use tantivy::{IndexWriter, TantivyDocument, TantivyError, Term};
 
 /// The index directory's name inside the data dir.
-pub const INDEX_DIR: &str = "memory-index";
+pub(crate) const INDEX_DIR: &str = "memory-index";
 
 /// Extra hits fetched beyond `k` so ties at the cut can be broken by recency.
 const TIE_SLACK: usize = 8;
@@ -36,7 +36,7 @@ const REPAIR_BACKOFF: crate::util::Backoff = crate::util::Backoff::new(
 );
 
 /// The longest fact text accepted, in characters.
-pub const MAX_FACT_CHARS: usize = 2000;
+pub(crate) const MAX_FACT_CHARS: usize = 2000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryError {
@@ -257,7 +257,7 @@ impl LongTerm {
     }
 
     /// Why the index is not used right now, if it is not (recall then reads the database).
-    pub fn trouble(&self) -> Option<String> {
+    pub(crate) fn trouble(&self) -> Option<String> {
         crate::util::lock(&self.inner.trouble).clone()
     }
 

@@ -13,8 +13,8 @@
 //!
 //! Must not: call the model except through the gateway handle it is given.
 
-pub mod longterm;
-pub mod tokenize;
+pub(crate) mod longterm;
+pub(crate) mod tokenize;
 pub mod window;
 
 pub use longterm::{LongTerm, MemoryError, Recalled};

@@ -13,13 +13,13 @@ use tantivy::tokenizer::{
 };
 
 /// The name the analyzer is registered under in the index's tokenizer manager.
-pub const ANALYZER_NAME: &str = "hermes_cjk";
+pub(crate) const ANALYZER_NAME: &str = "hermes_cjk";
 
 /// Longer "words" are base64 blobs or URLs squashed together: not worth indexing.
 const MAX_TOKEN_BYTES: usize = 64;
 
 /// The analyzer for fact text, tags and queries.
-pub fn analyzer() -> TextAnalyzer {
+pub(crate) fn analyzer() -> TextAnalyzer {
     TextAnalyzer::builder(CjkTokenizer)
         .filter(RemoveLongFilter::limit(MAX_TOKEN_BYTES))
         .filter(LowerCaser)
@@ -28,7 +28,7 @@ pub fn analyzer() -> TextAnalyzer {
 }
 
 /// The distinct terms of `text`, in first-seen order (what a query searches for).
-pub fn terms(text: &str) -> Vec<String> {
+pub(crate) fn terms(text: &str) -> Vec<String> {
     let mut analyzer = analyzer();
     let mut stream = analyzer.token_stream(text);
     let mut out: Vec<String> = Vec::new();
@@ -41,7 +41,7 @@ pub fn terms(text: &str) -> Vec<String> {
 }
 
 /// Whether `c` belongs to a script written without spaces between words.
-pub fn is_cjk(c: char) -> bool {
+pub(crate) fn is_cjk(c: char) -> bool {
     matches!(c as u32,
         0x3040..=0x30FF     // hiragana, katakana
         | 0x3100..=0x312F   // bopomofo
@@ -58,11 +58,11 @@ pub fn is_cjk(c: char) -> bool {
 /// Splits text into Latin-style words and CJK unigrams + bigrams (before lower-casing and
 /// stemming, which the [`analyzer`]'s filters do).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct CjkTokenizer;
+pub(crate) struct CjkTokenizer;
 
 /// The tokens of one text, cut up front: fact texts are short, and a plain vector keeps the
 /// segmentation logic in one readable function.
-pub struct CjkTokenStream {
+pub(crate) struct CjkTokenStream {
     tokens: Vec<Token>,
     next: usize,
 }

@@ -39,7 +39,7 @@ pub mod thread;
 mod webhook;
 
 pub use crate::util::RetryPolicy;
-pub use markdown::render_markdown;
+pub(crate) use markdown::render_markdown;
 pub use webhook::{SIGNATURE_HEADER, signature};
 
 use crate::config::NotifySettings;
@@ -54,7 +54,7 @@ use std::time::Duration;
 use webhook::WebhookChannel;
 
 /// The email channel's name.
-pub const EMAIL: &str = "email";
+pub(crate) const EMAIL: &str = "email";
 
 /// Longest a `doctor` check of the SMTP server may take.
 const SMTP_CHECK_TIMEOUT: Duration = Duration::from_secs(20);

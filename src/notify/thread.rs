@@ -16,7 +16,7 @@ pub fn message_id(token: &str, domain: &str) -> String {
 
 /// The token inside one of our Message-IDs (with or without angle brackets); `None` for any
 /// other id, or one whose token is not of the form we make.
-pub fn token_of(id: &str) -> Option<&str> {
+pub(crate) fn token_of(id: &str) -> Option<&str> {
     let id = id.trim().trim_start_matches('<').trim_end_matches('>');
     let (local, _domain) = id.split_once('@')?;
     let token = local.strip_prefix(PREFIX)?;
@@ -30,7 +30,7 @@ pub fn token_of(id: &str) -> Option<&str> {
 /// Every message id in a header value (`<a@b> <c@d>`, as In-Reply-To and References hold
 /// them), without angle brackets, in order. Text outside angle brackets is ignored, except a
 /// bare id when the value has no brackets at all.
-pub fn ids_in(value: &str) -> Vec<String> {
+pub(crate) fn ids_in(value: &str) -> Vec<String> {
     let mut ids = Vec::new();
     let mut rest = value;
     while let Some(start) = rest.find('<') {
@@ -55,7 +55,7 @@ pub fn ids_in(value: &str) -> Vec<String> {
 
 /// `Re: SUBJECT`, with the prefixes a reply already had (`Re:`, `RE:`, German `AW:`, `回复：`, `答复：`)
 /// taken off first, so a long thread does not pile them up.
-pub fn reply_subject(subject: &str) -> String {
+pub(crate) fn reply_subject(subject: &str) -> String {
     let mut s = subject.trim();
     loop {
         let lower = s.to_lowercase();
@@ -79,7 +79,7 @@ pub fn reply_subject(subject: &str) -> String {
 
 /// The References of an answer to a mail: the mail's own References, then its Message-ID;
 /// only the last `keep` ids, so a long thread's header stays short.
-pub fn references(prior: &[String], answered: Option<&str>, keep: usize) -> Vec<String> {
+pub(crate) fn references(prior: &[String], answered: Option<&str>, keep: usize) -> Vec<String> {
     let mut refs: Vec<String> = prior.to_vec();
     if let Some(id) = answered {
         refs.push(id.to_string());

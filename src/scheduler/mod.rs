@@ -48,8 +48,8 @@ pub mod schedule;
 mod timer;
 pub mod words;
 
-pub use jobs::{PREVIEW_FIRINGS, SchedulePreview, describe_job, upcoming};
-pub use schedule::{Schedule, ScheduleError, ZonedSchedule, parse_timezone};
+pub(crate) use jobs::{PREVIEW_FIRINGS, describe_job, upcoming};
+pub use schedule::{Schedule, ScheduleError, parse_timezone};
 
 use crate::config::SchedulerSettings;
 use crate::store::{Job, JobRun, NewNotice, Store, StoreError, Task};
@@ -66,7 +66,7 @@ use tokio_util::task::TaskTracker;
 
 /// The longest the loop sleeps without looking at the store again: jobs written by another
 /// process (the CLI on the same database) are picked up within this time.
-pub const RESCAN: Duration = Duration::from_secs(30);
+pub(crate) const RESCAN: Duration = Duration::from_secs(30);
 
 /// Creates a firing's task. Implemented by the agent (a brand-new task from the job's text,
 /// origin "job", job_id set — no earlier messages), which also decides where it runs.
@@ -98,7 +98,7 @@ pub trait TaskRunner: Send + Sync {
 
 /// What [`TaskRunner::create_many`] gives back: per job, in order, its task or why it was not
 /// created; the outer error when none was.
-pub type CreatedMany = Result<Vec<Result<Box<dyn JobTask>, RunnerError>>, RunnerError>;
+pub(crate) type CreatedMany = Result<Vec<Result<Box<dyn JobTask>, RunnerError>>, RunnerError>;
 
 /// A firing's task, created and not yet run.
 pub trait JobTask: Send {
@@ -152,7 +152,7 @@ pub trait Clock: Send + Sync {
 
 /// The real clock.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> DateTime<Utc> {
@@ -323,7 +323,7 @@ impl Scheduler {
 
     /// Check the `profile` of new jobs against these names, so a typo is refused when the job
     /// is made instead of failing every firing. Call right after construction.
-    pub fn with_profiles(mut self, names: Vec<String>) -> Scheduler {
+    pub(crate) fn with_profiles(mut self, names: Vec<String>) -> Scheduler {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.profiles = names;
         }
@@ -332,7 +332,7 @@ impl Scheduler {
 
     /// Link digests to the dashboard at `url` (`server.public_url`); empty: no links. Call
     /// right after construction.
-    pub fn with_public_url(mut self, url: &str) -> Scheduler {
+    pub(crate) fn with_public_url(mut self, url: &str) -> Scheduler {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.public_url = url.trim().to_string();
         }

@@ -207,7 +207,7 @@ fn and_list(items: &[String]) -> String {
 
 /// The Markdown footer of a run's answer: the job by name, its next run in its zone, and
 /// with `public_url` set, links to the run's task page and the job's page on the dashboard.
-pub fn digest_footer(
+pub(crate) fn digest_footer(
     job_name: &str,
     job_id: &str,
     task_id: &str,
@@ -230,7 +230,7 @@ pub fn digest_footer(
 }
 
 /// The next run of a job in its zone, for the footer (UTC if the zone no longer parses).
-pub fn in_zone(t: DateTime<Utc>, zone: &str) -> DateTime<Tz> {
+pub(crate) fn in_zone(t: DateTime<Utc>, zone: &str) -> DateTime<Tz> {
     t.with_timezone(&zone.parse::<Tz>().unwrap_or(Tz::UTC))
 }
 

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 
 /// Filters for [`Store::search_tasks`]; every filter that is set must match.
 #[derive(Debug, Clone, Default)]
-pub struct TaskSearch {
+pub(crate) struct TaskSearch {
     pub state: Option<TaskState>,
     pub origin: Option<Origin>,
     pub job_id: Option<String>,
@@ -23,7 +23,7 @@ pub struct TaskSearch {
 /// The outbox at a glance: how many notices are in each state, and since when the oldest
 /// pending one waits.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Backlog {
+pub(crate) struct Backlog {
     pub pending: i64,
     pub sent: i64,
     pub failed: i64,
@@ -40,7 +40,7 @@ pub struct Tokens {
 
 impl Store {
     /// Tasks matching `f`, newest first.
-    pub async fn search_tasks(&self, f: &TaskSearch) -> Result<Vec<Task>> {
+    pub(crate) async fn search_tasks(&self, f: &TaskSearch) -> Result<Vec<Task>> {
         let sql = select!(
             tasks,
             "WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR origin = ?2) \
@@ -62,7 +62,11 @@ impl Store {
     }
 
     /// Tasks that failed at or after `since`, newest first.
-    pub async fn failed_tasks_since(&self, since: DateTime<Utc>, limit: i64) -> Result<Vec<Task>> {
+    pub(crate) async fn failed_tasks_since(
+        &self,
+        since: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<Task>> {
         let sql = select!(
             tasks,
             "WHERE state = 'failed' AND finished_at >= ? ORDER BY finished_at DESC, id LIMIT ?"
@@ -73,7 +77,7 @@ impl Store {
     /// Job runs recorded `failed` or `missed` at or after `since` that have no task (a failed
     /// precheck, a task that could not be created, a daemon that was down): the failures a
     /// list of failed tasks does not show. Newest first.
-    pub async fn taskless_run_failures_since(
+    pub(crate) async fn taskless_run_failures_since(
         &self,
         since: DateTime<Utc>,
         limit: i64,
@@ -86,7 +90,7 @@ impl Store {
         self.all(sqlx::query_as(sql).bind(since).bind(limit)).await
     }
 
-    pub async fn outbox_backlog(&self) -> Result<Backlog> {
+    pub(crate) async fn outbox_backlog(&self) -> Result<Backlog> {
         let counts: Vec<(NoticeState, i64)> =
             sqlx::query_as("SELECT state, COUNT(*) FROM outbox GROUP BY state")
                 .fetch_all(self.pool())
@@ -111,7 +115,7 @@ impl Store {
 
     /// Tokens of every model call recorded at or after `since`, whatever task it was for
     /// (sub-agents included, each call counted once), running tasks included.
-    pub async fn tokens_since(&self, since: DateTime<Utc>) -> Result<Tokens> {
+    pub(crate) async fn tokens_since(&self, since: DateTime<Utc>) -> Result<Tokens> {
         let (prompt, completion, calls): (Option<i64>, Option<i64>, i64) = sqlx::query_as(
             "SELECT SUM(request_tokens), SUM(result_tokens), COUNT(*) FROM task_steps \
              WHERE kind = 'model' AND created_at >= ?",
@@ -128,7 +132,7 @@ impl Store {
 
     /// Pause or resume a job, setting its next due time in the same statement. False when
     /// there is no such job.
-    pub async fn set_job_enabled(
+    pub(crate) async fn set_job_enabled(
         &self,
         id: &str,
         enabled: bool,
@@ -143,7 +147,7 @@ impl Store {
 
     /// Make a pending or failed notice due now, as pending; its attempts so far stay counted.
     /// A sent notice is a conflict (sending it again would be a duplicate, not a retry).
-    pub async fn retry_notice(&self, id: i64) -> Result<Notice> {
+    pub(crate) async fn retry_notice(&self, id: i64) -> Result<Notice> {
         let retry = sqlx::query(
             "UPDATE outbox SET state = 'pending', next_attempt_at = ? \
              WHERE id = ? AND state IN ('pending', 'failed')",

@@ -28,7 +28,7 @@ impl WithJson for Fact {
 }
 
 /// The key two facts are "the same" by: case, spacing and trailing punctuation ignored.
-pub fn normalise_fact(text: &str) -> String {
+pub(crate) fn normalise_fact(text: &str) -> String {
     let collapsed: Vec<String> = text.split_whitespace().map(str::to_lowercase).collect();
     collapsed
         .join(" ")
@@ -112,7 +112,7 @@ impl Store {
     }
 
     /// Returns false when there was no such fact.
-    pub async fn delete_fact(&self, id: &str) -> Result<bool> {
+    pub(crate) async fn delete_fact(&self, id: &str) -> Result<bool> {
         self.one_row(sqlx::query("DELETE FROM facts WHERE id = ?").bind(id))
             .await
     }

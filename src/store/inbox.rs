@@ -53,7 +53,7 @@ pub struct InboxMessage {
 
 /// Where a message was read: the account and folder, and its place there.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MailPlace {
+pub(crate) struct MailPlace {
     /// `user@host:port/FOLDER`.
     pub mailbox: String,
     pub uid_validity: u32,
@@ -62,7 +62,7 @@ pub struct MailPlace {
 
 /// A message to record: where it was read and what it says about itself.
 #[derive(Debug, Clone, Default)]
-pub struct NewInboxMessage {
+pub(crate) struct NewInboxMessage {
     pub message_id: Option<String>,
     pub sender: String,
     pub subject: String,
@@ -73,14 +73,14 @@ pub struct NewInboxMessage {
 /// A job's enabled flag and next due time after a command (pause or resume), written in the
 /// same transaction as the mail.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobChange {
+pub(crate) struct JobChange {
     pub enabled: bool,
     pub next_run_at: Option<DateTime<Utc>>,
 }
 
 /// What a message became.
 #[derive(Debug, Clone)]
-pub enum InboxOutcome {
+pub(crate) enum InboxOutcome {
     /// Left alone; `reply` only for an allowed sender's command that cannot be carried out.
     Ignored {
         reason: IgnoreReason,
@@ -109,7 +109,7 @@ pub enum InboxOutcome {
 
 /// What [`Store::record_inbox`] did.
 #[derive(Debug, Clone)]
-pub enum Recorded {
+pub(crate) enum Recorded {
     /// Recorded now; the task created, if any, and the reply queued, if any.
     New {
         id: i64,
@@ -122,7 +122,7 @@ pub enum Recorded {
 
 /// Which messages [`Store::list_inbox`] returns, newest first.
 #[derive(Debug, Clone, Default)]
-pub struct InboxFilter {
+pub(crate) struct InboxFilter {
     pub state: Option<InboxState>,
     /// At most this many; 0 or less: 50.
     pub limit: i64,
@@ -130,7 +130,7 @@ pub struct InboxFilter {
 
 /// A mailbox's watermark: the highest UID read under one UIDVALIDITY.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub struct Watermark {
+pub(crate) struct Watermark {
     pub uid_validity: i64,
     pub last_uid: i64,
     pub updated_at: DateTime<Utc>,
@@ -150,7 +150,7 @@ macro_rules! inbox_select {
 impl Store {
     /// Record a message and what it became, and move the watermark past it, in one
     /// transaction. A message already recorded (by UID or Message-ID) writes nothing else.
-    pub async fn record_inbox(
+    pub(crate) async fn record_inbox(
         &self,
         place: &MailPlace,
         mail: &NewInboxMessage,
@@ -270,7 +270,7 @@ impl Store {
     }
 
     /// The watermarks of `mailbox`, the most recently moved first.
-    pub async fn inbox_watermarks(&self, mailbox: &str) -> Result<Vec<Watermark>> {
+    pub(crate) async fn inbox_watermarks(&self, mailbox: &str) -> Result<Vec<Watermark>> {
         self.all(
             sqlx::query_as(
                 "SELECT uid_validity, last_uid, updated_at FROM inbox_watermarks \
@@ -283,7 +283,7 @@ impl Store {
 
     /// Set the watermark of a mailbox never read under this UIDVALIDITY: mail up to `uid` was
     /// there before and is not read. An existing watermark only ever moves up.
-    pub async fn start_inbox_watermark(&self, place: &MailPlace) -> Result<()> {
+    pub(crate) async fn start_inbox_watermark(&self, place: &MailPlace) -> Result<()> {
         let mut tx = self.pool().begin().await?;
         advance_watermark(&mut tx, place).await?;
         tx.commit().await?;
@@ -291,13 +291,17 @@ impl Store {
     }
 
     /// The notice whose token a reply names.
-    pub async fn notice_by_token(&self, token: &str) -> Result<Option<Notice>> {
+    pub(crate) async fn notice_by_token(&self, token: &str) -> Result<Option<Notice>> {
         self.first(sqlx::query_as(select!(outbox, "WHERE token = ?")).bind(token))
             .await
     }
 
     /// How many tasks mail from `sender` started since `since` (the rate limit).
-    pub async fn email_tasks_since(&self, sender: &str, since: DateTime<Utc>) -> Result<i64> {
+    pub(crate) async fn email_tasks_since(
+        &self,
+        sender: &str,
+        since: DateTime<Utc>,
+    ) -> Result<i64> {
         Ok(sqlx::query_scalar(
             "SELECT COUNT(*) FROM inbox_messages WHERE sender = ? AND received_at >= ? \
              AND command IS NULL AND task_id IS NOT NULL",
@@ -309,7 +313,7 @@ impl Store {
     }
 
     /// Messages, newest first.
-    pub async fn list_inbox(&self, f: &InboxFilter) -> Result<Vec<InboxMessage>> {
+    pub(crate) async fn list_inbox(&self, f: &InboxFilter) -> Result<Vec<InboxMessage>> {
         self.all(
             sqlx::query_as(inbox_select!(
                 "WHERE (?1 IS NULL OR state = ?1) ORDER BY id DESC LIMIT ?2"
@@ -320,7 +324,7 @@ impl Store {
         .await
     }
 
-    pub async fn inbox_message(&self, id: i64) -> Result<Option<InboxMessage>> {
+    pub(crate) async fn inbox_message(&self, id: i64) -> Result<Option<InboxMessage>> {
         self.first(sqlx::query_as(inbox_select!("WHERE id = ?")).bind(id))
             .await
     }
@@ -332,7 +336,7 @@ impl Store {
     }
 
     /// What an email task's first message holds besides the reply: the notice answered.
-    pub async fn email_context(&self, task_id: &str) -> Result<Option<String>> {
+    pub(crate) async fn email_context(&self, task_id: &str) -> Result<Option<String>> {
         let ctx: Option<Option<String>> = sqlx::query_scalar(
             "SELECT context FROM inbox_messages WHERE task_id = ? AND command IS NULL LIMIT 1",
         )
@@ -344,7 +348,7 @@ impl Store {
 
     /// Messages whose task has finished and whose answer has not been queued yet (a task
     /// that ended while the daemon was down is found here at the next start), oldest first.
-    pub async fn unanswered_inbox(&self, limit: i64) -> Result<Vec<(InboxMessage, Task)>> {
+    pub(crate) async fn unanswered_inbox(&self, limit: i64) -> Result<Vec<(InboxMessage, Task)>> {
         let messages: Vec<InboxMessage> = self
             .all(
                 sqlx::query_as(inbox_select!(
@@ -370,7 +374,11 @@ impl Store {
     /// Queue the answer to message `id` (or record that none goes out: `reply` = None), once:
     /// the notice and the mark are one transaction, and a message already answered gets
     /// nothing. The notice's id, or None when nothing was queued.
-    pub async fn answer_inbox(&self, id: i64, reply: Option<&NewNotice>) -> Result<Option<i64>> {
+    pub(crate) async fn answer_inbox(
+        &self,
+        id: i64,
+        reply: Option<&NewNotice>,
+    ) -> Result<Option<i64>> {
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         let notice = match reply {
             Some(n) => Some(insert_notice_on(&mut *tx, n).await?),
@@ -396,7 +404,7 @@ impl Store {
 
     /// Commands in `state`, oldest first (at start: `requested` ones still to carry out,
     /// `started` ones a stop interrupted).
-    pub async fn inbox_commands(&self, state: CommandState) -> Result<Vec<InboxMessage>> {
+    pub(crate) async fn inbox_commands(&self, state: CommandState) -> Result<Vec<InboxMessage>> {
         self.all(
             sqlx::query_as(inbox_select!(
                 "WHERE command IS NOT NULL AND command_state = ? ORDER BY id"
@@ -409,7 +417,7 @@ impl Store {
     /// Move a command from `from` to `to` (false when it was not in `from`: someone else moved
     /// it), with what it did and the run it started, and queue its confirmation — one
     /// transaction.
-    pub async fn move_inbox_command(
+    pub(crate) async fn move_inbox_command(
         &self,
         id: i64,
         from: CommandState,

@@ -45,7 +45,7 @@ impl WithJson for Job {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct NewJob {
+pub(crate) struct NewJob {
     pub name: String,
     pub task: String,
     pub schedule: String,
@@ -70,7 +70,7 @@ pub struct JobRun {
 }
 
 impl Store {
-    pub async fn create_job(&self, new: &NewJob) -> Result<Job> {
+    pub(crate) async fn create_job(&self, new: &NewJob) -> Result<Job> {
         let id = format!("j_{}", new_id());
         let precheck = new.precheck.as_ref().map(|p| p.to_string());
         sqlx::query(
@@ -98,24 +98,24 @@ impl Store {
             .await
     }
 
-    pub async fn list_jobs(&self) -> Result<Vec<Job>> {
+    pub(crate) async fn list_jobs(&self) -> Result<Vec<Job>> {
         self.json_rows(select!(jobs, "ORDER BY created_at, id"))
             .await
     }
 
-    pub async fn job_count(&self) -> Result<i64> {
+    pub(crate) async fn job_count(&self) -> Result<i64> {
         self.count("SELECT COUNT(*) FROM jobs").await
     }
 
     /// Returns false when there was no such job.
-    pub async fn delete_job(&self, id: &str) -> Result<bool> {
+    pub(crate) async fn delete_job(&self, id: &str) -> Result<bool> {
         self.one_row(sqlx::query("DELETE FROM jobs WHERE id = ?").bind(id))
             .await
     }
 
     /// Move a job's next due time, but only if it is still `expected`: two firers racing for
     /// the same due time cannot both win, so a due run is claimed exactly once.
-    pub async fn claim_job_run(
+    pub(crate) async fn claim_job_run(
         &self,
         id: &str,
         expected: Option<DateTime<Utc>>,
@@ -147,7 +147,7 @@ impl Store {
     }
 
     /// At start-up no run can be in progress: clear locks a crash left behind.
-    pub async fn clear_job_locks(&self) -> Result<u64> {
+    pub(crate) async fn clear_job_locks(&self) -> Result<u64> {
         self.rows(sqlx::query(
             "UPDATE jobs SET running_task_id = NULL WHERE running_task_id IS NOT NULL",
         ))
@@ -177,7 +177,7 @@ impl Store {
     }
 
     /// Update a run after its task ended (a fired run may still fail, and its delivery moves on).
-    pub async fn update_job_run(
+    pub(crate) async fn update_job_run(
         &self,
         run_id: i64,
         outcome: RunOutcome,
@@ -194,7 +194,7 @@ impl Store {
         self.run(update).await
     }
 
-    pub async fn set_run_delivery(&self, run_id: i64, delivery: &Delivery) -> Result<()> {
+    pub(crate) async fn set_run_delivery(&self, run_id: i64, delivery: &Delivery) -> Result<()> {
         let set = sqlx::query("UPDATE job_runs SET delivery = ? WHERE id = ?")
             .bind(delivery)
             .bind(run_id);
@@ -214,12 +214,12 @@ impl Store {
 // task, and released only by its holder (so a late unlock never frees someone else's run).
 impl Store {
     /// Move the run lock from `from` to `to`; false when `from` no longer holds it.
-    pub async fn swap_job_lock(&self, id: &str, from: &str, to: &str) -> Result<bool> {
+    pub(crate) async fn swap_job_lock(&self, id: &str, from: &str, to: &str) -> Result<bool> {
         self.move_job_lock(id, Some(from), Some(to)).await
     }
 
     /// Release the run lock if `holder` still holds it; false otherwise.
-    pub async fn release_job_lock(&self, id: &str, holder: &str) -> Result<bool> {
+    pub(crate) async fn release_job_lock(&self, id: &str, holder: &str) -> Result<bool> {
         self.move_job_lock(id, Some(holder), None).await
     }
 
@@ -239,7 +239,7 @@ impl Store {
 /// One job of a burst due at once: its due time moves from `due` to `next`, and its run lock
 /// is taken by `holder` (the firing's placeholder until its task exists).
 #[derive(Debug, Clone)]
-pub struct BurstClaim {
+pub(crate) struct BurstClaim {
     pub job_id: String,
     pub due: DateTime<Utc>,
     pub next: Option<DateTime<Utc>>,
@@ -257,7 +257,7 @@ impl Store {
     /// Claim each job's due time and take its run lock in one statement per chunk; the ids of
     /// the jobs claimed. A job whose due time moved on (claimed elsewhere) or whose previous
     /// run still holds the lock is left untouched, for the one-job path to handle.
-    pub async fn claim_burst(&self, claims: &[BurstClaim]) -> Result<Vec<String>> {
+    pub(crate) async fn claim_burst(&self, claims: &[BurstClaim]) -> Result<Vec<String>> {
         let mut claimed = Vec::with_capacity(claims.len());
         for chunk in claims.chunks(BURST_CHUNK) {
             let mut update = sqlx::QueryBuilder::new(
@@ -288,7 +288,7 @@ impl Store {
     /// `fired`; `(job id, run id)` of the runs recorded. A lock no longer held by its
     /// placeholder (a restore in another process cleared it) is taken if free, as
     /// [`Store::swap_job_lock`]'s callers do.
-    pub async fn start_burst(
+    pub(crate) async fn start_burst(
         &self,
         started: &[(BurstClaim, String)],
     ) -> Result<Vec<(String, i64)>> {

@@ -283,7 +283,7 @@ pub enum Delivery {
 impl Delivery {
     const FAILED_PREFIX: &'static str = "failed: ";
 
-    pub fn is_failed(&self) -> bool {
+    pub(crate) fn is_failed(&self) -> bool {
         matches!(self, Delivery::Failed(_))
     }
 }

@@ -48,12 +48,11 @@ mod write;
 
 pub use dashboard::*;
 pub use facts::*;
-pub use inbox::*;
+pub(crate) use inbox::*;
 pub use jobs::*;
 pub use kinds::*;
 pub use outbox::*;
 pub use tasks::*;
-pub use working::*;
 
 use sqlx::sqlite::{
     SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
@@ -120,7 +119,7 @@ pub enum StorageFault {
 
 impl StorageFault {
     /// What the person can do about it.
-    pub fn hint(self) -> &'static str {
+    pub(crate) fn hint(self) -> &'static str {
         match self {
             StorageFault::DiskFull => "free disk space (or raise the quota) and try again",
             StorageFault::ReadOnly => {
@@ -286,7 +285,7 @@ impl Store {
     }
 
     /// Can the database still be written? One tiny write; `Unavailable` says why not.
-    pub async fn check_writable(&self) -> Result<()> {
+    pub(crate) async fn check_writable(&self) -> Result<()> {
         let done = sqlx::query(
             "INSERT INTO health (id, checked_at) VALUES (1, ?) \
              ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at",
@@ -307,12 +306,12 @@ impl Store {
     }
 
     /// Remember that a write failed for want of storage (so health reports it).
-    pub fn note_fault(&self, fault: StorageFault) {
+    pub(crate) fn note_fault(&self, fault: StorageFault) {
         *crate::util::lock(&self.fault) = Some((fault, Instant::now()));
     }
 
     /// A storage fault noticed within `within`, if any.
-    pub fn recent_fault(&self, within: Duration) -> Option<StorageFault> {
+    pub(crate) fn recent_fault(&self, within: Duration) -> Option<StorageFault> {
         crate::util::lock(&self.fault)
             .filter(|(_, at)| at.elapsed() < within)
             .map(|(fault, _)| fault)
@@ -337,7 +336,7 @@ impl Store {
     }
 
     /// The highest schema version this build knows.
-    pub fn schema_version() -> i64 {
+    pub(crate) fn schema_version() -> i64 {
         MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
     }
 
@@ -346,7 +345,7 @@ impl Store {
     }
 
     /// Whether [`Store::close`] was called (nothing can be written through it any more).
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.pool.is_closed()
     }
 
@@ -455,12 +454,12 @@ pub fn now() -> chrono::DateTime<chrono::Utc> {
 /// A fresh unguessable token: 32 hex characters from the operating system's random source
 /// (122 random bits). An email notice carries it in its Message-ID, and a reply must name it
 /// to act on the notice's job.
-pub fn new_token() -> String {
+pub(crate) fn new_token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
 /// A fresh random id: 16 hex characters, short enough to type, wide enough not to collide.
-pub fn new_id() -> String {
+pub(crate) fn new_id() -> String {
     let u = uuid::Uuid::new_v4();
     hex::encode(&u.as_bytes()[..8])
 }

@@ -99,7 +99,7 @@ impl Store {
     }
 
     /// Due pending notices whose channel is none of `channels` (removed from the config).
-    pub async fn due_notices_off(
+    pub(crate) async fn due_notices_off(
         &self,
         channels: &[String],
         at: DateTime<Utc>,
@@ -117,7 +117,10 @@ impl Store {
 
     /// The earliest time a pending notice (of one channel, or of any) is due, so the sender
     /// can sleep until then.
-    pub async fn next_notice_due(&self, channel: Option<&str>) -> Result<Option<DateTime<Utc>>> {
+    pub(crate) async fn next_notice_due(
+        &self,
+        channel: Option<&str>,
+    ) -> Result<Option<DateTime<Utc>>> {
         Ok(sqlx::query_scalar(
             "SELECT MIN(next_attempt_at) FROM outbox WHERE state = 'pending' \
              AND (?1 IS NULL OR channel = ?1)",

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// The longest task text accepted from any way in (API, CLI, a job), in characters: far more
 /// than an instruction needs, far less than would crowd the model's context.
-pub const MAX_TASK_CHARS: usize = 20_000;
+pub(crate) const MAX_TASK_CHARS: usize = 20_000;
 
 /// A task as stored. `steps` are loaded separately ([`Store::steps`]).
 #[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
@@ -91,7 +91,7 @@ pub struct NewStep {
 
 impl NewStep {
     /// The row as stored, once the store gave it its `seq` and time.
-    pub fn into_step(self, seq: i64, created_at: DateTime<Utc>) -> Step {
+    pub(crate) fn into_step(self, seq: i64, created_at: DateTime<Utc>) -> Step {
         Step {
             seq,
             row: self,
@@ -137,7 +137,7 @@ impl Store {
 
     /// Several new tasks in one statement (a burst of job firings); the rows as stored, in the
     /// order given.
-    pub async fn create_tasks(&self, new: &[NewTask]) -> Result<Vec<Task>> {
+    pub(crate) async fn create_tasks(&self, new: &[NewTask]) -> Result<Vec<Task>> {
         let mut created = Vec::with_capacity(new.len());
         // 9 bound values a row, well under SQLite's 32,766-variable limit.
         for chunk in new.chunks(500) {
@@ -185,7 +185,7 @@ impl Store {
 
     /// A task by its full id, or by a prefix that matches exactly one task (typing 6 of 16
     /// hex characters in a terminal is enough).
-    pub async fn find_task(&self, id: &str) -> Result<Option<Task>> {
+    pub(crate) async fn find_task(&self, id: &str) -> Result<Option<Task>> {
         let exact = sqlx::query_as(select!(tasks, "WHERE id = ?")).bind(id);
         if let Some(t) = self.first(exact).await? {
             return Ok(Some(t));
@@ -231,7 +231,7 @@ impl Store {
 
     /// Take the oldest pending task and mark it running, in one statement: workers never race
     /// each other for the same row, and no read-then-claim window exists.
-    pub async fn claim_next_pending(&self) -> Result<Option<Task>> {
+    pub(crate) async fn claim_next_pending(&self) -> Result<Option<Task>> {
         let sql = concat!(
             "UPDATE tasks SET state = 'running', started_at = ?1 WHERE id = \
              (SELECT id FROM tasks WHERE state = 'pending' ORDER BY created_at, id LIMIT 1) \
@@ -247,7 +247,7 @@ impl Store {
     }
 
     /// [`Store::start_task`], returning the started row; `None` when it was not pending.
-    pub async fn start_task_row(&self, id: &str) -> Result<Option<Task>> {
+    pub(crate) async fn start_task_row(&self, id: &str) -> Result<Option<Task>> {
         let start = sqlx::query_as(concat!(
             "UPDATE tasks SET state = 'running', started_at = ? WHERE id = ? AND state = 'pending' \
              RETURNING ",
@@ -266,7 +266,11 @@ impl Store {
 
     /// [`Store::finish_task`], returning the finished row when this call won: one round trip
     /// for the runner, which reports the row it ended.
-    pub async fn finish_task_row(&self, id: &str, outcome: &TaskOutcome) -> Result<Option<Task>> {
+    pub(crate) async fn finish_task_row(
+        &self,
+        id: &str,
+        outcome: &TaskOutcome,
+    ) -> Result<Option<Task>> {
         let finish = sqlx::query_as(concat!(
             "UPDATE tasks SET state = ?, answer = ?, error = ?, reason = ?, parse_failures = ?, \
              prompt_tokens = ?, completion_tokens = ?, finished_at = ? \
@@ -299,7 +303,11 @@ impl Store {
 
     /// Fail the pending tasks of one origin (at daemon start: job tasks queued by a previous
     /// daemon, whose firing is over and whose answer would have nowhere to go).
-    pub async fn fail_pending_of_origin(&self, origin: Origin, reason: FailReason) -> Result<u64> {
+    pub(crate) async fn fail_pending_of_origin(
+        &self,
+        origin: Origin,
+        reason: FailReason,
+    ) -> Result<u64> {
         let fail = sqlx::query(
             "UPDATE tasks SET state = 'failed', reason = ?, \
              error = 'task was pending when the daemon stopped (' || ? || ')', finished_at = ? \
@@ -314,7 +322,11 @@ impl Store {
 
     /// Mark every task still `running` or `pending` as failed with `reason`. Used at start-up
     /// (`interrupted`: the previous process died) and at shutdown (`shutdown`).
-    pub async fn fail_unfinished(&self, states: &[TaskState], reason: FailReason) -> Result<u64> {
+    pub(crate) async fn fail_unfinished(
+        &self,
+        states: &[TaskState],
+        reason: FailReason,
+    ) -> Result<u64> {
         let mut total = 0;
         for state in states {
             let fail = sqlx::query(
@@ -358,7 +370,7 @@ impl Store {
     /// Append trace rows numbered by their writer (the task's runner, the only one writing its
     /// trace) in one multi-row insert: a model call and the tool calls it asked for cost one
     /// round trip. A `seq` already taken is a conflict, never an overwrite.
-    pub async fn add_steps(&self, task_id: &str, rows: &[Step]) -> Result<()> {
+    pub(crate) async fn add_steps(&self, task_id: &str, rows: &[Step]) -> Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
@@ -389,7 +401,7 @@ impl Store {
     }
 
     /// The task's trace rows with `seq` above `after`, in order: what a follower has not seen.
-    pub async fn steps_after(&self, task_id: &str, after: i64) -> Result<Vec<Step>> {
+    pub(crate) async fn steps_after(&self, task_id: &str, after: i64) -> Result<Vec<Step>> {
         self.all(sqlx::query_as(
             "SELECT seq, step, kind, name, request_tokens, result_tokens, arguments, output, error, \
              duration_ms, created_at FROM task_steps WHERE task_id = ? AND seq > ? ORDER BY seq",

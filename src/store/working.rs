@@ -17,7 +17,7 @@ pub struct WorkingSlice {
 
 impl Store {
     /// Store `content` for `task_id`; returns the key the model can read it back by.
-    pub async fn put_working(&self, task_id: &str, content: &str) -> Result<String> {
+    pub(crate) async fn put_working(&self, task_id: &str, content: &str) -> Result<String> {
         let key = format!("wm_{}", new_id());
         sqlx::query(
             "INSERT INTO working_memory (key, task_id, content, created_at) VALUES (?, ?, ?, ?)",
@@ -56,7 +56,7 @@ impl Store {
     }
 
     /// Drop entries created before `before`; returns how many went.
-    pub async fn prune_working(&self, before: DateTime<Utc>) -> Result<u64> {
+    pub(crate) async fn prune_working(&self, before: DateTime<Utc>) -> Result<u64> {
         let done = sqlx::query("DELETE FROM working_memory WHERE created_at < ?")
             .bind(before)
             .execute(self.pool())
@@ -71,7 +71,7 @@ impl Store {
         .await
     }
 
-    pub async fn put_snapshot(&self, key: &str, content: &str) -> Result<()> {
+    pub(crate) async fn put_snapshot(&self, key: &str, content: &str) -> Result<()> {
         sqlx::query(
             "INSERT INTO snapshots (key, content, updated_at) VALUES (?, ?, ?) \
              ON CONFLICT(key) DO UPDATE SET content = excluded.content, updated_at = excluded.updated_at",

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 /// Where one tool's breaker stands at a given moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BreakerState {
+pub(crate) enum BreakerState {
     /// Calls go through.
     Closed,
     /// Refused until the instant given.
@@ -35,7 +35,7 @@ struct Record {
 /// The breakers of every tool in a registry. Cheap, lock-per-call; the lock is never held
 /// across an await.
 #[derive(Debug)]
-pub struct Breakers {
+pub(crate) struct Breakers {
     /// 0 disables breaking altogether.
     threshold: u32,
     cooldown: Duration,
@@ -60,16 +60,16 @@ impl Breakers {
         }
     }
 
-    pub fn is_open(&self, tool: &str) -> bool {
+    pub(crate) fn is_open(&self, tool: &str) -> bool {
         matches!(self.state(tool), BreakerState::Open(_))
     }
 
-    pub fn record_success(&self, tool: &str) {
+    pub(crate) fn record_success(&self, tool: &str) {
         self.lock().remove(tool);
     }
 
     /// Counts one execution failure; returns true when this failure opened the breaker.
-    pub fn record_failure(&self, tool: &str) -> bool {
+    pub(crate) fn record_failure(&self, tool: &str) -> bool {
         if self.threshold == 0 {
             return false;
         }

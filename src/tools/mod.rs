@@ -124,7 +124,7 @@ pub trait Tool: Send + Sync {
 
 /// A tool whose arguments are a typed struct, read with `serde_json::from_value` after the
 /// registry validated them against the schema. Every built-in tool is one.
-pub trait TypedTool: Send + Sync {
+pub(crate) trait TypedTool: Send + Sync {
     type Args: DeserializeOwned + Send;
     fn info(&self) -> &ToolInfo;
     /// As [`Tool::fit`].
@@ -163,7 +163,7 @@ impl<T: TypedTool> Tool for T {
 
 /// Arguments as a typed struct. The schema was checked first, so an error here names what the
 /// schema could not say (a wrong type deep inside, an unknown field) and where.
-pub fn parse_args<A: DeserializeOwned>(args: Value) -> Result<A, ToolError> {
+pub(crate) fn parse_args<A: DeserializeOwned>(args: Value) -> Result<A, ToolError> {
     // A tool without parameters is often called with nothing at all.
     let args = if args.is_null() {
         Value::Object(Default::default())
@@ -184,12 +184,12 @@ pub fn parse_args<A: DeserializeOwned>(args: Value) -> Result<A, ToolError> {
 /// Arguments of a tool that takes none (`{}`).
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct NoArgs {}
+pub(crate) struct NoArgs {}
 
 /// `{id}`: the arguments of tools that act on one stored thing.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct IdArgs {
+pub(crate) struct IdArgs {
     pub id: String,
 }
 
@@ -206,7 +206,7 @@ where
 
 /// A [`tool_fn`] over a handle (a store, a scheduler, …): each call gets its own clone, so the
 /// function's future owns what it uses.
-pub fn tool_with<S, A, F, Fut>(handle: S, info: ToolInfo, f: F) -> std::sync::Arc<dyn Tool>
+pub(crate) fn tool_with<S, A, F, Fut>(handle: S, info: ToolInfo, f: F) -> std::sync::Arc<dyn Tool>
 where
     S: Clone + Send + Sync + 'static,
     A: DeserializeOwned + Send + 'static,
@@ -217,7 +217,7 @@ where
 }
 
 /// See [`tool_fn`].
-pub struct FnTool<A, F> {
+pub(crate) struct FnTool<A, F> {
     info: ToolInfo,
     f: F,
     args: std::marker::PhantomData<fn(A)>,
@@ -261,4 +261,4 @@ pub mod shape;
 mod starting;
 
 pub use registry::{Registry, RegistryBuilder, RegistryError, ToolOutcome};
-pub use starting::{SOURCE_START_WAIT, SourceStart, Starting, ToolSources};
+pub(crate) use starting::{SOURCE_START_WAIT, SourceStart, ToolSources};

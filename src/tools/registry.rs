@@ -363,7 +363,7 @@ impl Registry {
 
     /// Would `name` with `arguments` pass the checks before a call (it exists, is allowed,
     /// the arguments fit its schema)? Nothing runs.
-    pub fn check_call(&self, name: &str, arguments: &Value) -> Result<(), ToolError> {
+    pub(crate) fn check_call(&self, name: &str, arguments: &Value) -> Result<(), ToolError> {
         let Some(entry) = self.entry(name) else {
             return Err(ToolError::Unknown(name.to_string()));
         };
@@ -377,7 +377,11 @@ impl Registry {
 
     /// Run one call with every check (allowlist, breaker, schema, timeout, retries) but no
     /// shaping: the raw result, for code that reads it rather than a model (a job's precheck).
-    pub async fn call_raw(&self, call: &ToolCall, ctx: &ToolContext) -> Result<Value, ToolError> {
+    pub(crate) async fn call_raw(
+        &self,
+        call: &ToolCall,
+        ctx: &ToolContext,
+    ) -> Result<Value, ToolError> {
         let mut attempts = 0;
         self.run(call, ctx, None, &mut attempts)
             .await

@@ -16,7 +16,7 @@
 use serde_json::{Map, Value};
 
 /// Keywords left out of the schema the model sees; validation keeps them.
-pub const GRAMMAR_UNFRIENDLY: [&str; 6] = [
+pub(crate) const GRAMMAR_UNFRIENDLY: [&str; 6] = [
     "maxLength",
     "minLength",
     "maxItems",
@@ -42,7 +42,7 @@ const SCHEMA_MAPS: [&str; 4] = ["properties", "patternProperties", "$defs", "def
 
 /// The schema as sent to the model: the same shape without the keywords a grammar compiler
 /// chokes on.
-pub fn for_model(schema: &Value) -> Value {
+pub(crate) fn for_model(schema: &Value) -> Value {
     walk(schema, Strip::ForModel)
 }
 

@@ -37,7 +37,7 @@ pub fn keep_fields(value: Value, fields: &[String]) -> Value {
 
 /// A result as text: strings as they are, everything else as compact JSON (the cheapest
 /// form in tokens that the model still reads reliably).
-pub fn render(value: &Value) -> String {
+pub(crate) fn render(value: &Value) -> String {
     match value {
         Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -46,7 +46,7 @@ pub fn render(value: &Value) -> String {
 
 /// The longest prefix of `text` whose estimated token count is at most `max_tokens`, and
 /// its length in characters (the unit `read_working_memory` offsets count in).
-pub fn cut_to_tokens(text: &str, max_tokens: u32) -> (&str, usize) {
+pub(crate) fn cut_to_tokens(text: &str, max_tokens: u32) -> (&str, usize) {
     let (mut ascii, mut other, mut chars) = (0u32, 0u32, 0usize);
     for (i, c) in text.char_indices() {
         if c.is_ascii() {
@@ -63,7 +63,7 @@ pub fn cut_to_tokens(text: &str, max_tokens: u32) -> (&str, usize) {
 }
 
 /// Why the shown text ends early, and where the rest is.
-pub enum Rest<'a> {
+pub(crate) enum Rest<'a> {
     /// The full result is stored under this key; `aligned` says the stored text is the
     /// same text that was cut (no keep-fields in between), so offsets line up. `total` counts
     /// the full result's characters, `kept` those stored (fewer when working memory's
@@ -81,7 +81,7 @@ pub enum Rest<'a> {
 }
 
 /// The visible note appended to a cut result. `shown`/`total` count characters.
-pub fn truncation_note(shown: usize, total: usize, rest: &Rest<'_>) -> String {
+pub(crate) fn truncation_note(shown: usize, total: usize, rest: &Rest<'_>) -> String {
     match rest {
         Rest::Stored {
             key,
@@ -125,7 +125,7 @@ pub fn truncation_note(shown: usize, total: usize, rest: &Rest<'_>) -> String {
 /// Cut `text` to fit `max_tokens` together with its note; returns the shown text with the
 /// note appended. The note's size is bounded first (with `shown = total`, the widest it
 /// can be) so the sum never exceeds the budget, unless the note alone does.
-pub fn cut_with_note(text: &str, max_tokens: u32, rest: &Rest<'_>) -> String {
+pub(crate) fn cut_with_note(text: &str, max_tokens: u32, rest: &Rest<'_>) -> String {
     let total = text.chars().count();
     let widest = truncation_note(total, total, rest);
     let budget = max_tokens.saturating_sub(estimate_tokens(&widest) + 1);
@@ -141,7 +141,7 @@ pub fn cut_with_note(text: &str, max_tokens: u32, rest: &Rest<'_>) -> String {
 }
 
 /// Tool data made inert: see [`crate::util::inert`].
-pub fn neutralise(text: &str) -> Cow<'_, str> {
+pub(crate) fn neutralise(text: &str) -> Cow<'_, str> {
     crate::util::inert::neutralise(text)
 }
 
@@ -166,7 +166,7 @@ fn attr(name: &str) -> String {
 }
 
 /// A successful result as the model sees it.
-pub fn wrap_result(tool: &str, body: &str) -> String {
+pub(crate) fn wrap_result(tool: &str, body: &str) -> String {
     format!(
         "<tool_result tool=\"{}\">\n{}\n</tool_result>",
         attr(tool),
@@ -175,7 +175,7 @@ pub fn wrap_result(tool: &str, body: &str) -> String {
 }
 
 /// An error as the model sees it.
-pub fn wrap_error(tool: &str, message: &str) -> String {
+pub(crate) fn wrap_error(tool: &str, message: &str) -> String {
     format!(
         "<tool_error tool=\"{}\">{}</tool_error>",
         attr(tool),

@@ -38,7 +38,7 @@ const TOKENS: [(&str, &str); 8] = [
 
 /// `text` with every delimiter look-alike and control token made inert; borrowed when there
 /// was nothing to change (the common case).
-pub fn neutralise(text: &str) -> Cow<'_, str> {
+pub(crate) fn neutralise(text: &str) -> Cow<'_, str> {
     let mut out: Option<String> = None;
     let mut copied = 0;
     let mut at = 0;

@@ -6,7 +6,7 @@
 //! part may depend on it.
 
 mod backoff;
-pub mod inert;
+pub(crate) mod inert;
 pub mod text;
 
 pub use backoff::{Backoff, RetryPolicy};
@@ -16,7 +16,7 @@ use std::sync::{Mutex, MutexGuard};
 /// An error and its causes on one line, `outer: inner: innermost`, skipping a cause whose
 /// text the line already carries (many errors quote their source, and printing it again
 /// only makes the line longer).
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut line = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {
@@ -31,7 +31,7 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// The first error of type `T` in `e`'s cause chain (`e` itself included).
-pub fn find_cause<'a, T: std::error::Error + 'static>(
+pub(crate) fn find_cause<'a, T: std::error::Error + 'static>(
     e: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a T> {
     let mut current = Some(e);
@@ -55,7 +55,7 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A name matching an allowlist pattern: `*` matches any run of characters (`*` alone allows
 /// everything, `time__*` every tool of the MCP server `time`); anything else is literal.
-pub fn glob_matches(pattern: &str, name: &str) -> bool {
+pub(crate) fn glob_matches(pattern: &str, name: &str) -> bool {
     let Some((head, rest)) = pattern.split_once('*') else {
         return pattern == name;
     };

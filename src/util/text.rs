@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::fmt::Write;
 
 /// The mark left where text was cut.
-pub const ELLIPSIS: char = '…';
+pub(crate) const ELLIPSIS: char = '…';
 
 /// At most `max` characters of `text`; when cut, `…` follows the kept part (so the result
 /// may be one character longer than `max`).
@@ -26,7 +26,7 @@ pub fn prefix(text: &str, max: usize) -> &str {
 }
 
 /// Whitespace runs (newlines included) folded to single spaces, control characters dropped.
-pub fn collapse(text: &str) -> String {
+pub(crate) fn collapse(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for word in text
         .split(|c: char| c.is_whitespace() || c.is_control())
@@ -61,7 +61,7 @@ pub fn one_line(text: &str, max: usize) -> String {
 /// `ESC ] 0 ; … BEL` retitles the window, `ESC [ 2 J` clears the screen, `ESC ] 8` plants a
 /// hyperlink, `\r` overwrites the line and U+202E shows the rest of it reversed. Escaping
 /// (rather than dropping) keeps what was sent readable.
-pub fn for_terminal(text: &str) -> Cow<'_, str> {
+pub(crate) fn for_terminal(text: &str) -> Cow<'_, str> {
     let Some(first) = text.find(unsafe_on_terminal) else {
         return Cow::Borrowed(text);
     };

@@ -12,13 +12,13 @@ use serde_json::json;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ListDeliveries {
+pub(crate) struct ListDeliveries {
     state: Option<String>,
     limit: Option<i64>,
 }
 
 /// A notice state from a query or form value; empty means "any".
-pub fn parse_state(v: Option<&str>) -> Result<Option<NoticeState>, ApiError> {
+pub(crate) fn parse_state(v: Option<&str>) -> Result<Option<NoticeState>, ApiError> {
     match v.map(str::trim) {
         None | Some("") => Ok(None),
         Some("pending") => Ok(Some(NoticeState::Pending)),
@@ -30,7 +30,7 @@ pub fn parse_state(v: Option<&str>) -> Result<Option<NoticeState>, ApiError> {
     }
 }
 
-pub async fn list_deliveries(
+pub(crate) async fn list_deliveries(
     State(s): State<ApiState>,
     Query(q): Query<ListDeliveries>,
 ) -> Result<Response, ApiError> {
@@ -58,7 +58,10 @@ pub fn notice_id(id: &str) -> Result<i64, ApiError> {
     })
 }
 
-pub async fn retry_delivery(State(s): State<ApiState>, Id(id): Id) -> Result<Response, ApiError> {
+pub(crate) async fn retry_delivery(
+    State(s): State<ApiState>,
+    Id(id): Id,
+) -> Result<Response, ApiError> {
     let notice = s.notifier.retry(notice_id(&id)?).await?;
     Ok(Json(notice).into_response())
 }

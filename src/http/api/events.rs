@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::json;
 
-pub async fn task_events(
+pub(crate) async fn task_events(
     State(s): State<ApiState>,
     Id(id): Id,
     headers: HeaderMap,

@@ -60,6 +60,6 @@ pub async fn health(State(s): State<ApiState>) -> ApiResult {
 }
 
 /// Each MCP server's state and tools (`{"servers": [...]}`): for `doctor` and scripts.
-pub async fn mcp_servers(State(s): State<ApiState>) -> ApiResult {
+pub(crate) async fn mcp_servers(State(s): State<ApiState>) -> ApiResult {
     Ok(Json(json!({ "servers": s.mcp.status() })).into_response())
 }

@@ -12,13 +12,13 @@ use serde_json::json;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ListInbox {
+pub(crate) struct ListInbox {
     state: Option<String>,
     limit: Option<i64>,
 }
 
 /// An inbox state from a query or form value; empty means "any".
-pub fn parse_state(v: Option<&str>) -> Result<Option<InboxState>, ApiError> {
+pub(crate) fn parse_state(v: Option<&str>) -> Result<Option<InboxState>, ApiError> {
     match v.map(str::trim) {
         None | Some("") => Ok(None),
         Some(word) => word
@@ -28,7 +28,7 @@ pub fn parse_state(v: Option<&str>) -> Result<Option<InboxState>, ApiError> {
     }
 }
 
-pub async fn list_inbox(
+pub(crate) async fn list_inbox(
     State(s): State<ApiState>,
     Query(q): Query<ListInbox>,
 ) -> Result<Response, ApiError> {

@@ -13,12 +13,12 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
-pub async fn list_jobs(State(s): State<ApiState>) -> ApiResult {
+pub(crate) async fn list_jobs(State(s): State<ApiState>) -> ApiResult {
     let jobs = s.scheduler.list().await?;
     Ok(Json(json!({ "jobs": jobs })).into_response())
 }
 
-pub async fn create_job(
+pub(crate) async fn create_job(
     State(s): State<ApiState>,
     body: Result<Json<JobRequest>, JsonRejection>,
 ) -> ApiResult {
@@ -28,7 +28,7 @@ pub async fn create_job(
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
-pub async fn delete_job(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
+pub(crate) async fn delete_job(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
     if s.scheduler.remove(&id).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
@@ -36,14 +36,14 @@ pub async fn delete_job(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
     }
 }
 
-pub async fn run_job(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
+pub(crate) async fn run_job(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
     let task_id = s.scheduler.run_now(&id).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({ "task_id": task_id }))).into_response())
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Limit {
+pub(crate) struct Limit {
     limit: Option<i64>,
 }
 
@@ -55,7 +55,7 @@ pub async fn job_runs(State(s): State<ApiState>, Id(id): Id, Query(q): Query<Lim
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PreviewQuery {
+pub(crate) struct PreviewQuery {
     #[serde(default)]
     expr: String,
     timezone: Option<String>,
@@ -63,19 +63,22 @@ pub struct PreviewQuery {
 
 /// Always 200: an unusable schedule is `{"valid": false, "error": …}`, since checking it is
 /// what was asked.
-pub async fn preview_schedule(
+pub(crate) async fn preview_schedule(
     State(s): State<ApiState>,
     Query(q): Query<PreviewQuery>,
 ) -> Result<Response, ApiError> {
     Ok(Json(s.scheduler.preview(&q.expr, q.timezone.as_deref())).into_response())
 }
 
-pub async fn pause_job(State(s): State<ApiState>, Id(id): Id) -> Result<Response, ApiError> {
+pub(crate) async fn pause_job(State(s): State<ApiState>, Id(id): Id) -> Result<Response, ApiError> {
     s.scheduler.pause(&id).await?;
     Ok(Json(s.scheduler.get(&id).await?).into_response())
 }
 
-pub async fn resume_job(State(s): State<ApiState>, Id(id): Id) -> Result<Response, ApiError> {
+pub(crate) async fn resume_job(
+    State(s): State<ApiState>,
+    Id(id): Id,
+) -> Result<Response, ApiError> {
     s.scheduler.resume(&id).await?;
     Ok(Json(s.scheduler.get(&id).await?).into_response())
 }

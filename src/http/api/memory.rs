@@ -27,7 +27,7 @@ pub struct Search {
     k: Option<usize>,
 }
 
-pub async fn search_memory(State(s): State<ApiState>, Query(q): Query<Search>) -> ApiResult {
+pub(crate) async fn search_memory(State(s): State<ApiState>, Query(q): Query<Search>) -> ApiResult {
     let k = bounded("k", q.k, 5, 100)?;
     let found = memory(&s)?.recall(&q.q, k).await?;
     let facts: Vec<Value> = found
@@ -42,13 +42,13 @@ pub async fn search_memory(State(s): State<ApiState>, Query(q): Query<Search>) -
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct AddFact {
+pub(crate) struct AddFact {
     text: String,
     #[serde(default)]
     tags: Vec<String>,
 }
 
-pub async fn add_memory(
+pub(crate) async fn add_memory(
     State(s): State<ApiState>,
     body: Result<Json<AddFact>, JsonRejection>,
 ) -> ApiResult {
@@ -70,7 +70,7 @@ pub async fn add_memory(
         .into_response())
 }
 
-pub async fn forget_memory(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
+pub(crate) async fn forget_memory(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
     if memory(&s)?.forget(&id).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {

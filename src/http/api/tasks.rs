@@ -16,7 +16,7 @@ use std::time::Duration;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CreateTask {
+pub(crate) struct CreateTask {
     task: String,
     #[serde(default)]
     profile: Option<String>,
@@ -75,7 +75,7 @@ pub async fn get_task(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ListTasks {
+pub(crate) struct ListTasks {
     state: Option<String>,
     limit: Option<i64>,
     job_id: Option<String>,
@@ -104,7 +104,7 @@ pub async fn list_tasks(State(s): State<ApiState>, Query(q): Query<ListTasks>) -
 /// How long a cancel request waits for a running task to reach its final state.
 const CANCEL_WAIT: Duration = Duration::from_secs(5);
 
-pub async fn cancel_task(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
+pub(crate) async fn cancel_task(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
     // Subscribe first: a running task only stops at its next await point, after `cancel`
     // returns, and the answer should be its final state rather than `running`.
     let rx = s.agent.subscribe();

@@ -9,7 +9,7 @@ use maud::{Markup, html};
 
 /// Everything a form can report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flash {
+pub(crate) enum Flash {
     JobAdded,
     JobPaused,
     JobResumed,
@@ -64,7 +64,7 @@ impl Flash {
         }
     }
 
-    pub fn from_key(key: &str) -> Option<Flash> {
+    pub(crate) fn from_key(key: &str) -> Option<Flash> {
         ALL.into_iter().find(|f| f.key() == key)
     }
 }

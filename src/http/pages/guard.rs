@@ -20,7 +20,11 @@ use maud::html;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-pub async fn require_session(State(s): State<ApiState>, mut req: Request, next: Next) -> Response {
+pub(crate) async fn require_session(
+    State(s): State<ApiState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     if let Some((_, sess)) = s.sessions.from_headers(req.headers()) {
         req.extensions_mut().insert(sess);
         return next.run(req).await;
@@ -72,7 +76,7 @@ fn bounce(path: &str) -> Response {
 }
 
 /// `303 See Other` to a path of this site.
-pub fn see_other(path: &str) -> Response {
+pub(crate) fn see_other(path: &str) -> Response {
     let location = HeaderValue::from_str(path).unwrap_or_else(|_| HeaderValue::from_static("/"));
     (StatusCode::SEE_OTHER, [(LOCATION, location)]).into_response()
 }
@@ -84,7 +88,7 @@ pub fn encode(s: &str) -> String {
 
 /// A path the sign-in may send the browser back to: a path of this site, never another site
 /// (`//evil.example`, `/\evil.example` and absolute URLs are refused).
-pub fn local_path(next: &str) -> &str {
+pub(crate) fn local_path(next: &str) -> &str {
     let ok = next.starts_with('/')
         && !next.starts_with("//")
         && !next.contains('\\')
@@ -94,7 +98,7 @@ pub fn local_path(next: &str) -> &str {
 
 /// A page's query string read into `T`; one that does not fit (a parameter given twice) is an
 /// error page, not axum's plain-text rejection.
-pub struct PageQuery<T>(pub T);
+pub(crate) struct PageQuery<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for PageQuery<T> {
     type Rejection = Response;
@@ -118,16 +122,16 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for PageQuery<T> {
 /// A form that changes something: refused unless its `csrf` field is its session's token.
 /// `T` is the rest of the form (unknown fields, `csrf` among them, are ignored); a form that
 /// carries nothing but the token is a `CsrfForm` of [`NoFields`].
-pub struct CsrfForm<T = NoFields>(pub T);
+pub(crate) struct CsrfForm<T = NoFields>(pub T);
 
 /// The fields of a form that only carries its CSRF token.
 #[derive(Deserialize)]
-pub struct NoFields {}
+pub(crate) struct NoFields {}
 
 /// A form whose one field says where to return: the list view (a filter, a search) the button
 /// was pressed in.
 #[derive(Deserialize)]
-pub struct Back {
+pub(crate) struct Back {
     #[serde(default)]
     pub back: String,
 }

@@ -15,7 +15,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 #[derive(Deserialize, Default)]
-pub struct ListQuery {
+pub(crate) struct ListQuery {
     #[serde(default)]
     state: String,
 }

@@ -120,7 +120,7 @@ fn create_form(ctx: &Ctx, f: &JobForm, error: Option<&str>) -> Markup {
 /// The add form as posted. `notify` repeats (one field per ticked channel), which a plain
 /// form decoder reads as a list only from pairs, so the fields are taken from the pairs.
 #[derive(Default)]
-pub struct JobForm {
+pub(crate) struct JobForm {
     name: String,
     task: String,
     schedule: String,

@@ -76,7 +76,7 @@ pub fn zone(state: &ApiState) -> Tz {
 }
 
 /// A whole page: `title` in the head and as the heading, `body` under it.
-pub fn render(ctx: &Ctx, title: &str, body: Markup) -> Markup {
+pub(crate) fn render(ctx: &Ctx, title: &str, body: Markup) -> Markup {
     let signed_in = !ctx.state.token.is_empty();
     let body = html! {
         (body)
@@ -151,7 +151,7 @@ fn is_current(path: &str, current: &str) -> bool {
 }
 
 /// An error as a page: the status, what went wrong, and a way back.
-pub fn error_page(status: StatusCode, message: &str) -> Response {
+pub(crate) fn error_page(status: StatusCode, message: &str) -> Response {
     let title = status.canonical_reason().unwrap_or("Error");
     let body = html! {
         p.error role="alert" { (message) }
@@ -162,7 +162,7 @@ pub fn error_page(status: StatusCode, message: &str) -> Response {
 
 /// Any failure of a page handler, shown as a page; internal details stay in the log (the
 /// conversion to [`ApiError`] logs them).
-pub struct PageError(pub ApiError);
+pub(crate) struct PageError(pub ApiError);
 
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
@@ -191,7 +191,7 @@ impl From<ApiError> for PageError {
     }
 }
 
-pub type PageResult<T = Response> = Result<T, PageError>;
+pub(crate) type PageResult<T = Response> = Result<T, PageError>;
 
 /// `2026-12-01 09:25` in `tz`, in a `<time>` with the exact instant.
 pub fn when(t: DateTime<Utc>, tz: Tz) -> Markup {
@@ -214,7 +214,7 @@ pub fn firing(t: DateTime<Utc>, tz: Tz) -> Markup {
 }
 
 /// An optional time, or a dash.
-pub fn when_opt(t: Option<DateTime<Utc>>, tz: Tz) -> Markup {
+pub(crate) fn when_opt(t: Option<DateTime<Utc>>, tz: Tz) -> Markup {
     match t {
         Some(t) => when(t, tz),
         None => html! { span.muted { "—" } },
@@ -223,7 +223,7 @@ pub fn when_opt(t: Option<DateTime<Utc>>, tz: Tz) -> Markup {
 
 /// A state a page shows as a badge: the stored word, coloured by what the state means.
 #[derive(Debug, Clone, Copy)]
-pub enum Shown {
+pub(crate) enum Shown {
     Task(TaskState),
     Run(RunOutcome),
     Notice(NoticeState),
@@ -296,7 +296,7 @@ pub fn short(text: &str, max: usize) -> String {
 }
 
 /// Text as it was written, long text folded into `<details>` (its first line as the summary).
-pub fn long_text(text: &str, class: &str) -> Markup {
+pub(crate) fn long_text(text: &str, class: &str) -> Markup {
     const FOLD_CHARS: usize = 240;
     const FOLD_LINES: usize = 4;
     let long = text.chars().count() > FOLD_CHARS || text.lines().count() > FOLD_LINES;
@@ -313,6 +313,6 @@ pub fn long_text(text: &str, class: &str) -> Markup {
 }
 
 /// Markdown written by the model, as safe HTML (raw HTML shown as text, unsafe links dropped).
-pub fn markdown(md: &str) -> Markup {
+pub(crate) fn markdown(md: &str) -> Markup {
     PreEscaped(crate::notify::render_markdown(md))
 }

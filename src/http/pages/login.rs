@@ -19,7 +19,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
-pub struct LoginQuery {
+pub(crate) struct LoginQuery {
     #[serde(default)]
     next: String,
 }
@@ -53,7 +53,7 @@ fn form(next: &str, error: Option<&str>) -> Markup {
 }
 
 #[derive(Deserialize)]
-pub struct LoginForm {
+pub(crate) struct LoginForm {
     #[serde(default)]
     token: String,
     #[serde(default)]

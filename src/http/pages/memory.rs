@@ -27,7 +27,7 @@ fn memory(s: &ApiState) -> Result<&LongTerm, PageError> {
 }
 
 #[derive(Deserialize, Default)]
-pub struct SearchQuery {
+pub(crate) struct SearchQuery {
     #[serde(default)]
     q: String,
     #[serde(default)]
@@ -96,7 +96,7 @@ pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<SearchQuery>) -> PageResult 
 }
 
 #[derive(Deserialize)]
-pub struct AddForm {
+pub(crate) struct AddForm {
     text: String,
     #[serde(default)]
     tags: String,

@@ -36,7 +36,7 @@ use axum::http::header::{self, HeaderMap};
 use axum::response::Response;
 
 /// Whether a request is a browser asking for a page (not a client asking for JSON).
-pub fn wants_html(headers: &HeaderMap) -> bool {
+pub(crate) fn wants_html(headers: &HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -44,7 +44,7 @@ pub fn wants_html(headers: &HeaderMap) -> bool {
 }
 
 /// The page for a path that is neither a page nor an endpoint.
-pub fn not_found_page(path: &str) -> Response {
+pub(crate) fn not_found_page(path: &str) -> Response {
     layout::error_page(
         axum::http::StatusCode::NOT_FOUND,
         &format!("There is no page at {path}."),

@@ -72,7 +72,7 @@ pub async fn page(ctx: Ctx) -> PageResult {
 }
 
 /// A compact task table, or `empty` when there are none.
-pub fn task_table(ctx: &Ctx, tasks: &[Task], empty: &str) -> Markup {
+pub(crate) fn task_table(ctx: &Ctx, tasks: &[Task], empty: &str) -> Markup {
     let tz = ctx.tz();
     html! {
         @if tasks.is_empty() {

@@ -23,7 +23,7 @@ use serde::Deserialize;
 const STATES: &[&str] = &["pending", "running", "succeeded", "failed", "cancelled"];
 
 #[derive(Deserialize, Default)]
-pub struct ListQuery {
+pub(crate) struct ListQuery {
     #[serde(default)]
     state: String,
     #[serde(default)]
@@ -125,7 +125,7 @@ fn start_form(ctx: &Ctx, text: &str, error: Option<&str>) -> Markup {
 }
 
 #[derive(Deserialize)]
-pub struct StartForm {
+pub(crate) struct StartForm {
     task: String,
     #[serde(default)]
     profile: String,

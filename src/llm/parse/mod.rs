@@ -17,7 +17,7 @@ const EXCERPT_CHARS: usize = 160;
 
 /// What one assistant message amounts to.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ParsedMessage {
+pub(crate) struct ParsedMessage {
     /// The text content, minus any calls recovered from it.
     pub content: String,
     pub tool_calls: Vec<ToolCall>,
@@ -27,7 +27,7 @@ pub struct ParsedMessage {
 
 /// Reads an OpenAI `choices[0].message` object. Native `tool_calls` win; when there are none and
 /// `text_fallback` is set (the caller offered tools), calls written into `content` are recovered.
-pub fn parse_message(message: &Value, text_fallback: bool) -> ParsedMessage {
+pub(crate) fn parse_message(message: &Value, text_fallback: bool) -> ParsedMessage {
     let content = match message.get("content") {
         Some(Value::String(s)) => s.clone(),
         // Some servers send content as a list of parts ([{type:"text", text}]).
@@ -64,7 +64,7 @@ pub fn parse_message(message: &Value, text_fallback: bool) -> ParsedMessage {
 /// Reads a native `tool_calls` array. A call whose arguments cannot be repaired is KEPT with
 /// `arguments: Value::String(raw)`: the tool registry's schema check then rejects it with an
 /// error the model can act on, which beats silently dropping what it asked for.
-pub fn parse_native_calls(tool_calls: &Value) -> (Vec<ToolCall>, Vec<String>) {
+pub(crate) fn parse_native_calls(tool_calls: &Value) -> (Vec<ToolCall>, Vec<String>) {
     let mut calls = Vec::new();
     let mut warnings = Vec::new();
     let Some(items) = tool_calls.as_array() else {
@@ -125,7 +125,7 @@ pub fn parse_native_calls(tool_calls: &Value) -> (Vec<ToolCall>, Vec<String>) {
 /// content. If any candidate looks like a call but cannot be repaired, no call is returned and
 /// the content is left exactly as it was, with a warning: acting on half of what the model
 /// wrote would be worse than answering.
-pub fn extract_text_calls(content: &str) -> ParsedMessage {
+pub(crate) fn extract_text_calls(content: &str) -> ParsedMessage {
     let outcome = if content.contains(TAG_OPEN) {
         from_tags(content)
     } else if content.contains(FENCE) {
@@ -420,7 +420,7 @@ fn call_id(id: Option<&Value>) -> String {
 /// dropped, and a raw newline, tab or other control character inside a string is escaped.
 /// Returns `None` when nothing needed changing. Quotes, brackets and anything else are left
 /// alone — a missing quote has many possible fixes, and picking one would be a guess.
-pub fn repair_json(text: &str) -> Option<String> {
+pub(crate) fn repair_json(text: &str) -> Option<String> {
     let mut out = String::with_capacity(text.len() + 16);
     let mut changed = false;
     let mut in_string = false;
@@ -504,7 +504,7 @@ fn excerpt(text: &str) -> String {
 }
 
 /// Some servers omit call ids; the agent needs one to pair each tool result with its call.
-pub fn new_call_id() -> String {
+pub(crate) fn new_call_id() -> String {
     format!("call_{}", &uuid::Uuid::new_v4().simple().to_string()[..16])
 }
 

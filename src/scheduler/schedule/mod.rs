@@ -159,13 +159,13 @@ impl Schedule {
     }
 
     /// A one-shot fires once and then has no next time.
-    pub fn is_one_shot(&self) -> bool {
+    pub(crate) fn is_one_shot(&self) -> bool {
         matches!(self, Schedule::At(_))
     }
 
     /// The first fire time strictly after `after`, or None (a one-shot already past, or a
     /// cron pattern with no further match).
-    pub fn next_after(&self, tz: Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    pub(crate) fn next_after(&self, tz: Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         match self {
             Schedule::Cron(cron) => {
                 // croner works in whole seconds; flooring keeps "strictly after" exact.
@@ -221,7 +221,7 @@ impl Schedule {
     /// Every due time in `[first, until]`, given that `first` is a due time: `(count, last)`.
     /// Counting stops at `cap` (the count is then a lower bound) so a long outage of a
     /// per-minute job stays cheap.
-    pub fn due_times(
+    pub(crate) fn due_times(
         &self,
         tz: Tz,
         first: DateTime<Utc>,
@@ -256,7 +256,7 @@ impl Schedule {
     }
 
     /// The due time just before `t` (None for a one-shot), used to name the last missed run.
-    pub fn previous_before(&self, tz: Tz, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    pub(crate) fn previous_before(&self, tz: Tz, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
         match self {
             Schedule::Every { period, .. } => Some(t - *period),
             Schedule::At(_) => None,

@@ -26,7 +26,7 @@ impl ZonedSchedule {
 
     /// Parse and check a new job's schedule at `now`: the schedule and its first fire time, or
     /// why it cannot be used (in the past, never fires, more often than `min_interval_s`).
-    pub fn validate(
+    pub(crate) fn validate(
         text: &str,
         zone: &str,
         now: DateTime<Utc>,
@@ -50,18 +50,18 @@ impl ZonedSchedule {
         &self.schedule
     }
 
-    pub fn is_one_shot(&self) -> bool {
+    pub(crate) fn is_one_shot(&self) -> bool {
         self.schedule.is_one_shot()
     }
 
     /// The first fire time strictly after `after`.
-    pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    pub(crate) fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         self.schedule.next_after(self.tz, after)
     }
 
     /// What `next_run_at` becomes when a due time is claimed at `now`: the next fire time
     /// after now, none for a one-shot (it fires once).
-    pub fn next_due(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    pub(crate) fn next_due(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         if self.is_one_shot() {
             None
         } else {
@@ -70,7 +70,7 @@ impl ZonedSchedule {
     }
 
     /// See [`Schedule::due_times`].
-    pub fn due_times(
+    pub(crate) fn due_times(
         &self,
         first: DateTime<Utc>,
         until: DateTime<Utc>,
@@ -80,7 +80,7 @@ impl ZonedSchedule {
     }
 
     /// See [`Schedule::previous_before`].
-    pub fn previous_before(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    pub(crate) fn previous_before(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
         self.schedule.previous_before(self.tz, t)
     }
 

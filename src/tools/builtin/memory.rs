@@ -94,7 +94,7 @@ fn tool_error(e: MemoryError) -> ToolError {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RememberArgs {
+pub(crate) struct RememberArgs {
     text: String,
     #[serde(default)]
     tags: Option<Vec<String>>,
@@ -102,7 +102,7 @@ pub struct RememberArgs {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RecallArgs {
+pub(crate) struct RecallArgs {
     query: String,
     #[serde(default)]
     k: Option<u64>,

@@ -13,9 +13,9 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 
 /// Longest title, in characters: it becomes an email subject.
-pub const MAX_TITLE_CHARS: usize = 200;
+pub(crate) const MAX_TITLE_CHARS: usize = 200;
 /// Longest text, in characters.
-pub const MAX_TEXT_CHARS: usize = 20_000;
+pub(crate) const MAX_TEXT_CHARS: usize = 20_000;
 
 /// The notify tools for this notifier: none when no channel is configured, since a tool that
 /// can only fail is not worth its schema in every model call.
@@ -28,7 +28,7 @@ pub fn tools(notifier: Notifier) -> Vec<Arc<dyn Tool>> {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct NotifyArgs {
+pub(crate) struct NotifyArgs {
     channel: String,
     title: String,
     text: String,

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 
 /// The tool's name; the registry's truncation note tells the model to call it.
-pub const READ_WORKING_MEMORY: &str = "read_working_memory";
+pub(crate) const READ_WORKING_MEMORY: &str = "read_working_memory";
 
 const DEFAULT_LENGTH: usize = 2000;
 const MAX_LENGTH: usize = 8000;
@@ -21,13 +21,13 @@ pub fn tools(store: Store) -> Vec<Arc<dyn Tool>> {
     vec![Arc::new(ReadWorkingMemory::new(store))]
 }
 
-pub struct ReadWorkingMemory {
+pub(crate) struct ReadWorkingMemory {
     store: Store,
     info: ToolInfo,
 }
 
 #[derive(Deserialize)]
-pub struct Args {
+pub(crate) struct Args {
     key: String,
     #[serde(default)]
     offset: usize,
@@ -104,7 +104,7 @@ fn page(key: &str, offset: usize, text: &str, total: usize, next: Option<usize>)
 /// Shrink a page so its rendered form fits `max_tokens`, keeping `next_offset` exact.
 /// The registry calls this instead of storing a page again: re-storing a page of working
 /// memory in working memory would send the model in circles.
-pub fn fit_page(value: Value, max_tokens: u32) -> Value {
+pub(crate) fn fit_page(value: Value, max_tokens: u32) -> Value {
     let (Some(key), Some(offset), Some(total), Some(text)) = (
         value.get("key").and_then(Value::as_str),
         value.get("offset").and_then(Value::as_u64),

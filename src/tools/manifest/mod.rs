@@ -24,7 +24,7 @@ pub use parse::parse;
 use template::{Template, percent_encode, value_text};
 
 /// A command's stdout and an HTTP body are read up to this many bytes.
-pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 /// How much of a failing command's stderr (its tail) goes into the error.
 const STDERR_TAIL_BYTES: usize = 1000;
 /// How much of a failing HTTP response's body goes into the error.

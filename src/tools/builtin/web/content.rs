@@ -51,7 +51,7 @@ fn as_json(text: &str) -> Option<Content> {
 
 /// Read the body as the kind its Content-Type says, sniffing when that is missing or generic.
 /// `selector` applies to HTML only.
-pub fn interpret(f: &Fetched, selector: Option<&Selector>) -> Content {
+pub(crate) fn interpret(f: &Fetched, selector: Option<&Selector>) -> Content {
     let mime = f.mime.as_str();
     if mime == "text/html" || mime == "application/xhtml+xml" {
         return Content::Html(extract::html_page(&f.text(), &f.url, selector));
@@ -93,7 +93,7 @@ pub fn interpret(f: &Fetched, selector: Option<&Selector>) -> Content {
 
 impl Content {
     /// The text `watch_page` compares between checks, one comparable unit per line.
-    pub fn watch_text(&self) -> String {
+    pub(crate) fn watch_text(&self) -> String {
         match self {
             Content::Html(page) => page.text.clone(),
             // Pretty-printed so a changed field is a changed line.
@@ -133,7 +133,7 @@ impl Content {
     }
 
     /// `web_fetch`'s result.
-    pub fn into_result(self, f: &Fetched, selector_given: bool) -> Value {
+    pub(crate) fn into_result(self, f: &Fetched, selector_given: bool) -> Value {
         let note = self.note(f, selector_given);
         let mut out = json!({
             "url": f.url.as_str(),

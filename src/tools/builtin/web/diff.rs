@@ -11,12 +11,12 @@ use std::collections::HashMap;
 const MAX_LCS_CELLS: usize = 1_000_000;
 
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct LineDiff {
+pub(crate) struct LineDiff {
     pub added: Vec<String>,
     pub removed: Vec<String>,
 }
 
-pub fn line_diff(old: &str, new: &str) -> LineDiff {
+pub(crate) fn line_diff(old: &str, new: &str) -> LineDiff {
     let old: Vec<&str> = old.lines().collect();
     let new: Vec<&str> = new.lines().collect();
     // Common head and tail are the usual case for a page that changed in one place.

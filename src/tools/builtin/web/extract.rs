@@ -15,11 +15,11 @@ use std::collections::HashSet;
 use url::Url;
 
 /// At most this many links are returned: enough to navigate, few enough to stay cheap.
-pub const MAX_LINKS: usize = 50;
+pub(crate) const MAX_LINKS: usize = 50;
 const MAX_LINK_TEXT: usize = 120;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Link {
+pub(crate) struct Link {
     pub text: String,
     pub url: String,
 }
@@ -33,7 +33,7 @@ pub struct Page {
     pub note: Option<String>,
 }
 
-pub fn parse_selector(selector: &str) -> Result<Selector, ToolError> {
+pub(crate) fn parse_selector(selector: &str) -> Result<Selector, ToolError> {
     Selector::parse(selector).map_err(|e| {
         ToolError::Failed(format!(
             "the selector '{selector}' is invalid CSS ({e}); use a plain CSS selector such as 'div.price' or '#content h2'"
@@ -303,7 +303,7 @@ fn links_under(roots: &[ElementRef<'_>], base: &Url) -> Vec<Link> {
 
 /// Title, readable text and links of an HTML document fetched from `url`; with `selector`,
 /// only the text and links of the matching elements.
-pub fn html_page(html: &str, url: &Url, selector: Option<&Selector>) -> Page {
+pub(crate) fn html_page(html: &str, url: &Url, selector: Option<&Selector>) -> Page {
     let doc = Html::parse_document(html);
     let base = sel("base[href]")
         .and_then(|s| doc.select(&s).next())
@@ -336,7 +336,7 @@ pub fn html_page(html: &str, url: &Url, selector: Option<&Selector>) -> Page {
 }
 
 /// Plain text of an HTML fragment (feed summaries), whitespace collapsed.
-pub fn fragment_text(html: &str) -> String {
+pub(crate) fn fragment_text(html: &str) -> String {
     if !html.contains('<') && !html.contains('&') {
         return collapse(html);
     }

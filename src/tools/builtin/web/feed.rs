@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use url::Url;
 
 /// At most this many items are returned by one read.
-pub const MAX_ITEMS: usize = 20;
+pub(crate) const MAX_ITEMS: usize = 20;
 /// The seen list keeps this many ids/links; a feed rarely carries more than a few hundred.
 const MAX_SEEN: usize = 2000;
 const SUMMARY_CHARS: usize = 280;
@@ -30,14 +30,14 @@ pub struct Item {
 }
 
 #[derive(Debug, Clone)]
-pub struct Feed {
+pub(crate) struct Feed {
     pub title: Option<String>,
     /// Newest first when every item is dated; otherwise in the feed's own order.
     pub items: Vec<Item>,
 }
 
 /// Whether a body looks like an RSS/Atom document (used when the Content-Type is vague).
-pub fn looks_like_feed(body: &[u8]) -> bool {
+pub(crate) fn looks_like_feed(body: &[u8]) -> bool {
     let head = String::from_utf8_lossy(&body[..body.len().min(1024)]).to_ascii_lowercase();
     head.contains("<rss") || head.contains("<feed") || head.contains("<rdf:rdf")
 }
@@ -113,7 +113,7 @@ fn keys(item: &Item) -> impl Iterator<Item = &str> {
 /// None) the latest [`MAX_ITEMS`]; afterwards, the items whose id and link were never seen.
 /// Every item now in the feed is marked seen, not only those returned, so an item that was
 /// past the first read's cap does not turn up later as "new".
-pub fn select_new(
+pub(crate) fn select_new(
     feed: &Feed,
     since: Option<DateTime<Utc>>,
     previous: Option<&Seen>,

@@ -22,7 +22,7 @@ const USER_AGENT: &str = concat!(
 
 /// A fetched response: the final URL after redirects and at most `max_bytes` of its body.
 #[derive(Debug, Clone)]
-pub struct Fetched {
+pub(crate) struct Fetched {
     pub url: Url,
     pub status: u16,
     /// The media type without parameters, lower-cased (`text/html`); empty when absent.
@@ -36,7 +36,7 @@ pub struct Fetched {
 
 /// One client for all three tools. Cheap to clone.
 #[derive(Clone)]
-pub struct Fetcher {
+pub(crate) struct Fetcher {
     client: Result<reqwest::Client, String>,
     settings: WebFetchSettings,
 }

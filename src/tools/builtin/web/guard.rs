@@ -22,7 +22,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// Where an address belongs, as far as fetching from it is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AddrClass {
+pub(crate) enum AddrClass {
     Public,
     /// Refused unless `allow_private`; the text names the range.
     Private(&'static str),
@@ -33,7 +33,7 @@ pub enum AddrClass {
 /// Why a host was refused. It travels through reqwest's error chain (from the resolver) and
 /// is recognised there by downcasting, so it must stay a concrete `std::error::Error`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     #[error(
         "refused to fetch from {host}: {ip} is a private address ({why}); web tools only reach public addresses unless tools.web_fetch.allow_private is set to true in settings.yaml"
     )]
@@ -56,7 +56,7 @@ pub enum Refusal {
     NoHost { url: String },
 }
 
-pub fn classify(ip: IpAddr) -> AddrClass {
+pub(crate) fn classify(ip: IpAddr) -> AddrClass {
     match ip {
         IpAddr::V4(v4) => classify_v4(v4),
         IpAddr::V6(v6) => classify_v6(v6),
@@ -171,7 +171,7 @@ fn classify_v6(ip: Ipv6Addr) -> AddrClass {
 }
 
 /// Refuse `ip` (reached as `host`) unless policy allows it.
-pub fn check_ip(host: &str, ip: IpAddr, allow_private: bool) -> Result<(), Refusal> {
+pub(crate) fn check_ip(host: &str, ip: IpAddr, allow_private: bool) -> Result<(), Refusal> {
     match classify(ip) {
         AddrClass::Public => Ok(()),
         AddrClass::Private(_) if allow_private => Ok(()),
@@ -197,7 +197,7 @@ fn is_localhost_name(host: &str) -> bool {
 
 /// The checks that need no DNS: the scheme, the presence of a host, IP-literal hosts and
 /// localhost names. Names are checked again, with their addresses, by [`GuardResolver`].
-pub fn check_url(url: &Url, allow_private: bool) -> Result<(), Refusal> {
+pub(crate) fn check_url(url: &Url, allow_private: bool) -> Result<(), Refusal> {
     if !matches!(url.scheme(), "http" | "https") {
         return Err(Refusal::Scheme {
             url: url.to_string(),
@@ -219,7 +219,7 @@ pub fn check_url(url: &Url, allow_private: bool) -> Result<(), Refusal> {
 /// Resolve `host` and return its addresses only when every one of them is allowed. Refusing
 /// on ANY bad address (not filtering it out) keeps a name that mixes a public and a private
 /// address from being used to probe the private one.
-pub async fn resolve_checked(
+pub(crate) async fn resolve_checked(
     host: &str,
     allow_private: bool,
 ) -> Result<Vec<SocketAddr>, ResolveError> {
@@ -245,7 +245,7 @@ pub async fn resolve_checked(
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ResolveError {
+pub(crate) enum ResolveError {
     #[error(transparent)]
     Refused(#[from] Refusal),
     #[error("cannot resolve {host}: {source} (check the host name)")]
@@ -260,7 +260,7 @@ pub enum ResolveError {
 /// The resolver of a guarded client: every name it resolves is checked, and the client
 /// connects to exactly the addresses returned here.
 #[derive(Debug, Clone, Default)]
-pub struct GuardResolver {
+pub(crate) struct GuardResolver {
     pub allow_private: bool,
     /// A host a person named in the config (a manifest's URL): it may be private. Every other
     /// host follows `allow_private`.
@@ -284,7 +284,7 @@ const MAX_NAMED_HOST_REDIRECTS: usize = 5;
 /// the person chose it — but every redirect, and every other host, is checked like a web fetch
 /// (names at resolution, IP literals per hop), so a redirect cannot lead into the private
 /// network or to cloud metadata. No proxy: it would resolve names out of the guard's sight.
-pub fn named_host_client(
+pub(crate) fn named_host_client(
     url: &Url,
     connect_timeout: std::time::Duration,
 ) -> reqwest::Result<reqwest::Client> {
@@ -335,7 +335,7 @@ impl Resolve for GuardResolver {
 }
 
 /// The refusal somewhere in an error's source chain, if the guard caused the error.
-pub fn find_refusal<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a Refusal> {
+pub(crate) fn find_refusal<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a Refusal> {
     crate::util::find_cause::<Refusal>(err)
 }
 

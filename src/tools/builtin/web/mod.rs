@@ -88,7 +88,7 @@ fn url_schema(extra: &str, extra_description: &str) -> Value {
 /// schema admits only its own fields, and is checked first.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct WebArgs {
+pub(crate) struct WebArgs {
     url: String,
     #[serde(default)]
     selector: Option<String>,
