@@ -53,3 +53,18 @@ where
     }
     Ok(v)
 }
+
+/// A stored state from a query or form value (`?state=`); empty means "any". A word outside
+/// the set is a 400 that lists the set's words.
+pub(crate) fn state_filter<T>(v: Option<&str>) -> Result<Option<T>, ApiError>
+where
+    T: std::str::FromStr<Err = crate::store::UnknownWord>,
+{
+    match v.map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(word) => word
+            .parse()
+            .map(Some)
+            .map_err(|e: crate::store::UnknownWord| ApiError::bad_request(e.to_string())),
+    }
+}

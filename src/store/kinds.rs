@@ -144,7 +144,7 @@ word_enum! {
 
 word_enum! {
     /// Where a notice in the outbox is.
-    NoticeState, "notice state" {
+    NoticeState, "delivery state" {
         Pending = "pending",
         Sent = "sent",
         Failed = "failed",

@@ -1,9 +1,9 @@
 //! The outbox over HTTP: `GET /v1/deliveries?state=&limit=` (newest first) and
 //! `POST /v1/deliveries/{id}/retry` (a pending or failed notice due now; the sender is woken).
 
-use crate::http::extract::{Id, Query, bounded};
+use crate::http::extract::{Id, Query, bounded, state_filter};
 use crate::http::{ApiError, ApiState};
-use crate::store::{NoticeFilter, NoticeState};
+use crate::store::NoticeFilter;
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -17,24 +17,11 @@ pub(crate) struct ListDeliveries {
     limit: Option<i64>,
 }
 
-/// A notice state from a query or form value; empty means "any".
-pub(crate) fn parse_state(v: Option<&str>) -> Result<Option<NoticeState>, ApiError> {
-    match v.map(str::trim) {
-        None | Some("") => Ok(None),
-        Some("pending") => Ok(Some(NoticeState::Pending)),
-        Some("sent") => Ok(Some(NoticeState::Sent)),
-        Some("failed") => Ok(Some(NoticeState::Failed)),
-        Some(other) => Err(ApiError::bad_request(format!(
-            "unknown delivery state '{other}'; use pending, sent or failed"
-        ))),
-    }
-}
-
 pub(crate) async fn list_deliveries(
     State(s): State<ApiState>,
     Query(q): Query<ListDeliveries>,
 ) -> Result<Response, ApiError> {
-    let state = parse_state(q.state.as_deref())?;
+    let state = state_filter(q.state.as_deref())?;
     let limit = bounded("limit", q.limit, 50, 1000)?;
     let notices = s
         .agent

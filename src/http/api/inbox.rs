@@ -1,9 +1,9 @@
 //! The inbox over HTTP: `GET /v1/inbox?state=acted|ignored&limit=` — the mail read, newest
 //! first, with what each became (a task, a command, or ignored with the reason).
 
-use crate::http::extract::{Query, bounded};
+use crate::http::extract::{Query, bounded, state_filter};
 use crate::http::{ApiError, ApiState};
-use crate::store::{InboxFilter, InboxState};
+use crate::store::InboxFilter;
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -17,22 +17,11 @@ pub(crate) struct ListInbox {
     limit: Option<i64>,
 }
 
-/// An inbox state from a query or form value; empty means "any".
-pub(crate) fn parse_state(v: Option<&str>) -> Result<Option<InboxState>, ApiError> {
-    match v.map(str::trim) {
-        None | Some("") => Ok(None),
-        Some(word) => word
-            .parse()
-            .map(Some)
-            .map_err(|e: crate::store::UnknownWord| ApiError::bad_request(e.to_string())),
-    }
-}
-
 pub(crate) async fn list_inbox(
     State(s): State<ApiState>,
     Query(q): Query<ListInbox>,
 ) -> Result<Response, ApiError> {
-    let state = parse_state(q.state.as_deref())?;
+    let state = state_filter(q.state.as_deref())?;
     let limit = bounded("limit", q.limit, 50, 1000)?;
     let messages = s
         .agent

@@ -7,8 +7,9 @@ use super::flash::{Flash, flash};
 use super::guard::{Back, CsrfForm, PageQuery, see_other};
 use super::layout::{Ctx, PageResult, Shown, badge, render, short, when, when_opt};
 use crate::http::ApiState;
-use crate::http::api::deliveries::{notice_id, parse_state};
+use crate::http::api::deliveries::notice_id;
 use crate::http::extract::Id;
+use crate::http::extract::state_filter;
 use crate::store::{Notice, NoticeFilter, NoticeState};
 use axum::extract::State;
 use axum::response::IntoResponse;
@@ -25,7 +26,7 @@ pub(crate) struct ListQuery {
 
 pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     let s = &ctx.state;
-    let state = parse_state(Some(&q.state))?;
+    let state = state_filter(Some(&q.state))?;
     let notices = s
         .agent
         .store()
@@ -108,7 +109,7 @@ pub async fn retry(
     CsrfForm(f): CsrfForm<Back>,
 ) -> PageResult {
     s.notifier.retry(notice_id(&id)?).await?;
-    let back = parse_state(Some(&f.back))
+    let back = state_filter(Some(&f.back))
         .ok()
         .flatten()
         .map_or("", NoticeState::as_str);

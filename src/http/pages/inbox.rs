@@ -7,7 +7,7 @@
 
 use super::guard::PageQuery;
 use super::layout::{Ctx, PageResult, Shown, badge, render, short, when};
-use crate::http::api::inbox::parse_state;
+use crate::http::extract::state_filter;
 use crate::inbox::Health;
 use crate::store::{InboxFilter, InboxMessage, InboxState};
 use axum::response::IntoResponse;
@@ -22,7 +22,7 @@ pub(crate) struct ListQuery {
 
 pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     let s = &ctx.state;
-    let state = parse_state(Some(&q.state))?;
+    let state = state_filter(Some(&q.state))?;
     let messages = s
         .agent
         .store()
