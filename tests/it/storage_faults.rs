@@ -174,6 +174,20 @@ fn post(path: &str, body: Value) -> Request<Body> {
         .expect("request")
 }
 
+/// A dashboard page as a browser gets it (no token set: the page makes its own session).
+async fn html(api: &Router, path: &str) -> String {
+    let req = Request::get(path)
+        .header(header::ACCEPT, "text/html")
+        .body(Body::empty())
+        .expect("request");
+    let resp = api.clone().oneshot(req).await.expect("answered");
+    assert_eq!(resp.status(), StatusCode::OK, "{path}");
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 fn get(path: &str) -> Request<Body> {
     Request::get(path).body(Body::empty()).expect("request")
 }
@@ -346,6 +360,17 @@ async fn a_task_whose_end_cannot_be_written_is_not_shown_running_and_is_written_
 
     let (_, running) = send(&api, get("/v1/tasks?state=running")).await;
     assert_eq!(running["tasks"], json!([]), "{running}");
+    // The dashboard shows it the same way: its page and the history.
+    let page = html(&api, &format!("/tasks/{}", task.id)).await;
+    assert!(
+        page.contains("not saved") && page.contains(r#"data-state="failed""#),
+        "{page}"
+    );
+    let history = html(&api, "/tasks").await;
+    assert!(
+        history.contains(r#"data-state="failed""#) && !history.contains(r#"data-state="running""#),
+        "{history}"
+    );
 
     disk.free();
     let deadline = tokio::time::Instant::now() + RECOVERY;

@@ -57,7 +57,15 @@ pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
         text: some(&q.q).map(str::to_string),
         limit: 100,
     };
-    let tasks = s.agent.store().search_tasks(&search).await?;
+    // An end this process could not write yet shows as it is known, as on the API.
+    let tasks: Vec<_> = s
+        .agent
+        .store()
+        .search_tasks(&search)
+        .await?
+        .into_iter()
+        .map(|t| s.agent.as_known(t))
+        .collect();
     let jobs = s.scheduler.list().await?;
     let body = html! {
         (start_form(&ctx, "", None))
@@ -153,7 +161,7 @@ pub async fn start(ctx: Ctx, CsrfForm(f): CsrfForm<StartForm>) -> PageResult {
 
 pub async fn show(ctx: Ctx, Id(id): Id) -> PageResult {
     let s = &ctx.state;
-    let Some(record) = s.agent.store().task_record(&id).await? else {
+    let Some(record) = s.agent.task_record(&id).await? else {
         return Err(PageError(ApiError::not_found(format!(
             "There is no task {id}; the task list shows the ids."
         ))));
