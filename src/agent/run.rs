@@ -385,7 +385,7 @@ impl Agent {
                 for note in &reply.notes {
                     self.record(opts, tally, trace::note(step, Some(note.clone()), None));
                 }
-                self.record(opts, tally, trace::model(step, &task.profile, &reply, ms));
+                self.record(opts, tally, trace::model(step, &reply, ms));
                 // A call that asked for tools is written with their rows, after they ran.
                 if reply.tool_calls.is_empty() {
                     self.flush(task, tally).await?;

@@ -357,6 +357,7 @@ mod tests {
                 enabled: true,
                 next_run_at: Some(Utc::now()),
                 running_task_id: None,
+                pause_reason: None,
                 created_at: Utc::now(),
             },
             last_run: None,

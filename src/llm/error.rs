@@ -4,6 +4,7 @@
 //! text that came back from a server. Must not: hold a key — errors are built from text that
 //! has already been redacted.
 
+use super::kind::{FailureKind, StatusCause};
 use crate::config::ConfigSource;
 
 /// A failed model call. Every message names the server and the setting to change; none
@@ -60,6 +61,9 @@ pub enum LlmError {
         /// `tools` or `tool_choice` parameter, or says tools are not supported (see
         /// `wire::rejects_tools`). The evidence `tool_mode: auto` switches to text mode on.
         tools_rejected: bool,
+        /// What the body says the rejection is about (a 4xx only): read once, where it
+        /// arrived, so the fallback decision is made on this, never on the text.
+        cause: StatusCause,
     },
 
     #[error(
@@ -98,6 +102,18 @@ pub enum LlmError {
         /// Why the wait was not taken.
         why: String,
     },
+
+    /// Every profile of a fallback chain failed; `tried` says how each one did, in order.
+    #[error(
+        "model profile '{profile}' and its fallbacks all failed — {}. The last one: {last}",
+        tried.join("; ")
+    )]
+    Exhausted {
+        profile: String,
+        /// `NAME: what happened` for each profile asked or skipped.
+        tried: Vec<String>,
+        last: Box<LlmError>,
+    },
 }
 
 impl LlmError {
@@ -117,7 +133,30 @@ impl LlmError {
             LlmError::Connect { attempts, .. }
             | LlmError::Timeout { attempts, .. }
             | LlmError::Status { attempts, .. } => *attempts,
+            LlmError::Exhausted { last, .. } => last.attempts(),
             _ => 0,
+        }
+    }
+
+    /// The kind of failure, which decides whether a fallback profile is asked.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            LlmError::Connect { .. } => FailureKind::Unreachable,
+            LlmError::Timeout { .. } => FailureKind::Timeout,
+            LlmError::Status {
+                status,
+                cause,
+                tools_rejected,
+                ..
+            } => FailureKind::of_status(*status, *cause, *tools_rejected),
+            LlmError::BadResponse { .. } => FailureKind::BadResponse,
+            LlmError::TooLarge { .. } => FailureKind::TooLarge,
+            LlmError::RateLimited { .. } => FailureKind::RateLimited,
+            LlmError::Exhausted { last, .. } => last.kind(),
+            LlmError::UnknownProfile { .. }
+            | LlmError::InvalidProfile { .. }
+            | LlmError::Setup { .. }
+            | LlmError::Encode { .. } => FailureKind::Local,
         }
     }
 }
@@ -227,6 +266,7 @@ mod tests {
             attempts: 1,
             hint: String::new(),
             tools_rejected: false,
+            cause: StatusCause::Unspecified,
         };
         assert!(status(429).is_retryable());
         assert!(status(500).is_retryable());

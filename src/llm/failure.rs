@@ -92,6 +92,7 @@ impl Failure {
             },
             Failure::Status { status, body, .. } => LlmError::Status {
                 tools_rejected: super::wire::rejects_tools(status, &body),
+                cause: super::kind::status_cause(status, &body),
                 status,
                 profile: profile_name.to_string(),
                 base_url: profile.base_url.clone(),

@@ -48,7 +48,7 @@ pub mod schedule;
 mod timer;
 pub mod words;
 
-pub use jobs::{PREVIEW_FIRINGS, SchedulePreview, describe_job, upcoming};
+pub use jobs::{PREVIEW_FIRINGS, SchedulePreview, describe_job, next_after_pause, upcoming};
 pub use schedule::{Schedule, ScheduleError, ZonedSchedule, parse_timezone};
 
 use crate::config::SchedulerSettings;
