@@ -56,7 +56,8 @@ pub enum LlmError {
         /// The server's own explanation (its `error.message`, or a capped excerpt of the body).
         detail: String,
         attempts: u32,
-        hint: String,
+        /// Boxed, not a `String`: it keeps the error small enough to return by value.
+        hint: Box<str>,
         /// The server said that what it rejects is the request's tools: its error names the
         /// `tools` or `tool_choice` parameter, or says tools are not supported (see
         /// `wire::rejects_tools`). The evidence `tool_mode: auto` switches to text mode on.
@@ -264,7 +265,7 @@ mod tests {
             model: "m".into(),
             detail: String::new(),
             attempts: 1,
-            hint: String::new(),
+            hint: "".into(),
             tools_rejected: false,
             cause: StatusCause::Unspecified,
         };

@@ -99,7 +99,7 @@ impl Failure {
                 model: profile.model.clone(),
                 detail: redact(&body_detail(&body, ERROR_BODY_CHARS), key),
                 attempts,
-                hint: status_hint(status, profile_name, &profile.model, place),
+                hint: status_hint(status, profile_name, &profile.model, place).into(),
             },
             Failure::BadResponse(reason) => LlmError::BadResponse {
                 profile: profile_name.to_string(),
