@@ -2,8 +2,9 @@
 //!
 //! Parts and their one-way dependencies (`docs/ARCHITECTURE.md` has the map, a task's path
 //! through them, and where each behaviour lives):
-//! `cli`/`daemon`/`server`/`web` (entry) → `agent` → `tools` / `memory` / `llm`; `scheduler` and `notify` are
-//! services reached through narrow handles; `store` holds all SQL; `config` all settings.
+//! `cli`/`daemon`/`server`/`web` (entry) → `eval` (regression runs, the model watch) → `app` →
+//! `agent` → `tools` / `memory` / `llm`; `scheduler` and `notify` are services reached through
+//! narrow handles; `store` holds all SQL; `config` all settings.
 
 pub mod agent;
 pub mod app;
@@ -11,6 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod doctor;
+pub mod eval;
 pub mod llm;
 pub mod mcp;
 pub mod memory;

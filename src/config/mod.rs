@@ -12,6 +12,7 @@ mod settings;
 mod validate;
 pub mod zone;
 
+pub(crate) use locate::line_of_key;
 pub use settings::*;
 pub use validate::Violation;
 pub use zone::{TimeZone, ZoneSource};

@@ -338,12 +338,7 @@ fn model_change_settings_are_checked() {
         "model.on_change_notify",
         "unknown notify channel 'ops'; none is configured",
     );
-    refused(
-        "model:\n  on_change: panic\n",
-        2,
-        "model.on_change",
-        "",
-    );
+    refused("model:\n  on_change: panic\n", 2, "model.on_change", "");
     refused(
         "model:\n  identity_check_s: 5\n",
         2,

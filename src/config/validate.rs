@@ -32,7 +32,11 @@ const MIN_IDENTITY_CHECK_S: u64 = 60;
 
 /// The first cycle the fallbacks of `path`'s last profile lead into, as the names along it
 /// (the first and last the same), if any.
-fn cycle_from<'a>(m: &'a ModelSettings, name: &str, path: &mut Vec<&'a str>) -> Option<Vec<String>> {
+fn cycle_from<'a>(
+    m: &'a ModelSettings,
+    name: &str,
+    path: &mut Vec<&'a str>,
+) -> Option<Vec<String>> {
     let profile = m.profiles.get(name)?;
     for next in &profile.fallback {
         if let Some(at) = path.iter().position(|p| p == next) {

@@ -127,6 +127,8 @@ impl Services {
             tokio::spawn(async move { notifier.run(stop).await })
         };
         spawn_pruner(app, &tracker, stop.clone());
+        // Which model each profile serves: checked now, then every model.identity_check_s.
+        crate::eval::ModelWatch::new(app, &tracker, stop.clone()).spawn();
         Ok(Services {
             tracker,
             stop,

@@ -10,7 +10,7 @@
 //! the chain did. Must not: retry within a profile (the profile's own retries are
 //! `client.rs`'s) or decide on error text (only on [`FailureKind`]).
 
-use super::{FailureKind, Gateway, LlmError, Message, ModelReply, Toolset};
+use super::{Gateway, LlmError, Message, ModelReply, Toolset};
 use crate::util::lock;
 use std::time::{Duration, Instant};
 
@@ -69,7 +69,7 @@ impl Gateway {
                             notes.push(format!(
                                 "model profile '{}' failed ({}): asking '{next}'{}",
                                 turn.name,
-                                describe(kind),
+                                kind.words(),
                                 self.cooldown_note()
                             ));
                             tried.push(format!("{}: {e}", turn.name));
@@ -138,7 +138,10 @@ impl Gateway {
         }
         let skipped: Vec<String> = turns
             .iter()
-            .filter_map(|t| t.cooling.map(|ago| format!("'{}' ({} s ago)", t.name, ago.as_secs())))
+            .filter_map(|t| {
+                t.cooling
+                    .map(|ago| format!("'{}' ({} s ago)", t.name, ago.as_secs()))
+            })
             .collect();
         (!skipped.is_empty()).then(|| {
             format!(
@@ -165,24 +168,5 @@ impl Gateway {
         let failed = lock(&self.failed_at);
         let ago = failed.get(profile)?.elapsed();
         self.cooldown.checked_sub(ago).filter(|d| !d.is_zero())
-    }
-}
-
-/// A failure kind in a few words, for the trace's note (the full error is in the log).
-fn describe(kind: FailureKind) -> &'static str {
-    match kind {
-        FailureKind::Unreachable => "unreachable",
-        FailureKind::Timeout => "no answer in time",
-        FailureKind::ServerError => "server error",
-        FailureKind::RateLimited => "rate limited",
-        FailureKind::TooLarge => "reply too large",
-        FailureKind::ContextLength => "context too long for its model",
-        FailureKind::Unauthorized => "key refused",
-        FailureKind::NotFound => "model or URL not found",
-        FailureKind::ToolsRejected => "tools refused",
-        FailureKind::BadResponse => "not a chat completion",
-        FailureKind::Refused => "refused",
-        FailureKind::Rejected => "request rejected",
-        FailureKind::Local => "not sent",
     }
 }

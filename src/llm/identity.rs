@@ -320,10 +320,11 @@ impl Gateway {
 /// The digest Ollama lists for `model` (a name without a tag means `:latest`).
 fn ollama_digest(tags: &Value, model: &str) -> Option<String> {
     let wanted = |name: &str| name == model || name.strip_suffix(":latest") == Some(model);
-    tags["models"]
-        .as_array()?
-        .iter()
-        .find(|m| ["name", "model"].iter().any(|k| m[k].as_str().is_some_and(wanted)))?["digest"]
+    tags["models"].as_array()?.iter().find(|m| {
+        ["name", "model"]
+            .iter()
+            .any(|k| m[k].as_str().is_some_and(wanted))
+    })?["digest"]
         .as_str()
         .filter(|d| !d.is_empty())
         .map(str::to_string)
@@ -369,8 +370,14 @@ mod tests {
         let tags = json!({"models": [
             {"name": "llama3:latest", "digest": "sha256:aaa"},
             {"name": "qwen2.5:7b", "model": "qwen2.5:7b", "digest": "sha256:bbb"}]});
-        assert_eq!(ollama_digest(&tags, "qwen2.5:7b").as_deref(), Some("sha256:bbb"));
-        assert_eq!(ollama_digest(&tags, "llama3").as_deref(), Some("sha256:aaa"));
+        assert_eq!(
+            ollama_digest(&tags, "qwen2.5:7b").as_deref(),
+            Some("sha256:bbb")
+        );
+        assert_eq!(
+            ollama_digest(&tags, "llama3").as_deref(),
+            Some("sha256:aaa")
+        );
         assert_eq!(ollama_digest(&tags, "mistral"), None);
         let props = json!({"model_path": "/models/SmolLM2.gguf", "chat_template": "{{x}}"});
         let Some(Told::ModelFile(f)) = llamacpp_file(&props) else {

@@ -53,6 +53,25 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
+    /// The kind in a few words, for notes and summaries (the error itself says more).
+    pub fn words(self) -> &'static str {
+        match self {
+            FailureKind::Unreachable => "unreachable",
+            FailureKind::Timeout => "no answer in time",
+            FailureKind::ServerError => "server error",
+            FailureKind::RateLimited => "rate limited",
+            FailureKind::TooLarge => "reply too large",
+            FailureKind::ContextLength => "context too long for its model",
+            FailureKind::Unauthorized => "key refused",
+            FailureKind::NotFound => "model or URL not found",
+            FailureKind::ToolsRejected => "tools refused",
+            FailureKind::BadResponse => "not a chat completion",
+            FailureKind::Refused => "refused",
+            FailureKind::Rejected => "request rejected",
+            FailureKind::Local => "not sent",
+        }
+    }
+
     /// May a different server fix it? Everything that is about *this* server — down, slow,
     /// failing, overloaded, its key, its model, its limits — may; a reply given on purpose, a
     /// request any server would reject, and our own faults may not.

@@ -438,8 +438,10 @@ async fn models(State(shared): State<Arc<Shared>>) -> Response {
 async fn props(State(shared): State<Arc<Shared>>) -> Response {
     let file = crate::util::lock(&shared.served).model_file.clone();
     match file {
-        Some(path) => axum::Json(json!({"model_path": path, "chat_template": "", "total_slots": 1}))
-            .into_response(),
+        Some(path) => {
+            axum::Json(json!({"model_path": path, "chat_template": "", "total_slots": 1}))
+                .into_response()
+        }
         None => StatusCode::NOT_FOUND.into_response(),
     }
 }

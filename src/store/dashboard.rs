@@ -3,8 +3,8 @@
 //! retrying a notice. They read the same tables as everything else; nothing here is cached.
 
 use super::{
-    JobRun, Notice, NoticeState, Origin, PauseReason, Result, Store, StoreError, Task, TaskState, found,
-    limit_or, now,
+    JobRun, Notice, NoticeState, Origin, PauseReason, Result, Store, StoreError, Task, TaskState,
+    found, limit_or, now,
 };
 use chrono::{DateTime, Utc};
 

@@ -5,9 +5,7 @@
 //! An identity is the one-line key the gateway makes of what a server told about its model;
 //! the store compares keys and never reads them.
 
-use super::{
-    Job, ModelAction, PauseReason, Result, Store, WithJson, from_json, json_list, now,
-};
+use super::{Job, ModelAction, PauseReason, Result, Store, WithJson, from_json, json_list, now};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::Row as _;
@@ -122,7 +120,11 @@ impl Store {
     }
 
     /// One identity of a profile, if it was ever seen.
-    pub async fn seen_identity(&self, profile: &str, identity: &str) -> Result<Option<SeenIdentity>> {
+    pub async fn seen_identity(
+        &self,
+        profile: &str,
+        identity: &str,
+    ) -> Result<Option<SeenIdentity>> {
         let sql = "SELECT profile, identity, source, first_seen_at, last_seen_at, verified_at, \
                    verified_run FROM model_identities WHERE profile = ? AND identity = ?";
         self.first(sqlx::query_as(sql).bind(profile).bind(identity))
@@ -295,9 +297,18 @@ mod tests {
     #[tokio::test]
     async fn a_change_is_recorded_once_and_a_verified_identity_ends_the_badge() {
         let store = Store::open_in_memory().await.expect("store");
-        store.note_identity("fast", "m · greedy #a", "greedy").await.expect("note");
-        store.verify_identity("fast", "m · greedy #a", "greedy", 1).await.expect("verify");
-        store.note_identity("fast", "m · greedy #b", "greedy").await.expect("note");
+        store
+            .note_identity("fast", "m · greedy #a", "greedy")
+            .await
+            .expect("note");
+        store
+            .verify_identity("fast", "m · greedy #a", "greedy", 1)
+            .await
+            .expect("verify");
+        store
+            .note_identity("fast", "m · greedy #b", "greedy")
+            .await
+            .expect("note");
         let change = NewModelChange {
             profile: "fast".into(),
             old_identity: "m · greedy #a".into(),
@@ -308,17 +319,38 @@ mod tests {
         let first = store.record_model_change(&change).await.expect("record");
         let recorded = first.expect("a new change is returned");
         assert_eq!(recorded.action, ModelAction::Hold);
-        assert!(store.record_model_change(&change).await.expect("again").is_none(), "once");
+        assert!(
+            store
+                .record_model_change(&change)
+                .await
+                .expect("again")
+                .is_none(),
+            "once"
+        );
         store
             .set_change_outcome(recorded.id, &["j_1".into()], Some(7))
             .await
             .expect("outcome");
         let status = store.model_status("fast").await.expect("status");
-        assert_eq!(status.current.as_ref().map(|c| c.identity.as_str()), Some("m · greedy #b"));
-        assert_eq!(status.verified.as_ref().map(|c| c.identity.as_str()), Some("m · greedy #a"));
-        let badge = status.unverified_change().expect("a badge while unverified");
-        assert_eq!((badge.paused_jobs.clone(), badge.eval_run_id), (vec!["j_1".to_string()], Some(7)));
-        store.verify_identity("fast", "m · greedy #b", "greedy", 2).await.expect("verify");
+        assert_eq!(
+            status.current.as_ref().map(|c| c.identity.as_str()),
+            Some("m · greedy #b")
+        );
+        assert_eq!(
+            status.verified.as_ref().map(|c| c.identity.as_str()),
+            Some("m · greedy #a")
+        );
+        let badge = status
+            .unverified_change()
+            .expect("a badge while unverified");
+        assert_eq!(
+            (badge.paused_jobs.clone(), badge.eval_run_id),
+            (vec!["j_1".to_string()], Some(7))
+        );
+        store
+            .verify_identity("fast", "m · greedy #b", "greedy", 2)
+            .await
+            .expect("verify");
         let status = store.model_status("fast").await.expect("status");
         assert!(status.unverified_change().is_none(), "verified: no badge");
         assert_eq!(store.model_statuses().await.expect("all").len(), 1);
