@@ -24,6 +24,17 @@ pub enum Verdict {
     Fail,
 }
 
+impl Verdict {
+    /// Its word, as JSON and the settings page write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Warn => "warn",
+            Verdict::Fail => "fail",
+        }
+    }
+}
+
 /// One verdict: what was checked (never a secret), and the detail.
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {

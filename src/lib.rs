@@ -2,24 +2,24 @@
 //!
 //! Parts and their one-way dependencies (`docs/ARCHITECTURE.md` has the map, a task's path
 //! through them, and where each behaviour lives):
-//! `cli`/`daemon`/`server`/`web` (entry) → `eval` (regression runs, the model watch) → `app` →
+//! `cli`/`daemon`/`http` (entry) → `eval` (regression runs, the model watch) → `app` →
 //! `agent` → `tools` / `memory` / `llm`; `scheduler` and `notify` are services reached through
 //! narrow handles; `store` holds all SQL; `config` all settings.
 
 pub mod agent;
 pub mod app;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod doctor;
 pub mod eval;
+pub mod http;
 pub mod llm;
 pub mod mcp;
 pub mod memory;
 pub mod notify;
 pub mod scheduler;
-pub mod server;
 pub mod store;
 pub mod tools;
 pub mod util;
-pub mod web;

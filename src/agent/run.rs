@@ -166,8 +166,15 @@ impl Agent {
         ));
         let tally = Tally::default();
         let deadline = tokio::time::Instant::now() + limit;
+        let run = Run {
+            agent: self,
+            task: &task,
+            opts: &opts,
+            tally: &tally,
+            deadline,
+        };
         let end = tokio::select! {
-            r = tokio::time::timeout_at(deadline, self.run_loop(&task, &opts, &tally, deadline)) => match r {
+            r = tokio::time::timeout_at(deadline, run.run_loop()) => match r {
                 Ok(Ok(end)) => Ok(end),
                 Ok(Err(e)) => Err(e),
                 Err(_) => Ok(LoopEnd::Failed {
@@ -188,7 +195,7 @@ impl Agent {
         };
         lock(&self.inner.running).remove(&task.id);
         // Rows the loop recorded before it was cut off (a model call whose tools were running).
-        let end = match self.flush(&task, &tally).await {
+        let end = match run.flush().await {
             Ok(()) => end,
             Err(e) => end.and(Err(e)),
         };
@@ -226,24 +233,50 @@ impl Agent {
         Ok(done)
     }
 
-    async fn run_loop(
-        &self,
-        task: &Task,
-        opts: &RunOptions,
-        tally: &Tally,
-        deadline: tokio::time::Instant,
-    ) -> Result<LoopEnd, StoreError> {
+    /// How older rounds are folded: by a short `fast`-profile model call, or by rules.
+    fn summariser(&self, task: &Task) -> Summariser {
+        if !self.inner.settings.context.summary_enabled {
+            return Summariser::Rules;
+        }
+        let profile = if self.inner.gateway.has_profile("fast") {
+            "fast".to_string()
+        } else {
+            task.profile.clone()
+        };
+        Summariser::Model(Arc::new(GatewaySummary {
+            gateway: self.inner.gateway.clone(),
+            profile,
+        }))
+    }
+}
+
+/// One execution of a task: what every step of its loop needs, passed once instead of to
+/// every method.
+struct Run<'a> {
+    agent: &'a Agent,
+    task: &'a Task,
+    opts: &'a RunOptions,
+    /// Token counts and trace rows not yet written: they outlive the loop (a timeout or a
+    /// cancel drops it) and are written by `drive`.
+    tally: &'a Tally,
+    /// The task's wall-clock limit; model calls are cut off at it.
+    deadline: tokio::time::Instant,
+}
+
+impl Run<'_> {
+    async fn run_loop(&self) -> Result<LoopEnd, StoreError> {
+        let inner = &self.agent.inner;
         let ctx = ToolContext {
-            task_id: task.id.clone(),
-            origin: task.origin,
-            job_id: task.job_id.clone(),
-            depth: opts.depth,
-            profile: task.profile.clone(),
+            task_id: self.task.id.clone(),
+            origin: self.task.origin,
+            job_id: self.task.job_id.clone(),
+            depth: self.opts.depth,
+            profile: self.task.profile.clone(),
         };
         // Tool sources still on their first start (an MCP server the daemon just launched)
         // would be missing from this task's offer: wait for them, bounded, and say so when
         // one is still not up.
-        let late = (self.inner.registry.starting())
+        let late = (inner.registry.starting())
             .wait(crate::tools::SOURCE_START_WAIT)
             .await;
         if !late.is_empty() {
@@ -252,17 +285,14 @@ impl Agent {
                 late.join(", "),
                 crate::tools::SOURCE_START_WAIT.as_secs()
             );
-            self.record(opts, tally, trace::note(0, Some(text), None));
+            self.record(trace::note(0, Some(text), None));
         }
-        let mut window = self.prepare_window(task, opts, tally).await?;
-        let summariser = self.summariser(task);
-        let mut guard = LoopGuard::new(self.inner.settings.agent.max_identical_calls);
-        let max_steps = i64::from(self.inner.settings.agent.max_steps);
+        let mut window = self.prepare_window().await?;
+        let summariser = self.agent.summariser(self.task);
+        let mut guard = LoopGuard::new(inner.settings.agent.max_identical_calls);
+        let max_steps = i64::from(inner.settings.agent.max_steps);
         for step in 1..=max_steps {
-            let reply = match self
-                .model_turn(task, opts, step, &window, tally, deadline)
-                .await?
-            {
+            let reply = match self.model_turn(step, &window).await? {
                 ControlFlow::Continue(reply) => reply,
                 ControlFlow::Break(end) => return Ok(end),
             };
@@ -270,7 +300,7 @@ impl Agent {
                 return Ok(final_answer(&reply.content));
             }
             let results = match self
-                .tool_round(task, opts, tally, &ctx, step, &reply.tool_calls, &mut guard)
+                .tool_round(&ctx, step, &reply.tool_calls, &mut guard)
                 .await?
             {
                 ControlFlow::Continue(results) => results,
@@ -289,25 +319,22 @@ impl Agent {
 
     /// The task's message window at its start: the stable system prompt, then one user message
     /// with the time, the facts memory recalls for the task, and the task itself.
-    async fn prepare_window(
-        &self,
-        task: &Task,
-        opts: &RunOptions,
-        tally: &Tally,
-    ) -> Result<ShortTerm, StoreError> {
-        let s = &self.inner.settings;
+    async fn prepare_window(&self) -> Result<ShortTerm, StoreError> {
+        let s = &self.agent.inner.settings;
         let tz: chrono_tz::Tz = s.scheduler.timezone.parse().unwrap_or(chrono_tz::UTC);
         let now_local = now()
             .with_timezone(&tz)
             .format("%Y-%m-%d %H:%M %Z (%A)")
             .to_string();
-        let system =
-            prompt::system_prompt(&s.agent.system_prompt_extra, opts.agent_prompt.as_deref());
-        let facts = match &self.inner.memory {
-            Some(memory) => self.recall(memory, task, opts, tally).await,
+        let system = prompt::system_prompt(
+            &s.agent.system_prompt_extra,
+            self.opts.agent_prompt.as_deref(),
+        );
+        let facts = match &self.agent.inner.memory {
+            Some(memory) => self.recall(memory).await,
             None => Vec::new(),
         };
-        let goal = prompt::task_message(&now_local, &facts, &task.task);
+        let goal = prompt::task_message(&now_local, &facts, &self.task.task);
         Ok(ShortTerm::new(
             vec![Message::system(system)],
             Message::user(goal),
@@ -318,85 +345,59 @@ impl Agent {
 
     /// The facts memory recalls for the task, noted in the trace; none when recall fails
     /// (the task goes on without them, and the trace says why).
-    async fn recall(
-        &self,
-        memory: &crate::memory::LongTerm,
-        task: &Task,
-        opts: &RunOptions,
-        tally: &Tally,
-    ) -> Vec<crate::memory::Recalled> {
-        let k = self.inner.settings.memory.recall_top_k as usize;
-        match memory.recall(&task.task, k).await {
+    async fn recall(&self, memory: &crate::memory::LongTerm) -> Vec<crate::memory::Recalled> {
+        let k = self.agent.inner.settings.memory.recall_top_k as usize;
+        match memory.recall(&self.task.task, k).await {
             Ok(facts) => {
                 if !facts.is_empty() {
                     let text = format!("recalled {} fact(s) from memory", facts.len());
-                    self.record(opts, tally, trace::note(0, Some(text), None));
+                    self.record(trace::note(0, Some(text), None));
                 }
                 facts
             }
             Err(e) => {
-                tracing::warn!(task = %task.id, error = %e, "memory recall failed; continuing without");
+                tracing::warn!(task = %self.task.id, error = %e, "memory recall failed; continuing without");
                 let error = format!("memory recall failed: {e}");
-                self.record(opts, tally, trace::note(0, None, Some(error)));
+                self.record(trace::note(0, None, Some(error)));
                 Vec::new()
             }
         }
-    }
-
-    /// How older rounds are folded: by a short `fast`-profile model call, or by rules.
-    fn summariser(&self, task: &Task) -> Summariser {
-        if !self.inner.settings.context.summary_enabled {
-            return Summariser::Rules;
-        }
-        let profile = if self.inner.gateway.has_profile("fast") {
-            "fast".to_string()
-        } else {
-            task.profile.clone()
-        };
-        Summariser::Model(Arc::new(GatewaySummary {
-            gateway: self.inner.gateway.clone(),
-            profile,
-        }))
     }
 
     /// One model call with the window and the tools on offer, recorded; the reply, or the end
     /// of the loop when the call failed.
     async fn model_turn(
         &self,
-        task: &Task,
-        opts: &RunOptions,
         step: i64,
         window: &ShortTerm,
-        tally: &Tally,
-        deadline: tokio::time::Instant,
     ) -> Result<ControlFlow<LoopEnd, ModelReply>, StoreError> {
-        let tools = self.inner.registry.offered(opts.restrict.as_deref());
+        let inner = &self.agent.inner;
+        let profile = &self.task.profile;
+        let tools = inner.registry.offered(self.opts.restrict.as_deref());
         let t0 = Instant::now();
-        let reply = self
-            .inner
+        let reply = inner
             .gateway
-            .chat_until(&task.profile, &window.messages(), &tools, Some(deadline))
+            .chat_until(profile, &window.messages(), &tools, Some(self.deadline))
             .await;
         let ms = t0.elapsed().as_millis() as i64;
         match reply {
             Ok(reply) => {
-                tally.add(&reply);
+                self.tally.add(&reply);
                 // What the gateway changed on its own (a switch to text tool mode) first.
                 for note in &reply.notes {
-                    self.record(opts, tally, trace::note(step, Some(note.clone()), None));
+                    self.record(trace::note(step, Some(note.clone()), None));
                 }
-                self.record(opts, tally, trace::model(step, &reply, ms));
+                self.record(trace::model(step, &reply, ms));
                 // A call that asked for tools is written with their rows, after they ran.
                 if reply.tool_calls.is_empty() {
-                    self.flush(task, tally).await?;
+                    self.flush().await?;
                 }
                 Ok(ControlFlow::Continue(reply))
             }
             Err(e) => {
                 let error = e.to_string();
-                let row = trace::model_error(step, &task.profile, error.clone(), ms);
-                self.record(opts, tally, row);
-                self.flush(task, tally).await?;
+                self.record(trace::model_error(step, profile, error.clone(), ms));
+                self.flush().await?;
                 Ok(ControlFlow::Break(LoopEnd::Failed {
                     reason: FailReason::Model,
                     error,
@@ -407,22 +408,19 @@ impl Agent {
 
     /// Run the calls of one model turn — concurrently, since the model asked for them together
     /// — record each, and return the results as messages in the calls' order.
-    #[allow(clippy::too_many_arguments)]
     async fn tool_round(
         &self,
-        task: &Task,
-        opts: &RunOptions,
-        tally: &Tally,
         ctx: &ToolContext,
         step: i64,
         calls: &[ToolCall],
         guard: &mut LoopGuard,
     ) -> Result<ControlFlow<LoopEnd, Vec<Message>>, StoreError> {
-        let restrict = opts.restrict.as_deref();
+        let registry = &self.agent.inner.registry;
+        let restrict = self.opts.restrict.as_deref();
         let verdicts: Vec<Verdict> = calls.iter().map(|c| guard.check(c)).collect();
         let outcomes = join_all(calls.iter().zip(&verdicts).map(|(c, v)| async move {
             match v {
-                Verdict::Run => self.inner.registry.execute(c, ctx, restrict).await,
+                Verdict::Run => registry.execute(c, ctx, restrict).await,
                 Verdict::Refuse { times } => not_run(c, ToolError::Repeated(*times)),
                 Verdict::Stop { error } => not_run(c, ToolError::Failed(error.clone())),
             }
@@ -430,10 +428,10 @@ impl Agent {
         .await;
         let mut results = Vec::with_capacity(outcomes.len());
         for (call, o) in calls.iter().zip(outcomes) {
-            self.record(opts, tally, trace::tool(step, call, &o));
+            self.record(trace::tool(step, call, &o));
             results.push(Message::tool(call.id.clone(), o.content));
         }
-        self.flush(task, tally).await?;
+        self.flush().await?;
         let stop = verdicts.into_iter().find_map(|v| match v {
             Verdict::Stop { error } => Some(error),
             _ => None,
@@ -448,12 +446,12 @@ impl Agent {
     }
 
     /// Number a trace row and show it to the observer (the live timeline of `run`) at once;
-    /// it is stored by the next [`Agent::flush`].
-    fn record(&self, opts: &RunOptions, tally: &Tally, row: NewStep) {
-        let mut trace = lock(&tally.trace);
+    /// it is stored by the next [`Run::flush`].
+    fn record(&self, row: NewStep) {
+        let mut trace = lock(&self.tally.trace);
         trace.last_seq += 1;
         let step = row.into_step(trace.last_seq, now());
-        if let Some(tx) = &opts.observer {
+        if let Some(tx) = &self.opts.observer {
             // The observer may have gone (a closed terminal); the trace is stored regardless.
             let _ = tx.send(step.clone());
         }
@@ -462,15 +460,16 @@ impl Agent {
 
     /// Store the rows recorded since the last flush, in one statement, and announce them to
     /// followers (the dashboard's live timeline, `tasks watch`).
-    async fn flush(&self, task: &Task, tally: &Tally) -> Result<(), StoreError> {
-        let rows = std::mem::take(&mut lock(&tally.trace).rows);
+    async fn flush(&self) -> Result<(), StoreError> {
+        let rows = std::mem::take(&mut lock(&self.tally.trace).rows);
         let Some(last) = rows.last().map(|r| r.seq) else {
             return Ok(());
         };
-        self.inner.store.add_steps(&task.id, &rows).await?;
+        let inner = &self.agent.inner;
+        inner.store.add_steps(&self.task.id, &rows).await?;
         // No receivers is normal (nobody following).
-        let _ = self.inner.steps.send(super::StepRecorded {
-            task_id: task.id.clone(),
+        let _ = inner.steps.send(super::StepRecorded {
+            task_id: self.task.id.clone(),
             seq: last,
         });
         Ok(())

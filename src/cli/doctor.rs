@@ -4,8 +4,8 @@
 //!
 //! Must not: change anything: it probes, and with a daemon up it leaves the data dir alone.
 
-use super::backend::Remote;
 use crate::app::{App, JobExecution};
+use crate::client::Remote;
 use crate::config::Config;
 use crate::doctor::{self, Check, Verdict};
 use std::process::ExitCode;
@@ -42,6 +42,12 @@ impl Report {
     }
 }
 
+/// `GET /v1/mcp`: each MCP server's status as the daemon sees it.
+#[derive(serde::Deserialize)]
+struct McpServers {
+    servers: Vec<crate::mcp::ServerStatus>,
+}
+
 pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
     let mut report = Report::default();
     report.print(doctor::config(&config));
@@ -66,8 +72,8 @@ pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
     });
     // The MCP servers: the daemon's, as it runs them; else each started once and stopped.
     match &daemon {
-        Some(d) => match d.mcp_servers().await {
-            Ok(servers) => report.print_all(doctor::mcp_servers(&servers)),
+        Some(d) => match d.get::<McpServers>("/v1/mcp").await {
+            Ok(list) => report.print_all(doctor::mcp_servers(&list.servers)),
             Err(e) => report.print(Check::new(Verdict::Warn, "mcp servers", e.to_string())),
         },
         None => {

@@ -4,10 +4,63 @@
 //! Must not: reach the daemon or the data dir except through the [`Backend`] it is given.
 
 use super::JobsCmd;
-use super::backend::{Backend, Fired};
+use super::backend::Fired;
 use super::render::{self, print_json, print_outcome};
-use serde_json::json;
+use crate::client::Backend;
+use crate::scheduler::JobRequest;
+use serde_json::{Value, json};
 use std::process::ExitCode;
+
+/// `jobs add`'s flags: the same fields as the API's job object, checked by the scheduler like
+/// every other way in (nothing here checks them again).
+#[derive(Debug, clap::Args)]
+pub struct JobArgs {
+    /// What to do at each firing: a self-contained task (a fresh task runs it each time).
+    pub task: String,
+    /// 5-field cron ("0 8 * * *"), an interval ("every 2h") or a one-shot ("in 30m", ISO 8601).
+    #[arg(long)]
+    pub schedule: String,
+    /// A short name, used in notice titles (default: the start of the task).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// IANA time zone (default: scheduler.timezone).
+    #[arg(long)]
+    pub timezone: Option<String>,
+    /// Channel to deliver the answer to ("email" or a webhook name); repeatable.
+    #[arg(long)]
+    pub notify: Vec<String>,
+    /// Model profile for the runs (default: model.default_profile).
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// A tool call run before each firing, without the model, as JSON:
+    /// '{"tool": "watch_page", "arguments": {"url": "https://…"}}'. When it reports
+    /// `"changed": false` the run is skipped and no tokens are spent.
+    #[arg(long, value_name = "JSON", value_parser = parse_precheck)]
+    pub precheck: Option<Value>,
+}
+
+impl From<JobArgs> for JobRequest {
+    fn from(a: JobArgs) -> JobRequest {
+        JobRequest {
+            task: a.task,
+            schedule: a.schedule,
+            name: a.name,
+            timezone: a.timezone,
+            notify: a.notify,
+            profile: a.profile,
+            precheck: a.precheck,
+        }
+    }
+}
+
+/// `--precheck` as JSON; its shape is checked by the scheduler like any other way in.
+fn parse_precheck(text: &str) -> Result<Value, String> {
+    serde_json::from_str(text).map_err(|e| {
+        format!(
+            "not valid JSON ({e}); example: '{{\"tool\": \"watch_page\", \"arguments\": {{\"url\": \"https://example.org\"}}}}'"
+        )
+    })
+}
 
 pub async fn jobs(backend: &dyn Backend, cmd: JobsCmd) -> anyhow::Result<ExitCode> {
     match cmd {
@@ -20,7 +73,7 @@ pub async fn jobs(backend: &dyn Backend, cmd: JobsCmd) -> anyhow::Result<ExitCod
             }
         }
         JobsCmd::Add { job, json } => {
-            let view = backend.add_job(job).await?;
+            let view = backend.add_job(job.into()).await?;
             if json {
                 print_json(&view)?;
             } else {
@@ -62,7 +115,7 @@ async fn run(backend: &dyn Backend, id: &str) -> anyhow::Result<ExitCode> {
             let Some(task_id) = run.task_id else {
                 anyhow::bail!(
                     "job {id} did not run: {} ({})",
-                    render::word(&run.outcome),
+                    run.outcome.as_str(),
                     run.reason.as_deref().unwrap_or("no reason recorded")
                 );
             };

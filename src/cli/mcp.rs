@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 pub async fn mcp(config: Config) -> anyhow::Result<ExitCode> {
-    let backend: Arc<dyn backend::Backend> =
+    let backend: Arc<dyn crate::client::Backend> =
         Arc::from(backend::connect_as(config, Origin::Mcp).await);
     match backend.daemon() {
         Some(base) => tracing::info!("MCP on stdio: working through the daemon at {base}"),

@@ -4,8 +4,8 @@
 //! Must not: reach the daemon or the data dir except through the [`Backend`] it is given.
 
 use super::MemoryCmd;
-use super::backend::Backend;
 use super::render::{self, print_json};
+use crate::client::Backend;
 use serde_json::json;
 use std::process::ExitCode;
 

@@ -1,8 +1,8 @@
 //! The command line (clap): parses arguments, loads the configuration, calls into the library
 //! and prints. This is the binary edge: errors become `anyhow` messages and exit codes here.
 //! One file per command group; `tasks`, `jobs` and `memory` are written once against
-//! `backend::Backend`, answered by the running daemon or by the data dir in this process;
-//! `mcp` (the MCP server in `crate::mcp`) is built on the same trait.
+//! `client::Backend`, answered by the running daemon or by the data dir in this process
+//! (`backend` picks); `mcp` (the MCP server in `crate::mcp`) is built on the same trait.
 //!
 //! Must not: hold business logic; each command is a thin call into a part or a backend.
 
@@ -30,7 +30,7 @@ macro_rules! errln {
     };
 }
 
-pub(crate) mod backend;
+mod backend;
 mod config;
 mod doctor;
 mod eval;
@@ -46,7 +46,6 @@ mod tasks;
 pub use service::render_unit;
 
 use crate::config::{Config, ConfigError, Sources};
-use crate::scheduler::JobRequest;
 use crate::store::TaskState;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -161,7 +160,7 @@ pub enum JobsCmd {
     /// Add a job.
     Add {
         #[command(flatten)]
-        job: JobRequest,
+        job: jobs::JobArgs,
         #[arg(long)]
         json: bool,
     },

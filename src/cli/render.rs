@@ -29,14 +29,6 @@ pub fn time(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
-/// A value's JSON word (an enum such as a run's outcome), or `?`.
-pub fn word(v: &impl Serialize) -> String {
-    match serde_json::to_value(v) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => "?".into(),
-    }
-}
-
 /// Exit 0 for a task that succeeded, 1 for any other end.
 pub fn exit_for(state: TaskState) -> ExitCode {
     if state == TaskState::Succeeded {
@@ -227,7 +219,7 @@ pub fn job_table(jobs: &[JobView]) -> String {
         let last = match &j.last_run {
             Some(r) => format!(
                 "{} {}{}",
-                word(&r.outcome),
+                r.outcome.as_str(),
                 time(r.fired_at),
                 r.reason
                     .as_deref()

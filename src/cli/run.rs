@@ -6,10 +6,11 @@
 //! Must not: hand the task to the daemon — its live timeline only exists in this process.
 
 use super::RunArgs;
-use super::backend::{DELIVER_NOW, Remote};
+use super::backend::DELIVER_NOW;
 use super::render::{self, print_outcome};
 use crate::agent::{RunOptions, Submit};
 use crate::app::{App, JobExecution};
+use crate::client::Remote;
 use crate::config::Config;
 use crate::store::Origin;
 use std::process::ExitCode;

@@ -323,16 +323,21 @@ fn yaml_error_message(raw: &str) -> String {
     }
 }
 
+/// A `${NAME}` whose variable is unset or empty, with no default.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "environment variable {0} is not set (the file uses ${{{0}}}); export it, put it in the service's EnvironmentFile, or write ${{{0}:-default}}"
+)]
+pub struct UnsetVar(pub String);
+
 fn unset_var_message(name: &str) -> String {
-    format!(
-        "environment variable {name} is not set (the file uses ${{{name}}}); export it, put it in the service's EnvironmentFile, or write ${{{name}:-default}}"
-    )
+    UnsetVar(name.to_string()).to_string()
 }
 
 /// Expand `${NAME}` and `${NAME:-default}` from `env`. The YAML parser expands plain scalars
 /// itself; this covers quoted ones (`"Bearer ${TOKEN}"`) too. An unset or empty name without a
 /// default is an error, never a silent empty string. Text that is not `${IDENT}` stays as is.
-pub fn expand_vars(s: &str, env: &HashMap<String, String>) -> Result<String, String> {
+pub fn expand_vars(s: &str, env: &HashMap<String, String>) -> Result<String, UnsetVar> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(start) = rest.find("${") {
@@ -354,7 +359,7 @@ pub fn expand_vars(s: &str, env: &HashMap<String, String>) -> Result<String, Str
         match (env.get(name).filter(|v| !v.is_empty()), default) {
             (Some(v), _) => out.push_str(v),
             (None, Some(d)) => out.push_str(d),
-            (None, None) => return Err(unset_var_message(name)),
+            (None, None) => return Err(UnsetVar(name.to_string())),
         }
         rest = &rest[start + 2 + len + 1..];
     }
@@ -371,9 +376,9 @@ fn expand_quoted(settings: Settings, env: &HashMap<String, String>) -> Result<Se
     ) -> Result<bool, Violation> {
         match v {
             serde_json::Value::String(s) if s.contains("${") => {
-                let expanded = expand_vars(s, env).map_err(|message| Violation {
+                let expanded = expand_vars(s, env).map_err(|e| Violation {
                     key: path.join("."),
-                    message,
+                    message: e.to_string(),
                 })?;
                 let changed = expanded != *s;
                 *s = expanded;

@@ -2,23 +2,22 @@
 //! builds the parts; [`run`] starts the worker pool, the scheduler, the outbox sender and the
 //! API on a listener it is given, and drains them in order when its shutdown future completes.
 //!
-//! Owns: the start-up order, the data-dir lock (`lock`), the address file (`addr`), the
-//! shutdown sequence and its time bounds.
+//! Owns: the start-up order, the data-dir lock (`lock`), writing the address file (its format
+//! is the client's, `client::addr`), the shutdown sequence and its time bounds.
 //! Must not: parse arguments or print — the CLI does both; this reports through `tracing` and
 //! [`DaemonError`].
 
-mod addr;
 mod lock;
 mod run;
 
-pub use addr::{ADDR_FILE, AddrFile, AddrFileError, addr_path, read_addr};
+pub use crate::client::addr::{ADDR_FILE, AddrFile, AddrFileError, addr_path, read_addr};
 pub use lock::{LOCK_FILE, lock_data_dir};
 pub use run::run;
 
 use crate::app::{App, AppError, JobExecution};
 use crate::config::Config;
+use crate::http;
 use crate::scheduler::SchedulerError;
-use crate::server;
 use crate::store::StoreError;
 use std::path::PathBuf;
 use tokio::net::TcpListener;
@@ -89,7 +88,7 @@ impl From<AppError> for DaemonError {
 /// `DATA_DIR/daemon.addr`.
 pub async fn serve(config: Config) -> Result<(), DaemonError> {
     let s = &config.settings.server;
-    if s.token.is_empty() && !server::is_loopback_host(&s.host) {
+    if s.token.is_empty() && !http::is_loopback_host(&s.host) {
         return Err(DaemonError::PublicWithoutToken {
             host: s.host.clone(),
         });

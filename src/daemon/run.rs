@@ -6,7 +6,7 @@
 
 use super::{AddrFile, DaemonError};
 use crate::app::App;
-use crate::server::{self, ApiState};
+use crate::http::{self, ApiState};
 use crate::store::StoreError;
 use crate::store::{FailReason, Origin, TaskState};
 use std::future::Future;
@@ -207,9 +207,11 @@ impl Api {
     fn start(app: &App, listener: TcpListener) -> Api {
         let state = ApiState::new(app);
         let stop = CancellationToken::new();
-        let server = tokio::spawn(server::serve(
+        let limits = http::Limits::for_process(&state.config.settings.server);
+        let server = tokio::spawn(http::serve(
             listener,
             state,
+            limits,
             stop.clone().cancelled_owned(),
         ));
         Api { stop, server }

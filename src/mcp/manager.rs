@@ -167,6 +167,16 @@ impl McpManager {
     }
 }
 
+impl crate::tools::ToolSources for McpManager {
+    fn start(&self) {
+        McpManager::start(self)
+    }
+
+    fn stop(&self) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(McpManager::stop(self))
+    }
+}
+
 impl Inner {
     fn set(&self, server: &Server, change: impl FnOnce(&mut ServerStatus)) {
         {

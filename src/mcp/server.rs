@@ -10,7 +10,7 @@
 //! or hold business logic.
 
 use super::catalog::{self, MAX_LIST, Spec};
-use crate::cli::backend::Backend;
+use crate::client::{Backend, ClientError};
 use crate::scheduler::JobRequest;
 use crate::tools::{IdArgs, NoArgs, parse_args};
 use rmcp::model::{
@@ -82,7 +82,7 @@ impl Hermes {
     }
 
     /// Whether `args` fit the published schema of `name`: every violation, with its pointer.
-    fn check(&self, name: &str, args: &Value) -> Result<(), String> {
+    fn check(&self, name: &str, args: &Value) -> Result<(), CallError> {
         let Some((_, v)) = self.validators.iter().find(|(n, _)| *n == name) else {
             return Ok(());
         };
@@ -97,62 +97,59 @@ impl Hermes {
         if problems.is_empty() {
             Ok(())
         } else {
-            Err(format!("invalid arguments: {}", problems.join("; ")))
+            Err(CallError::Arguments(problems.join("; ")))
         }
     }
 
     /// Run one call; the result as a JSON object, or a message for the caller.
-    async fn dispatch(&self, name: &str, args: Value) -> Result<Value, String> {
+    async fn dispatch(&self, name: &str, args: Value) -> Result<Value, CallError> {
         self.check(name, &args)?;
         let b = self.backend.as_ref();
         let value = match name {
             "run_task" => {
                 let a: catalog::RunTask = parse(args)?;
-                let t = b
-                    .run_task(&a.task, a.profile.as_deref())
-                    .await
-                    .map_err(text)?;
+                let t = b.run_task(&a.task, a.profile.as_deref()).await?;
                 json!({"task_id": t.id, "state": t.state, "answer": t.answer,
                        "error": t.error, "reason": t.reason})
             }
             "list_tasks" => {
                 let a: catalog::ListTasks = parse(args)?;
                 let limit = a.limit.unwrap_or(20).clamp(1, MAX_LIST);
-                json!({"tasks": b.tasks(a.state, limit).await.map_err(text)?})
+                json!({"tasks": b.tasks(a.state, limit).await?})
             }
             "get_task" => {
                 let a: IdArgs = parse(args)?;
-                json!({"task": b.task(&a.id).await.map_err(text)?})
+                json!({"task": b.task(&a.id).await?})
             }
             "list_jobs" => {
                 let _: NoArgs = parse(args)?;
-                json!({"jobs": b.jobs().await.map_err(text)?})
+                json!({"jobs": b.jobs().await?})
             }
             "create_job" => {
                 let job: JobRequest = parse(args)?;
-                json!({"job": b.add_job(job).await.map_err(text)?})
+                json!({"job": b.add_job(job).await?})
             }
             "delete_job" => {
                 let a: IdArgs = parse(args)?;
-                b.remove_job(&a.id).await.map_err(text)?;
+                b.remove_job(&a.id).await?;
                 json!({"id": a.id, "deleted": true})
             }
             "remember" => {
                 let a: catalog::Remember = parse(args)?;
-                let r = b.remember(&a.text, &a.tags).await.map_err(text)?;
+                let r = b.remember(&a.text, &a.tags).await?;
                 json!({"id": r.id, "merged": r.merged})
             }
             "recall" => {
                 let a: catalog::Recall = parse(args)?;
                 let k = a.k.unwrap_or(5).clamp(1, MAX_LIST) as usize;
-                json!({"facts": b.recall(&a.query, k).await.map_err(text)?})
+                json!({"facts": b.recall(&a.query, k).await?})
             }
             "forget" => {
                 let a: IdArgs = parse(args)?;
-                b.forget(&a.id).await.map_err(text)?;
+                b.forget(&a.id).await?;
                 json!({"id": a.id, "forgotten": true})
             }
-            other => return Err(format!("unknown tool '{other}'")),
+            other => return Err(CallError::UnknownTool(other.to_string())),
         };
         Ok(value)
     }
@@ -202,7 +199,7 @@ impl ServerHandler for Hermes {
         let args = Value::Object(request.arguments.unwrap_or_default());
         let result = match self.dispatch(name, args).await {
             Ok(value) => CallToolResult::structured(value),
-            Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]),
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
         };
         Ok(result.into())
     }
@@ -216,11 +213,17 @@ fn as_tool(spec: &Spec) -> Tool {
     Tool::new(spec.name, spec.description, Arc::new(schema))
 }
 
-fn parse<A: DeserializeOwned>(args: Value) -> Result<A, String> {
-    parse_args(args).map_err(|e| e.to_string())
+fn parse<A: DeserializeOwned>(args: Value) -> Result<A, CallError> {
+    parse_args(args).map_err(|e| CallError::Arguments(e.to_string()))
 }
 
-/// A backend error with its causes, as the CLI would print it.
-fn text(e: anyhow::Error) -> String {
-    format!("{e:#}")
+/// Why a tool call failed, as its `isError` result says it.
+#[derive(Debug, thiserror::Error)]
+enum CallError {
+    #[error("invalid arguments: {0}")]
+    Arguments(String),
+    #[error("unknown tool '{0}'")]
+    UnknownTool(String),
+    #[error("{}", crate::util::error_chain(.0))]
+    Backend(#[from] ClientError),
 }

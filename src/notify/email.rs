@@ -117,15 +117,17 @@ impl EmailChannel {
     }
 
     /// Connect, negotiate TLS, authenticate and NOOP, without sending anything.
-    pub(crate) async fn check(&self) -> Result<String, String> {
+    pub(crate) async fn check(&self) -> Result<String, super::CheckError> {
         match self.transport.test_connection().await {
             Ok(true) => Ok(if self.has_credentials {
                 "connected, TLS as configured, login accepted".to_string()
             } else {
                 "connected (no login configured)".to_string()
             }),
-            Ok(false) => Err("connected, but the server did not answer NOOP".to_string()),
-            Err(e) => Err(classify(&e, &self.label).into_message()),
+            Ok(false) => Err(super::CheckError::NoNoop),
+            Err(e) => Err(super::CheckError::Refused(
+                classify(&e, &self.label).into_message(),
+            )),
         }
     }
 }

@@ -232,10 +232,7 @@ impl Notifier {
             let target = format!("smtp {}", email.label());
             let verdict = match tokio::time::timeout(SMTP_CHECK_TIMEOUT, email.check()).await {
                 Ok(v) => v,
-                Err(_) => Err(format!(
-                    "no answer within {} s",
-                    SMTP_CHECK_TIMEOUT.as_secs()
-                )),
+                Err(_) => Err(CheckError::Timeout(SMTP_CHECK_TIMEOUT.as_secs())),
             };
             Some(to_check(target, verdict))
         };
@@ -250,17 +247,34 @@ impl Notifier {
     }
 }
 
-fn to_check(target: String, verdict: Result<String, String>) -> CheckResult {
+/// Why doctor's check of a channel failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CheckError {
+    /// The SMTP server took the connection but not the NOOP.
+    #[error("connected, but the server did not answer NOOP")]
+    NoNoop,
+    /// No answer within the check's bound.
+    #[error("no answer within {0} s")]
+    Timeout(u64),
+    /// The connection, TLS or login failed; the words say which and what to change.
+    #[error("{0}")]
+    Refused(String),
+    /// The address could not be reached at all.
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+}
+
+fn to_check(target: String, verdict: Result<String, CheckError>) -> CheckResult {
     match verdict {
         Ok(detail) => CheckResult {
             target,
             ok: true,
             detail,
         },
-        Err(detail) => CheckResult {
+        Err(e) => CheckResult {
             target,
             ok: false,
-            detail,
+            detail: e.to_string(),
         },
     }
 }

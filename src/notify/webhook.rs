@@ -143,7 +143,7 @@ impl WebhookChannel {
     }
 
     /// Reachable = any HTTP answer to a HEAD within a short timeout.
-    pub(crate) async fn check(&self) -> Result<String, String> {
+    pub(crate) async fn check(&self) -> Result<String, super::CheckError> {
         match self
             .client
             .head(self.url.clone())
@@ -152,7 +152,7 @@ impl WebhookChannel {
             .await
         {
             Ok(r) => Ok(format!("reachable (HEAD answered HTTP {})", r.status())),
-            Err(e) => Err(format!("unreachable: {}", describe(e))),
+            Err(e) => Err(super::CheckError::Unreachable(describe(e))),
         }
     }
 }

@@ -163,45 +163,30 @@ impl Clock for SystemClock {
 /// A new job, the one shape for every way in: the model's `schedule_task` arguments, the
 /// API's `POST /v1/jobs` body and `hermes-agent jobs add`'s flags. [`Scheduler::add`] checks
 /// it; nothing in front of it does the same checks again.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, clap::Args)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct JobRequest {
     /// What to do at each firing: a self-contained task (a fresh task runs it each time).
     pub task: String,
     /// 5-field cron ("0 8 * * *"), an interval ("every 2h") or a one-shot ("in 30m", ISO 8601).
-    #[arg(long)]
     pub schedule: String,
     /// A short name, used in notice titles (default: the start of the task).
     #[serde(default)]
-    #[arg(long)]
     pub name: Option<String>,
     /// IANA time zone (default: scheduler.timezone).
     #[serde(default)]
-    #[arg(long)]
     pub timezone: Option<String>,
     /// Channel to deliver the answer to ("email" or a webhook name); repeatable.
     #[serde(default)]
-    #[arg(long)]
     pub notify: Vec<String>,
     /// Model profile for the runs (default: model.default_profile).
     #[serde(default)]
-    #[arg(long)]
     pub profile: Option<String>,
     /// A tool call run before each firing, without the model, as JSON:
     /// '{"tool": "watch_page", "arguments": {"url": "https://…"}}'. When it reports
     /// `"changed": false` the run is skipped and no tokens are spent.
     #[serde(default)]
-    #[arg(long, value_name = "JSON", value_parser = parse_precheck)]
     pub precheck: Option<Value>,
-}
-
-/// `--precheck` as JSON; its shape is checked by [`Scheduler::add`] like any other way in.
-fn parse_precheck(text: &str) -> Result<Value, String> {
-    serde_json::from_str(text).map_err(|e| {
-        format!(
-            "not valid JSON ({e}); example: '{{\"tool\": \"watch_page\", \"arguments\": {{\"url\": \"https://example.org\"}}}}'"
-        )
-    })
 }
 
 /// A job as the API, the CLI and the model see it (the contract's job object): the stored job
@@ -268,42 +253,6 @@ impl From<StoreError> for SchedulerError {
         match e {
             StoreError::NotFound { what: "job", id } => SchedulerError::NotFound(id),
             other => SchedulerError::Store(other),
-        }
-    }
-}
-
-impl SchedulerError {
-    /// The HTTP status this error deserves: 400 for a request to fix, 403 for nesting, 404,
-    /// 409 for a busy job, 500 for the rest.
-    pub fn http_status(&self) -> u16 {
-        match self {
-            SchedulerError::Schedule(_)
-            | SchedulerError::Invalid(_)
-            | SchedulerError::TooManyJobs { .. }
-            | SchedulerError::UnknownChannel { .. } => 400,
-            SchedulerError::TaskTooLong { .. } => 413,
-            SchedulerError::NestedNotAllowed => 403,
-            SchedulerError::NotFound(_) => 404,
-            SchedulerError::Busy { .. } => 409,
-            SchedulerError::Runner(_)
-            | SchedulerError::NotStarted(_)
-            | SchedulerError::Store(_) => 500,
-        }
-    }
-
-    /// A stable machine-readable code for `{"error": {"code", ...}}`.
-    pub fn code(&self) -> &'static str {
-        match self {
-            SchedulerError::Schedule(_) => "invalid_schedule",
-            SchedulerError::Invalid(_) => "invalid_request",
-            SchedulerError::TaskTooLong { .. } => "too_large",
-            SchedulerError::TooManyJobs { .. } => "too_many_jobs",
-            SchedulerError::UnknownChannel { .. } => "unknown_channel",
-            SchedulerError::NestedNotAllowed => "nested_job",
-            SchedulerError::NotFound(_) => "not_found",
-            SchedulerError::Busy { .. } => "busy",
-            SchedulerError::Runner(_) | SchedulerError::NotStarted(_) => "runner",
-            SchedulerError::Store(_) => "internal",
         }
     }
 }
@@ -534,9 +483,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn errors_map_to_statuses() {
-        assert_eq!(SchedulerError::NotFound("j".into()).http_status(), 404);
-        assert_eq!(SchedulerError::TooManyJobs { max: 1 }.http_status(), 400);
+    fn unknown_channels_say_how_to_configure_one() {
         let e = SchedulerError::UnknownChannel {
             channel: "sms".into(),
             known: vec![],

@@ -261,4 +261,4 @@ pub mod shape;
 mod starting;
 
 pub use registry::{Registry, RegistryBuilder, RegistryError, ToolOutcome};
-pub use starting::{SOURCE_START_WAIT, SourceStart, Starting};
+pub use starting::{SOURCE_START_WAIT, SourceStart, Starting, ToolSources};

@@ -8,6 +8,7 @@
 //! Must not: know what a source is (the MCP manager says when one starts and when it is up) or
 //! hold a name past its first start (a restart makes no one wait).
 
+use futures::future::BoxFuture;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +18,17 @@ use tokio::sync::watch;
 /// enough for a local MCP server (about a second here), short enough that a slow one (a first
 /// `uvx` download) does not hold the task; its tools join from the next step on.
 pub const SOURCE_START_WAIT: Duration = Duration::from_secs(5);
+
+/// Tool sources started and stopped as one (the MCP servers of the config): the handle of code
+/// that runs tasks in its own process (the client's data-dir side) without knowing what the
+/// sources are.
+pub trait ToolSources: Send + Sync {
+    /// Start every source in the background; later calls do nothing. A task's first model
+    /// call waits (bounded) for those still starting.
+    fn start(&self);
+    /// Stop every source this process started.
+    fn stop(&self) -> BoxFuture<'_, ()>;
+}
 
 /// The names of the sources still on their first start; a cheap clone.
 #[derive(Clone, Default)]

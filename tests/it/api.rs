@@ -9,8 +9,8 @@ use crate::common::{TestApp, echo_model, error_of};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
+use hermes_agent::http::{ApiState, BODY_LIMIT, router};
 use hermes_agent::llm::scripted::ScriptedModel;
-use hermes_agent::server::{ApiState, BODY_LIMIT, router};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -515,9 +515,11 @@ async fn a_huge_url_gets_a_json_error_on_a_real_socket() {
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let state = ApiState::new(&a.t.app);
-    tokio::spawn(hermes_agent::server::serve(
+    let limits = hermes_agent::http::Limits::for_process(&a.t.app.config.settings.server);
+    tokio::spawn(hermes_agent::http::serve(
         listener,
         state,
+        limits,
         std::future::pending(),
     ));
 

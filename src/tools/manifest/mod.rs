@@ -233,7 +233,7 @@ mod tests {
             Ok("{{a}} ${ not a var } $5")
         );
         let e = crate::config::expand_vars("${MISSING}", &env).unwrap_err();
-        assert!(e.contains("MISSING is not set"), "{e}");
+        assert!(e.to_string().contains("MISSING is not set"), "{e}");
     }
 
     #[test]

@@ -203,7 +203,8 @@ fn command(
     let field = "command.argv";
     let mut argv = Vec::with_capacity(c.argv.value.len());
     for a in &c.argv.value {
-        let a = crate::config::expand_vars(a, env).map_err(|m| site.invalid(line, field, m))?;
+        let a = crate::config::expand_vars(a, env)
+            .map_err(|e| site.invalid(line, field, e.to_string()))?;
         argv.push(Template::parse(&a));
     }
     let Some(program) = argv.first() else {
@@ -257,7 +258,7 @@ fn http(
     };
     let url_line = h.url.referenced.line();
     let url = crate::config::expand_vars(&h.url.value, env)
-        .map_err(|m| site.invalid(url_line, "http.url", m))?;
+        .map_err(|e| site.invalid(url_line, "http.url", e.to_string()))?;
     let url = Template::parse(&url);
     check_placeholders(&url, url_line, "http.url", properties, site)?;
     check_url(&url).map_err(|m| site.invalid(url_line, "http.url", m))?;
@@ -296,8 +297,8 @@ fn headers(
     for (k, v) in raw {
         let field = format!("http.headers.{k}");
         let line = v.referenced.line();
-        let v =
-            crate::config::expand_vars(&v.value, env).map_err(|m| site.invalid(line, &field, m))?;
+        let v = crate::config::expand_vars(&v.value, env)
+            .map_err(|e| site.invalid(line, &field, e.to_string()))?;
         let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
             .map_err(|e| site.invalid(line, &field, format!("not a valid header name: {e}")))?;
         let mut value = reqwest::header::HeaderValue::from_str(&v)

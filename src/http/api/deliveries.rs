@@ -1,8 +1,8 @@
 //! The outbox over HTTP: `GET /v1/deliveries?state=&limit=` (newest first) and
 //! `POST /v1/deliveries/{id}/retry` (a pending or failed notice due now; the sender is woken).
 
-use super::extract::{Id, Query, bounded};
-use super::{ApiError, ApiState};
+use crate::http::extract::{Id, Query, bounded};
+use crate::http::{ApiError, ApiState};
 use crate::store::{NoticeFilter, NoticeState};
 use axum::Json;
 use axum::extract::State;

@@ -7,14 +7,14 @@
 
 use super::guard::{CsrfForm, PageQuery, see_other};
 use super::layout::{
-    Ctx, PageError, PageResult, badge, long_text, markdown, render, when, when_opt,
+    Ctx, PageError, PageResult, Shown, badge, long_text, markdown, render, when, when_opt,
 };
 use super::overview::task_table;
 use super::timeline::timeline;
 use crate::agent::Submit;
-use crate::server::extract::Id;
-use crate::server::{ApiError, ApiState};
-use crate::store::{NoticeState, Origin, TaskSearch, TaskState};
+use crate::http::extract::Id;
+use crate::http::{ApiError, ApiState};
+use crate::store::{Origin, TaskSearch, TaskState};
 use axum::extract::State;
 use axum::response::IntoResponse;
 use maud::{Markup, html};
@@ -178,7 +178,7 @@ pub async fn show(ctx: Ctx, Id(id): Id) -> PageResult {
     let body = html! {
         div.task-text { (long_text(&t.task, "task")) }
         dl.facts {
-            dt { "State" } dd #task-state { (badge(t.state.as_str())) @if let Some(r) = t.reason { " " span.muted { (r) } } }
+            dt { "State" } dd #task-state { (badge(Shown::Task(t.state))) @if let Some(r) = t.reason { " " span.muted { (r) } } }
             dt { "Origin" } dd { (t.origin) }
             dt { "Profile" } dd { (t.profile) }
             @if let Some(j) = &t.job_id { dt { "Job" } dd { a href={"/jobs/" (j)} { (j) } } }
@@ -211,25 +211,17 @@ pub async fn show(ctx: Ctx, Id(id): Id) -> PageResult {
                 h2 #h-notices { "Deliveries" }
                 ul.notices { @for n in &record.notices {
                     li {
-                        (badge(notice_word(n.state))) " "
+                        (badge(Shown::Notice(n.state))) " "
                         b { (n.queued.channel) } " · " (n.queued.title)
                         " · " (n.attempts) " attempt(s)"
                         @if let Some(e) = &n.last_error { " — " span.error-text { (e) } }
-                        " " a href={"/deliveries?state=" (notice_word(n.state))} { "outbox" }
+                        " " a href={"/deliveries?state=" (n.state.as_str())} { "outbox" }
                     }
                 } }
             }
         }
     };
     Ok(render(&ctx, &format!("Task {}", t.id), body).into_response())
-}
-
-pub fn notice_word(s: NoticeState) -> &'static str {
-    match s {
-        NoticeState::Pending => "pending",
-        NoticeState::Sent => "sent",
-        NoticeState::Failed => "failed",
-    }
 }
 
 pub async fn cancel(State(s): State<ApiState>, Id(id): Id, CsrfForm(_): CsrfForm) -> PageResult {

@@ -7,9 +7,9 @@
 //! empty; MCP `env` and `headers` values are hidden; webhook and MCP URLs keep only their
 //! origin (a webhook's path is often its secret); other URLs lose their query and userinfo.
 
-use super::layout::{Ctx, PageResult, badge, render};
-use crate::doctor::{self, Verdict};
-use crate::server::ApiState;
+use super::layout::{Ctx, PageResult, Shown, badge, render};
+use crate::doctor;
+use crate::http::ApiState;
 use axum::extract::State;
 use axum::response::IntoResponse;
 use maud::{Markup, html};
@@ -69,7 +69,7 @@ pub async fn checks(State(s): State<ApiState>) -> Markup {
         ul.checks {
             @for c in &checks {
                 li {
-                    (badge(match c.verdict { Verdict::Ok => "ok", Verdict::Warn => "warn", Verdict::Fail => "fail" }))
+                    (badge(Shown::Check(c.verdict)))
                     " " b { (c.what) } " " span { (c.detail) }
                 }
             }

@@ -12,7 +12,7 @@ pub struct ApiError {
     pub code: &'static str,
     pub message: String,
     /// Set when the database could not be written; the router then names the file in the
-    /// message and health reports it (see `server::note_storage_faults`).
+    /// message and health reports it (see `http::note_storage_faults`).
     pub storage: Option<crate::store::StorageFault>,
 }
 
@@ -153,16 +153,28 @@ impl From<axum::extract::rejection::JsonRejection> for ApiError {
     }
 }
 
+/// A scheduler error's status and code: 400 for a request to fix, 413 for a task too long,
+/// 403 for nesting, 404, 409 for a busy job; a failure inside is a 500 whose details are
+/// logged, not sent.
 impl From<crate::scheduler::SchedulerError> for ApiError {
     fn from(e: crate::scheduler::SchedulerError) -> ApiError {
-        use crate::scheduler::SchedulerError;
-        if let SchedulerError::Store(s) = e {
-            return s.into();
-        }
-        let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
-        if status.is_server_error() {
-            return ApiError::internal(e);
-        }
-        ApiError::new(status, e.code(), e.to_string())
+        use crate::scheduler::{RunnerError, SchedulerError as E};
+        // A storage fault is one whatever part met it (503 with what to do).
+        let e = match e {
+            E::Store(s) | E::Runner(RunnerError::Store(s)) => return s.into(),
+            other => other,
+        };
+        let (status, code) = match &e {
+            E::Schedule(_) => (StatusCode::BAD_REQUEST, "invalid_schedule"),
+            E::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+            E::TooManyJobs { .. } => (StatusCode::BAD_REQUEST, "too_many_jobs"),
+            E::UnknownChannel { .. } => (StatusCode::BAD_REQUEST, "unknown_channel"),
+            E::TaskTooLong { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+            E::NestedNotAllowed => (StatusCode::FORBIDDEN, "nested_job"),
+            E::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            E::Busy { .. } => (StatusCode::CONFLICT, "busy"),
+            E::Runner(_) | E::NotStarted(_) | E::Store(_) => return ApiError::internal(e),
+        };
+        ApiError::new(status, code, e.to_string())
     }
 }

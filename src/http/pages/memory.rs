@@ -6,9 +6,9 @@
 use super::flash::{Flash, flash};
 use super::guard::{Back, CsrfForm, PageQuery, encode, see_other};
 use super::layout::{Ctx, PageError, PageResult, render, when};
+use crate::http::extract::Id;
+use crate::http::{ApiError, ApiState};
 use crate::memory::LongTerm;
-use crate::server::extract::Id;
-use crate::server::{ApiError, ApiState};
 use crate::store::Fact;
 use axum::extract::State;
 use axum::response::IntoResponse;

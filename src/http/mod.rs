@@ -1,28 +1,31 @@
-//! The HTTP API (axum): request validation, authentication, and mapping to the agent, the
-//! scheduler and memory. The endpoints and their shapes are the contract listed in README.md.
+//! HTTP: the JSON API (`api`) and the dashboard's pages (`pages`) side by side on one router,
+//! one state ([`ApiState`]), one error type ([`ApiError`]) and the same extractors; the router
+//! is assembled in one place ([`router`]). The API's endpoints and shapes are the contract
+//! listed in README.md; the pages are server-rendered (maud) with everything compiled in.
 //!
-//! Owns: routes (the dashboard's pages are merged in from `crate::web`, on the same router
-//! and behind the same checks), the Host, same-origin and token/session checks (`guard`,
-//! `session`), the lockout after repeated wrong tokens (`throttle`), body limits, JSON errors —
-//! for every request, including a path that does not parse (`extract`) and what hyper refuses
-//! before routing (`wire`) — the connections themselves, their cap and timeouts (`conn`), and
-//! the live event stream of a task (`events`).
-//! Must not: hold business logic — every handler is a thin call into a part.
+//! Owns: the routes; the Host, same-origin and token/session checks (`guard`, `session`); the
+//! lockout after repeated wrong tokens (`throttle`); body limits; JSON errors for every
+//! request — a path that does not parse (`extract`), no route at all (`fallback`), what hyper
+//! refuses before routing (`wire`); the security headers of every response (`headers`); the
+//! connections themselves, their cap and timeouts (`conn`); the HTTP status of every error
+//! a part can return (`error`).
+//! Must not: hold business logic — every handler is a thin call into a part — or be reached
+//! from below: no part imports this module.
 
+mod api;
 mod conn;
 mod error;
-mod events;
 pub(crate) mod extract;
+mod fallback;
 mod framing;
 mod guard;
-mod handlers;
-mod jobs;
-pub(crate) mod outbox;
+mod headers;
+mod pages;
 pub mod session;
 pub mod throttle;
 mod wire;
 
-pub use conn::Limits;
+pub use conn::{Limits, serve};
 pub use error::ApiError;
 pub use guard::token_matches;
 pub use session::{Session, Sessions};
@@ -36,13 +39,14 @@ use crate::scheduler::Scheduler;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
-use axum::routing::{get, post};
-use std::future::Future;
+use axum::routing::{delete, get, post};
 use std::sync::Arc;
-use tokio::net::TcpListener;
 
 /// Largest request body accepted (a task text is capped well below this).
 pub const BODY_LIMIT: usize = 64 * 1024;
+
+/// What a handler returns: a response, or an error that becomes a JSON (or page) answer.
+pub(crate) type ApiResult<T = axum::response::Response> = Result<T, ApiError>;
 
 /// What the handlers reach: cheap-to-clone handles of the parts.
 #[derive(Clone)]
@@ -87,47 +91,68 @@ impl ApiState {
     }
 }
 
+/// The whole router, assembled here: the API and the dashboard's pages side by side on one
+/// state, behind the same outer checks.
 pub fn router(state: ApiState) -> Router {
+    use api::{deliveries, events, health, jobs, memory, tasks};
     let api = Router::new()
-        .route(
-            "/v1/tasks",
-            post(handlers::create_task).get(handlers::list_tasks),
-        )
-        .route("/v1/tasks/{id}", get(handlers::get_task))
+        .route("/v1/tasks", post(tasks::create_task).get(tasks::list_tasks))
+        .route("/v1/tasks/{id}", get(tasks::get_task))
         .route("/v1/tasks/{id}/events", get(events::task_events))
-        .route("/v1/tasks/{id}/cancel", post(handlers::cancel_task))
-        .route(
-            "/v1/jobs",
-            get(handlers::list_jobs).post(handlers::create_job),
-        )
-        .route("/v1/jobs/{id}", axum::routing::delete(handlers::delete_job))
-        .route("/v1/jobs/{id}/run", post(handlers::run_job))
-        .route("/v1/jobs/{id}/runs", get(handlers::job_runs))
+        .route("/v1/tasks/{id}/cancel", post(tasks::cancel_task))
+        .route("/v1/jobs", get(jobs::list_jobs).post(jobs::create_job))
+        .route("/v1/jobs/{id}", delete(jobs::delete_job))
+        .route("/v1/jobs/{id}/run", post(jobs::run_job))
+        .route("/v1/jobs/{id}/runs", get(jobs::job_runs))
         .route("/v1/jobs/{id}/pause", post(jobs::pause_job))
         .route("/v1/jobs/{id}/resume", post(jobs::resume_job))
         .route("/v1/schedule", get(jobs::preview_schedule))
-        .route("/v1/deliveries", get(outbox::list_deliveries))
-        .route("/v1/deliveries/{id}/retry", post(outbox::retry_delivery))
+        .route("/v1/deliveries", get(deliveries::list_deliveries))
+        .route(
+            "/v1/deliveries/{id}/retry",
+            post(deliveries::retry_delivery),
+        )
         .route(
             "/v1/memory",
-            get(handlers::search_memory).post(handlers::add_memory),
+            get(memory::search_memory).post(memory::add_memory),
         )
-        .route(
-            "/v1/memory/{id}",
-            axum::routing::delete(handlers::forget_memory),
-        )
-        .route("/v1/mcp", get(handlers::mcp_servers))
+        .route("/v1/memory/{id}", delete(memory::forget_memory))
+        .route("/v1/mcp", get(health::mcp_servers))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             guard::require_token,
         ));
+    let dashboard = {
+        use pages::{deliveries, guard, jobs, login, memory, overview, settings, tasks};
+        Router::new()
+            .route("/", get(overview::page))
+            .route("/tasks", get(tasks::list).post(tasks::start))
+            .route("/tasks/{id}", get(tasks::show))
+            .route("/tasks/{id}/cancel", post(tasks::cancel))
+            .route("/jobs", get(jobs::list).post(jobs::create))
+            .route("/jobs/{id}", get(jobs::show))
+            .route("/jobs/{id}/{action}", post(jobs::act))
+            .route("/deliveries", get(deliveries::list))
+            .route("/deliveries/{id}/retry", post(deliveries::retry))
+            .route("/memory", get(memory::page).post(memory::add))
+            .route("/memory/{id}/forget", post(memory::forget))
+            .route("/settings", get(settings::page))
+            .route("/settings/checks", get(settings::checks))
+            .route("/logout", post(login::logout))
+            .route_layer(middleware::from_fn_with_state(
+                state.clone(),
+                guard::require_session,
+            ))
+    };
     Router::new()
-        .route("/healthz", get(handlers::health))
+        .route("/healthz", get(health::health))
+        .route("/login", get(pages::login::page).post(pages::login::submit))
+        .route("/assets/{name}", get(pages::assets::serve))
         .merge(api)
-        .merge(crate::web::routes(state.clone()))
+        .merge(dashboard)
         // After the routes: it is set on each route present, and keeps axum's `Allow` header.
-        .method_not_allowed_fallback(handlers::method_not_allowed)
-        .fallback(handlers::not_found)
+        .method_not_allowed_fallback(fallback::method_not_allowed)
+        .fallback(fallback::not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -137,50 +162,13 @@ pub fn router(state: ApiState) -> Router {
             state.clone(),
             guard::require_same_origin,
         ))
-        .layer(middleware::from_fn(crate::web::security_headers))
+        .layer(middleware::from_fn(headers::security_headers))
         // Outermost: a request for a foreign host is refused before anything else runs.
         .layer(middleware::from_fn_with_state(
             state.clone(),
             guard::require_known_host,
         ))
         .with_state(state)
-}
-
-/// Serve the API on `listener` within the limits of `server.*` (the connection cap bounded by
-/// this process's open-file limit) until `shutdown` completes; in-flight requests finish first.
-pub async fn serve(
-    listener: TcpListener,
-    state: ApiState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let s = &state.config.settings.server;
-    let files = conn::open_file_limit();
-    let limits = Limits::from_settings(s, files);
-    let files_text = files.map_or("unlimited".to_string(), |f| f.to_string());
-    if s.max_connections > limits.max_connections as u64 {
-        tracing::warn!(
-            "server.max_connections is {} but the open-file limit is {files_text}: at most {} connections (raise the limit, e.g. LimitNOFILE= in the systemd unit)",
-            s.max_connections,
-            limits.max_connections
-        );
-    }
-    tracing::info!(
-        "HTTP: at most {} connections at once (open-file limit {files_text}), header timeout {} s, idle timeout {} s",
-        limits.max_connections,
-        s.header_timeout_s,
-        s.idle_timeout_s
-    );
-    serve_with(listener, state, limits, shutdown).await
-}
-
-/// [`serve`] with explicit limits (tests use short timeouts).
-pub async fn serve_with(
-    listener: TcpListener,
-    state: ApiState,
-    limits: Limits,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    conn::serve(listener, router(state), limits, shutdown).await
 }
 
 /// A request that failed for want of storage: name the database file in the answer (errors

@@ -7,9 +7,9 @@
 //! Owns: the wire format only. Following (store reads, announcements, the poll) is
 //! `Agent::follow`'s.
 
-use super::extract::Id;
-use super::{ApiError, ApiState};
 use crate::agent::Followed;
+use crate::http::extract::Id;
+use crate::http::{ApiError, ApiState};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};

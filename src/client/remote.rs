@@ -4,11 +4,10 @@
 //! bearer token, and turning API answers into typed values and API errors into messages.
 //! Must not: fall back to the data dir — `connect` decides that, before any call.
 
-use super::{Backend, Fired, FoundFact, OnStep, Remembered, Reply};
+use super::{Backend, ClientError, Fired, FoundFact, OnStep, Remembered, Reply};
 use crate::config::Config;
 use crate::scheduler::{JobRequest, JobView};
 use crate::store::{Task, TaskRecord, TaskState};
-use anyhow::Context;
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -55,10 +54,9 @@ impl Remote {
         None
     }
 
-    /// Each MCP server's status as the daemon sees it.
-    pub async fn mcp_servers(&self) -> anyhow::Result<Vec<crate::mcp::ServerStatus>> {
-        let v = self.call(Method::GET, "/v1/mcp", None).await?;
-        Ok(serde_json::from_value(v["servers"].clone())?)
+    /// `GET path` of the API, read as `T` (what the trait does not cover, e.g. `/v1/mcp`).
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        self.typed(Method::GET, path, None).await
     }
 
     pub fn base(&self) -> &str {
@@ -66,7 +64,12 @@ impl Remote {
     }
 
     /// Call the API; a JSON error body becomes an error carrying its message.
-    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, ClientError> {
         let req = self.http.request(method, format!("{}{path}", self.base));
         self.send(req, body).await
     }
@@ -76,17 +79,14 @@ impl Remote {
         &self,
         mut req: reqwest::RequestBuilder,
         body: Option<Value>,
-    ) -> anyhow::Result<Value> {
+    ) -> Result<Value, ClientError> {
         if !self.token.is_empty() {
             req = req.bearer_auth(&self.token);
         }
         if let Some(b) = body {
             req = req.json(&b);
         }
-        let resp = req
-            .send()
-            .await
-            .with_context(|| format!("the daemon at {} stopped answering", self.base))?;
+        let resp = req.send().await.map_err(|e| self.unreachable(e))?;
         let status = resp.status();
         let value: Value = if status == StatusCode::NO_CONTENT {
             Value::Null
@@ -96,17 +96,22 @@ impl Remote {
         if status.is_success() {
             return Ok(value);
         }
-        let message = value
-            .pointer("/error/message")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .unwrap_or_else(|| format!("the daemon answered {status}"));
-        if status == StatusCode::UNAUTHORIZED {
-            anyhow::bail!(
-                "{message} (the daemon requires server.token; set it in this config too)"
-            );
+        Err(refused(status, &value))
+    }
+
+    fn unreachable(&self, source: reqwest::Error) -> ClientError {
+        ClientError::Unreachable {
+            base: self.base.clone(),
+            source,
         }
-        anyhow::bail!("{message}")
+    }
+
+    fn garbled(&self, what: &str, e: serde_json::Error) -> ClientError {
+        ClientError::Garbled {
+            base: self.base.clone(),
+            what: what.to_string(),
+            detail: e.to_string(),
+        }
     }
 
     /// Call the API and read the answer as `T`.
@@ -115,52 +120,59 @@ impl Remote {
         method: Method,
         path: &str,
         body: Option<Value>,
-    ) -> anyhow::Result<T> {
+    ) -> Result<T, ClientError> {
         let value = self.call(method, path, body).await?;
-        serde_json::from_value(value).with_context(|| {
-            format!(
-                "the daemon at {} answered {path} in an unexpected shape; is it the same version as this command?",
-                self.base
-            )
-        })
+        serde_json::from_value(value).map_err(|e| self.garbled(path, e))
     }
 }
 
 impl Remote {
     /// `GET /v1/tasks/{id}/events`, read as it streams: a `step` event per trace row, then
     /// `state`, after which the task is fetched as it ended.
-    async fn follow_events(&self, id: &str, on_step: &OnStep) -> anyhow::Result<Task> {
+    async fn follow_events(&self, id: &str, on_step: &OnStep) -> Result<Task, ClientError> {
         let url = format!("{}/v1/tasks/{}/events", self.base, seg(id));
         let mut req = self.http.get(url).timeout(self.task_wait);
         if !self.token.is_empty() {
             req = req.bearer_auth(&self.token);
         }
-        let mut resp = req
-            .send()
-            .await
-            .with_context(|| format!("the daemon at {} stopped answering", self.base))?;
-        if !resp.status().is_success() {
+        let mut resp = req.send().await.map_err(|e| self.unreachable(e))?;
+        let status = resp.status();
+        if !status.is_success() {
             let v: Value = resp.json().await.unwrap_or(Value::Null);
-            let message = v.pointer("/error/message").and_then(Value::as_str);
-            anyhow::bail!(
-                "{}",
-                message.unwrap_or("the daemon refused the event stream")
-            );
+            return Err(refused(status, &v));
         }
         let mut buffer = String::new();
-        while let Some(chunk) = resp.chunk().await.context("the event stream broke off")? {
+        while let Some(chunk) = resp.chunk().await.map_err(|e| self.unreachable(e))? {
             buffer.push_str(&String::from_utf8_lossy(&chunk));
             while let Some(end) = buffer.find("\n\n") {
                 let block: String = buffer.drain(..end + 2).collect();
                 let (event, data) = sse_fields(&block);
                 match event {
-                    "step" => on_step(&serde_json::from_str(&data)?),
+                    "step" => on_step(
+                        &serde_json::from_str(&data).map_err(|e| self.garbled("a step", e))?,
+                    ),
                     "state" => return Ok(self.task(id).await?.task),
                     _ => {}
                 }
             }
         }
-        anyhow::bail!("the daemon closed the event stream of task {id} before the task ended")
+        Err(ClientError::Broken(format!(
+            "the daemon closed the event stream of task {id} before the task ended"
+        )))
+    }
+}
+
+/// The daemon's JSON error (`{"error": {"code", "message"}}`) as a [`ClientError`].
+fn refused(status: StatusCode, body: &Value) -> ClientError {
+    let field = |name: &str| {
+        body.pointer(&format!("/error/{name}"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    ClientError::Refused {
+        status: status.as_u16(),
+        code: field("code").unwrap_or_default(),
+        message: field("message").unwrap_or_else(|| format!("the daemon answered {status}")),
     }
 }
 
@@ -223,7 +235,7 @@ impl Backend for Remote {
 
     fn add_job(&self, job: JobRequest) -> Reply<'_, JobView> {
         Box::pin(async move {
-            let body = serde_json::to_value(job)?;
+            let body = serde_json::to_value(job).map_err(|e| self.garbled("a job", e))?;
             self.typed(Method::POST, "/v1/jobs", Some(body)).await
         })
     }
@@ -284,12 +296,7 @@ impl Backend for Remote {
                 .post(format!("{}/v1/tasks", self.base))
                 .timeout(self.task_wait);
             let value = self.send(req, Some(body)).await?;
-            serde_json::from_value(value).with_context(|| {
-                format!(
-                    "the daemon at {} answered a task in an unexpected shape",
-                    self.base
-                )
-            })
+            serde_json::from_value(value).map_err(|e| self.garbled("a task", e))
         })
     }
 }
@@ -309,7 +316,7 @@ fn candidates(config: &Config) -> Vec<String> {
         };
         bases.push(format!("http://{host}:{}", s.port));
     }
-    match crate::daemon::read_addr(&config.data_dir) {
+    match super::addr::read_addr(&config.data_dir) {
         Ok(Some(addr)) => {
             let base = format!("http://{}", reachable(addr));
             if !bases.contains(&base) {
@@ -389,7 +396,7 @@ mod tests {
         let c = config("0.0.0.0", 8765, dir.path());
         assert_eq!(candidates(&c), ["http://127.0.0.1:8765"]);
         let addr: SocketAddr = "0.0.0.0:41234".parse().expect("an address");
-        let _file = crate::daemon::AddrFile::write(dir.path(), addr).expect("written");
+        let _file = crate::client::addr::AddrFile::write(dir.path(), addr).expect("written");
         assert_eq!(
             candidates(&c),
             ["http://127.0.0.1:8765", "http://127.0.0.1:41234"]
@@ -399,8 +406,9 @@ mod tests {
         assert_eq!(candidates(&c), ["http://127.0.0.1:41234"]);
         // The same address twice is probed once.
         let c = config("::1", 41234, dir.path());
-        let _file = crate::daemon::AddrFile::write(dir.path(), "[::1]:41234".parse().expect("v6"))
-            .expect("written");
+        let _file =
+            crate::client::addr::AddrFile::write(dir.path(), "[::1]:41234".parse().expect("v6"))
+                .expect("written");
         assert_eq!(candidates(&c), ["http://[::1]:41234"]);
     }
 

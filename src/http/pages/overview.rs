@@ -3,10 +3,10 @@
 //!
 //! Must not: change anything; every figure is read from the store (or the agent) per request.
 
-use super::layout::{Ctx, PageResult, badge, firing, render, short, when, when_opt, word};
+use super::layout::{Ctx, PageResult, Shown, badge, firing, render, short, when, when_opt};
+use crate::http::ApiState;
 use crate::scheduler::JobView;
 use crate::scheduler::{describe_job, upcoming};
-use crate::server::ApiState;
 use crate::store::{Backlog, JobRun, Task, TaskFilter, TaskState, Tokens};
 use axum::response::IntoResponse;
 use chrono::DateTime;
@@ -84,7 +84,7 @@ pub fn task_table(ctx: &Ctx, tasks: &[Task], empty: &str) -> Markup {
                     tr {
                         td data-label="Task" { a href={"/tasks/" (t.id)} { (short(&t.task, 90)) } }
                         td data-label="State" {
-                            (badge(t.state.as_str()))
+                            (badge(Shown::Task(t.state)))
                             @if let Some(r) = t.reason { " " span.muted { (r) } }
                         }
                         td data-label="Origin" { (t.origin) }
@@ -157,7 +157,7 @@ fn run_failures_table(run_failures: &[JobRun], tz: Tz) -> Markup {
                     tr {
                         td data-label="When" { (when(r.fired_at, tz)) }
                         td data-label="Job" { a href={"/jobs/" (r.job_id)} { (r.job_id) } }
-                        td data-label="Outcome" { (badge(&word(&r.outcome))) }
+                        td data-label="Outcome" { (badge(Shown::Run(r.outcome))) }
                         td data-label="Why" { (r.reason.as_deref().unwrap_or("")) }
                     }
                 } }

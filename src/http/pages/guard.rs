@@ -7,8 +7,8 @@
 //! it and [`PageQuery`] answer what they cannot read with an error page.
 
 use super::layout::error_page;
-use crate::server::ApiState;
-use crate::server::session::{self, Session};
+use crate::http::ApiState;
+use crate::http::session::{self, Session};
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::header::{LOCATION, SET_COOKIE};

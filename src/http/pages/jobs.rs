@@ -8,11 +8,10 @@
 
 use super::flash::{Flash, flash};
 use super::guard::{CsrfForm, PageQuery, see_other};
-use super::layout::{Ctx, PageError, PageResult, badge, firing, long_text, render, when, word};
-use super::tasks::notice_word;
+use super::layout::{Ctx, PageError, PageResult, Shown, badge, firing, long_text, render, when};
+use crate::http::extract::Id;
+use crate::http::{ApiError, ApiState};
 use crate::scheduler::{JobRequest, PREVIEW_FIRINGS, describe_job, upcoming};
-use crate::server::extract::Id;
-use crate::server::{ApiError, ApiState};
 use crate::store::{Notice, NoticeFilter, Origin};
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
@@ -50,12 +49,12 @@ async fn jobs_body(
                     tr {
                         td data-label="Job" {
                             a href={"/jobs/" (j.id)} { (j.name) }
-                            @if !j.enabled { " " (badge("paused")) }
+                            @if !j.enabled { " " (badge(Shown::Job { enabled: false })) }
                         }
                         td data-label="Schedule" { (describe_job(&j.job)) }
                         td data-label="Next run" { @if let (true, Some(t)) = (j.enabled, j.next_run_at) { (firing(t, tz)) } @else if j.enabled { span.muted { "—" } } @else { span.muted { "paused" } } }
                         td data-label="Last run" { @match &j.last_run {
-                            Some(r) => { (badge(&word(&r.outcome))) " " (when(r.fired_at, tz)) }
+                            Some(r) => { (badge(Shown::Run(r.outcome))) " " (when(r.fired_at, tz)) }
                             None => { span.muted { "never" } }
                         } }
                     }
@@ -194,7 +193,7 @@ pub async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<Done>) -> PageRe
         div.task-text { (long_text(&j.task, "task")) }
         dl.facts {
             dt { "Schedule" } dd { (describe_job(j)) " " code { (j.schedule) } }
-            dt { "State" } dd #job-state { (badge(if j.enabled { "enabled" } else { "paused" })) }
+            dt { "State" } dd #job-state { (badge(Shown::Job { enabled: j.enabled })) }
             dt { "Delivers to" } dd { @if j.notify.is_empty() { span.muted { "nobody" } } @else { (j.notify.join(", ")) } }
             dt { "Profile" } dd { (j.profile.as_deref().unwrap_or("default")) }
             dt { "Origin" } dd { (j.origin) }
@@ -247,13 +246,13 @@ fn runs_table(runs: &[crate::store::JobRun], notices: &[Notice], tz: chrono_tz::
                 tbody { @for r in runs {
                     tr {
                         td data-label="Fired" { (when(r.fired_at, tz)) }
-                        td data-label="Outcome" { (badge(&word(&r.outcome))) @if let Some(why) = &r.reason { " " span.muted { (why) } } }
+                        td data-label="Outcome" { (badge(Shown::Run(r.outcome))) @if let Some(why) = &r.reason { " " span.muted { (why) } } }
                         td data-label="Task" { @match &r.task_id { Some(t) => { a href={"/tasks/" (t)} { (t) } } None => { span.muted { "—" } } } }
                         td data-label="Delivery" {
                             span.muted { (r.delivery) }
                             @for n in notices.iter().filter(|n| n.queued.run_id == Some(r.id)) {
                                 div.delivery {
-                                    (badge(notice_word(n.state))) " " (n.queued.channel)
+                                    (badge(Shown::Notice(n.state))) " " (n.queued.channel)
                                     @if let Some(e) = &n.last_error { " — " span.error-text { (e) } }
                                 }
                             }
@@ -265,36 +264,53 @@ fn runs_table(runs: &[crate::store::JobRun], notices: &[Notice], tz: chrono_tz::
     }
 }
 
+/// What a job's page can do to it (`POST /jobs/{id}/{action}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum JobAction {
+    Pause,
+    Resume,
+    Run,
+    Delete,
+}
+
+/// The actions by the word in their path.
+const JOB_ACTIONS: [(&str, JobAction); 4] = [
+    ("pause", JobAction::Pause),
+    ("resume", JobAction::Resume),
+    ("run", JobAction::Run),
+    ("delete", JobAction::Delete),
+];
+
 pub async fn act(
     State(s): State<ApiState>,
     Path((id, action)): Path<(String, String)>,
     CsrfForm(_): CsrfForm,
 ) -> PageResult {
     let back = |done: Flash| see_other(&format!("/jobs/{id}?done={}", done.key()));
-    Ok(match action.as_str() {
-        "pause" => {
+    let Some(&(_, action)) = JOB_ACTIONS.iter().find(|(word, _)| *word == action) else {
+        return Err(ApiError::not_found(format!(
+            "'{action}' is not something a job can do; use pause, resume, run or delete"
+        ))
+        .into());
+    };
+    Ok(match action {
+        JobAction::Pause => {
             s.scheduler.pause(&id).await?;
             back(Flash::JobPaused)
         }
-        "resume" => {
+        JobAction::Resume => {
             s.scheduler.resume(&id).await?;
             back(Flash::JobResumed)
         }
-        "run" => {
+        JobAction::Run => {
             s.scheduler.run_now(&id).await?;
             back(Flash::JobRunStarted)
         }
-        "delete" => {
+        JobAction::Delete => {
             if !s.scheduler.remove(&id).await? {
                 return Err(ApiError::not_found(format!("job '{id}' not found")).into());
             }
             see_other(&format!("/jobs?done={}", Flash::JobDeleted.key()))
-        }
-        other => {
-            return Err(ApiError::not_found(format!(
-                "'{other}' is not something a job can do; use pause, resume, run or delete"
-            ))
-            .into());
         }
     })
 }

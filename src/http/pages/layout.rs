@@ -4,7 +4,9 @@
 //! Must not: fetch anything; pages pass in what they read.
 
 use super::assets;
-use crate::server::{ApiError, ApiState, Session};
+use crate::doctor::Verdict;
+use crate::http::{ApiError, ApiState, Session};
+use crate::store::{NoticeState, RunOutcome, TaskState};
 use axum::extract::FromRequestParts;
 use axum::http::StatusCode;
 use axum::http::request::Parts;
@@ -218,15 +220,58 @@ pub fn when_opt(t: Option<DateTime<Utc>>, tz: Tz) -> Markup {
     }
 }
 
-/// A state word as a coloured badge (the colour follows the word, the word stays readable).
-pub fn badge(word: &str) -> Markup {
-    let tone = match word {
-        "succeeded" | "sent" | "fired" | "ok" | "queued" | "enabled" => "good",
-        "failed" | "fail" | "missed" | "cancelled" => "bad",
-        "running" | "pending" | "warn" | "skipped" | "paused" => "busy",
-        _ => "plain",
-    };
-    html! { span class={"badge " (tone)} data-state=(word) { (word) } }
+/// A state a page shows as a badge: the stored word, coloured by what the state means.
+#[derive(Debug, Clone, Copy)]
+pub enum Shown {
+    Task(TaskState),
+    Run(RunOutcome),
+    Notice(NoticeState),
+    Check(Verdict),
+    /// Whether a job fires on its schedule.
+    Job {
+        enabled: bool,
+    },
+}
+
+impl Shown {
+    fn word(self) -> &'static str {
+        match self {
+            Shown::Task(s) => s.as_str(),
+            Shown::Run(o) => o.as_str(),
+            Shown::Notice(n) => n.as_str(),
+            Shown::Check(v) => v.as_str(),
+            Shown::Job { enabled: true } => "enabled",
+            Shown::Job { enabled: false } => "paused",
+        }
+    }
+
+    /// The badge's class: done well, gone wrong, or under way / waiting.
+    fn tone(self) -> &'static str {
+        use {NoticeState as N, RunOutcome as R, TaskState as T};
+        match self {
+            Shown::Task(T::Succeeded)
+            | Shown::Run(R::Fired)
+            | Shown::Notice(N::Sent)
+            | Shown::Check(Verdict::Ok)
+            | Shown::Job { enabled: true } => "good",
+            Shown::Task(T::Failed | T::Cancelled)
+            | Shown::Run(R::Failed | R::Missed)
+            | Shown::Notice(N::Failed)
+            | Shown::Check(Verdict::Fail) => "bad",
+            Shown::Task(T::Pending | T::Running)
+            | Shown::Run(R::Skipped)
+            | Shown::Notice(N::Pending)
+            | Shown::Check(Verdict::Warn)
+            | Shown::Job { enabled: false } => "busy",
+        }
+    }
+}
+
+/// A state as a coloured badge (the colour follows what the state means; the word stays
+/// readable).
+pub fn badge(state: Shown) -> Markup {
+    let word = state.word();
+    html! { span class={"badge " (state.tone())} data-state=(word) { (word) } }
 }
 
 /// `text` on one line, cut to `max` characters with a mark.
@@ -254,12 +299,4 @@ pub fn long_text(text: &str, class: &str) -> Markup {
 /// Markdown written by the model, as safe HTML (raw HTML shown as text, unsafe links dropped).
 pub fn markdown(md: &str) -> Markup {
     PreEscaped(crate::notify::render_markdown(md))
-}
-
-/// A value's JSON word (a run's outcome, a delivery state), or `?`.
-pub fn word(v: &impl serde::Serialize) -> String {
-    match serde_json::to_value(v) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => "?".into(),
-    }
 }

@@ -1,39 +1,64 @@
-//! The local backend: the data dir opened in this process, when no daemon answers.
+//! The data-dir side: the data dir opened in this process, when no daemon answers.
 //!
 //! Owns: opening only what a command needs — the store for `tasks`, the store and the memory
-//! index for `memory`, every part for `jobs` — and running a fired job or a task here to its
-//! end, with the config's MCP servers started for it (and stopped by `close`).
-//! Must not: be used while a daemon runs on the same data dir (`connect` checks first): the
+//! index for `memory`, every part for `jobs` and tasks (built by the caller's [`BuildParts`]) —
+//! and running a fired job or a task here to its end, with the tool sources (MCP servers)
+//! started for it and stopped by `close`.
+//! Must not: be used while a daemon runs on the same data dir (the CLI checks first): the
 //! daemon holds the memory index, and its scheduler would not see changes made here at once.
 
-use super::{Backend, DELIVER_NOW, Fired, FoundFact, OnStep, Remembered, Reply};
-use crate::agent::{Followed, RunOptions, Submit};
-use crate::app::{App, BuildOptions, JobExecution};
+use super::{Backend, ClientError, DELIVER_NOW, Fired, FoundFact, OnStep, Remembered, Reply};
+use crate::agent::{Agent, Followed, RunOptions, Submit};
 use crate::config::Config;
 use crate::memory::LongTerm;
-use crate::scheduler::{JobRequest, JobView};
+use crate::notify::Notifier;
+use crate::scheduler::{JobRequest, JobView, Scheduler};
 use crate::store::{Origin, Store, Task, TaskFilter, TaskRecord, TaskState, Upsert};
+use crate::tools::ToolSources;
 use futures::future::BoxFuture;
+use std::sync::Arc;
 use tokio::sync::OnceCell;
+
+/// Every part a job or a task needs, connected.
+#[derive(Clone)]
+pub struct Parts {
+    pub store: Store,
+    pub agent: Agent,
+    pub scheduler: Scheduler,
+    pub notifier: Notifier,
+    /// The tool sources (MCP servers), started before a task runs here.
+    pub sources: Arc<dyn ToolSources>,
+}
+
+/// Builds the parts on a data dir, with the memory index already open here (an index opens
+/// once at a time: `hermes-agent mcp` both remembers and runs tasks in one process). The CLI
+/// builds them with `app::App`, which this module cannot name without a cycle.
+pub type BuildParts = Box<
+    dyn Fn(Config, Option<LongTerm>) -> BoxFuture<'static, Result<Parts, ClientError>>
+        + Send
+        + Sync,
+>;
 
 /// The data dir in this process; each part is opened on first use.
 pub struct Local {
     config: Config,
     /// On whose behalf: the origin of the jobs, tasks and facts it creates.
     origin: Origin,
+    build: BuildParts,
     store: OnceCell<Store>,
     memory: OnceCell<LongTerm>,
-    app: OnceCell<App>,
+    parts: OnceCell<Parts>,
 }
 
 impl Local {
-    pub fn new(config: Config) -> Local {
+    pub fn new(config: Config, build: BuildParts) -> Local {
         Local {
             config,
             origin: Origin::Cli,
+            build,
             store: OnceCell::new(),
             memory: OnceCell::new(),
-            app: OnceCell::new(),
+            parts: OnceCell::new(),
         }
     }
 
@@ -43,12 +68,12 @@ impl Local {
         self
     }
 
-    async fn store(&self) -> anyhow::Result<&Store> {
+    async fn store(&self) -> Result<&Store, ClientError> {
         self.store
             .get_or_try_init(|| async {
                 // Every part shares one pool when they were opened already.
-                match self.app.get() {
-                    Some(app) => Ok(app.store.clone()),
+                match self.parts.get() {
+                    Some(parts) => Ok(parts.store.clone()),
                     None => Store::open(&self.config.data_dir).await,
                 }
             })
@@ -57,7 +82,7 @@ impl Local {
     }
 
     /// The memory index; unlike the agent, `memory` commands cannot do without it.
-    async fn memory(&self) -> anyhow::Result<&LongTerm> {
+    async fn memory(&self) -> Result<&LongTerm, ClientError> {
         let store = self.store().await?.clone();
         self.memory
             .get_or_try_init(|| LongTerm::open(&self.config.data_dir, store))
@@ -65,29 +90,22 @@ impl Local {
             .map_err(Into::into)
     }
 
-    /// Every part, with job firings run in this process. The memory index is the one
-    /// `memory` opened (an index opens once at a time: `hermes-agent mcp` both remembers and
-    /// runs tasks in one process).
-    async fn app(&self) -> anyhow::Result<&App> {
-        self.app
+    /// Every part, with job firings run in this process.
+    async fn parts(&self) -> Result<&Parts, ClientError> {
+        self.parts
             .get_or_try_init(|| async {
-                let options = BuildOptions {
-                    memory: self.memory().await.ok().cloned(),
-                    ..Default::default()
-                };
-                App::build_with(self.config.clone(), JobExecution::Direct, options).await
+                let memory = self.memory().await.ok().cloned();
+                (self.build)(self.config.clone(), memory).await
             })
             .await
-            .map_err(Into::into)
     }
 
-    /// Every part, with the MCP servers started: a task run here gets the tools it would get
-    /// on the daemon (those that start within `RUN_START_WAIT`; the rest join later).
-    async fn app_with_tools(&self) -> anyhow::Result<&App> {
-        let app = self.app().await?;
-        app.mcp.start();
-        app.mcp.wait_started(crate::mcp::RUN_START_WAIT).await;
-        Ok(app)
+    /// Every part, with the tool sources started: a task run here gets the tools it would get
+    /// on the daemon (its first model call waits, bounded, for sources still starting).
+    async fn parts_with_tools(&self) -> Result<&Parts, ClientError> {
+        let parts = self.parts().await?;
+        parts.sources.start();
+        Ok(parts)
     }
 }
 
@@ -97,15 +115,17 @@ impl Backend for Local {
             use futures::StreamExt;
             // The agent's follower reads the store; with no daemon here, a task another process
             // runs (a `hermes-agent run`) is seen through its poll.
-            let app = self.app().await?;
-            let mut events = std::pin::pin!(app.agent.follow(id).await?);
+            let parts = self.parts().await?;
+            let mut events = std::pin::pin!(parts.agent.follow(id).await?);
             while let Some(event) = events.next().await {
                 match event? {
                     Followed::Step(step) => on_step(&step),
                     Followed::End(task) => return Ok(task),
                 }
             }
-            anyhow::bail!("following task {id} ended before the task did")
+            Err(ClientError::Broken(format!(
+                "following task {id} ended before the task did"
+            )))
         })
     }
 
@@ -128,18 +148,20 @@ impl Backend for Local {
         Box::pin(async move {
             match self.store().await?.task_record(id).await? {
                 Some(record) => Ok(record),
-                None => anyhow::bail!("no task '{id}'; `hermes-agent tasks list` shows the ids"),
+                None => Err(ClientError::NotFound(format!(
+                    "no task '{id}'; `hermes-agent tasks list` shows the ids"
+                ))),
             }
         })
     }
 
     fn jobs(&self) -> Reply<'_, Vec<JobView>> {
-        Box::pin(async move { Ok(self.app().await?.scheduler.list().await?) })
+        Box::pin(async move { Ok(self.parts().await?.scheduler.list().await?) })
     }
 
     fn add_job(&self, job: JobRequest) -> Reply<'_, JobView> {
         Box::pin(async move {
-            let scheduler = &self.app().await?.scheduler;
+            let scheduler = &self.parts().await?.scheduler;
             let job = scheduler.add(job, self.origin).await?;
             Ok(scheduler.view(job).await?)
         })
@@ -147,8 +169,10 @@ impl Backend for Local {
 
     fn remove_job<'a>(&'a self, id: &'a str) -> Reply<'a, ()> {
         Box::pin(async move {
-            if !self.app().await?.scheduler.remove(id).await? {
-                anyhow::bail!("no job '{id}'; `hermes-agent jobs list` shows the ids");
+            if !self.parts().await?.scheduler.remove(id).await? {
+                return Err(ClientError::NotFound(format!(
+                    "no job '{id}'; `hermes-agent jobs list` shows the ids"
+                )));
             }
             Ok(())
         })
@@ -156,11 +180,11 @@ impl Backend for Local {
 
     fn fire_job<'a>(&'a self, id: &'a str) -> Reply<'a, Fired> {
         Box::pin(async move {
-            let app = self.app_with_tools().await?;
+            let parts = self.parts_with_tools().await?;
             // Runs the task and queues its delivery before returning, so nothing is lost when
             // this process exits.
-            let run = app.scheduler.run_now_wait(id).await?;
-            let delivered = tokio::time::timeout(DELIVER_NOW, app.notifier.deliver_due())
+            let run = parts.scheduler.run_now_wait(id).await?;
+            let delivered = tokio::time::timeout(DELIVER_NOW, parts.notifier.deliver_due())
                 .await
                 .unwrap_or(0);
             Ok(Fired::Here { run, delivered })
@@ -170,7 +194,9 @@ impl Backend for Local {
     fn remember<'a>(&'a self, text: &'a str, tags: &'a [String]) -> Reply<'a, Remembered> {
         Box::pin(async move {
             if text.trim().is_empty() {
-                anyhow::bail!("the fact is empty; say what to remember");
+                return Err(ClientError::Invalid(
+                    "the fact is empty; say what to remember".into(),
+                ));
             }
             let memory = self.memory().await?;
             let (fact, how) = memory.remember(text, tags, self.origin.as_str()).await?;
@@ -200,7 +226,9 @@ impl Backend for Local {
     fn forget<'a>(&'a self, id: &'a str) -> Reply<'a, ()> {
         Box::pin(async move {
             if !self.memory().await?.forget(id).await? {
-                anyhow::bail!("no fact '{id}'; `hermes-agent memory search WORDS` shows ids");
+                return Err(ClientError::NotFound(format!(
+                    "no fact '{id}'; `hermes-agent memory search WORDS` shows ids"
+                )));
             }
             Ok(())
         })
@@ -208,8 +236,8 @@ impl Backend for Local {
 
     fn run_task<'a>(&'a self, task: &'a str, profile: Option<&'a str>) -> Reply<'a, Task> {
         Box::pin(async move {
-            let app = self.app_with_tools().await?;
-            let claimed = app
+            let parts = self.parts_with_tools().await?;
+            let claimed = parts
                 .agent
                 .create_claimed(Submit::new(
                     task.to_string(),
@@ -217,13 +245,13 @@ impl Backend for Local {
                     profile.map(str::to_string),
                 ))
                 .await?;
-            let done = app
+            let done = parts
                 .agent
                 .run_claimed(claimed, RunOptions::default())
                 .await?;
             // No daemon to send its notices: send them now (they stay queued if this fails).
-            if !app.store.notices_for_task(&done.id).await?.is_empty() {
-                let _ = tokio::time::timeout(DELIVER_NOW, app.notifier.deliver_due()).await;
+            if !parts.store.notices_for_task(&done.id).await?.is_empty() {
+                let _ = tokio::time::timeout(DELIVER_NOW, parts.notifier.deliver_due()).await;
             }
             Ok(done)
         })
@@ -231,8 +259,8 @@ impl Backend for Local {
 
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            if let Some(app) = self.app.get() {
-                app.mcp.stop().await;
+            if let Some(parts) = self.parts.get() {
+                parts.sources.stop().await;
             }
         })
     }

@@ -1,20 +1,25 @@
-//! Where `tasks`, `jobs` and `memory` do their work: one [`Backend`] trait with two
-//! implementations — [`Remote`], the running daemon's HTTP API (it owns the memory index and
-//! the live scheduler), and [`Local`], the data dir opened in this process when no daemon
-//! answers. Each command is written once against the trait and prints what it returns.
+//! The daemon's client: where `tasks`, `jobs`, `memory` and `hermes-agent mcp` do their work.
+//! One [`Backend`] trait with two sides — [`Remote`], the running daemon's HTTP API (it owns
+//! the memory index and the live scheduler), and [`Local`], the data dir opened in this process
+//! when no daemon answers. Each caller is written once against the trait.
 //!
-//! Owns: choosing the backend, and the typed values both return.
-//! Must not: print — the command files do, so output is the same whichever backend answered.
+//! Owns: both sides, the typed values they return, their one error type ([`ClientError`]),
+//! and the daemon's address file (`addr`: the daemon writes it, [`Remote::detect`] reads it).
+//! Must not: print (the CLI does, so output is the same whichever side answered), or build the
+//! parts itself — the data-dir side is handed a builder ([`Local::new`]), so this module sits
+//! below every entry point (CLI, MCP server) and above the parts.
 
+pub mod addr;
+mod error;
 mod local;
 mod remote;
 
-pub use local::Local;
+pub use error::ClientError;
+pub use local::{BuildParts, Local, Parts};
 pub use remote::Remote;
 
-use crate::config::Config;
 use crate::scheduler::{JobRequest, JobView};
-use crate::store::{JobRun, Origin, Step, Task, TaskRecord, TaskState};
+use crate::store::{JobRun, Step, Task, TaskRecord, TaskState};
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -28,7 +33,7 @@ pub const DELIVER_NOW: Duration = Duration::from_secs(60);
 pub type OnStep = dyn Fn(&Step) + Send + Sync;
 
 /// What a backend call gives back: boxed so the trait can be used as `dyn Backend`.
-pub type Reply<'a, T> = BoxFuture<'a, anyhow::Result<T>>;
+pub type Reply<'a, T> = BoxFuture<'a, Result<T, ClientError>>;
 
 pub trait Backend: Send + Sync {
     /// The daemon's base URL when the work happens there; `None` in this process.
@@ -89,18 +94,4 @@ pub struct FoundFact {
     pub tags: Vec<String>,
     pub score: f64,
     pub created_at: DateTime<Utc>,
-}
-
-/// The daemon if one answers, else the data dir in this process.
-pub async fn connect(config: Config) -> Box<dyn Backend> {
-    connect_as(config, Origin::Cli).await
-}
-
-/// As [`connect`], for requests made on behalf of `origin` (the origin of what the local
-/// backend creates; the API records its own, `api`).
-pub async fn connect_as(config: Config, origin: Origin) -> Box<dyn Backend> {
-    match Remote::detect(&config).await {
-        Some(remote) => Box::new(remote),
-        None => Box::new(Local::new(config).acting_for(origin)),
-    }
 }

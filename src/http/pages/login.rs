@@ -7,9 +7,9 @@
 
 use super::guard::{CsrfForm, PageQuery, local_path, see_other};
 use super::layout::{error_page, shell};
-use crate::server::session::{self, COOKIE_NAME};
-use crate::server::throttle::{Door, Peer};
-use crate::server::{ApiState, Session, token_matches};
+use crate::http::session::{self, COOKIE_NAME};
+use crate::http::throttle::{Door, Peer};
+use crate::http::{ApiState, Session, token_matches};
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Extension, Form, State};
 use axum::http::header::{RETRY_AFTER, SET_COOKIE};

@@ -13,7 +13,6 @@
 //! Must not: look at requests (the router's) or at the bytes (the guard's).
 
 use super::wire::HeadGuard;
-use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
@@ -54,6 +53,28 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(250);
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
 impl Limits {
+    /// The limits of `server.*` in this process: the cap bounded by this process's open-file
+    /// limit. Says at start what it derived, and warns when the setting asks for more.
+    pub fn for_process(s: &crate::config::ServerSettings) -> Limits {
+        let files = open_file_limit();
+        let limits = Limits::from_settings(s, files);
+        let files_text = files.map_or("unlimited".to_string(), |f| f.to_string());
+        if s.max_connections > limits.max_connections as u64 {
+            tracing::warn!(
+                "server.max_connections is {} but the open-file limit is {files_text}: at most {} connections (raise the limit, e.g. LimitNOFILE= in the systemd unit)",
+                s.max_connections,
+                limits.max_connections
+            );
+        }
+        tracing::info!(
+            "HTTP: at most {} connections at once (open-file limit {files_text}), header timeout {} s, idle timeout {} s",
+            limits.max_connections,
+            s.header_timeout_s,
+            s.idle_timeout_s
+        );
+        limits
+    }
+
     /// The limits of `server.*`, the cap bounded by half the open-file limit `files`.
     pub fn from_settings(s: &crate::config::ServerSettings, files: Option<u64>) -> Limits {
         Limits {
@@ -100,14 +121,16 @@ impl Once {
     }
 }
 
-/// Serve `app` on `listener` within `limits` until `shutdown` completes; then stop accepting,
-/// let in-flight requests finish and close idle connections.
+/// Serve the API and the dashboard on `listener` within `limits` (the daemon's:
+/// [`Limits::for_process`]; tests use short timeouts) until `shutdown` completes; then stop
+/// accepting, let in-flight requests finish and close idle connections.
 pub async fn serve(
     listener: TcpListener,
-    app: Router,
+    state: super::ApiState,
     limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let app = super::router(state);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         // hyper's header timer runs whenever it waits for a head, between requests too: it is

@@ -1,5 +1,5 @@
-//! The address file: where a running daemon's API listens, for the CLI to find it when the
-//! configured port says nothing (`server.port: 0` binds an ephemeral port).
+//! The address file: where a running daemon's API listens — written by the daemon, read here
+//! to find it when the configured port says nothing (`server.port: 0` binds an ephemeral port).
 //!
 //! Owns: `DATA_DIR/daemon.addr` — its format (one `IP:PORT` line), its atomic writing, its
 //! removal and its reading.

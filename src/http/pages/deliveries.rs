@@ -5,11 +5,10 @@
 
 use super::flash::{Flash, flash};
 use super::guard::{Back, CsrfForm, PageQuery, see_other};
-use super::layout::{Ctx, PageResult, badge, render, short, when, when_opt};
-use super::tasks::notice_word;
-use crate::server::ApiState;
-use crate::server::extract::Id;
-use crate::server::outbox::{notice_id, parse_state};
+use super::layout::{Ctx, PageResult, Shown, badge, render, short, when, when_opt};
+use crate::http::ApiState;
+use crate::http::api::deliveries::{notice_id, parse_state};
+use crate::http::extract::Id;
 use crate::store::{Notice, NoticeFilter, NoticeState};
 use axum::extract::State;
 use axum::response::IntoResponse;
@@ -80,7 +79,7 @@ fn row(ctx: &Ctx, n: &Notice, back: &str) -> Markup {
             td data-label="Channel" { (n.queued.channel) }
             td data-label="Title" { (short(&n.queued.title, 60)) }
             td data-label="State" {
-                (badge(notice_word(n.state)))
+                (badge(Shown::Notice(n.state)))
                 @if let Some(e) = &n.last_error { div.error-text { (short(e, 200)) } }
             }
             td data-label="Attempts" { (n.attempts) }
@@ -112,7 +111,7 @@ pub async fn retry(
     let back = parse_state(Some(&f.back))
         .ok()
         .flatten()
-        .map_or("", notice_word);
+        .map_or("", NoticeState::as_str);
     Ok(see_other(&format!(
         "/deliveries?state={back}&done={}",
         Flash::NoticeDue.key()

@@ -1,0 +1,47 @@
+//! Which side of the daemon's client a command talks to: the running daemon if one answers,
+//! else the data dir in this process, with the parts built here (by `app::App`, which the
+//! client module cannot name).
+
+use crate::app::{App, BuildOptions, JobExecution};
+use crate::client::{Backend, BuildParts, ClientError, Local, Parts, Remote};
+use crate::config::Config;
+use crate::store::Origin;
+use std::sync::Arc;
+
+pub use crate::client::{DELIVER_NOW, Fired, FoundFact};
+
+/// The daemon if one answers, else the data dir in this process.
+pub async fn connect(config: Config) -> Box<dyn Backend> {
+    connect_as(config, Origin::Cli).await
+}
+
+/// As [`connect`], for requests made on behalf of `origin` (the origin of what the local
+/// backend creates; the API records its own, `api`).
+pub async fn connect_as(config: Config, origin: Origin) -> Box<dyn Backend> {
+    match Remote::detect(&config).await {
+        Some(remote) => Box::new(remote),
+        None => Box::new(Local::new(config, build_parts()).acting_for(origin)),
+    }
+}
+
+/// Every part on the data dir, with job firings run in this process.
+fn build_parts() -> BuildParts {
+    Box::new(|config, memory| {
+        Box::pin(async move {
+            let options = BuildOptions {
+                memory,
+                ..Default::default()
+            };
+            let app = App::build_with(config, JobExecution::Direct, options)
+                .await
+                .map_err(|e| ClientError::Setup(e.to_string()))?;
+            Ok(Parts {
+                store: app.store.clone(),
+                agent: app.agent.clone(),
+                scheduler: app.scheduler.clone(),
+                notifier: app.notifier.clone(),
+                sources: Arc::new(app.mcp.clone()),
+            })
+        })
+    })
+}
