@@ -17,6 +17,7 @@ mod llamacpp_native;
 mod llm_gateway;
 mod mcp;
 mod memory;
+mod models;
 mod notify;
 mod notify_bounds;
 mod real_model;
