@@ -117,8 +117,15 @@ pub fn step_line(s: &Step) -> String {
                 .as_deref()
                 .map(|e| format!("  ! {}", whole_line(e)))
                 .unwrap_or_default();
+            // The profile that answered, and the model its server said answered.
+            let served = s
+                .row
+                .model
+                .as_deref()
+                .map(|m| format!(" [{m}]"))
+                .unwrap_or_default();
             format!(
-                "[{:>2}] model {} ({} ms, {}→{} tok) {what}{err}",
+                "[{:>2}] model {}{served} ({} ms, {}→{} tok) {what}{err}",
                 s.row.step,
                 s.row.name,
                 s.row.duration_ms,

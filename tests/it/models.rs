@@ -367,3 +367,126 @@ async fn a_server_answering_as_another_model_holds_the_jobs_until_an_eval_passes
     tracker.close();
     tracker.wait().await;
 }
+
+/// A GET through the whole router, as a browser (`html`) or an API client; the status and body.
+async fn get(router: &axum::Router, path: &str, html: bool) -> (u16, String) {
+    use tower::ServiceExt;
+    let accept = if html {
+        "text/html"
+    } else {
+        "application/json"
+    };
+    let req = axum::http::Request::get(path)
+        .header(axum::http::header::ACCEPT, accept)
+        .body(axum::body::Body::empty())
+        .expect("a request");
+    let resp = router.clone().oneshot(req).await.expect("answered");
+    let status = resp.status().as_u16();
+    let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .expect("a body");
+    (status, common::text(&body))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_and_dashboard_show_runs_verified_models_and_what_answered_a_job() {
+    let model = ScriptedModel::start_with(|req| {
+        let task = common::task_text(req);
+        if task.contains("capital of France") {
+            Reply::text("Paris.")
+        } else {
+            Reply::text(&format!("done: {task}"))
+        }
+    })
+    .await;
+    model.report_model("qwen-test");
+    let t = common::app(common::settings(&model.base_url()), vec![]).await;
+    let app = &t.app;
+    let router = hermes_agent::http::router(hermes_agent::http::ApiState::new(app));
+    let job = app
+        .scheduler
+        .add(
+            JobRequest {
+                task: "check the garden".into(),
+                schedule: "every 6h".into(),
+                ..JobRequest::default()
+            },
+            Origin::Cli,
+        )
+        .await
+        .expect("job");
+    let seen = app
+        .agent
+        .gateway()
+        .check_identity("fast")
+        .await
+        .expect("check")
+        .expect("an identity");
+    let run = app.scheduler.run_now_wait(&job.id).await.expect("job ran");
+    let task_id = run.task_id.clone().expect("the run's task");
+
+    let (status, page) = get(&router, &format!("/jobs/{}", job.id), true).await;
+    assert_eq!(status, 200, "{page}");
+    let last = page
+        .split("id=\"last-model\"")
+        .nth(1)
+        .expect("the job page shows its last model");
+    assert!(
+        last.contains("qwen-test") && last.contains("not verified"),
+        "{last}"
+    );
+    let (_, page) = get(&router, &format!("/tasks/{task_id}"), true).await;
+    assert!(
+        page.contains("fast (qwen-test)"),
+        "the task page names who answered"
+    );
+
+    let cases = eval::choose(eval::load(None).expect("suite"), &["plain-answer".into()]);
+    let report = eval::run(
+        EvalRequest {
+            config: &app.config,
+            store: &app.store,
+            gateway: app.agent.gateway(),
+            profile: None,
+            cases,
+            trigger: EvalTrigger::Cli,
+            scheduler: Some(&app.scheduler),
+            model_retry: Some(common::fast_retry()),
+        },
+        &|_| {},
+    )
+    .await
+    .expect("eval runs");
+    assert!(report.all_passed(), "{:?}", report.run.results);
+    assert_eq!(report.verified, [("fast".to_string(), seen.key())]);
+
+    let (_, page) = get(&router, &format!("/jobs/{}", job.id), true).await;
+    let last = page.split("id=\"last-model\"").nth(1).expect("last model");
+    let last = last.split("</dd>").next().unwrap_or_default();
+    assert!(
+        last.contains("verified") && !last.contains("not verified"),
+        "{last}"
+    );
+    app.scheduler
+        .pause_for(&job.id, PauseReason::ModelChanged)
+        .await
+        .expect("held");
+    let (_, page) = get(&router, &format!("/jobs/{}", job.id), true).await;
+    assert!(page.contains("data-reason=\"model_changed\""), "{page}");
+
+    let (status, body) = get(&router, "/v1/evals", false).await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(v["runs"][0]["passed"], 1, "{v}");
+    assert_eq!(v["runs"][0]["results"][0]["case"], "plain-answer", "{v}");
+    assert_eq!(v["runs"][0]["results"][0]["verdict"], "passed", "{v}");
+    assert_eq!(v["models"][0]["profile"], "fast", "{v}");
+    assert_eq!(v["models"][0]["verified"]["identity"], seen.key(), "{v}");
+    assert_eq!(v["models"][0]["unverified_change"], false, "{v}");
+    let (status, page) = get(&router, "/evals", true).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("plain-answer") && page.contains(&seen.key()),
+        "{page}"
+    );
+}

@@ -21,6 +21,7 @@ const NAV: &[(&str, &str)] = &[
     ("/tasks", "Tasks"),
     ("/jobs", "Jobs"),
     ("/deliveries", "Deliveries"),
+    ("/evals", "Evals"),
     ("/memory", "Memory"),
     ("/settings", "Settings"),
 ];
