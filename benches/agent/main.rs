@@ -5,7 +5,8 @@
 //! cargo build --release && cargo bench --bench agent
 //! ```
 //!
-//! or some sections: `cargo bench --bench agent -- overhead load tokens sched store footprint`.
+//! or some sections: `cargo bench --bench agent -- overhead load tokens sched store fallback
+//! footprint`.
 //! `footprint quick` skips the 10,000-task soak, the job firings and the 100k-task start.
 //! `load` takes the concurrency levels after it, e.g. `-- load 1 10` (default 1 10 100 1000),
 //! and which ways of running and waiting to measure: `wait` (the pool + `Agent::wait`), `direct`
@@ -17,6 +18,7 @@
 //! prints what it measured and makes the run exit non-zero.
 
 mod common;
+mod fallback;
 mod footprint;
 mod load;
 mod overhead;
@@ -25,7 +27,15 @@ mod tokens;
 
 use std::process::ExitCode;
 
-const SECTIONS: &[&str] = &["overhead", "load", "tokens", "sched", "store", "footprint"];
+const SECTIONS: &[&str] = &[
+    "overhead",
+    "load",
+    "tokens",
+    "sched",
+    "store",
+    "fallback",
+    "footprint",
+];
 
 fn main() -> ExitCode {
     // `cargo bench` passes `--bench`; a filter word selects sections.
@@ -95,6 +105,7 @@ fn main() -> ExitCode {
                 "tokens" => tokens::run().await,
                 "sched" => sched::run().await,
                 "store" => sched::run_store().await,
+                "fallback" => fallback::run().await,
                 "footprint" => footprint::run(quick).await,
                 _ => Ok(()),
             }
