@@ -7,7 +7,7 @@
 use super::backend::FoundFact;
 use super::table::{Table, cell};
 use crate::scheduler::JobView;
-use crate::store::{Notice, NoticeState, Step, StepKind, Task, TaskRecord, TaskState};
+use crate::store::{Notice, NoticeState, PauseReason, Step, StepKind, Task, TaskRecord, TaskState};
 use crate::util::text;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
@@ -236,14 +236,19 @@ pub fn job_table(jobs: &[JobView]) -> String {
             None => "never".into(),
         };
         // To the second: the fraction the API gives only widens the column.
-        let next = j
-            .next_run_at
-            .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true));
+        let next = match (j.enabled, j.pause_reason) {
+            (false, Some(PauseReason::ModelChanged)) => "paused: model changed".to_string(),
+            (false, _) => "paused".to_string(),
+            (true, _) => j
+                .next_run_at
+                .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
+                .unwrap_or_default(),
+        };
         table.row(vec![
             cell(&j.id, 32),
             cell(&j.name, 24),
             cell(&j.schedule, 40),
-            next.unwrap_or_default(),
+            next,
             last,
         ]);
     }
@@ -338,6 +343,37 @@ mod tests {
         assert!(task_column.iter().all(|c| *c == task_column[0]), "{table}");
         let created = columns_of(&table, &["CREATED", "20", "20", "20"]);
         assert!(created.iter().all(|c| *c == created[0]), "{table}");
+    }
+
+    #[test]
+    fn a_paused_job_says_so_and_why_in_the_next_column() {
+        let job = |id: &str, reason: Option<PauseReason>| JobView {
+            job: Job {
+                id: id.into(),
+                name: id.into(),
+                task: "t".into(),
+                schedule: "every 2h".into(),
+                timezone: "UTC".into(),
+                notify: vec![],
+                profile: None,
+                origin: Origin::Cli,
+                precheck: None,
+                enabled: reason.is_none(),
+                next_run_at: Some(Utc::now()),
+                running_task_id: None,
+                pause_reason: reason,
+                created_at: Utc::now(),
+            },
+            last_run: None,
+        };
+        let table = job_table(&[
+            job("j_held", Some(PauseReason::ModelChanged)),
+            job("j_paused", Some(PauseReason::Person)),
+        ]);
+        let line = |id: &str| table.lines().find(|l| l.starts_with(id)).unwrap_or("");
+        assert!(line("j_held").contains("paused: model changed"), "{table}");
+        assert!(line("j_paused").contains("paused"), "{table}");
+        assert!(!line("j_paused").contains("model"), "{table}");
     }
 
     #[test]
