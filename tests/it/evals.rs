@@ -3,11 +3,14 @@
 //! what the API and the dashboard show of runs, verified models and the model a job last used.
 
 use crate::common;
-use hermes_agent::eval::{self, EvalRequest};
+use hermes_agent::eval::{self, EvalRequest, ModelWatch};
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_agent::llm::{Identity, Told};
 use hermes_agent::scheduler::JobRequest;
 use hermes_agent::store::{EvalTrigger, Origin, PauseReason, Store};
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// A GET through the whole router, as a browser (`html`) or an API client; the status and body.
 async fn get(router: &axum::Router, path: &str, html: bool) -> (u16, String) {
@@ -130,6 +133,27 @@ async fn the_api_and_dashboard_show_runs_verified_models_and_what_answered_a_job
         page.contains("plain-answer") && page.contains(&seen.key()),
         "{page}"
     );
+    let (_, page) = get(&router, "/", true).await;
+    assert!(!page.contains("model-changed"), "no badge while verified");
+
+    // The profile is seen answering as another model: a badge until an eval verifies it.
+    let watch = ModelWatch::new(app, &TaskTracker::new(), CancellationToken::new());
+    let other = Identity {
+        model: "qwen-test-2".into(),
+        told: Some(Told::Greedy("0123456789ab".into())),
+    };
+    let change = watch.observe("fast", &other).await.expect("observe");
+    assert!(change.is_some(), "a change from the verified model");
+    let (_, page) = get(&router, "/", true).await;
+    assert!(
+        page.contains("model-changed") && page.contains("qwen-test-2"),
+        "{page}"
+    );
+    let (_, page) = get(&router, "/evals", true).await;
+    assert!(page.contains("changed, not verified"), "{page}");
+    let (_, body) = get(&router, "/v1/evals", false).await;
+    let v: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(v["models"][0]["unverified_change"], true, "{v}");
 }
 
 /// The real binary on a settings file whose profiles talk to `model_url`, with the person's
