@@ -38,8 +38,10 @@ pub enum EvalError {
         case: Option<String>,
         known: String,
     },
-    #[error("no regression case to run{0}")]
-    NoCases(String),
+    #[error(
+        "no regression case to run: add one to the evals directory beside settings.yaml, or choose fewer with --case"
+    )]
+    NoCases,
     #[error("cannot start the eval fixture server on 127.0.0.1: {0}")]
     Fixtures(std::io::Error),
     #[error("the eval manifest tools: {0}")]
@@ -108,7 +110,7 @@ pub async fn run(
         }
     }
     if req.cases.is_empty() {
-        return Err(EvalError::NoCases(String::new()));
+        return Err(EvalError::NoCases);
     }
     let mut identities: BTreeMap<String, Option<Identity>> = BTreeMap::new();
     for c in &req.cases {
