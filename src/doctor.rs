@@ -68,8 +68,10 @@ pub(crate) fn time_zone(config: &Config) -> Check {
     Check::new(verdict, "time zone", config.timezone.describe())
 }
 
-/// Each model profile's endpoint answers (a `GET /models`, a few seconds at most).
-pub async fn models(config: &Config) -> Vec<Check> {
+/// Each model profile's endpoint answers (a `GET /models`, a few seconds at most), how it
+/// calls tools, and which model it serves — checked against what `store` (the data dir's
+/// record, when it can be read) says was verified.
+pub async fn models(config: &Config, store: Option<&Store>) -> Vec<Check> {
     let s = &config.settings;
     let gateway = match Gateway::new(&s.model) {
         Ok(g) => g.with_settings_source(&config.source),
@@ -82,11 +84,85 @@ pub async fn models(config: &Config) -> Vec<Check> {
             Ok(detail) => {
                 checks.push(Check::new(Verdict::Ok, what, detail));
                 checks.push(tool_calling(&gateway, name).await);
+                checks.push(identity(&gateway, name, store).await);
             }
             Err(e) => checks.push(Check::new(Verdict::Fail, what, e)),
         }
     }
     checks
+}
+
+/// The model ids the profile's server lists, the identity it is seen serving, and whether a
+/// passing eval verified it; a change no eval verified yet is a warning (the badge).
+pub async fn identity(gateway: &Gateway, name: &str, store: Option<&Store>) -> Check {
+    let what = format!("model profile {name} identity");
+    let listed = match gateway.served_models(name).await {
+        Ok(ids) if ids.is_empty() => "GET /models lists no model".to_string(),
+        Ok(ids) => format!("serves {}", ids.join(", ")),
+        Err(e) => format!("GET /models failed ({})", e.kind().words()),
+    };
+    let seen = match gateway.check_identity(name).await {
+        Ok(Some(id)) => id,
+        Ok(None) => {
+            return Check::new(
+                Verdict::Ok,
+                what,
+                format!("{listed}; identity checks are off (model.identity_check_s: 0)"),
+            );
+        }
+        Err(e) => {
+            return Check::new(
+                Verdict::Warn,
+                what,
+                format!("{listed}; cannot tell which model: {e}"),
+            );
+        }
+    };
+    let key = seen.key();
+    let mut detail = format!("{listed}; sees {key} (from {})", seen.source());
+    let Some(store) = store else {
+        return Check::new(Verdict::Ok, what, detail);
+    };
+    let status = store.model_status(name).await.unwrap_or_default();
+    let verified = store
+        .seen_identity(name, &key)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|i| i.verified_at);
+    let verdict = match (verified, &status.verified) {
+        (Some(at), _) => {
+            detail.push_str(&format!("; verified {}", at.format("%Y-%m-%d %H:%M UTC")));
+            Verdict::Ok
+        }
+        (None, Some(v)) => {
+            detail.push_str(&format!(
+                "; NOT verified — the verified model is {} (run `hermes-agent eval --profile {name}`)",
+                v.identity
+            ));
+            Verdict::Warn
+        }
+        (None, None) => {
+            detail.push_str(&format!(
+                "; no eval has verified a model of this profile yet (`hermes-agent eval --profile {name}`)"
+            ));
+            Verdict::Ok
+        }
+    };
+    if let Some(change) = status.unverified_change() {
+        detail.push_str(&format!(
+            "; changed from {} at {}{}",
+            change.old_identity,
+            change.seen_at.format("%Y-%m-%d %H:%M UTC"),
+            if change.paused_jobs.is_empty() {
+                String::new()
+            } else {
+                format!(", jobs held: {}", change.paused_jobs.join(", "))
+            }
+        ));
+        return Check::new(Verdict::Warn, what, detail);
+    }
+    Check::new(verdict, what, detail)
 }
 
 /// Whether the profile's model calls an offered tool, and which `tool_mode` it needs.
@@ -308,7 +384,7 @@ pub(crate) struct Parts<'a> {
 pub(crate) async fn running_daemon(p: Parts<'_>) -> Vec<Check> {
     let s = &p.config.settings;
     let mut checks = vec![config(p.config), time_zone(p.config)];
-    checks.extend(models(p.config).await);
+    checks.extend(models(p.config, Some(p.store)).await);
     checks.push(Check::new(
         Verdict::Ok,
         "daemon",

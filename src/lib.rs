@@ -2,8 +2,9 @@
 //!
 //! Parts and their one-way dependencies (`docs/ARCHITECTURE.md` has the map, a task's path
 //! through them, and where each behaviour lives):
-//! `cli`/`daemon`/`server`/`web` (entry) → `agent` → `tools` / `memory` / `llm`; `scheduler`, `notify` and
-//! `inbox` are services reached through narrow handles; `store` holds all SQL; `config` all settings.
+//! `cli`/`daemon`/`http` (entry) → `eval` (regression runs, the model watch) → `app` →
+//! `agent` → `tools` / `memory` / `llm`; `scheduler`, `notify` and `inbox` are services
+//! reached through narrow handles; `store` holds all SQL; `config` all settings.
 
 pub mod agent;
 pub mod app;
@@ -12,6 +13,7 @@ pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod doctor;
+pub mod eval;
 pub mod http;
 pub mod inbox;
 pub mod llm;

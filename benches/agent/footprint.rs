@@ -315,6 +315,9 @@ async fn pool_cost() -> Result<()> {
         output: Some(output),
         error: None,
         duration_ms: 0,
+        model: None,
+        fingerprint: None,
+        identity: None,
     };
     let daemon = StoreOptions::default().max_connections;
     for connections in [daemon, 8] {

@@ -5,9 +5,9 @@
 //! cargo build --release && cargo bench --bench agent
 //! ```
 //!
-//! or some sections: `cargo bench --bench agent -- overhead load tokens sched store footprint
-//! inbox`. `inbox` needs Dovecot (`sudo bash scripts/ci/imap-deps.sh`) and root, as the
-//! inbox's tests do.
+//! or some sections: `cargo bench --bench agent -- overhead load tokens sched store fallback
+//! footprint inbox`. `inbox` needs Dovecot (`sudo bash scripts/ci/imap-deps.sh`) and root, as
+//! the inbox's tests do.
 //! `footprint quick` skips the 10,000-task soak, the job firings and the 100k-task start.
 //! `load` takes the concurrency levels after it, e.g. `-- load 1 10` (default 1 10 100 1000),
 //! and which ways of running and waiting to measure: `wait` (the pool + `Agent::wait`), `direct`
@@ -19,6 +19,7 @@
 //! prints what it measured and makes the run exit non-zero.
 
 mod common;
+mod fallback;
 mod footprint;
 mod inbox;
 mod load;
@@ -34,6 +35,7 @@ const SECTIONS: &[&str] = &[
     "tokens",
     "sched",
     "store",
+    "fallback",
     "footprint",
     "inbox",
 ];
@@ -106,6 +108,7 @@ fn main() -> ExitCode {
                 "tokens" => tokens::run().await,
                 "sched" => sched::run().await,
                 "store" => sched::run_store().await,
+                "fallback" => fallback::run().await,
                 "footprint" => footprint::run(quick).await,
                 "inbox" => inbox::run().await,
                 _ => Ok(()),

@@ -52,6 +52,9 @@ fn bench_row(output: &str) -> NewStep {
         output: Some(output.to_string()),
         error: None,
         duration_ms: 0,
+        model: None,
+        fingerprint: None,
+        identity: None,
     }
 }
 

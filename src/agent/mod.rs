@@ -207,6 +207,11 @@ impl Agent {
         &self.inner.registry
     }
 
+    /// The model gateway every task calls through (its identity record is the daemon's).
+    pub fn gateway(&self) -> &Gateway {
+        &self.inner.gateway
+    }
+
     pub fn memory(&self) -> Option<&LongTerm> {
         self.inner.memory.as_ref()
     }

@@ -394,7 +394,7 @@ impl Run<'_> {
                 for note in &reply.notes {
                     self.record(trace::note(step, Some(note.clone()), None));
                 }
-                self.record(trace::model(step, profile, &reply, ms));
+                self.record(trace::model(step, &reply, ms));
                 // A call that asked for tools is written with their rows, after they ran.
                 if reply.tool_calls.is_empty() {
                     self.flush().await?;

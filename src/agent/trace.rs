@@ -5,13 +5,16 @@ use crate::llm::{ModelReply, ToolCall};
 use crate::store::{NewStep, StepKind};
 use crate::tools::ToolOutcome;
 
-/// A model call that answered.
-pub(super) fn model(step: i64, profile: &str, reply: &ModelReply, ms: i64) -> NewStep {
+/// A model call that answered: named by the profile that answered (a fallback's, when the
+/// chain moved on), with the model id the server reported (else the one asked for), its
+/// fingerprint and the profile's identity as last checked.
+pub(super) fn model(step: i64, reply: &ModelReply, ms: i64) -> NewStep {
     let calls = (!reply.tool_calls.is_empty()).then(|| calls_summary(&reply.tool_calls));
+    let served = &reply.served;
     NewStep {
         step,
         kind: StepKind::Model,
-        name: profile.to_string(),
+        name: served.profile.clone(),
         request_tokens: reply.usage.prompt_tokens.into(),
         result_tokens: reply.usage.completion_tokens.into(),
         arguments: calls,
@@ -23,6 +26,12 @@ pub(super) fn model(step: i64, profile: &str, reply: &ModelReply, ms: i64) -> Ne
             )
         }),
         duration_ms: ms,
+        model: served
+            .model
+            .clone()
+            .or_else(|| (!served.requested.is_empty()).then(|| served.requested.clone())),
+        fingerprint: served.fingerprint.clone(),
+        identity: served.identity.clone(),
     }
 }
 
@@ -67,6 +76,9 @@ fn blank(step: i64, kind: StepKind, name: &str) -> NewStep {
         output: None,
         error: None,
         duration_ms: 0,
+        model: None,
+        fingerprint: None,
+        identity: None,
     }
 }
 

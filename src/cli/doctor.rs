@@ -52,7 +52,12 @@ pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
     let mut report = Report::default();
     report.print(doctor::config(&config));
     report.print(doctor::time_zone(&config));
-    report.print_all(doctor::models(&config).await);
+    // The record of verified models, read only: with a daemon up the data dir is its own.
+    let store = open_read_only(&config).await;
+    report.print_all(doctor::models(&config, store.as_ref()).await);
+    if let Some(store) = store {
+        store.close().await;
+    }
     // Its own login, whether or not the daemon is up: IMAP servers take several sessions.
     report.print_all(doctor::inbox(&config.settings).await.into_iter().collect());
     let daemon = Remote::detect(&config).await;
@@ -88,6 +93,21 @@ pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
         check_data_dir(&mut report, config).await;
     }
     Ok(report.exit_code())
+}
+
+/// The data dir's database for reading, when there is one.
+async fn open_read_only(config: &Config) -> Option<crate::store::Store> {
+    if !config.data_dir.join(crate::store::DB_FILE).is_file() {
+        return None;
+    }
+    let options = crate::store::StoreOptions {
+        read_only: true,
+        max_connections: 1,
+        ..Default::default()
+    };
+    crate::store::Store::open_with(&config.data_dir, options)
+        .await
+        .ok()
 }
 
 /// The data dir, and what only opening it can tell: memory, tools, notify channels.

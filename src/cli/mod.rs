@@ -33,6 +33,7 @@ macro_rules! errln {
 mod backend;
 mod config;
 mod doctor;
+mod eval;
 mod jobs;
 mod mcp;
 mod memory;
@@ -92,6 +93,23 @@ pub enum Command {
     /// Serve MCP on stdin/stdout: MCP clients (desktop assistants, editors) can run tasks and
     /// manage jobs and memory, through the daemon when it runs, else on the data dir.
     Mcp,
+    /// Run the regression cases (evals/*.yaml and the evals dir beside your settings) each in a
+    /// throwaway data dir; exit 1 when any fails. A run where all pass verifies the model.
+    Eval(EvalArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Model profile to run on (default: model.default_profile); a case may name its own.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Only the cases whose name matches this glob (`*` for any run of characters);
+    /// repeatable.
+    #[arg(long = "case", value_name = "GLOB")]
+    pub case: Vec<String>,
+    /// Print the run with its per-case results as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -307,6 +325,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Mcp => mcp::mcp(config).await,
         Command::Service(ServiceCmd::Install) => service::service_install(&config),
         Command::Doctor => doctor::doctor(config).await,
+        Command::Eval(args) => eval::eval(config, args).await,
     }
 }
 

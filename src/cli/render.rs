@@ -7,7 +7,7 @@
 use super::backend::FoundFact;
 use super::table::{Table, cell};
 use crate::scheduler::JobView;
-use crate::store::{Notice, NoticeState, Step, StepKind, Task, TaskRecord, TaskState};
+use crate::store::{Notice, NoticeState, PauseReason, Step, StepKind, Task, TaskRecord, TaskState};
 use crate::util::text;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
@@ -117,8 +117,15 @@ pub(crate) fn step_line(s: &Step) -> String {
                 .as_deref()
                 .map(|e| format!("  ! {}", whole_line(e)))
                 .unwrap_or_default();
+            // The profile that answered, and the model its server said answered.
+            let served = s
+                .row
+                .model
+                .as_deref()
+                .map(|m| format!(" [{m}]"))
+                .unwrap_or_default();
             format!(
-                "[{:>2}] model {} ({} ms, {}→{} tok) {what}{err}",
+                "[{:>2}] model {}{served} ({} ms, {}→{} tok) {what}{err}",
                 s.row.step,
                 s.row.name,
                 s.row.duration_ms,
@@ -229,14 +236,19 @@ pub(crate) fn job_table(jobs: &[JobView]) -> String {
             None => "never".into(),
         };
         // To the second: the fraction the API gives only widens the column.
-        let next = j
-            .next_run_at
-            .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true));
+        let next = match (j.enabled, j.pause_reason) {
+            (false, Some(PauseReason::ModelChanged)) => "paused: model changed".to_string(),
+            (false, _) => "paused".to_string(),
+            (true, _) => j
+                .next_run_at
+                .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
+                .unwrap_or_default(),
+        };
         table.row(vec![
             cell(&j.id, 32),
             cell(&j.name, 24),
             cell(&j.schedule, 40),
-            next.unwrap_or_default(),
+            next,
             last,
         ]);
     }
@@ -334,6 +346,37 @@ mod tests {
     }
 
     #[test]
+    fn a_paused_job_says_so_and_why_in_the_next_column() {
+        let job = |id: &str, reason: Option<PauseReason>| JobView {
+            job: Job {
+                id: id.into(),
+                name: id.into(),
+                task: "t".into(),
+                schedule: "every 2h".into(),
+                timezone: "UTC".into(),
+                notify: vec![],
+                profile: None,
+                origin: Origin::Cli,
+                precheck: None,
+                enabled: reason.is_none(),
+                next_run_at: Some(Utc::now()),
+                running_task_id: None,
+                pause_reason: reason,
+                created_at: Utc::now(),
+            },
+            last_run: None,
+        };
+        let table = job_table(&[
+            job("j_held", Some(PauseReason::ModelChanged)),
+            job("j_paused", Some(PauseReason::Person)),
+        ]);
+        let line = |id: &str| table.lines().find(|l| l.starts_with(id)).unwrap_or("");
+        assert!(line("j_held").contains("paused: model changed"), "{table}");
+        assert!(line("j_paused").contains("paused"), "{table}");
+        assert!(!line("j_paused").contains("model"), "{table}");
+    }
+
+    #[test]
     fn the_job_table_lines_up_wide_names_and_long_schedules() {
         let job = |id: &str, name: &str, schedule: &str| JobView {
             job: Job {
@@ -349,6 +392,7 @@ mod tests {
                 enabled: true,
                 next_run_at: Some(Utc::now()),
                 running_task_id: None,
+                pause_reason: None,
                 created_at: Utc::now(),
             },
             last_run: None,

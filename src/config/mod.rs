@@ -2,8 +2,8 @@
 //!
 //! Owns: locating the file (`--config`, `HERMES_CONFIG`, the XDG config dir, else built-in
 //! defaults), `${VAR}` expansion from the environment, parsing with precise `file:line: key`
-//! errors, semantic validation, and resolving the data dir and the time zone (`TZ`, see
-//! [`zone`]). This is the only module that reads
+//! errors, semantic validation, and resolving the data dir, the person's regression cases'
+//! directory and the time zone (`TZ`, see [`zone`]). This is the only module that reads
 //! environment variables (the entry layer passes the CLI's values in through [`Sources`]).
 //! Must not: open databases, talk to the network, or hold runtime state.
 
@@ -12,6 +12,7 @@ mod settings;
 mod validate;
 pub mod zone;
 
+pub(crate) use locate::line_of_key;
 pub use settings::*;
 pub(crate) use validate::Violation;
 pub(crate) use zone::TimeZone;
@@ -89,6 +90,9 @@ pub struct Config {
     pub manifests_dir: PathBuf,
     /// The zone in `settings.scheduler.timezone`, and where it came from.
     pub timezone: TimeZone,
+    /// The person's own regression cases (`*.yaml`), run by `hermes-agent eval` after the
+    /// shipped ones: the `evals` directory beside the XDG settings file. `None`: none.
+    pub evals_dir: Option<PathBuf>,
 }
 
 impl Config {
@@ -114,6 +118,7 @@ impl Config {
             data_dir,
             manifests_dir,
             timezone,
+            evals_dir: xdg_evals_dir(),
         })
     }
 
@@ -129,6 +134,7 @@ impl Config {
             data_dir,
             manifests_dir,
             timezone,
+            evals_dir: None,
         }
     }
 }
@@ -154,6 +160,11 @@ pub(crate) fn env_map() -> HashMap<String, String> {
 pub(crate) fn xdg_config_file() -> Option<PathBuf> {
     directories::ProjectDirs::from("", "", "hermes-agent")
         .map(|d| d.config_dir().join("settings.yaml"))
+}
+
+/// The person's regression cases: `~/.config/hermes-agent/evals` on Linux.
+pub fn xdg_evals_dir() -> Option<PathBuf> {
+    directories::ProjectDirs::from("", "", "hermes-agent").map(|d| d.config_dir().join("evals"))
 }
 
 /// The XDG data dir (`~/.local/share/hermes-agent` on Linux).

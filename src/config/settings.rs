@@ -34,6 +34,51 @@ pub struct ModelSettings {
     pub max_response_bytes: u64,
     /// A 429 asking to wait longer than this (or than the task has left) fails the call at once.
     pub max_retry_after_s: u64,
+    /// A profile whose call failed and fell back is skipped (its fallbacks asked first) for
+    /// this long, then tried first again; 0: always tried first.
+    pub fallback_cooldown_s: u64,
+    /// How often the daemon asks each profile's server what it serves (Ollama's digest,
+    /// llama.cpp's `/props`, else a greedy answer), besides at start and when a reply reports
+    /// another model id; 0: never — only the model ids the replies report are compared.
+    pub identity_check_s: u64,
+    /// What the daemon does when a profile answers with a model other than its verified one.
+    pub on_change: OnChange,
+    /// Channels (`email`, webhook names) told of a model change and of its eval's verdict.
+    pub on_change_notify: Vec<String>,
+}
+
+impl ModelSettings {
+    /// The profiles a call to `name` tries, in order: `name`, then each of its fallbacks
+    /// followed by that one's own fallbacks, each profile once. Names not defined are left
+    /// out (validation refuses them, and cycles, before a gateway is built).
+    pub fn fallback_chain(&self, name: &str) -> Vec<String> {
+        fn visit(settings: &ModelSettings, name: &str, chain: &mut Vec<String>) {
+            if chain.iter().any(|n| n == name) || !settings.profiles.contains_key(name) {
+                return;
+            }
+            chain.push(name.to_string());
+            for next in &settings.profiles[name].fallback {
+                visit(settings, next, chain);
+            }
+        }
+        let mut chain = Vec::new();
+        visit(self, name, &mut chain);
+        chain
+    }
+}
+
+/// See [`ModelSettings::on_change`]. Each one does what the one before it does, and more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnChange {
+    /// Record it, tell `on_change_notify`, show a badge on the dashboard and in `doctor`.
+    #[default]
+    Warn,
+    /// Also run the regression cases against the new model in the background; notice the verdict.
+    Eval,
+    /// Also pause the jobs that use the profile (reason `model_changed`) until an eval passes
+    /// or a person resumes them.
+    Hold,
 }
 
 impl Default for ModelSettings {
@@ -53,6 +98,10 @@ impl Default for ModelSettings {
             profiles,
             max_response_bytes: 4_000_000,
             max_retry_after_s: 30,
+            fallback_cooldown_s: 60,
+            identity_check_s: 3600,
+            on_change: OnChange::Warn,
+            on_change_notify: Vec::new(),
         }
     }
 }
@@ -71,6 +120,11 @@ pub struct Profile {
     /// the system prompt, calls read from `<tool_call>` blocks), or `auto` (native until the
     /// server shows it ignores tools, then text).
     pub tool_mode: ToolMode,
+    /// Profiles to ask, in order, when a call to this one fails for a reason another server
+    /// could fix (unreachable, timeout, 5xx or 429 after the retries, a reply too large, the
+    /// context too long); each with its own URL, key, model and tool mode. A fallback's own
+    /// fallbacks follow it.
+    pub fallback: Vec<String>,
 }
 
 /// See [`Profile::tool_mode`].
@@ -93,6 +147,7 @@ impl Default for Profile {
             max_tokens: 1024,
             timeout_s: 60,
             tool_mode: ToolMode::Auto,
+            fallback: Vec::new(),
         }
     }
 }

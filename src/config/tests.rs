@@ -417,3 +417,59 @@ fn the_imap_password_never_shows_in_debug_output() {
     assert!(!shown.contains("secret"), "{shown}");
     assert!(shown.contains("<redacted>"), "{shown}");
 }
+
+#[test]
+fn fallback_chains_follow_each_fallback_and_refuse_cycles_and_unknown_names_at_their_line() {
+    let text = "model:\n  profiles:\n    fast:\n      fallback: [pro, local]\n    pro:\n      fallback: [cloud]\n    local: {}\n    cloud: {}\n";
+    let s = parse(text, Path::new("s.yaml"), &env(&[])).unwrap();
+    assert_eq!(
+        s.model.fallback_chain("fast"),
+        ["fast", "pro", "cloud", "local"],
+        "a fallback's own fallbacks follow it"
+    );
+    assert_eq!(s.model.fallback_chain("local"), ["local"]);
+    refused(
+        "model:\n  profiles:\n    fast:\n      fallback: [turbo]\n",
+        4,
+        "model.profiles.fast.fallback",
+        "unknown profile 'turbo'",
+    );
+    refused(
+        "model:\n  profiles:\n    fast:\n      fallback: [fast]\n",
+        4,
+        "model.profiles.fast.fallback",
+        "itself",
+    );
+    refused(
+        "model:\n  profiles:\n    fast:\n      fallback: [pro, pro]\n    pro: {}\n",
+        4,
+        "model.profiles.fast.fallback",
+        "twice",
+    );
+    refused(
+        "model:\n  profiles:\n    fast:\n      fallback: [pro]\n    pro:\n      timeout_s: 9\n      fallback: [fast]\n",
+        7,
+        "model.profiles.pro.fallback",
+        "fast → pro → fast",
+    );
+}
+
+#[test]
+fn model_change_settings_are_checked() {
+    refused(
+        "model:\n  on_change_notify: [ops]\n",
+        2,
+        "model.on_change_notify",
+        "unknown notify channel 'ops'; none is configured",
+    );
+    refused("model:\n  on_change: panic\n", 2, "model.on_change", "");
+    refused(
+        "model:\n  identity_check_s: 5\n",
+        2,
+        "model.identity_check_s",
+        "at least 60",
+    );
+    let ok = "model:\n  identity_check_s: 0\n  on_change: hold\n  on_change_notify: [ops]\nnotify:\n  webhooks:\n    ops: {url: 'http://127.0.0.1:9/h'}\n";
+    let s = parse(ok, Path::new("s.yaml"), &env(&[])).unwrap();
+    assert_eq!(s.model.on_change, OnChange::Hold);
+}

@@ -27,6 +27,33 @@ fn positive(key: &str, v: u64) -> Result<(), Violation> {
     Ok(())
 }
 
+/// The shortest period between two identity checks of a profile (other than 0, never).
+const MIN_IDENTITY_CHECK_S: u64 = 60;
+
+/// The first cycle the fallbacks of `path`'s last profile lead into, as the names along it
+/// (the first and last the same), if any.
+fn cycle_from<'a>(
+    m: &'a ModelSettings,
+    name: &str,
+    path: &mut Vec<&'a str>,
+) -> Option<Vec<String>> {
+    let profile = m.profiles.get(name)?;
+    for next in &profile.fallback {
+        if let Some(at) = path.iter().position(|p| p == next) {
+            let mut cycle: Vec<String> = path[at..].iter().map(|s| s.to_string()).collect();
+            cycle.push(next.clone());
+            return Some(cycle);
+        }
+        path.push(next);
+        let found = cycle_from(m, next, path);
+        path.pop();
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
+}
+
 /// Durations beyond a year are typos, and would overflow time arithmetic.
 const MAX_SECONDS: u64 = 366 * 24 * 3600;
 
@@ -91,7 +118,80 @@ impl Settings {
         }
         positive("model.max_response_bytes", m.max_response_bytes)?;
         seconds("model.max_retry_after_s", m.max_retry_after_s, true)?;
+        seconds("model.fallback_cooldown_s", m.fallback_cooldown_s, true)?;
+        seconds("model.identity_check_s", m.identity_check_s, true)?;
+        if (1..MIN_IDENTITY_CHECK_S).contains(&m.identity_check_s) {
+            return bad(
+                "model.identity_check_s",
+                format!(
+                    "a check may cost a model call: use at least {MIN_IDENTITY_CHECK_S} s, or 0 to compare only the model ids replies report"
+                ),
+            );
+        }
+        self.validate_fallbacks()?;
+        for channel in &m.on_change_notify {
+            self.known_channel("model.on_change_notify", channel)?;
+        }
         Ok(())
+    }
+
+    /// Every fallback names another defined profile, once, and no chain comes back to where
+    /// it started (a call would go round it for ever).
+    fn validate_fallbacks(&self) -> Result<(), Violation> {
+        let m = &self.model;
+        for (name, p) in &m.profiles {
+            let key = format!("model.profiles.{name}.fallback");
+            for (i, next) in p.fallback.iter().enumerate() {
+                if next == name {
+                    return bad(key, format!("'{name}' cannot fall back to itself"));
+                }
+                if !m.profiles.contains_key(next) {
+                    let known: Vec<&str> = m.profiles.keys().map(String::as_str).collect();
+                    return bad(
+                        key,
+                        format!(
+                            "unknown profile '{next}'; defined profiles: {}",
+                            known.join(", ")
+                        ),
+                    );
+                }
+                if p.fallback[..i].contains(next) {
+                    return bad(key, format!("'{next}' is listed twice"));
+                }
+            }
+        }
+        for name in m.profiles.keys() {
+            if let Some(cycle) = cycle_from(m, name, &mut vec![name.as_str()]) {
+                let last = &cycle[cycle.len() - 2];
+                return bad(
+                    format!("model.profiles.{last}.fallback"),
+                    format!(
+                        "the fallbacks go round in a cycle ({}); a chain must end",
+                        cycle.join(" → ")
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// `channel` is one a notice can go to: `email` when it is set up, or a webhook's name.
+    fn known_channel(&self, key: &str, channel: &str) -> Result<(), Violation> {
+        let n = &self.notify;
+        let known = (channel == "email" && n.email.is_some()) || n.webhooks.contains_key(channel);
+        if known {
+            return Ok(());
+        }
+        let mut names: Vec<&str> = n.webhooks.keys().map(String::as_str).collect();
+        if n.email.is_some() {
+            names.insert(0, "email");
+        }
+        let have = if names.is_empty() {
+            "none is configured (notify.email, notify.webhooks)".to_string()
+        } else {
+            format!("configured channels: {}", names.join(", "))
+        };
+        bad(key, format!("unknown notify channel '{channel}'; {have}"))
     }
 
     /// The numbers of the agent, tools, context and memory sections.

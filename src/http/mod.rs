@@ -97,7 +97,7 @@ impl ApiState {
 /// The whole router, assembled here: the API and the dashboard's pages side by side on one
 /// state, behind the same outer checks.
 pub fn router(state: ApiState) -> Router {
-    use api::{deliveries, events, health, inbox, jobs, memory, tasks};
+    use api::{deliveries, evals, events, health, inbox, jobs, memory, tasks};
     let api = Router::new()
         .route("/v1/tasks", post(tasks::create_task).get(tasks::list_tasks))
         .route("/v1/tasks/{id}", get(tasks::get_task))
@@ -111,6 +111,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/jobs/{id}/resume", post(jobs::resume_job))
         .route("/v1/schedule", get(jobs::preview_schedule))
         .route("/v1/deliveries", get(deliveries::list_deliveries))
+        .route("/v1/evals", get(evals::list_evals))
         .route(
             "/v1/deliveries/{id}/retry",
             post(deliveries::retry_delivery),
@@ -127,7 +128,9 @@ pub fn router(state: ApiState) -> Router {
             guard::require_token,
         ));
     let dashboard = {
-        use pages::{deliveries, guard, inbox, jobs, login, memory, overview, settings, tasks};
+        use pages::{
+            deliveries, evals, guard, inbox, jobs, login, memory, overview, settings, tasks,
+        };
         Router::new()
             .route("/", get(overview::page))
             .route("/tasks", get(tasks::list).post(tasks::start))
@@ -138,6 +141,7 @@ pub fn router(state: ApiState) -> Router {
             .route("/jobs/{id}/{action}", post(jobs::act))
             .route("/deliveries", get(deliveries::list))
             .route("/inbox", get(inbox::list))
+            .route("/evals", get(evals::page))
             .route("/deliveries/{id}/retry", post(deliveries::retry))
             .route("/memory", get(memory::page).post(memory::add))
             .route("/memory/{id}/forget", post(memory::forget))

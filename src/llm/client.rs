@@ -20,7 +20,8 @@ use super::failure::RETRY_AFTER_CEILING;
 use super::failure::{ERROR_BODY_CHARS, Failure, parse_retry_after};
 use super::wire;
 use super::{
-    LlmError, Message, ModelReply, ToolCall, ToolSpec, Toolset, Usage, estimate_tokens, parse,
+    LlmError, Message, ModelReply, Served, ToolCall, ToolSpec, Toolset, Usage, estimate_tokens,
+    parse,
 };
 use crate::config::{ConfigSource, ModelSettings, Profile, ToolMode};
 use crate::util::lock;
@@ -42,7 +43,7 @@ pub const DEFAULT_RETRY: RetryPolicy = RetryPolicy {
 #[derive(Clone)]
 pub struct Gateway {
     /// One connection pool for every profile and task.
-    client: reqwest::Client,
+    pub(super) client: reqwest::Client,
     /// The configured profiles, by name; holds the API keys, which never leave this struct
     /// except as a request header.
     profiles: Arc<BTreeMap<String, Profile>>,
@@ -56,7 +57,17 @@ pub struct Gateway {
     /// `auto` profiles whose server showed it ignores native tools: text mode from then on.
     switched: Arc<Mutex<BTreeSet<String>>>,
     /// Where the profiles are set ("in /path/settings.yaml"), for the hints of errors.
-    settings_place: Arc<str>,
+    pub(super) settings_place: Arc<str>,
+    /// Each profile's fallback chain, itself first (`model.profiles.NAME.fallback`).
+    pub(super) chains: Arc<BTreeMap<String, Vec<String>>>,
+    /// How long a profile that failed and fell back is skipped (`model.fallback_cooldown_s`).
+    pub(super) cooldown: Duration,
+    /// When each profile last failed in a way that moved its chain on.
+    pub(super) failed_at: Arc<Mutex<BTreeMap<String, Instant>>>,
+    /// What each profile's server was last seen to serve.
+    pub(super) identities: Arc<super::identity::Tracker>,
+    /// Whether identity checks ask the server (`model.identity_check_s` above 0).
+    pub(super) identity_checks: bool,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -118,6 +129,17 @@ impl Gateway {
             parse_failures: Arc::new(AtomicU64::new(0)),
             switched: Arc::default(),
             settings_place: settings_place(&ConfigSource::Defaults { looked_in: vec![] }).into(),
+            chains: Arc::new(
+                settings
+                    .profiles
+                    .keys()
+                    .map(|name| (name.clone(), settings.fallback_chain(name)))
+                    .collect(),
+            ),
+            cooldown: Duration::from_secs(settings.fallback_cooldown_s),
+            failed_at: Arc::default(),
+            identities: Arc::default(),
+            identity_checks: settings.identity_check_s > 0,
         })
     }
 
@@ -216,13 +238,11 @@ impl Gateway {
         self.chat_until(profile_name, messages, &tools, None).await
     }
 
-    /// As [`Gateway::chat`], for a caller with a deadline (a task's time limit): no retry wait,
-    /// whether backoff or a server's `Retry-After`, goes past it.
-    ///
-    /// With `tool_mode: auto`, a server that shows it ignores tools (a 400 naming them, a
-    /// prompt count that cannot include them, or a blank reply) switches the profile to text mode for the rest
-    /// of the process, once, and the call is made again that way; the reply's `notes` say so.
-    pub async fn chat_until(
+    /// One profile's call, without its fallbacks. With `tool_mode: auto`, a server that shows
+    /// it ignores tools (a 400 naming them, a prompt count that cannot include them, or a blank
+    /// reply) switches the profile to text mode for the rest of the process, once, and the call
+    /// is made again that way; the reply's `notes` say so.
+    pub(super) async fn chat_profile(
         &self,
         profile_name: &str,
         messages: &[Message],
@@ -389,7 +409,12 @@ impl Gateway {
         Ok(Some(delay).filter(|d| left.is_none_or(|left| *d < left)))
     }
 
-    async fn send_once(&self, profile: &Profile, url: &str, body: &str) -> Result<Value, Failure> {
+    pub(super) async fn send_once(
+        &self,
+        profile: &Profile,
+        url: &str,
+        body: &str,
+    ) -> Result<Value, Failure> {
         let mut request = self
             .client
             .post(url)
@@ -426,7 +451,10 @@ impl Gateway {
 
     /// The body, read as it arrives and refused the moment it passes the cap: a broken or
     /// hostile server cannot grow the daemon's memory without bound.
-    async fn read_capped(&self, mut response: reqwest::Response) -> Result<Vec<u8>, Failure> {
+    pub(super) async fn read_capped(
+        &self,
+        mut response: reqwest::Response,
+    ) -> Result<Vec<u8>, Failure> {
         let cap = self.max_response_bytes;
         if response.content_length().is_some_and(|n| n > cap) {
             return Err(Failure::TooLarge(cap));
@@ -495,6 +523,22 @@ impl Gateway {
                 estimated: true,
             },
         };
+        let text = |field: &str| {
+            response
+                .get(field)
+                .and_then(Value::as_str)
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| redact(v, &profile.api_key))
+        };
+        let served = Served {
+            profile: profile_name.to_string(),
+            requested: profile.model.clone(),
+            model: text("model"),
+            fingerprint: text("system_fingerprint"),
+            identity: None,
+        };
+        self.identities
+            .reported(profile_name, served.model.as_deref());
         Ok(ModelReply {
             content: parsed.content,
             tool_calls: parsed.tool_calls,
@@ -503,6 +547,7 @@ impl Gateway {
             attempts,
             notes: Vec::new(),
             native_calls,
+            served,
         })
     }
 }

@@ -4,6 +4,7 @@
 //! text that came back from a server. Must not: hold a key — errors are built from text that
 //! has already been redacted.
 
+use super::kind::{FailureKind, StatusCause};
 use crate::config::ConfigSource;
 
 /// A failed model call. Every message names the server and the setting to change; none
@@ -55,11 +56,15 @@ pub enum LlmError {
         /// The server's own explanation (its `error.message`, or a capped excerpt of the body).
         detail: String,
         attempts: u32,
-        hint: String,
+        /// Boxed, not a `String`: it keeps the error small enough to return by value.
+        hint: Box<str>,
         /// The server said that what it rejects is the request's tools: its error names the
         /// `tools` or `tool_choice` parameter, or says tools are not supported (see
         /// `wire::rejects_tools`). The evidence `tool_mode: auto` switches to text mode on.
         tools_rejected: bool,
+        /// What the body says the rejection is about (a 4xx only): read once, where it
+        /// arrived, so the fallback decision is made on this, never on the text.
+        cause: StatusCause,
     },
 
     #[error(
@@ -98,6 +103,18 @@ pub enum LlmError {
         /// Why the wait was not taken.
         why: String,
     },
+
+    /// Every profile of a fallback chain failed; `tried` says how each one did, in order.
+    #[error(
+        "model profile '{profile}' and its fallbacks all failed — {}. The last one: {last}",
+        tried.join("; ")
+    )]
+    Exhausted {
+        profile: String,
+        /// `NAME: what happened` for each profile asked or skipped.
+        tried: Vec<String>,
+        last: Box<LlmError>,
+    },
 }
 
 impl LlmError {
@@ -117,7 +134,30 @@ impl LlmError {
             LlmError::Connect { attempts, .. }
             | LlmError::Timeout { attempts, .. }
             | LlmError::Status { attempts, .. } => *attempts,
+            LlmError::Exhausted { last, .. } => last.attempts(),
             _ => 0,
+        }
+    }
+
+    /// The kind of failure, which decides whether a fallback profile is asked.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            LlmError::Connect { .. } => FailureKind::Unreachable,
+            LlmError::Timeout { .. } => FailureKind::Timeout,
+            LlmError::Status {
+                status,
+                cause,
+                tools_rejected,
+                ..
+            } => FailureKind::of_status(*status, *cause, *tools_rejected),
+            LlmError::BadResponse { .. } => FailureKind::BadResponse,
+            LlmError::TooLarge { .. } => FailureKind::TooLarge,
+            LlmError::RateLimited { .. } => FailureKind::RateLimited,
+            LlmError::Exhausted { last, .. } => last.kind(),
+            LlmError::UnknownProfile { .. }
+            | LlmError::InvalidProfile { .. }
+            | LlmError::Setup { .. }
+            | LlmError::Encode { .. } => FailureKind::Local,
         }
     }
 }
@@ -225,8 +265,9 @@ mod tests {
             model: "m".into(),
             detail: String::new(),
             attempts: 1,
-            hint: String::new(),
+            hint: "".into(),
             tools_rejected: false,
+            cause: StatusCause::Unspecified,
         };
         assert!(status(429).is_retryable());
         assert!(status(500).is_retryable());

@@ -92,13 +92,14 @@ impl Failure {
             },
             Failure::Status { status, body, .. } => LlmError::Status {
                 tools_rejected: super::wire::rejects_tools(status, &body),
+                cause: super::kind::status_cause(status, &body),
                 status,
                 profile: profile_name.to_string(),
                 base_url: profile.base_url.clone(),
                 model: profile.model.clone(),
                 detail: redact(&body_detail(&body, ERROR_BODY_CHARS), key),
                 attempts,
-                hint: status_hint(status, profile_name, &profile.model, place),
+                hint: status_hint(status, profile_name, &profile.model, place).into(),
             },
             Failure::BadResponse(reason) => LlmError::BadResponse {
                 profile: profile_name.to_string(),

@@ -1,6 +1,8 @@
 //! The model gateway: one HTTP client for any OpenAI-compatible `/chat/completions`.
 //!
-//! Owns: profiles, requests, retries with backoff, tool-call parsing and repair, token usage.
+//! Owns: profiles, requests, retries with backoff, fallback chains and their cooldown
+//! (`fallback`), which failures move a chain on (`kind`), which model a server really serves
+//! (`identity`), tool-call parsing and repair, token usage.
 //! Must not: know how any tool is implemented, or let an API key reach a log or a trace.
 //!
 //! [`Gateway`] is the handle the agent calls; [`parse`] holds the pure tool-call parsing and
@@ -10,6 +12,9 @@
 mod client;
 mod error;
 mod failure;
+mod fallback;
+mod identity;
+mod kind;
 pub mod parse;
 mod probe;
 #[cfg(any(test, feature = "test-support"))]
@@ -21,6 +26,8 @@ mod wire;
 pub use crate::util::RetryPolicy;
 pub use client::{DEFAULT_RETRY, Gateway};
 pub use error::LlmError;
+pub use identity::{Identity, Told};
+pub use kind::{FailureKind, StatusCause};
 pub use probe::ToolProbe;
 pub use toolset::Toolset;
 pub use types::*;

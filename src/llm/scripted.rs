@@ -3,7 +3,10 @@
 //! This is a real HTTP server (axum on `127.0.0.1:0`) that answers `POST /v1/chat/completions`
 //! from a script, so the whole gateway — HTTP, retries, parsing — runs against it exactly as it
 //! would against Ollama or vLLM. It records every request body and `Authorization` header so a
-//! test can check what was sent. Replies either replay a list in order or are computed from each
+//! test can check what was sent. Beside chat it answers what real servers tell about their
+//! model — the replies' `model` and `system_fingerprint`, `GET /v1/models`, llama.cpp's
+//! `/props`, Ollama's `/api/tags` — each changeable while it runs, so a test can swap the model
+//! behind the name. Replies either replay a list in order or are computed from each
 //! request by a handler (for concurrent tests and benchmarks).
 //! Owns: its listener, its replies and its records. Must not: be used by the daemon itself, or
 //! depend on any other part of the crate except [`estimate_tokens`](super::estimate_tokens).
@@ -27,7 +30,7 @@ use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -106,7 +109,7 @@ fn completion(message: Value, finish_reason: &str, completion_tokens: Option<u32
         "id": "chatcmpl-scripted",
         "object": "chat.completion",
         "created": 0,
-        "model": "scripted",
+        "model": PLACEHOLDER_MODEL,
         "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
     });
     if let Some(n) = completion_tokens {
@@ -130,8 +133,39 @@ struct Received {
     authorizations: Vec<Option<String>>,
 }
 
+/// What the server says about the model it serves, beside its replies; changed at will by a
+/// test to play a model upgrade behind an unchanged name.
+struct Served {
+    /// The replies' `model` field (where the scripted body has the placeholder `scripted`).
+    model: String,
+    /// The replies' `system_fingerprint`, if any.
+    fingerprint: Option<String>,
+    /// `GET /v1/models` lists these; `None`: 404, as servers without the route.
+    listed: Option<Vec<String>>,
+    /// `GET /props` (llama.cpp) names this file; `None`: 404.
+    model_file: Option<String>,
+    /// `GET /api/tags` (Ollama) lists the model with this digest; `None`: 404.
+    digest: Option<(String, String)>,
+}
+
+impl Default for Served {
+    fn default() -> Served {
+        Served {
+            model: PLACEHOLDER_MODEL.into(),
+            fingerprint: None,
+            listed: None,
+            model_file: Some("/models/scripted.gguf".into()),
+            digest: None,
+        }
+    }
+}
+
+/// The `model` of every scripted body, replaced by [`Served::model`] when it is sent.
+const PLACEHOLDER_MODEL: &str = "scripted";
+
 struct Shared {
     source: Source,
+    served: Mutex<Served>,
     /// Keep each request for [`ScriptedModel::requests`]; off for load benchmarks, where the
     /// copies would be the test harness's work counted against the agent.
     record: bool,
@@ -199,12 +233,16 @@ impl ScriptedModel {
             .port();
         let shared = Arc::new(Shared {
             source,
+            served: Mutex::default(),
             record,
             received: Mutex::new(Received::default()),
             count: watch::channel(0).0,
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
+            .route("/v1/models", get(models))
+            .route("/props", get(props))
+            .route("/api/tags", get(tags))
             .layer(DefaultBodyLimit::max(BODY_LIMIT))
             .with_state(shared.clone());
         let (shutdown, stopped) = oneshot::channel::<()>();
@@ -239,6 +277,35 @@ impl ScriptedModel {
     /// The `Authorization` header of every request, in the same order as [`Self::requests`].
     pub fn authorizations(&self) -> Vec<Option<String>> {
         self.shared.received().authorizations.clone()
+    }
+
+    /// From now on the replies report `model` as the model that answered.
+    pub fn report_model(&self, model: &str) {
+        crate::util::lock(&self.shared.served).model = model.to_string();
+    }
+
+    /// From now on the replies carry this `system_fingerprint` (or none).
+    pub fn report_fingerprint(&self, fingerprint: Option<&str>) {
+        crate::util::lock(&self.shared.served).fingerprint = fingerprint.map(str::to_string);
+    }
+
+    /// `GET /v1/models` lists these ids from now on (`None`: the route answers 404, as at
+    /// the start).
+    pub fn list_models(&self, ids: Option<&[&str]>) {
+        crate::util::lock(&self.shared.served).listed =
+            ids.map(|ids| ids.iter().map(|s| s.to_string()).collect());
+    }
+
+    /// `GET /props` names this model file, as llama.cpp's server does (`None`: 404, as
+    /// llama-cpp-python and hosted APIs). At the start: `/models/scripted.gguf`.
+    pub fn serve_model_file(&self, path: Option<&str>) {
+        crate::util::lock(&self.shared.served).model_file = path.map(str::to_string);
+    }
+
+    /// `GET /api/tags` lists `name` with `digest`, as Ollama does (`None`: 404, as at the start).
+    pub fn serve_digest(&self, tag: Option<(&str, &str)>) {
+        crate::util::lock(&self.shared.served).digest =
+            tag.map(|(n, d)| (n.to_string(), d.to_string()));
     }
 
     pub fn request_count(&self) -> usize {
@@ -333,6 +400,7 @@ async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, raw: Bytes)
             }
             Reply::Body(mut body) => {
                 fill_prompt_tokens(&mut body, &text);
+                fill_served(&mut body, &crate::util::lock(&shared.served));
                 return axum::Json(body).into_response();
             }
             Reply::Status {
@@ -341,6 +409,51 @@ async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, raw: Bytes)
                 body,
             } => return raw_response(status, &headers, body),
         }
+    }
+}
+
+fn fill_served(body: &mut Value, served: &Served) {
+    if body.get("model").and_then(Value::as_str) == Some(PLACEHOLDER_MODEL) {
+        body["model"] = json!(served.model);
+        if let Some(fp) = &served.fingerprint {
+            body["system_fingerprint"] = json!(fp);
+        }
+    }
+}
+
+async fn models(State(shared): State<Arc<Shared>>) -> Response {
+    let listed = crate::util::lock(&shared.served).listed.clone();
+    match listed {
+        Some(ids) => {
+            let data: Vec<Value> = ids
+                .iter()
+                .map(|id| json!({"id": id, "object": "model", "owned_by": "scripted"}))
+                .collect();
+            axum::Json(json!({"object": "list", "data": data})).into_response()
+        }
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+async fn props(State(shared): State<Arc<Shared>>) -> Response {
+    let file = crate::util::lock(&shared.served).model_file.clone();
+    match file {
+        Some(path) => {
+            axum::Json(json!({"model_path": path, "chat_template": "", "total_slots": 1}))
+                .into_response()
+        }
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+async fn tags(State(shared): State<Arc<Shared>>) -> Response {
+    let digest = crate::util::lock(&shared.served).digest.clone();
+    match digest {
+        Some((name, digest)) => {
+            axum::Json(json!({"models": [{"name": name, "model": name, "digest": digest}]}))
+                .into_response()
+        }
+        None => StatusCode::NOT_FOUND.into_response(),
     }
 }
 

@@ -113,6 +113,25 @@ pub struct ModelReply {
     /// The calls came in the native `tool_calls` field, not parsed out of text.
     #[serde(default)]
     pub native_calls: bool,
+    /// Which profile and model answered.
+    #[serde(default)]
+    pub served: Served,
+}
+
+/// Which profile and model produced a reply: the profile that answered (a fallback's, when the
+/// chain moved on), the model it asked for, and what the server said about itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Served {
+    pub profile: String,
+    /// The model name the request carried (the profile's `model`).
+    pub requested: String,
+    /// The reply's `model` field: the model the server says answered (many local servers echo
+    /// the requested name whatever they serve).
+    pub model: Option<String>,
+    /// The reply's `system_fingerprint`, when the server sends one.
+    pub fingerprint: Option<String>,
+    /// The profile's identity as last checked (see [`crate::llm::Identity`]), when known.
+    pub identity: Option<String>,
 }
 
 /// A rough token count for text the server did not count: about 4 bytes per token for

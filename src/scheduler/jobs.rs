@@ -3,7 +3,7 @@
 
 use super::schedule::ZonedSchedule;
 use super::{JobRequest, JobView, Scheduler, SchedulerError, words};
-use crate::store::{Job, JobRun, MAX_TASK_CHARS, NewJob, Origin};
+use crate::store::{Job, JobRun, MAX_TASK_CHARS, NewJob, Origin, PauseReason};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -227,12 +227,17 @@ impl Scheduler {
 
     /// Stop a job firing until it is resumed; its runs and settings stay.
     pub async fn pause(&self, id: &str) -> Result<Job, SchedulerError> {
+        self.pause_for(id, PauseReason::Person).await
+    }
+
+    /// [`Scheduler::pause`], saying why (shown on the job).
+    pub async fn pause_for(&self, id: &str, reason: PauseReason) -> Result<Job, SchedulerError> {
         let job = self.inner.store.job(id).await?;
         self.inner
             .store
-            .set_job_enabled(id, false, job.next_run_at)
+            .set_job_enabled(id, Some(reason), job.next_run_at)
             .await?;
-        tracing::info!(job = %id, "job paused");
+        tracing::info!(job = %id, reason = %reason, "job paused");
         self.wake();
         Ok(self.inner.store.job(id).await?)
     }
@@ -243,29 +248,17 @@ impl Scheduler {
     pub async fn resume(&self, id: &str) -> Result<Job, SchedulerError> {
         let job = self.inner.store.job(id).await?;
         let next = self.resumed_next_run(&job);
-        self.inner.store.set_job_enabled(id, true, next).await?;
+        self.inner.store.set_job_enabled(id, None, next).await?;
         tracing::info!(job = %id, next_run_at = ?next, "job resumed");
         self.wake();
         Ok(self.inner.store.job(id).await?)
     }
 
-    /// The next due time of `job` if it were resumed now: its stored one if still ahead, else
-    /// the first after now (the due times that passed while paused are skipped). Written by
+    /// The next due time of `job` if it were resumed now (see [`next_after_pause`]). Written by
     /// [`Scheduler::resume`], and by whoever resumes a job in a transaction of its own (a
     /// reply by email); either then calls [`Scheduler::wake`].
     pub(crate) fn resumed_next_run(&self, job: &Job) -> Option<DateTime<Utc>> {
-        let now = self.inner.clock.now();
-        match job.next_run_at {
-            Some(t) if t > now => Some(t),
-            // Anchored at the last due time, so an interval keeps its phase.
-            stored => ZonedSchedule::parse(
-                &job.schedule,
-                &job.timezone,
-                stored.unwrap_or(job.created_at),
-            )
-            .ok()
-            .and_then(|s| s.next_due(now)),
-        }
+        next_after_pause(job, self.inner.clock.now())
     }
 
     /// The footer of a run's answer (see [`words::digest_footer`]), with the job's next run as
@@ -278,6 +271,23 @@ impl Scheduler {
         let url = self.inner.public_url.as_str();
         let next = next.map(|t| words::in_zone(t, &job.timezone));
         words::digest_footer(&job.name, &job.id, task_id, next, url)
+    }
+}
+
+/// When a paused job resumed at `now` fires next: its stored due time if still ahead, else the
+/// next one after now (anchored at the last due time, so an interval keeps its phase); `None`
+/// for a one-shot whose time passed. For whoever resumes a job without a `Scheduler` at hand
+/// (an eval in another process): the daemon's timer reads the stored time within 30 s.
+pub fn next_after_pause(job: &Job, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    match job.next_run_at {
+        Some(t) if t > now => Some(t),
+        stored => ZonedSchedule::parse(
+            &job.schedule,
+            &job.timezone,
+            stored.unwrap_or(job.created_at),
+        )
+        .ok()
+        .and_then(|s| s.next_due(now)),
     }
 }
 

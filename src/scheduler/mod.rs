@@ -49,7 +49,8 @@ mod timer;
 pub mod words;
 
 pub(crate) use jobs::{PREVIEW_FIRINGS, describe_job, upcoming};
-pub use schedule::{Schedule, ScheduleError, parse_timezone};
+pub use jobs::{SchedulePreview, next_after_pause};
+pub use schedule::{Schedule, ScheduleError, ZonedSchedule, parse_timezone};
 
 use crate::config::SchedulerSettings;
 use crate::store::{Job, JobRun, NewNotice, Store, StoreError, Task};

@@ -3,8 +3,8 @@
 //! retrying a notice. They read the same tables as everything else; nothing here is cached.
 
 use super::{
-    JobRun, Notice, NoticeState, Origin, Result, Store, StoreError, Task, TaskState, found,
-    limit_or, now,
+    JobRun, Notice, NoticeState, Origin, PauseReason, Result, Store, StoreError, Task, TaskState,
+    found, limit_or, now,
 };
 use chrono::{DateTime, Utc};
 
@@ -130,18 +130,21 @@ impl Store {
         })
     }
 
-    /// Pause or resume a job, setting its next due time in the same statement. False when
-    /// there is no such job.
+    /// Pause or resume a job, setting its next due time in the same statement: paused with
+    /// `Some(reason)`, resumed with `None`. False when there is no such job.
     pub(crate) async fn set_job_enabled(
         &self,
         id: &str,
-        enabled: bool,
+        paused: Option<PauseReason>,
         next_run_at: Option<DateTime<Utc>>,
     ) -> Result<bool> {
-        let set = sqlx::query("UPDATE jobs SET enabled = ?, next_run_at = ? WHERE id = ?")
-            .bind(enabled)
-            .bind(next_run_at)
-            .bind(id);
+        let set = sqlx::query(
+            "UPDATE jobs SET enabled = ?, pause_reason = ?, next_run_at = ? WHERE id = ?",
+        )
+        .bind(paused.is_none())
+        .bind(paused)
+        .bind(next_run_at)
+        .bind(id);
         self.one_row(set).await
     }
 
@@ -222,6 +225,9 @@ mod tests {
             output: None,
             error: None,
             duration_ms: 3,
+            model: None,
+            fingerprint: None,
+            identity: None,
         };
         store.add_step(&t.id, &step).await.expect("step");
         let tokens = store.tokens_since(before).await.expect("tokens");

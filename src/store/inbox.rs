@@ -214,9 +214,14 @@ impl Store {
                 reply: answer,
             } => {
                 if let Some(c) = change {
-                    sqlx::query("UPDATE jobs SET enabled = ?, next_run_at = ? WHERE id = ?")
-                        .bind(c.enabled)
-                        .bind(c.next_run_at)
+                    // Paused by a person (a reply), or resumed: whatever held it is cleared.
+                    let paused = (!c.enabled).then_some(super::PauseReason::Person);
+                    sqlx::query(
+                        "UPDATE jobs SET enabled = ?, pause_reason = ?, next_run_at = ? WHERE id = ?",
+                    )
+                    .bind(c.enabled)
+                    .bind(paused)
+                    .bind(c.next_run_at)
                         .bind(job_id)
                         .execute(&mut *tx)
                         .await?;

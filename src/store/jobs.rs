@@ -28,6 +28,9 @@ pub struct Job {
     pub next_run_at: Option<DateTime<Utc>>,
     pub running_task_id: Option<String>,
     pub created_at: DateTime<Utc>,
+    /// Why it is paused (`None` while it runs).
+    #[serde(default)]
+    pub pause_reason: Option<super::PauseReason>,
 }
 
 impl WithJson for Job {

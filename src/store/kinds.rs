@@ -2,7 +2,9 @@
 //! ([`TaskState`]), who made a task or a job ([`Origin`]), why a task did not succeed
 //! ([`FailReason`]), what a job firing did ([`RunOutcome`]), where a notice is
 //! ([`NoticeState`]), what became of a job run's delivery ([`Delivery`]) and of a mail read
-//! from the inbox ([`InboxState`], [`IgnoreReason`], [`InboxCommand`], [`CommandState`]). Each is an enum in
+//! from the inbox ([`InboxState`], [`IgnoreReason`], [`InboxCommand`], [`CommandState`]), why a
+//! job is paused ([`PauseReason`]), and the words of model changes and eval runs
+//! ([`ModelAction`], [`EvalTrigger`], [`EvalVerdict`]). Each is an enum in
 //! the code and the same word as before in the database and in JSON, written once: the unit
 //! enums through [`word_enum!`], `Delivery` (which carries a reason) by hand, both stored and
 //! serialised through [`as_text!`].
@@ -261,6 +263,47 @@ word_enum! {
         /// Being carried out: a restart that finds it here cannot know whether the run began.
         Started = "started",
         Done = "done",
+        Failed = "failed",
+    }
+}
+
+word_enum! {
+    /// Why a job is paused (the `pause_reason` column and field).
+    PauseReason, "pause reason" {
+        /// Paused from the API, the CLI or the dashboard.
+        Person = "person",
+        /// Its profile began to answer with a model no eval has verified
+        /// (`model.on_change: hold`); a passing eval or a person resumes it.
+        ModelChanged = "model_changed",
+    }
+}
+
+word_enum! {
+    /// What the daemon did about a model change (`model.on_change` when it was seen).
+    ModelAction, "model change action" {
+        /// Recorded, noticed and shown.
+        Warn = "warn",
+        /// Also ran the regression cases against the new model.
+        Eval = "eval",
+        /// Also paused the jobs that use the profile.
+        Hold = "hold",
+    }
+}
+
+word_enum! {
+    /// Who started an eval run.
+    EvalTrigger, "eval trigger" {
+        /// `hermes-agent eval`.
+        Cli = "cli",
+        /// The daemon, on a model change (`model.on_change: eval` or `hold`).
+        ModelChange = "model_change",
+    }
+}
+
+word_enum! {
+    /// How one regression case came out.
+    EvalVerdict, "eval verdict" {
+        Passed = "passed",
         Failed = "failed",
     }
 }

@@ -14,7 +14,7 @@ macro_rules! columns {
     };
     (jobs) => {
         "id, name, task, schedule, timezone, notify, profile, origin, precheck, \
-         enabled, next_run_at, running_task_id, created_at"
+         enabled, next_run_at, running_task_id, created_at, pause_reason"
     };
     (job_runs) => {
         "id, job_id, scheduled_at, fired_at, outcome, task_id, reason, delivery"
@@ -25,6 +25,9 @@ macro_rules! columns {
     };
     (facts) => {
         "id, text, tags, source, created_at, updated_at"
+    };
+    (eval_runs) => {
+        "id, profile, identity, trigger, started_at, finished_at, passed, failed"
     };
 }
 
@@ -37,20 +40,24 @@ macro_rules! select {
 }
 
 mod dashboard;
+mod evals;
 mod facts;
 mod inbox;
 mod jobs;
 mod kinds;
+mod models;
 mod outbox;
 mod tasks;
 mod working;
 mod write;
 
 pub use dashboard::*;
+pub use evals::*;
 pub use facts::*;
 pub(crate) use inbox::*;
 pub use jobs::*;
 pub use kinds::*;
+pub use models::*;
 pub use outbox::*;
 pub use tasks::*;
 

@@ -87,6 +87,16 @@ pub struct NewStep {
     pub output: Option<String>,
     pub error: Option<String>,
     pub duration_ms: i64,
+    /// A model row: the model id the server reported for the call (the profile that
+    /// answered is `name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// A model row: the reply's `system_fingerprint`, when the server sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// A model row: the profile's identity as last checked (see `llm::Identity`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
 }
 
 impl NewStep {
@@ -348,9 +358,9 @@ impl Store {
     pub async fn add_step(&self, task_id: &str, step: &NewStep) -> Result<i64> {
         let insert = sqlx::query_as(
             "INSERT INTO task_steps (task_id, seq, step, kind, name, request_tokens, result_tokens, \
-             arguments, output, error, duration_ms, created_at) \
+             arguments, output, error, duration_ms, created_at, model, fingerprint, identity) \
              VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM task_steps WHERE task_id = ?1), \
-             ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) RETURNING seq",
+             ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) RETURNING seq",
         )
         .bind(task_id)
         .bind(step.step)
@@ -362,7 +372,10 @@ impl Store {
         .bind(&step.output)
         .bind(&step.error)
         .bind(step.duration_ms)
-        .bind(now());
+        .bind(now())
+        .bind(&step.model)
+        .bind(&step.fingerprint)
+        .bind(&step.identity);
         let (seq,): (i64,) = self.inserted(insert).await?;
         Ok(seq)
     }
@@ -376,7 +389,7 @@ impl Store {
         }
         let mut insert = sqlx::QueryBuilder::new(
             "INSERT INTO task_steps (task_id, seq, step, kind, name, request_tokens, result_tokens, \
-             arguments, output, error, duration_ms, created_at) ",
+             arguments, output, error, duration_ms, created_at, model, fingerprint, identity) ",
         );
         insert.push_values(rows, |mut b, r| {
             b.push_bind(task_id)
@@ -390,7 +403,10 @@ impl Store {
                 .push_bind(&r.row.output)
                 .push_bind(&r.row.error)
                 .push_bind(r.row.duration_ms)
-                .push_bind(r.created_at);
+                .push_bind(r.created_at)
+                .push_bind(&r.row.model)
+                .push_bind(&r.row.fingerprint)
+                .push_bind(&r.row.identity);
         });
         insert.build().execute(self.pool()).await?;
         Ok(())
@@ -404,7 +420,8 @@ impl Store {
     pub(crate) async fn steps_after(&self, task_id: &str, after: i64) -> Result<Vec<Step>> {
         self.all(sqlx::query_as(
             "SELECT seq, step, kind, name, request_tokens, result_tokens, arguments, output, error, \
-             duration_ms, created_at FROM task_steps WHERE task_id = ? AND seq > ? ORDER BY seq",
+             duration_ms, model, fingerprint, identity, created_at FROM task_steps \
+             WHERE task_id = ? AND seq > ? ORDER BY seq",
         )
         .bind(task_id)
         .bind(after))

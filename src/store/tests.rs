@@ -109,6 +109,9 @@ async fn tasks_and_steps_round_trip() {
                     output: Some("天气晴".into()),
                     error: None,
                     duration_ms: 42,
+                    model: None,
+                    fingerprint: None,
+                    identity: None,
                 },
             )
             .await
@@ -353,6 +356,9 @@ async fn concurrent_writers_share_the_pool_without_losing_rows() {
                             output: Some(format!("{s}")),
                             error: None,
                             duration_ms: 0,
+                            model: None,
+                            fingerprint: None,
+                            identity: None,
                         },
                     )
                     .await?;

@@ -97,6 +97,9 @@ mod tests {
             output: Some("x".into()),
             error: None,
             duration_ms: 0,
+            model: None,
+            fingerprint: None,
+            identity: None,
         };
         let added = store.add_step("no-such-task", &step).await;
         assert!(added.is_err(), "{added:?}");

@@ -167,6 +167,9 @@ fn tasks_show_renders_a_stored_trace_as_a_timeline_and_json() {
                     output: Some("price: 12 EUR".into()),
                     error: None,
                     duration_ms: 87,
+                    model: None,
+                    fingerprint: None,
+                    identity: None,
                 },
             )
             .await

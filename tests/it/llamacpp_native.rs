@@ -166,7 +166,7 @@ async fn doctor_gives_the_docs_verdict_for_llama_cpp_pythons_chatml_function_cal
     let model = ScriptedModel::start_with(|req| imitate(CHATML_FUNCTION_CALLING, req)).await;
     let dir = tempfile::tempdir().unwrap();
     let config = Config::from_settings(common::settings(&model.base_url()), dir.path().into());
-    let checks = hermes_agent::doctor::models(&config).await;
+    let checks = hermes_agent::doctor::models(&config, None).await;
     let tools = checks
         .iter()
         .find(|c| c.what == "model profile fast tools")

@@ -1,11 +1,13 @@
 //! The JSON API, one file per resource — the same resources, and file names, as the
 //! dashboard's pages in `pages`: tasks (with their live `events`), jobs, deliveries (the
-//! outbox), the mail read (inbox), memory, and health (with the MCP servers' status).
+//! outbox), the mail read (inbox), the regression runs (`evals`), memory, and health (with the
+//! MCP servers' status).
 //!
 //! Must not: hold business logic — each handler validates its input, calls one part, and
 //! shapes the answer.
 
 pub(super) mod deliveries;
+pub(super) mod evals;
 pub(super) mod events;
 pub(super) mod health;
 pub(super) mod inbox;

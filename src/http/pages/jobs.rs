@@ -9,10 +9,11 @@
 use super::flash::{Flash, flash};
 use super::guard::{CsrfForm, PageQuery, see_other};
 use super::layout::{Ctx, PageError, PageResult, Shown, badge, firing, long_text, render, when};
+use crate::doctor::Verdict;
 use crate::http::extract::Id;
 use crate::http::{ApiError, ApiState};
 use crate::scheduler::{JobRequest, PREVIEW_FIRINGS, describe_job, upcoming};
-use crate::store::{Notice, NoticeFilter, Origin};
+use crate::store::{Notice, NoticeFilter, Origin, PauseReason};
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
 use maud::{Markup, html};
@@ -186,6 +187,7 @@ pub async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<Done>) -> PageRe
             ..NoticeFilter::oldest_first()
         })
         .await?;
+    let last_model = s.agent.store().job_last_model(&id).await?;
     let tz: chrono_tz::Tz = view.timezone.parse().unwrap_or(ctx.tz());
     let j = &view.job;
     let body = html! {
@@ -193,7 +195,32 @@ pub async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<Done>) -> PageRe
         div.task-text { (long_text(&j.task, "task")) }
         dl.facts {
             dt { "Schedule" } dd { (describe_job(j)) " " code { (j.schedule) } }
-            dt { "State" } dd #job-state { (badge(Shown::Job { enabled: j.enabled })) }
+            dt { "State" } dd #job-state {
+                (badge(Shown::Job { enabled: j.enabled }))
+                @match j.pause_reason {
+                    Some(PauseReason::ModelChanged) => {
+                        " " span #pause-reason data-reason="model_changed" {
+                            "held: its profile's model changed and no eval has verified the new one ("
+                            a href="/evals" { "evals" } "); a passing eval or Resume releases it"
+                        }
+                    }
+                    Some(PauseReason::Person) => { " " span.muted #pause-reason data-reason="person" { "by a person" } }
+                    None => {}
+                }
+            }
+            dt { "Last model" } dd #last-model {
+                @if let Some(m) = &last_model {
+                    (m.profile) " · " code { (m.model.as_deref().unwrap_or("not reported")) }
+                    " "
+                    @if m.verified {
+                        (badge(Shown::Check(Verdict::Ok))) " verified"
+                    } @else {
+                        (badge(Shown::Check(Verdict::Warn))) " not verified"
+                    }
+                    " · " a href={"/tasks/" (m.task_id)} { (when(m.at, tz)) }
+                    @if let Some(i) = &m.identity { div.muted { "identity: " code { (i) } } }
+                } @else { span.muted { "no run yet" } }
+            }
             dt { "Delivers to" } dd { @if j.notify.is_empty() { span.muted { "nobody" } } @else { (j.notify.join(", ")) } }
             dt { "Profile" } dd { (j.profile.as_deref().unwrap_or("default")) }
             dt { "Origin" } dd { (j.origin) }

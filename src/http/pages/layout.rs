@@ -22,6 +22,7 @@ const NAV: &[(&str, &str)] = &[
     ("/jobs", "Jobs"),
     ("/deliveries", "Deliveries"),
     ("/inbox", "Inbox"),
+    ("/evals", "Evals"),
     ("/memory", "Memory"),
     ("/settings", "Settings"),
 ];

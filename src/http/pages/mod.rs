@@ -2,7 +2,8 @@
 //! daemon on the API's own router and port, every asset compiled into the binary.
 //!
 //! Owns: the pages and their forms — overview (`overview`), tasks with their live timeline
-//! (`tasks`, `timeline`), jobs (`jobs`), the outbox (`deliveries`), the mail read (`inbox`), long-term memory
+//! (`tasks`, `timeline`), jobs (`jobs`), the outbox (`deliveries`), the mail read (`inbox`),
+//! the regression runs and verified models (`evals`), long-term memory
 //! (`memory`), the redacted settings and doctor's verdicts (`settings`), signing in
 //! (`login`) — the page shell (`layout`), the flash messages after a form (`flash`), the assets (`assets`), the security headers of every
 //! response ([`security_headers`]) and the session every page runs in (`guard`).
@@ -20,6 +21,7 @@
 
 pub(super) mod assets;
 pub(super) mod deliveries;
+pub(super) mod evals;
 mod flash;
 pub(super) mod guard;
 pub(super) mod inbox;

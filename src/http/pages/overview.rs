@@ -55,7 +55,23 @@ pub async fn page(ctx: Ctx) -> PageResult {
         .into_iter()
         .find(|(st, _)| *st == TaskState::Pending)
         .map_or(0, |(_, n)| n);
+    // The profiles answering with a model no eval verified: the badge of a model change.
+    let changed: Vec<_> = store
+        .model_statuses()
+        .await?
+        .into_iter()
+        .filter_map(|m| m.unverified_change().cloned())
+        .collect();
     let body = html! {
+        @for c in &changed {
+            p.error-text.model-changed data-profile=(c.profile) {
+                span.badge.busy { "model changed" } " "
+                "Profile " strong { (c.profile) } " now answers with " code { (short(&c.new_identity, 80)) }
+                ", which no eval has verified"
+                @if !c.paused_jobs.is_empty() { " (" (c.paused_jobs.len()) " job(s) held)" }
+                ". " a href="/evals" { "See evals" }
+            }
+        }
         (cards(s, pending_count, tokens, &backlog, tz))
         section aria-labelledby="h-running" {
             h2 #h-running { "Running and pending tasks" }

@@ -182,6 +182,22 @@ pub async fn show(ctx: Ctx, Id(id): Id) -> PageResult {
     } else {
         (t.prompt_tokens, t.completion_tokens)
     };
+    // The profiles (and models) that answered, in order, each once: a fallback shows here.
+    let mut answered: Vec<String> = Vec::new();
+    // A failed call's row has no reply: no model, no output, no calls.
+    let replied = |s: &&crate::store::Step| {
+        s.row.kind == crate::store::StepKind::Model
+            && (s.row.model.is_some() || s.row.output.is_some() || s.row.arguments.is_some())
+    };
+    for step in record.steps.iter().filter(replied) {
+        let who = match &step.row.model {
+            Some(m) => format!("{} ({m})", step.row.name),
+            None => step.row.name.clone(),
+        };
+        if !answered.contains(&who) {
+            answered.push(who);
+        }
+    }
     let events = format!("/v1/tasks/{}/events", t.id);
     let body = html! {
         div.task-text { (long_text(&t.task, "task")) }
@@ -189,6 +205,7 @@ pub async fn show(ctx: Ctx, Id(id): Id) -> PageResult {
             dt { "State" } dd #task-state { (badge(Shown::Task(t.state))) @if let Some(r) = t.reason { " " span.muted { (r) } } }
             dt { "Origin" } dd { (t.origin) }
             dt { "Profile" } dd { (t.profile) }
+            @if !answered.is_empty() { dt { "Answered by" } dd #answered-by { (answered.join(", then ")) } }
             @if let Some(j) = &t.job_id { dt { "Job" } dd { a href={"/jobs/" (j)} { (j) } } }
             @if let Some(p) = &t.parent_id { dt { "Parent" } dd { a href={"/tasks/" (p)} { (p) } } }
             dt { "Created" } dd { (when(t.created_at, tz)) }

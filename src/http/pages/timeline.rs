@@ -49,8 +49,15 @@ pub fn step(s: &Step) -> Markup {
 fn meta(s: &Step) -> String {
     match s.row.kind {
         StepKind::Model => format!(
-            "{} ms · {} → {} tokens",
-            s.row.duration_ms, s.row.request_tokens, s.row.result_tokens
+            "{}{} ms · {} → {} tokens",
+            s.row
+                .model
+                .as_deref()
+                .map(|m| format!("{m} · "))
+                .unwrap_or_default(),
+            s.row.duration_ms,
+            s.row.request_tokens,
+            s.row.result_tokens
         ),
         StepKind::Tool => format!("{} ms", s.row.duration_ms),
         StepKind::Note => String::new(),

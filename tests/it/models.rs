@@ -1,0 +1,369 @@
+//! Models change under you, against real servers on loopback: fallback chains (a primary that
+//! fails, one killed in the middle of a task, a refusal that must stay final), and the daemon's
+//! watch noticing a server that starts answering as another model — recorded once, acted on by
+//! `model.on_change: hold` — until an eval run verifies the new model and releases the jobs.
+
+use crate::common;
+use futures::future::BoxFuture;
+use hermes_agent::config::{ModelSettings, OnChange, Profile, WebhookSettings};
+use hermes_agent::eval::{self, EvalRequest, ModelWatch};
+use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_agent::llm::{Gateway, LlmError, Message, RetryPolicy};
+use hermes_agent::scheduler::JobRequest;
+use hermes_agent::store::{
+    EvalTrigger, EvalVerdict, ModelAction, NoticeFilter, Origin, PauseReason, StepKind, Store,
+};
+use hermes_agent::tools::{Tool, ToolContext, ToolError, ToolInfo};
+use hermes_agent::util::Backoff;
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+fn profile(base_url: &str, model: &str, key: &str, fallback: &[&str]) -> Profile {
+    Profile {
+        base_url: base_url.into(),
+        api_key: key.into(),
+        model: model.into(),
+        timeout_s: 5,
+        fallback: fallback.iter().map(|s| s.to_string()).collect(),
+        ..Profile::default()
+    }
+}
+
+fn quick_retry() -> RetryPolicy {
+    RetryPolicy {
+        max_retries: 1,
+        backoff: Backoff::new(Duration::from_millis(1), Duration::from_millis(5)),
+    }
+}
+
+/// `fast` (on `primary`, falling back to `pro`) and `pro` (on `backup`, with its own model
+/// name and key).
+fn chain(primary: &str, backup: &str) -> ModelSettings {
+    let mut s = ModelSettings::default();
+    s.profiles.clear();
+    s.profiles
+        .insert("fast".into(), profile(primary, "primary-m", "", &["pro"]));
+    s.profiles.insert(
+        "pro".into(),
+        profile(backup, "backup-m", "sk-backup-1", &[]),
+    );
+    s
+}
+
+fn overloaded() -> Reply {
+    Reply::Status {
+        status: 503,
+        headers: vec![],
+        body: r#"{"error": {"message": "overloaded"}}"#.into(),
+    }
+}
+
+/// Poll `check` until it holds, for at most 20 s.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_failing_primary_falls_back_to_the_next_profile_as_itself_then_cools_down() {
+    let primary = ScriptedModel::start_with(|_| overloaded()).await;
+    let backup = ScriptedModel::start_with(|_| Reply::text("from the backup")).await;
+    let gw = Gateway::new(&chain(&primary.base_url(), &backup.base_url()))
+        .expect("gateway")
+        .with_retry(quick_retry());
+
+    let reply = gw
+        .chat("fast", &[Message::user("hello")], &[])
+        .await
+        .expect("the fallback answers");
+    assert_eq!(reply.content, "from the backup");
+    assert_eq!(reply.served.profile, "pro");
+    assert_eq!(reply.served.requested, "backup-m");
+    assert!(
+        reply.notes.iter().any(|n| n.contains("'fast' failed")),
+        "{:?}",
+        reply.notes
+    );
+    // The fallback is called with its own model name and key, never the primary's.
+    let sent = backup.requests();
+    assert_eq!(sent[0]["model"], "backup-m");
+    assert_eq!(
+        backup.authorizations()[0].as_deref(),
+        Some("Bearer sk-backup-1")
+    );
+    let asked_primary = primary.request_count();
+    assert_eq!(asked_primary, 2, "the primary's own retries come first");
+
+    // Within model.fallback_cooldown_s the failed primary is not asked first again.
+    let reply = gw
+        .chat("fast", &[Message::user("again")], &[])
+        .await
+        .expect("the fallback answers");
+    assert_eq!(reply.served.profile, "pro");
+    assert_eq!(primary.request_count(), asked_primary);
+}
+
+#[tokio::test]
+async fn a_refusal_is_final_and_is_not_sent_to_the_fallback() {
+    let primary = ScriptedModel::start_with(|_| Reply::Status {
+        status: 400,
+        headers: vec![],
+        body: r#"{"error": {"code": "content_policy_violation", "message": "refused"}}"#.into(),
+    })
+    .await;
+    let backup = ScriptedModel::start_with(|_| Reply::text("should not be asked")).await;
+    let gw = Gateway::new(&chain(&primary.base_url(), &backup.base_url()))
+        .expect("gateway")
+        .with_retry(quick_retry());
+    let err = gw
+        .chat("fast", &[Message::user("hello")], &[])
+        .await
+        .expect_err("a refusal is the answer");
+    assert!(matches!(err, LlmError::Status { status: 400, .. }), "{err}");
+    assert_eq!(backup.request_count(), 0);
+}
+
+/// A tool that takes the primary model server down when the model calls it: the primary dies
+/// between two calls of the same task.
+struct PullPlug {
+    info: ToolInfo,
+    primary: Mutex<Option<ScriptedModel>>,
+}
+
+impl Tool for PullPlug {
+    fn info(&self) -> &ToolInfo {
+        &self.info
+    }
+    fn call<'a>(&'a self, _: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let primary = self.primary.lock().ok().and_then(|mut p| p.take());
+            if let Some(p) = primary {
+                p.stop().await;
+            }
+            Ok(json!({"done": true}))
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_primary_killed_mid_task_hands_the_rest_of_the_task_to_the_fallback() {
+    let primary = ScriptedModel::start(vec![Reply::tool_calls(&[("pull_plug", json!({}))])]).await;
+    let backup = ScriptedModel::start_with(|_| Reply::text("finished by the backup")).await;
+    primary.report_model("primary-m");
+    backup.report_model("backup-m");
+    let mut settings = common::settings(&primary.base_url());
+    settings.model = chain(&primary.base_url(), &backup.base_url());
+    settings.model.default_profile = "fast".into();
+    let plug = Arc::new(PullPlug {
+        info: ToolInfo::new(
+            "pull_plug",
+            "Stops the primary model server.",
+            json!({"type": "object", "properties": {}}),
+        ),
+        primary: Mutex::new(Some(primary)),
+    });
+    let t = common::app(settings, vec![plug as Arc<dyn Tool>]).await;
+    let record = common::run_task(&t, "pull the plug, then answer").await;
+
+    assert_eq!(
+        record.task.answer.as_deref(),
+        Some("finished by the backup"),
+        "{record:?}"
+    );
+    let models: Vec<(&str, Option<&str>)> = record
+        .steps
+        .iter()
+        .filter(|s| s.row.kind == StepKind::Model)
+        .map(|s| (s.row.name.as_str(), s.row.model.as_deref()))
+        .collect();
+    // Each model row names the profile that answered, and the model its server reported.
+    assert_eq!(
+        models,
+        [("fast", Some("primary-m")), ("pro", Some("backup-m"))]
+    );
+    assert_eq!(backup.requests()[0]["model"], "backup-m");
+}
+
+/// The identity of a profile as the store has it now.
+async fn current(store: &Store, profile: &str) -> Option<String> {
+    let status = store.model_status(profile).await.expect("status");
+    status.current.map(|c| c.identity)
+}
+
+#[tokio::test]
+async fn a_server_answering_as_another_model_holds_the_jobs_until_an_eval_passes() {
+    // A llama-cpp-python-like server: no /props, no digest, so identity is behavioural.
+    let version: Arc<Mutex<&'static str>> = Arc::new(Mutex::new("v1"));
+    let v = version.clone();
+    let model = ScriptedModel::start_with(move |req| {
+        let task = common::task_text(req);
+        let v = *v.lock().expect("version");
+        if task.contains("capital of France") {
+            Reply::text("Paris.")
+        } else {
+            Reply::text(&format!("{v} says: {task}"))
+        }
+    })
+    .await;
+    model.serve_model_file(None);
+    let (hook, _received) = common::webhook_receiver().await;
+    let mut settings = common::settings(&model.base_url());
+    settings.model.identity_check_s = 3600;
+    settings.model.on_change = OnChange::Hold;
+    settings.model.on_change_notify = vec!["ops".into()];
+    settings.notify.webhooks.insert(
+        "ops".into(),
+        WebhookSettings {
+            url: hook,
+            secret: String::new(),
+        },
+    );
+    let t = common::app(settings, vec![]).await;
+    let app = &t.app;
+    let job = app
+        .scheduler
+        .add(
+            JobRequest {
+                task: "summarise the news".into(),
+                schedule: "every 6h".into(),
+                ..JobRequest::default()
+            },
+            Origin::Cli,
+        )
+        .await
+        .expect("job");
+
+    let tracker = TaskTracker::new();
+    let stop = CancellationToken::new();
+    let watch = ModelWatch::new(app, &tracker, stop.clone());
+    watch.spawn();
+    eventually("the identity checked at start", || async {
+        current(&app.store, "fast").await.is_some()
+    })
+    .await;
+    let first = current(&app.store, "fast").await.expect("first identity");
+    assert!(first.contains("greedy #"), "{first}");
+
+    // The server is upgraded behind the same name: it now reports another model id.
+    *version.lock().expect("version") = "v2";
+    model.report_model("smollm2-v2");
+    let record = common::run_task(&t, "hello").await;
+    let step = record
+        .steps
+        .iter()
+        .find(|s| s.row.kind == StepKind::Model)
+        .expect("a model row");
+    assert_eq!(step.row.model.as_deref(), Some("smollm2-v2"));
+
+    eventually("the job held for the model change", || async {
+        let j = app.store.job(&job.id).await.expect("job");
+        j.pause_reason == Some(PauseReason::ModelChanged)
+    })
+    .await;
+    let status = app.store.model_status("fast").await.expect("status");
+    let change = status.change.clone().expect("the change is recorded");
+    assert_eq!(change.old_identity, first);
+    assert!(change.new_identity.starts_with("smollm2-v2"), "{change:?}");
+    assert_eq!(change.action, ModelAction::Hold);
+    assert_eq!(change.paused_jobs, std::slice::from_ref(&job.id));
+    assert!(status.unverified_change().is_some());
+
+    // Seen again, it is not a second change.
+    let again = app
+        .agent
+        .gateway()
+        .check_identity("fast")
+        .await
+        .expect("check")
+        .expect("an identity");
+    assert!(
+        watch
+            .observe("fast", &again)
+            .await
+            .expect("observe")
+            .is_none()
+    );
+    let notices = app
+        .store
+        .list_notices(&NoticeFilter::oldest_first())
+        .await
+        .expect("notices");
+    let changed: Vec<_> = notices
+        .iter()
+        .filter(|n| n.queued.title == "Model changed: profile fast")
+        .collect();
+    assert_eq!(changed.len(), 1, "{notices:?}");
+    assert_eq!(changed[0].queued.channel, "ops");
+    assert!(
+        changed[0].queued.body.contains(&job.id),
+        "{}",
+        changed[0].queued.body
+    );
+
+    // The background eval (model.on_change: hold) runs the whole suite: this model only knows
+    // capitals, so it fails and the job stays held.
+    eventually("the background eval's verdict", || async {
+        let n = app
+            .store
+            .list_notices(&NoticeFilter::oldest_first())
+            .await
+            .expect("notices");
+        n.iter()
+            .any(|n| n.queued.title == "Model not verified: profile fast")
+    })
+    .await;
+    let j = app.store.job(&job.id).await.expect("job");
+    assert_eq!(j.pause_reason, Some(PauseReason::ModelChanged));
+
+    // A run whose every case passes verifies the model and releases the job.
+    let cases = eval::choose(eval::load(None).expect("suite"), &["plain-answer".into()]);
+    let report = eval::run(
+        EvalRequest {
+            config: &app.config,
+            store: &app.store,
+            gateway: app.agent.gateway(),
+            profile: Some("fast".into()),
+            cases,
+            trigger: EvalTrigger::Cli,
+            scheduler: Some(&app.scheduler),
+            model_retry: Some(common::fast_retry()),
+        },
+        &|_| {},
+    )
+    .await
+    .expect("eval runs");
+    assert!(report.all_passed(), "{:?}", report.run.results);
+    assert_eq!(report.run.results[0].verdict, EvalVerdict::Passed);
+    assert_eq!(report.resumed, std::slice::from_ref(&job.id));
+    let j = app.store.job(&job.id).await.expect("job");
+    assert!(j.enabled && j.pause_reason.is_none(), "{j:?}");
+    let status = app.store.model_status("fast").await.expect("status");
+    assert!(status.unverified_change().is_none(), "{status:?}");
+    assert_eq!(
+        status.verified.map(|v| v.identity),
+        current(&app.store, "fast").await
+    );
+    let runs = app.store.eval_runs(10).await.expect("runs");
+    assert_eq!(
+        runs.len(),
+        2,
+        "the background run and this one are recorded"
+    );
+
+    stop.cancel();
+    tracker.close();
+    tracker.wait().await;
+}
