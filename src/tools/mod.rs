@@ -57,6 +57,20 @@ impl ToolError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, ToolError::Network(_))
     }
+
+    /// The error's kind in one word: a metric's label, never its (unbounded) text.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ToolError::InvalidArguments(_) => "invalid_arguments",
+            ToolError::Network(_) => "network",
+            ToolError::Failed(_) => "failed",
+            ToolError::Timeout(_) => "timeout",
+            ToolError::NotAllowed(_) => "not_allowed",
+            ToolError::Unknown(_) => "unknown",
+            ToolError::CircuitOpen(_) => "circuit_open",
+            ToolError::Repeated(_) => "repeated",
+        }
+    }
 }
 
 /// What the model is told about a tool: its name, when to use it, and a JSON Schema (an

@@ -15,6 +15,7 @@ use super::starting::{SOURCE_START_WAIT, Starting};
 use super::{Fit, Tool, ToolContext, ToolError, schema};
 use crate::config::ToolSettings;
 use crate::llm::{ToolCall, ToolSpec, Toolset, estimate_tokens};
+use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::util::Backoff;
 use serde_json::{Map, Value};
@@ -71,6 +72,7 @@ pub struct RegistryBuilder {
     backoff: Backoff,
     working_max_bytes: usize,
     entries: BTreeMap<String, Arc<Entry>>,
+    metrics: Metrics,
 }
 
 impl RegistryBuilder {
@@ -81,7 +83,14 @@ impl RegistryBuilder {
             backoff: DEFAULT_BACKOFF,
             working_max_bytes: crate::config::MemorySettings::default().working_max_bytes as usize,
             entries: BTreeMap::new(),
+            metrics: Metrics::default(),
         }
+    }
+
+    /// Count every call in `metrics` (by tool and outcome).
+    pub fn with_metrics(mut self, metrics: Metrics) -> RegistryBuilder {
+        self.metrics = metrics;
+        self
     }
 
     /// Keep at most this many bytes of one result in working memory (`memory.working_max_bytes`).
@@ -120,6 +129,7 @@ impl RegistryBuilder {
             breakers,
             offers: Mutex::default(),
             starting: Starting::default(),
+            metrics: self.metrics,
         }))
     }
 }
@@ -149,6 +159,8 @@ struct Inner {
     offers: Mutex<Vec<(Vec<Weak<Entry>>, Toolset)>>,
     /// Sources on their first start, whose tools a new task waits for (bounded).
     starting: Starting,
+    /// Where each call is counted.
+    metrics: Metrics,
 }
 
 struct Entry {
@@ -298,6 +310,11 @@ impl Registry {
         errors
     }
 
+    /// How many circuits are open now (`/metrics`).
+    pub fn open_circuits(&self) -> usize {
+        self.0.breakers.open_count()
+    }
+
     /// The sources (MCP servers) on their first start, whose tools a new task waits for.
     pub fn starting(&self) -> &Starting {
         &self.0.starting
@@ -344,6 +361,14 @@ impl Registry {
             }
         };
         let duration = started.elapsed();
+        // Only a name the registry knows becomes a label: whatever name a model invents is
+        // refused as unknown before any lookup succeeds, and counted as one series.
+        let known = match &error {
+            Some(ToolError::Unknown(_)) => None,
+            _ => Some(name),
+        };
+        let outcome = error.as_ref().map_or("ok", ToolError::kind);
+        self.0.metrics.observe_tool_call(known, outcome);
         let ms = duration.as_millis() as u64;
         match &error {
             None => tracing::info!(tool = name, ms, attempts, outcome = "ok", "tool call"),
