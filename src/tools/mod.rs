@@ -73,6 +73,16 @@ impl ToolError {
     }
 }
 
+/// Count one call in `metrics` by tool and outcome. Only a name the registry has becomes a
+/// label: a name a model made up is refused as unknown and counted as one series, `unknown`.
+pub(crate) fn count_call(metrics: &crate::metrics::Metrics, name: &str, error: Option<&ToolError>) {
+    let known = match error {
+        Some(ToolError::Unknown(_)) => None,
+        _ => Some(name),
+    };
+    metrics.observe_tool_call(known, error.map_or("ok", ToolError::kind));
+}
+
 /// What the model is told about a tool: its name, when to use it, and a JSON Schema (an
 /// object schema) for its arguments. The one spec every tool has, built once.
 #[derive(Debug, Clone, PartialEq)]

@@ -10,9 +10,10 @@
 //! and the facts the trace needs, nothing more.
 
 use super::breaker::Breakers;
+use super::schema::{self, violation};
 use super::shape::{self, Rest};
 use super::starting::{SOURCE_START_WAIT, Starting};
-use super::{Fit, Tool, ToolContext, ToolError, schema};
+use super::{Fit, Tool, ToolContext, ToolError};
 use crate::config::ToolSettings;
 use crate::llm::{ToolCall, ToolSpec, Toolset, estimate_tokens};
 use crate::metrics::Metrics;
@@ -27,8 +28,6 @@ use tokio::time::Instant;
 /// At most this many schema violations are reported for one call; the model fixes them in
 /// a few rounds anyway, and a long list costs tokens.
 const MAX_REPORTED_VIOLATIONS: usize = 8;
-/// A single violation message is cut here (a huge wrong value would be echoed whole).
-const MAX_VIOLATION_CHARS: usize = 300;
 
 /// Toolsets kept for reuse: one per distinct offer seen lately (the full set, each sub-agent's
 /// restricted one, sets without a tool whose breaker is open).
@@ -361,14 +360,7 @@ impl Registry {
             }
         };
         let duration = started.elapsed();
-        // Only a name the registry knows becomes a label: whatever name a model invents is
-        // refused as unknown before any lookup succeeds, and counted as one series.
-        let known = match &error {
-            Some(ToolError::Unknown(_)) => None,
-            _ => Some(name),
-        };
-        let outcome = error.as_ref().map_or("ok", ToolError::kind);
-        self.0.metrics.observe_tool_call(known, outcome);
+        super::count_call(&self.0.metrics, name, error.as_ref());
         let ms = duration.as_millis() as u64;
         match &error {
             None => tracing::info!(tool = name, ms, attempts, outcome = "ok", "tool call"),
@@ -602,13 +594,4 @@ impl Registry {
         };
         (shape::wrap_result(name, &body), key)
     }
-}
-
-/// One schema violation as `POINTER: message`, the pointer telling the model which
-/// argument to fix.
-fn violation(e: &jsonschema::ValidationError<'_>) -> String {
-    let path = e.instance_path().as_str();
-    let path = if path.is_empty() { "(root)" } else { path };
-    let msg = format!("{path}: {e}");
-    crate::util::text::cut(&msg, MAX_VIOLATION_CHARS).into_owned()
 }

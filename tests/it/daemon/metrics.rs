@@ -267,3 +267,48 @@ async fn metrics_need_the_token_unless_metrics_public_is_set() {
     let (status, _, body) = get(public, "/v1/tasks", None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
 }
+
+#[tokio::test]
+async fn tool_names_a_model_invents_are_counted_as_one_unknown_series() {
+    use hermes_agent::llm::ToolCall;
+    use hermes_agent::metrics::Reading;
+    use hermes_agent::tools::ToolContext;
+    let model = ScriptedModel::start_with(common::echo_model).await;
+    let t = common::app(common::settings(&model.base_url()), vec![]).await;
+    let registry = t.app.agent.registry();
+    let ctx = ToolContext::default();
+    for i in 0..50 {
+        let invented = ToolCall {
+            id: format!("call_{i}"),
+            name: format!("made_up_tool_{i}"),
+            arguments: json!({}),
+        };
+        registry.execute(&invented, &ctx, None).await;
+    }
+    let real = ToolCall {
+        id: "call_real".into(),
+        name: "read_working_memory".into(),
+        arguments: json!({"key": "absent"}),
+    };
+    let outcome = registry.execute(&real, &ctx, None).await;
+    let kind = outcome.error.as_ref().map_or("ok", |e| e.kind());
+
+    let text = t.app.metrics.render(&Reading::default());
+    let series: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("hermes_tool_calls_total{"))
+        .collect();
+    assert_eq!(
+        series.len(),
+        2,
+        "one series for the invented names, one for the real tool:\n{text}"
+    );
+    assert!(
+        series.contains(&"hermes_tool_calls_total{tool=\"unknown\",outcome=\"unknown\"} 50"),
+        "{text}"
+    );
+    let real_series =
+        format!("hermes_tool_calls_total{{tool=\"read_working_memory\",outcome=\"{kind}\"}} 1");
+    assert!(series.contains(&real_series.as_str()), "{text}");
+    assert!(!text.contains("made_up_tool"), "{text}");
+}
