@@ -200,3 +200,32 @@ fn the_node_id_is_made_once_and_kept_in_the_data_dir() {
     assert_ne!(fresh, first);
     assert_eq!(node_id(&data), fresh);
 }
+
+#[test]
+fn processes_starting_together_on_a_fresh_data_dir_agree_on_one_id() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("data");
+    let start = std::sync::Barrier::new(16);
+    let ids: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..16)
+            .map(|_| {
+                s.spawn(|| {
+                    start.wait();
+                    node_id(&data)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a thread"))
+            .collect()
+    });
+    let kept = std::fs::read_to_string(data.join(NODE_ID_FILE)).expect("the file");
+    assert!(ids.iter().all(|id| id == kept.trim()), "{ids:?} vs {kept}");
+    let left: Vec<_> = std::fs::read_dir(&data)
+        .expect("the data dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(left, [NODE_ID_FILE], "no temporary file is left behind");
+}
