@@ -12,6 +12,7 @@ use crate::inbox::{Finished, Handoff, Inbox};
 use crate::llm::{Gateway, RetryPolicy};
 use crate::mcp::McpManager;
 use crate::memory::LongTerm;
+use crate::metrics::Metrics;
 use crate::notify::{Notifier, NotifyError};
 use crate::scheduler::{Deliver, DeliverError, Scheduler};
 use crate::store::{Job, NewNotice, Store};
@@ -51,6 +52,8 @@ pub struct App {
     pub mcp: McpManager,
     /// The mailbox of `inbox.email` (off without it); the daemon starts it.
     pub inbox: Inbox,
+    /// What the parts count, for `GET /metrics`; named by the data dir's node id.
+    pub metrics: Metrics,
 }
 
 /// Adjustments to the defaults, for tests and benchmarks (short retry delays, extra tools).
@@ -79,6 +82,7 @@ impl App {
     ) -> Result<App, AppError> {
         let s = &config.settings;
         let store = Store::open_with(&config.data_dir, options.store).await?;
+        let metrics = Metrics::new(&crate::metrics::node_id(&config.data_dir));
         let mut gateway = Gateway::new(&s.model)?.with_settings_source(&config.source);
         if let Some(p) = options.model_retry {
             gateway = gateway.with_retry(p);
@@ -105,6 +109,7 @@ impl App {
         if let Some(p) = options.notify_retry {
             notifier = notifier.with_retry(p);
         }
+        let notifier = notifier.with_metrics(metrics.clone());
         let runner = JobRunner::new(mode);
         let scheduler = Scheduler::new(
             s.scheduler.clone(),
@@ -113,10 +118,12 @@ impl App {
             Arc::new(OutboxDeliver(notifier.clone())),
         )
         .with_profiles(s.model.profiles.keys().cloned().collect())
-        .with_public_url(&s.server.public_url);
+        .with_public_url(&s.server.public_url)
+        .with_metrics(metrics.clone());
 
         let mut tools = RegistryBuilder::new(s.tools.clone(), store.clone())
-            .with_working_max_bytes(s.memory.working_max_bytes);
+            .with_working_max_bytes(s.memory.working_max_bytes)
+            .with_metrics(metrics.clone());
         if let Some(b) = options.tool_backoff {
             tools = tools.with_retry_backoff(b);
         }
@@ -147,7 +154,8 @@ impl App {
         }
         let registry = tools.build();
         let mcp = McpManager::new(&s.mcp, registry.clone(), env);
-        let agent = Agent::new(s.clone(), store.clone(), gateway, registry, memory.clone());
+        let agent = Agent::new(s.clone(), store.clone(), gateway, registry, memory.clone())
+            .with_metrics(metrics.clone());
         delegate.bind(&agent);
         runner.bind(&agent);
         let inbox = Inbox::new(
@@ -168,6 +176,7 @@ impl App {
             memory,
             mcp,
             inbox,
+            metrics,
         })
     }
 }

@@ -19,6 +19,7 @@ pub mod inbox;
 pub mod llm;
 pub mod mcp;
 pub mod memory;
+pub mod metrics;
 pub mod notify;
 pub mod scheduler;
 pub mod store;

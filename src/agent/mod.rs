@@ -166,6 +166,8 @@ struct Inner {
     /// Set when the daemon begins to shut down: no new task is queued from then on (one
     /// would only wait, pending, for the next start).
     closed: std::sync::atomic::AtomicBool,
+    /// Where task ends and model calls are counted ([`Agent::with_metrics`]).
+    metrics: crate::metrics::Metrics,
 }
 
 impl Agent {
@@ -191,8 +193,18 @@ impl Agent {
                 steps,
                 queued: Notify::new(),
                 closed: Default::default(),
+                metrics: Default::default(),
             }),
         }
+    }
+
+    /// Count task ends and model calls in `metrics`. Call right after construction, before
+    /// the agent is cloned (a clone keeps what it had).
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Agent {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.metrics = metrics;
+        }
+        self
     }
 
     pub fn settings(&self) -> &Settings {

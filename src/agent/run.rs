@@ -5,6 +5,7 @@ use super::guard::{LoopGuard, Verdict};
 use super::{Agent, RunOptions, StopReason, prompt, trace};
 use crate::llm::{Gateway, LlmError, Message, ModelReply, ToolCall};
 use crate::memory::{ShortTerm, Summariser, SummaryModel};
+use crate::metrics::ModelOutcome;
 use crate::store::{FailReason, NewStep, Step, StoreError, Task, TaskOutcome, TaskState, now};
 use crate::tools::{ToolContext, ToolError, ToolOutcome, shape};
 use crate::util::lock;
@@ -229,6 +230,10 @@ impl Agent {
             tokens_out = done.completion_tokens,
             "task finished"
         );
+        let (state, origin) = (done.state.as_str(), done.origin.as_str());
+        self.inner
+            .metrics
+            .observe_task(state, origin, started.elapsed());
         self.announce(&done.id, done.state, Some(&done));
         Ok(done)
     }
@@ -386,7 +391,23 @@ impl Run<'_> {
             .gateway
             .chat_until(profile, &window.messages(), &tools, Some(self.deadline))
             .await;
-        let ms = t0.elapsed().as_millis() as i64;
+        let took = t0.elapsed();
+        let ms = took.as_millis() as i64;
+        let (outcome, tokens_in, tokens_out) = match &reply {
+            Ok(r) => (
+                ModelOutcome::Ok,
+                r.usage.prompt_tokens,
+                r.usage.completion_tokens,
+            ),
+            Err(_) => (ModelOutcome::Error, 0, 0),
+        };
+        inner.metrics.observe_model_call(
+            profile,
+            outcome,
+            took,
+            tokens_in.into(),
+            tokens_out.into(),
+        );
         match reply {
             Ok(reply) => {
                 self.tally.add(&reply);

@@ -443,6 +443,9 @@ pub struct ServerSettings {
     pub max_login_failures: u32,
     /// The window of `max_login_failures`, and how long an address stays locked out.
     pub login_window_s: u64,
+    /// Serve `GET /metrics` without the token (a Prometheus that cannot send one); the rest
+    /// of the API keeps it.
+    pub metrics_public: bool,
 }
 
 impl Default for ServerSettings {
@@ -458,6 +461,7 @@ impl Default for ServerSettings {
             max_connections: 0,
             max_login_failures: 10,
             login_window_s: 60,
+            metrics_public: false,
         }
     }
 }

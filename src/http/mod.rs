@@ -68,6 +68,8 @@ pub struct ApiState {
     pub mcp: crate::mcp::McpManager,
     /// The mailbox's health (`/healthz`).
     pub inbox: crate::inbox::Inbox,
+    /// What the parts counted, rendered by `GET /metrics`.
+    pub metrics: crate::metrics::Metrics,
 }
 
 impl ApiState {
@@ -84,6 +86,7 @@ impl ApiState {
             logins: throttle::LoginThrottle::from_settings(&app.config.settings.server),
             mcp: app.mcp.clone(),
             inbox: app.inbox.clone(),
+            metrics: app.metrics.clone(),
         }
     }
 
@@ -97,7 +100,15 @@ impl ApiState {
 /// The whole router, assembled here: the API and the dashboard's pages side by side on one
 /// state, behind the same outer checks.
 pub fn router(state: ApiState) -> Router {
-    use api::{deliveries, evals, events, health, inbox, jobs, memory, tasks};
+    use api::{deliveries, evals, events, health, inbox, jobs, memory, metrics, tasks};
+    // Behind the token like the API, unless `server.metrics_public` opens it to a scraper
+    // that cannot send one.
+    let scrape = Router::new().route("/metrics", get(metrics::metrics));
+    let (open, guarded) = if state.config.settings.server.metrics_public {
+        (scrape, Router::new())
+    } else {
+        (Router::new(), scrape)
+    };
     let api = Router::new()
         .route("/v1/tasks", post(tasks::create_task).get(tasks::list_tasks))
         .route("/v1/tasks/{id}", get(tasks::get_task))
@@ -123,6 +134,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/memory/{id}", delete(memory::forget_memory))
         .route("/v1/mcp", get(health::mcp_servers))
         .route("/v1/inbox", get(inbox::list_inbox))
+        .merge(guarded)
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             guard::require_token,
@@ -157,6 +169,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/healthz", get(health::health))
         .route("/login", get(pages::login::page).post(pages::login::submit))
         .route("/assets/{name}", get(pages::assets::serve))
+        .merge(open)
         .merge(api)
         .merge(dashboard)
         // After the routes: it is set on each route present, and keeps axum's `Allow` header.

@@ -108,6 +108,8 @@ pub struct Notifier {
     inner: Arc<Inner>,
     /// Outside `inner` so [`Notifier::with_retry`] needs no rebuild; set once at start.
     retry: RetryPolicy,
+    /// Where deliveries and failed attempts are counted; set once at start, like `retry`.
+    metrics: crate::metrics::Metrics,
 }
 
 struct Inner {
@@ -196,7 +198,14 @@ impl Notifier {
                 send_timeout: Duration::from_secs(settings.send_timeout_s.max(1)),
             }),
             retry: DEFAULT_RETRY,
+            metrics: Default::default(),
         })
+    }
+
+    /// Count deliveries and failed attempts, by channel, in `metrics`.
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Notifier {
+        self.metrics = metrics;
+        self
     }
 
     pub fn with_retry(mut self, policy: RetryPolicy) -> Notifier {

@@ -10,6 +10,7 @@
 //! lane's passes are serialised by its lock).
 
 use super::{Inner, Notifier};
+use crate::metrics::DeliveryFailure;
 use crate::store::Notice;
 use chrono::Utc;
 use futures::FutureExt;
@@ -182,6 +183,10 @@ impl Notifier {
                 super::channel_list(&known)
             );
             warn!(notice = notice.id, channel = %notice.queued.channel, "notice for a removed channel failed");
+            // Its name is no configured channel's: not a label (a removed channel's label
+            // would linger), so all such failures share one.
+            self.metrics
+                .observe_delivery_failure("removed", DeliveryFailure::ChannelRemoved);
             if let Err(e) = self
                 .inner
                 .store
@@ -237,21 +242,26 @@ impl Notifier {
     ) -> Result<(), crate::store::StoreError> {
         let (id, channel) = (notice.id, &notice.queued.channel);
         let store = &self.inner.store;
+        let failed = |kind| self.metrics.observe_delivery_failure(channel, kind);
         match outcome {
             Ok(()) => {
                 info!(notice = id, %channel, attempt, "notice sent");
+                self.metrics.observe_delivery_sent(channel);
                 store.mark_notice_sent(id).await
             }
             Err(SendError::Permanent(msg)) => {
                 warn!(notice = id, %channel, attempt, error = %msg, "notice failed; not retrying");
+                failed(DeliveryFailure::Permanent);
                 store.mark_notice_attempt_failed(id, &msg, None).await
             }
             Err(SendError::Transient(msg)) if attempt > self.retry.max_retries => {
                 let msg = format!("gave up after {attempt} attempts; last error: {msg}");
                 warn!(notice = id, %channel, error = %msg, "notice failed");
+                failed(DeliveryFailure::GaveUp);
                 store.mark_notice_attempt_failed(id, &msg, None).await
             }
             Err(SendError::Transient(msg)) => {
+                failed(DeliveryFailure::Retry);
                 let delay = self.retry.delay(attempt - 1);
                 let next = Utc::now()
                     + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::hours(1));

@@ -103,6 +103,7 @@ impl Scheduler {
             };
             tracing::info!(job = %job.id, outcome = "fired", task = %task.id(), run = run_id,
                 reason = "schedule", "job firing");
+            self.count_firing(crate::store::RunOutcome::Fired, 1, Some(claim.due));
             let me = self.clone();
             let started = Started {
                 job,

@@ -139,6 +139,7 @@ impl Scheduler {
             .add_job_run(&job.id, due, RunOutcome::Failed, None, Some(&reason))
             .await?;
         tracing::warn!(job = %job.id, %reason, "job stopped");
+        self.count_firing(RunOutcome::Failed, 1, None);
         Ok(true)
     }
 
@@ -177,6 +178,7 @@ impl Scheduler {
             .add_job_run(&job.id, first, RunOutcome::Missed, None, Some(&reason))
             .await?;
         tracing::info!(job = %job.id, outcome = "missed", %reason, "job firing");
+        self.count_firing(RunOutcome::Missed, missed, None);
         Ok(())
     }
 
@@ -289,6 +291,8 @@ impl Scheduler {
         };
         tracing::info!(job = %job.id, outcome = "fired", task = %task_id, run = run_id,
             reason = trigger.reason().unwrap_or("schedule"), "job firing");
+        let on_schedule = (trigger != Trigger::RunNow).then_some(scheduled_at);
+        self.count_firing(RunOutcome::Fired, 1, on_schedule);
         Ok(Begin::Started(Box::new(Started {
             job: job.clone(),
             run_id,
@@ -344,6 +348,7 @@ impl Scheduler {
             )
             .await?;
         tracing::info!(job = %job.id, outcome = "skipped", reason, "job firing");
+        self.count_firing(RunOutcome::Skipped, 1, None);
         Ok(Begin::Ended {
             outcome: RunOutcome::Skipped,
             reason: reason.into(),
@@ -367,12 +372,28 @@ impl Scheduler {
             )
             .await?;
         tracing::info!(job = %job.id, outcome = "failed", %reason, "job firing");
+        self.count_firing(RunOutcome::Failed, 1, None);
         let delivery = self.failure_notice(job, run_id, None, &reason).await;
         store.set_run_delivery(run_id, &delivery).await?;
         Ok(Begin::Ended {
             outcome: RunOutcome::Failed,
             reason,
         })
+    }
+
+    /// Count `count` firings that ended with `outcome` in the metrics; one that created its
+    /// task for a scheduled time (not "run now") gives that time, to count how late it was.
+    pub(crate) fn count_firing(
+        &self,
+        outcome: RunOutcome,
+        count: u64,
+        scheduled_at: Option<DateTime<Utc>>,
+    ) {
+        let late =
+            scheduled_at.map(|at| (self.inner.clock.now() - at).to_std().unwrap_or_default());
+        self.inner
+            .metrics
+            .observe_job_firing(outcome.as_str(), count, late);
     }
 
     /// Run a started firing's task to its end, release the lock, deliver, record.

@@ -285,6 +285,8 @@ struct Inner {
     /// The dashboard's address from outside (`server.public_url`), for the links in a
     /// digest's footer ([`Scheduler::with_public_url`]); empty: no links.
     public_url: String,
+    /// Where firings and their lateness are counted ([`Scheduler::with_metrics`]).
+    metrics: crate::metrics::Metrics,
 }
 
 impl Scheduler {
@@ -318,6 +320,7 @@ impl Scheduler {
                 inflight: watch::Sender::new(0),
                 profiles: Vec::new(),
                 public_url: String::new(),
+                metrics: Default::default(),
             }),
         }
     }
@@ -336,6 +339,15 @@ impl Scheduler {
     pub(crate) fn with_public_url(mut self, url: &str) -> Scheduler {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.public_url = url.trim().to_string();
+        }
+        self
+    }
+
+    /// Count firings by outcome, and how late they fired, in `metrics`. Call right after
+    /// construction.
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Scheduler {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.metrics = metrics;
         }
         self
     }

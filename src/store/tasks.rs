@@ -435,6 +435,14 @@ impl Store {
         ))
         .await
     }
+
+    /// Count of tasks per state and origin, for `/metrics`.
+    pub async fn task_counts_by_origin(&self) -> Result<Vec<(TaskState, Origin, i64)>> {
+        self.all(sqlx::query_as(
+            "SELECT state, origin, COUNT(*) FROM tasks GROUP BY state, origin",
+        ))
+        .await
+    }
 }
 
 /// A task with its trace and the delivery state of the notices it queued: the shape of

@@ -474,3 +474,28 @@ async fn bursts_of_every_size_leave_no_prepared_statements_behind() {
         "each burst size left a prepared statement in the cache"
     );
 }
+
+#[tokio::test]
+async fn tasks_are_counted_by_state_and_origin() {
+    let (_dir, store) = on_disk().await;
+    task(&store).await;
+    task(&store).await;
+    store
+        .create_task(&NewTask {
+            task: "a digest".into(),
+            origin: Origin::Job,
+            profile: "fast".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut counts = store.task_counts_by_origin().await.unwrap();
+    counts.sort_by_key(|&(_, origin, _)| origin.as_str());
+    assert_eq!(
+        counts,
+        vec![
+            (TaskState::Pending, Origin::Cli, 2),
+            (TaskState::Pending, Origin::Job, 1)
+        ]
+    );
+}

@@ -64,6 +64,15 @@ impl Breakers {
         matches!(self.state(tool), BreakerState::Open(_))
     }
 
+    /// How many circuits are open now (half-open ones are not: they let a call through).
+    pub fn open_count(&self) -> usize {
+        let now = Instant::now();
+        self.lock()
+            .values()
+            .filter(|r| r.opened_until.is_some_and(|until| now < until))
+            .count()
+    }
+
     pub(crate) fn record_success(&self, tool: &str) {
         self.lock().remove(tool);
     }
@@ -103,11 +112,13 @@ mod tests {
         assert!(b.record_failure("t"));
         assert!(b.is_open("t"));
         assert_eq!(b.state("other"), BreakerState::Closed);
+        assert_eq!(b.open_count(), 1);
 
         tokio::time::advance(Duration::from_secs(59)).await;
         assert!(b.is_open("t"));
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(b.state("t"), BreakerState::HalfOpen);
+        assert_eq!(b.open_count(), 0, "half-open lets a call through");
 
         // A single failure while half-open re-opens it.
         assert!(b.record_failure("t"));

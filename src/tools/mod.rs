@@ -57,6 +57,30 @@ impl ToolError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, ToolError::Network(_))
     }
+
+    /// The error's kind in one word: a metric's label, never its (unbounded) text.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ToolError::InvalidArguments(_) => "invalid_arguments",
+            ToolError::Network(_) => "network",
+            ToolError::Failed(_) => "failed",
+            ToolError::Timeout(_) => "timeout",
+            ToolError::NotAllowed(_) => "not_allowed",
+            ToolError::Unknown(_) => "unknown",
+            ToolError::CircuitOpen(_) => "circuit_open",
+            ToolError::Repeated(_) => "repeated",
+        }
+    }
+}
+
+/// Count one call in `metrics` by tool and outcome. Only a name the registry has becomes a
+/// label: a name a model made up is refused as unknown and counted as one series, `unknown`.
+pub(crate) fn count_call(metrics: &crate::metrics::Metrics, name: &str, error: Option<&ToolError>) {
+    let known = match error {
+        Some(ToolError::Unknown(_)) => None,
+        _ => Some(name),
+    };
+    metrics.observe_tool_call(known, error.map_or("ok", ToolError::kind));
 }
 
 /// What the model is told about a tool: its name, when to use it, and a JSON Schema (an

@@ -10,11 +10,13 @@
 //! and the facts the trace needs, nothing more.
 
 use super::breaker::Breakers;
+use super::schema::{self, violation};
 use super::shape::{self, Rest};
 use super::starting::{SOURCE_START_WAIT, Starting};
-use super::{Fit, Tool, ToolContext, ToolError, schema};
+use super::{Fit, Tool, ToolContext, ToolError};
 use crate::config::ToolSettings;
 use crate::llm::{ToolCall, ToolSpec, Toolset, estimate_tokens};
+use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::util::Backoff;
 use serde_json::{Map, Value};
@@ -26,8 +28,6 @@ use tokio::time::Instant;
 /// At most this many schema violations are reported for one call; the model fixes them in
 /// a few rounds anyway, and a long list costs tokens.
 const MAX_REPORTED_VIOLATIONS: usize = 8;
-/// A single violation message is cut here (a huge wrong value would be echoed whole).
-const MAX_VIOLATION_CHARS: usize = 300;
 
 /// Toolsets kept for reuse: one per distinct offer seen lately (the full set, each sub-agent's
 /// restricted one, sets without a tool whose breaker is open).
@@ -71,6 +71,7 @@ pub struct RegistryBuilder {
     backoff: Backoff,
     working_max_bytes: usize,
     entries: BTreeMap<String, Arc<Entry>>,
+    metrics: Metrics,
 }
 
 impl RegistryBuilder {
@@ -81,7 +82,14 @@ impl RegistryBuilder {
             backoff: DEFAULT_BACKOFF,
             working_max_bytes: crate::config::MemorySettings::default().working_max_bytes as usize,
             entries: BTreeMap::new(),
+            metrics: Metrics::default(),
         }
+    }
+
+    /// Count every call in `metrics` (by tool and outcome).
+    pub fn with_metrics(mut self, metrics: Metrics) -> RegistryBuilder {
+        self.metrics = metrics;
+        self
     }
 
     /// Keep at most this many bytes of one result in working memory (`memory.working_max_bytes`).
@@ -120,6 +128,7 @@ impl RegistryBuilder {
             breakers,
             offers: Mutex::default(),
             starting: Starting::default(),
+            metrics: self.metrics,
         }))
     }
 }
@@ -149,6 +158,8 @@ struct Inner {
     offers: Mutex<Vec<(Vec<Weak<Entry>>, Toolset)>>,
     /// Sources on their first start, whose tools a new task waits for (bounded).
     starting: Starting,
+    /// Where each call is counted.
+    metrics: Metrics,
 }
 
 struct Entry {
@@ -298,6 +309,11 @@ impl Registry {
         errors
     }
 
+    /// How many circuits are open now (`/metrics`).
+    pub fn open_circuits(&self) -> usize {
+        self.0.breakers.open_count()
+    }
+
     /// The sources (MCP servers) on their first start, whose tools a new task waits for.
     pub fn starting(&self) -> &Starting {
         &self.0.starting
@@ -344,6 +360,7 @@ impl Registry {
             }
         };
         let duration = started.elapsed();
+        super::count_call(&self.0.metrics, name, error.as_ref());
         let ms = duration.as_millis() as u64;
         match &error {
             None => tracing::info!(tool = name, ms, attempts, outcome = "ok", "tool call"),
@@ -581,13 +598,4 @@ impl Registry {
         };
         (shape::wrap_result(name, &body), key)
     }
-}
-
-/// One schema violation as `POINTER: message`, the pointer telling the model which
-/// argument to fix.
-fn violation(e: &jsonschema::ValidationError<'_>) -> String {
-    let path = e.instance_path().as_str();
-    let path = if path.is_empty() { "(root)" } else { path };
-    let msg = format!("{path}: {e}");
-    crate::util::text::cut(&msg, MAX_VIOLATION_CHARS).into_owned()
 }

@@ -10,10 +10,22 @@
 //! costs tokens that say nothing to a model.
 //!
 //! Owns: stripping those keywords (only where they are keywords: a property that happens to be
-//! called `format` stays).
+//! called `format` stays); the words of one violation of the full schema.
 //! Must not: change what validation enforces.
 
 use serde_json::{Map, Value};
+
+/// A single violation message is cut here (a huge wrong value would be echoed whole).
+const MAX_VIOLATION_CHARS: usize = 300;
+
+/// One schema violation as `POINTER: message`, the pointer telling the model which
+/// argument to fix; cut to a bounded length.
+pub(super) fn violation(e: &jsonschema::ValidationError<'_>) -> String {
+    let path = e.instance_path().as_str();
+    let path = if path.is_empty() { "(root)" } else { path };
+    let msg = format!("{path}: {e}");
+    crate::util::text::cut(&msg, MAX_VIOLATION_CHARS).into_owned()
+}
 
 /// Keywords left out of the schema the model sees; validation keeps them.
 pub(crate) const GRAMMAR_UNFRIENDLY: [&str; 6] = [

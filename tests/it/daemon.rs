@@ -28,6 +28,7 @@ const ADDR_WAIT: Duration = Duration::from_secs(10);
 const ADDR_POLL: Duration = Duration::from_millis(20);
 
 mod limits;
+mod metrics;
 
 /// Wait (bounded) for the address file of `data_dir` to name an address.
 async fn wait_for_addr(data_dir: &Path) -> SocketAddr {

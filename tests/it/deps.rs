@@ -1,8 +1,9 @@
 //! The third-party programs some tests drive, installed by the tests on first use, so that a
 //! bare `cargo test` passes on a fresh clone: the MCP servers and the Python MCP client
 //! (`scripts/ci/mcp-deps.sh`, under `target/test-deps`), Debian's chromium and
-//! chromium-driver (`scripts/ci/browser-deps.sh`, with apt-get as root) and Debian's
-//! dovecot-imapd (`scripts/ci/imap-deps.sh`, likewise).
+//! chromium-driver (`scripts/ci/browser-deps.sh`, with apt-get as root), Debian's
+//! dovecot-imapd (`scripts/ci/imap-deps.sh`, likewise) and Debian's prometheus
+//! (`scripts/ci/prometheus-deps.sh`, likewise).
 //!
 //! Each is installed once: the first test to ask installs while the others in this process wait
 //! (a `OnceLock`), and a file lock in `target/test-deps` keeps other processes (a second
@@ -22,6 +23,7 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const MCP_SCRIPT: &str = "scripts/ci/mcp-deps.sh";
 const BROWSER_SCRIPT: &str = "scripts/ci/browser-deps.sh";
 const IMAP_SCRIPT: &str = "scripts/ci/imap-deps.sh";
+const PROMETHEUS_SCRIPT: &str = "scripts/ci/prometheus-deps.sh";
 
 fn test_deps() -> PathBuf {
     Path::new(ROOT).join("target/test-deps")
@@ -375,6 +377,69 @@ fn install_dovecot() -> Result<Dovecot, String> {
         (Ok(s), _) => Err(format!(
             "installing Dovecot for the inbox's tests failed (`{}` ended with {s}; its output \
              is above): {by_hand}",
+            command.join(" ")
+        )),
+        (Err(e), _) => Err(format!(
+            "cannot run `{}`: {e}; {by_hand}",
+            command.join(" ")
+        )),
+    }
+}
+
+/// Prometheus, for the metrics tests (a real scraper each test starts on its own), installed
+/// first if it is not and this user may (root, or passwordless sudo). The install takes a
+/// minute: it runs off the test's runtime thread.
+pub async fn prometheus() -> &'static Path {
+    static PROMETHEUS: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let found =
+        tokio::task::spawn_blocking(|| PROMETHEUS.get_or_init(install_prometheus).as_deref()).await;
+    match found {
+        Ok(Ok(p)) => p,
+        Ok(Err(why)) => panic!("{why}"),
+        Err(e) => panic!("the thread looking for Prometheus failed: {e}"),
+    }
+}
+
+fn install_prometheus() -> Result<PathBuf, String> {
+    if let Some(p) = find_program("prometheus") {
+        return Ok(p);
+    }
+    let by_hand = format!(
+        "run `sudo bash {PROMETHEUS_SCRIPT}` in {ROOT} (or `apt-get install prometheus` as \
+         root), then run the tests again"
+    );
+    let command: &[&str] = if is_root() {
+        &["bash", PROMETHEUS_SCRIPT]
+    } else if passwordless_sudo() {
+        &["sudo", "-n", "bash", PROMETHEUS_SCRIPT]
+    } else {
+        return Err(format!(
+            "the metrics tests need a real Prometheus, which is not installed, and installing \
+             it needs root: {by_hand}"
+        ));
+    };
+    let _lock = lock("prometheus", "Prometheus")?;
+    if let Some(p) = find_program("prometheus") {
+        return Ok(p);
+    }
+    say(&format!(
+        "the metrics tests need a real Prometheus; Debian's prometheus is not installed, so it \
+         is being installed now, once, system-wide, by `{}` (apt-get; a minute). To do it by \
+         hand: sudo bash {PROMETHEUS_SCRIPT}",
+        command.join(" ")
+    ));
+    let started = Instant::now();
+    match (run_script(command), find_program("prometheus")) {
+        (Ok(s), Some(p)) if s.success() => {
+            say(&format!(
+                "Prometheus installed in {} s",
+                started.elapsed().as_secs()
+            ));
+            Ok(p)
+        }
+        (Ok(s), _) => Err(format!(
+            "installing Prometheus for the metrics tests failed (`{}` ended with {s}; its \
+             output is above): {by_hand}",
             command.join(" ")
         )),
         (Err(e), _) => Err(format!(

@@ -1101,3 +1101,59 @@ async fn a_stalled_smtp_server_is_a_temporary_failure_after_the_send_deadline() 
     );
     assert!(row.next_attempt_at > chrono::Utc::now(), "backed off");
 }
+
+#[tokio::test]
+async fn deliveries_and_failed_attempts_are_counted_by_channel_and_kind() {
+    use hermes_agent::metrics::{Metrics, Reading};
+    // `flaky` fails once then takes the notice; `gone` refuses for good; `down` never answers
+    // well, so its notice is given up after two attempts.
+    let flaky = start_hook(&[500, 200]).await;
+    let gone = start_hook(&[404]).await;
+    let down = start_hook(&[503, 503]).await;
+    let store = Store::open_in_memory().await.unwrap();
+    let metrics = Metrics::default();
+    let settings = webhooks(&[
+        ("flaky", &flaky.url, ""),
+        ("gone", &gone.url, ""),
+        ("down", &down.url, ""),
+    ]);
+    let n = Notifier::new(settings, store.clone())
+        .unwrap()
+        .with_retry(fast_retry(2))
+        .with_metrics(metrics.clone());
+    for channel in ["flaky", "gone", "down"] {
+        let id = n.enqueue(notice(channel, "t", "x")).await.unwrap();
+        deliver_until_settled(&n, &store, id).await;
+    }
+    let text = metrics.render(&Reading::default());
+    let at = |series: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {series}:\n{text}"))
+            .to_string()
+    };
+    let failures = "hermes_outbox_delivery_failures_total";
+    assert_eq!(at("hermes_outbox_sent_total{channel=\"flaky\"}"), "1");
+    assert_eq!(
+        at(&format!("{failures}{{channel=\"flaky\",kind=\"retry\"}}")),
+        "1"
+    );
+    assert_eq!(
+        at(&format!(
+            "{failures}{{channel=\"gone\",kind=\"permanent\"}}"
+        )),
+        "1"
+    );
+    assert_eq!(
+        at(&format!("{failures}{{channel=\"down\",kind=\"retry\"}}")),
+        "1"
+    );
+    assert_eq!(
+        at(&format!("{failures}{{channel=\"down\",kind=\"gave_up\"}}")),
+        "1"
+    );
+    assert!(
+        !text.contains("outbox_sent_total{channel=\"gone\""),
+        "{text}"
+    );
+}

@@ -1385,3 +1385,66 @@ async fn a_burst_whose_runs_cannot_be_recorded_runs_none_of_its_tasks() {
         assert_abandoned(&c, &job.id).await;
     }
 }
+
+#[tokio::test]
+async fn firings_are_counted_by_outcome_with_their_lateness() {
+    use hermes_agent::metrics::{Metrics, Reading};
+    let clock = ManualClock::at("2026-06-01T07:59:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    let metrics = Metrics::default();
+    let sched =
+        scheduler_on(&c.store, &c.runner, settings(), clock.clone()).with_metrics(metrics.clone());
+    sched
+        .add(req("alone", "0 8 * * *"), Origin::Cli)
+        .await
+        .unwrap();
+    // One job, 3 s late: the one-job path.
+    clock.set("2026-06-01T08:00:03Z");
+    assert_eq!(sched.tick().await.unwrap(), 1);
+    idle(&sched).await;
+    // Two jobs due together, 0.2 s late: the burst path.
+    for i in 0..2 {
+        sched
+            .add(req(&format!("together {i}"), "0 9 * * *"), Origin::Cli)
+            .await
+            .unwrap();
+    }
+    clock.set("2026-06-01T09:00:00.200Z");
+    assert_eq!(sched.tick().await.unwrap(), 2);
+    idle(&sched).await;
+    // The next day's firings all missed by most of a day: no lateness, they never fired.
+    clock.set("2026-06-03T07:00:00Z");
+    assert_eq!(sched.tick().await.unwrap(), 3);
+    idle(&sched).await;
+
+    let text = metrics.render(&Reading::default());
+    let at = |series: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {series}:\n{text}"))
+            .to_string()
+    };
+    assert_eq!(at("hermes_job_firings_total{outcome=\"fired\"}"), "3");
+    assert_eq!(at("hermes_job_firings_total{outcome=\"missed\"}"), "3");
+    assert_eq!(at("hermes_job_firing_lateness_seconds_count"), "3");
+    assert_eq!(
+        at("hermes_job_firing_lateness_seconds_bucket{le=\"0.1\"}"),
+        "0"
+    );
+    assert_eq!(
+        at("hermes_job_firing_lateness_seconds_bucket{le=\"0.25\"}"),
+        "2"
+    );
+    assert_eq!(
+        at("hermes_job_firing_lateness_seconds_bucket{le=\"2\"}"),
+        "2"
+    );
+    assert_eq!(
+        at("hermes_job_firing_lateness_seconds_bucket{le=\"5\"}"),
+        "3"
+    );
+    let sum: f64 = at("hermes_job_firing_lateness_seconds_sum")
+        .parse()
+        .unwrap();
+    assert!((sum - 3.4).abs() < 1e-9, "{sum}");
+}
