@@ -86,7 +86,7 @@ pub async fn models(config: &Config, store: Option<&Store>) -> Vec<Check> {
                 checks.push(tool_calling(&gateway, name).await);
                 checks.push(identity(&gateway, name, store).await);
             }
-            Err(e) => checks.push(Check::new(Verdict::Fail, what, e)),
+            Err(e) => checks.push(Check::new(Verdict::Fail, what, e.to_string())),
         }
     }
     checks

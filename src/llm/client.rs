@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::error::{body_detail, connect_hint, redact, settings_place};
+use super::error::{ProbeError, body_detail, connect_hint, redact, settings_place};
 #[cfg(test)]
 use super::failure::RETRY_AFTER_CEILING;
 use super::failure::{ERROR_BODY_CHARS, Failure, parse_retry_after};
@@ -171,30 +171,29 @@ impl Gateway {
 
     /// `doctor`'s check of a profile: can the server be reached, and does it list the model?
     /// Uses `GET {base_url}/models`, which OpenAI-compatible servers answer without a model call.
-    pub async fn probe(&self, profile_name: &str) -> Result<String, String> {
+    pub async fn probe(&self, profile_name: &str) -> Result<String, ProbeError> {
         let profile = self
             .profiles
             .get(profile_name)
-            .ok_or_else(|| format!("no profile '{profile_name}'"))?;
+            .ok_or_else(|| ProbeError::UnknownProfile(profile_name.to_string()))?;
         let url = format!("{}/models", profile.base_url.trim_end_matches('/'));
         let mut req = self.client.get(&url).timeout(Duration::from_secs(5));
         if !profile.api_key.is_empty() {
             req = req.bearer_auth(&profile.api_key);
         }
-        let resp = req.send().await.map_err(|e| {
-            format!(
-                "cannot reach {} ({}): {}",
-                profile.base_url,
-                redact(&e.to_string(), &profile.api_key),
-                connect_hint(profile_name, &profile.base_url, &self.settings_place)
-            )
+        let resp = req.send().await.map_err(|e| ProbeError::Unreachable {
+            base_url: profile.base_url.clone(),
+            reason: redact(&e.to_string(), &profile.api_key),
+            hint: connect_hint(profile_name, &profile.base_url, &self.settings_place),
         })?;
         let status = resp.status();
         if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
-            return Err(format!(
-                "{} refused the API key ({status}); check model.profiles.{profile_name}.api_key {}",
-                profile.base_url, self.settings_place
-            ));
+            return Err(ProbeError::KeyRefused {
+                base_url: profile.base_url.clone(),
+                status,
+                profile: profile_name.to_string(),
+                place: self.settings_place.to_string(),
+            });
         }
         if !status.is_success() {
             return Ok(format!(
@@ -213,14 +212,13 @@ impl Gateway {
                 profile.base_url, profile.model
             ))
         } else {
-            Err(format!(
-                "{} is reachable but does not list model {} (it has: {}); pull it (`ollama pull {}`) or change model.profiles.{profile_name}.model {}",
-                profile.base_url,
-                profile.model,
-                ids.join(", "),
-                profile.model,
-                self.settings_place
-            ))
+            Err(ProbeError::ModelMissing {
+                base_url: profile.base_url.clone(),
+                model: profile.model.clone(),
+                listed: ids.join(", "),
+                profile: profile_name.to_string(),
+                place: self.settings_place.to_string(),
+            })
         }
     }
 

@@ -7,6 +7,39 @@
 use super::kind::{FailureKind, StatusCause};
 use crate::config::ConfigSource;
 
+/// Why `doctor`'s look at a profile's server (`GET /models`) failed; each names the server
+/// and the setting to change.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("no profile '{0}'")]
+    UnknownProfile(String),
+    #[error("cannot reach {base_url} ({reason}): {hint}")]
+    Unreachable {
+        base_url: String,
+        reason: String,
+        hint: String,
+    },
+    #[error(
+        "{base_url} refused the API key ({status}); check model.profiles.{profile}.api_key {place}"
+    )]
+    KeyRefused {
+        base_url: String,
+        status: reqwest::StatusCode,
+        profile: String,
+        place: String,
+    },
+    #[error(
+        "{base_url} is reachable but does not list model {model} (it has: {listed}); pull it (`ollama pull {model}`) or change model.profiles.{profile}.model {place}"
+    )]
+    ModelMissing {
+        base_url: String,
+        model: String,
+        listed: String,
+        profile: String,
+        place: String,
+    },
+}
+
 /// A failed model call. Every message names the server and the setting to change; none
 /// contains an API key (server text is redacted before it gets here).
 #[derive(Debug, thiserror::Error)]

@@ -25,7 +25,7 @@ mod wire;
 
 pub use crate::util::RetryPolicy;
 pub use client::{DEFAULT_RETRY, Gateway};
-pub use error::LlmError;
+pub use error::{LlmError, ProbeError};
 pub use identity::{Identity, Told};
 pub use kind::{FailureKind, StatusCause};
 pub use probe::ToolProbe;
