@@ -140,6 +140,7 @@ impl App {
         let agent = Agent::new(s.clone(), store.clone(), gateway, registry, memory.clone());
         delegate.bind(&agent);
         runner.bind(&agent);
+        agent.bind_notifier(notifier.clone());
         Ok(App {
             config: Arc::new(config),
             store,

@@ -126,6 +126,17 @@ pub fn step_line(s: &Step) -> String {
                 s.row.result_tokens
             )
         }
+        StepKind::Approval => format!(
+            "[{:>2}]   approval {}: {}{}",
+            s.row.step,
+            s.row.name,
+            one_line(s.row.output.as_deref().unwrap_or(""), 100),
+            s.row
+                .error
+                .as_deref()
+                .map(|e| format!("  ! {}", whole_line(e)))
+                .unwrap_or_default()
+        ),
         StepKind::Tool => {
             let outcome = match &s.row.error {
                 Some(e) => format!("✗ {}", whole_line(e)),
@@ -280,6 +291,7 @@ mod tests {
             created_at: Utc::now(),
             started_at: None,
             finished_at: None,
+            waiting: false,
         }
     }
 
@@ -350,6 +362,7 @@ mod tests {
                 next_run_at: Some(Utc::now()),
                 running_task_id: None,
                 created_at: Utc::now(),
+                pre_approved: vec![],
             },
             last_run: None,
         };

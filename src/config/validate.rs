@@ -116,6 +116,13 @@ impl Settings {
         )?;
         positive("tools.result_max_tokens", t.result_max_tokens.into())?;
         positive("tools.web_fetch.max_bytes", t.web_fetch.max_bytes)?;
+        seconds("tools.approval_expire_s", t.approval_expire_s, false)?;
+        if t.approval.iter().any(|g| g.trim().is_empty()) {
+            return bad(
+                "tools.approval",
+                "has an empty entry; list tool names or globs like \"mail_*\"",
+            );
+        }
         seconds("tools.web_fetch.timeout_s", t.web_fetch.timeout_s, false)?;
         positive(
             "context.summary_max_length",
@@ -144,6 +151,18 @@ impl Settings {
 
     fn validate_notify(&self) -> Result<(), Violation> {
         seconds("notify.send_timeout_s", self.notify.send_timeout_s, false)?;
+        for channel in &self.tools.approval_notify {
+            let known = (channel == "email" && self.notify.email.is_some())
+                || self.notify.webhooks.contains_key(channel);
+            if !known {
+                return bad(
+                    "tools.approval_notify",
+                    format!(
+                        "'{channel}' is not a configured channel; use \"email\" (with notify.email) or a name under notify.webhooks"
+                    ),
+                );
+            }
+        }
         if let Some(e) = &self.notify.email {
             if e.smtp_host.is_empty() {
                 return bad("notify.email.smtp_host", "must name the SMTP server");

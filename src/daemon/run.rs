@@ -127,6 +127,8 @@ impl Services {
             tokio::spawn(async move { notifier.run(stop).await })
         };
         spawn_pruner(app, &tracker, stop.clone());
+        // Unanswered approval requests are denied when their time is up.
+        app.agent.approvals().spawn_sweeper(&tracker, stop.clone());
         Ok(Services {
             tracker,
             stop,

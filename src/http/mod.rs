@@ -94,7 +94,7 @@ impl ApiState {
 /// The whole router, assembled here: the API and the dashboard's pages side by side on one
 /// state, behind the same outer checks.
 pub fn router(state: ApiState) -> Router {
-    use api::{deliveries, events, health, jobs, memory, tasks};
+    use api::{approvals, deliveries, events, health, jobs, memory, tasks};
     let api = Router::new()
         .route("/v1/tasks", post(tasks::create_task).get(tasks::list_tasks))
         .route("/v1/tasks/{id}", get(tasks::get_task))
@@ -107,6 +107,9 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/jobs/{id}/pause", post(jobs::pause_job))
         .route("/v1/jobs/{id}/resume", post(jobs::resume_job))
         .route("/v1/schedule", get(jobs::preview_schedule))
+        .route("/v1/approvals", get(approvals::list_approvals))
+        .route("/v1/approvals/{id}/approve", post(approvals::approve))
+        .route("/v1/approvals/{id}/deny", post(approvals::deny))
         .route("/v1/deliveries", get(deliveries::list_deliveries))
         .route(
             "/v1/deliveries/{id}/retry",

@@ -64,6 +64,17 @@ pub struct ToolOutcome {
     pub working_key: Option<String>,
 }
 
+/// Leave to run a call that needs approval: made only by the agent's approval gate, after a
+/// person approved that exact call (or a job's `pre_approved` covers the tool).
+#[derive(Debug, Clone, Copy)]
+pub struct Permit(());
+
+impl Permit {
+    pub(crate) fn granted() -> Permit {
+        Permit(())
+    }
+}
+
 /// Collects the tools known at start, then becomes a [`Registry`].
 pub struct RegistryBuilder {
     settings: ToolSettings,
@@ -316,18 +327,80 @@ impl Registry {
         self.entries().get(name).cloned()
     }
 
+    /// A result reached without running the tool now (a sub-agent's answer, once it has
+    /// finished after waiting for a person), shaped as [`Registry::execute`] would have.
+    pub async fn shape(
+        &self,
+        call: &ToolCall,
+        result: Result<Value, ToolError>,
+        ctx: &ToolContext,
+    ) -> ToolOutcome {
+        let name = call.name.as_str();
+        let (content, error, working_key) = match (result, self.entry(name)) {
+            (Ok(value), Some(entry)) => {
+                let (content, key) = self.present(&entry, value, ctx).await;
+                (content, None, key)
+            }
+            (Ok(_), None) => {
+                let e = ToolError::Unknown(name.to_string());
+                (shape::wrap_error(name, &e.to_string()), Some(e), None)
+            }
+            (Err(e), _) => (shape::wrap_error(name, &e.to_string()), Some(e), None),
+        };
+        ToolOutcome {
+            result_tokens: estimate_tokens(&content),
+            content,
+            error,
+            attempts: 0,
+            duration: Duration::ZERO,
+            working_key,
+        }
+    }
+
+    /// Does every call of `name` wait for a person's approval (`tools.approval`, or the
+    /// tool's own `approval: required`)?
+    pub fn needs_approval(&self, name: &str) -> bool {
+        self.0.settings.needs_approval(name)
+            || self
+                .entry(name)
+                .is_some_and(|e| e.tool.info().approval_required)
+    }
+
     /// Validate, authorise, run (with timeout, retries and breaker) and shape one call.
-    /// Never fails: every problem becomes an error outcome the model can read.
+    /// Never fails: every problem becomes an error outcome the model can read. A tool that
+    /// needs approval is refused here: only [`Registry::execute_approved`] runs it.
     pub async fn execute(
         &self,
         call: &ToolCall,
         ctx: &ToolContext,
         restrict: Option<&[String]>,
     ) -> ToolOutcome {
+        self.execute_with(call, ctx, restrict, None).await
+    }
+
+    /// [`Registry::execute`] for a call a person approved (or a job's `pre_approved` covers):
+    /// the [`Permit`] is made only by the agent's approval gate.
+    pub async fn execute_approved(
+        &self,
+        call: &ToolCall,
+        ctx: &ToolContext,
+        restrict: Option<&[String]>,
+        permit: Permit,
+    ) -> ToolOutcome {
+        self.execute_with(call, ctx, restrict, Some(permit)).await
+    }
+
+    async fn execute_with(
+        &self,
+        call: &ToolCall,
+        ctx: &ToolContext,
+        restrict: Option<&[String]>,
+        permit: Option<Permit>,
+    ) -> ToolOutcome {
         let started = Instant::now();
         let name = call.name.as_str();
         let mut attempts = 0;
-        let result = self.run(call, ctx, restrict, &mut attempts).await;
+        let result = self.run(call, ctx, restrict, permit, &mut attempts).await;
         let (content, error, working_key) = match result {
             Ok((entry, value)) => {
                 let (content, key) = self.present(&entry, value, ctx).await;
@@ -375,11 +448,18 @@ impl Registry {
             .map_err(|r| r.error)
     }
 
+    /// Would this task's call pass the checks before running (it exists, is allowed here —
+    /// `restrict` is a sub-agent's own list — and its arguments fit)? Only such a call is
+    /// worth a person's time.
+    pub fn would_run(&self, name: &str, arguments: &Value, restrict: Option<&[String]>) -> bool {
+        self.allowed(name, restrict) && self.check_call(name, arguments).is_ok()
+    }
+
     /// Run one call with every check (allowlist, breaker, schema, timeout, retries) but no
     /// shaping: the raw result, for code that reads it rather than a model (a job's precheck).
     pub async fn call_raw(&self, call: &ToolCall, ctx: &ToolContext) -> Result<Value, ToolError> {
         let mut attempts = 0;
-        self.run(call, ctx, None, &mut attempts)
+        self.run(call, ctx, None, None, &mut attempts)
             .await
             .map(|(_, value)| value)
             .map_err(|r| r.error)
@@ -395,6 +475,7 @@ impl Registry {
         call: &ToolCall,
         ctx: &ToolContext,
         restrict: Option<&[String]>,
+        permit: Option<Permit>,
         attempts: &mut u32,
     ) -> Result<(Arc<Entry>, Value), Refusal> {
         let name = call.name.as_str();
@@ -426,6 +507,10 @@ impl Registry {
             return Err(ToolError::NotAllowed(name.to_string()).into());
         }
         let args = self.validate(&entry, &call.arguments)?;
+        // The one place every call passes: a tool that needs a person never runs without one.
+        if permit.is_none() && self.needs_approval(name) {
+            return Err(ToolError::NeedsApproval(name.to_string()).into());
+        }
         // The breaker keeps the tool's health per scope when the tool has one (a web tool:
         // the host), so one dead site does not switch off web access.
         let circuit = match entry.tool.breaker_scope(&args) {
