@@ -12,6 +12,7 @@ mod follow;
 mod guard;
 mod hold;
 mod jobs;
+mod own;
 mod pool;
 pub mod prompt;
 mod round;
@@ -23,6 +24,7 @@ pub use approvals::{ApprovalError, Approvals, Decision, EXPIRY_SWEEP};
 pub use delegate::{DelegateTools, MAX_DEPTH};
 pub use follow::Followed;
 pub use jobs::{JobExecution, JobRunner};
+pub use own::TIMEOUT_DECIDER;
 
 use crate::config::Settings;
 use crate::llm::Gateway;

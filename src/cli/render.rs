@@ -91,12 +91,39 @@ pub fn task_table(tasks: &[Task]) -> String {
     }
     let mut table = Table::new(&["ID", "STATE", "ORIGIN", "CREATED (UTC)", "TASK"]);
     for t in tasks {
+        let state = if t.waiting {
+            format!("{} (waiting for approval)", t.state)
+        } else {
+            t.state.to_string()
+        };
         table.row(vec![
             cell(&t.id, 32),
-            t.state.to_string(),
+            state,
             t.origin.to_string(),
             t.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
             cell(&t.task, 60),
+        ]);
+    }
+    table.render()
+}
+
+pub fn approval_table(list: &[crate::store::Approval]) -> String {
+    if list.is_empty() {
+        return "no approval requests\n".into();
+    }
+    let mut table = Table::new(&["ID", "STATE", "TASK", "CREATED (UTC)", "TOOL", "ARGUMENTS"]);
+    for a in list {
+        let state = match (&a.reason, a.state) {
+            (Some(r), crate::store::ApprovalState::Denied) => format!("denied: {r}"),
+            _ => a.state.to_string(),
+        };
+        table.row(vec![
+            cell(&a.id, 20),
+            cell(&state, 30),
+            cell(&a.task_id, 20),
+            a.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+            cell(&a.tool, 30),
+            cell(&a.arguments.to_string(), 60),
         ]);
     }
     table.render()

@@ -36,8 +36,10 @@ impl Scheduler {
             return Err(SchedulerError::NestedNotAllowed);
         }
         // Approving calls in advance is a person's decision, never a model's.
-        if matches!(origin, Origin::Model | Origin::Job | Origin::Agent)
-            && !req.pre_approved.is_empty()
+        if matches!(
+            origin,
+            Origin::Model | Origin::Job | Origin::Agent | Origin::Mcp
+        ) && !req.pre_approved.is_empty()
         {
             return Err(SchedulerError::Invalid(
                 "pre_approved can only be set by a person (the API, the CLI, the dashboard)".into(),

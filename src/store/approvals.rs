@@ -168,6 +168,25 @@ impl Store {
         Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 
+    /// The open requests of `root` and of its sub-tasks (nested at most two deep), oldest
+    /// first: what a `run` waits on.
+    pub async fn open_approvals_under(&self, root: &str) -> Result<Vec<Approval>> {
+        let rows = sqlx::query(select!(
+            approvals,
+            "WHERE state = 'open' AND (task_id = ?1 \
+             OR task_id IN (SELECT id FROM tasks WHERE parent_id = ?1) \
+             OR task_id IN (SELECT id FROM tasks WHERE parent_id IN \
+                            (SELECT id FROM tasks WHERE parent_id = ?1))) \
+             ORDER BY created_at, id"
+        ))
+        .bind(root)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(<Approval as super::WithJson>::from_json_row)
+            .collect()
+    }
+
     /// Mark an approved request as used by the one run it allows; false when it was used.
     pub async fn use_approval(&self, id: &str) -> Result<bool> {
         self.one_row(

@@ -18,6 +18,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+mod process;
+
 const PATIENCE: Duration = Duration::from_secs(20);
 
 /// Calls of the gated `send` tool (arguments as run) and of the free `lookup` tool.
