@@ -204,3 +204,71 @@ async fn run_waits_for_an_answer_from_another_terminal_and_its_timeout_denies() 
     let out = site.cli(&["tasks", "list", "--state", "running"], &[]);
     assert!(out.status.success());
 }
+
+/// `hermes-agent mcp` on `site`: one `run_task` call over raw JSON-RPC lines; its answer.
+fn mcp_run_task(site: &Site, task: &str) -> Value {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .current_dir(site.dir.path())
+        .env_remove("HERMES_CONFIG")
+        .env_remove("HERMES_DATA_DIR")
+        .env("XDG_CONFIG_HOME", site.dir.path().join("xdg-config"))
+        .arg("--config")
+        .arg(site.config())
+        .arg("--data-dir")
+        .arg(site.data())
+        .arg("mcp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("mcp starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut send = |v: Value| writeln!(&mut stdin, "{v}").expect("write to stdin");
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}}),
+    );
+    rx.recv_timeout(PATIENCE).expect("initialized");
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "run_task", "arguments": {"task": task}}}));
+    // At once: well before a person could answer (nobody does in this test).
+    let answer = rx.recv_timeout(PATIENCE).expect("run_task answers");
+    drop(stdin);
+    let _ = child.wait();
+    serde_json::from_str(&answer).expect("JSON-RPC")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_run_task_returns_at_once_waiting_and_the_tool_has_not_run() {
+    let model = ScriptedModel::start_with(mark_model).await;
+    let (site, mark_file) = site(&model.base_url());
+    // On the data dir.
+    let answer = mcp_run_task(&site, "mark bob");
+    let body = answer.to_string();
+    assert!(body.contains("waiting for approval"), "{body}");
+    assert!(body.contains("\"isError\":false"), "{body}");
+    assert!(marks(&mark_file).is_empty());
+    // Through the daemon, which then holds two open requests and runs nothing.
+    let mut daemon = site.start(&[]);
+    daemon.ready().await;
+    let body = mcp_run_task(&site, "mark bob too").to_string();
+    assert!(body.contains("waiting for approval"), "{body}");
+    let (_, open) = daemon.get("/v1/approvals?state=open").await;
+    assert_eq!(
+        open["approvals"].as_array().map(Vec::len),
+        Some(2),
+        "{open}"
+    );
+    assert!(marks(&mark_file).is_empty());
+    daemon.stop().await;
+}
