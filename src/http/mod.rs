@@ -126,7 +126,7 @@ pub fn router(state: ApiState) -> Router {
             guard::require_token,
         ));
     let dashboard = {
-        use pages::{deliveries, guard, jobs, login, memory, overview, settings, tasks};
+        use pages::{approvals, deliveries, guard, jobs, login, memory, overview, settings, tasks};
         Router::new()
             .route("/", get(overview::page))
             .route("/tasks", get(tasks::list).post(tasks::start))
@@ -135,6 +135,9 @@ pub fn router(state: ApiState) -> Router {
             .route("/jobs", get(jobs::list).post(jobs::create))
             .route("/jobs/{id}", get(jobs::show))
             .route("/jobs/{id}/{action}", post(jobs::act))
+            .route("/approvals", get(approvals::page))
+            .route("/approvals/{id}/approve", post(approvals::approve))
+            .route("/approvals/{id}/deny", post(approvals::deny))
             .route("/deliveries", get(deliveries::list))
             .route("/deliveries/{id}/retry", post(deliveries::retry))
             .route("/memory", get(memory::page).post(memory::add))

@@ -3,7 +3,7 @@
 //!
 //! Owns: the pages and their forms — overview (`overview`), tasks with their live timeline
 //! (`tasks`, `timeline`), jobs (`jobs`), the outbox (`deliveries`), long-term memory
-//! (`memory`), the redacted settings and doctor's verdicts (`settings`), signing in
+//! (`memory`), held tool calls to approve or deny (`approvals`), the redacted settings and doctor's verdicts (`settings`), signing in
 //! (`login`) — the page shell (`layout`), the flash messages after a form (`flash`), the assets (`assets`), the security headers of every
 //! response ([`security_headers`]) and the session every page runs in (`guard`).
 //! Must not: keep a second source of truth. Every page reads the same store and calls the
@@ -18,6 +18,7 @@
 //! carry a strict Content-Security-Policy: scripts and styles only from `/assets/`, no inline
 //! script, no framing.
 
+pub(super) mod approvals;
 pub(super) mod assets;
 pub(super) mod deliveries;
 mod flash;

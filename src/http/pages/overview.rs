@@ -55,7 +55,19 @@ pub async fn page(ctx: Ctx) -> PageResult {
         .into_iter()
         .find(|(st, _)| *st == TaskState::Pending)
         .map_or(0, |(_, n)| n);
+    let open = s
+        .agent
+        .approvals()
+        .list(Some(crate::store::ApprovalState::Open), ROWS)
+        .await?;
     let body = html! {
+        // What only a person can unblock comes first.
+        @if !open.is_empty() {
+            section aria-labelledby="h-approvals" {
+                h2 #h-approvals { a href="/approvals" { "Waiting for your approval" } }
+                (super::approvals::open_list(&ctx, &open, "/"))
+            }
+        }
         (cards(s, pending_count, tokens, &backlog, tz))
         section aria-labelledby="h-running" {
             h2 #h-running { "Running and pending tasks" }
@@ -85,6 +97,7 @@ pub fn task_table(ctx: &Ctx, tasks: &[Task], empty: &str) -> Markup {
                         td data-label="Task" { a href={"/tasks/" (t.id)} { (short(&t.task, 90)) } }
                         td data-label="State" {
                             (badge(Shown::Task(t.state)))
+                            @if t.waiting { " " (badge(Shown::Waiting)) }
                             @if let Some(r) = t.reason { " " span.muted { (r) } }
                         }
                         td data-label="Origin" { (t.origin) }

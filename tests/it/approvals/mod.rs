@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+mod dashboard;
 mod process;
 
 const PATIENCE: Duration = Duration::from_secs(20);
