@@ -565,3 +565,58 @@ async fn a_precheck_and_any_other_caller_cannot_run_a_gated_tool() {
         .await;
     assert!(job.is_err(), "a gated precheck was accepted");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_request_is_noticed_once_with_goal_tool_arguments_and_link_and_a_reply_can_find_it() {
+    let model = ScriptedModel::start_with(model).await;
+    let ran = Ran::default();
+    let mut s = gated_settings(&model.base_url());
+    s.notify.webhooks.insert(
+        "ops".into(),
+        hermes_agent::config::WebhookSettings {
+            url: "http://127.0.0.1:9/hook".into(),
+            secret: String::new(),
+        },
+    );
+    s.server.public_url = "https://hermes.example.org".into();
+    let mut unknown = s.clone();
+    unknown.tools.approval_notify = vec!["pager".into()];
+    let bad = unknown.validate().expect_err("an unknown channel");
+    assert_eq!(bad.key, "tools.approval_notify");
+    s.tools.approval_notify = vec!["ops".into()];
+    s.validate().expect("valid");
+
+    let p = Pool::start(s, &ran, 1).await;
+    let held = p.submit("[send] tell bob the news").await;
+    p.settled(&held.id).await;
+    let open = p.open().await;
+    let notices = p.app().store.notices_for_task(&held.id).await.unwrap();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    let n = &notices[0];
+    assert_eq!(n.queued.channel, "ops");
+    assert_eq!(n.queued.title, "Approval needed: send");
+    for part in [
+        "tell bob the news",
+        "Tool: send",
+        "\"to\": \"bob\"",
+        &format!("https://hermes.example.org/tasks/{}", held.id),
+    ] {
+        assert!(n.queued.body.contains(part), "{part} not in {}", n.queued.body);
+    }
+    // The inbox's way back from a reply to the request it answers.
+    let found = p.app().agent.approvals().for_notice(n.id).await.unwrap();
+    assert_eq!(found.map(|a| a.id), Some(open[0].id.clone()));
+    // Decisions are not noticed.
+    p.app()
+        .agent
+        .approvals()
+        .decide(&open[0].id, Decision::Approve, "test")
+        .await
+        .unwrap();
+    p.finished(&held.id).await;
+    assert_eq!(
+        p.app().store.notices_for_task(&held.id).await.unwrap().len(),
+        1
+    );
+    p.stop().await;
+}
