@@ -438,9 +438,21 @@ impl Agent {
     }
 
     /// Cancel a task that waits for a person: it ends `cancelled`, its open requests are
-    /// closed (denied, "the task was cancelled") and its checkpoint dropped.
-    async fn cancel_waiting(&self, task: &Task) -> Result<Task, AgentError> {
+    /// closed (denied, "the task was cancelled") and its checkpoint dropped; so are those of
+    /// its sub-tasks that wait with it.
+    fn cancel_waiting<'a>(
+        &'a self,
+        task: &'a Task,
+    ) -> futures::future::BoxFuture<'a, Result<Task, AgentError>> {
+        Box::pin(self.cancel_waiting_one(task))
+    }
+
+    async fn cancel_waiting_one(&self, task: &Task) -> Result<Task, AgentError> {
         let store = &self.inner.store;
+        for child in store.waiting_children(&task.id).await? {
+            let child = store.task(&child).await?;
+            self.cancel_waiting(&child).await?;
+        }
         let outcome = TaskOutcome {
             state: TaskState::Cancelled,
             answer: None,

@@ -285,6 +285,17 @@ impl Store {
         Ok(hold)
     }
 
+    /// The sub-tasks of `parent` that wait for a person.
+    pub async fn waiting_children(&self, parent: &str) -> Result<Vec<String>> {
+        let rows: Vec<(String,)> = self
+            .all(
+                sqlx::query_as("SELECT id FROM tasks WHERE parent_id = ? AND waiting = 1")
+                    .bind(parent),
+            )
+            .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
     /// Drop a task's hold (it was cancelled while waiting).
     pub async fn drop_hold(&self, task_id: &str) -> Result<()> {
         self.run(sqlx::query("DELETE FROM task_holds WHERE task_id = ?").bind(task_id))

@@ -462,7 +462,18 @@ async fn a_job_firing_waits_unless_its_person_pre_approved_the_tool() {
     assert_eq!(run.outcome, hermes_agent::store::RunOutcome::Fired);
     assert_eq!(ran.sends().len(), 1);
 
-    // The model cannot pre-approve; a person can.
+    // The model cannot pre-approve: schedule_task offers no such field, and the scheduler
+    // refuses it from a model; a person can.
+    let offered = p.app().agent.registry().offered(None);
+    let schedule = offered
+        .iter()
+        .find(|t| t.name == "schedule_task")
+        .expect("schedule_task is offered");
+    assert!(
+        !schedule.parameters.to_string().contains("pre_approved"),
+        "{}",
+        schedule.parameters
+    );
     let refused = sched
         .add(
             hermes_agent::scheduler::JobRequest {
@@ -601,7 +612,11 @@ async fn each_request_is_noticed_once_with_goal_tool_arguments_and_link_and_a_re
         "\"to\": \"bob\"",
         &format!("https://hermes.example.org/tasks/{}", held.id),
     ] {
-        assert!(n.queued.body.contains(part), "{part} not in {}", n.queued.body);
+        assert!(
+            n.queued.body.contains(part),
+            "{part} not in {}",
+            n.queued.body
+        );
     }
     // The inbox's way back from a reply to the request it answers.
     let found = p.app().agent.approvals().for_notice(n.id).await.unwrap();
@@ -615,8 +630,52 @@ async fn each_request_is_noticed_once_with_goal_tool_arguments_and_link_and_a_re
         .unwrap();
     p.finished(&held.id).await;
     assert_eq!(
-        p.app().store.notices_for_task(&held.id).await.unwrap().len(),
+        p.app()
+            .store
+            .notices_for_task(&held.id)
+            .await
+            .unwrap()
+            .len(),
         1
     );
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_waiting_task_closes_its_requests_and_those_of_its_sub_agents() {
+    let model = ScriptedModel::start_with(model).await;
+    let ran = Ran::default();
+    let mut s = gated_settings(&model.base_url());
+    s.agents.insert(
+        "mailer".into(),
+        SubAgent {
+            description: "Sends mail.".into(),
+            tools: vec!["send".into()],
+            profile: String::new(),
+            system_prompt: String::new(),
+            timeout_s: 0,
+        },
+    );
+    let p = Pool::start(s, &ran, 1).await;
+    let parent = p.submit("[delegate] have bob told").await;
+    p.settled(&parent.id).await;
+    let open = p.open().await;
+    assert_eq!(open.len(), 1);
+    let t = p.app().agent.cancel(&parent.id).await.unwrap();
+    assert_eq!(t.state, TaskState::Cancelled);
+    assert!(!t.waiting);
+    let sub = p.app().store.task(&open[0].task_id).await.unwrap();
+    assert_eq!(sub.state, TaskState::Cancelled, "{sub:?}");
+    assert!(p.open().await.is_empty());
+    let a = p.app().agent.approvals().get(&open[0].id).await.unwrap();
+    assert_eq!(a.state, ApprovalState::Denied);
+    let late = p
+        .app()
+        .agent
+        .approvals()
+        .decide(&open[0].id, Decision::Approve, "test")
+        .await;
+    assert!(late.is_err());
+    assert!(ran.sends().is_empty());
     p.stop().await;
 }

@@ -98,6 +98,15 @@ async fn a_held_call_survives_a_daemon_restart_and_runs_once_when_approved() {
     assert_eq!(task["state"], "running", "{task}");
     assert_eq!(task["waiting"], true);
 
+    // `tasks list --state running` marks it.
+    let out = site.cli(&["tasks", "list", "--state", "running"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("running (waiting for approval)"),
+        "{}",
+        text(&out.stdout)
+    );
+
     // Listed and approved by the CLI, through the daemon.
     let out = site.cli(&["approvals", "list"], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -201,8 +210,6 @@ async fn run_waits_for_an_answer_from_another_terminal_and_its_timeout_denies() 
     let out = site.cli(&["approvals", "list", "--state", "denied", "--json"], &[]);
     let v: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["approvals"][0]["reason"], "timeout", "{v}");
-    let out = site.cli(&["tasks", "list", "--state", "running"], &[]);
-    assert!(out.status.success());
 }
 
 /// `hermes-agent mcp` on `site`: one `run_task` call over raw JSON-RPC lines; its answer.
