@@ -2,17 +2,69 @@
 //! per call, whether it may run.
 //!
 //! Owns: what a held task keeps (its message window, the held round with what already ran,
-//! counters, its budget and options), and the verdict on each call of a tool that needs
+//! counters, its budget and options), continuing a task from it ([`Agent::resume`]), and the
+//! verdict on each call of a tool that needs
 //! approval: run (approved once, or covered by a job's `pre_approved`), declined (a person said
 //! no — the same call again is declined without asking), or ask.
-//! Must not: run tools or talk SQL; the loop (`round.rs`) acts on the verdicts.
+//! Must not: run tools; the loop (`round.rs`) acts on the verdicts.
 
 use super::guard::{LoopGuard, canonical};
+use super::run::Tally;
+use super::{Agent, AgentError, RunOptions};
 use crate::llm::{Message, ToolCall};
 use crate::memory::ShortTerm;
-use crate::store::{Approval, ApprovalState};
+use crate::store::{Approval, ApprovalState, FailReason, Step, Task, TaskState};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::time::Duration;
+
+impl Agent {
+    /// Continue a held task whose hold this process took ([`crate::store::Store::take_ready_hold`])
+    /// from its checkpoint; `observer` follows it (a `run` continuing its own task).
+    pub(super) async fn resume(
+        &self,
+        hold: crate::store::Hold,
+        observer: Option<tokio::sync::mpsc::UnboundedSender<Step>>,
+    ) -> Result<Task, AgentError> {
+        let store = &self.inner.store;
+        let task = store.task(&hold.task_id).await?;
+        let cp: Checkpoint = match serde_json::from_str(&hold.checkpoint) {
+            Ok(cp) => cp,
+            Err(e) => {
+                let out = super::run::outcome(
+                    TaskState::Failed,
+                    None,
+                    Some(format!(
+                        "its saved progress cannot be read ({e}); run it again"
+                    )),
+                    Some(FailReason::Store),
+                    &Tally::default(),
+                );
+                let done = store.finish_task_row(&task.id, &out).await?;
+                let done = match done {
+                    Some(d) => d,
+                    None => store.task(&task.id).await?,
+                };
+                self.announce(&done.id, done.state, Some(&done));
+                return Ok(done);
+            }
+        };
+        if task.state.is_finished() {
+            return Ok(task);
+        }
+        tracing::info!(task = %task.id, "task continues after its approvals were answered");
+        let saved = cp.options.clone();
+        let opts = RunOptions {
+            observer,
+            restrict: saved.restrict,
+            agent_prompt: saved.agent_prompt,
+            depth: saved.depth,
+            timeout: Some(Duration::from_millis(cp.limit_ms)),
+            resumer: saved.resumer,
+        };
+        self.drive(task, opts, Some(cp)).await
+    }
+}
 
 /// Everything a held execution needs to go on where it stopped, stored as JSON with the hold.
 #[derive(Serialize, Deserialize)]

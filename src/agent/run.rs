@@ -192,55 +192,9 @@ impl Agent {
         self.drive(claimed.0, opts, None).await
     }
 
-    /// Continue a held task whose hold this process took ([`crate::store::Store::take_ready_hold`])
-    /// from its checkpoint; `observer` follows it (a `run` continuing its own task).
-    pub(super) async fn resume(
-        &self,
-        hold: crate::store::Hold,
-        observer: Option<tokio::sync::mpsc::UnboundedSender<Step>>,
-    ) -> Result<Task, super::AgentError> {
-        let store = &self.inner.store;
-        let task = store.task(&hold.task_id).await?;
-        let cp: Checkpoint = match serde_json::from_str(&hold.checkpoint) {
-            Ok(cp) => cp,
-            Err(e) => {
-                let out = super::run::outcome(
-                    TaskState::Failed,
-                    None,
-                    Some(format!(
-                        "its saved progress cannot be read ({e}); run it again"
-                    )),
-                    Some(FailReason::Store),
-                    &Tally::default(),
-                );
-                let done = store.finish_task_row(&task.id, &out).await?;
-                let done = match done {
-                    Some(d) => d,
-                    None => store.task(&task.id).await?,
-                };
-                self.announce(&done.id, done.state, Some(&done));
-                return Ok(done);
-            }
-        };
-        if task.state.is_finished() {
-            return Ok(task);
-        }
-        tracing::info!(task = %task.id, "task continues after its approvals were answered");
-        let saved = cp.options.clone();
-        let opts = RunOptions {
-            observer,
-            restrict: saved.restrict,
-            agent_prompt: saved.agent_prompt,
-            depth: saved.depth,
-            timeout: Some(Duration::from_millis(cp.limit_ms)),
-            resumer: saved.resumer,
-        };
-        self.drive(task, opts, Some(cp)).await
-    }
-
     /// The running task's life: the loop under its limits, then its final state — or, when it
     /// waits for a person, its checkpoint (stored by the loop) and no end yet.
-    async fn drive(
+    pub(super) async fn drive(
         &self,
         task: Task,
         opts: RunOptions,

@@ -296,11 +296,13 @@ where
 
 pub mod breaker;
 pub mod builtin;
+mod gate;
 pub mod manifest;
 pub mod registry;
 pub mod schema;
 pub mod shape;
 mod starting;
 
-pub use registry::{Permit, Registry, RegistryBuilder, RegistryError, ToolOutcome};
+pub use gate::Permit;
+pub use registry::{Registry, RegistryBuilder, RegistryError, ToolOutcome};
 pub use starting::{SOURCE_START_WAIT, SourceStart, Starting, ToolSources};

@@ -10,6 +10,7 @@
 //! and the facts the trace needs, nothing more.
 
 use super::breaker::Breakers;
+use super::gate::Permit;
 use super::shape::{self, Rest};
 use super::starting::{SOURCE_START_WAIT, Starting};
 use super::{Fit, Tool, ToolContext, ToolError, schema};
@@ -62,17 +63,6 @@ pub struct ToolOutcome {
     pub result_tokens: u32,
     /// Set when the full result went to working memory.
     pub working_key: Option<String>,
-}
-
-/// Leave to run a call that needs approval: made only by the agent's approval gate, after a
-/// person approved that exact call (or a job's `pre_approved` covers the tool).
-#[derive(Debug, Clone, Copy)]
-pub struct Permit(());
-
-impl Permit {
-    pub(crate) fn granted() -> Permit {
-        Permit(())
-    }
 }
 
 /// Collects the tools known at start, then becomes a [`Registry`].
@@ -162,8 +152,8 @@ struct Inner {
     starting: Starting,
 }
 
-struct Entry {
-    tool: Arc<dyn Tool>,
+pub(super) struct Entry {
+    pub(super) tool: Arc<dyn Tool>,
     /// Compiled once at registration; validating is then cheap per call.
     validator: jsonschema::Validator,
     /// What the model is sent: the schema without grammar-unfriendly keywords.
@@ -323,74 +313,15 @@ impl Registry {
         self.0.entries.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn entry(&self, name: &str) -> Option<Arc<Entry>> {
+    pub(super) fn settings(&self) -> &ToolSettings {
+        &self.0.settings
+    }
+
+    pub(super) fn entry(&self, name: &str) -> Option<Arc<Entry>> {
         self.entries().get(name).cloned()
     }
 
-    /// A result reached without running the tool now (a sub-agent's answer, once it has
-    /// finished after waiting for a person), shaped as [`Registry::execute`] would have.
-    pub async fn shape(
-        &self,
-        call: &ToolCall,
-        result: Result<Value, ToolError>,
-        ctx: &ToolContext,
-    ) -> ToolOutcome {
-        let name = call.name.as_str();
-        let (content, error, working_key) = match (result, self.entry(name)) {
-            (Ok(value), Some(entry)) => {
-                let (content, key) = self.present(&entry, value, ctx).await;
-                (content, None, key)
-            }
-            (Ok(_), None) => {
-                let e = ToolError::Unknown(name.to_string());
-                (shape::wrap_error(name, &e.to_string()), Some(e), None)
-            }
-            (Err(e), _) => (shape::wrap_error(name, &e.to_string()), Some(e), None),
-        };
-        ToolOutcome {
-            result_tokens: estimate_tokens(&content),
-            content,
-            error,
-            attempts: 0,
-            duration: Duration::ZERO,
-            working_key,
-        }
-    }
-
-    /// Does every call of `name` wait for a person's approval (`tools.approval`, or the
-    /// tool's own `approval: required`)?
-    pub fn needs_approval(&self, name: &str) -> bool {
-        self.0.settings.needs_approval(name)
-            || self
-                .entry(name)
-                .is_some_and(|e| e.tool.info().approval_required)
-    }
-
-    /// Validate, authorise, run (with timeout, retries and breaker) and shape one call.
-    /// Never fails: every problem becomes an error outcome the model can read. A tool that
-    /// needs approval is refused here: only [`Registry::execute_approved`] runs it.
-    pub async fn execute(
-        &self,
-        call: &ToolCall,
-        ctx: &ToolContext,
-        restrict: Option<&[String]>,
-    ) -> ToolOutcome {
-        self.execute_with(call, ctx, restrict, None).await
-    }
-
-    /// [`Registry::execute`] for a call a person approved (or a job's `pre_approved` covers):
-    /// the [`Permit`] is made only by the agent's approval gate.
-    pub async fn execute_approved(
-        &self,
-        call: &ToolCall,
-        ctx: &ToolContext,
-        restrict: Option<&[String]>,
-        permit: Permit,
-    ) -> ToolOutcome {
-        self.execute_with(call, ctx, restrict, Some(permit)).await
-    }
-
-    async fn execute_with(
+    pub(super) async fn execute_with(
         &self,
         call: &ToolCall,
         ctx: &ToolContext,
@@ -448,13 +379,6 @@ impl Registry {
             .map_err(|r| r.error)
     }
 
-    /// Would this task's call pass the checks before running (it exists, is allowed here —
-    /// `restrict` is a sub-agent's own list — and its arguments fit)? Only such a call is
-    /// worth a person's time.
-    pub fn would_run(&self, name: &str, arguments: &Value, restrict: Option<&[String]>) -> bool {
-        self.allowed(name, restrict) && self.check_call(name, arguments).is_ok()
-    }
-
     /// Run one call with every check (allowlist, breaker, schema, timeout, retries) but no
     /// shaping: the raw result, for code that reads it rather than a model (a job's precheck).
     pub async fn call_raw(&self, call: &ToolCall, ctx: &ToolContext) -> Result<Value, ToolError> {
@@ -465,7 +389,7 @@ impl Registry {
             .map_err(|r| r.error)
     }
 
-    fn allowed(&self, name: &str, restrict: Option<&[String]>) -> bool {
+    pub(super) fn allowed(&self, name: &str, restrict: Option<&[String]>) -> bool {
         self.0.settings.allows(name)
             && restrict.is_none_or(|r| r.iter().any(|a| crate::util::glob_matches(a, name)))
     }
@@ -606,7 +530,7 @@ impl Registry {
 
     /// Shape a successful result; store it whole when it is over the cap. Returns the
     /// content for the model and the working-memory key, if one was made.
-    async fn present(
+    pub(super) async fn present(
         &self,
         entry: &Entry,
         value: Value,
