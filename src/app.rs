@@ -158,6 +158,7 @@ impl App {
             .with_metrics(metrics.clone());
         delegate.bind(&agent);
         runner.bind(&agent);
+        agent.bind_notifier(notifier.clone());
         let inbox = Inbox::new(
             s,
             store.clone(),

@@ -4,7 +4,8 @@
 //! over partial failure.
 
 use super::{Agent, Inner, RunOptions, Submit};
-use crate::store::{FailReason, Origin, TaskState};
+use crate::llm::ToolCall;
+use crate::store::{FailReason, Origin, Task, TaskState};
 use crate::tools::{Tool, ToolContext, ToolError, ToolInfo, tool_with};
 use futures::future::join_all;
 use serde::{Deserialize, Serialize};
@@ -40,20 +41,22 @@ impl DelegateTools {
         vec![
             tool_with(self.clone(), one, |d, a: SubTask, ctx| async move {
                 let r = d.run_one(&ctx, &a.agent, &a.task).await;
-                match r.status {
-                    SubStatus::Success => Ok(r.to_value()),
-                    SubStatus::Failed | SubStatus::Timeout => {
-                        Err(ToolError::Failed(r.to_value().to_string()))
-                    }
+                if r.status == SubStatus::Waiting {
+                    // The caller's task waits too; this result is never shown.
+                    ctx.waiting.set(vec![r.entry()]);
+                    return Ok(json!({"status": "waiting"}));
                 }
+                one_result(r.to_value(), r.status)
             }),
             tool_with(self.clone(), many, |d, a: SubTasks, ctx| async move {
                 let runs = a.tasks.iter().map(|t| d.run_one(&ctx, &t.agent, &t.task));
-                let results: Vec<Value> = join_all(runs)
-                    .await
-                    .iter()
-                    .map(SubResult::to_value)
-                    .collect();
+                let results = join_all(runs).await;
+                if results.iter().any(|r| r.status == SubStatus::Waiting) {
+                    ctx.waiting
+                        .set(results.iter().map(SubResult::entry).collect());
+                    return Ok(json!({"status": "waiting"}));
+                }
+                let results: Vec<Value> = results.iter().map(SubResult::to_value).collect();
                 Ok(json!({ "results": results }))
             }),
         ]
@@ -100,27 +103,75 @@ impl DelegateTools {
             agent_prompt: Some(def.system_prompt.clone()),
             depth: ctx.depth + 1,
             timeout: (def.timeout_s > 0).then(|| Duration::from_secs(def.timeout_s)),
+            resumer: ctx.resumer.clone(),
         };
         // Spawned, so the sub-task always reaches a final state even if this call is dropped.
         let handle = tokio::spawn(async move { agent.run_claimed(sub, opts).await });
         let with_id = |status| SubResult::new(name, status, Some(sub_id.clone()));
         match handle.await {
-            Ok(Ok(t)) => {
-                let status = match (t.state, t.reason) {
-                    (TaskState::Succeeded, _) => SubStatus::Success,
-                    (_, Some(FailReason::Timeout)) => SubStatus::Timeout,
-                    _ => SubStatus::Failed,
-                };
-                SubResult {
-                    answer: t.answer,
-                    error: t.error,
-                    ..with_id(status)
-                }
-            }
+            Ok(Ok(t)) => from_task(name, t),
             Ok(Err(e)) => with_id(SubStatus::Failed).error(e.to_string()),
             Err(e) => with_id(SubStatus::Failed).error(format!("sub-agent crashed: {e}")),
         }
     }
+}
+
+/// A sub-task as the parent sees it: its answer, or why there is none; `waiting` while it
+/// waits for a person.
+fn from_task(agent: &str, t: Task) -> SubResult {
+    let status = match (t.state, t.reason) {
+        (TaskState::Succeeded, _) => SubStatus::Success,
+        (TaskState::Running | TaskState::Pending, _) if t.waiting => SubStatus::Waiting,
+        (_, Some(FailReason::Timeout)) => SubStatus::Timeout,
+        _ => SubStatus::Failed,
+    };
+    SubResult {
+        answer: t.answer,
+        error: t.error,
+        ..SubResult::new(agent, status, Some(t.id))
+    }
+}
+
+/// `delegate`'s result: the sub-agent's answer, or a tool error carrying why there is none.
+fn one_result(value: Value, status: SubStatus) -> Result<Value, ToolError> {
+    match status {
+        SubStatus::Success => Ok(value),
+        _ => Err(ToolError::Failed(value.to_string())),
+    }
+}
+
+/// The result of a delegate call whose sub-tasks waited for a person, now that they have
+/// finished: read from their rows, as the call would have returned it.
+pub(super) async fn resumed(
+    agent: &Agent,
+    call: &ToolCall,
+    entries: &[Value],
+) -> Result<Value, ToolError> {
+    let mut results = Vec::with_capacity(entries.len());
+    for e in entries {
+        let agent_name = e["agent"].as_str().unwrap_or_default();
+        let r = match (e["task_id"].as_str(), e.get("status")) {
+            (Some(id), None) => match agent.store().task(id).await {
+                Ok(t) => from_task(agent_name, t),
+                Err(err) => SubResult::new(agent_name, SubStatus::Failed, Some(id.to_string()))
+                    .error(format!("the sub-task cannot be read: {err}")),
+            },
+            // Finished before the wait (or never started): kept as it was.
+            _ => {
+                results.push((e.clone(), SubStatus::Failed));
+                continue;
+            }
+        };
+        results.push((r.to_value(), r.status));
+    }
+    if call.name == "delegate" {
+        return match results.into_iter().next() {
+            Some((v, status)) => one_result(v, status),
+            None => Err(ToolError::Failed("the sub-task's result was lost".into())),
+        };
+    }
+    let values: Vec<Value> = results.into_iter().map(|(v, _)| v).collect();
+    Ok(json!({ "results": values }))
 }
 
 /// The `delegate` and `delegate_parallel` infos: the configured agents listed, and a timeout
@@ -188,6 +239,8 @@ enum SubStatus {
     Success,
     Failed,
     Timeout,
+    /// Waits for a person's approval (the parent waits too; never shown to a model).
+    Waiting,
 }
 
 /// One sub-task's result: `{agent, status, task_id?, answer?, error?}`.
@@ -217,6 +270,15 @@ impl SubResult {
     fn error(mut self, error: String) -> SubResult {
         self.error = Some(error);
         self
+    }
+
+    /// What a waiting parent keeps of this sub-task: where to read its result once it has
+    /// finished, or the result itself when it has one already.
+    fn entry(&self) -> Value {
+        match (&self.task_id, self.status) {
+            (Some(id), SubStatus::Waiting) => json!({"agent": self.agent, "task_id": id}),
+            _ => self.to_value(),
+        }
     }
 
     fn to_value(&self) -> Value {

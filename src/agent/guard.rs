@@ -24,6 +24,8 @@ pub(super) enum Verdict {
     },
 }
 
+/// Serialisable: a task waiting for a person keeps its counts in its checkpoint.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub(super) struct LoopGuard {
     max: u32,
     seen: HashMap<String, u32>,
@@ -58,7 +60,7 @@ impl LoopGuard {
 
 /// JSON with object keys sorted at every level: the same arguments, written in any order, are
 /// one call.
-fn canonical(v: &Value) -> String {
+pub(super) fn canonical(v: &Value) -> String {
     match v {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();

@@ -17,6 +17,9 @@ use serde_json::Value;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
+/// How long a firing waits for its task: a queue in front of it, a person's answer.
+const FIRING_WAIT: Duration = Duration::from_secs(48 * 3600);
+
 /// How tasks created by job firings get run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobExecution {
@@ -110,7 +113,14 @@ impl TaskRunner for JobRunner {
     }
 
     fn check_precheck(&self, tool: &str, arguments: &Value) -> Result<(), RunnerError> {
-        self.agent()?
+        let agent = self.agent()?;
+        // A precheck runs without the model and without a person: never a gated tool.
+        if agent.registry().needs_approval(tool) {
+            return Err(RunnerError::Tool(
+                crate::tools::ToolError::NeedsApproval(tool.to_string()).to_string(),
+            ));
+        }
+        agent
             .registry()
             .check_call(tool, arguments)
             .map_err(|e| RunnerError::Tool(e.to_string()))
@@ -130,6 +140,7 @@ impl TaskRunner for JobRunner {
                 job_id: Some(job.id.clone()),
                 depth: 0,
                 profile: job.profile.clone().unwrap_or_default(),
+                ..ToolContext::default()
             };
             let call = ToolCall {
                 id: "precheck".into(),
@@ -173,10 +184,17 @@ impl JobTask for Here {
 
     fn run(self: Box<Self>) -> BoxFuture<'static, Result<Task, RunnerError>> {
         Box::pin(async move {
-            Ok(self
+            let rx = self.agent.subscribe();
+            let t = self
                 .agent
                 .run_claimed(self.claimed, RunOptions::default())
-                .await?)
+                .await?;
+            if !t.waiting {
+                return Ok(t);
+            }
+            // Waiting for a person: the daemon's workers continue it once answered; the
+            // firing's result is the task's end.
+            Ok(self.agent.wait(&t.id, rx, FIRING_WAIT).await?)
         })
     }
 
@@ -203,9 +221,8 @@ impl JobTask for Pooled {
             let rx = self.agent.subscribe();
             self.agent.wake_workers();
             // The agent enforces the task's own limit; this wait only has to outlast a queue
-            // in front of it.
-            let limit = Duration::from_secs(24 * 3600);
-            Ok(self.agent.wait(&self.id, rx, limit).await?)
+            // in front of it, and a person's answer (`tools.approval_expire_s`).
+            Ok(self.agent.wait(&self.id, rx, FIRING_WAIT).await?)
         })
     }
 

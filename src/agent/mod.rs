@@ -6,19 +6,25 @@
 //! Must not: write SQL or HTTP itself; it reaches the model through `llm`, tools through the
 //! `tools` registry, and memory through `memory`. Each task owns its own message list.
 
+mod approvals;
 mod delegate;
 mod follow;
 mod guard;
+mod hold;
 mod jobs;
+mod own;
 mod pool;
 pub mod prompt;
+mod round;
 mod run;
 mod trace;
 mod unsaved;
 
-pub(crate) use delegate::DelegateTools;
+pub use approvals::{ApprovalError, Approvals, Decision, EXPIRY_SWEEP};
+pub(crate) use delegate::{DelegateTools, MAX_DEPTH};
 pub use follow::Followed;
 pub use jobs::{JobExecution, JobRunner};
+pub use own::TIMEOUT_DECIDER;
 
 use crate::config::Settings;
 use crate::llm::Gateway;
@@ -123,6 +129,9 @@ pub struct RunOptions {
     pub depth: u32,
     /// Overrides `agent.task_timeout_s`.
     pub timeout: Option<Duration>,
+    /// Who continues the task if it waits for a person: `None`, the daemon's workers; the
+    /// task's own id for a `run`, which continues it itself.
+    pub resumer: Option<String>,
 }
 
 /// Why a running task was stopped from outside.
@@ -163,6 +172,8 @@ struct Inner {
     steps: broadcast::Sender<StepRecorded>,
     /// Wakes an idle worker when a task is queued.
     queued: Notify,
+    /// Where new approval requests are announced (`tools.approval_notify`); set once.
+    notifier: std::sync::OnceLock<crate::notify::Notifier>,
     /// Set when the daemon begins to shut down: no new task is queued from then on (one
     /// would only wait, pending, for the next start).
     closed: std::sync::atomic::AtomicBool,
@@ -192,6 +203,7 @@ impl Agent {
                 finished,
                 steps,
                 queued: Notify::new(),
+                notifier: Default::default(),
                 closed: Default::default(),
                 metrics: Default::default(),
             }),
@@ -341,17 +353,41 @@ impl Agent {
         self.inner.steps.subscribe()
     }
 
-    /// Wait until `id` is finished (or `timeout` passes) and return it as it then is.
+    /// Wait until `id` is finished (or `timeout` passes) and return it as it then is. A task
+    /// waiting for a person is waited for through its wait.
     pub async fn wait(
+        &self,
+        id: &str,
+        rx: broadcast::Receiver<TaskFinished>,
+        timeout: Duration,
+    ) -> Result<Task, AgentError> {
+        self.wait_for(id, rx, timeout, |t| t.state.is_finished())
+            .await
+    }
+
+    /// Wait until `id` is finished or waits for a person (or `timeout` passes): what a client
+    /// that must not block on a person needs (`wait: true`, `hermes-agent mcp`'s `run_task`).
+    pub async fn wait_settled(
+        &self,
+        id: &str,
+        rx: broadcast::Receiver<TaskFinished>,
+        timeout: Duration,
+    ) -> Result<Task, AgentError> {
+        self.wait_for(id, rx, timeout, |t| t.state.is_finished() || t.waiting)
+            .await
+    }
+
+    async fn wait_for(
         &self,
         id: &str,
         mut rx: broadcast::Receiver<TaskFinished>,
         timeout: Duration,
+        settled: fn(&Task) -> bool,
     ) -> Result<Task, AgentError> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let t = self.as_known(self.inner.store.task(id).await?);
-            if t.state.is_finished() {
+            if settled(&t) {
                 return Ok(t);
             }
             // Other tasks' announcements are skipped without touching the store: with many
@@ -361,7 +397,7 @@ impl Agent {
                     Err(_) => return Ok(self.as_known(self.inner.store.task(id).await?)),
                     Ok(Ok(ev)) if ev.id != id => continue,
                     // Our task, with the row its runner finished: no need to read it back.
-                    Ok(Ok(TaskFinished { task: Some(t), .. })) => {
+                    Ok(Ok(TaskFinished { task: Some(t), .. })) if settled(&t) => {
                         return Ok(Arc::unwrap_or_clone(t));
                     }
                     Ok(Err(broadcast::error::RecvError::Closed)) => {
@@ -397,6 +433,9 @@ impl Agent {
             // The loop notices the stop at its next await; report the state it ends in.
             return self.wait(&task.id, rx, Duration::from_secs(5)).await;
         }
+        if task.waiting {
+            return self.cancel_waiting(&task).await;
+        }
         // Not running here: only a task still pending is finished directly. One running in
         // another process (a CLI `run`) cannot be stopped from here, and must not be marked.
         if self
@@ -413,6 +452,53 @@ impl Agent {
             return Ok(now);
         }
         Err(AgentError::RunningElsewhere(task.id))
+    }
+
+    /// Cancel a task that waits for a person: it ends `cancelled`, its open requests are
+    /// closed (denied, "the task was cancelled") and its checkpoint dropped; so are those of
+    /// its sub-tasks that wait with it.
+    fn cancel_waiting<'a>(
+        &'a self,
+        task: &'a Task,
+    ) -> futures::future::BoxFuture<'a, Result<Task, AgentError>> {
+        Box::pin(self.cancel_waiting_one(task))
+    }
+
+    async fn cancel_waiting_one(&self, task: &Task) -> Result<Task, AgentError> {
+        let store = &self.inner.store;
+        for child in store.waiting_children(&task.id).await? {
+            let child = store.task(&child).await?;
+            self.cancel_waiting(&child).await?;
+        }
+        let outcome = TaskOutcome {
+            state: TaskState::Cancelled,
+            answer: None,
+            error: Some("cancelled while waiting for approval".into()),
+            reason: Some(FailReason::Cancelled),
+            parse_failures: task.parse_failures,
+            prompt_tokens: task.prompt_tokens,
+            completion_tokens: task.completion_tokens,
+        };
+        let done = store.finish_task_row(&task.id, &outcome).await?;
+        store.drop_hold(&task.id).await?;
+        for a in store.task_approvals(&task.id).await? {
+            if a.state == crate::store::ApprovalState::Open {
+                store
+                    .decide_approval(
+                        &a.id,
+                        crate::store::ApprovalState::Denied,
+                        Some("the task was cancelled"),
+                        "cancel",
+                    )
+                    .await?;
+            }
+        }
+        let done = match done {
+            Some(d) => d,
+            None => store.task(&task.id).await?,
+        };
+        self.announce(&done.id, done.state, Some(&done));
+        Ok(done)
     }
 
     /// Stop every running task (daemon shutdown after the grace period): each ends `failed`

@@ -3,6 +3,7 @@
 //! restart loses none and the queue cannot grow memory.
 
 use super::{Agent, RunOptions};
+use crate::store::HoldOwner;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -24,6 +25,19 @@ impl Agent {
 
     async fn worker(&self, worker: usize, stop: CancellationToken) {
         while !stop.is_cancelled() {
+            // Tasks whose approvals were answered go on first: they started earlier.
+            match self.inner.store.take_ready_hold(HoldOwner::Pool).await {
+                Ok(Some(hold)) => {
+                    if let Err(e) = self.resume(hold, None).await {
+                        tracing::error!(worker, error = %e, "a task could not go on after its approvals");
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::error!(worker, error = %e, "cannot take a task that waited; retrying")
+                }
+            }
             match self.inner.store.claim_next_pending().await {
                 Ok(Some(task)) => {
                     if let Err(e) = self.run_taken(task, RunOptions::default()).await {

@@ -1,7 +1,9 @@
 //! One task's execution: pending → running → succeeded | failed | cancelled, and the
 //! plan-execute-check loop in between. Every model call and tool call becomes a trace row.
 
-use super::guard::{LoopGuard, Verdict};
+use super::guard::LoopGuard;
+use super::hold::{Checkpoint, HeldRound};
+use super::round::RoundEnd;
 use super::{Agent, RunOptions, StopReason, prompt, trace};
 use crate::llm::{Gateway, LlmError, Message, ModelReply, ToolCall};
 use crate::memory::{ShortTerm, Summariser, SummaryModel};
@@ -9,7 +11,7 @@ use crate::metrics::ModelOutcome;
 use crate::store::{FailReason, NewStep, Step, StoreError, Task, TaskOutcome, TaskState, now};
 use crate::tools::{ToolContext, ToolError, ToolOutcome, shape};
 use crate::util::lock;
-use futures::future::{BoxFuture, join_all};
+use futures::future::BoxFuture;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,6 +37,27 @@ struct Unwritten {
 }
 
 impl Tally {
+    /// The counters and trace numbering of an execution continued from a checkpoint.
+    fn restored(cp: &Checkpoint) -> Tally {
+        let t = Tally::default();
+        t.prompt_tokens.store(cp.prompt_tokens, Ordering::Relaxed);
+        t.completion_tokens
+            .store(cp.completion_tokens, Ordering::Relaxed);
+        t.parse_failures.store(cp.parse_failures, Ordering::Relaxed);
+        lock(&t.trace).last_seq = cp.last_seq;
+        t
+    }
+
+    /// The counters and the last trace number, for a checkpoint.
+    pub(super) fn counts(&self) -> Counts {
+        Counts {
+            prompt_tokens: self.prompt_tokens.load(Ordering::Relaxed),
+            completion_tokens: self.completion_tokens.load(Ordering::Relaxed),
+            parse_failures: self.parse_failures.load(Ordering::Relaxed),
+            last_seq: lock(&self.trace).last_seq,
+        }
+    }
+
     fn add(&self, reply: &ModelReply) {
         let add = |counter: &AtomicI64, n: i64| counter.fetch_add(n, Ordering::Relaxed);
         add(&self.prompt_tokens, reply.usage.prompt_tokens.into());
@@ -46,11 +69,27 @@ impl Tally {
     }
 }
 
+/// [`Tally::counts`].
+pub(super) struct Counts {
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub parse_failures: i64,
+    pub last_seq: i64,
+}
+
 /// How the loop's end is stored: a cancelled task ends in its own state, a store failure as a
 /// failure of the task.
 fn final_outcome(end: Result<LoopEnd, StoreError>, tally: &Tally) -> TaskOutcome {
     match end {
         Ok(LoopEnd::Answer(a)) => outcome(TaskState::Succeeded, Some(a), None, None, tally),
+        // `drive` never writes a held task's end; should one get here, it is not an answer.
+        Ok(LoopEnd::Held) => outcome(
+            TaskState::Failed,
+            None,
+            Some("the task stopped while waiting for approval".into()),
+            Some(FailReason::Interrupted),
+            tally,
+        ),
         Ok(LoopEnd::Failed { reason, error }) => {
             let state = match reason {
                 FailReason::Cancelled => TaskState::Cancelled,
@@ -87,9 +126,15 @@ pub(super) fn outcome(
 }
 
 /// How the loop ended, before it becomes a stored outcome.
-enum LoopEnd {
+pub(super) enum LoopEnd {
     Answer(String),
-    Failed { reason: FailReason, error: String },
+    Failed {
+        reason: FailReason,
+        error: String,
+    },
+    /// Waiting for a person: the checkpoint is stored, the task stays `running` (waiting) and
+    /// this execution ends, freeing its worker.
+    Held,
 }
 
 /// The model-backed summariser: a short `fast`-profile call through the gateway handle.
@@ -125,7 +170,7 @@ impl Agent {
     ) -> Result<Task, super::AgentError> {
         let store = &self.inner.store;
         match store.start_task_row(task_id).await? {
-            Some(task) => self.drive(task, opts).await,
+            Some(task) => self.drive(task, opts, None).await,
             None => Ok(store.task(task_id).await?),
         }
     }
@@ -136,7 +181,7 @@ impl Agent {
         task: Task,
         opts: RunOptions,
     ) -> Result<Task, super::AgentError> {
-        self.drive(task, opts).await
+        self.drive(task, opts, None).await
     }
 
     /// Run a task this process created with [`Agent::create_claimed`].
@@ -145,11 +190,17 @@ impl Agent {
         claimed: super::Claimed,
         opts: RunOptions,
     ) -> Result<Task, super::AgentError> {
-        self.drive(claimed.0, opts).await
+        self.drive(claimed.0, opts, None).await
     }
 
-    /// The running task's life: the loop under its limits, then its final state.
-    async fn drive(&self, task: Task, opts: RunOptions) -> Result<Task, super::AgentError> {
+    /// The running task's life: the loop under its limits, then its final state — or, when it
+    /// waits for a person, its checkpoint (stored by the loop) and no end yet.
+    pub(super) async fn drive(
+        &self,
+        task: Task,
+        opts: RunOptions,
+        resume: Option<Checkpoint>,
+    ) -> Result<Task, super::AgentError> {
         let store = &self.inner.store;
         let token = CancellationToken::new();
         let why = Arc::new(Mutex::new(None));
@@ -165,17 +216,25 @@ impl Agent {
         let limit = opts.timeout.unwrap_or(Duration::from_secs(
             self.inner.settings.agent.task_timeout_s,
         ));
-        let tally = Tally::default();
-        let deadline = tokio::time::Instant::now() + limit;
+        let (tally, used_before) = match &resume {
+            Some(cp) => (Tally::restored(cp), Duration::from_millis(cp.used_ms)),
+            None => (Tally::default(), Duration::ZERO),
+        };
+        let deadline = tokio::time::Instant::now() + limit.saturating_sub(used_before);
         let run = Run {
             agent: self,
             task: &task,
             opts: &opts,
             tally: &tally,
             deadline,
+            budget: Budget {
+                limit,
+                used_before,
+                started,
+            },
         };
         let end = tokio::select! {
-            r = tokio::time::timeout_at(deadline, run.run_loop()) => match r {
+            r = tokio::time::timeout_at(deadline, run.run_loop(resume)) => match r {
                 Ok(Ok(end)) => Ok(end),
                 Ok(Err(e)) => Err(e),
                 Err(_) => Ok(LoopEnd::Failed {
@@ -194,12 +253,28 @@ impl Agent {
                 _ => LoopEnd::Failed { reason: FailReason::Cancelled, error: "cancelled".into() },
             }),
         };
-        lock(&self.inner.running).remove(&task.id);
+        {
+            // Only our own entry: once held, a worker may already continue the task.
+            let mut running = lock(&self.inner.running);
+            if running
+                .get(&task.id)
+                .is_some_and(|r| Arc::ptr_eq(&r.why, &why))
+            {
+                running.remove(&task.id);
+            }
+        }
         // Rows the loop recorded before it was cut off (a model call whose tools were running).
         let end = match run.flush().await {
             Ok(()) => end,
             Err(e) => end.and(Err(e)),
         };
+        if let Ok(LoopEnd::Held) = end {
+            let now = store.task(&task.id).await?;
+            tracing::info!(task = %task.id, ms = started.elapsed().as_millis() as u64,
+                "task waits for approval; its worker is free");
+            self.announce(&now.id, now.state, Some(&now));
+            return Ok(now);
+        }
         let out = final_outcome(end, &tally);
         let done = match store.finish_task_row(&task.id, &out).await {
             Ok(Some(done)) => done,
@@ -257,19 +332,34 @@ impl Agent {
 
 /// One execution of a task: what every step of its loop needs, passed once instead of to
 /// every method.
-struct Run<'a> {
-    agent: &'a Agent,
-    task: &'a Task,
-    opts: &'a RunOptions,
+pub(super) struct Run<'a> {
+    pub(super) agent: &'a Agent,
+    pub(super) task: &'a Task,
+    pub(super) opts: &'a RunOptions,
     /// Token counts and trace rows not yet written: they outlive the loop (a timeout or a
     /// cancel drops it) and are written by `drive`.
-    tally: &'a Tally,
+    pub(super) tally: &'a Tally,
     /// The task's wall-clock limit; model calls are cut off at it.
     deadline: tokio::time::Instant,
+    /// What of the limit was used, kept when the task waits (waiting does not count).
+    pub(super) budget: Budget,
+}
+
+/// An execution's wall-clock limit and what earlier executions of the task used of it.
+pub(super) struct Budget {
+    pub limit: Duration,
+    pub used_before: Duration,
+    pub started: Instant,
+}
+
+impl Budget {
+    pub fn used(&self) -> Duration {
+        self.used_before + self.started.elapsed()
+    }
 }
 
 impl Run<'_> {
-    async fn run_loop(&self) -> Result<LoopEnd, StoreError> {
+    async fn run_loop(&self, resume: Option<Checkpoint>) -> Result<LoopEnd, StoreError> {
         let inner = &self.agent.inner;
         let ctx = ToolContext {
             task_id: self.task.id.clone(),
@@ -277,7 +367,59 @@ impl Run<'_> {
             job_id: self.task.job_id.clone(),
             depth: self.opts.depth,
             profile: self.task.profile.clone(),
+            resumer: self.opts.resumer.clone(),
+            waiting: Default::default(),
         };
+        let max_steps = i64::from(inner.settings.agent.max_steps);
+        let summariser = self.agent.summariser(self.task);
+        let pre_approved = self.pre_approved().await;
+        let (mut window, mut guard, first, mut held) = match resume {
+            Some(cp) => (cp.window, cp.guard, cp.step, Some(cp.round)),
+            None => {
+                let window = self.start_window().await?;
+                let guard = LoopGuard::new(inner.settings.agent.max_identical_calls);
+                (window, guard, 1, None)
+            }
+        };
+        for step in first..=max_steps {
+            let round = match held.take() {
+                Some(round) => round,
+                None => {
+                    let reply = match self.model_turn(step, &window).await? {
+                        ControlFlow::Continue(reply) => reply,
+                        ControlFlow::Break(end) => return Ok(end),
+                    };
+                    if reply.tool_calls.is_empty() {
+                        return Ok(final_answer(&reply.content));
+                    }
+                    HeldRound::new(Message::assistant(reply.content, reply.tool_calls))
+                }
+            };
+            let round = match self
+                .tool_round(&ctx, step, round, &mut guard, &pre_approved)
+                .await?
+            {
+                RoundEnd::Results(round, results) => (round, results),
+                RoundEnd::Held(round) => {
+                    self.hold(window, guard, step, round).await?;
+                    return Ok(LoopEnd::Held);
+                }
+                RoundEnd::End(end) => return Ok(end),
+            };
+            window.push_round(round.0.assistant, round.1);
+            window.compact(&summariser).await;
+        }
+        Ok(LoopEnd::Failed {
+            reason: FailReason::MaxSteps,
+            error: format!(
+                "no final answer after {max_steps} model calls (agent.max_steps); the trace shows what was tried"
+            ),
+        })
+    }
+
+    /// A new execution's window: the tool sources waited for, then the prompt and recall.
+    async fn start_window(&self) -> Result<ShortTerm, StoreError> {
+        let inner = &self.agent.inner;
         // Tool sources still on their first start (an MCP server the daemon just launched)
         // would be missing from this task's offer: wait for them, bounded, and say so when
         // one is still not up.
@@ -292,34 +434,7 @@ impl Run<'_> {
             );
             self.record(trace::note(0, Some(text), None));
         }
-        let mut window = self.prepare_window().await?;
-        let summariser = self.agent.summariser(self.task);
-        let mut guard = LoopGuard::new(inner.settings.agent.max_identical_calls);
-        let max_steps = i64::from(inner.settings.agent.max_steps);
-        for step in 1..=max_steps {
-            let reply = match self.model_turn(step, &window).await? {
-                ControlFlow::Continue(reply) => reply,
-                ControlFlow::Break(end) => return Ok(end),
-            };
-            if reply.tool_calls.is_empty() {
-                return Ok(final_answer(&reply.content));
-            }
-            let results = match self
-                .tool_round(&ctx, step, &reply.tool_calls, &mut guard)
-                .await?
-            {
-                ControlFlow::Continue(results) => results,
-                ControlFlow::Break(end) => return Ok(end),
-            };
-            window.push_round(Message::assistant(reply.content, reply.tool_calls), results);
-            window.compact(&summariser).await;
-        }
-        Ok(LoopEnd::Failed {
-            reason: FailReason::MaxSteps,
-            error: format!(
-                "no final answer after {max_steps} model calls (agent.max_steps); the trace shows what was tried"
-            ),
-        })
+        self.prepare_window().await
     }
 
     /// The task's message window at its start: the stable system prompt, then one user message
@@ -434,48 +549,9 @@ impl Run<'_> {
         }
     }
 
-    /// Run the calls of one model turn — concurrently, since the model asked for them together
-    /// — record each, and return the results as messages in the calls' order.
-    async fn tool_round(
-        &self,
-        ctx: &ToolContext,
-        step: i64,
-        calls: &[ToolCall],
-        guard: &mut LoopGuard,
-    ) -> Result<ControlFlow<LoopEnd, Vec<Message>>, StoreError> {
-        let registry = &self.agent.inner.registry;
-        let restrict = self.opts.restrict.as_deref();
-        let verdicts: Vec<Verdict> = calls.iter().map(|c| guard.check(c)).collect();
-        let outcomes = join_all(calls.iter().zip(&verdicts).map(|(c, v)| async move {
-            match v {
-                Verdict::Run => registry.execute(c, ctx, restrict).await,
-                Verdict::Refuse { times } => not_run(c, ToolError::Repeated(*times)),
-                Verdict::Stop { error } => not_run(c, ToolError::Failed(error.clone())),
-            }
-        }))
-        .await;
-        let mut results = Vec::with_capacity(outcomes.len());
-        for (call, o) in calls.iter().zip(outcomes) {
-            self.record(trace::tool(step, call, &o));
-            results.push(Message::tool(call.id.clone(), o.content));
-        }
-        self.flush().await?;
-        let stop = verdicts.into_iter().find_map(|v| match v {
-            Verdict::Stop { error } => Some(error),
-            _ => None,
-        });
-        Ok(match stop {
-            Some(error) => ControlFlow::Break(LoopEnd::Failed {
-                reason: FailReason::Loop,
-                error,
-            }),
-            None => ControlFlow::Continue(results),
-        })
-    }
-
     /// Number a trace row and show it to the observer (the live timeline of `run`) at once;
     /// it is stored by the next [`Run::flush`].
-    fn record(&self, row: NewStep) {
+    pub(super) fn record(&self, row: NewStep) {
         let mut trace = lock(&self.tally.trace);
         trace.last_seq += 1;
         let step = row.into_step(trace.last_seq, now());
@@ -488,7 +564,7 @@ impl Run<'_> {
 
     /// Store the rows recorded since the last flush, in one statement, and announce them to
     /// followers (the dashboard's live timeline, `tasks watch`).
-    async fn flush(&self) -> Result<(), StoreError> {
+    pub(super) async fn flush(&self) -> Result<(), StoreError> {
         let rows = std::mem::take(&mut lock(&self.tally.trace).rows);
         let Some(last) = rows.last().map(|r| r.seq) else {
             return Ok(());
@@ -504,8 +580,8 @@ impl Run<'_> {
     }
 }
 
-/// A call the loop guard did not run, as the model and the trace see it.
-fn not_run(call: &ToolCall, error: ToolError) -> ToolOutcome {
+/// A call that did not run (the loop guard, a person's no), as the model and the trace see it.
+pub(super) fn not_run(call: &ToolCall, error: ToolError) -> ToolOutcome {
     let content = shape::wrap_error(&call.name, &error.to_string());
     ToolOutcome {
         result_tokens: crate::llm::estimate_tokens(&content),

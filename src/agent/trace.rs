@@ -56,6 +56,22 @@ pub(super) fn tool(step: i64, call: &ToolCall, outcome: &ToolOutcome) -> NewStep
     }
 }
 
+/// A call held for a person, or what became of it: `output` is `waiting`, `approved by …`,
+/// `pre-approved by the job` or `denied` (with the reason as the error).
+pub(super) fn approval(
+    step: i64,
+    call: &ToolCall,
+    output: String,
+    error: Option<String>,
+) -> NewStep {
+    NewStep {
+        arguments: Some(super::hold::canonical_arguments(&call.arguments)),
+        output: Some(output),
+        error,
+        ..blank(step, StepKind::Approval, &call.name)
+    }
+}
+
 /// Something the loop did or saw that is neither a model nor a tool call.
 pub(super) fn note(step: i64, text: Option<String>, error: Option<String>) -> NewStep {
     NewStep {

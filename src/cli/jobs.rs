@@ -37,6 +37,10 @@ pub struct JobArgs {
     /// `"changed": false` the run is skipped and no tokens are spent.
     #[arg(long, value_name = "JSON", value_parser = parse_precheck)]
     pub precheck: Option<Value>,
+    /// A tool (or glob, "mail_*") whose calls the firings may make without asking for
+    /// approval (tools.approval); repeatable. Only a person sets this.
+    #[arg(long = "pre-approved", value_name = "GLOB")]
+    pub pre_approved: Vec<String>,
 }
 
 impl From<JobArgs> for JobRequest {
@@ -49,6 +53,7 @@ impl From<JobArgs> for JobRequest {
             notify: a.notify,
             profile: a.profile,
             precheck: a.precheck,
+            pre_approved: a.pre_approved,
         }
     }
 }

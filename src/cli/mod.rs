@@ -30,6 +30,7 @@ macro_rules! errln {
     };
 }
 
+mod approvals;
 mod backend;
 mod config;
 mod doctor;
@@ -82,6 +83,9 @@ pub enum Command {
     /// Manage long-term memory (facts).
     #[command(subcommand)]
     Memory(MemoryCmd),
+    /// Answer tool calls waiting for a person's approval (tools.approval).
+    #[command(subcommand)]
+    Approvals(ApprovalsCmd),
     /// Configuration commands.
     #[command(subcommand)]
     Config(ConfigCmd),
@@ -122,6 +126,10 @@ pub struct RunArgs {
     /// Print the task record with its trace as JSON instead of the answer.
     #[arg(long)]
     pub json: bool,
+    /// Deny (reason `timeout`) a call still waiting for approval after this many seconds;
+    /// without it, `run` waits until someone answers (or the request expires).
+    #[arg(long, value_name = "SECS")]
+    pub approval_timeout: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -166,6 +174,30 @@ pub enum JobsCmd {
     Rm { id: String },
     /// Fire a job now (through the daemon if it runs, else in this process).
     Run { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCmd {
+    /// List requests, newest first (the open ones unless --state or --all).
+    List {
+        /// Only requests in this state (open, approved, denied, expired).
+        #[arg(long)]
+        state: Option<crate::store::ApprovalState>,
+        /// Every request, whatever its state.
+        #[arg(long, conflicts_with = "state")]
+        all: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve an open request: the call runs once, with the arguments shown.
+    Approve { id: String },
+    /// Deny an open request: the call never runs; the model is told a person declined.
+    Deny {
+        id: String,
+        /// Told to the model with the denial.
+        #[arg(long)]
+        reason: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -322,6 +354,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             done
         }
         Command::Memory(cmd) => memory::memory(backend::connect(config).await.as_ref(), cmd).await,
+        Command::Approvals(cmd) => {
+            approvals::approvals(backend::connect(config).await.as_ref(), cmd).await
+        }
         Command::Mcp => mcp::mcp(config).await,
         Command::Service(ServiceCmd::Install) => service::service_install(&config),
         Command::Doctor => doctor::doctor(config).await,

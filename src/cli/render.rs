@@ -91,12 +91,39 @@ pub(crate) fn task_table(tasks: &[Task]) -> String {
     }
     let mut table = Table::new(&["ID", "STATE", "ORIGIN", "CREATED (UTC)", "TASK"]);
     for t in tasks {
+        let state = if t.waiting {
+            format!("{} (waiting for approval)", t.state)
+        } else {
+            t.state.to_string()
+        };
         table.row(vec![
             cell(&t.id, 32),
-            t.state.to_string(),
+            state,
             t.origin.to_string(),
             t.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
             cell(&t.task, 60),
+        ]);
+    }
+    table.render()
+}
+
+pub fn approval_table(list: &[crate::store::Approval]) -> String {
+    if list.is_empty() {
+        return "no approval requests\n".into();
+    }
+    let mut table = Table::new(&["ID", "STATE", "TASK", "CREATED (UTC)", "TOOL", "ARGUMENTS"]);
+    for a in list {
+        let state = match (&a.reason, a.state) {
+            (Some(r), crate::store::ApprovalState::Denied) => format!("denied: {r}"),
+            _ => a.state.to_string(),
+        };
+        table.row(vec![
+            cell(&a.id, 20),
+            cell(&state, 30),
+            cell(&a.task_id, 20),
+            a.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+            cell(&a.tool, 30),
+            cell(&a.arguments.to_string(), 60),
         ]);
     }
     table.render()
@@ -133,6 +160,17 @@ pub(crate) fn step_line(s: &Step) -> String {
                 s.row.result_tokens
             )
         }
+        StepKind::Approval => format!(
+            "[{:>2}]   approval {}: {}{}",
+            s.row.step,
+            s.row.name,
+            one_line(s.row.output.as_deref().unwrap_or(""), 100),
+            s.row
+                .error
+                .as_deref()
+                .map(|e| format!("  ! {}", whole_line(e)))
+                .unwrap_or_default()
+        ),
         StepKind::Tool => {
             let outcome = match &s.row.error {
                 Some(e) => format!("✗ {}", whole_line(e)),
@@ -292,6 +330,7 @@ mod tests {
             created_at: Utc::now(),
             started_at: None,
             finished_at: None,
+            waiting: false,
         }
     }
 
@@ -362,6 +401,7 @@ mod tests {
                 next_run_at: Some(Utc::now()),
                 running_task_id: None,
                 pause_reason: reason,
+                pre_approved: vec![],
                 created_at: Utc::now(),
             },
             last_run: None,
@@ -394,6 +434,7 @@ mod tests {
                 running_task_id: None,
                 pause_reason: None,
                 created_at: Utc::now(),
+                pre_approved: vec![],
             },
             last_run: None,
         };

@@ -14,6 +14,7 @@ use crate::client::Remote;
 use crate::config::Config;
 use crate::store::Origin;
 use std::process::ExitCode;
+use std::time::Duration;
 use tokio::sync::mpsc;
 
 pub async fn run(config: Config, args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -40,10 +41,30 @@ async fn run_task(app: &App, args: RunArgs, daemon_up: bool) -> anyhow::Result<E
         }
     });
     let opts = RunOptions {
-        observer: Some(tx),
+        observer: Some(tx.clone()),
+        // This process continues its task after a person's answer, with its timeline.
+        resumer: Some(task.id.clone()),
         ..Default::default()
     };
-    let exec = app.agent.run_claimed(claimed, opts);
+    let timeout = args.approval_timeout.map(Duration::from_secs);
+    let exec = async {
+        let done = app.agent.run_claimed(claimed, opts).await?;
+        if !done.waiting {
+            return Ok::<_, crate::agent::AgentError>(done);
+        }
+        let on_ask = |a: &crate::store::Approval| {
+            errln!(
+                "waiting for approval: {} ({} {}) — answer with `hermes-agent approvals approve|deny {}`, the dashboard or the API",
+                a.id,
+                a.tool,
+                a.arguments,
+                a.id
+            );
+        };
+        app.agent
+            .continue_own(&task.id, Some(tx), timeout, &on_ask)
+            .await
+    };
     tokio::pin!(exec);
     let done = tokio::select! {
         r = &mut exec => r?,

@@ -50,6 +50,8 @@ pub enum ClientError {
     Memory(#[from] MemoryError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Approval(#[from] crate::agent::ApprovalError),
 }
 
 /// A 401 from the daemon means the two sides disagree on the token.

@@ -8,12 +8,14 @@
 //! daemon holds the memory index, and its scheduler would not see changes made here at once.
 
 use super::{Backend, ClientError, DELIVER_NOW, Fired, FoundFact, OnStep, Remembered, Reply};
-use crate::agent::{Agent, Followed, RunOptions, Submit};
+use crate::agent::{Agent, Decision, Followed, RunOptions, Submit};
 use crate::config::Config;
 use crate::memory::LongTerm;
 use crate::notify::Notifier;
 use crate::scheduler::{JobRequest, JobView, Scheduler};
-use crate::store::{Origin, Store, Task, TaskFilter, TaskRecord, TaskState, Upsert};
+use crate::store::{
+    Approval, ApprovalState, Origin, Store, Task, TaskFilter, TaskRecord, TaskState, Upsert,
+};
 use crate::tools::ToolSources;
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -231,6 +233,25 @@ impl Backend for Local {
                 )));
             }
             Ok(())
+        })
+    }
+
+    fn approvals(&self, state: Option<ApprovalState>) -> Reply<'_, Vec<Approval>> {
+        Box::pin(async move {
+            Ok(self
+                .parts()
+                .await?
+                .agent
+                .approvals()
+                .list(state, 1000)
+                .await?)
+        })
+    }
+
+    fn decide<'a>(&'a self, id: &'a str, decision: Decision) -> Reply<'a, Approval> {
+        Box::pin(async move {
+            let approvals = self.parts().await?.agent.approvals();
+            Ok(approvals.decide(id, decision, "cli").await?)
         })
     }
 

@@ -18,8 +18,9 @@ pub(crate) use error::ClientError;
 pub(crate) use local::{BuildParts, Local, Parts};
 pub(crate) use remote::Remote;
 
+use crate::agent::Decision;
 use crate::scheduler::{JobRequest, JobView};
-use crate::store::{JobRun, Step, Task, TaskRecord, TaskState};
+use crate::store::{Approval, ApprovalState, JobRun, Step, Task, TaskRecord, TaskState};
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -57,8 +58,14 @@ pub(crate) trait Backend: Send + Sync {
     fn recall<'a>(&'a self, query: &'a str, k: usize) -> Reply<'a, Vec<FoundFact>>;
     fn forget<'a>(&'a self, id: &'a str) -> Reply<'a, ()>;
 
+    /// Approval requests, newest first; `state` `None`: all.
+    fn approvals(&self, state: Option<ApprovalState>) -> Reply<'_, Vec<Approval>>;
+    /// Answer an open request, as a person at this command (`decided_by` is `cli`).
+    fn decide<'a>(&'a self, id: &'a str, decision: Decision) -> Reply<'a, Approval>;
+
     /// Run a task to its end and return it (`hermes-agent mcp`'s `run_task`): on the daemon's
-    /// workers, or in this process with the MCP servers of the config started for it.
+    /// workers, or in this process with the MCP servers of the config started for it. A task
+    /// that waits for a person's approval is returned at once, `waiting`.
     fn run_task<'a>(&'a self, task: &'a str, profile: Option<&'a str>) -> Reply<'a, Task>;
 
     /// Stop what this backend started in this process (MCP servers); the daemon's stay.

@@ -5,9 +5,10 @@
 //! Must not: fall back to the data dir — `connect` decides that, before any call.
 
 use super::{Backend, ClientError, Fired, FoundFact, OnStep, Remembered, Reply};
+use crate::agent::Decision;
 use crate::config::Config;
 use crate::scheduler::{JobRequest, JobView};
-use crate::store::{Task, TaskRecord, TaskState};
+use crate::store::{Approval, ApprovalState, Task, TaskRecord, TaskState};
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -284,6 +285,34 @@ impl Backend for Remote {
         Box::pin(async move {
             let path = format!("/v1/memory/{}", seg(id));
             self.call(Method::DELETE, &path, None).await.map(drop)
+        })
+    }
+
+    fn approvals(&self, state: Option<ApprovalState>) -> Reply<'_, Vec<Approval>> {
+        Box::pin(async move {
+            let mut path = "/v1/approvals?limit=1000".to_string();
+            if let Some(s) = state {
+                path.push_str(&format!("&state={s}"));
+            }
+            #[derive(Deserialize)]
+            struct List {
+                approvals: Vec<Approval>,
+            }
+            Ok(self
+                .typed::<List>(Method::GET, &path, None)
+                .await?
+                .approvals)
+        })
+    }
+
+    fn decide<'a>(&'a self, id: &'a str, decision: Decision) -> Reply<'a, Approval> {
+        Box::pin(async move {
+            let (verb, body) = match decision {
+                Decision::Approve => ("approve", None),
+                Decision::Deny { reason } => ("deny", Some(json!({ "reason": reason }))),
+            };
+            let path = format!("/v1/approvals/{}/{verb}", seg(id));
+            self.typed(Method::POST, &path, body).await
         })
     }
 

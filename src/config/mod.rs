@@ -14,7 +14,7 @@ pub mod zone;
 
 pub(crate) use locate::line_of_key;
 pub use settings::*;
-pub(crate) use validate::Violation;
+pub use validate::Violation;
 pub(crate) use zone::TimeZone;
 
 use std::collections::HashMap;

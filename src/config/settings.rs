@@ -236,6 +236,13 @@ pub struct ToolSettings {
     pub allowlist: Vec<String>,
     pub manifests_dir: String,
     pub web_fetch: WebFetchSettings,
+    /// Tools (names or globs, as in the allowlist) whose every call waits for a person's
+    /// approval; manifests can also ask for it (`approval: required`).
+    pub approval: Vec<String>,
+    /// An unanswered request is denied (reason `expired`) after this long.
+    pub approval_expire_s: u64,
+    /// Channels each new request is sent to, once ("email" or webhook names).
+    pub approval_notify: Vec<String>,
 }
 
 impl Default for ToolSettings {
@@ -249,6 +256,9 @@ impl Default for ToolSettings {
             allowlist: vec!["*".into()],
             manifests_dir: "./tools".into(),
             web_fetch: WebFetchSettings::default(),
+            approval: Vec::new(),
+            approval_expire_s: 86_400,
+            approval_notify: Vec::new(),
         }
     }
 }
@@ -256,6 +266,13 @@ impl Default for ToolSettings {
 impl ToolSettings {
     pub fn allows(&self, name: &str) -> bool {
         self.allowlist
+            .iter()
+            .any(|a| crate::util::glob_matches(a, name))
+    }
+
+    /// Does `tools.approval` name this tool?
+    pub fn needs_approval(&self, name: &str) -> bool {
+        self.approval
             .iter()
             .any(|a| crate::util::glob_matches(a, name))
     }

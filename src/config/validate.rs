@@ -8,7 +8,7 @@ use super::settings::*;
 
 /// A semantic error: the dotted key and what is wrong with its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Violation {
+pub struct Violation {
     pub key: String,
     pub message: String,
 }
@@ -72,7 +72,7 @@ fn seconds(key: &str, v: u64, allow_zero: bool) -> Result<(), Violation> {
 
 impl Settings {
     /// Values that parse but cannot work. The first problem found is reported.
-    pub(crate) fn validate(&self) -> Result<(), Violation> {
+    pub fn validate(&self) -> Result<(), Violation> {
         self.validate_model()?;
         self.validate_limits()?;
         self.validate_scheduler()?;
@@ -217,6 +217,13 @@ impl Settings {
         )?;
         positive("tools.result_max_tokens", t.result_max_tokens.into())?;
         positive("tools.web_fetch.max_bytes", t.web_fetch.max_bytes)?;
+        seconds("tools.approval_expire_s", t.approval_expire_s, false)?;
+        if t.approval.iter().any(|g| g.trim().is_empty()) {
+            return bad(
+                "tools.approval",
+                "has an empty entry; list tool names or globs like \"mail_*\"",
+            );
+        }
         seconds("tools.web_fetch.timeout_s", t.web_fetch.timeout_s, false)?;
         positive(
             "context.summary_max_length",
@@ -245,6 +252,18 @@ impl Settings {
 
     fn validate_notify(&self) -> Result<(), Violation> {
         seconds("notify.send_timeout_s", self.notify.send_timeout_s, false)?;
+        for channel in &self.tools.approval_notify {
+            let known = (channel == "email" && self.notify.email.is_some())
+                || self.notify.webhooks.contains_key(channel);
+            if !known {
+                return bad(
+                    "tools.approval_notify",
+                    format!(
+                        "'{channel}' is not a configured channel; use \"email\" (with notify.email) or a name under notify.webhooks"
+                    ),
+                );
+            }
+        }
         if let Some(e) = &self.notify.email {
             if e.smtp_host.is_empty() {
                 return bad("notify.email.smtp_host", "must name the SMTP server");

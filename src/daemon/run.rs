@@ -128,6 +128,8 @@ impl Services {
             tokio::spawn(async move { notifier.run(stop).await })
         };
         spawn_pruner(app, &tracker, stop.clone());
+        // Unanswered approval requests are denied when their time is up.
+        app.agent.approvals().spawn_sweeper(&tracker, stop.clone());
         // Which model each profile serves: checked now, then every model.identity_check_s.
         crate::eval::ModelWatch::new(app, &tracker, stop.clone()).spawn();
         // Mail becomes tasks for the workers started above; its answers go through the sender.

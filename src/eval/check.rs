@@ -181,6 +181,7 @@ mod tests {
                 created_at: chrono::Utc::now(),
                 started_at: None,
                 finished_at: None,
+                waiting: false,
             },
             steps,
             notices: vec![],

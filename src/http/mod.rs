@@ -100,7 +100,7 @@ impl ApiState {
 /// The whole router, assembled here: the API and the dashboard's pages side by side on one
 /// state, behind the same outer checks.
 pub fn router(state: ApiState) -> Router {
-    use api::{deliveries, evals, events, health, inbox, jobs, memory, metrics, tasks};
+    use api::{approvals, deliveries, evals, events, health, inbox, jobs, memory, metrics, tasks};
     // Behind the token like the API, unless `server.metrics_public` opens it to a scraper
     // that cannot send one.
     let scrape = Router::new().route("/metrics", get(metrics::metrics));
@@ -121,6 +121,9 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/jobs/{id}/pause", post(jobs::pause_job))
         .route("/v1/jobs/{id}/resume", post(jobs::resume_job))
         .route("/v1/schedule", get(jobs::preview_schedule))
+        .route("/v1/approvals", get(approvals::list_approvals))
+        .route("/v1/approvals/{id}/approve", post(approvals::approve))
+        .route("/v1/approvals/{id}/deny", post(approvals::deny))
         .route("/v1/deliveries", get(deliveries::list_deliveries))
         .route("/v1/evals", get(evals::list_evals))
         .route(
@@ -141,7 +144,8 @@ pub fn router(state: ApiState) -> Router {
         ));
     let dashboard = {
         use pages::{
-            deliveries, evals, guard, inbox, jobs, login, memory, overview, settings, tasks,
+            approvals, deliveries, evals, guard, inbox, jobs, login, memory, overview, settings,
+            tasks,
         };
         Router::new()
             .route("/", get(overview::page))
@@ -151,6 +155,9 @@ pub fn router(state: ApiState) -> Router {
             .route("/jobs", get(jobs::list).post(jobs::create))
             .route("/jobs/{id}", get(jobs::show))
             .route("/jobs/{id}/{action}", post(jobs::act))
+            .route("/approvals", get(approvals::page))
+            .route("/approvals/{id}/approve", post(approvals::approve))
+            .route("/approvals/{id}/deny", post(approvals::deny))
             .route("/deliveries", get(deliveries::list))
             .route("/inbox", get(inbox::list))
             .route("/evals", get(evals::page))

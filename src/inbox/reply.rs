@@ -131,6 +131,7 @@ mod tests {
             created_at: t,
             started_at: None,
             finished_at: None,
+            waiting: false,
         }
     }
 

@@ -109,8 +109,15 @@ impl Hermes {
             "run_task" => {
                 let a: catalog::RunTask = parse(args)?;
                 let t = b.run_task(&a.task, a.profile.as_deref()).await?;
-                json!({"task_id": t.id, "state": t.state, "answer": t.answer,
-                       "error": t.error, "reason": t.reason})
+                let mut v = json!({"task_id": t.id, "state": t.state, "answer": t.answer,
+                       "error": t.error, "reason": t.reason});
+                if t.waiting {
+                    // Returned at once: a person must answer first, which may take hours.
+                    v["waiting"] = json!(
+                        "waiting for approval: a person must approve a tool call; get_task shows the task when it ends"
+                    );
+                }
+                v
             }
             "list_tasks" => {
                 let a: catalog::ListTasks = parse(args)?;

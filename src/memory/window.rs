@@ -38,7 +38,7 @@ pub enum Summariser {
 }
 
 /// One assistant message (with its tool calls) plus the tool messages answering it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct Round {
     assistant: Message,
     tool_results: Vec<Message>,
@@ -54,7 +54,9 @@ impl Round {
     }
 }
 
-/// The short-term memory of one task.
+/// The short-term memory of one task. Serialisable: a task waiting for a person keeps it in
+/// its checkpoint, and continues from it.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct ShortTerm {
     preamble: Vec<Message>,
     goal: Message,

@@ -35,6 +35,17 @@ impl Scheduler {
         if origin == Origin::Job && !settings.allow_nested {
             return Err(SchedulerError::NestedNotAllowed);
         }
+        // Approving calls in advance is a person's decision, never a model's.
+        if matches!(
+            origin,
+            Origin::Model | Origin::Job | Origin::Agent | Origin::Mcp
+        ) && !req.pre_approved.is_empty()
+        {
+            return Err(SchedulerError::Invalid(
+                "pre_approved can only be set by a person (the API, the CLI, the dashboard)".into(),
+            ));
+        }
+        let pre_approved = check_globs(&req.pre_approved)?;
         let task = req.task.trim();
         if task.is_empty() {
             return Err(SchedulerError::Invalid(
@@ -90,6 +101,7 @@ impl Scheduler {
             origin,
             precheck: req.precheck,
             next_run_at: Some(first),
+            pre_approved,
         };
         let job = {
             let _one_at_a_time = self.inner.adding.lock().await;
@@ -329,6 +341,23 @@ fn check_precheck(p: &Value) -> Result<(), SchedulerError> {
 fn default_name(task: &str) -> String {
     const MAX: usize = 48;
     crate::util::text::one_line(task.lines().next().unwrap_or(task), MAX)
+}
+
+/// A job's `pre_approved` globs, trimmed, without empty entries or repeats.
+fn check_globs(globs: &[String]) -> Result<Vec<String>, SchedulerError> {
+    let mut out: Vec<String> = Vec::new();
+    for g in globs {
+        let g = g.trim();
+        if g.is_empty() {
+            return Err(SchedulerError::Invalid(
+                "pre_approved has an empty entry; give tool names or globs like 'mail_*'".into(),
+            ));
+        }
+        if !out.iter().any(|o| o == g) {
+            out.push(g.to_string());
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

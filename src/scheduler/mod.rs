@@ -188,6 +188,10 @@ pub struct JobRequest {
     /// `"changed": false` the run is skipped and no tokens are spent.
     #[serde(default)]
     pub precheck: Option<Value>,
+    /// Tools (globs) whose calls the firings may make without asking a person: a person's
+    /// decision, refused from the model (`schedule_task` has no such field).
+    #[serde(default)]
+    pub pre_approved: Vec<String>,
 }
 
 /// A job as the API, the CLI and the model see it (the contract's job object): the stored job

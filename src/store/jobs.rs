@@ -31,6 +31,11 @@ pub struct Job {
     /// Why it is paused (`None` while it runs).
     #[serde(default)]
     pub pause_reason: Option<super::PauseReason>,
+    /// Tool globs a person approved in advance for this job's firings (never the model).
+    /// JSON text in the table, so `FromRow` skips it and `read_json` parses it.
+    #[sqlx(skip)]
+    #[serde(default)]
+    pub pre_approved: Vec<String>,
 }
 
 impl WithJson for Job {
@@ -39,6 +44,7 @@ impl WithJson for Job {
         let precheck: Option<String> = row.try_get("precheck")?;
         Ok(Job {
             notify: json_column(row, "notify", &owner)?,
+            pre_approved: json_column(row, "pre_approved", &owner)?,
             precheck: precheck
                 .map(|p| from_json(&p, "precheck", &owner))
                 .transpose()?,
@@ -58,6 +64,8 @@ pub(crate) struct NewJob {
     pub origin: Origin,
     pub precheck: Option<serde_json::Value>,
     pub next_run_at: Option<DateTime<Utc>>,
+    /// Tool globs approved in advance by the person creating the job.
+    pub pre_approved: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow, PartialEq)]
@@ -78,7 +86,7 @@ impl Store {
         let precheck = new.precheck.as_ref().map(|p| p.to_string());
         sqlx::query(
             "INSERT INTO jobs (id, name, task, schedule, timezone, notify, profile, origin, precheck, \
-             next_run_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             next_run_at, created_at, pre_approved) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&id)
         .bind(&new.name)
@@ -91,6 +99,7 @@ impl Store {
         .bind(precheck)
         .bind(new.next_run_at)
         .bind(now())
+        .bind(json_list(&new.pre_approved))
         .execute(self.pool())
         .await?;
         self.job(&id).await

@@ -131,6 +131,17 @@ impl TaskState {
 }
 
 word_enum! {
+    /// Where an approval request is: `open` until a person answers (`approved`, `denied`) or
+    /// its time passes (`expired`, a denial with reason `expired`).
+    ApprovalState, "approval state" {
+        Open = "open",
+        Approved = "approved",
+        Denied = "denied",
+        Expired = "expired",
+    }
+}
+
+word_enum! {
     /// What a job's due time became (the `outcome` of a run).
     RunOutcome, "outcome" {
         /// A task was started for it.

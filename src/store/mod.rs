@@ -10,11 +10,11 @@
 macro_rules! columns {
     (tasks) => {
         "id, state, origin, parent_id, job_id, profile, task, answer, error, reason, \
-         parse_failures, prompt_tokens, completion_tokens, created_at, started_at, finished_at"
+         parse_failures, prompt_tokens, completion_tokens, created_at, started_at, finished_at, waiting"
     };
     (jobs) => {
         "id, name, task, schedule, timezone, notify, profile, origin, precheck, \
-         enabled, next_run_at, running_task_id, created_at, pause_reason"
+         enabled, next_run_at, running_task_id, created_at, pause_reason, pre_approved"
     };
     (job_runs) => {
         "id, job_id, scheduled_at, fired_at, outcome, task_id, reason, delivery"
@@ -22,6 +22,10 @@ macro_rules! columns {
     (outbox) => {
         "id, channel, title, body, task_id, job_id, run_id, state, attempts, \
          last_error, next_attempt_at, created_at, sent_at, token, recipient, in_reply_to, refs"
+    };
+    (approvals) => {
+        "id, task_id, tool, arguments, state, reason, created_at, expires_at, decided_at, \
+         decided_by, used_at"
     };
     (facts) => {
         "id, text, tags, source, created_at, updated_at"
@@ -39,6 +43,7 @@ macro_rules! select {
     };
 }
 
+mod approvals;
 mod dashboard;
 mod evals;
 mod facts;
@@ -51,6 +56,7 @@ mod tasks;
 mod working;
 mod write;
 
+pub use approvals::*;
 pub use dashboard::*;
 pub use evals::*;
 pub use facts::*;

@@ -29,6 +29,10 @@ pub struct Task {
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// Running, but waiting for a person's approval (directly, or through a sub-agent): no
+    /// worker is held meanwhile.
+    #[serde(default)]
+    pub waiting: bool,
 }
 
 /// What a new task needs; everything else starts empty.
@@ -62,6 +66,8 @@ pub enum StepKind {
     Model,
     Tool,
     Note,
+    /// A call held for a person: `waiting`, then the decision.
+    Approval,
 }
 
 /// One row of a task's trace: what was appended, numbered and dated by the store. Serialised
@@ -283,7 +289,7 @@ impl Store {
     ) -> Result<Option<Task>> {
         let finish = sqlx::query_as(concat!(
             "UPDATE tasks SET state = ?, answer = ?, error = ?, reason = ?, parse_failures = ?, \
-             prompt_tokens = ?, completion_tokens = ?, finished_at = ? \
+             prompt_tokens = ?, completion_tokens = ?, finished_at = ?, waiting = 0 \
              WHERE id = ? AND state IN ('pending', 'running') RETURNING ",
             columns!(tasks)
         ))
@@ -330,7 +336,8 @@ impl Store {
         self.rows(fail).await
     }
 
-    /// Mark every task still `running` or `pending` as failed with `reason`. Used at start-up
+    /// Mark every task still `running` or `pending` as failed with `reason`, except those
+    /// waiting for a person (they continue from their checkpoint once answered). Used at start-up
     /// (`interrupted`: the previous process died) and at shutdown (`shutdown`).
     pub(crate) async fn fail_unfinished(
         &self,
@@ -341,7 +348,7 @@ impl Store {
         for state in states {
             let fail = sqlx::query(
                 "UPDATE tasks SET state = 'failed', reason = ?, \
-                 error = COALESCE(error, ?), finished_at = ? WHERE state = ?",
+                 error = COALESCE(error, ?), finished_at = ? WHERE state = ? AND waiting = 0",
             )
             .bind(reason)
             .bind(format!(

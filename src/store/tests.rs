@@ -233,6 +233,7 @@ async fn jobs_and_runs_round_trip_and_claims_are_exclusive() {
             origin: Origin::Cli,
             precheck: Some(serde_json::json!({"tool": "watch_page", "arguments": {"url": "https://example.org"}})),
             next_run_at: Some(due),
+            pre_approved: vec![],
         })
         .await
         .unwrap();

@@ -23,6 +23,27 @@ pub struct ToolContext {
     pub depth: u32,
     /// The model profile the task runs on.
     pub profile: String,
+    /// Who continues the task when it waits for a person: `None`, the daemon's workers; else
+    /// the id of the task whose process (a `run`) does. Sub-agents inherit it.
+    pub resumer: Option<String>,
+    /// What this call left waiting for a person (filled by the delegate tools: its sub-tasks,
+    /// one of which holds a call); the agent then holds the calling task too.
+    pub waiting: Waiting,
+}
+
+/// The sub-tasks one tool call left waiting (see [`ToolContext::waiting`]): one JSON entry
+/// per sub-task, in the call's order.
+#[derive(Debug, Clone, Default)]
+pub struct Waiting(std::sync::Arc<std::sync::Mutex<Vec<Value>>>);
+
+impl Waiting {
+    pub fn set(&self, entries: Vec<Value>) {
+        *crate::util::lock(&self.0) = entries;
+    }
+
+    pub fn take(&self) -> Vec<Value> {
+        std::mem::take(&mut *crate::util::lock(&self.0))
+    }
 }
 
 /// Why a tool call did not produce a result. Only [`ToolError::Network`] is retried.
@@ -51,6 +72,17 @@ pub enum ToolError {
         "not run: this exact call (same tool, same arguments) was already made {0} times in this task and its result is above; answer with what you have, or change course (other arguments, another tool)"
     )]
     Repeated(u32),
+    /// The tool needs a person's approval, and this way of calling it cannot ask for one (a
+    /// job's precheck; any caller but the agent's loop).
+    #[error(
+        "tool '{0}' needs a person's approval for each call (tools.approval), which cannot be asked for here"
+    )]
+    NeedsApproval(String),
+    /// A person declined this exact call (or it expired unanswered); it did not run.
+    #[error(
+        "not run: a person declined this call ({0}); do not ask for it again — answer without it, or say what you would have needed"
+    )]
+    Declined(String),
 }
 
 impl ToolError {
@@ -69,6 +101,8 @@ impl ToolError {
             ToolError::Unknown(_) => "unknown",
             ToolError::CircuitOpen(_) => "circuit_open",
             ToolError::Repeated(_) => "repeated",
+            ToolError::NeedsApproval(_) => "needs_approval",
+            ToolError::Declined(_) => "declined",
         }
     }
 }
@@ -93,6 +127,9 @@ pub struct ToolInfo {
     pub parameters: Value,
     /// Overrides `tools.timeout_s` for this tool: a sub-agent or a slow page needs longer.
     pub timeout: Option<Duration>,
+    /// Every call waits for a person's approval (a manifest's `approval: required`), whatever
+    /// `tools.approval` says.
+    pub approval_required: bool,
 }
 
 impl ToolInfo {
@@ -102,7 +139,14 @@ impl ToolInfo {
             description: description.into(),
             parameters,
             timeout: None,
+            approval_required: false,
         }
+    }
+
+    /// Every call of this tool waits for a person's approval.
+    pub fn with_approval_required(mut self) -> Self {
+        self.approval_required = true;
+        self
     }
 
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
@@ -278,11 +322,13 @@ where
 
 pub mod breaker;
 pub mod builtin;
+mod gate;
 pub mod manifest;
 pub mod registry;
 pub mod schema;
 pub mod shape;
 mod starting;
 
+pub use gate::Permit;
 pub use registry::{Registry, RegistryBuilder, RegistryError, ToolOutcome};
 pub(crate) use starting::{SOURCE_START_WAIT, SourceStart, ToolSources};

@@ -10,6 +10,7 @@
 //! and the facts the trace needs, nothing more.
 
 use super::breaker::Breakers;
+use super::gate::Permit;
 use super::schema::{self, violation};
 use super::shape::{self, Rest};
 use super::starting::{SOURCE_START_WAIT, Starting};
@@ -162,8 +163,8 @@ struct Inner {
     metrics: Metrics,
 }
 
-struct Entry {
-    tool: Arc<dyn Tool>,
+pub(super) struct Entry {
+    pub(super) tool: Arc<dyn Tool>,
     /// Compiled once at registration; validating is then cheap per call.
     validator: jsonschema::Validator,
     /// What the model is sent: the schema without grammar-unfriendly keywords.
@@ -328,22 +329,25 @@ impl Registry {
         self.0.entries.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn entry(&self, name: &str) -> Option<Arc<Entry>> {
+    pub(super) fn settings(&self) -> &ToolSettings {
+        &self.0.settings
+    }
+
+    pub(super) fn entry(&self, name: &str) -> Option<Arc<Entry>> {
         self.entries().get(name).cloned()
     }
 
-    /// Validate, authorise, run (with timeout, retries and breaker) and shape one call.
-    /// Never fails: every problem becomes an error outcome the model can read.
-    pub async fn execute(
+    pub(super) async fn execute_with(
         &self,
         call: &ToolCall,
         ctx: &ToolContext,
         restrict: Option<&[String]>,
+        permit: Option<Permit>,
     ) -> ToolOutcome {
         let started = Instant::now();
         let name = call.name.as_str();
         let mut attempts = 0;
-        let result = self.run(call, ctx, restrict, &mut attempts).await;
+        let result = self.run(call, ctx, restrict, permit, &mut attempts).await;
         let (content, error, working_key) = match result {
             Ok((entry, value)) => {
                 let (content, key) = self.present(&entry, value, ctx).await;
@@ -400,13 +404,13 @@ impl Registry {
         ctx: &ToolContext,
     ) -> Result<Value, ToolError> {
         let mut attempts = 0;
-        self.run(call, ctx, None, &mut attempts)
+        self.run(call, ctx, None, None, &mut attempts)
             .await
             .map(|(_, value)| value)
             .map_err(|r| r.error)
     }
 
-    fn allowed(&self, name: &str, restrict: Option<&[String]>) -> bool {
+    pub(super) fn allowed(&self, name: &str, restrict: Option<&[String]>) -> bool {
         self.0.settings.allows(name)
             && restrict.is_none_or(|r| r.iter().any(|a| crate::util::glob_matches(a, name)))
     }
@@ -416,6 +420,7 @@ impl Registry {
         call: &ToolCall,
         ctx: &ToolContext,
         restrict: Option<&[String]>,
+        permit: Option<Permit>,
         attempts: &mut u32,
     ) -> Result<(Arc<Entry>, Value), Refusal> {
         let name = call.name.as_str();
@@ -447,6 +452,10 @@ impl Registry {
             return Err(ToolError::NotAllowed(name.to_string()).into());
         }
         let args = self.validate(&entry, &call.arguments)?;
+        // The one place every call passes: a tool that needs a person never runs without one.
+        if permit.is_none() && self.needs_approval(name) {
+            return Err(ToolError::NeedsApproval(name.to_string()).into());
+        }
         // The breaker keeps the tool's health per scope when the tool has one (a web tool:
         // the host), so one dead site does not switch off web access.
         let circuit = match entry.tool.breaker_scope(&args) {
@@ -542,7 +551,7 @@ impl Registry {
 
     /// Shape a successful result; store it whole when it is over the cap. Returns the
     /// content for the model and the working-memory key, if one was made.
-    async fn present(
+    pub(super) async fn present(
         &self,
         entry: &Entry,
         value: Value,

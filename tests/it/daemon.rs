@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hermes-agent");
 /// Upper bound for anything that should take a moment: start-up, a task, a shutdown.
-const PATIENCE: Duration = Duration::from_secs(20);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
 /// How long a starting daemon may take to write its address file, and how often to look.
 const ADDR_WAIT: Duration = Duration::from_secs(10);
 const ADDR_POLL: Duration = Duration::from_millis(20);
@@ -47,14 +47,14 @@ async fn wait_for_addr(data_dir: &Path) -> SocketAddr {
 }
 
 /// A temporary home for one daemon: its settings file, data dir and log.
-struct Site {
-    dir: tempfile::TempDir,
+pub(crate) struct Site {
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Site {
     /// Settings pointing every profile at `model_url`; `agent` and `server` are extra lines for
     /// those sections (indented by two spaces).
-    fn new(model_url: &str, agent: &[&str], server: &[&str]) -> Site {
+    pub(crate) fn new(model_url: &str, agent: &[&str], server: &[&str]) -> Site {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut yaml = format!(
             "model:\n  profiles:\n    fast: {{base_url: \"{model_url}\", model: scripted, timeout_s: 60}}\n    \
@@ -75,16 +75,16 @@ impl Site {
         Site { dir }
     }
 
-    fn config(&self) -> PathBuf {
+    pub(crate) fn config(&self) -> PathBuf {
         self.dir.path().join("settings.yaml")
     }
 
-    fn data(&self) -> PathBuf {
+    pub(crate) fn data(&self) -> PathBuf {
         self.dir.path().join("data")
     }
 
     /// A CLI command against this site's config and data dir.
-    fn cli(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+    pub(crate) fn cli(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         let mut cmd = base_command(self.dir.path(), env);
         cmd.arg("--config")
             .arg(self.config())
@@ -97,7 +97,7 @@ impl Site {
     }
 
     /// `serve` on this site's config and data dir, logging to `log_dir/daemon.log`.
-    fn spawn(&self, env: &[(&str, &str)], log_dir: &Path) -> Daemon {
+    pub(crate) fn spawn(&self, env: &[(&str, &str)], log_dir: &Path) -> Daemon {
         let mut cmd = base_command(log_dir, env);
         cmd.arg("--config")
             .arg(self.config())
@@ -108,7 +108,7 @@ impl Site {
     }
 
     /// Start this site's daemon, the only one on its data dir.
-    fn start(&self, env: &[(&str, &str)]) -> Daemon {
+    pub(crate) fn start(&self, env: &[(&str, &str)]) -> Daemon {
         // A daemon killed by SIGKILL leaves its address file behind; this start must wait for
         // the new daemon's, not read the dead one's.
         let _ = std::fs::remove_file(addr_path(&self.data()));
@@ -137,7 +137,7 @@ fn clean_command(mut cmd: Command, dir: &Path, env: &[(&str, &str)]) -> Command 
 }
 
 /// A running daemon process; killed (and reaped) on drop.
-struct Daemon {
+pub(crate) struct Daemon {
     child: Option<Child>,
     /// `http://ADDR`, known once [`Daemon::ready`] has read the address file.
     base: String,
@@ -151,7 +151,7 @@ struct Daemon {
 impl Daemon {
     /// Spawn `cmd` (a `serve`) logging to `dir/daemon.log`; it will write its address to
     /// `data`'s address file.
-    fn spawn(mut cmd: Command, dir: &Path, data: &Path) -> Daemon {
+    pub(crate) fn spawn(mut cmd: Command, dir: &Path, data: &Path) -> Daemon {
         // Each start of the same site appends to one log, like journald would.
         let log = dir.join("daemon.log");
         let file = File::options()
@@ -177,21 +177,21 @@ impl Daemon {
         }
     }
 
-    fn with_token(mut self, token: &str) -> Daemon {
+    pub(crate) fn with_token(mut self, token: &str) -> Daemon {
         self.token = Some(token.to_string());
         self
     }
 
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.as_ref().expect("child").id()
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Panic with the log if the process has exited.
-    fn still_running(&mut self) {
+    pub(crate) fn still_running(&mut self) {
         if let Some(status) = self
             .child
             .as_mut()
@@ -202,7 +202,7 @@ impl Daemon {
     }
 
     /// The address the daemon wrote to its address file, once it is there (bounded).
-    async fn bound_addr(&mut self) -> SocketAddr {
+    pub(crate) async fn bound_addr(&mut self) -> SocketAddr {
         let deadline = Instant::now() + ADDR_WAIT;
         loop {
             self.still_running();
@@ -221,7 +221,7 @@ impl Daemon {
 
     /// Read the bound address, then poll `/healthz` there until it answers `ok`; the time since
     /// spawn. Panics (with the log) if the process exits or a bound passes.
-    async fn ready(&mut self) -> Duration {
+    pub(crate) async fn ready(&mut self) -> Duration {
         self.base = format!("http://{}", self.bound_addr().await);
         let deadline = Instant::now() + PATIENCE;
         loop {
@@ -249,7 +249,12 @@ impl Daemon {
 
     /// Send an HTTP request (with the daemon's token, if any); the status and the JSON body
     /// (`null` when there is none).
-    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    pub(crate) async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
         let mut req = self.http.request(method, format!("{}{path}", self.base));
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
@@ -269,23 +274,23 @@ impl Daemon {
         (status, value)
     }
 
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
+    pub(crate) async fn get(&self, path: &str) -> (StatusCode, Value) {
         self.call(Method::GET, path, None).await
     }
 
-    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
         self.call(Method::POST, path, Some(body)).await
     }
 
     /// Submit a task and return its id.
-    async fn submit(&self, task: &str) -> String {
+    pub(crate) async fn submit(&self, task: &str) -> String {
         let (status, v) = self.post("/v1/tasks", json!({ "task": task })).await;
         assert_eq!(status, StatusCode::ACCEPTED, "{v}");
         v["id"].as_str().expect("an id").to_string()
     }
 
     /// Poll a task until it is finished; its record.
-    async fn finished(&self, id: &str) -> Value {
+    pub(crate) async fn finished(&self, id: &str) -> Value {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let (status, v) = self.get(&format!("/v1/tasks/{id}")).await;
@@ -299,7 +304,7 @@ impl Daemon {
     }
 
     /// Poll the log until it contains `needle`.
-    async fn wait_log(&self, needle: &str) {
+    pub(crate) async fn wait_log(&self, needle: &str) {
         let deadline = Instant::now() + PATIENCE;
         while !self.log().contains(needle) {
             assert!(
@@ -311,7 +316,7 @@ impl Daemon {
         }
     }
 
-    fn signal(&self, sig: &str) {
+    pub(crate) fn signal(&self, sig: &str) {
         let status = Command::new("kill")
             .args([sig, &self.pid().to_string()])
             .status()
@@ -320,7 +325,7 @@ impl Daemon {
     }
 
     /// Wait for the process to exit on its own (bounded); its status.
-    async fn exited(&mut self, within: Duration) -> ExitStatus {
+    pub(crate) async fn exited(&mut self, within: Duration) -> ExitStatus {
         let deadline = Instant::now() + within;
         let child = self.child.as_mut().expect("child");
         loop {
@@ -338,7 +343,7 @@ impl Daemon {
     }
 
     /// SIGTERM and wait for a clean exit, which removes the address file.
-    async fn stop(&mut self) {
+    pub(crate) async fn stop(&mut self) {
         self.signal("-TERM");
         let status = self.exited(PATIENCE).await;
         assert_eq!(status.code(), Some(0), "{}", self.log());

@@ -11,6 +11,7 @@ mod deps;
 mod agent;
 mod agent_services;
 mod api;
+mod approvals;
 mod cli;
 mod daemon;
 mod evals;

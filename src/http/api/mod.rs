@@ -6,6 +6,7 @@
 //! Must not: hold business logic — each handler validates its input, calls one part, and
 //! shapes the answer.
 
+pub(super) mod approvals;
 pub(super) mod deliveries;
 pub(super) mod evals;
 pub(super) mod events;

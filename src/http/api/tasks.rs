@@ -52,7 +52,9 @@ pub async fn create_task(
             .saturating_mul(3)
             .saturating_add(30),
     );
-    let done = s.agent.wait(&task.id, rx, limit).await?;
+    // A task waiting for a person is answered as it is (202, `waiting: true`): a client must
+    // not hang on a person.
+    let done = s.agent.wait_settled(&task.id, rx, limit).await?;
     let record = s
         .agent
         .task_record(&done.id)

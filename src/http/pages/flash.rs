@@ -19,9 +19,12 @@ pub(crate) enum Flash {
     FactRemembered,
     FactMerged,
     FactForgotten,
+    Approved,
+    Denied,
+    AlreadyAnswered,
 }
 
-const ALL: [Flash; 9] = [
+const ALL: [Flash; 12] = [
     Flash::JobAdded,
     Flash::JobPaused,
     Flash::JobResumed,
@@ -31,6 +34,9 @@ const ALL: [Flash; 9] = [
     Flash::FactRemembered,
     Flash::FactMerged,
     Flash::FactForgotten,
+    Flash::Approved,
+    Flash::Denied,
+    Flash::AlreadyAnswered,
 ];
 
 impl Flash {
@@ -46,6 +52,9 @@ impl Flash {
             Flash::FactRemembered => "fact_remembered",
             Flash::FactMerged => "fact_merged",
             Flash::FactForgotten => "fact_forgotten",
+            Flash::Approved => "approved",
+            Flash::Denied => "denied",
+            Flash::AlreadyAnswered => "already_answered",
         }
     }
 
@@ -61,6 +70,9 @@ impl Flash {
             Flash::FactRemembered => "Remembered.",
             Flash::FactMerged => "Merged into a fact already known.",
             Flash::FactForgotten => "Forgotten.",
+            Flash::Approved => "Approved: the call runs once and the task goes on.",
+            Flash::Denied => "Denied: the call does not run; the task is told a person declined.",
+            Flash::AlreadyAnswered => "That request was already answered.",
         }
     }
 

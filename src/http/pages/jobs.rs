@@ -112,6 +112,11 @@ fn create_form(ctx: &Ctx, f: &JobForm, error: Option<&str>) -> Markup {
                         @for p in settings.model.profiles.keys() { option value=(p) selected[f.profile == *p] { (p) } }
                     }
                 }
+                div.field {
+                    label for="job-pre-approved" { "Pre-approved tools" }
+                    input #job-pre-approved name="pre_approved" value=(f.pre_approved) placeholder="mail_send, crm__*" aria-describedby="pre-approved-help";
+                    p.hint #pre-approved-help { "Tools that need approval (tools.approval) which this job's firings may call without asking; names or globs, comma-separated." }
+                }
                 button type="submit" { "Add the job" }
             }
         }
@@ -128,6 +133,7 @@ pub(crate) struct JobForm {
     timezone: String,
     profile: String,
     notify: Vec<String>,
+    pre_approved: String,
 }
 
 impl<'de> Deserialize<'de> for JobForm {
@@ -142,6 +148,7 @@ impl<'de> Deserialize<'de> for JobForm {
                 "timezone" => f.timezone = v,
                 "profile" => f.profile = v,
                 "notify" => f.notify.push(v),
+                "pre_approved" => f.pre_approved = v,
                 _ => {}
             }
         }
@@ -160,6 +167,13 @@ pub async fn create(ctx: Ctx, CsrfForm(f): CsrfForm<JobForm>) -> PageResult {
         notify: f.notify.clone(),
         profile: opt(&f.profile),
         precheck: None,
+        pre_approved: f
+            .pre_approved
+            .split([',', ' ', '\n'])
+            .map(str::trim)
+            .filter(|g| !g.is_empty())
+            .map(String::from)
+            .collect(),
     };
     match s.scheduler.add(req, Origin::Web).await {
         Ok(job) => Ok(see_other(&format!(
@@ -226,6 +240,7 @@ pub async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<Done>) -> PageRe
             dt { "Origin" } dd { (j.origin) }
             dt { "Created" } dd { (when(j.created_at, tz)) }
             @if let Some(p) = &j.precheck { dt { "Precheck" } dd { code { (p) } } }
+            @if !j.pre_approved.is_empty() { dt { "Pre-approved" } dd { code { (j.pre_approved.join(", ")) } } }
         }
         section aria-labelledby="h-next" {
             h2 #h-next { "Next firings" }

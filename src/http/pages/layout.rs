@@ -19,6 +19,7 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 const NAV: &[(&str, &str)] = &[
     ("/", "Overview"),
     ("/tasks", "Tasks"),
+    ("/approvals", "Approvals"),
     ("/jobs", "Jobs"),
     ("/deliveries", "Deliveries"),
     ("/inbox", "Inbox"),
@@ -183,6 +184,7 @@ macro_rules! page_error_from {
 page_error_from!(
     crate::store::StoreError,
     crate::agent::AgentError,
+    crate::agent::ApprovalError,
     crate::scheduler::SchedulerError
 );
 
@@ -226,6 +228,8 @@ pub(crate) fn when_opt(t: Option<DateTime<Utc>>, tz: Tz) -> Markup {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Shown {
     Task(TaskState),
+    /// A running task waiting for a person's approval.
+    Waiting,
     Run(RunOutcome),
     Notice(NoticeState),
     Check(Verdict),
@@ -245,6 +249,7 @@ impl Shown {
     fn word(self) -> &'static str {
         match self {
             Shown::Task(s) => s.as_str(),
+            Shown::Waiting => "waiting for approval",
             Shown::Run(o) => o.as_str(),
             Shown::Notice(n) => n.as_str(),
             Shown::Check(v) => v.as_str(),
@@ -274,6 +279,7 @@ impl Shown {
             | Shown::Check(Verdict::Fail)
             | Shown::Mailbox { up: Some(false) } => "bad",
             Shown::Task(T::Pending | T::Running)
+            | Shown::Waiting
             | Shown::Run(R::Skipped)
             | Shown::Notice(N::Pending)
             | Shown::Check(Verdict::Warn)

@@ -3,8 +3,9 @@
 //!
 //! Owns: the pages and their forms — overview (`overview`), tasks with their live timeline
 //! (`tasks`, `timeline`), jobs (`jobs`), the outbox (`deliveries`), the mail read (`inbox`),
-//! the regression runs and verified models (`evals`), long-term memory
-//! (`memory`), the redacted settings and doctor's verdicts (`settings`), signing in
+//! the regression runs and verified models (`evals`), held tool calls to approve or deny
+//! (`approvals`), long-term memory (`memory`), the redacted settings and doctor's verdicts
+//! (`settings`), signing in
 //! (`login`) — the page shell (`layout`), the flash messages after a form (`flash`), the assets (`assets`), the security headers of every
 //! response ([`security_headers`]) and the session every page runs in (`guard`).
 //! Must not: keep a second source of truth. Every page reads the same store and calls the
@@ -19,6 +20,7 @@
 //! carry a strict Content-Security-Policy: scripts and styles only from `/assets/`, no inline
 //! script, no framing.
 
+pub(super) mod approvals;
 pub(super) mod assets;
 pub(super) mod deliveries;
 pub(super) mod evals;

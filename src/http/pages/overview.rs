@@ -55,6 +55,11 @@ pub async fn page(ctx: Ctx) -> PageResult {
         .into_iter()
         .find(|(st, _)| *st == TaskState::Pending)
         .map_or(0, |(_, n)| n);
+    let open = s
+        .agent
+        .approvals()
+        .list(Some(crate::store::ApprovalState::Open), ROWS)
+        .await?;
     // The profiles answering with a model no eval verified: the badge of a model change.
     let changed: Vec<_> = store
         .model_statuses()
@@ -63,6 +68,13 @@ pub async fn page(ctx: Ctx) -> PageResult {
         .filter_map(|m| m.unverified_change().cloned())
         .collect();
     let body = html! {
+        // What only a person can unblock comes first.
+        @if !open.is_empty() {
+            section aria-labelledby="h-approvals" {
+                h2 #h-approvals { a href="/approvals" { "Waiting for your approval" } }
+                (super::approvals::open_list(&ctx, &open, "/"))
+            }
+        }
         @for c in &changed {
             p.error-text.model-changed data-profile=(c.profile) {
                 span.badge.busy { "model changed" } " "
@@ -101,6 +113,7 @@ pub(crate) fn task_table(ctx: &Ctx, tasks: &[Task], empty: &str) -> Markup {
                         td data-label="Task" { a href={"/tasks/" (t.id)} { (short(&t.task, 90)) } }
                         td data-label="State" {
                             (badge(Shown::Task(t.state)))
+                            @if t.waiting { " " (badge(Shown::Waiting)) }
                             @if let Some(r) = t.reason { " " span.muted { (r) } }
                         }
                         td data-label="Origin" { (t.origin) }

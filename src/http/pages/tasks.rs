@@ -159,7 +159,14 @@ pub async fn start(ctx: Ctx, CsrfForm(f): CsrfForm<StartForm>) -> PageResult {
     }
 }
 
-pub async fn show(ctx: Ctx, Id(id): Id) -> PageResult {
+/// `?done=` after an approval answered on the task's page.
+#[derive(Deserialize, Default)]
+pub struct ShowQuery {
+    #[serde(default)]
+    done: Option<String>,
+}
+
+pub async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<ShowQuery>) -> PageResult {
     let s = &ctx.state;
     let Some(record) = s.agent.task_record(&id).await? else {
         return Err(PageError(ApiError::not_found(format!(
@@ -167,7 +174,6 @@ pub async fn show(ctx: Ctx, Id(id): Id) -> PageResult {
         ))));
     };
     let t = &record.task;
-    let _path = format!("/tasks/{}", t.id);
     let tz = ctx.tz();
     let live = !t.state.is_finished();
     // A task's totals are written when it ends; until then, its model calls so far.
@@ -183,7 +189,7 @@ pub async fn show(ctx: Ctx, Id(id): Id) -> PageResult {
         (t.prompt_tokens, t.completion_tokens)
     };
     // The profiles (and models) that answered, in order, each once: a fallback shows here.
-    let mut answered: Vec<String> = Vec::new();
+    let mut answered_by: Vec<String> = Vec::new();
     // A failed call's row has no reply: no model, no output, no calls.
     let replied = |s: &&crate::store::Step| {
         s.row.kind == crate::store::StepKind::Model
@@ -194,18 +200,28 @@ pub async fn show(ctx: Ctx, Id(id): Id) -> PageResult {
             Some(m) => format!("{} ({m})", step.row.name),
             None => step.row.name.clone(),
         };
-        if !answered.contains(&who) {
-            answered.push(who);
+        if !answered_by.contains(&who) {
+            answered_by.push(who);
         }
     }
     let events = format!("/v1/tasks/{}/events", t.id);
+    let requests = s.agent.approvals().of_task(&t.id).await?;
+    let (open, answered): (Vec<_>, Vec<_>) = requests
+        .into_iter()
+        .partition(|a| a.state == crate::store::ApprovalState::Open);
+    let back = format!("/tasks/{}", t.id);
     let body = html! {
+        (super::flash::flash(q.done.as_deref()))
         div.task-text { (long_text(&t.task, "task")) }
         dl.facts {
-            dt { "State" } dd #task-state { (badge(Shown::Task(t.state))) @if let Some(r) = t.reason { " " span.muted { (r) } } }
+            dt { "State" } dd #task-state {
+                (badge(Shown::Task(t.state)))
+                @if t.waiting { " " (badge(Shown::Waiting)) }
+                @if let Some(r) = t.reason { " " span.muted { (r) } }
+            }
             dt { "Origin" } dd { (t.origin) }
             dt { "Profile" } dd { (t.profile) }
-            @if !answered.is_empty() { dt { "Answered by" } dd #answered-by { (answered.join(", then ")) } }
+            @if !answered_by.is_empty() { dt { "Answered by" } dd #answered-by { (answered_by.join(", then ")) } }
             @if let Some(j) = &t.job_id { dt { "Job" } dd { a href={"/jobs/" (j)} { (j) } } }
             @if let Some(p) = &t.parent_id { dt { "Parent" } dd { a href={"/tasks/" (p)} { (p) } } }
             dt { "Created" } dd { (when(t.created_at, tz)) }
@@ -216,6 +232,13 @@ pub async fn show(ctx: Ctx, Id(id): Id) -> PageResult {
             form #cancel method="post" action={"/tasks/" (t.id) "/cancel"} {
                 (ctx.csrf())
                 button.danger type="submit" { "Cancel this task" }
+            }
+        }
+        @if !open.is_empty() || !answered.is_empty() {
+            section aria-labelledby="h-approvals" {
+                h2 #h-approvals { "Approvals" }
+                @if !open.is_empty() { (super::approvals::open_list(&ctx, &open, &back)) }
+                @if !answered.is_empty() { (super::approvals::answered_table(&ctx, &answered)) }
             }
         }
         section aria-labelledby="h-steps" {

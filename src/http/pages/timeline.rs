@@ -25,6 +25,7 @@ fn kind(k: StepKind) -> &'static str {
         StepKind::Model => "model",
         StepKind::Tool => "tool",
         StepKind::Note => "note",
+        StepKind::Approval => "approval",
     }
 }
 
@@ -60,7 +61,7 @@ fn meta(s: &Step) -> String {
             s.row.result_tokens
         ),
         StepKind::Tool => format!("{} ms", s.row.duration_ms),
-        StepKind::Note => String::new(),
+        StepKind::Note | StepKind::Approval => String::new(),
     }
 }
 
@@ -83,6 +84,10 @@ fn body(s: &Step) -> Markup {
                 @if let Some(o) = s.row.output.as_deref() { div.label { "result" } (long_text(o, "out")) }
             }
             StepKind::Note => {
+                @if let Some(o) = s.row.output.as_deref() { p.note { (o) } }
+            }
+            StepKind::Approval => {
+                @if let Some(a) = s.row.arguments.as_deref() { div.label { "arguments" } (long_text(a, "args")) }
                 @if let Some(o) = s.row.output.as_deref() { p.note { (o) } }
             }
         }

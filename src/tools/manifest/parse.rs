@@ -24,6 +24,19 @@ struct RawManifest {
     http: Option<Spanned<RawHttp>>,
     #[serde(default)]
     keep_fields: Vec<String>,
+    /// `required`: every call waits for a person's approval.
+    #[serde(default)]
+    approval: Option<Spanned<Approval>>,
+}
+
+/// A manifest's `approval` field.
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Approval {
+    /// Each call waits for a person.
+    Required,
+    /// The default: calls run without asking (unless `tools.approval` names the tool).
+    None,
 }
 
 #[derive(Deserialize)]
@@ -93,9 +106,11 @@ pub fn parse(
         (Some(c), None) => command(c.value, env, &properties, &site)?,
         (None, Some(h)) => http(h.value, env, &properties, &site)?,
     };
+    let approval_required = raw.approval.map(|a| a.value) == Some(Approval::Required);
     Ok(ManifestTool {
         info: ToolInfo {
             timeout,
+            approval_required,
             ..ToolInfo::new(name, description, parameters)
         },
         name_line,

@@ -1,0 +1,252 @@
+//! Approvals as a person meets them: the requests listed, answered, expired and announced.
+//!
+//! Owns: the one way a request is answered — [`Approvals::decide`] — used by the API, the
+//! dashboard, the CLI and (later) a reply to the request's mail; the expiry sweep; the one
+//! notice per request on `tools.approval_notify`.
+//! Must not: be reachable from a tool: no tool holds this handle, so no model can answer.
+
+use super::Agent;
+use crate::store::{Approval, ApprovalState, NewNotice, StoreError, Task};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// How often the daemon looks for requests past their time: well within the promised 15 s.
+pub const EXPIRY_SWEEP: Duration = Duration::from_secs(5);
+
+/// A person's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Approve,
+    /// `reason`: said to the model (and shown); none: "declined".
+    Deny {
+        reason: Option<String>,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApprovalError {
+    #[error("approval '{0}' not found; `hermes-agent approvals list` shows the open ones")]
+    NotFound(String),
+    #[error("approval '{id}' is already {state}; only open requests can be answered")]
+    AlreadyDecided { id: String, state: ApprovalState },
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl From<StoreError> for ApprovalError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound { id, .. } => ApprovalError::NotFound(id),
+            e => ApprovalError::Store(e),
+        }
+    }
+}
+
+/// The approvals service: a cheap handle over the agent (see [`Agent::approvals`]).
+#[derive(Clone)]
+pub struct Approvals {
+    agent: Agent,
+}
+
+impl Agent {
+    /// The way a person answers requests (never given to a tool).
+    pub fn approvals(&self) -> Approvals {
+        Approvals {
+            agent: self.clone(),
+        }
+    }
+
+    /// Send new requests' notices through `notifier` (`tools.approval_notify`); set once.
+    pub fn bind_notifier(&self, notifier: crate::notify::Notifier) {
+        let _ = self.inner.notifier.set(notifier);
+    }
+}
+
+impl Approvals {
+    /// Newest first; `state` `None`: every state.
+    pub async fn list(
+        &self,
+        state: Option<ApprovalState>,
+        limit: i64,
+    ) -> Result<Vec<Approval>, ApprovalError> {
+        Ok(self.agent.store().list_approvals(state, limit).await?)
+    }
+
+    pub async fn get(&self, id: &str) -> Result<Approval, ApprovalError> {
+        Ok(self.agent.store().approval(id).await?)
+    }
+
+    /// The requests of one task (its page shows them with their buttons).
+    pub async fn of_task(&self, task_id: &str) -> Result<Vec<Approval>, ApprovalError> {
+        Ok(self.agent.store().task_approvals(task_id).await?)
+    }
+
+    /// Answer an open request, once; `decided_by` says who (`api`, `dashboard`, `cli`,
+    /// `email:ADDRESS`). The task waiting on it goes on at once when this was its last open
+    /// request: the call runs (approved) or the model is told a person declined.
+    pub async fn decide(
+        &self,
+        id: &str,
+        decision: Decision,
+        decided_by: &str,
+    ) -> Result<Approval, ApprovalError> {
+        let (state, reason) = match decision {
+            Decision::Approve => (ApprovalState::Approved, None),
+            Decision::Deny { reason } => (
+                ApprovalState::Denied,
+                Some(
+                    reason
+                        .map(|r| r.trim().to_string())
+                        .filter(|r| !r.is_empty())
+                        .unwrap_or_else(|| "declined".into()),
+                ),
+            ),
+        };
+        let store = self.agent.store();
+        match store
+            .decide_approval(id, state, reason.as_deref(), decided_by)
+            .await?
+        {
+            Some(done) => {
+                tracing::info!(approval = %done.id, task = %done.task_id, tool = %done.tool,
+                    state = %done.state, by = decided_by, "approval answered");
+                self.agent.wake_workers();
+                Ok(done)
+            }
+            None => {
+                let now = store.approval(id).await?;
+                Err(ApprovalError::AlreadyDecided {
+                    id: now.id,
+                    state: now.state,
+                })
+            }
+        }
+    }
+
+    /// Deny (reason `expired`) every open request past its time; how many.
+    pub async fn expire_due(&self) -> Result<usize, ApprovalError> {
+        let ids = self
+            .agent
+            .store()
+            .expire_approvals(crate::store::now())
+            .await?;
+        if !ids.is_empty() {
+            tracing::info!(count = ids.len(), "approval requests expired unanswered");
+            self.agent.wake_workers();
+        }
+        Ok(ids.len())
+    }
+
+    /// The request a notice asked about: a reply to that notice answers it.
+    pub async fn for_notice(&self, notice_id: i64) -> Result<Option<Approval>, ApprovalError> {
+        Ok(self.agent.store().approval_for_notice(notice_id).await?)
+    }
+
+    /// Expire requests every [`EXPIRY_SWEEP`] until `stop`.
+    pub fn spawn_sweeper(&self, tracker: &TaskTracker, stop: CancellationToken) {
+        let this = self.clone();
+        tracker.spawn(async move {
+            loop {
+                if let Err(e) = this.expire_due().await {
+                    tracing::warn!(error = %e, "could not expire approval requests; retrying");
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(EXPIRY_SWEEP) => {}
+                }
+            }
+        });
+    }
+
+    /// Record a request for `tool` with `arguments` (canonical JSON) in `task`, and announce it
+    /// once on each `tools.approval_notify` channel.
+    pub(super) async fn ask(
+        &self,
+        task: &Task,
+        tool: &str,
+        arguments: &str,
+    ) -> Result<Approval, StoreError> {
+        let settings = self.agent.settings();
+        let expires = crate::store::now()
+            + chrono::Duration::seconds(
+                i64::try_from(settings.tools.approval_expire_s).unwrap_or(i64::MAX / 1000),
+            );
+        let store = self.agent.store();
+        let approval = store
+            .create_approval(&task.id, tool, arguments, expires)
+            .await?;
+        tracing::info!(approval = %approval.id, task = %task.id, tool, "waiting for approval");
+        let Some(notifier) = self.agent.inner.notifier.get() else {
+            return Ok(approval);
+        };
+        let goal = self.goal(task).await;
+        for channel in &settings.tools.approval_notify {
+            let notice = notice(
+                &approval,
+                &goal,
+                channel,
+                &settings.server.public_url,
+                &task.id,
+            );
+            match notifier.enqueue(notice).await {
+                Ok(notice_id) => store.link_approval_notice(&approval.id, notice_id).await?,
+                Err(e) => {
+                    tracing::warn!(approval = %approval.id, channel, error = %e, "could not queue the approval notice")
+                }
+            }
+        }
+        Ok(approval)
+    }
+
+    /// The goal a person is asked about: the top-level task's text (a sub-agent's own task
+    /// after it).
+    async fn goal(&self, task: &Task) -> String {
+        let Some(parent) = &task.parent_id else {
+            return task.task.clone();
+        };
+        let mut root = parent.clone();
+        // Sub-agents nest at most `MAX_DEPTH` deep.
+        for _ in 0..super::MAX_DEPTH {
+            match self.agent.store().task(&root).await {
+                Ok(t) => match t.parent_id {
+                    Some(p) => root = p,
+                    None => return format!("{}\n(sub-task: {})", t.task, task.task),
+                },
+                Err(_) => break,
+            }
+        }
+        task.task.clone()
+    }
+}
+
+/// The one notice of a request: goal, tool, arguments, and where to answer it.
+fn notice(a: &Approval, goal: &str, channel: &str, public_url: &str, task_id: &str) -> NewNotice {
+    let args =
+        serde_json::to_string_pretty(&a.arguments).unwrap_or_else(|_| a.arguments.to_string());
+    let base = public_url.trim_end_matches('/');
+    let link = if base.is_empty() {
+        String::new()
+    } else {
+        format!("\nTask: {base}/tasks/{task_id}\nAnswer: {base}/approvals\n")
+    };
+    let body = format!(
+        "A task wants to run a tool that needs your approval.\n\n\
+         Goal: {goal}\n\nTool: {tool}\n\nArguments:\n```\n{args}\n```\n{link}\n\
+         Approve or deny on the dashboard, with `hermes-agent approvals approve {id}` / \
+         `hermes-agent approvals deny {id} --reason TEXT`, or by replying `approve` or `deny`. \
+         Unanswered, it is denied at {expires}.",
+        tool = a.tool,
+        id = a.id,
+        expires = a.expires_at.format("%Y-%m-%d %H:%M UTC"),
+    );
+    NewNotice {
+        channel: channel.to_string(),
+        title: format!("Approval needed: {}", a.tool),
+        body,
+        task_id: Some(task_id.to_string()),
+        job_id: None,
+        run_id: None,
+        ..NewNotice::default()
+    }
+}

@@ -1,0 +1,69 @@
+//! A `run` waiting on its own task: the held calls of its task (and of its sub-agents) are
+//! answered from elsewhere — another terminal, the dashboard, the API — and this process
+//! continues them itself, with its live timeline, since the daemon's workers never take a
+//! task a `run` owns.
+//!
+//! Owns: the wait's loop (expiry, the optional per-request timeout, taking this run's ready
+//! holds). Must not: answer a request except by expiry or the timeout the person asked for.
+
+use super::{Agent, AgentError, Decision};
+use crate::store::{Approval, HoldOwner, Step, Task};
+use std::collections::HashSet;
+use std::time::Duration;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// How often a waiting `run` looks for answers: they may come from another process.
+const POLL: Duration = Duration::from_millis(250);
+
+/// Who denied a request whose `run --approval-timeout` ran out.
+pub const TIMEOUT_DECIDER: &str = "run --approval-timeout";
+
+impl Agent {
+    /// Wait for the answers to `root`'s requests and continue it (and its sub-tasks) here
+    /// until it ends. `on_ask` is called once per open request; with `timeout`, a request
+    /// open that long is denied with reason `timeout`.
+    pub async fn continue_own(
+        &self,
+        root: &str,
+        observer: Option<UnboundedSender<Step>>,
+        timeout: Option<Duration>,
+        on_ask: &(dyn Fn(&Approval) + Send + Sync),
+    ) -> Result<Task, AgentError> {
+        let store = self.store();
+        let mut announced: HashSet<String> = HashSet::new();
+        loop {
+            let now = store.task(root).await?;
+            if now.state.is_finished() {
+                return Ok(now);
+            }
+            if let Err(e) = self.approvals().expire_due().await {
+                tracing::warn!(error = %e, "could not expire approval requests");
+            }
+            for a in store.open_approvals_under(root).await? {
+                if announced.insert(a.id.clone()) {
+                    on_ask(&a);
+                }
+                let overdue = timeout.is_some_and(|t| {
+                    (crate::store::now() - a.created_at)
+                        .to_std()
+                        .unwrap_or_default()
+                        >= t
+                });
+                if overdue {
+                    let deny = Decision::Deny {
+                        reason: Some("timeout".into()),
+                    };
+                    // Answered meanwhile by someone else: their answer stands.
+                    let _ = self.approvals().decide(&a.id, deny, TIMEOUT_DECIDER).await;
+                }
+            }
+            match store.take_ready_hold(HoldOwner::Task(root)).await? {
+                Some(hold) => {
+                    let observer = (hold.task_id == root).then(|| observer.clone()).flatten();
+                    self.resume(hold, observer).await?;
+                }
+                None => tokio::time::sleep(POLL).await,
+            }
+        }
+    }
+}

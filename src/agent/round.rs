@@ -1,0 +1,272 @@
+//! One round of tool calls — the calls of one model reply — through the approval gate.
+//!
+//! Owns: the order of a round: results of sub-tasks that were waited for; then the gate: if any
+//! call needs a person who has not answered, nothing of the round runs and the task is held
+//! (one request per distinct call); else the calls run concurrently, each once — approved ones
+//! with exactly the approved arguments, declined ones not at all. A delegate call whose
+//! sub-agent waits for a person holds the round too, keeping the results of the calls that
+//! already ran so that they never run again.
+//! Must not: decide what a person wants (`hold.rs` judges, `approvals.rs` records).
+
+use super::guard::{LoopGuard, Verdict};
+use super::hold::{Checkpoint, Gate, HeldRound, SavedOptions, Slot, canonical_arguments, judge};
+use super::run::{LoopEnd, Run, not_run};
+use super::trace;
+use crate::llm::{Message, ToolCall};
+use crate::memory::ShortTerm;
+use crate::store::StoreError;
+use crate::tools::{Permit, ToolContext, ToolError, ToolOutcome};
+use futures::future::join_all;
+
+/// How a round ended.
+pub(super) enum RoundEnd {
+    /// Every call has its result: the round and its result messages, in the calls' order.
+    Results(HeldRound, Vec<Message>),
+    /// Waiting for a person (directly or through a sub-agent).
+    Held(HeldRound),
+    /// The loop guard stopped the task.
+    End(LoopEnd),
+}
+
+impl Run<'_> {
+    /// The tool globs the task's job pre-approved (none for a task no job started).
+    pub(super) async fn pre_approved(&self) -> Vec<String> {
+        let Some(job) = &self.task.job_id else {
+            return Vec::new();
+        };
+        match self.agent.store().job(job).await {
+            Ok(j) => j.pre_approved,
+            // A job deleted since: nothing is pre-approved any more.
+            Err(_) => Vec::new(),
+        }
+    }
+
+    pub(super) async fn tool_round(
+        &self,
+        ctx: &ToolContext,
+        step: i64,
+        mut round: HeldRound,
+        guard: &mut LoopGuard,
+        pre_approved: &[String],
+    ) -> Result<RoundEnd, StoreError> {
+        let registry = self.agent.registry();
+        let restrict = self.opts.restrict.as_deref();
+        let calls: Vec<ToolCall> = round.calls().to_vec();
+        // Sub-tasks waited for have all finished (the hold was not taken before).
+        for (i, call) in calls.iter().enumerate() {
+            if let Slot::Sub { entries } = &round.slots[i] {
+                let result = super::delegate::resumed(self.agent, call, entries).await;
+                let o = registry.shape(call, result, ctx).await;
+                self.record(trace::tool(step, call, &o));
+                round.slots[i] = Slot::Done { content: o.content };
+            }
+        }
+        let gated: Vec<bool> = calls
+            .iter()
+            .zip(&round.slots)
+            .map(|(c, s)| {
+                matches!(s, Slot::ToRun)
+                    && registry.needs_approval(&c.name)
+                    && registry.would_run(&c.name, &c.arguments, restrict)
+            })
+            .collect();
+        let known = if gated.contains(&true) {
+            self.agent.store().task_approvals(&self.task.id).await?
+        } else {
+            Vec::new()
+        };
+        let gates: Vec<Option<Gate>> = calls
+            .iter()
+            .zip(&round.slots)
+            .zip(&gated)
+            .map(|((c, s), g)| match (s, g) {
+                (Slot::ToRun, true) => Some(judge(c, &known, pre_approved)),
+                (Slot::ToRun, false) => Some(Gate::Free),
+                _ => None,
+            })
+            .collect();
+        if gates.iter().flatten().any(Gate::waits) {
+            self.ask(step, &calls, &gates).await?;
+            return Ok(RoundEnd::Held(round));
+        }
+        let verdicts: Vec<Option<Verdict>> = calls
+            .iter()
+            .zip(&gates)
+            .map(|(c, g)| match g {
+                Some(Gate::Free | Gate::PreApproved | Gate::Approved { .. }) => {
+                    Some(guard.check(c))
+                }
+                _ => None,
+            })
+            .collect();
+        let contexts: Vec<ToolContext> = calls
+            .iter()
+            .map(|_| ToolContext {
+                waiting: Default::default(),
+                ..ctx.clone()
+            })
+            .collect();
+        let outcomes = join_all(calls.iter().zip(&gates).zip(&verdicts).zip(&contexts).map(
+            |(((c, g), v), ctx)| self.run_call(step, c, g.as_ref(), v.as_ref(), ctx, restrict),
+        ))
+        .await;
+        let mut waits = false;
+        for (i, (call, o)) in calls.iter().zip(outcomes).enumerate() {
+            let Some(o) = o else { continue };
+            let entries = contexts[i].waiting.take();
+            if entries.is_empty() {
+                self.record(trace::tool(step, call, &o));
+                round.slots[i] = Slot::Done { content: o.content };
+            } else {
+                waits = true;
+                round.slots[i] = Slot::Sub { entries };
+            }
+        }
+        self.flush().await?;
+        if waits {
+            return Ok(RoundEnd::Held(round));
+        }
+        let stop = verdicts.into_iter().flatten().find_map(|v| match v {
+            Verdict::Stop { error } => Some(error),
+            _ => None,
+        });
+        if let Some(error) = stop {
+            return Ok(RoundEnd::End(LoopEnd::Failed {
+                reason: crate::store::FailReason::Loop,
+                error,
+            }));
+        }
+        match round.results() {
+            Some(results) => Ok(RoundEnd::Results(round, results)),
+            None => Err(StoreError::Corrupt(
+                "a tool round ended with a call that has no result".into(),
+            )),
+        }
+    }
+
+    /// One call that may run now, as its gate and the loop guard say; `None` for a call that
+    /// already has its result.
+    async fn run_call(
+        &self,
+        step: i64,
+        call: &ToolCall,
+        gate: Option<&Gate>,
+        verdict: Option<&Verdict>,
+        ctx: &ToolContext,
+        restrict: Option<&[String]>,
+    ) -> Option<ToolOutcome> {
+        let registry = self.agent.registry();
+        let gate = gate?;
+        if let Some(Verdict::Refuse { times }) = verdict {
+            return Some(not_run(call, ToolError::Repeated(*times)));
+        }
+        if let Some(Verdict::Stop { error }) = verdict {
+            return Some(not_run(call, ToolError::Failed(error.clone())));
+        }
+        Some(match gate {
+            Gate::Free => registry.execute(call, ctx, restrict).await,
+            Gate::PreApproved => {
+                let note = "pre-approved by the job".to_string();
+                self.record(trace::approval(step, call, note, None));
+                registry
+                    .execute_approved(call, ctx, restrict, Permit::granted())
+                    .await
+            }
+            Gate::Approved { id, arguments, by } => {
+                match self.agent.store().use_approval(id).await {
+                    Ok(true) => {
+                        self.record(trace::approval(
+                            step,
+                            call,
+                            format!("approved by {by}"),
+                            None,
+                        ));
+                        // Exactly what the person approved.
+                        let approved = ToolCall {
+                            arguments: arguments.clone(),
+                            ..call.clone()
+                        };
+                        registry
+                            .execute_approved(&approved, ctx, restrict, Permit::granted())
+                            .await
+                    }
+                    // Used already (it runs once), or unreadable: not run.
+                    Ok(false) | Err(_) => {
+                        not_run(call, ToolError::NeedsApproval(call.name.clone()))
+                    }
+                }
+            }
+            Gate::Declined { reason, by } => {
+                let error = format!("denied by {by}: {reason}");
+                self.record(trace::approval(step, call, "denied".into(), Some(error)));
+                not_run(call, ToolError::Declined(reason.clone()))
+            }
+            // Held before anything runs (see `tool_round`).
+            Gate::Open | Gate::Ask => not_run(call, ToolError::NeedsApproval(call.name.clone())),
+        })
+    }
+
+    /// Ask a person about each distinct call that needs it, and note the wait in the trace.
+    async fn ask(
+        &self,
+        step: i64,
+        calls: &[ToolCall],
+        gates: &[Option<Gate>],
+    ) -> Result<(), StoreError> {
+        let approvals = self.agent.approvals();
+        let mut asked: Vec<(String, String)> = Vec::new();
+        for (call, gate) in calls.iter().zip(gates) {
+            if gate.as_ref() != Some(&Gate::Ask) {
+                continue;
+            }
+            let args = canonical_arguments(&call.arguments);
+            let key = (call.name.clone(), args.clone());
+            if asked.contains(&key) {
+                continue;
+            }
+            approvals.ask(self.task, &call.name, &args).await?;
+            self.record(trace::approval(step, call, "waiting".into(), None));
+            asked.push(key);
+        }
+        Ok(())
+    }
+
+    /// Store the checkpoint and mark the task waiting; the execution then ends.
+    pub(super) async fn hold(
+        &self,
+        window: ShortTerm,
+        guard: LoopGuard,
+        step: i64,
+        round: HeldRound,
+    ) -> Result<(), StoreError> {
+        self.flush().await?;
+        let counts = self.tally.counts();
+        let cp = Checkpoint {
+            window,
+            guard,
+            step,
+            round,
+            prompt_tokens: counts.prompt_tokens,
+            completion_tokens: counts.completion_tokens,
+            parse_failures: counts.parse_failures,
+            last_seq: counts.last_seq,
+            limit_ms: u64::try_from(self.budget.limit.as_millis()).unwrap_or(u64::MAX),
+            used_ms: u64::try_from(self.budget.used().as_millis()).unwrap_or(u64::MAX),
+            options: SavedOptions {
+                restrict: self.opts.restrict.clone(),
+                agent_prompt: self.opts.agent_prompt.clone(),
+                depth: self.opts.depth,
+                resumer: self.opts.resumer.clone(),
+            },
+        };
+        let text = serde_json::to_string(&cp)
+            .map_err(|e| StoreError::Corrupt(format!("the task's checkpoint: {e}")))?;
+        let store = self.agent.store();
+        store
+            .hold_task(&self.task.id, &text, self.opts.resumer.as_deref())
+            .await?;
+        // Answered already (a fast person, or a request that expired meanwhile).
+        self.agent.wake_workers();
+        Ok(())
+    }
+}

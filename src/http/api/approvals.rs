@@ -1,0 +1,88 @@
+//! Approvals: `GET /v1/approvals?state=open|approved|denied|expired`,
+//! `POST /v1/approvals/{id}/approve`, `POST /v1/approvals/{id}/deny` (optional `{"reason"}`).
+//! Each answer goes through the one door, `Approvals::decide`.
+
+use crate::agent::{ApprovalError, Decision};
+use crate::http::extract::{Id, Query, bounded};
+use crate::http::{ApiError, ApiResult, ApiState};
+use crate::store::ApprovalState;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::json;
+
+impl From<ApprovalError> for ApiError {
+    fn from(e: ApprovalError) -> ApiError {
+        match e {
+            ApprovalError::NotFound(_) => ApiError::not_found(e.to_string()),
+            ApprovalError::AlreadyDecided { .. } => ApiError::conflict(e.to_string()),
+            ApprovalError::Store(s) => s.into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListApprovals {
+    state: Option<String>,
+    limit: Option<i64>,
+}
+
+pub async fn list_approvals(
+    State(s): State<ApiState>,
+    Query(q): Query<ListApprovals>,
+) -> ApiResult {
+    let state = match q.state.as_deref() {
+        None | Some("") => None,
+        Some(v) => Some(
+            v.parse::<ApprovalState>()
+                .map_err(|e| ApiError::bad_request(e.to_string()))?,
+        ),
+    };
+    let limit = bounded("limit", q.limit, 100, 1000)?;
+    let approvals = s.agent.approvals().list(state, limit).await?;
+    Ok(Json(json!({ "approvals": approvals })).into_response())
+}
+
+pub async fn approve(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
+    let a = s
+        .agent
+        .approvals()
+        .decide(&id, Decision::Approve, "api")
+        .await?;
+    Ok(Json(a).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DenyBody {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// The body is optional: none, or `{"reason": "..."}`.
+pub async fn deny(State(s): State<ApiState>, Id(id): Id, body: Bytes) -> ApiResult {
+    let body: DenyBody = if body.iter().all(u8::is_ascii_whitespace) {
+        DenyBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body must be empty or {{\"reason\": \"...\"}}: {e}"
+            ))
+        })?
+    };
+    let a = s
+        .agent
+        .approvals()
+        .decide(
+            &id,
+            Decision::Deny {
+                reason: body.reason,
+            },
+            "api",
+        )
+        .await?;
+    Ok(Json(a).into_response())
+}

@@ -1,0 +1,309 @@
+//! Approval requests, the notices that asked about them, and held tasks' checkpoints
+//! (`approvals`, `approval_notices`, `task_holds`).
+
+use super::{ApprovalState, Result, Store, StoreError, limit_or, new_id, now};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// One held call and what became of it: the shape of `GET /v1/approvals`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, sqlx::FromRow)]
+pub struct Approval {
+    pub id: String,
+    pub task_id: String,
+    pub tool: String,
+    /// The exact arguments that run once approved, as canonical JSON text.
+    #[sqlx(skip)]
+    pub arguments: serde_json::Value,
+    pub state: ApprovalState,
+    pub reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub decided_at: Option<DateTime<Utc>>,
+    pub decided_by: Option<String>,
+    /// When the approved call ran (it runs once).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub used_at: Option<DateTime<Utc>>,
+}
+
+impl super::WithJson for Approval {
+    fn read_json(self, row: &sqlx::sqlite::SqliteRow) -> Result<Approval> {
+        let owner = format!("approval {}", self.id);
+        Ok(Approval {
+            arguments: super::json_column(row, "arguments", &owner)?,
+            ..self
+        })
+    }
+}
+
+/// A held task's checkpoint as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Hold {
+    pub task_id: String,
+    /// JSON written and read by the agent; the store does not look inside.
+    pub checkpoint: String,
+    pub owner: Option<String>,
+}
+
+/// Which held tasks a runner may continue: the daemon's workers take those no process owns,
+/// a `run` those of its own task.
+#[derive(Debug, Clone, Copy)]
+pub enum HoldOwner<'a> {
+    Pool,
+    Task(&'a str),
+}
+
+impl HoldOwner<'_> {
+    fn as_option(&self) -> Option<&str> {
+        match self {
+            HoldOwner::Pool => None,
+            HoldOwner::Task(id) => Some(id),
+        }
+    }
+}
+
+impl Store {
+    /// A new open request for `tool` with `arguments` (canonical JSON text) in `task_id`.
+    pub async fn create_approval(
+        &self,
+        task_id: &str,
+        tool: &str,
+        arguments: &str,
+        expires_at: DateTime<Utc>,
+    ) -> Result<Approval> {
+        let id = format!("a_{}", new_id());
+        let insert = sqlx::query(concat!(
+            "INSERT INTO approvals (id, task_id, tool, arguments, state, created_at, expires_at) \
+             VALUES (?, ?, ?, ?, 'open', ?, ?) RETURNING ",
+            columns!(approvals)
+        ))
+        .bind(&id)
+        .bind(task_id)
+        .bind(tool)
+        .bind(arguments)
+        .bind(now())
+        .bind(expires_at);
+        // All rows read, so the statement runs to its commit (see `write.rs`).
+        let rows = insert.fetch_all(self.pool()).await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| StoreError::Corrupt("an inserted approval did not come back".into()))?;
+        <Approval as super::WithJson>::from_json_row(row)
+    }
+
+    pub async fn approval(&self, id: &str) -> Result<Approval> {
+        self.json_row(select!(approvals, "WHERE id = ?"), "approval", id)
+            .await
+    }
+
+    /// Newest first; `state` `None`: all.
+    pub async fn list_approvals(
+        &self,
+        state: Option<ApprovalState>,
+        limit: i64,
+    ) -> Result<Vec<Approval>> {
+        let rows = sqlx::query(select!(
+            approvals,
+            "WHERE (?1 IS NULL OR state = ?1) ORDER BY created_at DESC, id LIMIT ?2"
+        ))
+        .bind(state)
+        .bind(limit_or(limit, 100))
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(<Approval as super::WithJson>::from_json_row)
+            .collect()
+    }
+
+    /// The requests of one task, oldest first.
+    pub async fn task_approvals(&self, task_id: &str) -> Result<Vec<Approval>> {
+        let rows = sqlx::query(select!(
+            approvals,
+            "WHERE task_id = ? ORDER BY created_at, id"
+        ))
+        .bind(task_id)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(<Approval as super::WithJson>::from_json_row)
+            .collect()
+    }
+
+    /// open → `state` (approved, denied or expired), once: `None` when it was no longer open
+    /// (someone answered first).
+    pub async fn decide_approval(
+        &self,
+        id: &str,
+        state: ApprovalState,
+        reason: Option<&str>,
+        decided_by: &str,
+    ) -> Result<Option<Approval>> {
+        let row = sqlx::query(concat!(
+            "UPDATE approvals SET state = ?, reason = ?, decided_at = ?, decided_by = ? \
+             WHERE id = ? AND state = 'open' RETURNING ",
+            columns!(approvals)
+        ))
+        .bind(state)
+        .bind(reason)
+        .bind(now())
+        .bind(decided_by)
+        .bind(id)
+        .fetch_all(self.pool())
+        .await?;
+        row.first()
+            .map(<Approval as super::WithJson>::from_json_row)
+            .transpose()
+    }
+
+    /// Open requests whose time has passed → `expired` (reason `expired`); their ids.
+    pub async fn expire_approvals(&self, at: DateTime<Utc>) -> Result<Vec<String>> {
+        let rows: Vec<(String,)> = self
+            .returning(
+                sqlx::query_as(
+                    "UPDATE approvals SET state = 'expired', reason = 'expired', decided_at = ?1, \
+                     decided_by = 'expiry' WHERE state = 'open' AND expires_at <= ?1 RETURNING id",
+                )
+                .bind(at),
+            )
+            .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    /// The open requests of `root` and of its sub-tasks (nested at most two deep), oldest
+    /// first: what a `run` waits on.
+    pub async fn open_approvals_under(&self, root: &str) -> Result<Vec<Approval>> {
+        let rows = sqlx::query(select!(
+            approvals,
+            "WHERE state = 'open' AND (task_id = ?1 \
+             OR task_id IN (SELECT id FROM tasks WHERE parent_id = ?1) \
+             OR task_id IN (SELECT id FROM tasks WHERE parent_id IN \
+                            (SELECT id FROM tasks WHERE parent_id = ?1))) \
+             ORDER BY created_at, id"
+        ))
+        .bind(root)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(<Approval as super::WithJson>::from_json_row)
+            .collect()
+    }
+
+    /// Mark an approved request as used by the one run it allows; false when it was used.
+    pub async fn use_approval(&self, id: &str) -> Result<bool> {
+        self.one_row(
+            sqlx::query(
+                "UPDATE approvals SET used_at = ? WHERE id = ? AND state = 'approved' \
+                 AND used_at IS NULL",
+            )
+            .bind(now())
+            .bind(id),
+        )
+        .await
+    }
+
+    /// Remember that notice `notice_id` asked about `approval_id` (a reply to it answers it).
+    pub async fn link_approval_notice(&self, approval_id: &str, notice_id: i64) -> Result<()> {
+        self.run(
+            sqlx::query("INSERT INTO approval_notices (approval_id, notice_id) VALUES (?, ?)")
+                .bind(approval_id)
+                .bind(notice_id),
+        )
+        .await
+    }
+
+    /// The request a notice asked about, if it asked about one.
+    pub async fn approval_for_notice(&self, notice_id: i64) -> Result<Option<Approval>> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            columns!(approvals),
+            " FROM approvals WHERE id = (SELECT approval_id FROM approval_notices WHERE notice_id = ?)"
+        ))
+        .bind(notice_id)
+        .fetch_optional(self.pool())
+        .await?;
+        row.as_ref()
+            .map(<Approval as super::WithJson>::from_json_row)
+            .transpose()
+    }
+
+    /// Keep a running task's checkpoint and mark it waiting, in one transaction.
+    pub async fn hold_task(
+        &self,
+        task_id: &str,
+        checkpoint: &str,
+        owner: Option<&str>,
+    ) -> Result<()> {
+        let mut tx = self.pool().begin().await?;
+        sqlx::query(
+            "INSERT INTO task_holds (task_id, checkpoint, owner, created_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (task_id) DO UPDATE SET checkpoint = excluded.checkpoint, \
+             owner = excluded.owner, created_at = excluded.created_at",
+        )
+        .bind(task_id)
+        .bind(checkpoint)
+        .bind(owner)
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
+        let marked = sqlx::query("UPDATE tasks SET waiting = 1 WHERE id = ? AND state = 'running'")
+            .bind(task_id)
+            .execute(&mut *tx)
+            .await?;
+        if marked.rows_affected() == 0 {
+            // Ended meanwhile (cancelled): nothing to continue.
+            tx.rollback().await?;
+            return Err(StoreError::Conflict(format!(
+                "task '{task_id}' is no longer running; it cannot wait"
+            )));
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Take one held task of `owner` that can continue — none of its requests open, none of
+    /// its sub-tasks unfinished — removing its hold: the caller runs it from the checkpoint.
+    pub async fn take_ready_hold(&self, owner: HoldOwner<'_>) -> Result<Option<Hold>> {
+        let mut tx = self.pool().begin().await?;
+        let hold: Vec<Hold> = sqlx::query_as(
+            "DELETE FROM task_holds WHERE task_id = (SELECT h.task_id FROM task_holds h \
+             WHERE h.owner IS ?1 \
+             AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.task_id = h.task_id AND a.state = 'open') \
+             AND NOT EXISTS (SELECT 1 FROM tasks c WHERE c.parent_id = h.task_id \
+                             AND c.state IN ('pending', 'running')) \
+             ORDER BY h.created_at LIMIT 1) RETURNING task_id, checkpoint, owner",
+        )
+        .bind(owner.as_option())
+        .fetch_all(&mut *tx)
+        .await?;
+        let hold = hold.into_iter().next();
+        if let Some(h) = &hold {
+            sqlx::query("UPDATE tasks SET waiting = 0 WHERE id = ?")
+                .bind(&h.task_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(hold)
+    }
+
+    /// The sub-tasks of `parent` that wait for a person.
+    pub async fn waiting_children(&self, parent: &str) -> Result<Vec<String>> {
+        let rows: Vec<(String,)> = self
+            .all(
+                sqlx::query_as("SELECT id FROM tasks WHERE parent_id = ? AND waiting = 1")
+                    .bind(parent),
+            )
+            .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    /// Drop a task's hold (it was cancelled while waiting).
+    pub async fn drop_hold(&self, task_id: &str) -> Result<()> {
+        self.run(sqlx::query("DELETE FROM task_holds WHERE task_id = ?").bind(task_id))
+            .await
+    }
+
+    /// How many tasks wait for a person, for the overview and `/healthz`.
+    pub async fn waiting_count(&self) -> Result<i64> {
+        self.count("SELECT COUNT(*) FROM task_holds").await
+    }
+}

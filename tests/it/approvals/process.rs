@@ -1,0 +1,281 @@
+//! Approvals across processes: the daemon restarted while a call waits (the request stays open,
+//! the task goes on once approved), and the CLI — `approvals list|approve|deny` and `run`
+//! waiting on its own held call.
+
+use super::results_seen;
+use crate::common::text;
+use crate::daemon::{PATIENCE, Site};
+use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+const BIN: &str = env!("CARGO_BIN_EXE_hermes-agent");
+
+/// A model that calls `mark` once, then answers.
+fn mark_model(req: &Value) -> Reply {
+    match results_seen(req) {
+        0 => Reply::tool_calls(&[("mark", json!({"to": "bob"}))]),
+        _ => Reply::text("marked"),
+    }
+}
+
+/// A site whose `mark` manifest tool (approval: required) appends its argument to a file.
+fn site(model_url: &str) -> (Site, PathBuf) {
+    let site = Site::new(model_url, &[], &[]);
+    let tools = site.dir.path().join("tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    let marks = site.dir.path().join("marks.txt");
+    let manifest = format!(
+        "name: mark\ndescription: Mark someone.\n\
+         parameters: {{type: object, properties: {{to: {{type: string}}}}, required: [to]}}\n\
+         command: {{argv: [\"/bin/sh\", \"-c\", \"echo \\\"$0\\\" >> {}\", \"{{{{to}}}}\"]}}\n\
+         approval: required\n",
+        marks.display()
+    );
+    std::fs::write(tools.join("mark.yaml"), manifest).unwrap();
+    let settings = std::fs::read_to_string(site.config()).unwrap();
+    let settings = settings
+        .replace(
+            "  manifests_dir: /nonexistent-hermes-daemon-test-tools\n",
+            &format!("  manifests_dir: {}\n", tools.display()),
+        )
+        .replace("agent:\n  workers: 4\n", "agent:\n  workers: 1\n");
+    std::fs::write(site.config(), settings).unwrap();
+    (site, marks)
+}
+
+fn marks(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_call_survives_a_daemon_restart_and_runs_once_when_approved() {
+    let model = ScriptedModel::start_with(mark_model).await;
+    let (site, mark_file) = site(&model.base_url());
+    let mut daemon = site.start(&[]);
+    daemon.ready().await;
+    let id = daemon.submit("mark bob").await;
+
+    // It waits: running, not stuck, and the request is open.
+    let deadline = Instant::now() + PATIENCE;
+    let open = loop {
+        let (status, v) = daemon.get("/v1/approvals?state=open").await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        if let Some(list) = v["approvals"].as_array().filter(|l| !l.is_empty()) {
+            break list.clone();
+        }
+        assert!(Instant::now() < deadline, "no request: {v}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0]["task_id"], id.as_str());
+    assert_eq!(open[0]["tool"], "mark");
+    assert_eq!(open[0]["arguments"], json!({"to": "bob"}));
+    assert_eq!(open[0]["state"], "open");
+    let approval = open[0]["id"].as_str().unwrap().to_string();
+    let (_, task) = daemon.get(&format!("/v1/tasks/{id}")).await;
+    assert_eq!(task["state"], "running");
+    assert_eq!(task["waiting"], true);
+    let (status, health) = daemon.get("/healthz").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(health["status"], "ok", "{health}");
+    assert!(marks(&mark_file).is_empty());
+
+    // Killed outright, then started again: the request and the task are still there.
+    daemon.signal("-KILL");
+    daemon.exited(PATIENCE).await;
+    let mut daemon = site.start(&[]);
+    daemon.ready().await;
+    let (_, task) = daemon.get(&format!("/v1/tasks/{id}")).await;
+    assert_eq!(task["state"], "running", "{task}");
+    assert_eq!(task["waiting"], true);
+
+    // `tasks list --state running` marks it.
+    let out = site.cli(&["tasks", "list", "--state", "running"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("running (waiting for approval)"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    // Listed and approved by the CLI, through the daemon.
+    let out = site.cli(&["approvals", "list"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains(&approval),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = site.cli(&["approvals", "approve", &approval], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let done = daemon.finished(&id).await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+    assert_eq!(marks(&mark_file), vec!["bob".to_string()]);
+    let (status, again) = daemon
+        .post(
+            &format!("/v1/approvals/{approval}/deny"),
+            json!({"reason": "late"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{again}");
+    // The CLI answered through the daemon's API.
+    let (_, approved) = daemon.get("/v1/approvals?state=approved").await;
+    assert_eq!(approved["approvals"][0]["decided_by"], "api");
+    daemon.stop().await;
+}
+
+/// `run` in its own process, its stderr read line by line until `needle`; the child and the
+/// line.
+fn run_until(
+    site: &Site,
+    args: &[&str],
+    needle: &str,
+) -> (std::process::Child, String, Vec<String>) {
+    let mut child = Command::new(BIN)
+        .current_dir(site.dir.path())
+        .env_remove("HERMES_CONFIG")
+        .env_remove("HERMES_DATA_DIR")
+        .env("XDG_CONFIG_HOME", site.dir.path().join("xdg-config"))
+        .arg("--config")
+        .arg(site.config())
+        .arg("--data-dir")
+        .arg(site.data())
+        .arg("run")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
+    loop {
+        match lines.next() {
+            Some(Ok(line)) => {
+                if line.contains(needle) {
+                    // Keep draining, so the child never blocks on a full pipe.
+                    std::thread::spawn(move || for _ in lines {});
+                    return (child, line, seen);
+                }
+                seen.push(line);
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("`run` ended without {needle:?}:\n{}", seen.join("\n"))
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_waits_for_an_answer_from_another_terminal_and_its_timeout_denies() {
+    let model = ScriptedModel::start_with(mark_model).await;
+    let (site, mark_file) = site(&model.base_url());
+
+    let (child, line, _) = run_until(&site, &["mark bob"], "waiting for approval: ");
+    let id = line
+        .split("waiting for approval: ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("an id")
+        .to_string();
+    assert!(marks(&mark_file).is_empty());
+    // No daemon: the other terminal answers on the data dir.
+    let out = site.cli(&["approvals", "approve", &id], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = child.wait_with_output().expect("run ends");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "marked");
+    assert_eq!(marks(&mark_file), vec!["bob".to_string()]);
+
+    let (child, _, _) = run_until(
+        &site,
+        &["mark bob again", "--approval-timeout", "1"],
+        "waiting for approval: ",
+    );
+    let out = child.wait_with_output().expect("run ends");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(marks(&mark_file).len(), 1, "the timed-out call ran");
+    let out = site.cli(&["approvals", "list", "--state", "denied", "--json"], &[]);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["approvals"][0]["reason"], "timeout", "{v}");
+}
+
+/// `hermes-agent mcp` on `site`: one `run_task` call over raw JSON-RPC lines; its answer.
+fn mcp_run_task(site: &Site, task: &str) -> Value {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .current_dir(site.dir.path())
+        .env_remove("HERMES_CONFIG")
+        .env_remove("HERMES_DATA_DIR")
+        .env("XDG_CONFIG_HOME", site.dir.path().join("xdg-config"))
+        .arg("--config")
+        .arg(site.config())
+        .arg("--data-dir")
+        .arg(site.data())
+        .arg("mcp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("mcp starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut send = |v: Value| writeln!(&mut stdin, "{v}").expect("write to stdin");
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}}),
+    );
+    rx.recv_timeout(PATIENCE).expect("initialized");
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "run_task", "arguments": {"task": task}}}));
+    // At once: well before a person could answer (nobody does in this test).
+    let answer = rx.recv_timeout(PATIENCE).expect("run_task answers");
+    drop(stdin);
+    let _ = child.wait();
+    serde_json::from_str(&answer).expect("JSON-RPC")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_run_task_returns_at_once_waiting_and_the_tool_has_not_run() {
+    let model = ScriptedModel::start_with(mark_model).await;
+    let (site, mark_file) = site(&model.base_url());
+    // On the data dir.
+    let answer = mcp_run_task(&site, "mark bob");
+    let body = answer.to_string();
+    assert!(body.contains("waiting for approval"), "{body}");
+    assert!(body.contains("\"isError\":false"), "{body}");
+    assert!(marks(&mark_file).is_empty());
+    // Through the daemon, which then holds two open requests and runs nothing.
+    let mut daemon = site.start(&[]);
+    daemon.ready().await;
+    let body = mcp_run_task(&site, "mark bob too").to_string();
+    assert!(body.contains("waiting for approval"), "{body}");
+    let (_, open) = daemon.get("/v1/approvals?state=open").await;
+    assert_eq!(
+        open["approvals"].as_array().map(Vec::len),
+        Some(2),
+        "{open}"
+    );
+    assert!(marks(&mark_file).is_empty());
+    daemon.stop().await;
+}
