@@ -52,7 +52,9 @@ impl Store {
         source: &str,
     ) -> Result<(Fact, Upsert)> {
         let norm = normalise_fact(text);
-        let mut tx = self.pool().begin().await?;
+        // Read, then write: the write lock is taken up front, or a fact written by another
+        // connection after this one's read would fail it with `database is locked` at once.
+        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         let existing = sqlx::query(select!(facts, "WHERE norm = ?"))
             .bind(&norm)
             .fetch_optional(&mut *tx)

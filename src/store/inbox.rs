@@ -289,7 +289,7 @@ impl Store {
     /// Set the watermark of a mailbox never read under this UIDVALIDITY: mail up to `uid` was
     /// there before and is not read. An existing watermark only ever moves up.
     pub(crate) async fn start_inbox_watermark(&self, place: &MailPlace) -> Result<()> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         advance_watermark(&mut tx, place).await?;
         tx.commit().await?;
         Ok(())

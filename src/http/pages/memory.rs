@@ -107,7 +107,7 @@ pub async fn add(State(s): State<ApiState>, CsrfForm(f): CsrfForm<AddForm>) -> P
     let (fact, how) = memory(&s)?
         .remember(&f.text, &tags, "web")
         .await
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        .map_err(ApiError::from)?;
     let done = match how {
         crate::store::Upsert::Merged => Flash::FactMerged,
         _ => Flash::FactRemembered,
