@@ -207,13 +207,11 @@ impl Handoff for AppHandoff {
         self.scheduler.resumed_next_run(job)
     }
 
-    fn run_now<'a>(&'a self, job_id: &'a str) -> BoxFuture<'a, Result<String, String>> {
-        Box::pin(async move {
-            self.scheduler
-                .run_now(job_id)
-                .await
-                .map_err(|e| e.to_string())
-        })
+    fn run_now<'a>(
+        &'a self,
+        job_id: &'a str,
+    ) -> BoxFuture<'a, Result<String, crate::scheduler::SchedulerError>> {
+        Box::pin(async move { self.scheduler.run_now(job_id).await })
     }
 
     fn finished(&self) -> futures::stream::BoxStream<'static, Finished> {

@@ -55,7 +55,10 @@ pub trait Handoff: Send + Sync {
     /// The next due time of `job` if it were resumed now (as `POST /v1/jobs/{id}/resume`).
     fn resumed_next_run(&self, job: &Job) -> Option<DateTime<Utc>>;
     /// Fire `job_id` now (as `POST /v1/jobs/{id}/run`): the run's task id, or why not.
-    fn run_now<'a>(&'a self, job_id: &'a str) -> BoxFuture<'a, Result<String, String>>;
+    fn run_now<'a>(
+        &'a self,
+        job_id: &'a str,
+    ) -> BoxFuture<'a, Result<String, crate::scheduler::SchedulerError>>;
     /// Announcements of finished tasks (subscribed at the call).
     fn finished(&self) -> BoxStream<'static, Finished>;
 }
