@@ -214,6 +214,15 @@ impl Handoff for AppHandoff {
         Box::pin(async move { self.scheduler.run_now(job_id).await })
     }
 
+    fn decide_approval<'a>(
+        &'a self,
+        id: &'a str,
+        decision: crate::agent::Decision,
+        by: &'a str,
+    ) -> BoxFuture<'a, Result<crate::store::Approval, crate::agent::ApprovalError>> {
+        Box::pin(async move { self.agent.approvals().decide(id, decision, by).await })
+    }
+
     fn finished(&self) -> futures::stream::BoxStream<'static, Finished> {
         use tokio::sync::broadcast::error::RecvError;
         let rx = self.agent.subscribe();

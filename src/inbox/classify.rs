@@ -105,6 +105,8 @@ pub(crate) fn command(text: &str) -> Option<InboxCommand> {
         "pause" | "暂停" => Some(InboxCommand::Pause),
         "resume" | "恢复" => Some(InboxCommand::Resume),
         "run now" | "立即运行" => Some(InboxCommand::RunNow),
+        "approve" | "批准" => Some(InboxCommand::Approve),
+        "deny" | "拒绝" => Some(InboxCommand::Deny),
         _ => None,
     }
 }
@@ -216,6 +218,11 @@ mod tests {
         assert_eq!(command("恢复！"), Some(InboxCommand::Resume));
         assert_eq!(command("Run  now!"), Some(InboxCommand::RunNow));
         assert_eq!(command("立即运行"), Some(InboxCommand::RunNow));
+        assert_eq!(command("Approve."), Some(InboxCommand::Approve));
+        assert_eq!(command("批准"), Some(InboxCommand::Approve));
+        assert_eq!(command("deny\nnot on a Sunday"), Some(InboxCommand::Deny));
+        assert_eq!(command("拒绝！"), Some(InboxCommand::Deny));
+        assert_eq!(command("approve it later"), None);
         assert_eq!(command("pause the second item please"), None);
         assert_eq!(command("Tell me more\npause"), None);
         assert_eq!(command(""), None);

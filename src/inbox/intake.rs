@@ -13,10 +13,11 @@
 use super::parse::{self, Inbound};
 use super::reply::{self, Thread};
 use super::{Inner, classify};
+use crate::agent::{ApprovalError, Decision};
 use crate::notify::{EMAIL, thread};
 use crate::store::{
-    CommandState, IgnoreReason, InboxCommand, InboxOutcome, Job, JobChange, MAX_TASK_CHARS,
-    MailPlace, NewInboxMessage, NewTask, Notice, Origin, Recorded, StoreError,
+    ApprovalState, CommandState, IgnoreReason, InboxCommand, InboxOutcome, Job, JobChange,
+    MAX_TASK_CHARS, MailPlace, NewInboxMessage, NewTask, Notice, Origin, Recorded, StoreError,
 };
 
 /// The rate limit's window.
@@ -73,7 +74,7 @@ impl Inner {
                 change,
                 ..
             } => {
-                tracing::info!(message = id, uid = place.uid, %command, job = %job_id, "mail gave a command");
+                tracing::info!(message = id, uid = place.uid, %command, job = ?job_id, "mail gave a command");
                 if change.is_some() {
                     self.handoff.jobs_changed();
                 }
@@ -111,7 +112,12 @@ impl Inner {
         if let Some(n) = &notice
             && let Some(command) = classify::command(&m.text)
         {
-            return self.command(command, n, &thread).await;
+            return match command {
+                InboxCommand::Approve | InboxCommand::Deny => {
+                    self.answer_approval(command, n, &thread, m).await
+                }
+                _ => self.command(command, n, &thread).await,
+            };
         }
         let text = task_text(m, notice.is_some());
         if text.trim().is_empty() {
@@ -173,6 +179,7 @@ impl Inner {
             InboxCommand::Pause => "pause",
             InboxCommand::Resume => "resume",
             InboxCommand::RunNow => "run",
+            InboxCommand::Approve | InboxCommand::Deny => "answer",
         };
         let Some(job_id) = notice.queued.job_id.clone() else {
             return Ok(no_job(format!(
@@ -216,6 +223,8 @@ impl Inner {
                 None,
                 format!("A run of “{name}” was asked for."),
             ),
+            // Answered in `answer_approval`, never here.
+            InboxCommand::Approve | InboxCommand::Deny => return Ok(no_job(String::new())),
         };
         // A run is confirmed once it has started (or could not).
         let reply = (state == CommandState::Done).then(|| thread.confirmation(&detail, None));
@@ -223,12 +232,90 @@ impl Inner {
             command,
             state,
             notice_id: notice.id,
-            job_id,
+            job_id: Some(job_id),
             change,
             detail,
             reply,
         })
     }
+
+    /// `approve` / `deny` in reply to an approval request's notice: answered through the same
+    /// door as the API ([`Handoff::decide_approval`]), before the message is recorded. Read
+    /// again after a crash, the request is no longer open and the answer says so: a request
+    /// is decided once, whatever fails.
+    async fn answer_approval(
+        &self,
+        command: InboxCommand,
+        notice: &Notice,
+        thread: &Thread,
+        m: &Inbound,
+    ) -> Result<InboxOutcome, StoreError> {
+        let Some(request) = self.store.approval_for_notice(notice.id).await? else {
+            return Ok(InboxOutcome::Ignored {
+                reason: IgnoreReason::NoApproval,
+                notice_id: Some(notice.id),
+                job_id: notice.queued.job_id.clone(),
+                reply: Some(thread.confirmation(
+                    "That message did not ask for an approval, so there is nothing to approve or deny.",
+                    None,
+                )),
+            });
+        };
+        let decision = match command {
+            InboxCommand::Approve => Decision::Approve,
+            _ => Decision::Deny {
+                reason: deny_reason(&m.text),
+            },
+        };
+        let by = format!("email:{}", thread.to);
+        let tool = &request.tool;
+        let (state, detail) = match self
+            .handoff
+            .decide_approval(&request.id, decision, &by)
+            .await
+        {
+            Ok(a) if a.state == ApprovalState::Approved => (
+                CommandState::Done,
+                format!(
+                    "Approved: {tool} runs once with the arguments shown, and the task goes on."
+                ),
+            ),
+            Ok(_) => (
+                CommandState::Done,
+                format!("Denied: {tool} will not run; the task is told a person declined."),
+            ),
+            Err(ApprovalError::AlreadyDecided { state, .. }) => (
+                CommandState::Failed,
+                format!("That request for {tool} was already {state}; nothing changed."),
+            ),
+            Err(ApprovalError::NotFound(_)) => (
+                CommandState::Failed,
+                format!("That request for {tool} no longer exists; nothing changed."),
+            ),
+            Err(ApprovalError::Store(e)) => return Err(e),
+        };
+        Ok(InboxOutcome::Command {
+            command,
+            state,
+            notice_id: notice.id,
+            job_id: notice.queued.job_id.clone(),
+            change: None,
+            reply: Some(thread.confirmation(&detail, Some(&request.task_id))),
+            detail,
+        })
+    }
+}
+
+/// A `deny` reply's reason: what the person wrote after the first line, on one line.
+fn deny_reason(text: &str) -> Option<String> {
+    let rest: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| l.is_empty())
+        .skip(1)
+        .filter(|l| !l.is_empty())
+        .collect();
+    (!rest.is_empty()).then(|| crate::util::text::one_line(&rest.join(" "), 300))
 }
 
 /// "next run 2026-12-02 08:00 CET", or why there is none.

@@ -59,6 +59,14 @@ pub trait Handoff: Send + Sync {
         &'a self,
         job_id: &'a str,
     ) -> BoxFuture<'a, Result<String, crate::scheduler::SchedulerError>>;
+    /// Answer approval request `id` as a person did by mail (`by`: who), through the same
+    /// door as the API and the dashboard; the held task goes on.
+    fn decide_approval<'a>(
+        &'a self,
+        id: &'a str,
+        decision: crate::agent::Decision,
+        by: &'a str,
+    ) -> BoxFuture<'a, Result<crate::store::Approval, crate::agent::ApprovalError>>;
     /// Announcements of finished tasks (subscribed at the call).
     fn finished(&self) -> BoxStream<'static, Finished>;
 }

@@ -95,12 +95,13 @@ pub(crate) enum InboxOutcome {
         notice_id: Option<i64>,
         job_id: Option<String>,
     },
-    /// A command on a job: `change` is written now; `reply` confirms it.
+    /// A command on a job (`change` is written now), or an answer to an approval request
+    /// (no job); `reply` confirms it.
     Command {
         command: InboxCommand,
         state: CommandState,
         notice_id: i64,
-        job_id: String,
+        job_id: Option<String>,
         change: Option<JobChange>,
         detail: String,
         reply: Option<NewNotice>,
@@ -230,7 +231,7 @@ impl Store {
                 row.command_state = Some(*state);
                 row.detail = Some(detail.clone());
                 row.notice_id = Some(*notice_id);
-                row.job_id = Some(job_id.clone());
+                row.job_id = job_id.clone();
                 if let Some(n) = answer {
                     reply = Some(insert_notice_on(&mut *tx, n).await?);
                 }

@@ -158,7 +158,7 @@ async fn a_command_changes_its_job_and_queues_its_confirmation_with_the_record()
         command: InboxCommand::Pause,
         state: CommandState::Done,
         notice_id: 1,
-        job_id: job.id.clone(),
+        job_id: Some(job.id.clone()),
         change: Some(JobChange {
             enabled: false,
             next_run_at: job.next_run_at,
@@ -240,7 +240,7 @@ async fn a_requested_run_is_claimed_once() {
         command: InboxCommand::RunNow,
         state: CommandState::Requested,
         notice_id: 1,
-        job_id: "j_1".into(),
+        job_id: Some("j_1".into()),
         change: None,
         detail: "asked".into(),
         reply: None,

@@ -248,6 +248,8 @@ word_enum! {
         NotAuthenticated = "not_authenticated",
         /// A command for a notice that has no job (or whose job was removed).
         NoJob = "no_job",
+        /// `approve` / `deny` in reply to a notice that asked about no approval.
+        NoApproval = "no_approval",
         /// Nothing written once quotes and the signature were taken off.
         Empty = "empty",
         /// Not a mail that can be read (no From address, not MIME).
@@ -262,6 +264,10 @@ word_enum! {
         Resume = "resume",
         /// Fire the job now, as `POST /v1/jobs/{id}/run` does.
         RunNow = "run_now",
+        /// Approve the held tool call the notice asked about.
+        Approve = "approve",
+        /// Deny it (the rest of the reply, if any, is the reason).
+        Deny = "deny",
     }
 }
 

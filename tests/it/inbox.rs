@@ -19,6 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+mod approvals;
 mod failures;
 mod imap_server;
 mod replies;
@@ -48,9 +49,13 @@ impl Site {
     }
 
     async fn with(idle: bool, extra: &[&str]) -> Site {
+        Site::with_model(idle, extra, ScriptedModel::start_with(echo_model).await).await
+    }
+
+    /// A site whose model is `model`.
+    async fn with_model(idle: bool, extra: &[&str], model: ScriptedModel) -> Site {
         let imap = Dovecot::start(idle).await;
         let smtp = Smtp::start();
-        let model = ScriptedModel::start_with(echo_model).await;
         let dir = tempfile::tempdir().expect("temp dir");
         let url = model.base_url();
         let mut yaml = format!(
