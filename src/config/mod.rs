@@ -7,11 +7,13 @@
 //! environment variables (the entry layer passes the CLI's values in through [`Sources`]).
 //! Must not: open databases, talk to the network, or hold runtime state.
 
+mod inbox;
 mod locate;
 mod settings;
 mod validate;
 pub mod zone;
 
+pub use inbox::*;
 pub(crate) use locate::line_of_key;
 pub use settings::*;
 pub use validate::Violation;

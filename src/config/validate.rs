@@ -4,6 +4,7 @@
 //!
 //! Owns: every semantic rule of settings.yaml. Must not: read files or the environment.
 
+use super::inbox::ImapSecurity;
 use super::settings::*;
 
 /// A semantic error: the dotted key and what is wrong with its value.
