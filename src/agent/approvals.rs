@@ -14,6 +14,19 @@ use tokio_util::task::TaskTracker;
 /// How often the daemon looks for requests past their time: well within the promised 15 s.
 pub const EXPIRY_SWEEP: Duration = Duration::from_secs(5);
 
+/// The request header a client of the API sets to say through which tool a person answered
+/// (`cli`), so the record names it rather than `api`. Only names from [`answered_via`] count: it
+/// says where the answer came from, not who may give one (the token decides that).
+pub const VIA_HEADER: &str = "x-hermes-via";
+
+/// `decided_by` for an answer through the API, given its [`VIA_HEADER`].
+pub fn answered_via(header: Option<&str>) -> &'static str {
+    match header {
+        Some("cli") => "cli",
+        _ => "api",
+    }
+}
+
 /// A person's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -248,5 +261,19 @@ fn notice(a: &Approval, goal: &str, channel: &str, public_url: &str, task_id: &s
         job_id: None,
         run_id: None,
         ..NewNotice::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::answered_via;
+
+    #[test]
+    fn only_a_known_tool_is_named_and_anything_else_is_the_api() {
+        assert_eq!(answered_via(Some("cli")), "cli");
+        assert_eq!(answered_via(None), "api");
+        // A client cannot make the record claim the dashboard or a mail answered.
+        assert_eq!(answered_via(Some("dashboard")), "api");
+        assert_eq!(answered_via(Some("email:boss@example.org")), "api");
     }
 }

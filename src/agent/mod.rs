@@ -20,7 +20,7 @@ mod run;
 mod trace;
 mod unsaved;
 
-pub use approvals::{ApprovalError, Approvals, Decision, EXPIRY_SWEEP};
+pub use approvals::{ApprovalError, Approvals, Decision, EXPIRY_SWEEP, VIA_HEADER, answered_via};
 pub(crate) use delegate::{DelegateTools, MAX_DEPTH};
 pub use follow::Followed;
 pub use jobs::{JobExecution, JobRunner};

@@ -5,7 +5,7 @@
 //! Must not: fall back to the data dir — `connect` decides that, before any call.
 
 use super::{Backend, ClientError, Fired, FoundFact, OnStep, Remembered, Reply};
-use crate::agent::Decision;
+use crate::agent::{Decision, VIA_HEADER};
 use crate::config::Config;
 use crate::scheduler::{JobRequest, JobView};
 use crate::store::{Approval, ApprovalState, Task, TaskRecord, TaskState};
@@ -312,7 +312,12 @@ impl Backend for Remote {
                 Decision::Deny { reason } => ("deny", Some(json!({ "reason": reason }))),
             };
             let path = format!("/v1/approvals/{}/{verb}", seg(id));
-            self.typed(Method::POST, &path, body).await
+            let req = self
+                .http
+                .post(format!("{}{path}", self.base))
+                .header(VIA_HEADER, "cli");
+            let value = self.send(req, body).await?;
+            serde_json::from_value(value).map_err(|e| self.garbled(&path, e))
         })
     }
 

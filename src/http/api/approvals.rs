@@ -2,13 +2,14 @@
 //! `POST /v1/approvals/{id}/approve`, `POST /v1/approvals/{id}/deny` (optional `{"reason"}`).
 //! Each answer goes through the one door, `Approvals::decide`.
 
-use crate::agent::{ApprovalError, Decision};
+use crate::agent::{ApprovalError, Decision, VIA_HEADER, answered_via};
 use crate::http::extract::{Id, Query, bounded};
 use crate::http::{ApiError, ApiResult, ApiState};
 use crate::store::ApprovalState;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
@@ -46,11 +47,16 @@ pub async fn list_approvals(
     Ok(Json(json!({ "approvals": approvals })).into_response())
 }
 
-pub async fn approve(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
+/// Who answered: `api`, or the tool the client names in [`VIA_HEADER`].
+fn via(headers: &HeaderMap) -> &'static str {
+    answered_via(headers.get(VIA_HEADER).and_then(|v| v.to_str().ok()))
+}
+
+pub async fn approve(State(s): State<ApiState>, Id(id): Id, headers: HeaderMap) -> ApiResult {
     let a = s
         .agent
         .approvals()
-        .decide(&id, Decision::Approve, "api")
+        .decide(&id, Decision::Approve, via(&headers))
         .await?;
     Ok(Json(a).into_response())
 }
@@ -63,7 +69,12 @@ struct DenyBody {
 }
 
 /// The body is optional: none, or `{"reason": "..."}`.
-pub async fn deny(State(s): State<ApiState>, Id(id): Id, body: Bytes) -> ApiResult {
+pub async fn deny(
+    State(s): State<ApiState>,
+    Id(id): Id,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
     let body: DenyBody = if body.iter().all(u8::is_ascii_whitespace) {
         DenyBody::default()
     } else {
@@ -81,7 +92,7 @@ pub async fn deny(State(s): State<ApiState>, Id(id): Id, body: Bytes) -> ApiResu
             Decision::Deny {
                 reason: body.reason,
             },
-            "api",
+            via(&headers),
         )
         .await?;
     Ok(Json(a).into_response())

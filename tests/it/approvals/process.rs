@@ -127,9 +127,9 @@ async fn a_held_call_survives_a_daemon_restart_and_runs_once_when_approved() {
         )
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{again}");
-    // The CLI answered through the daemon's API.
+    // The CLI answered through the daemon's API, and is named as the one who answered.
     let (_, approved) = daemon.get("/v1/approvals?state=approved").await;
-    assert_eq!(approved["approvals"][0]["decided_by"], "api");
+    assert_eq!(approved["approvals"][0]["decided_by"], "cli");
     daemon.stop().await;
 }
 
