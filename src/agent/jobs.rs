@@ -112,6 +112,15 @@ impl TaskRunner for JobRunner {
         })
     }
 
+    fn follow(&self, task_id: &str) -> Result<Box<dyn JobTask>, RunnerError> {
+        // Whichever process started it, the daemon's workers continue a held task once it is
+        // answered: waiting for it is all a firing has left to do.
+        Ok(Box::new(Pooled {
+            agent: self.agent()?,
+            id: task_id.to_string(),
+        }))
+    }
+
     fn check_precheck(&self, tool: &str, arguments: &Value) -> Result<(), RunnerError> {
         let agent = self.agent()?;
         // A precheck runs without the model and without a person: never a gated tool.

@@ -3,13 +3,15 @@
 //! delivery. Every decision here writes a `job_runs` row and one log line.
 
 use super::schedule::{ScheduleError, ZonedSchedule, parse_timezone};
-use super::{JobTask, Scheduler, SchedulerError};
-use crate::store::{Delivery, Job, NewNotice, RunOutcome, StoreError, TaskState, new_id};
+use super::{JobTask, RunnerError, Scheduler, SchedulerError};
+use crate::store::{Delivery, Job, NewNotice, RunOutcome, StoreError, Task, TaskState, new_id};
 use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
 
 /// Counting missed due times stops here (a per-minute job down for months).
 const MISSED_COUNT_CAP: u64 = 100_000;
+/// While the daemon stops, how often a firing looks whether its task now waits for a person.
+const STOPPING_CHECK: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// In the running loop, a due time this late is still "on time" however small the grace: the
 /// loop itself may be a moment late (a busy database, a slow wake-up).
@@ -406,7 +408,11 @@ impl Scheduler {
         } = started;
         let store = &self.inner.store;
         let task_id = task.id().to_string();
-        let result = task.run().await;
+        let Some(result) = self.run_to_end(task).await else {
+            tracing::info!(job = %job.id, task = %task_id, run = run_id,
+                "job run waits for a person across the stop; the next start follows it");
+            return;
+        };
         if let Err(e) = store.release_job_lock(&job.id, &task_id).await {
             tracing::error!(job = %job.id, error = %e, "cannot release the job's run lock");
         }
@@ -460,6 +466,33 @@ impl Scheduler {
         }
         tracing::info!(job = %job.id, task = %task_id, run = run_id, outcome = ?outcome,
             delivery = %delivery, reason = reason.as_deref().unwrap_or(""), "job run finished");
+    }
+
+    /// Run a firing's task to its end; `None` when the daemon stops while the task waits for a
+    /// person: its run stays `fired` with its lock held, for the next start to follow, rather
+    /// than the stop waiting out its grace on an answer that may take a day.
+    async fn run_to_end(&self, task: Box<dyn JobTask>) -> Option<Result<Task, RunnerError>> {
+        let id = task.id().to_string();
+        let mut run = task.run();
+        let Some(stopping) = crate::util::lock(&self.inner.stopping).clone() else {
+            return Some(run.await);
+        };
+        tokio::select! {
+            r = &mut run => return Some(r),
+            _ = stopping.cancelled() => {}
+        }
+        // Stopping: a task still running gets the grace to end; one that waits (now, or once
+        // its round reaches a held call) is left for the next start.
+        loop {
+            match self.inner.store.task(&id).await {
+                Ok(t) if t.waiting && !t.state.is_finished() => return None,
+                _ => {}
+            }
+            tokio::select! {
+                r = &mut run => return Some(r),
+                _ = tokio::time::sleep(STOPPING_CHECK) => {}
+            }
+        }
     }
 
     /// Queue `text` on every channel of the job; the run's delivery state.

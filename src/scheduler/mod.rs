@@ -85,6 +85,9 @@ pub trait TaskRunner: Send + Sync {
             Ok(tasks)
         })
     }
+    /// A firing's task that outlived the process which started it — it waits for a person, and
+    /// its wait survives restarts —, to be waited for to its end like a fresh one.
+    fn follow(&self, task_id: &str) -> Result<Box<dyn JobTask>, RunnerError>;
     /// Run one tool call without the model (a precheck): the tool's result JSON.
     fn precheck<'a>(
         &'a self,
@@ -282,6 +285,9 @@ struct Inner {
     /// The daemon's tracker once `start` ran: background runs are spawned on it, so a
     /// shutdown waits for them. Before that (CLI in-process), plain `tokio::spawn`.
     tracker: Mutex<Option<TaskTracker>>,
+    /// Cancelled when the daemon stops (`start`'s token): a firing whose task waits for a person
+    /// then stops waiting, and the next start follows it ([`Scheduler::restore`]).
+    stopping: Mutex<Option<CancellationToken>>,
     /// Firings in flight in this process, for `wait_idle`.
     inflight: watch::Sender<usize>,
     /// Model profiles a job may name; empty means "not checked here".
@@ -321,6 +327,7 @@ impl Scheduler {
                 wake: Notify::new(),
                 adding: tokio::sync::Mutex::new(()),
                 tracker: Mutex::new(None),
+                stopping: Mutex::new(None),
                 inflight: watch::Sender::new(0),
                 profiles: Vec::new(),
                 public_url: String::new(),
@@ -399,6 +406,7 @@ impl Scheduler {
         cancel: CancellationToken,
     ) -> Result<(), SchedulerError> {
         *lock(&self.inner.tracker) = Some(tracker.clone());
+        *lock(&self.inner.stopping) = Some(cancel.clone());
         self.restore().await?;
         let me = self.clone();
         tracker.spawn(async move { me.run_loop(cancel).await });

@@ -2,8 +2,9 @@
 //! reads the jobs from the store, fires the due ones, and sleeps until the earliest
 //! `next_run_at` (at most [`RESCAN`]), a wake-up, or cancellation.
 
+use super::fire::Started;
 use super::{RESCAN, Scheduler, SchedulerError};
-use crate::store::RunOutcome;
+use crate::store::{RunOutcome, StoreError};
 use std::time::Duration;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
@@ -50,30 +51,70 @@ impl Scheduler {
         })
     }
 
-    /// At start: runs a crash interrupted are recorded `failed`, their locks cleared, and the
-    /// due times missed while down handled (one catch-up at most per job).
+    /// At start: runs a crash interrupted are recorded `failed` and their locks cleared; a run
+    /// whose task waits for a person (its wait survives restarts) keeps its lock and is
+    /// followed to its end, delivered and recorded as if the daemon had never stopped. Then
+    /// the due times missed while down are handled (one catch-up at most per job).
     pub(crate) async fn restore(&self) -> Result<(), SchedulerError> {
         let store = &self.inner.store;
+        let mut followed = Vec::new();
         for job in store.list_jobs().await? {
-            let Some(holder) = job.running_task_id.as_deref() else {
+            let Some(holder) = job.running_task_id.clone() else {
                 continue;
             };
             let runs = store.job_runs(&job.id, 20).await?;
-            let interrupted = runs
-                .iter()
-                .find(|r| r.outcome == RunOutcome::Fired && r.task_id.as_deref() == Some(holder));
-            if let Some(run) = interrupted {
-                let reason = "interrupted: the daemon stopped during this run";
-                let delivery = self
-                    .failure_notice(&job, run.id, Some(holder), reason)
-                    .await;
-                store
-                    .update_job_run(run.id, RunOutcome::Failed, Some(reason), &delivery)
-                    .await?;
-                tracing::warn!(job = %job.id, task = %holder, "job run interrupted by a stop");
+            let Some(run) = runs.into_iter().find(|r| {
+                r.outcome == RunOutcome::Fired && r.task_id.as_deref() == Some(holder.as_str())
+            }) else {
+                continue;
+            };
+            let task = match store.task(&holder).await {
+                Ok(t) => Some(t),
+                Err(StoreError::NotFound { .. }) => None,
+                Err(e) => return Err(e.into()),
+            };
+            if task.is_some_and(|t| t.waiting && !t.state.is_finished()) {
+                followed.push((job, run));
+                continue;
             }
+            let reason = "interrupted: the daemon stopped during this run";
+            let delivery = self
+                .failure_notice(&job, run.id, Some(&holder), reason)
+                .await;
+            store
+                .update_job_run(run.id, RunOutcome::Failed, Some(reason), &delivery)
+                .await?;
+            tracing::warn!(job = %job.id, task = %holder, "job run interrupted by a stop");
         }
-        let cleared = store.clear_job_locks().await?;
+        // The followed runs' locks are taken back below: not left by a crash.
+        let cleared = (store.clear_job_locks().await? as usize).saturating_sub(followed.len());
+        // Nothing fires before `restore` returns (the loop and the API start after it), so
+        // taking the followed runs' locks back cannot race a firing.
+        for (job, run) in followed {
+            let Some(task_id) = run.task_id.clone() else {
+                continue;
+            };
+            if !store.lock_job(&job.id, &task_id).await? {
+                continue;
+            }
+            let task = match self.inner.runner.follow(&task_id) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::error!(job = %job.id, task = %task_id, error = %e, "cannot follow the job's held run");
+                    store.release_job_lock(&job.id, &task_id).await?;
+                    continue;
+                }
+            };
+            tracing::info!(job = %job.id, task = %task_id, "job run still waits for a person; followed");
+            let started = Started {
+                job,
+                run_id: run.id,
+                task,
+                scheduled_at: run.scheduled_at,
+            };
+            let me = self.clone();
+            self.spawn(async move { me.finish(started).await });
+        }
         if cleared > 0 {
             tracing::warn!(count = cleared, "cleared job run locks left by a crash");
         }

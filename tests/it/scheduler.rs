@@ -104,6 +104,13 @@ impl TaskRunner for TestRunner {
         }
     }
 
+    /// Its tasks never wait for a person, so no firing outlives its process.
+    fn follow(&self, task_id: &str) -> Result<Box<dyn JobTask>, RunnerError> {
+        Err(RunnerError::Refused(format!(
+            "the test runner has no held task {task_id} to follow"
+        )))
+    }
+
     fn create<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Result<Box<dyn JobTask>, RunnerError>> {
         Box::pin(async move {
             let t = self

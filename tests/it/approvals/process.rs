@@ -133,6 +133,125 @@ async fn a_held_call_survives_a_daemon_restart_and_runs_once_when_approved() {
     daemon.stop().await;
 }
 
+/// The open requests, once there are `n` (bounded by [`PATIENCE`]).
+async fn open_requests(daemon: &crate::daemon::Daemon, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let (_, v) = daemon.get("/v1/approvals?state=open").await;
+        if let Some(list) = v["approvals"].as_array().filter(|l| l.len() >= n) {
+            return list.clone();
+        }
+        assert!(Instant::now() < deadline, "not {n} open requests: {v}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_firing_held_across_a_restart_is_delivered_and_recorded_once_approved() {
+    let model = ScriptedModel::start_with(mark_model).await;
+    let (hook, received) = crate::common::webhook_receiver().await;
+    let (site, mark_file) = site(&model.base_url());
+    let settings = std::fs::read_to_string(site.config()).unwrap();
+    std::fs::write(
+        site.config(),
+        format!("{settings}notify:\n  webhooks:\n    hook: {{url: \"{hook}\"}}\n"),
+    )
+    .unwrap();
+    let mut daemon = site.start(&[]);
+    daemon.ready().await;
+    let (status, job) = daemon
+        .post(
+            "/v1/jobs",
+            json!({"name": "marker", "task": "mark bob", "schedule": "every 2h", "notify": ["hook"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    let job_id = job["id"].as_str().unwrap().to_string();
+    let (status, fired) = daemon
+        .post(&format!("/v1/jobs/{job_id}/run"), json!({}))
+        .await;
+    assert!(status.is_success(), "{status}: {fired}");
+    let approval = open_requests(&daemon, 1).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // The daemon dies while the firing waits for its person, and comes back.
+    daemon.signal("-KILL");
+    daemon.exited(PATIENCE).await;
+    let mut daemon = site.start(&[]);
+    daemon.ready().await;
+    let (status, v) = daemon
+        .post(&format!("/v1/approvals/{approval}/approve"), json!({}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+
+    // The answer reaches the job's channel, and the run is recorded as the firing it was.
+    let deadline = Instant::now() + PATIENCE;
+    let delivered = loop {
+        let got = received.lock().unwrap().clone();
+        if !got.is_empty() {
+            break got;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing delivered to the webhook"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    assert!(
+        delivered[0].to_string().contains("marked"),
+        "{}",
+        delivered[0]
+    );
+    assert_eq!(marks(&mark_file), vec!["bob".to_string()]);
+    let (_, runs) = daemon.get(&format!("/v1/jobs/{job_id}/runs")).await;
+    let runs = runs["runs"].as_array().unwrap().clone();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["outcome"], "fired", "{runs:?}");
+    assert_eq!(runs[0]["delivery"], "queued", "{runs:?}");
+    // Its lock was freed: it can fire again (and asks again: a new firing, a new request).
+    let (status, fired) = daemon
+        .post(&format!("/v1/jobs/{job_id}/run"), json!({}))
+        .await;
+    assert!(status.is_success(), "{status}: {fired}");
+    let second = open_requests(&daemon, 1).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A graceful stop does not wait out its grace on the person (the test's patience is
+    // shorter than the 30 s grace), and the next start follows this firing too.
+    daemon.stop().await;
+    let mut daemon = site.start(&[]);
+    daemon.ready().await;
+    let (status, v) = daemon
+        .post(&format!("/v1/approvals/{second}/approve"), json!({}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let deadline = Instant::now() + PATIENCE;
+    while received.lock().unwrap().len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the second run was not delivered"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (_, runs) = daemon.get(&format!("/v1/jobs/{job_id}/runs")).await;
+    let outcomes: Vec<&Value> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["outcome"])
+        .collect();
+    assert_eq!(outcomes, [&json!("fired"), &json!("fired")], "{runs}");
+    assert_eq!(
+        marks(&mark_file),
+        vec!["bob".to_string(), "bob".to_string()]
+    );
+    daemon.stop().await;
+}
+
 /// `run` in its own process, its stderr read line by line until `needle`; the child and the
 /// line.
 fn run_until(
