@@ -1,8 +1,9 @@
 //! Approvals as a person meets them: the requests listed, answered, expired and announced.
 //!
 //! Owns: the one way a request is answered — [`Approvals::decide`] — used by the API, the
-//! dashboard, the CLI and (later) a reply to the request's mail; the expiry sweep; the one
-//! notice per request on `tools.approval_notify`.
+//! dashboard, the CLI and a reply to the request's mail; the expiry sweep (which also hands
+//! the tasks of a `run` that died to the daemon's workers); the one notice per request on
+//! `tools.approval_notify`.
 //! Must not: be reachable from a tool: no tool holds this handle, so no model can answer.
 
 use super::Agent;
@@ -164,12 +165,34 @@ impl Approvals {
                 if let Err(e) = this.expire_due().await {
                     tracing::warn!(error = %e, "could not expire approval requests; retrying");
                 }
+                if let Err(e) = this.adopt_orphans().await {
+                    tracing::warn!(error = %e, "could not look for tasks whose run died; retrying");
+                }
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = tokio::time::sleep(EXPIRY_SWEEP) => {}
                 }
             }
         });
+    }
+
+    /// Held tasks whose `run` died (no heartbeat for `storage.node_lease_s`) go to the daemon's
+    /// workers: once answered they continue here, rather than wait for a process that is gone.
+    pub async fn adopt_orphans(&self) -> Result<(), StoreError> {
+        let lease =
+            chrono::Duration::from_std(self.agent.node_lease()).unwrap_or(chrono::Duration::MAX);
+        let adopted = self
+            .agent
+            .store()
+            .adopt_silent_holds(crate::store::now() - lease)
+            .await?;
+        for task in &adopted {
+            tracing::warn!(%task, "the `run` that held this task is gone; the daemon's workers continue it");
+        }
+        if !adopted.is_empty() {
+            self.agent.wake_workers();
+        }
+        Ok(())
     }
 
     /// Record a request for `tool` with `arguments` (canonical JSON) in `task`, and announce it

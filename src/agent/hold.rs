@@ -60,7 +60,9 @@ impl Agent {
             agent_prompt: saved.agent_prompt,
             depth: saved.depth,
             timeout: Some(Duration::from_millis(cp.limit_ms)),
-            resumer: saved.resumer,
+            // Whoever took the hold continues it: its `run`, or the daemon's workers (also
+            // for a hold taken over from a `run` that died), whose later holds are theirs.
+            resumer: hold.owner.clone(),
         };
         self.drive(task, opts, Some(cp)).await
     }
@@ -85,13 +87,13 @@ pub(super) struct Checkpoint {
     pub options: SavedOptions,
 }
 
-/// The parts of [`super::RunOptions`] that outlive a process (no observer).
+/// The parts of [`super::RunOptions`] that outlive a process (no observer; no resumer: the
+/// hold's owner says who continues it). A checkpoint saved with a `resumer` still reads.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(super) struct SavedOptions {
     pub restrict: Option<Vec<String>>,
     pub agent_prompt: Option<String>,
     pub depth: u32,
-    pub resumer: Option<String>,
 }
 
 /// One model reply's tool calls and where each one is.

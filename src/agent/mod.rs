@@ -223,6 +223,11 @@ impl Agent {
         &self.inner.settings
     }
 
+    /// `storage.node_lease_s`: how long a process holding work may stay silent.
+    pub(crate) fn node_lease(&self) -> Duration {
+        Duration::from_secs(self.inner.settings.storage.node_lease_s.max(1))
+    }
+
     pub fn store(&self) -> &Store {
         &self.inner.store
     }

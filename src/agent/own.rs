@@ -4,13 +4,18 @@
 //! task a `run` owns.
 //!
 //! Owns: the wait's loop (expiry, the optional per-request timeout, taking this run's ready
-//! holds). Must not: answer a request except by expiry or the timeout the person asked for.
+//! holds) and the heartbeat that keeps those holds this run's: a run that dies stops beating,
+//! and after `storage.node_lease_s` the daemon's workers take its task over
+//! ([`super::Approvals::adopt_orphans`]).
+//! Must not: answer a request except by expiry or the timeout the person asked for.
 
 use super::{Agent, AgentError, Decision};
+use crate::store::Store;
 use crate::store::{Approval, HoldOwner, Step, Task};
 use std::collections::HashSet;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::task::AbortOnDropHandle;
 
 /// How often a waiting `run` looks for answers: they may come from another process.
 const POLL: Duration = Duration::from_millis(250);
@@ -31,6 +36,13 @@ impl Agent {
     ) -> Result<Task, AgentError> {
         let store = self.store();
         let mut announced: HashSet<String> = HashSet::new();
+        // Alive while this runs (a resumed task may take minutes), so the daemon leaves this
+        // run's holds alone; stopped however this returns.
+        let _heartbeat = AbortOnDropHandle::new(tokio::spawn(heartbeat(
+            store.clone(),
+            root.to_string(),
+            self.node_lease() / 3,
+        )));
         loop {
             let now = store.task(root).await?;
             if now.state.is_finished() {
@@ -64,6 +76,18 @@ impl Agent {
                 }
                 None => tokio::time::sleep(POLL).await,
             }
+        }
+    }
+}
+
+/// Show every `every` that the run continuing `root` is alive.
+async fn heartbeat(store: Store, root: String, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        if let Err(e) = store.touch_owned_holds(&root).await {
+            // A few missed beats are harmless; a lease's worth hands the task to the daemon,
+            // which then finishes it (this run sees it end and prints it).
+            tracing::warn!(task = %root, error = %e, "could not mark this run alive");
         }
     }
 }

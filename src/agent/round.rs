@@ -256,7 +256,6 @@ impl Run<'_> {
                 restrict: self.opts.restrict.clone(),
                 agent_prompt: self.opts.agent_prompt.clone(),
                 depth: self.opts.depth,
-                resumer: self.opts.resumer.clone(),
             },
         };
         let text = serde_json::to_string(&cp)

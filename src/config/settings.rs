@@ -484,11 +484,23 @@ impl Default for ServerSettings {
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StorageSettings {
     /// Empty means the XDG data dir.
     pub data_dir: String,
+    /// How long a process that holds work — a `run` waiting on its own task's approvals — may
+    /// go without a heartbeat before the daemon takes the work over.
+    pub node_lease_s: u64,
+}
+
+impl Default for StorageSettings {
+    fn default() -> Self {
+        StorageSettings {
+            data_dir: String::new(),
+            node_lease_s: 30,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -79,6 +79,7 @@ impl Settings {
         self.validate_scheduler()?;
         self.validate_notify()?;
         self.validate_server()?;
+        seconds("storage.node_lease_s", self.storage.node_lease_s, false)?;
         self.validate_agents()?;
         self.validate_mcp()?;
         self.validate_inbox()

@@ -234,9 +234,11 @@ impl Store {
     ) -> Result<()> {
         let mut tx = self.pool().begin().await?;
         sqlx::query(
-            "INSERT INTO task_holds (task_id, checkpoint, owner, created_at) VALUES (?, ?, ?, ?) \
+            "INSERT INTO task_holds (task_id, checkpoint, owner, created_at, owner_seen_at) \
+             VALUES (?1, ?2, ?3, ?4, ?4) \
              ON CONFLICT (task_id) DO UPDATE SET checkpoint = excluded.checkpoint, \
-             owner = excluded.owner, created_at = excluded.created_at",
+             owner = excluded.owner, created_at = excluded.created_at, \
+             owner_seen_at = excluded.owner_seen_at",
         )
         .bind(task_id)
         .bind(checkpoint)
@@ -285,6 +287,31 @@ impl Store {
         Ok(hold)
     }
 
+    /// `owner` is alive: its holds are not to be taken over.
+    pub(crate) async fn touch_owned_holds(&self, owner: &str) -> Result<u64> {
+        self.rows(
+            sqlx::query("UPDATE task_holds SET owner_seen_at = ? WHERE owner = ?")
+                .bind(now())
+                .bind(owner),
+        )
+        .await
+    }
+
+    /// Hand the holds of owners silent since `before` to the daemon's workers; their task ids.
+    pub(crate) async fn adopt_silent_holds(&self, before: DateTime<Utc>) -> Result<Vec<String>> {
+        let rows: Vec<(String,)> = self
+            .returning(
+                sqlx::query_as(
+                    "UPDATE task_holds SET owner = NULL, owner_seen_at = NULL \
+                     WHERE owner IS NOT NULL AND (owner_seen_at IS NULL OR owner_seen_at < ?) \
+                     RETURNING task_id",
+                )
+                .bind(before),
+            )
+            .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
     /// The sub-tasks of `parent` that wait for a person.
     pub async fn waiting_children(&self, parent: &str) -> Result<Vec<String>> {
         let rows: Vec<(String,)> = self
@@ -305,5 +332,59 @@ impl Store {
     /// How many tasks wait for a person, for the overview and `/healthz`.
     pub async fn waiting_count(&self) -> Result<i64> {
         self.count("SELECT COUNT(*) FROM task_holds").await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::store::{HoldOwner, NewTask, Origin, Store, now};
+
+    #[tokio::test]
+    async fn only_the_holds_of_a_silent_owner_are_handed_to_the_workers() {
+        let store = Store::open_in_memory().await.unwrap();
+        let mut held = Vec::new();
+        for (task, owner) in [("alive", "run-a"), ("dead", "run-b"), ("pooled", "")] {
+            let t = store
+                .create_task(&NewTask {
+                    task: task.into(),
+                    origin: Origin::Cli,
+                    profile: "fast".into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            assert!(store.start_task(&t.id).await.unwrap());
+            let owner = (!owner.is_empty()).then_some(owner);
+            store.hold_task(&t.id, "{}", owner).await.unwrap();
+            held.push(t.id);
+        }
+        let lease_start = now();
+        // Only `run-a` beats after the lease starts.
+        assert_eq!(store.touch_owned_holds("run-a").await.unwrap(), 1);
+        let adopted = store.adopt_silent_holds(lease_start).await.unwrap();
+        assert_eq!(adopted, vec![held[1].clone()]);
+        // Adopted once: the workers take it, and the live run's hold is still its own.
+        assert!(
+            store
+                .adopt_silent_holds(lease_start)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let mut pooled: Vec<String> = Vec::new();
+        while let Some(h) = store.take_ready_hold(HoldOwner::Pool).await.unwrap() {
+            assert_eq!(h.owner, None);
+            pooled.push(h.task_id);
+        }
+        pooled.sort();
+        let mut want = vec![held[1].clone(), held[2].clone()];
+        want.sort();
+        assert_eq!(pooled, want);
+        let own = store
+            .take_ready_hold(HoldOwner::Task("run-a"))
+            .await
+            .unwrap()
+            .expect("the live run's hold");
+        assert_eq!(own.task_id, held[0]);
     }
 }

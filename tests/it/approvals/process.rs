@@ -331,6 +331,42 @@ async fn run_waits_for_an_answer_from_another_terminal_and_its_timeout_denies() 
     assert_eq!(v["approvals"][0]["reason"], "timeout", "{v}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_run_died_while_it_waited_is_continued_by_the_daemon() {
+    let model = ScriptedModel::start_with(mark_model).await;
+    let (site, mark_file) = site(&model.base_url());
+    // A short lease, so the test need not wait out the default 30 s.
+    let settings = std::fs::read_to_string(site.config()).unwrap();
+    std::fs::write(
+        site.config(),
+        format!("{settings}storage:\n  node_lease_s: 2\n"),
+    )
+    .unwrap();
+    let mut daemon = site.start(&[]);
+    daemon.ready().await;
+
+    // `run` holds its own task: the daemon leaves it alone while that process lives.
+    let (mut child, _, _) = run_until(&site, &["mark bob"], "waiting for approval: ");
+    let open = open_requests(&daemon, 1).await;
+    let (approval, task) = (
+        open[0]["id"].as_str().unwrap().to_string(),
+        open[0]["task_id"].as_str().unwrap().to_string(),
+    );
+    // Killed outright, as a closed terminal or an OOM kill would.
+    child.kill().expect("kill run");
+    child.wait().expect("run reaped");
+    let (status, v) = daemon
+        .post(&format!("/v1/approvals/{approval}/approve"), json!({}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    // Past the lease, the daemon's workers continue the task: nothing waits for the dead.
+    let done = daemon.finished(&task).await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+    assert_eq!(done["answer"], "marked", "{done}");
+    assert_eq!(marks(&mark_file), vec!["bob".to_string()]);
+    daemon.stop().await;
+}
+
 /// `hermes-agent mcp` on `site`: one `run_task` call over raw JSON-RPC lines; its answer.
 fn mcp_run_task(site: &Site, task: &str) -> Value {
     use std::io::Write;
