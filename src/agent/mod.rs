@@ -17,6 +17,7 @@ mod pool;
 pub mod prompt;
 mod round;
 mod run;
+mod tally;
 mod trace;
 mod unsaved;
 

@@ -1,141 +1,25 @@
 //! One task's execution: pending → running → succeeded | failed | cancelled, and the
 //! plan-execute-check loop in between. Every model call and tool call becomes a trace row.
+//! The counters and unwritten rows that outlive the loop are in `tally.rs`; one round of tool
+//! calls is in `round.rs`.
 
 use super::guard::LoopGuard;
 use super::hold::{Checkpoint, HeldRound};
 use super::round::RoundEnd;
+use super::tally::final_outcome;
+pub(super) use super::tally::{LoopEnd, Tally, outcome};
 use super::{Agent, RunOptions, StopReason, prompt, trace};
 use crate::llm::{Gateway, LlmError, Message, ModelReply, ToolCall};
 use crate::memory::{ShortTerm, Summariser, SummaryModel};
 use crate::metrics::ModelOutcome;
-use crate::store::{FailReason, NewStep, Step, StoreError, Task, TaskOutcome, TaskState, now};
+use crate::store::{FailReason, NewStep, StoreError, Task, now};
 use crate::tools::{ToolContext, ToolError, ToolOutcome, shape};
 use crate::util::lock;
 use futures::future::BoxFuture;
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-
-/// What must survive the loop being dropped by a timeout or a cancel: the token counters, and
-/// the trace rows recorded but not yet written.
-#[derive(Debug, Default)]
-pub(super) struct Tally {
-    prompt_tokens: AtomicI64,
-    completion_tokens: AtomicI64,
-    parse_failures: AtomicI64,
-    trace: Mutex<Unwritten>,
-}
-
-/// Trace rows numbered by the runner — the only writer of its task's trace — and written in
-/// batches: a model call together with the tool calls it asked for is one store round trip.
-#[derive(Debug, Default)]
-struct Unwritten {
-    last_seq: i64,
-    rows: Vec<Step>,
-}
-
-impl Tally {
-    /// The counters and trace numbering of an execution continued from a checkpoint.
-    fn restored(cp: &Checkpoint) -> Tally {
-        let t = Tally::default();
-        t.prompt_tokens.store(cp.prompt_tokens, Ordering::Relaxed);
-        t.completion_tokens
-            .store(cp.completion_tokens, Ordering::Relaxed);
-        t.parse_failures.store(cp.parse_failures, Ordering::Relaxed);
-        lock(&t.trace).last_seq = cp.last_seq;
-        t
-    }
-
-    /// The counters and the last trace number, for a checkpoint.
-    pub(super) fn counts(&self) -> Counts {
-        Counts {
-            prompt_tokens: self.prompt_tokens.load(Ordering::Relaxed),
-            completion_tokens: self.completion_tokens.load(Ordering::Relaxed),
-            parse_failures: self.parse_failures.load(Ordering::Relaxed),
-            last_seq: lock(&self.trace).last_seq,
-        }
-    }
-
-    fn add(&self, reply: &ModelReply) {
-        let add = |counter: &AtomicI64, n: i64| counter.fetch_add(n, Ordering::Relaxed);
-        add(&self.prompt_tokens, reply.usage.prompt_tokens.into());
-        add(
-            &self.completion_tokens,
-            reply.usage.completion_tokens.into(),
-        );
-        add(&self.parse_failures, reply.parse_warnings.len() as i64);
-    }
-}
-
-/// [`Tally::counts`].
-pub(super) struct Counts {
-    pub prompt_tokens: i64,
-    pub completion_tokens: i64,
-    pub parse_failures: i64,
-    pub last_seq: i64,
-}
-
-/// How the loop's end is stored: a cancelled task ends in its own state, a store failure as a
-/// failure of the task.
-fn final_outcome(end: Result<LoopEnd, StoreError>, tally: &Tally) -> TaskOutcome {
-    match end {
-        Ok(LoopEnd::Answer(a)) => outcome(TaskState::Succeeded, Some(a), None, None, tally),
-        // `drive` never writes a held task's end; should one get here, it is not an answer.
-        Ok(LoopEnd::Held) => outcome(
-            TaskState::Failed,
-            None,
-            Some("the task stopped while waiting for approval".into()),
-            Some(FailReason::Interrupted),
-            tally,
-        ),
-        Ok(LoopEnd::Failed { reason, error }) => {
-            let state = match reason {
-                FailReason::Cancelled => TaskState::Cancelled,
-                _ => TaskState::Failed,
-            };
-            outcome(state, None, Some(error), Some(reason), tally)
-        }
-        Err(e) => outcome(
-            TaskState::Failed,
-            None,
-            Some(format!("could not record the task's progress: {e}")),
-            Some(FailReason::Store),
-            tally,
-        ),
-    }
-}
-
-pub(super) fn outcome(
-    state: TaskState,
-    answer: Option<String>,
-    error: Option<String>,
-    reason: Option<FailReason>,
-    tally: &Tally,
-) -> TaskOutcome {
-    TaskOutcome {
-        state,
-        answer,
-        error,
-        reason,
-        parse_failures: tally.parse_failures.load(Ordering::Relaxed),
-        prompt_tokens: tally.prompt_tokens.load(Ordering::Relaxed),
-        completion_tokens: tally.completion_tokens.load(Ordering::Relaxed),
-    }
-}
-
-/// How the loop ended, before it becomes a stored outcome.
-pub(super) enum LoopEnd {
-    Answer(String),
-    Failed {
-        reason: FailReason,
-        error: String,
-    },
-    /// Waiting for a person: the checkpoint is stored, the task stays `running` (waiting) and
-    /// this execution ends, freeing its worker.
-    Held,
-}
 
 /// The model-backed summariser: a short `fast`-profile call through the gateway handle.
 struct GatewaySummary {
@@ -552,20 +436,18 @@ impl Run<'_> {
     /// Number a trace row and show it to the observer (the live timeline of `run`) at once;
     /// it is stored by the next [`Run::flush`].
     pub(super) fn record(&self, row: NewStep) {
-        let mut trace = lock(&self.tally.trace);
-        trace.last_seq += 1;
-        let step = row.into_step(trace.last_seq, now());
-        if let Some(tx) = &self.opts.observer {
-            // The observer may have gone (a closed terminal); the trace is stored regardless.
-            let _ = tx.send(step.clone());
-        }
-        trace.rows.push(step);
+        self.tally.number(row, |step| {
+            if let Some(tx) = &self.opts.observer {
+                // The observer may have gone (a closed terminal); the trace is stored regardless.
+                let _ = tx.send(step.clone());
+            }
+        });
     }
 
     /// Store the rows recorded since the last flush, in one statement, and announce them to
     /// followers (the dashboard's live timeline, `tasks watch`).
     pub(super) async fn flush(&self) -> Result<(), StoreError> {
-        let rows = std::mem::take(&mut lock(&self.tally.trace).rows);
+        let rows = self.tally.take_unwritten();
         let Some(last) = rows.last().map(|r| r.seq) else {
             return Ok(());
         };

@@ -5,7 +5,7 @@
 //! network-class errors with exponential backoff, circuit breaking, result shaping and
 //! capping (large results go to working memory, up to `memory.working_max_bytes`),
 //! delimiting, one log line per call, and which sources are still on their first start
-//! (`starting.rs`).
+//! (`starting.rs`); how a successful result is shown to the model is in `present.rs`.
 //! Must not: know about the agent loop or messages; it returns the text the model will see
 //! and the facts the trace needs, nothing more.
 
@@ -14,7 +14,7 @@ use super::gate::Permit;
 use super::schema::{self, violation};
 use super::shape::{self, Rest};
 use super::starting::{SOURCE_START_WAIT, Starting};
-use super::{Fit, Tool, ToolContext, ToolError};
+use super::{Tool, ToolContext, ToolError};
 use crate::config::ToolSettings;
 use crate::llm::{ToolCall, ToolSpec, Toolset, estimate_tokens};
 use crate::metrics::Metrics;
@@ -25,6 +25,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 use tokio::time::Instant;
+
+mod present;
 
 /// At most this many schema violations are reported for one call; the model fixes them in
 /// a few rounds anyway, and a long list costs tokens.
@@ -547,64 +549,5 @@ impl Registry {
         }
         let msg = format!("{}; fix them and call again", violations.join("; "));
         Err(ToolError::InvalidArguments(msg).into())
-    }
-
-    /// Shape a successful result; store it whole when it is over the cap. Returns the
-    /// content for the model and the working-memory key, if one was made.
-    pub(super) async fn present(
-        &self,
-        entry: &Entry,
-        value: Value,
-        ctx: &ToolContext,
-    ) -> (String, Option<String>) {
-        let name = entry.spec.name.as_str();
-        let cap = self.0.settings.result_max_tokens;
-        let value = match entry.tool.fit(value, cap) {
-            Fit::Store(value) => value,
-            Fit::Fitted(fitted) => {
-                let text = shape::render(&fitted);
-                let body = if estimate_tokens(&text) > cap {
-                    shape::cut_with_note(&text, cap, &Rest::Dropped)
-                } else {
-                    text
-                };
-                return (shape::wrap_result(name, &body), None);
-            }
-        };
-        let keep = entry.tool.keep_fields();
-        let (shown, unfiltered) = if keep.is_empty() {
-            (shape::render(&value), None)
-        } else {
-            (
-                shape::render(&shape::keep_fields(value.clone(), keep)),
-                Some(value),
-            )
-        };
-        if estimate_tokens(&shown) <= cap {
-            return (shape::wrap_result(name, &shown), None);
-        }
-        let full = unfiltered.as_ref().map(shape::render);
-        let full_text = full.as_deref().unwrap_or(&shown);
-        let kept = &full_text[..full_text.floor_char_boundary(self.0.working_max_bytes)];
-        let (body, key) = match self.0.store.put_working(&ctx.task_id, kept).await {
-            Ok(key) => {
-                let rest = Rest::Stored {
-                    key: &key,
-                    aligned: full.is_none(),
-                    total: full_text.chars().count(),
-                    kept: kept.chars().count(),
-                };
-                (shape::cut_with_note(&shown, cap, &rest), Some(key))
-            }
-            Err(e) => {
-                tracing::warn!(tool = name, task = %ctx.task_id, error = %e, "cannot store an over-cap tool result");
-                let why = e.to_string();
-                (
-                    shape::cut_with_note(&shown, cap, &Rest::NotStored(&why)),
-                    None,
-                )
-            }
-        };
-        (shape::wrap_result(name, &body), key)
     }
 }
