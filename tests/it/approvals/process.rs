@@ -48,6 +48,12 @@ fn site(model_url: &str) -> (Site, PathBuf) {
     (site, marks)
 }
 
+/// Append top-level sections to `site`'s settings.
+fn add_settings(site: &Site, yaml: &str) {
+    let settings = std::fs::read_to_string(site.config()).unwrap();
+    std::fs::write(site.config(), format!("{settings}{yaml}")).unwrap();
+}
+
 fn marks(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -65,16 +71,7 @@ async fn a_held_call_survives_a_daemon_restart_and_runs_once_when_approved() {
     let id = daemon.submit("mark bob").await;
 
     // It waits: running, not stuck, and the request is open.
-    let deadline = Instant::now() + PATIENCE;
-    let open = loop {
-        let (status, v) = daemon.get("/v1/approvals?state=open").await;
-        assert_eq!(status, StatusCode::OK, "{v}");
-        if let Some(list) = v["approvals"].as_array().filter(|l| !l.is_empty()) {
-            break list.clone();
-        }
-        assert!(Instant::now() < deadline, "no request: {v}");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    };
+    let open = open_requests(&daemon, 1).await;
     assert_eq!(open.len(), 1);
     assert_eq!(open[0]["task_id"], id.as_str());
     assert_eq!(open[0]["tool"], "mark");
@@ -133,15 +130,51 @@ async fn a_held_call_survives_a_daemon_restart_and_runs_once_when_approved() {
     daemon.stop().await;
 }
 
-/// The open requests, once there are `n` (bounded by [`PATIENCE`]).
+/// The open requests, once there are `n` and their tasks wait (a request is recorded a moment
+/// before its task's hold), bounded by [`PATIENCE`].
 async fn open_requests(daemon: &crate::daemon::Daemon, n: usize) -> Vec<Value> {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let (_, v) = daemon.get("/v1/approvals?state=open").await;
         if let Some(list) = v["approvals"].as_array().filter(|l| l.len() >= n) {
-            return list.clone();
+            let mut all_held = true;
+            for a in list {
+                let (_, task) = daemon
+                    .get(&format!(
+                        "/v1/tasks/{}",
+                        a["task_id"].as_str().unwrap_or("")
+                    ))
+                    .await;
+                all_held &= task["waiting"] == true;
+            }
+            if all_held {
+                return list.clone();
+            }
         }
-        assert!(Instant::now() < deadline, "not {n} open requests: {v}");
+        assert!(Instant::now() < deadline, "not {n} held requests: {v}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Fire `job` now; the id of the request its task then waits on.
+async fn fire_held(daemon: &crate::daemon::Daemon, job: &str) -> String {
+    let (status, fired) = daemon.post(&format!("/v1/jobs/{job}/run"), json!({})).await;
+    assert!(status.is_success(), "{status}: {fired}");
+    open_requests(daemon, 1).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// What the webhook received, once it is at least `n` bodies (bounded by [`PATIENCE`]).
+async fn deliveries(received: &std::sync::Mutex<Vec<Value>>, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let got = received.lock().unwrap().clone();
+        if got.len() >= n {
+            return got;
+        }
+        assert!(Instant::now() < deadline, "{} of {n} deliveries", got.len());
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
@@ -151,12 +184,10 @@ async fn a_job_firing_held_across_a_restart_is_delivered_and_recorded_once_appro
     let model = ScriptedModel::start_with(mark_model).await;
     let (hook, received) = crate::common::webhook_receiver().await;
     let (site, mark_file) = site(&model.base_url());
-    let settings = std::fs::read_to_string(site.config()).unwrap();
-    std::fs::write(
-        site.config(),
-        format!("{settings}notify:\n  webhooks:\n    hook: {{url: \"{hook}\"}}\n"),
-    )
-    .unwrap();
+    add_settings(
+        &site,
+        &format!("notify:\n  webhooks:\n    hook: {{url: \"{hook}\"}}\n"),
+    );
     let mut daemon = site.start(&[]);
     daemon.ready().await;
     let (status, job) = daemon
@@ -167,14 +198,7 @@ async fn a_job_firing_held_across_a_restart_is_delivered_and_recorded_once_appro
         .await;
     assert_eq!(status, StatusCode::CREATED, "{job}");
     let job_id = job["id"].as_str().unwrap().to_string();
-    let (status, fired) = daemon
-        .post(&format!("/v1/jobs/{job_id}/run"), json!({}))
-        .await;
-    assert!(status.is_success(), "{status}: {fired}");
-    let approval = open_requests(&daemon, 1).await[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let approval = fire_held(&daemon, &job_id).await;
 
     // The daemon dies while the firing waits for its person, and comes back.
     daemon.signal("-KILL");
@@ -187,18 +211,7 @@ async fn a_job_firing_held_across_a_restart_is_delivered_and_recorded_once_appro
     assert_eq!(status, StatusCode::OK, "{v}");
 
     // The answer reaches the job's channel, and the run is recorded as the firing it was.
-    let deadline = Instant::now() + PATIENCE;
-    let delivered = loop {
-        let got = received.lock().unwrap().clone();
-        if !got.is_empty() {
-            break got;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "nothing delivered to the webhook"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    };
+    let delivered = deliveries(&received, 1).await;
     assert_eq!(delivered.len(), 1, "{delivered:?}");
     assert!(
         delivered[0].to_string().contains("marked"),
@@ -212,14 +225,7 @@ async fn a_job_firing_held_across_a_restart_is_delivered_and_recorded_once_appro
     assert_eq!(runs[0]["outcome"], "fired", "{runs:?}");
     assert_eq!(runs[0]["delivery"], "queued", "{runs:?}");
     // Its lock was freed: it can fire again (and asks again: a new firing, a new request).
-    let (status, fired) = daemon
-        .post(&format!("/v1/jobs/{job_id}/run"), json!({}))
-        .await;
-    assert!(status.is_success(), "{status}: {fired}");
-    let second = open_requests(&daemon, 1).await[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let second = fire_held(&daemon, &job_id).await;
     // A graceful stop does not wait out its grace on the person (the test's patience is
     // shorter than the 30 s grace), and the next start follows this firing too.
     daemon.stop().await;
@@ -229,14 +235,7 @@ async fn a_job_firing_held_across_a_restart_is_delivered_and_recorded_once_appro
         .post(&format!("/v1/approvals/{second}/approve"), json!({}))
         .await;
     assert_eq!(status, StatusCode::OK, "{v}");
-    let deadline = Instant::now() + PATIENCE;
-    while received.lock().unwrap().len() < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "the second run was not delivered"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    deliveries(&received, 2).await;
     let (_, runs) = daemon.get(&format!("/v1/jobs/{job_id}/runs")).await;
     let outcomes: Vec<&Value> = runs["runs"]
         .as_array()
@@ -336,12 +335,7 @@ async fn a_task_whose_run_died_while_it_waited_is_continued_by_the_daemon() {
     let model = ScriptedModel::start_with(mark_model).await;
     let (site, mark_file) = site(&model.base_url());
     // A short lease, so the test need not wait out the default 30 s.
-    let settings = std::fs::read_to_string(site.config()).unwrap();
-    std::fs::write(
-        site.config(),
-        format!("{settings}storage:\n  node_lease_s: 2\n"),
-    )
-    .unwrap();
+    add_settings(&site, "storage:\n  node_lease_s: 2\n");
     let mut daemon = site.start(&[]);
     daemon.ready().await;
 
