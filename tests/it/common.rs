@@ -159,3 +159,31 @@ pub fn error_of(v: &serde_json::Value) -> (&str, &str) {
     };
     (field("code"), field("message"))
 }
+
+/// Run the built-in suite's cases named `names` on `app` as `hermes-agent eval` would (CLI
+/// trigger, through its scheduler); `retry`: the throwaway apps' model retries.
+pub async fn run_evals(
+    app: &App,
+    profile: Option<&str>,
+    names: &[&str],
+    retry: Option<RetryPolicy>,
+    on_result: &(dyn Fn(&hermes_agent::store::EvalResult) + Send + Sync),
+) -> hermes_agent::eval::EvalReport {
+    use hermes_agent::eval;
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    eval::run(
+        eval::EvalRequest {
+            config: &app.config,
+            store: &app.store,
+            gateway: app.agent.gateway(),
+            profile: profile.map(str::to_string),
+            cases: eval::choose(eval::load(None).expect("the built-in suite"), &names),
+            trigger: hermes_agent::store::EvalTrigger::Cli,
+            scheduler: Some(&app.scheduler),
+            model_retry: retry,
+        },
+        on_result,
+    )
+    .await
+    .expect("the eval run completes")
+}

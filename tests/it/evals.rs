@@ -3,11 +3,11 @@
 //! what the API and the dashboard show of runs, verified models and the model a job last used.
 
 use crate::common;
-use hermes_agent::eval::{self, EvalRequest, ModelWatch};
+use hermes_agent::eval::ModelWatch;
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::llm::{Identity, Told};
 use hermes_agent::scheduler::JobRequest;
-use hermes_agent::store::{EvalTrigger, Origin, PauseReason, Store};
+use hermes_agent::store::{Origin, PauseReason, Store};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -85,22 +85,14 @@ async fn the_api_and_dashboard_show_runs_verified_models_and_what_answered_a_job
         "the task page names who answered"
     );
 
-    let cases = eval::choose(eval::load(None).expect("suite"), &["plain-answer".into()]);
-    let report = eval::run(
-        EvalRequest {
-            config: &app.config,
-            store: &app.store,
-            gateway: app.agent.gateway(),
-            profile: None,
-            cases,
-            trigger: EvalTrigger::Cli,
-            scheduler: Some(&app.scheduler),
-            model_retry: Some(common::fast_retry()),
-        },
+    let report = common::run_evals(
+        app,
+        None,
+        &["plain-answer"],
+        Some(common::fast_retry()),
         &|_| {},
     )
-    .await
-    .expect("eval runs");
+    .await;
     assert!(report.all_passed(), "{:?}", report.run.results);
     assert_eq!(report.verified, [("fast".to_string(), seen.key())]);
 

@@ -6,12 +6,12 @@
 use crate::common;
 use futures::future::BoxFuture;
 use hermes_agent::config::{ModelSettings, OnChange, Profile, WebhookSettings};
-use hermes_agent::eval::{self, EvalRequest, ModelWatch};
+use hermes_agent::eval::ModelWatch;
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::llm::{Gateway, LlmError, Message, RetryPolicy};
 use hermes_agent::scheduler::JobRequest;
 use hermes_agent::store::{
-    EvalTrigger, EvalVerdict, ModelAction, NoticeFilter, Origin, PauseReason, StepKind, Store,
+    EvalVerdict, ModelAction, NoticeFilter, Origin, PauseReason, StepKind, Store,
 };
 use hermes_agent::tools::{Tool, ToolContext, ToolError, ToolInfo};
 use hermes_agent::util::Backoff;
@@ -329,22 +329,14 @@ async fn a_server_answering_as_another_model_holds_the_jobs_until_an_eval_passes
     assert_eq!(j.pause_reason, Some(PauseReason::ModelChanged));
 
     // A run whose every case passes verifies the model and releases the job.
-    let cases = eval::choose(eval::load(None).expect("suite"), &["plain-answer".into()]);
-    let report = eval::run(
-        EvalRequest {
-            config: &app.config,
-            store: &app.store,
-            gateway: app.agent.gateway(),
-            profile: Some("fast".into()),
-            cases,
-            trigger: EvalTrigger::Cli,
-            scheduler: Some(&app.scheduler),
-            model_retry: Some(common::fast_retry()),
-        },
+    let report = common::run_evals(
+        app,
+        Some("fast"),
+        &["plain-answer"],
+        Some(common::fast_retry()),
         &|_| {},
     )
-    .await
-    .expect("eval runs");
+    .await;
     assert!(report.all_passed(), "{:?}", report.run.results);
     assert_eq!(report.run.results[0].verdict, EvalVerdict::Passed);
     assert_eq!(report.resumed, std::slice::from_ref(&job.id));

@@ -15,9 +15,8 @@
 
 use crate::common;
 use hermes_agent::config::{ModelSettings, Profile};
-use hermes_agent::eval::{self, EvalRequest, ModelWatch};
+use hermes_agent::eval::ModelWatch;
 use hermes_agent::llm::{Gateway, Identity};
-use hermes_agent::store::EvalTrigger;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -129,25 +128,14 @@ async fn an_eval_run_on_a_real_model_is_recorded_with_the_identity_it_saw() {
     let t = common::app(settings, vec![]).await;
     let app = &t.app;
     // A tiny model answers badly: what is checked is the run, not its verdicts.
-    let cases = eval::choose(
-        eval::load(None).expect("suite"),
-        &["plain-answer".into(), "remember".into()],
-    );
-    let report = eval::run(
-        EvalRequest {
-            config: &app.config,
-            store: &app.store,
-            gateway: app.agent.gateway(),
-            profile: Some("fast".into()),
-            cases,
-            trigger: EvalTrigger::Cli,
-            scheduler: Some(&app.scheduler),
-            model_retry: None,
-        },
+    let report = common::run_evals(
+        app,
+        Some("fast"),
+        &["plain-answer", "remember"],
+        None,
         &|r| println!("{}: {} ({:?})", r.case_name, r.verdict, r.why),
     )
-    .await
-    .expect("the run completes");
+    .await;
     let run = app.store.eval_run(report.run.id).await.expect("recorded");
     assert_eq!(run.results.len(), 2);
     assert!(run.finished_at.is_some());
