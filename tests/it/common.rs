@@ -187,3 +187,41 @@ pub async fn run_evals(
     .await
     .expect("the eval run completes")
 }
+
+/// Set in a child process that runs one test alone ([`alone_in_child`]); its value names it.
+const ALONE: &str = "HERMES_TEST_ALONE";
+
+/// For a test that must see every tracing event of its own work: in the test binary's shared
+/// process, tracing caches each callsite's interest across the subscribers of all tests running
+/// at once, so a thread-local subscriber can miss events. Such a test runs itself again, alone,
+/// in a child process. True in that child (run the test's body); in the parent, runs the child
+/// as `test` (its full path) and fails unless the child passed it.
+pub fn alone_in_child(test: &str) -> bool {
+    if std::env::var(ALONE).is_ok_and(|t| t == test) {
+        return true;
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = std::process::Command::new(exe)
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(ALONE, test)
+        .output()
+        .expect("the test binary runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    // The child ran the test, not nothing (a filter that matches no test also succeeds).
+    assert!(text.contains("1 passed"), "{text}");
+    false
+}
+
+/// Run `work` on a current-thread runtime (a test body run by [`alone_in_child`]).
+pub fn block_on<F: std::future::Future>(work: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(work)
+}

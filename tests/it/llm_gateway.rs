@@ -494,8 +494,16 @@ impl Write for LogBuffer {
     }
 }
 
-#[tokio::test]
-async fn key_never_in_debug_errors_or_logs() {
+/// Alone in a child process: its subscriber must see every event (see
+/// [`crate::common::alone_in_child`]); in the shared process it could miss the gateway's.
+#[test]
+fn key_never_in_debug_errors_or_logs() {
+    if crate::common::alone_in_child("llm_gateway::key_never_in_debug_errors_or_logs") {
+        crate::common::block_on(key_never_logged());
+    }
+}
+
+async fn key_never_logged() {
     let logs = LogBuffer::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()

@@ -57,41 +57,15 @@ impl tracing::field::Visit for Setup {
     }
 }
 
-/// Set in the child process that runs the count (see below).
-const CHILD: &str = "HERMES_TEST_ROUND_TRIPS_CHILD";
-
 /// The count needs a process-wide subscriber, and one in the test binary's shared process would
 /// change what every other test's own (thread-local) subscriber sees: tracing caches each
 /// callsite's interest across all of them. So the test runs itself again, alone, in a child.
 #[test]
 fn a_four_call_task_takes_at_most_seven_statements() {
-    if std::env::var_os(CHILD).is_some() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        runtime.block_on(count_statements());
-        return;
+    if common::alone_in_child("store_round_trips::a_four_call_task_takes_at_most_seven_statements")
+    {
+        common::block_on(count_statements());
     }
-    let exe = std::env::current_exe().expect("the test binary");
-    let out = std::process::Command::new(exe)
-        .args([
-            "--exact",
-            "store_round_trips::a_four_call_task_takes_at_most_seven_statements",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .output()
-        .expect("the test binary runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{text}");
-    // The child ran the test, not nothing (a filter that matches no test also succeeds).
-    assert!(text.contains("1 passed"), "{text}");
 }
 
 async fn count_statements() {
