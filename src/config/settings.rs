@@ -489,6 +489,9 @@ impl Default for ServerSettings {
 pub struct StorageSettings {
     /// Empty means the XDG data dir.
     pub data_dir: String,
+    /// The database: empty keeps SQLite in the data dir; `postgres://USER@HOST:PORT/DB`
+    /// selects PostgreSQL (the password as `${VAR}` from the environment, or `PGPASSWORD`).
+    pub url: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -79,6 +79,7 @@ impl Settings {
         self.validate_scheduler()?;
         self.validate_notify()?;
         self.validate_server()?;
+        self.validate_storage()?;
         self.validate_agents()?;
         self.validate_mcp()?;
         self.validate_inbox()
@@ -330,6 +331,17 @@ impl Settings {
             );
         }
         Ok(())
+    }
+
+    fn validate_storage(&self) -> Result<(), Violation> {
+        let url = self.storage.url.trim();
+        if url.is_empty() {
+            return Ok(());
+        }
+        match crate::store::parse_url(url) {
+            Ok(_) => Ok(()),
+            Err(e) => bad("storage.url", e.to_string()),
+        }
     }
 
     fn validate_mcp(&self) -> Result<(), Violation> {

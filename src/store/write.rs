@@ -14,34 +14,34 @@ use super::{Record, Result, Select, Statement, Store, StoreError};
 
 impl Store {
     /// Run a write; how many rows it changed.
-    pub(super) async fn rows(&self, statement: Statement<'_>) -> Result<u64> {
-        Ok(statement.execute(self.pool()).await?.rows_affected())
+    pub(super) async fn rows(&self, statement: Statement) -> Result<u64> {
+        Ok(statement.execute(self).await?)
     }
 
     /// Run a write whose row count does not matter.
-    pub(super) async fn run(&self, statement: Statement<'_>) -> Result<()> {
+    pub(super) async fn run(&self, statement: Statement) -> Result<()> {
         self.rows(statement).await.map(drop)
     }
 
     /// Run a write meant for one row; false when no row matched (gone, or not in the state
     /// the statement asks for).
-    pub(super) async fn one_row(&self, statement: Statement<'_>) -> Result<bool> {
+    pub(super) async fn one_row(&self, statement: Statement) -> Result<bool> {
         Ok(self.rows(statement).await? == 1)
     }
 
     /// Run a write with `RETURNING` to its end (its commit included); the rows it returned.
-    pub(super) async fn returning<T: Record>(&self, write: Select<'_, T>) -> Result<Vec<T>> {
-        Ok(write.fetch_all(self.pool()).await?)
+    pub(super) async fn returning<T: Record>(&self, write: Select<T>) -> Result<Vec<T>> {
+        Ok(write.fetch_all(self).await?)
     }
 
     /// [`Store::returning`] for a write that changes one row or none (an `UPDATE … WHERE`):
     /// the row it changed, `None` when no row matched.
-    pub(super) async fn returning_one<T: Record>(&self, write: Select<'_, T>) -> Result<Option<T>> {
+    pub(super) async fn returning_one<T: Record>(&self, write: Select<T>) -> Result<Option<T>> {
         Ok(self.returning(write).await?.into_iter().next())
     }
 
     /// [`Store::returning`] for an insert of one row, which always returns it.
-    pub(super) async fn inserted<T: Record>(&self, insert: Select<'_, T>) -> Result<T> {
+    pub(super) async fn inserted<T: Record>(&self, insert: Select<T>) -> Result<T> {
         self.returning_one(insert)
             .await?
             .ok_or_else(|| StoreError::Corrupt("an inserted row did not come back".into()))
@@ -58,7 +58,7 @@ mod tests {
     async fn failing_at_commit() -> Store {
         let store = Store::open_in_memory().await.unwrap();
         sqlx::query("PRAGMA defer_foreign_keys = ON")
-            .execute(store.pool())
+            .execute(store.sqlite_pool().expect("sqlite"))
             .await
             .unwrap();
         store

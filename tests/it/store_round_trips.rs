@@ -1,5 +1,5 @@
 //! How many SQL statements a task costs: every statement is a round trip to SQLite's worker
-//! thread (≈ 160 µs on the benchmark machine, BENCHMARKS.md §5). A four-call task — three
+//! thread (≈ 160 µs on the benchmark machine, BENCHMARKS.md §5), or to the PostgreSQL server. A four-call task — three
 //! steps that each run a tool, then the answer — is created, claimed, traced and finished in
 //! at most seven: one insert per step for the model call and the tool calls it asked for, and
 //! every write returns its row instead of reading it back.
@@ -27,7 +27,8 @@ use tracing_subscriber::{Layer, filter};
 const SPAN: &str = "counted_round_trips";
 
 /// Counts the statements sqlx logs inside [`SPAN`], except a new connection's setup
-/// (`PRAGMA …`): the pool opens connections when it likes, and their cost is not a task's.
+/// (SQLite's `PRAGMA …`, PostgreSQL's `SET …`): the pool opens connections when it likes, and
+/// their cost is not a task's.
 struct Statements(Arc<AtomicUsize>);
 
 impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Statements {
@@ -52,12 +53,13 @@ struct Setup(bool);
 impl tracing::field::Visit for Setup {
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
         if field.name() == "summary" {
-            self.0 = format!("{value:?}").starts_with("\"PRAGMA");
+            let summary = format!("{value:?}");
+            self.0 = summary.starts_with("\"PRAGMA") || summary.starts_with("\"SET");
         }
     }
 }
 
-/// Set in the child process that runs the count (see below).
+/// Set in the child process that runs the count (see below): the engine to count on.
 const CHILD: &str = "HERMES_TEST_ROUND_TRIPS_CHILD";
 
 /// The count needs a process-wide subscriber, and one in the test binary's shared process would
@@ -65,23 +67,51 @@ const CHILD: &str = "HERMES_TEST_ROUND_TRIPS_CHILD";
 /// callsite's interest across all of them. So the test runs itself again, alone, in a child.
 #[test]
 fn a_four_call_task_takes_at_most_seven_statements() {
+    on_engine("a_four_call_task_takes_at_most_seven_statements", None);
+}
+
+/// The same count on PostgreSQL: the same statements, so the same bound.
+#[test]
+fn a_four_call_task_takes_at_most_seven_statements_on_postgres() {
     if std::env::var_os(CHILD).is_some() {
+        on_engine("", None);
+        return;
+    }
+    let url = crate::postgres::cluster::fresh_url();
+    on_engine(
+        "a_four_call_task_takes_at_most_seven_statements_on_postgres",
+        Some(&url),
+    );
+}
+
+/// In the child: count, on the engine it was given. In the parent: run `test` alone in a
+/// child, on SQLite or on the PostgreSQL database at `url`.
+fn on_engine(test: &str, url: Option<&str>) {
+    if let Some(engine) = std::env::var_os(CHILD) {
+        let url = engine
+            .to_string_lossy()
+            .strip_prefix("postgres=")
+            .map(str::to_string);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("a runtime");
-        runtime.block_on(count_statements());
+        runtime.block_on(count_statements(url));
         return;
     }
     let exe = std::env::current_exe().expect("the test binary");
+    let engine = match url {
+        Some(u) => format!("postgres={u}"),
+        None => "sqlite".to_string(),
+    };
     let out = std::process::Command::new(exe)
         .args([
             "--exact",
-            "store_round_trips::a_four_call_task_takes_at_most_seven_statements",
+            &format!("store_round_trips::{test}"),
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(CHILD, "1")
+        .env(CHILD, engine)
         .output()
         .expect("the test binary runs");
     let text = format!(
@@ -94,7 +124,7 @@ fn a_four_call_task_takes_at_most_seven_statements() {
     assert!(text.contains("1 passed"), "{text}");
 }
 
-async fn count_statements() {
+async fn count_statements(url: Option<String>) {
     let count = Arc::new(AtomicUsize::new(0));
     let only_sqlx = filter::Targets::new()
         .with_target("sqlx::query", tracing::Level::TRACE)
@@ -102,11 +132,13 @@ async fn count_statements() {
     let subscriber =
         tracing_subscriber::registry().with(Statements(count.clone()).with_filter(only_sqlx));
     tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-    counted(count).instrument(tracing::info_span!(SPAN)).await;
+    counted(count, url)
+        .instrument(tracing::info_span!(SPAN))
+        .await;
 }
 
 /// The test's work, run inside [`SPAN`].
-async fn counted(count: Arc<AtomicUsize>) {
+async fn counted(count: Arc<AtomicUsize>, url: Option<String>) {
     // A no-op tool: its own statements (there are none) are not the agent's.
     let noop = tool_fn(
         ToolInfo::new(
@@ -124,7 +156,15 @@ async fn counted(count: Arc<AtomicUsize>) {
         replies
     };
     let model = ScriptedModel::start([script(), script(), script()].concat()).await;
-    let t = common::app(common::settings(&model.base_url()), vec![noop]).await;
+    let mut settings = common::settings(&model.base_url());
+    settings.storage.url = url.unwrap_or_default();
+    let settings_url_empty = settings.storage.url.is_empty();
+    let t = common::app(settings, vec![noop]).await;
+    assert_eq!(
+        t.app.store.is_postgres(),
+        !settings_url_empty,
+        "counted on the wrong engine"
+    );
     let run = |text: &'static str| {
         let agent = t.app.agent.clone();
         async move {
