@@ -49,6 +49,22 @@ pub enum StoreError {
     Unavailable { fault: StorageFault, detail: String },
     #[error("database error: {0}")]
     Sql(sqlx::Error),
+    #[error(
+        "the database {target} is not empty ({table} has {rows} rows); migrate only into a new, empty database (createdb one)"
+    )]
+    NotEmpty {
+        target: String,
+        table: &'static str,
+        rows: i64,
+    },
+    #[error(
+        "the copy of {table} does not match: {source_rows} rows in the data dir, {target_rows} in the target; nothing else changed in the data dir, drop the target database and try again"
+    )]
+    CopyMismatch {
+        table: &'static str,
+        source_rows: i64,
+        target_rows: i64,
+    },
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
 }

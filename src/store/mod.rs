@@ -48,6 +48,7 @@ macro_rules! select {
 pub(crate) mod testing;
 
 mod approvals;
+mod copy;
 mod dashboard;
 mod error;
 mod evals;
@@ -66,6 +67,7 @@ mod working;
 mod write;
 
 pub use approvals::*;
+pub use copy::Copied;
 pub use dashboard::*;
 pub use error::*;
 pub use evals::*;

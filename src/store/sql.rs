@@ -497,11 +497,16 @@ pub(crate) struct Values<'a> {
 
 impl Values<'_> {
     pub(crate) fn push_bind(&mut self, value: impl Bind) -> &mut Self {
+        self.push_arg(value.arg())
+    }
+
+    /// A value already in its neutral form (a row copied from one engine to the other).
+    pub(crate) fn push_arg(&mut self, value: Arg) -> &mut Self {
         if !self.first {
             self.builder.sql.push_str(", ");
         }
         self.first = false;
-        self.builder.args.push(value.arg());
+        self.builder.args.push(value);
         let n = self.builder.args.len();
         self.builder.sql.push_str(&format!("?{n}"));
         self

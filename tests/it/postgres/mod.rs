@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 pub(crate) mod cluster;
 
 mod faults;
+mod migrate;
 
 const PASSWORD_VAR: &str = "HERMES_TEST_DB_PASSWORD";
 
