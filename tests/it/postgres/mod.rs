@@ -272,6 +272,17 @@ async fn a_lost_server_is_reported_by_healthz_and_the_daemon_carries_on_when_it_
     // The pool reconnects by itself; `/healthz` keeps the fault on show for a minute.
     let after = accepted(&d, "after").await;
     assert_eq!(d.finished(&after).await["state"], "succeeded");
+    // The scheduler came through the outage too: a job due now fires.
+    let due = chrono::Utc::now() + chrono::Duration::seconds(1);
+    let (status, job) = d
+        .post(
+            "/v1/jobs",
+            json!({"name": "after", "task": "say hello", "schedule": due.to_rfc3339()}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    let run = fired_run(&d, job["id"].as_str().expect("a job id")).await;
+    assert_eq!(run["outcome"], "fired", "{run}");
     d.stop().await;
 }
 
