@@ -237,7 +237,9 @@ impl Store {
     }
 
     /// Take the oldest pending task and mark it running, in one statement: workers never race
-    /// each other for the same row, and no read-then-claim window exists.
+    /// each other for the same row, and no read-then-claim window exists. On PostgreSQL claimers
+    /// run truly at once: each skips the rows another is claiming (`SKIP LOCKED`) instead of
+    /// picking the same one and coming back empty while tasks are pending.
     pub(crate) async fn claim_next_pending(&self) -> Result<Option<Task>> {
         let sql = concat!(
             "UPDATE tasks SET state = 'running', started_at = ?1 WHERE id = \
@@ -245,7 +247,13 @@ impl Store {
              AND state = 'pending' RETURNING ",
             columns!(tasks)
         );
-        self.returning_one(query_as(sql).bind(now())).await
+        let pg = concat!(
+            "UPDATE tasks SET state = 'running', started_at = $1 WHERE id = \
+             (SELECT id FROM tasks WHERE state = 'pending' ORDER BY created_at, id LIMIT 1 \
+             FOR UPDATE SKIP LOCKED) AND state = 'pending' RETURNING ",
+            columns!(tasks)
+        );
+        self.returning_one(query_as(sql).pg(pg).bind(now())).await
     }
 
     /// pending → running. Returns false when the task was not pending (taken or cancelled).
