@@ -272,6 +272,16 @@ impl Store {
                              AND c.state IN ('pending', 'running')) \
              ORDER BY h.created_at LIMIT 1) RETURNING task_id, checkpoint, owner",
         )
+        // As a pending task's claim: takers at once skip the hold another is taking.
+        .pg(
+            "DELETE FROM task_holds WHERE task_id = (SELECT h.task_id FROM task_holds h \
+             WHERE h.owner IS NOT DISTINCT FROM $1 \
+             AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.task_id = h.task_id AND a.state = 'open') \
+             AND NOT EXISTS (SELECT 1 FROM tasks c WHERE c.parent_id = h.task_id \
+                             AND c.state IN ('pending', 'running')) \
+             ORDER BY h.created_at LIMIT 1 FOR UPDATE OF h SKIP LOCKED) \
+             RETURNING task_id, checkpoint, owner",
+        )
         .bind(owner.as_option())
         .fetch_all(&mut tx)
         .await?;

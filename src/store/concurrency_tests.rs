@@ -142,3 +142,44 @@ on_both_engines!(
         }
     }
 );
+
+// Workers taking held tasks that can continue at the same moment each get one while any is
+// ready, as with pending tasks.
+on_both_engines!(
+    Disk,
+    tokio::test(flavor = "multi_thread", worker_threads = 4),
+    async fn simultaneous_takers_each_get_a_ready_hold(store: Store) {
+        for _ in 0..16 {
+            let t = task(&store).await;
+            assert!(store.start_task(&t.id).await.unwrap());
+            store.hold_task(&t.id, "{}", None).await.unwrap();
+        }
+        for round in 0..2 {
+            let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(8));
+            let got = in_parallel(&store, 8, |store, _| {
+                let barrier = barrier.clone();
+                async move {
+                    barrier.wait().await;
+                    store
+                        .take_ready_hold(HoldOwner::Pool)
+                        .await
+                        .unwrap()
+                        .map(|h| h.task_id)
+                }
+            })
+            .await;
+            assert!(got.iter().all(Option::is_some), "round {round}: {got:?}");
+            let mut ids: Vec<String> = got.into_iter().flatten().collect();
+            ids.sort();
+            ids.dedup();
+            assert_eq!(ids.len(), 8, "round {round}: a hold was taken twice");
+        }
+        assert!(
+            store
+                .take_ready_hold(HoldOwner::Pool)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+);
