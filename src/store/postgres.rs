@@ -80,17 +80,62 @@ impl Store {
         let Engine::Postgres(pool) = &self.engine else {
             return Ok(None);
         };
-        let mut conn = pool.acquire().await?.detach();
-        let (got,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
-            .bind(DAEMON_LOCK_KEY)
-            .fetch_one(&mut conn)
-            .await?;
-        if !got {
-            return Err(StoreError::InUse {
-                url: self.path().display().to_string(),
-            });
+        let conn = match take_lock(pool).await? {
+            Some(conn) => conn,
+            None => {
+                return Err(StoreError::InUse {
+                    url: self.path().display().to_string(),
+                });
+            }
+        };
+        let keeper = tokio::spawn(keep_lock(
+            pool.clone(),
+            conn,
+            self.path().display().to_string(),
+        ));
+        Ok(Some(DaemonLock { keeper }))
+    }
+}
+
+/// The daemon lock on a connection of its own, if no one else holds it.
+async fn take_lock(pool: &sqlx::PgPool) -> Result<Option<sqlx::PgConnection>> {
+    let mut conn = pool.acquire().await?.detach();
+    let (got,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
+        .bind(DAEMON_LOCK_KEY)
+        .fetch_one(&mut conn)
+        .await?;
+    Ok(got.then_some(conn))
+}
+
+/// How often the lock's connection is checked. A server restart ends the session and frees
+/// its advisory lock: this is how soon the daemon takes it again.
+const LOCK_CHECK: Duration = Duration::from_secs(2);
+
+/// Hold the lock for as long as this runs: check its connection, and when the session was
+/// lost (the server restarted or cut it), take the lock again on a new one.
+async fn keep_lock(pool: sqlx::PgPool, mut conn: sqlx::PgConnection, url: String) {
+    loop {
+        tokio::time::sleep(LOCK_CHECK).await;
+        if sqlx::query("SELECT 1").execute(&mut conn).await.is_ok() {
+            continue;
         }
-        Ok(Some(DaemonLock { _conn: conn }))
+        // Lost: the server freed the lock with the session. Take it again once it answers.
+        loop {
+            match take_lock(&pool).await {
+                Ok(Some(again)) => {
+                    tracing::info!(database = %url, "database lock taken again after the connection was lost");
+                    conn = again;
+                    break;
+                }
+                Ok(None) => {
+                    tracing::error!(database = %url, "another hermes-agent daemon took this database while the connection was lost; stop one of them");
+                }
+                Err(e) => {
+                    tracing::debug!(database = %url, error = %e, "cannot take the database lock yet");
+                }
+            }
+            tokio::time::sleep(LOCK_CHECK).await;
+        }
     }
 }
 
@@ -98,11 +143,18 @@ impl Store {
 /// migrator derives its own from the database's name).
 const DAEMON_LOCK_KEY: i64 = 0x6865_726d_6573_0001;
 
-/// A daemon's hold on its PostgreSQL database; released when dropped (the connection closes,
-/// and the server frees the lock at once — also when the process dies).
+/// A daemon's hold on its PostgreSQL database, kept (taken again after a lost connection) until
+/// dropped; then the connection closes and the server frees the lock at once — also when the
+/// process dies.
 #[derive(Debug)]
 pub struct DaemonLock {
-    _conn: sqlx::PgConnection,
+    keeper: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for DaemonLock {
+    fn drop(&mut self) {
+        self.keeper.abort();
+    }
 }
 
 /// The PostgreSQL errors that mean the storage failed (SQLSTATE class 53 and 58, a read-only

@@ -283,6 +283,20 @@ async fn a_lost_server_is_reported_by_healthz_and_the_daemon_carries_on_when_it_
     assert_eq!(status, StatusCode::CREATED, "{job}");
     let run = fired_run(&d, job["id"].as_str().expect("a job id")).await;
     assert_eq!(run["outcome"], "fired", "{run}");
+    // The restart ended the session that held the daemon lock; the daemon took it again, so a
+    // second daemon is still refused.
+    d.wait_log("database lock taken again").await;
+    let other = site_on(&model.base_url(), &own.url("postgres"));
+    let mut second = other.start(&[]);
+    let status = second.exited(PATIENCE).await;
+    assert!(!status.success(), "{}", second.log());
+    assert!(
+        second
+            .log()
+            .contains("another hermes-agent daemon is already using the database"),
+        "{}",
+        second.log()
+    );
     d.stop().await;
 }
 
