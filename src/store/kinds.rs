@@ -476,15 +476,17 @@ mod tests {
         assert!("pending".parse::<Delivery>().is_err());
     }
 
-    #[tokio::test]
-    async fn stored_as_text() {
-        let store = crate::store::Store::open_in_memory().await.expect("store");
-        let (o, d): (Origin, Delivery) = sqlx::query_as("SELECT ?, ?")
-            .bind(Origin::Mcp)
-            .bind(Delivery::Failed("x".into()))
-            .fetch_one(store.sqlite_pool().expect("sqlite"))
-            .await
-            .expect("round trip");
-        assert_eq!((o, d), (Origin::Mcp, Delivery::Failed("x".into())));
-    }
+    on_both_engines!(
+        Memory,
+        tokio::test,
+        async fn stored_as_text(store: Store) {
+            let (o, d): (Origin, Delivery) = crate::store::query_as("SELECT ?, ?")
+                .bind(Origin::Mcp)
+                .bind(Delivery::Failed("x".into()))
+                .fetch_one(&store)
+                .await
+                .expect("round trip");
+            assert_eq!((o, d), (Origin::Mcp, Delivery::Failed("x".into())));
+        }
+    );
 }

@@ -292,65 +292,67 @@ impl Store {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn a_change_is_recorded_once_and_a_verified_identity_ends_the_badge() {
-        let store = Store::open_in_memory().await.expect("store");
-        store
-            .note_identity("fast", "m · greedy #a", "greedy")
-            .await
-            .expect("note");
-        store
-            .verify_identity("fast", "m · greedy #a", "greedy", 1)
-            .await
-            .expect("verify");
-        store
-            .note_identity("fast", "m · greedy #b", "greedy")
-            .await
-            .expect("note");
-        let change = NewModelChange {
-            profile: "fast".into(),
-            old_identity: "m · greedy #a".into(),
-            new_identity: "m · greedy #b".into(),
-            old_verified: true,
-            action: ModelAction::Hold,
-        };
-        let first = store.record_model_change(&change).await.expect("record");
-        let recorded = first.expect("a new change is returned");
-        assert_eq!(recorded.action, ModelAction::Hold);
-        assert!(
+    on_both_engines!(
+        Memory,
+        tokio::test,
+        async fn a_change_is_recorded_once_and_a_verified_identity_ends_the_badge(store: Store) {
             store
-                .record_model_change(&change)
+                .note_identity("fast", "m · greedy #a", "greedy")
                 .await
-                .expect("again")
-                .is_none(),
-            "once"
-        );
-        store
-            .set_change_outcome(recorded.id, &["j_1".into()], Some(7))
-            .await
-            .expect("outcome");
-        let status = store.model_status("fast").await.expect("status");
-        assert_eq!(
-            status.current.as_ref().map(|c| c.identity.as_str()),
-            Some("m · greedy #b")
-        );
-        assert_eq!(
-            status.verified.as_ref().map(|c| c.identity.as_str()),
-            Some("m · greedy #a")
-        );
-        let badge = status
-            .unverified_change()
-            .expect("a badge while unverified");
-        assert_eq!(
-            (badge.paused_jobs.clone(), badge.eval_run_id),
-            (vec!["j_1".to_string()], Some(7))
-        );
-        store
-            .verify_identity("fast", "m · greedy #b", "greedy", 2)
-            .await
-            .expect("verify");
-        let status = store.model_status("fast").await.expect("status");
-        assert!(status.unverified_change().is_none(), "verified: no badge");
-        assert_eq!(store.model_statuses().await.expect("all").len(), 1);
-    }
+                .expect("note");
+            store
+                .verify_identity("fast", "m · greedy #a", "greedy", 1)
+                .await
+                .expect("verify");
+            store
+                .note_identity("fast", "m · greedy #b", "greedy")
+                .await
+                .expect("note");
+            let change = NewModelChange {
+                profile: "fast".into(),
+                old_identity: "m · greedy #a".into(),
+                new_identity: "m · greedy #b".into(),
+                old_verified: true,
+                action: ModelAction::Hold,
+            };
+            let first = store.record_model_change(&change).await.expect("record");
+            let recorded = first.expect("a new change is returned");
+            assert_eq!(recorded.action, ModelAction::Hold);
+            assert!(
+                store
+                    .record_model_change(&change)
+                    .await
+                    .expect("again")
+                    .is_none(),
+                "once"
+            );
+            store
+                .set_change_outcome(recorded.id, &["j_1".into()], Some(7))
+                .await
+                .expect("outcome");
+            let status = store.model_status("fast").await.expect("status");
+            assert_eq!(
+                status.current.as_ref().map(|c| c.identity.as_str()),
+                Some("m · greedy #b")
+            );
+            assert_eq!(
+                status.verified.as_ref().map(|c| c.identity.as_str()),
+                Some("m · greedy #a")
+            );
+            let badge = status
+                .unverified_change()
+                .expect("a badge while unverified");
+            assert_eq!(
+                (badge.paused_jobs.clone(), badge.eval_run_id),
+                (vec!["j_1".to_string()], Some(7))
+            );
+            store
+                .verify_identity("fast", "m · greedy #b", "greedy", 2)
+                .await
+                .expect("verify");
+            let status = store.model_status("fast").await.expect("status");
+            assert!(status.unverified_change().is_none(), "verified: no badge");
+            assert_eq!(store.model_statuses().await.expect("all").len(), 1);
+        }
+    );
 }

@@ -106,6 +106,44 @@ mod tests {
         assert!(store.steps("no-such-task").await.unwrap().is_empty());
     }
 
+    /// On PostgreSQL a write can fail at commit too (a deferred constraint): the insert's
+    /// row came back, but the error the commit reports must be what the caller gets.
+    #[tokio::test]
+    async fn on_postgres_a_task_whose_insert_fails_at_commit_is_an_error_not_a_row() {
+        let store = crate::store::testing::postgres().await;
+        for sql in [
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'refused at commit'; END $$",
+            "CREATE CONSTRAINT TRIGGER refuse AFTER INSERT ON tasks \
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse()",
+        ] {
+            query(sql).execute(&store).await.unwrap();
+        }
+        let made = store
+            .create_task(&NewTask {
+                task: "t".into(),
+                profile: "fast".into(),
+                ..Default::default()
+            })
+            .await;
+        assert!(made.is_err(), "{made:?}");
+        let many = store
+            .create_tasks(&[NewTask {
+                task: "t".into(),
+                profile: "fast".into(),
+                ..Default::default()
+            }])
+            .await;
+        assert!(many.is_err(), "{many:?}");
+        assert!(
+            store
+                .list_tasks(&TaskFilter::default())
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+
     #[tokio::test]
     async fn a_job_run_whose_insert_fails_at_commit_is_an_error() {
         let store = failing_at_commit().await;
