@@ -180,6 +180,42 @@ async fn tool_calling(gateway: &Gateway, name: &str) -> Check {
     }
 }
 
+/// The database `storage.url` names: SQLite in the data dir, or a PostgreSQL server reached,
+/// with the schema version it holds against the one this build knows. The store opened (for
+/// the checks after this one), when it could be.
+pub async fn database(config: &Config) -> (Check, Option<Store>) {
+    let url = config.settings.storage.url.trim();
+    if url.is_empty() {
+        let detail = format!(
+            "SQLite, {} (schema v{} in this build)",
+            config.data_dir.join(crate::store::DB_FILE).display(),
+            Store::schema_version()
+        );
+        return (Check::new(Verdict::Ok, "database", detail), None);
+    }
+    let opts = crate::store::StoreOptions {
+        max_connections: 1,
+        ..Default::default()
+    };
+    let store = match Store::open_postgres(url, opts).await {
+        Ok(s) => s,
+        Err(e) => return (Check::new(Verdict::Fail, "database", e.to_string()), None),
+    };
+    let check = match store.applied_version().await {
+        Ok(v) => Check::new(
+            Verdict::Ok,
+            "database",
+            format!(
+                "PostgreSQL at {}: reachable, schema v{v} (this build knows v{})",
+                crate::store::redact_url(url),
+                Store::schema_version()
+            ),
+        ),
+        Err(e) => Check::new(Verdict::Fail, "database", e.to_string()),
+    };
+    (check, Some(store))
+}
+
 /// The data dir opened, with its schema version.
 pub fn data_dir(config: &Config) -> Check {
     Check::new(

@@ -28,6 +28,9 @@ pub fn settings(model_url: &str) -> Settings {
     s.context.summary_enabled = false;
     s.scheduler.timezone = "UTC".into();
     s.agent.task_timeout_s = 600;
+    // The store the figures are taken on: SQLite in the bench's temp dir, or the PostgreSQL
+    // database this names (`storage.url`).
+    s.storage.url = std::env::var("HERMES_BENCH_STORAGE_URL").unwrap_or_default();
     s
 }
 

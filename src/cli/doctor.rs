@@ -53,7 +53,12 @@ pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
     report.print(doctor::config(&config));
     report.print(doctor::time_zone(&config));
     // The record of verified models, read only: with a daemon up the data dir is its own.
-    let store = open_read_only(&config).await;
+    let (database, on_server) = doctor::database(&config).await;
+    report.print(database);
+    let store = match on_server {
+        Some(s) => Some(s),
+        None => open_read_only(&config).await,
+    };
     report.print_all(doctor::models(&config, store.as_ref()).await);
     if let Some(store) = store {
         store.close().await;
@@ -97,6 +102,9 @@ pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
 
 /// The data dir's database for reading, when there is one.
 async fn open_read_only(config: &Config) -> Option<crate::store::Store> {
+    if !config.settings.storage.url.trim().is_empty() {
+        return None;
+    }
     if !config.data_dir.join(crate::store::DB_FILE).is_file() {
         return None;
     }

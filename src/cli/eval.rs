@@ -29,7 +29,7 @@ pub async fn eval(config: Config, args: EvalArgs) -> anyhow::Result<ExitCode> {
                 .unwrap_or_default()
         );
     }
-    let store = Store::open(&config.data_dir).await?;
+    let store = Store::open_configured(&config, Default::default()).await?;
     let gateway = Gateway::new(&config.settings.model)?.with_settings_source(&config.source);
     if !args.json {
         errln!(

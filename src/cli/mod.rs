@@ -41,6 +41,7 @@ mod memory;
 mod render;
 mod run;
 mod service;
+mod storage;
 mod table;
 mod tasks;
 
@@ -92,6 +93,9 @@ pub enum Command {
     /// Install the systemd user unit.
     #[command(subcommand)]
     Service(ServiceCmd),
+    /// The database: move a data dir's SQLite database to PostgreSQL.
+    #[command(subcommand)]
+    Storage(StorageCmd),
     /// Check the config, the model endpoint, SMTP and the data dir, each with a verdict.
     Doctor,
     /// Serve MCP on stdin/stdout: MCP clients (desktop assistants, editors) can run tasks and
@@ -224,6 +228,18 @@ pub enum MemoryCmd {
 pub enum ConfigCmd {
     /// Validate the configuration: exit 0 with a summary, or 2 with file:line: key and the problem.
     Check,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StorageCmd {
+    /// Copy the data dir's database into an empty PostgreSQL database, check every table's
+    /// count, and print the `storage.url` to set. The data dir is left as it was.
+    Migrate {
+        /// The target, e.g. postgres://hermes@db.example.org:5432/hermes (the password as
+        /// ${VAR}, or from PGPASSWORD).
+        #[arg(long, value_name = "URL")]
+        to: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -360,6 +376,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Mcp => mcp::mcp(config).await,
         Command::Service(ServiceCmd::Install) => service::service_install(&config),
         Command::Doctor => doctor::doctor(config).await,
+        Command::Storage(StorageCmd::Migrate { to }) => storage::migrate(config, &to).await,
         Command::Eval(args) => eval::eval(config, args).await,
     }
 }

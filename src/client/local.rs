@@ -76,7 +76,7 @@ impl Local {
                 // Every part shares one pool when they were opened already.
                 match self.parts.get() {
                     Some(parts) => Ok(parts.store.clone()),
-                    None => Store::open(&self.config.data_dir).await,
+                    None => Store::open_configured(&self.config, Default::default()).await,
                 }
             })
             .await

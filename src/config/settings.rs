@@ -489,6 +489,9 @@ impl Default for ServerSettings {
 pub struct StorageSettings {
     /// Empty means the XDG data dir.
     pub data_dir: String,
+    /// The database: empty keeps SQLite in the data dir; `postgres://USER@HOST:PORT/DB`
+    /// selects PostgreSQL (the password as `${VAR}` from the environment, or `PGPASSWORD`).
+    pub url: String,
     /// How long a process that holds work — a `run` waiting on its own task's approvals — may
     /// go without a heartbeat before the daemon takes the work over.
     pub node_lease_s: u64,
@@ -498,6 +501,7 @@ impl Default for StorageSettings {
     fn default() -> Self {
         StorageSettings {
             data_dir: String::new(),
+            url: String::new(),
             node_lease_s: 30,
         }
     }

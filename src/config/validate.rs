@@ -79,7 +79,7 @@ impl Settings {
         self.validate_scheduler()?;
         self.validate_notify()?;
         self.validate_server()?;
-        seconds("storage.node_lease_s", self.storage.node_lease_s, false)?;
+        self.validate_storage()?;
         self.validate_agents()?;
         self.validate_mcp()?;
         self.validate_inbox()
@@ -331,6 +331,18 @@ impl Settings {
             );
         }
         Ok(())
+    }
+
+    fn validate_storage(&self) -> Result<(), Violation> {
+        seconds("storage.node_lease_s", self.storage.node_lease_s, false)?;
+        let url = self.storage.url.trim();
+        if url.is_empty() {
+            return Ok(());
+        }
+        match crate::store::parse_url(url) {
+            Ok(_) => Ok(()),
+            Err(e) => bad("storage.url", e.to_string()),
+        }
     }
 
     fn validate_mcp(&self) -> Result<(), Violation> {

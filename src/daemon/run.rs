@@ -38,6 +38,10 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), DaemonError> {
+    // One daemon per database: on PostgreSQL the data dir's lock file does not cover it (a
+    // second machine has its own), so the database itself is locked, before anything marks
+    // tasks interrupted. Held until this function returns.
+    let _database = app.store.lock_for_daemon().await?;
     // A daemon that cannot write its database would accept tasks it can never record: refuse
     // to start, naming the file.
     if let Err(StoreError::Unavailable { fault, .. }) = app.store.check_writable().await {

@@ -349,6 +349,8 @@ fn eval_settings(config: &Config, fixtures: &str) -> Settings {
     let mut s = config.settings.clone();
     s.tools.web_fetch.allow_private = true;
     s.storage.data_dir = String::new();
+    // The throwaway data dir's own SQLite, not the person's database.
+    s.storage.url = String::new();
     s.notify.webhooks.insert(
         "eval".into(),
         WebhookSettings {
@@ -365,4 +367,24 @@ fn eval_settings(config: &Config, fixtures: &str) -> Settings {
         timeout_s: 0,
     });
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A case runs in a throwaway store: never in the person's PostgreSQL database, whose
+    /// `storage.url` the settings carry.
+    #[test]
+    fn a_case_never_runs_on_the_configured_database() {
+        let mut settings = Settings::default();
+        settings.storage.url = "postgres://me@db.example.org/hermes".into();
+        settings.storage.data_dir = "/srv/hermes".into();
+        let config = Config::from_settings(settings, std::path::PathBuf::from("/srv/hermes"));
+        let s = eval_settings(&config, "http://127.0.0.1:1");
+        assert_eq!(
+            (s.storage.url.as_str(), s.storage.data_dir.as_str()),
+            ("", "")
+        );
+    }
 }

@@ -2,6 +2,7 @@
 //! (`approvals`, `approval_notices`, `task_holds`).
 
 use super::{ApprovalState, Result, Store, StoreError, limit_or, new_id, now};
+use super::{query, query_as};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -26,7 +27,7 @@ pub struct Approval {
 }
 
 impl super::WithJson for Approval {
-    fn read_json(self, row: &sqlx::sqlite::SqliteRow) -> Result<Approval> {
+    fn read_json(self, row: &super::DbRow) -> Result<Approval> {
         let owner = format!("approval {}", self.id);
         Ok(Approval {
             arguments: super::json_column(row, "arguments", &owner)?,
@@ -71,7 +72,7 @@ impl Store {
         expires_at: DateTime<Utc>,
     ) -> Result<Approval> {
         let id = format!("a_{}", new_id());
-        let insert = sqlx::query(concat!(
+        let insert = query(concat!(
             "INSERT INTO approvals (id, task_id, tool, arguments, state, created_at, expires_at) \
              VALUES (?, ?, ?, ?, 'open', ?, ?) RETURNING ",
             columns!(approvals)
@@ -83,7 +84,7 @@ impl Store {
         .bind(now())
         .bind(expires_at);
         // All rows read, so the statement runs to its commit (see `write.rs`).
-        let rows = insert.fetch_all(self.pool()).await?;
+        let rows = insert.fetch_all(self).await?;
         let row = rows
             .first()
             .ok_or_else(|| StoreError::Corrupt("an inserted approval did not come back".into()))?;
@@ -101,13 +102,13 @@ impl Store {
         state: Option<ApprovalState>,
         limit: i64,
     ) -> Result<Vec<Approval>> {
-        let rows = sqlx::query(select!(
+        let rows = query(select!(
             approvals,
             "WHERE (?1 IS NULL OR state = ?1) ORDER BY created_at DESC, id LIMIT ?2"
         ))
         .bind(state)
         .bind(limit_or(limit, 100))
-        .fetch_all(self.pool())
+        .fetch_all(self)
         .await?;
         rows.iter()
             .map(<Approval as super::WithJson>::from_json_row)
@@ -116,12 +117,12 @@ impl Store {
 
     /// The requests of one task, oldest first.
     pub async fn task_approvals(&self, task_id: &str) -> Result<Vec<Approval>> {
-        let rows = sqlx::query(select!(
+        let rows = query(select!(
             approvals,
             "WHERE task_id = ? ORDER BY created_at, id"
         ))
         .bind(task_id)
-        .fetch_all(self.pool())
+        .fetch_all(self)
         .await?;
         rows.iter()
             .map(<Approval as super::WithJson>::from_json_row)
@@ -137,7 +138,7 @@ impl Store {
         reason: Option<&str>,
         decided_by: &str,
     ) -> Result<Option<Approval>> {
-        let row = sqlx::query(concat!(
+        let row = query(concat!(
             "UPDATE approvals SET state = ?, reason = ?, decided_at = ?, decided_by = ? \
              WHERE id = ? AND state = 'open' RETURNING ",
             columns!(approvals)
@@ -147,7 +148,7 @@ impl Store {
         .bind(now())
         .bind(decided_by)
         .bind(id)
-        .fetch_all(self.pool())
+        .fetch_all(self)
         .await?;
         row.first()
             .map(<Approval as super::WithJson>::from_json_row)
@@ -158,7 +159,7 @@ impl Store {
     pub async fn expire_approvals(&self, at: DateTime<Utc>) -> Result<Vec<String>> {
         let rows: Vec<(String,)> = self
             .returning(
-                sqlx::query_as(
+                query_as(
                     "UPDATE approvals SET state = 'expired', reason = 'expired', decided_at = ?1, \
                      decided_by = 'expiry' WHERE state = 'open' AND expires_at <= ?1 RETURNING id",
                 )
@@ -171,7 +172,7 @@ impl Store {
     /// The open requests of `root` and of its sub-tasks (nested at most two deep), oldest
     /// first: what a `run` waits on.
     pub async fn open_approvals_under(&self, root: &str) -> Result<Vec<Approval>> {
-        let rows = sqlx::query(select!(
+        let rows = query(select!(
             approvals,
             "WHERE state = 'open' AND (task_id = ?1 \
              OR task_id IN (SELECT id FROM tasks WHERE parent_id = ?1) \
@@ -180,7 +181,7 @@ impl Store {
              ORDER BY created_at, id"
         ))
         .bind(root)
-        .fetch_all(self.pool())
+        .fetch_all(self)
         .await?;
         rows.iter()
             .map(<Approval as super::WithJson>::from_json_row)
@@ -190,7 +191,7 @@ impl Store {
     /// Mark an approved request as used by the one run it allows; false when it was used.
     pub async fn use_approval(&self, id: &str) -> Result<bool> {
         self.one_row(
-            sqlx::query(
+            query(
                 "UPDATE approvals SET used_at = ? WHERE id = ? AND state = 'approved' \
                  AND used_at IS NULL",
             )
@@ -203,7 +204,7 @@ impl Store {
     /// Remember that notice `notice_id` asked about `approval_id` (a reply to it answers it).
     pub async fn link_approval_notice(&self, approval_id: &str, notice_id: i64) -> Result<()> {
         self.run(
-            sqlx::query("INSERT INTO approval_notices (approval_id, notice_id) VALUES (?, ?)")
+            query("INSERT INTO approval_notices (approval_id, notice_id) VALUES (?, ?)")
                 .bind(approval_id)
                 .bind(notice_id),
         )
@@ -212,13 +213,13 @@ impl Store {
 
     /// The request a notice asked about, if it asked about one.
     pub async fn approval_for_notice(&self, notice_id: i64) -> Result<Option<Approval>> {
-        let row = sqlx::query(concat!(
+        let row = query(concat!(
             "SELECT ",
             columns!(approvals),
             " FROM approvals WHERE id = (SELECT approval_id FROM approval_notices WHERE notice_id = ?)"
         ))
         .bind(notice_id)
-        .fetch_optional(self.pool())
+        .fetch_optional(self)
         .await?;
         row.as_ref()
             .map(<Approval as super::WithJson>::from_json_row)
@@ -232,8 +233,8 @@ impl Store {
         checkpoint: &str,
         owner: Option<&str>,
     ) -> Result<()> {
-        let mut tx = self.pool().begin().await?;
-        sqlx::query(
+        let mut tx = self.begin().await?;
+        query(
             "INSERT INTO task_holds (task_id, checkpoint, owner, created_at, owner_seen_at) \
              VALUES (?1, ?2, ?3, ?4, ?4) \
              ON CONFLICT (task_id) DO UPDATE SET checkpoint = excluded.checkpoint, \
@@ -244,13 +245,13 @@ impl Store {
         .bind(checkpoint)
         .bind(owner)
         .bind(now())
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await?;
-        let marked = sqlx::query("UPDATE tasks SET waiting = 1 WHERE id = ? AND state = 'running'")
+        let marked = query("UPDATE tasks SET waiting = TRUE WHERE id = ? AND state = 'running'")
             .bind(task_id)
-            .execute(&mut *tx)
+            .execute(&mut tx)
             .await?;
-        if marked.rows_affected() == 0 {
+        if marked == 0 {
             // Ended meanwhile (cancelled): nothing to continue.
             tx.rollback().await?;
             return Err(StoreError::Conflict(format!(
@@ -264,23 +265,33 @@ impl Store {
     /// Take one held task of `owner` that can continue — none of its requests open, none of
     /// its sub-tasks unfinished — removing its hold: the caller runs it from the checkpoint.
     pub async fn take_ready_hold(&self, owner: HoldOwner<'_>) -> Result<Option<Hold>> {
-        let mut tx = self.pool().begin().await?;
-        let hold: Vec<Hold> = sqlx::query_as(
+        let mut tx = self.begin().await?;
+        let hold: Vec<Hold> = query_as(
             "DELETE FROM task_holds WHERE task_id = (SELECT h.task_id FROM task_holds h \
-             WHERE h.owner IS ?1 \
+             WHERE h.owner IS NOT DISTINCT FROM ?1 \
              AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.task_id = h.task_id AND a.state = 'open') \
              AND NOT EXISTS (SELECT 1 FROM tasks c WHERE c.parent_id = h.task_id \
                              AND c.state IN ('pending', 'running')) \
              ORDER BY h.created_at LIMIT 1) RETURNING task_id, checkpoint, owner",
         )
+        // As a pending task's claim: takers at once skip the hold another is taking.
+        .pg(
+            "DELETE FROM task_holds WHERE task_id = (SELECT h.task_id FROM task_holds h \
+             WHERE h.owner IS NOT DISTINCT FROM $1 \
+             AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.task_id = h.task_id AND a.state = 'open') \
+             AND NOT EXISTS (SELECT 1 FROM tasks c WHERE c.parent_id = h.task_id \
+                             AND c.state IN ('pending', 'running')) \
+             ORDER BY h.created_at LIMIT 1 FOR UPDATE OF h SKIP LOCKED) \
+             RETURNING task_id, checkpoint, owner",
+        )
         .bind(owner.as_option())
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut tx)
         .await?;
         let hold = hold.into_iter().next();
         if let Some(h) = &hold {
-            sqlx::query("UPDATE tasks SET waiting = 0 WHERE id = ?")
+            query("UPDATE tasks SET waiting = FALSE WHERE id = ?")
                 .bind(&h.task_id)
-                .execute(&mut *tx)
+                .execute(&mut tx)
                 .await?;
         }
         tx.commit().await?;
@@ -290,7 +301,7 @@ impl Store {
     /// `owner` is alive: its holds are not to be taken over.
     pub(crate) async fn touch_owned_holds(&self, owner: &str) -> Result<u64> {
         self.rows(
-            sqlx::query("UPDATE task_holds SET owner_seen_at = ? WHERE owner = ?")
+            query("UPDATE task_holds SET owner_seen_at = ? WHERE owner = ?")
                 .bind(now())
                 .bind(owner),
         )
@@ -301,7 +312,7 @@ impl Store {
     pub(crate) async fn adopt_silent_holds(&self, before: DateTime<Utc>) -> Result<Vec<String>> {
         let rows: Vec<(String,)> = self
             .returning(
-                sqlx::query_as(
+                query_as(
                     "UPDATE task_holds SET owner = NULL, owner_seen_at = NULL \
                      WHERE owner IS NOT NULL AND (owner_seen_at IS NULL OR owner_seen_at < ?) \
                      RETURNING task_id",
@@ -316,7 +327,7 @@ impl Store {
     pub async fn waiting_children(&self, parent: &str) -> Result<Vec<String>> {
         let rows: Vec<(String,)> = self
             .all(
-                sqlx::query_as("SELECT id FROM tasks WHERE parent_id = ? AND waiting = 1")
+                query_as("SELECT id FROM tasks WHERE parent_id = ? AND waiting = TRUE")
                     .bind(parent),
             )
             .await?;
@@ -325,7 +336,7 @@ impl Store {
 
     /// Drop a task's hold (it was cancelled while waiting).
     pub async fn drop_hold(&self, task_id: &str) -> Result<()> {
-        self.run(sqlx::query("DELETE FROM task_holds WHERE task_id = ?").bind(task_id))
+        self.run(query("DELETE FROM task_holds WHERE task_id = ?").bind(task_id))
             .await
     }
 
@@ -337,54 +348,56 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use crate::store::{HoldOwner, NewTask, Origin, Store, now};
+    use crate::store::{HoldOwner, NewTask, Origin, now};
 
-    #[tokio::test]
-    async fn only_the_holds_of_a_silent_owner_are_handed_to_the_workers() {
-        let store = Store::open_in_memory().await.unwrap();
-        let mut held = Vec::new();
-        for (task, owner) in [("alive", "run-a"), ("dead", "run-b"), ("pooled", "")] {
-            let t = store
-                .create_task(&NewTask {
-                    task: task.into(),
-                    origin: Origin::Cli,
-                    profile: "fast".into(),
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
-            assert!(store.start_task(&t.id).await.unwrap());
-            let owner = (!owner.is_empty()).then_some(owner);
-            store.hold_task(&t.id, "{}", owner).await.unwrap();
-            held.push(t.id);
-        }
-        let lease_start = now();
-        // Only `run-a` beats after the lease starts.
-        assert_eq!(store.touch_owned_holds("run-a").await.unwrap(), 1);
-        let adopted = store.adopt_silent_holds(lease_start).await.unwrap();
-        assert_eq!(adopted, vec![held[1].clone()]);
-        // Adopted once: the workers take it, and the live run's hold is still its own.
-        assert!(
-            store
-                .adopt_silent_holds(lease_start)
+    on_both_engines!(
+        Memory,
+        tokio::test,
+        async fn only_the_holds_of_a_silent_owner_are_handed_to_the_workers(store: Store) {
+            let mut held = Vec::new();
+            for (task, owner) in [("alive", "run-a"), ("dead", "run-b"), ("pooled", "")] {
+                let t = store
+                    .create_task(&NewTask {
+                        task: task.into(),
+                        origin: Origin::Cli,
+                        profile: "fast".into(),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap();
+                assert!(store.start_task(&t.id).await.unwrap());
+                let owner = (!owner.is_empty()).then_some(owner);
+                store.hold_task(&t.id, "{}", owner).await.unwrap();
+                held.push(t.id);
+            }
+            let lease_start = now();
+            // Only `run-a` beats after the lease starts.
+            assert_eq!(store.touch_owned_holds("run-a").await.unwrap(), 1);
+            let adopted = store.adopt_silent_holds(lease_start).await.unwrap();
+            assert_eq!(adopted, vec![held[1].clone()]);
+            // Adopted once: the workers take it, and the live run's hold is still its own.
+            assert!(
+                store
+                    .adopt_silent_holds(lease_start)
+                    .await
+                    .unwrap()
+                    .is_empty()
+            );
+            let mut pooled: Vec<String> = Vec::new();
+            while let Some(h) = store.take_ready_hold(HoldOwner::Pool).await.unwrap() {
+                assert_eq!(h.owner, None);
+                pooled.push(h.task_id);
+            }
+            pooled.sort();
+            let mut want = vec![held[1].clone(), held[2].clone()];
+            want.sort();
+            assert_eq!(pooled, want);
+            let own = store
+                .take_ready_hold(HoldOwner::Task("run-a"))
                 .await
                 .unwrap()
-                .is_empty()
-        );
-        let mut pooled: Vec<String> = Vec::new();
-        while let Some(h) = store.take_ready_hold(HoldOwner::Pool).await.unwrap() {
-            assert_eq!(h.owner, None);
-            pooled.push(h.task_id);
+                .expect("the live run's hold");
+            assert_eq!(own.task_id, held[0]);
         }
-        pooled.sort();
-        let mut want = vec![held[1].clone(), held[2].clone()];
-        want.sort();
-        assert_eq!(pooled, want);
-        let own = store
-            .take_ready_hold(HoldOwner::Task("run-a"))
-            .await
-            .unwrap()
-            .expect("the live run's hold");
-        assert_eq!(own.task_id, held[0]);
-    }
+    );
 }

@@ -6,6 +6,7 @@ use super::{
     JobRun, Notice, NoticeState, Origin, PauseReason, Result, Store, StoreError, Task, TaskState,
     found, limit_or, now,
 };
+use super::{query, query_as, query_scalar};
 use chrono::{DateTime, Utc};
 
 /// Filters for [`Store::search_tasks`]; every filter that is set must match.
@@ -49,9 +50,19 @@ impl Store {
                   OR instr(lower(COALESCE(answer, '')), lower(?4)) > 0) \
              ORDER BY created_at DESC, id LIMIT ?5"
         );
+        // PostgreSQL has `strpos` where SQLite has `instr`.
+        let pg = select!(
+            tasks,
+            "WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR origin = $2) \
+             AND ($3::text IS NULL OR job_id = $3) \
+             AND ($4::text IS NULL OR strpos(lower(task), lower($4)) > 0 \
+                  OR strpos(lower(COALESCE(answer, '')), lower($4)) > 0) \
+             ORDER BY created_at DESC, id LIMIT $5"
+        );
         let text = f.text.as_deref().map(str::trim).filter(|t| !t.is_empty());
         self.all(
-            sqlx::query_as(sql)
+            query_as(sql)
+                .pg(pg)
                 .bind(f.state)
                 .bind(f.origin)
                 .bind(&f.job_id)
@@ -71,7 +82,7 @@ impl Store {
             tasks,
             "WHERE state = 'failed' AND finished_at >= ? ORDER BY finished_at DESC, id LIMIT ?"
         );
-        self.all(sqlx::query_as(sql).bind(since).bind(limit)).await
+        self.all(query_as(sql).bind(since).bind(limit)).await
     }
 
     /// Job runs recorded `failed` or `missed` at or after `since` that have no task (a failed
@@ -87,17 +98,17 @@ impl Store {
             "WHERE outcome IN ('failed', 'missed') AND task_id IS NULL \
              AND fired_at >= ? ORDER BY id DESC LIMIT ?"
         );
-        self.all(sqlx::query_as(sql).bind(since).bind(limit)).await
+        self.all(query_as(sql).bind(since).bind(limit)).await
     }
 
     pub(crate) async fn outbox_backlog(&self) -> Result<Backlog> {
         let counts: Vec<(NoticeState, i64)> =
-            sqlx::query_as("SELECT state, COUNT(*) FROM outbox GROUP BY state")
-                .fetch_all(self.pool())
+            query_as("SELECT state, COUNT(*) FROM outbox GROUP BY state")
+                .fetch_all(self)
                 .await?;
         let oldest_pending: Option<DateTime<Utc>> =
-            sqlx::query_scalar("SELECT MIN(created_at) FROM outbox WHERE state = 'pending'")
-                .fetch_one(self.pool())
+            query_scalar("SELECT MIN(created_at) FROM outbox WHERE state = 'pending'")
+                .fetch_one(self)
                 .await?;
         let mut b = Backlog {
             oldest_pending,
@@ -116,12 +127,12 @@ impl Store {
     /// Tokens of every model call recorded at or after `since`, whatever task it was for
     /// (sub-agents included, each call counted once), running tasks included.
     pub(crate) async fn tokens_since(&self, since: DateTime<Utc>) -> Result<Tokens> {
-        let (prompt, completion, calls): (Option<i64>, Option<i64>, i64) = sqlx::query_as(
-            "SELECT SUM(request_tokens), SUM(result_tokens), COUNT(*) FROM task_steps \
+        let (prompt, completion, calls): (Option<i64>, Option<i64>, i64) = query_as(
+            "SELECT CAST(SUM(request_tokens) AS BIGINT), CAST(SUM(result_tokens) AS BIGINT), COUNT(*) FROM task_steps \
              WHERE kind = 'model' AND created_at >= ?",
         )
         .bind(since)
-        .fetch_one(self.pool())
+        .fetch_one(self)
         .await?;
         Ok(Tokens {
             prompt: prompt.unwrap_or(0),
@@ -138,20 +149,19 @@ impl Store {
         paused: Option<PauseReason>,
         next_run_at: Option<DateTime<Utc>>,
     ) -> Result<bool> {
-        let set = sqlx::query(
-            "UPDATE jobs SET enabled = ?, pause_reason = ?, next_run_at = ? WHERE id = ?",
-        )
-        .bind(paused.is_none())
-        .bind(paused)
-        .bind(next_run_at)
-        .bind(id);
+        let set =
+            query("UPDATE jobs SET enabled = ?, pause_reason = ?, next_run_at = ? WHERE id = ?")
+                .bind(paused.is_none())
+                .bind(paused)
+                .bind(next_run_at)
+                .bind(id);
         self.one_row(set).await
     }
 
     /// Make a pending or failed notice due now, as pending; its attempts so far stay counted.
     /// A sent notice is a conflict (sending it again would be a duplicate, not a retry).
     pub(crate) async fn retry_notice(&self, id: i64) -> Result<Notice> {
-        let retry = sqlx::query(
+        let retry = query(
             "UPDATE outbox SET state = 'pending', next_attempt_at = ? \
              WHERE id = ? AND state IN ('pending', 'failed')",
         )

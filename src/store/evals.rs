@@ -2,6 +2,7 @@
 //! and the daemon's background evals record, and `GET /v1/evals` and the `/evals` page show.
 
 use super::{EvalTrigger, EvalVerdict, Result, Store, TaskState, found, limit_or, now};
+use super::{query, query_as};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -49,7 +50,7 @@ impl Store {
         identity: Option<&str>,
         trigger: EvalTrigger,
     ) -> Result<i64> {
-        let insert = sqlx::query_as(
+        let insert = query_as(
             "INSERT INTO eval_runs (profile, identity, trigger, started_at) VALUES (?, ?, ?, ?) \
              RETURNING id",
         )
@@ -63,7 +64,7 @@ impl Store {
 
     /// One case's result, as the `seq`-th of its run.
     pub async fn add_eval_result(&self, run_id: i64, seq: i64, r: &EvalResult) -> Result<()> {
-        let insert = sqlx::query(
+        let insert = query(
             "INSERT INTO eval_results (run_id, seq, case_name, profile, identity, verdict, \
              model_calls, tokens, duration_ms, why, state, answer) \
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -85,7 +86,7 @@ impl Store {
 
     /// The run is over: its counts, from its results.
     pub async fn finish_eval_run(&self, run_id: i64) -> Result<EvalRun> {
-        let finish = sqlx::query(
+        let finish = query(
             "UPDATE eval_runs SET finished_at = ?1, \
              passed = (SELECT COUNT(*) FROM eval_results WHERE run_id = ?2 AND verdict = 'passed'), \
              failed = (SELECT COUNT(*) FROM eval_results WHERE run_id = ?2 AND verdict = 'failed') \
@@ -100,7 +101,7 @@ impl Store {
     /// One run with its results.
     pub async fn eval_run(&self, id: i64) -> Result<EvalRun> {
         let sql = select!(eval_runs, "WHERE id = ?");
-        let run: Option<EvalRun> = self.first(sqlx::query_as(sql).bind(id)).await?;
+        let run: Option<EvalRun> = self.first(query_as(sql).bind(id)).await?;
         let mut run = found(run, "eval run", id)?;
         run.results = self.eval_results(id).await?;
         Ok(run)
@@ -109,9 +110,7 @@ impl Store {
     /// The newest runs first, each with its results.
     pub async fn eval_runs(&self, limit: i64) -> Result<Vec<EvalRun>> {
         let sql = select!(eval_runs, "ORDER BY id DESC LIMIT ?");
-        let mut runs: Vec<EvalRun> = self
-            .all(sqlx::query_as(sql).bind(limit_or(limit, 20)))
-            .await?;
+        let mut runs: Vec<EvalRun> = self.all(query_as(sql).bind(limit_or(limit, 20))).await?;
         for run in &mut runs {
             run.results = self.eval_results(run.id).await?;
         }
@@ -120,7 +119,7 @@ impl Store {
 
     async fn eval_results(&self, run_id: i64) -> Result<Vec<EvalResult>> {
         self.all(
-            sqlx::query_as(
+            query_as(
                 "SELECT case_name, profile, identity, verdict, model_calls, tokens, duration_ms, \
                  why, state, answer FROM eval_results WHERE run_id = ? ORDER BY seq",
             )

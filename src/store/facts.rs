@@ -1,9 +1,9 @@
 //! Long-term facts (`facts`): the source of truth the tantivy index is built from.
 
+use super::{DbRow, query};
 use super::{Result, Store, WithJson, json_column, json_list, new_id, now};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::sqlite::SqliteRow;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, sqlx::FromRow)]
 pub struct Fact {
@@ -18,7 +18,7 @@ pub struct Fact {
 }
 
 impl WithJson for Fact {
-    fn read_json(self, row: &SqliteRow) -> Result<Fact> {
+    fn read_json(self, row: &DbRow) -> Result<Fact> {
         let owner = format!("fact {}", self.id);
         Ok(Fact {
             tags: json_column(row, "tags", &owner)?,
@@ -54,10 +54,10 @@ impl Store {
         let norm = normalise_fact(text);
         // Read, then write: the write lock is taken up front, or a fact written by another
         // connection after this one's read would fail it with `database is locked` at once.
-        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
-        let existing = sqlx::query(select!(facts, "WHERE norm = ?"))
+        let mut tx = self.begin_writing(super::Locked::Facts).await?;
+        let existing = query(select!(facts, "WHERE norm = ?"))
             .bind(&norm)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut tx)
             .await?;
         let (id, how) = match existing {
             Some(row) => {
@@ -67,18 +67,18 @@ impl Store {
                         fact.tags.push(t.clone());
                     }
                 }
-                sqlx::query("UPDATE facts SET tags = ?, updated_at = ? WHERE id = ?")
+                query("UPDATE facts SET tags = ?, updated_at = ? WHERE id = ?")
                     .bind(json_list(&fact.tags))
                     .bind(now())
                     .bind(&fact.id)
-                    .execute(&mut *tx)
+                    .execute(&mut tx)
                     .await?;
                 (fact.id, Upsert::Merged)
             }
             None => {
                 let id = format!("f_{}", new_id());
                 let t = now();
-                sqlx::query(
+                query(
                     "INSERT INTO facts (id, text, norm, tags, source, created_at, updated_at) \
                      VALUES (?, ?, ?, ?, ?, ?, ?)",
                 )
@@ -89,7 +89,7 @@ impl Store {
                 .bind(source)
                 .bind(t)
                 .bind(t)
-                .execute(&mut *tx)
+                .execute(&mut tx)
                 .await?;
                 (id, Upsert::Created)
             }
@@ -115,7 +115,7 @@ impl Store {
 
     /// Returns false when there was no such fact.
     pub(crate) async fn delete_fact(&self, id: &str) -> Result<bool> {
-        self.one_row(sqlx::query("DELETE FROM facts WHERE id = ?").bind(id))
+        self.one_row(query("DELETE FROM facts WHERE id = ?").bind(id))
             .await
     }
 }

@@ -7,10 +7,12 @@
 //! UID, or the same Message-ID under another UID) changes nothing but the watermark.
 
 use super::outbox::insert_notice_on;
+use super::sql::QueryAs;
 use super::{
     CommandState, IgnoreReason, InboxCommand, InboxState, NewNotice, NewTask, Notice, Result,
     Store, Task, TaskState, limit_or, new_id, now,
 };
+use super::{Tx, query, query_as, query_scalar};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -159,8 +161,8 @@ impl Store {
     ) -> Result<Recorded> {
         // IMMEDIATE: the write lock is taken before the duplicate check, so the check and the
         // insert see the same database.
-        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
-        let seen: Option<i64> = sqlx::query_scalar(
+        let mut tx = self.begin_writing(super::Locked::Inbox).await?;
+        let seen: Option<i64> = query_scalar(
             "SELECT id FROM inbox_messages WHERE (mailbox = ?1 AND uid_validity = ?2 AND uid = ?3) \
              OR (?4 IS NOT NULL AND message_id = ?4) LIMIT 1",
         )
@@ -168,7 +170,7 @@ impl Store {
         .bind(place.uid_validity)
         .bind(place.uid)
         .bind(&mail.message_id)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut tx)
         .await?;
         if seen.is_some() {
             advance_watermark(&mut tx, place).await?;
@@ -190,7 +192,7 @@ impl Store {
                 row.notice_id = *notice_id;
                 row.job_id = job_id.clone();
                 if let Some(n) = answer {
-                    reply = Some(insert_notice_on(&mut *tx, n).await?);
+                    reply = Some(insert_notice_on(&mut tx, n).await?);
                 }
             }
             InboxOutcome::Task {
@@ -199,7 +201,7 @@ impl Store {
                 notice_id,
                 job_id,
             } => {
-                let created = insert_task(new).fetch_one(&mut *tx).await?;
+                let created = insert_task(new).fetch_one(&mut tx).await?;
                 row.task_id = Some(created.id.clone());
                 row.context = context.clone();
                 row.notice_id = *notice_id;
@@ -217,14 +219,14 @@ impl Store {
                 if let Some(c) = change {
                     // Paused by a person (a reply), or resumed: whatever held it is cleared.
                     let paused = (!c.enabled).then_some(super::PauseReason::Person);
-                    sqlx::query(
+                    query(
                         "UPDATE jobs SET enabled = ?, pause_reason = ?, next_run_at = ? WHERE id = ?",
                     )
                     .bind(c.enabled)
                     .bind(paused)
                     .bind(c.next_run_at)
                         .bind(job_id)
-                        .execute(&mut *tx)
+                        .execute(&mut tx)
                         .await?;
                 }
                 row.command = Some(*command);
@@ -233,13 +235,13 @@ impl Store {
                 row.notice_id = Some(*notice_id);
                 row.job_id = job_id.clone();
                 if let Some(n) = answer {
-                    reply = Some(insert_notice_on(&mut *tx, n).await?);
+                    reply = Some(insert_notice_on(&mut tx, n).await?);
                 }
             }
         }
         // A reply queued with the record is the message's answer: nothing more goes out later.
         let answered = reply.map(|_| t);
-        let id: i64 = sqlx::query_scalar(
+        let id: i64 = query_scalar(
             "INSERT INTO inbox_messages (mailbox, uid_validity, uid, message_id, sender, subject, \
              received_at, state, reason, command, command_state, detail, notice_id, job_id, \
              task_id, context, refs, reply_notice_id, answered_at) \
@@ -264,7 +266,7 @@ impl Store {
         .bind(&mail.refs)
         .bind(reply)
         .bind(answered)
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut tx)
         .await?;
         advance_watermark(&mut tx, place).await?;
         tx.commit().await?;
@@ -278,7 +280,7 @@ impl Store {
     /// The watermarks of `mailbox`, the most recently moved first.
     pub(crate) async fn inbox_watermarks(&self, mailbox: &str) -> Result<Vec<Watermark>> {
         self.all(
-            sqlx::query_as(
+            query_as(
                 "SELECT uid_validity, last_uid, updated_at FROM inbox_watermarks \
                  WHERE mailbox = ? ORDER BY updated_at DESC, uid_validity DESC",
             )
@@ -290,7 +292,7 @@ impl Store {
     /// Set the watermark of a mailbox never read under this UIDVALIDITY: mail up to `uid` was
     /// there before and is not read. An existing watermark only ever moves up.
     pub(crate) async fn start_inbox_watermark(&self, place: &MailPlace) -> Result<()> {
-        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_writing(super::Locked::Inbox).await?;
         advance_watermark(&mut tx, place).await?;
         tx.commit().await?;
         Ok(())
@@ -298,7 +300,7 @@ impl Store {
 
     /// The notice whose token a reply names.
     pub(crate) async fn notice_by_token(&self, token: &str) -> Result<Option<Notice>> {
-        self.first(sqlx::query_as(select!(outbox, "WHERE token = ?")).bind(token))
+        self.first(query_as(select!(outbox, "WHERE token = ?")).bind(token))
             .await
     }
 
@@ -308,20 +310,20 @@ impl Store {
         sender: &str,
         since: DateTime<Utc>,
     ) -> Result<i64> {
-        Ok(sqlx::query_scalar(
+        Ok(query_scalar(
             "SELECT COUNT(*) FROM inbox_messages WHERE sender = ? AND received_at >= ? \
              AND command IS NULL AND task_id IS NOT NULL",
         )
         .bind(sender)
         .bind(since)
-        .fetch_one(self.pool())
+        .fetch_one(self)
         .await?)
     }
 
     /// Messages, newest first.
     pub(crate) async fn list_inbox(&self, f: &InboxFilter) -> Result<Vec<InboxMessage>> {
         self.all(
-            sqlx::query_as(inbox_select!(
+            query_as(inbox_select!(
                 "WHERE (?1 IS NULL OR state = ?1) ORDER BY id DESC LIMIT ?2"
             ))
             .bind(f.state)
@@ -331,23 +333,23 @@ impl Store {
     }
 
     pub(crate) async fn inbox_message(&self, id: i64) -> Result<Option<InboxMessage>> {
-        self.first(sqlx::query_as(inbox_select!("WHERE id = ?")).bind(id))
+        self.first(query_as(inbox_select!("WHERE id = ?")).bind(id))
             .await
     }
 
     /// The message a task came from (an email task's, or a `run now`'s run).
     pub async fn inbox_message_of_task(&self, task_id: &str) -> Result<Option<InboxMessage>> {
-        self.first(sqlx::query_as(inbox_select!("WHERE task_id = ? LIMIT 1")).bind(task_id))
+        self.first(query_as(inbox_select!("WHERE task_id = ? LIMIT 1")).bind(task_id))
             .await
     }
 
     /// What an email task's first message holds besides the reply: the notice answered.
     pub(crate) async fn email_context(&self, task_id: &str) -> Result<Option<String>> {
-        let ctx: Option<Option<String>> = sqlx::query_scalar(
+        let ctx: Option<Option<String>> = query_scalar(
             "SELECT context FROM inbox_messages WHERE task_id = ? AND command IS NULL LIMIT 1",
         )
         .bind(task_id)
-        .fetch_optional(self.pool())
+        .fetch_optional(self)
         .await?;
         Ok(ctx.flatten())
     }
@@ -357,7 +359,7 @@ impl Store {
     pub(crate) async fn unanswered_inbox(&self, limit: i64) -> Result<Vec<(InboxMessage, Task)>> {
         let messages: Vec<InboxMessage> = self
             .all(
-                sqlx::query_as(inbox_select!(
+                query_as(inbox_select!(
                     "WHERE answered_at IS NULL AND task_id IS NOT NULL AND command IS NULL \
                      AND task_id IN (SELECT id FROM tasks WHERE state IN \
                      ('succeeded', 'failed', 'cancelled')) ORDER BY id LIMIT ?"
@@ -385,21 +387,20 @@ impl Store {
         id: i64,
         reply: Option<&NewNotice>,
     ) -> Result<Option<i64>> {
-        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_writing(super::Locked::Inbox).await?;
         let notice = match reply {
-            Some(n) => Some(insert_notice_on(&mut *tx, n).await?),
+            Some(n) => Some(insert_notice_on(&mut tx, n).await?),
             None => None,
         };
-        let marked = sqlx::query(
+        let marked = query(
             "UPDATE inbox_messages SET answered_at = ?, reply_notice_id = ? \
              WHERE id = ? AND answered_at IS NULL",
         )
         .bind(now())
         .bind(notice)
         .bind(id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        .execute(&mut tx)
+        .await?;
         if marked == 0 {
             tx.rollback().await?;
             return Ok(None);
@@ -412,7 +413,7 @@ impl Store {
     /// `started` ones a stop interrupted).
     pub(crate) async fn inbox_commands(&self, state: CommandState) -> Result<Vec<InboxMessage>> {
         self.all(
-            sqlx::query_as(inbox_select!(
+            query_as(inbox_select!(
                 "WHERE command IS NOT NULL AND command_state = ? ORDER BY id"
             ))
             .bind(state),
@@ -432,12 +433,12 @@ impl Store {
         task_id: Option<&str>,
         reply: Option<&NewNotice>,
     ) -> Result<bool> {
-        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_writing(super::Locked::Inbox).await?;
         let notice = match reply {
-            Some(n) => Some(insert_notice_on(&mut *tx, n).await?),
+            Some(n) => Some(insert_notice_on(&mut tx, n).await?),
             None => None,
         };
-        let moved = sqlx::query(
+        let moved = query(
             "UPDATE inbox_messages SET command_state = ?, detail = ?, task_id = COALESCE(?, task_id), \
              reply_notice_id = COALESCE(?, reply_notice_id), \
              answered_at = CASE WHEN ? IS NULL THEN answered_at ELSE ? END \
@@ -451,9 +452,8 @@ impl Store {
         .bind(now())
         .bind(id)
         .bind(from)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        .execute(&mut tx)
+        .await?;
         if moved == 0 {
             tx.rollback().await?;
             return Ok(false);
@@ -493,29 +493,31 @@ impl Row {
 }
 
 /// Move the mailbox's watermark up to `place.uid` (never down).
-async fn advance_watermark(
-    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
-    place: &MailPlace,
-) -> Result<()> {
-    sqlx::query(
+async fn advance_watermark(tx: &mut Tx, place: &MailPlace) -> Result<()> {
+    query(
         "INSERT INTO inbox_watermarks (mailbox, uid_validity, last_uid, updated_at) \
          VALUES (?1, ?2, ?3, ?4) ON CONFLICT (mailbox, uid_validity) DO UPDATE SET \
          last_uid = MAX(last_uid, excluded.last_uid), updated_at = excluded.updated_at",
+    )
+    // PostgreSQL's two-argument maximum is GREATEST (its MAX is only the aggregate).
+    .pg(
+        "INSERT INTO inbox_watermarks (mailbox, uid_validity, last_uid, updated_at) \
+         VALUES ($1, $2, $3, $4) ON CONFLICT (mailbox, uid_validity) DO UPDATE SET \
+         last_uid = GREATEST(inbox_watermarks.last_uid, excluded.last_uid), \
+         updated_at = excluded.updated_at",
     )
     .bind(&place.mailbox)
     .bind(place.uid_validity)
     .bind(place.uid)
     .bind(now())
-    .execute(&mut **tx)
+    .execute(tx)
     .await?;
     Ok(())
 }
 
 /// A new pending task, as `Store::create_task` writes it, for a transaction that writes more.
-fn insert_task(
-    new: &NewTask,
-) -> sqlx::query::QueryAs<'_, sqlx::Sqlite, Task, sqlx::sqlite::SqliteArguments> {
-    sqlx::query_as(concat!(
+fn insert_task(new: &NewTask) -> QueryAs<Task> {
+    query_as(concat!(
         "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at) \
          VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING ",
         columns!(tasks)

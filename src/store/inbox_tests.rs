@@ -50,323 +50,349 @@ async fn tasks_of(store: &Store) -> Vec<Task> {
         .unwrap()
 }
 
-#[tokio::test]
-async fn a_message_is_recorded_once_with_its_task_and_the_watermark() {
-    let store = Store::open_in_memory().await.unwrap();
-    let first = store
-        .record_inbox(
-            &place(5),
-            &mail("m1@example.org"),
-            &task_outcome("more on item 2"),
-        )
-        .await
-        .unwrap();
-    let Recorded::New { id, task_id, reply } = first else {
-        panic!("recorded as seen: {first:?}");
-    };
-    assert_eq!(reply, None);
-    let tasks = tasks_of(&store).await;
-    assert_eq!(tasks.len(), 1);
-    assert_eq!(tasks[0].origin, Origin::Email);
-    assert_eq!(tasks[0].state, TaskState::Pending);
-    assert_eq!(Some(&tasks[0].id), task_id.as_ref());
-    let row = store.inbox_message(id).await.unwrap().unwrap();
-    assert_eq!(row.state, InboxState::Acted);
-    assert_eq!(row.task_id, task_id);
-    assert_eq!(
-        store.email_context(&tasks[0].id).await.unwrap().as_deref(),
-        Some("Subject: Daily digest\n\n- one")
-    );
-    let marks = store.inbox_watermarks(&place(5).mailbox).await.unwrap();
-    assert_eq!((marks[0].uid_validity, marks[0].last_uid), (7, 5));
-
-    // The same UID again (a reconnect), or the same Message-ID under another UID (the
-    // mailbox renumbered): nothing new, but the watermark moves on.
-    for (uid, id) in [(5, "other@example.org"), (9, "m1@example.org")] {
-        let again = store
-            .record_inbox(&place(uid), &mail(id), &task_outcome("more on item 2"))
-            .await
-            .unwrap();
-        assert!(matches!(again, Recorded::Seen), "{again:?}");
-    }
-    assert_eq!(tasks_of(&store).await.len(), 1);
-    let marks = store.inbox_watermarks(&place(5).mailbox).await.unwrap();
-    assert_eq!(marks[0].last_uid, 9);
-}
-
-#[tokio::test]
-async fn a_failure_inside_the_transaction_leaves_no_task_and_no_watermark() {
-    let store = Store::open_in_memory().await.unwrap();
-    // The record's last insert fails, after the task's: the task must not survive it.
-    sqlx::query(
-        "CREATE TRIGGER fail_record BEFORE INSERT ON inbox_messages \
-         BEGIN SELECT RAISE(ABORT, 'disk trouble'); END",
-    )
-    .execute(store.pool())
-    .await
-    .unwrap();
-    let err = store
-        .record_inbox(&place(3), &mail("m1@example.org"), &task_outcome("do it"))
-        .await;
-    assert!(err.is_err());
-    assert!(tasks_of(&store).await.is_empty());
-    assert!(
-        store
-            .inbox_watermarks(&place(3).mailbox)
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    sqlx::query("DROP TRIGGER fail_record")
-        .execute(store.pool())
-        .await
-        .unwrap();
-    // Read again later, it is recorded.
-    let again = store
-        .record_inbox(&place(3), &mail("m1@example.org"), &task_outcome("do it"))
-        .await
-        .unwrap();
-    assert!(matches!(again, Recorded::New { .. }));
-    assert_eq!(tasks_of(&store).await.len(), 1);
-}
-
-#[tokio::test]
-async fn the_watermark_never_moves_down() {
-    let store = Store::open_in_memory().await.unwrap();
-    store.start_inbox_watermark(&place(40)).await.unwrap();
-    store.start_inbox_watermark(&place(12)).await.unwrap();
-    let marks = store.inbox_watermarks(&place(0).mailbox).await.unwrap();
-    assert_eq!(marks.len(), 1);
-    assert_eq!(marks[0].last_uid, 40);
-}
-
-#[tokio::test]
-async fn a_command_changes_its_job_and_queues_its_confirmation_with_the_record() {
-    let store = Store::open_in_memory().await.unwrap();
-    let job = store
-        .create_job(&NewJob {
-            name: "digest".into(),
-            task: "news".into(),
-            schedule: "0 8 * * *".into(),
-            timezone: "UTC".into(),
-            next_run_at: Some(now()),
-            ..NewJob::default()
-        })
-        .await
-        .unwrap();
-    let outcome = InboxOutcome::Command {
-        command: InboxCommand::Pause,
-        state: CommandState::Done,
-        notice_id: 1,
-        job_id: Some(job.id.clone()),
-        change: Some(JobChange {
-            enabled: false,
-            next_run_at: job.next_run_at,
-        }),
-        detail: "Paused “digest”.".into(),
-        reply: Some(reply_to("me@example.org")),
-    };
-    let r = store
-        .record_inbox(&place(1), &mail("m1@example.org"), &outcome)
-        .await
-        .unwrap();
-    let Recorded::New { id, reply, .. } = r else {
-        panic!("{r:?}")
-    };
-    assert!(!store.job(&job.id).await.unwrap().enabled);
-    let notice = store.notice(reply.unwrap()).await.unwrap().unwrap();
-    assert_eq!(notice.queued.recipient.as_deref(), Some("me@example.org"));
-    assert_eq!(notice.queued.in_reply_to.as_deref(), Some("m1@example.org"));
-    let row = store.inbox_message(id).await.unwrap().unwrap();
-    assert_eq!(row.command, Some(InboxCommand::Pause));
-    assert!(row.answered_at.is_some(), "the confirmation is its answer");
-    assert!(store.unanswered_inbox(10).await.unwrap().is_empty());
-}
-
-#[tokio::test]
-async fn an_answer_is_queued_once_and_only_for_a_finished_task() {
-    let store = Store::open_in_memory().await.unwrap();
-    let r = store
-        .record_inbox(&place(2), &mail("m2@example.org"), &task_outcome("hi"))
-        .await
-        .unwrap();
-    let Recorded::New {
-        id,
-        task_id: Some(task_id),
-        ..
-    } = r
-    else {
-        panic!("{r:?}")
-    };
-    assert!(
-        store.unanswered_inbox(10).await.unwrap().is_empty(),
-        "still pending"
-    );
-    let done = TaskOutcome {
-        state: TaskState::Succeeded,
-        answer: Some("hello".into()),
-        error: None,
-        reason: None,
-        parse_failures: 0,
-        prompt_tokens: 0,
-        completion_tokens: 0,
-    };
-    store.finish_task(&task_id, &done).await.unwrap();
-    let waiting = store.unanswered_inbox(10).await.unwrap();
-    assert_eq!(waiting.len(), 1);
-    assert_eq!(waiting[0].1.answer.as_deref(), Some("hello"));
-    let first = store
-        .answer_inbox(id, Some(&reply_to("me@example.org")))
-        .await
-        .unwrap();
-    let second = store
-        .answer_inbox(id, Some(&reply_to("me@example.org")))
-        .await
-        .unwrap();
-    assert!(first.is_some());
-    assert_eq!(second, None, "a second answer is not queued");
-    let notices = store
-        .list_notices(&NoticeFilter::oldest_first())
-        .await
-        .unwrap();
-    assert_eq!(notices.len(), 1, "the second attempt left nothing behind");
-    assert!(store.unanswered_inbox(10).await.unwrap().is_empty());
-}
-
-#[tokio::test]
-async fn a_requested_run_is_claimed_once() {
-    let store = Store::open_in_memory().await.unwrap();
-    let outcome = InboxOutcome::Command {
-        command: InboxCommand::RunNow,
-        state: CommandState::Requested,
-        notice_id: 1,
-        job_id: Some("j_1".into()),
-        change: None,
-        detail: "asked".into(),
-        reply: None,
-    };
-    let Recorded::New { id, .. } = store
-        .record_inbox(&place(4), &mail("m4@example.org"), &outcome)
-        .await
-        .unwrap()
-    else {
-        panic!("not recorded")
-    };
-    let requested = store.inbox_commands(CommandState::Requested).await.unwrap();
-    assert_eq!(requested.len(), 1);
-    let claim = || {
-        store.move_inbox_command(
-            id,
-            CommandState::Requested,
-            CommandState::Started,
-            "starting",
-            None,
-            None,
-        )
-    };
-    assert!(claim().await.unwrap());
-    assert!(!claim().await.unwrap(), "a second claim loses");
-    let reply = reply_to("me@example.org");
-    let run = store
-        .create_task(&NewTask {
-            task: "news".into(),
-            origin: Origin::Job,
-            profile: "fast".into(),
-            ..NewTask::default()
-        })
-        .await
-        .unwrap();
-    assert!(
-        store
-            .move_inbox_command(
-                id,
-                CommandState::Started,
-                CommandState::Done,
-                "started",
-                Some(&run.id),
-                Some(&reply),
+on_both_engines!(
+    Memory,
+    tokio::test,
+    async fn a_message_is_recorded_once_with_its_task_and_the_watermark(store: Store) {
+        let first = store
+            .record_inbox(
+                &place(5),
+                &mail("m1@example.org"),
+                &task_outcome("more on item 2"),
             )
             .await
-            .unwrap()
-    );
-    let row = store.inbox_message(id).await.unwrap().unwrap();
-    assert_eq!(row.command_state, Some(CommandState::Done));
-    assert_eq!(row.task_id.as_deref(), Some(run.id.as_str()));
-    assert!(row.reply_notice_id.is_some() && row.answered_at.is_some());
-}
+            .unwrap();
+        let Recorded::New { id, task_id, reply } = first else {
+            panic!("recorded as seen: {first:?}");
+        };
+        assert_eq!(reply, None);
+        let tasks = tasks_of(&store).await;
+        assert_eq!(tasks.len(), 1);
+        assert_eq!(tasks[0].origin, Origin::Email);
+        assert_eq!(tasks[0].state, TaskState::Pending);
+        assert_eq!(Some(&tasks[0].id), task_id.as_ref());
+        let row = store.inbox_message(id).await.unwrap().unwrap();
+        assert_eq!(row.state, InboxState::Acted);
+        assert_eq!(row.task_id, task_id);
+        assert_eq!(
+            store.email_context(&tasks[0].id).await.unwrap().as_deref(),
+            Some("Subject: Daily digest\n\n- one")
+        );
+        let marks = store.inbox_watermarks(&place(5).mailbox).await.unwrap();
+        assert_eq!((marks[0].uid_validity, marks[0].last_uid), (7, 5));
 
-#[tokio::test]
-async fn a_notice_is_found_by_its_token_and_tokens_differ() {
-    let store = Store::open_in_memory().await.unwrap();
-    let a = store.enqueue_notice(&reply_to("a@x")).await.unwrap();
-    let b = store.enqueue_notice(&reply_to("b@x")).await.unwrap();
-    let ta = store.notice(a).await.unwrap().unwrap().token.unwrap();
-    let tb = store.notice(b).await.unwrap().unwrap().token.unwrap();
-    assert_ne!(ta, tb);
-    assert_eq!(ta.len(), 32);
-    assert!(ta.bytes().all(|c| c.is_ascii_hexdigit()));
-    assert_eq!(
-        store.notice_by_token(&ta).await.unwrap().map(|n| n.id),
-        Some(a)
-    );
-    assert_eq!(
-        store
-            .notice_by_token("0".repeat(32).as_str())
-            .await
-            .unwrap(),
-        None
-    );
-}
+        // The same UID again (a reconnect), or the same Message-ID under another UID (the
+        // mailbox renumbered): nothing new, but the watermark moves on.
+        for (uid, id) in [(5, "other@example.org"), (9, "m1@example.org")] {
+            let again = store
+                .record_inbox(&place(uid), &mail(id), &task_outcome("more on item 2"))
+                .await
+                .unwrap();
+            assert!(matches!(again, Recorded::Seen), "{again:?}");
+        }
+        assert_eq!(tasks_of(&store).await.len(), 1);
+        let marks = store.inbox_watermarks(&place(5).mailbox).await.unwrap();
+        assert_eq!(marks[0].last_uid, 9);
+    }
+);
 
-#[tokio::test]
-async fn the_rate_limit_counts_one_senders_tasks_in_the_window() {
-    let store = Store::open_in_memory().await.unwrap();
-    for uid in 1..=3 {
-        store
-            .record_inbox(&place(uid), &mail(&format!("m{uid}@x")), &task_outcome("t"))
+on_both_engines!(
+    Memory,
+    tokio::test,
+    async fn a_failure_inside_the_transaction_leaves_no_task_and_no_watermark(store: Store) {
+        // The record's last insert fails, after the task's: the task must not survive it.
+        let fail: &[&'static str] = if store.is_postgres() {
+            &[
+                "CREATE FUNCTION fail_record() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'disk trouble'; END $$",
+                "CREATE TRIGGER fail_record BEFORE INSERT ON inbox_messages \
+             FOR EACH ROW EXECUTE FUNCTION fail_record()",
+            ]
+        } else {
+            &[
+                "CREATE TRIGGER fail_record BEFORE INSERT ON inbox_messages \
+           BEGIN SELECT RAISE(ABORT, 'disk trouble'); END",
+            ]
+        };
+        for sql in fail {
+            query(*sql).execute(&store).await.unwrap();
+        }
+        let err = store
+            .record_inbox(&place(3), &mail("m1@example.org"), &task_outcome("do it"))
+            .await;
+        assert!(err.is_err());
+        assert!(tasks_of(&store).await.is_empty());
+        assert!(
+            store
+                .inbox_watermarks(&place(3).mailbox)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        query("DROP TRIGGER fail_record")
+            .pg("DROP TRIGGER fail_record ON inbox_messages")
+            .execute(&store)
             .await
             .unwrap();
+        // Read again later, it is recorded.
+        let again = store
+            .record_inbox(&place(3), &mail("m1@example.org"), &task_outcome("do it"))
+            .await
+            .unwrap();
+        assert!(matches!(again, Recorded::New { .. }));
+        assert_eq!(tasks_of(&store).await.len(), 1);
     }
-    let ignored = InboxOutcome::Ignored {
-        reason: IgnoreReason::NotAllowed,
-        notice_id: None,
-        job_id: None,
-        reply: None,
-    };
-    store
-        .record_inbox(&place(9), &mail("m9@x"), &ignored)
-        .await
-        .unwrap();
-    let hour_ago = now() - chrono::Duration::hours(1);
-    assert_eq!(
-        store
-            .email_tasks_since("me@example.org", hour_ago)
+);
+
+on_both_engines!(
+    Memory,
+    tokio::test,
+    async fn the_watermark_never_moves_down(store: Store) {
+        store.start_inbox_watermark(&place(40)).await.unwrap();
+        store.start_inbox_watermark(&place(12)).await.unwrap();
+        let marks = store.inbox_watermarks(&place(0).mailbox).await.unwrap();
+        assert_eq!(marks.len(), 1);
+        assert_eq!(marks[0].last_uid, 40);
+    }
+);
+
+on_both_engines!(
+    Memory,
+    tokio::test,
+    async fn a_command_changes_its_job_and_queues_its_confirmation_with_the_record(store: Store) {
+        let job = store
+            .create_job(&NewJob {
+                name: "digest".into(),
+                task: "news".into(),
+                schedule: "0 8 * * *".into(),
+                timezone: "UTC".into(),
+                next_run_at: Some(now()),
+                ..NewJob::default()
+            })
             .await
-            .unwrap(),
-        3
-    );
-    assert_eq!(
-        store.email_tasks_since("other@x", hour_ago).await.unwrap(),
-        0
-    );
-    assert_eq!(
-        store
-            .email_tasks_since("me@example.org", now())
+            .unwrap();
+        let outcome = InboxOutcome::Command {
+            command: InboxCommand::Pause,
+            state: CommandState::Done,
+            notice_id: 1,
+            job_id: Some(job.id.clone()),
+            change: Some(JobChange {
+                enabled: false,
+                next_run_at: job.next_run_at,
+            }),
+            detail: "Paused “digest”.".into(),
+            reply: Some(reply_to("me@example.org")),
+        };
+        let r = store
+            .record_inbox(&place(1), &mail("m1@example.org"), &outcome)
             .await
-            .unwrap(),
-        0
-    );
-    let listed = store
-        .list_inbox(&InboxFilter {
-            state: Some(InboxState::Ignored),
-            limit: 0,
-        })
-        .await
-        .unwrap();
-    assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].reason, Some(IgnoreReason::NotAllowed));
-    let json = serde_json::to_value(&listed[0]).unwrap();
-    assert_eq!(json["from"], "me@example.org");
-    assert_eq!(json["reason"], "not_allowed");
-    assert!(json.get("context").is_none() && json.get("mailbox").is_none());
-}
+            .unwrap();
+        let Recorded::New { id, reply, .. } = r else {
+            panic!("{r:?}")
+        };
+        assert!(!store.job(&job.id).await.unwrap().enabled);
+        let notice = store.notice(reply.unwrap()).await.unwrap().unwrap();
+        assert_eq!(notice.queued.recipient.as_deref(), Some("me@example.org"));
+        assert_eq!(notice.queued.in_reply_to.as_deref(), Some("m1@example.org"));
+        let row = store.inbox_message(id).await.unwrap().unwrap();
+        assert_eq!(row.command, Some(InboxCommand::Pause));
+        assert!(row.answered_at.is_some(), "the confirmation is its answer");
+        assert!(store.unanswered_inbox(10).await.unwrap().is_empty());
+    }
+);
+
+on_both_engines!(
+    Memory,
+    tokio::test,
+    async fn an_answer_is_queued_once_and_only_for_a_finished_task(store: Store) {
+        let r = store
+            .record_inbox(&place(2), &mail("m2@example.org"), &task_outcome("hi"))
+            .await
+            .unwrap();
+        let Recorded::New {
+            id,
+            task_id: Some(task_id),
+            ..
+        } = r
+        else {
+            panic!("{r:?}")
+        };
+        assert!(
+            store.unanswered_inbox(10).await.unwrap().is_empty(),
+            "still pending"
+        );
+        let done = TaskOutcome {
+            state: TaskState::Succeeded,
+            answer: Some("hello".into()),
+            error: None,
+            reason: None,
+            parse_failures: 0,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+        };
+        store.finish_task(&task_id, &done).await.unwrap();
+        let waiting = store.unanswered_inbox(10).await.unwrap();
+        assert_eq!(waiting.len(), 1);
+        assert_eq!(waiting[0].1.answer.as_deref(), Some("hello"));
+        let first = store
+            .answer_inbox(id, Some(&reply_to("me@example.org")))
+            .await
+            .unwrap();
+        let second = store
+            .answer_inbox(id, Some(&reply_to("me@example.org")))
+            .await
+            .unwrap();
+        assert!(first.is_some());
+        assert_eq!(second, None, "a second answer is not queued");
+        let notices = store
+            .list_notices(&NoticeFilter::oldest_first())
+            .await
+            .unwrap();
+        assert_eq!(notices.len(), 1, "the second attempt left nothing behind");
+        assert!(store.unanswered_inbox(10).await.unwrap().is_empty());
+    }
+);
+
+on_both_engines!(
+    Memory,
+    tokio::test,
+    async fn a_requested_run_is_claimed_once(store: Store) {
+        let outcome = InboxOutcome::Command {
+            command: InboxCommand::RunNow,
+            state: CommandState::Requested,
+            notice_id: 1,
+            job_id: Some("j_1".into()),
+            change: None,
+            detail: "asked".into(),
+            reply: None,
+        };
+        let Recorded::New { id, .. } = store
+            .record_inbox(&place(4), &mail("m4@example.org"), &outcome)
+            .await
+            .unwrap()
+        else {
+            panic!("not recorded")
+        };
+        let requested = store.inbox_commands(CommandState::Requested).await.unwrap();
+        assert_eq!(requested.len(), 1);
+        let claim = || {
+            store.move_inbox_command(
+                id,
+                CommandState::Requested,
+                CommandState::Started,
+                "starting",
+                None,
+                None,
+            )
+        };
+        assert!(claim().await.unwrap());
+        assert!(!claim().await.unwrap(), "a second claim loses");
+        let reply = reply_to("me@example.org");
+        let run = store
+            .create_task(&NewTask {
+                task: "news".into(),
+                origin: Origin::Job,
+                profile: "fast".into(),
+                ..NewTask::default()
+            })
+            .await
+            .unwrap();
+        assert!(
+            store
+                .move_inbox_command(
+                    id,
+                    CommandState::Started,
+                    CommandState::Done,
+                    "started",
+                    Some(&run.id),
+                    Some(&reply),
+                )
+                .await
+                .unwrap()
+        );
+        let row = store.inbox_message(id).await.unwrap().unwrap();
+        assert_eq!(row.command_state, Some(CommandState::Done));
+        assert_eq!(row.task_id.as_deref(), Some(run.id.as_str()));
+        assert!(row.reply_notice_id.is_some() && row.answered_at.is_some());
+    }
+);
+
+on_both_engines!(
+    Memory,
+    tokio::test,
+    async fn a_notice_is_found_by_its_token_and_tokens_differ(store: Store) {
+        let a = store.enqueue_notice(&reply_to("a@x")).await.unwrap();
+        let b = store.enqueue_notice(&reply_to("b@x")).await.unwrap();
+        let ta = store.notice(a).await.unwrap().unwrap().token.unwrap();
+        let tb = store.notice(b).await.unwrap().unwrap().token.unwrap();
+        assert_ne!(ta, tb);
+        assert_eq!(ta.len(), 32);
+        assert!(ta.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(
+            store.notice_by_token(&ta).await.unwrap().map(|n| n.id),
+            Some(a)
+        );
+        assert_eq!(
+            store
+                .notice_by_token("0".repeat(32).as_str())
+                .await
+                .unwrap(),
+            None
+        );
+    }
+);
+
+on_both_engines!(
+    Memory,
+    tokio::test,
+    async fn the_rate_limit_counts_one_senders_tasks_in_the_window(store: Store) {
+        for uid in 1..=3 {
+            store
+                .record_inbox(&place(uid), &mail(&format!("m{uid}@x")), &task_outcome("t"))
+                .await
+                .unwrap();
+        }
+        let ignored = InboxOutcome::Ignored {
+            reason: IgnoreReason::NotAllowed,
+            notice_id: None,
+            job_id: None,
+            reply: None,
+        };
+        store
+            .record_inbox(&place(9), &mail("m9@x"), &ignored)
+            .await
+            .unwrap();
+        let hour_ago = now() - chrono::Duration::hours(1);
+        assert_eq!(
+            store
+                .email_tasks_since("me@example.org", hour_ago)
+                .await
+                .unwrap(),
+            3
+        );
+        assert_eq!(
+            store.email_tasks_since("other@x", hour_ago).await.unwrap(),
+            0
+        );
+        assert_eq!(
+            store
+                .email_tasks_since("me@example.org", now())
+                .await
+                .unwrap(),
+            0
+        );
+        let listed = store
+            .list_inbox(&InboxFilter {
+                state: Some(InboxState::Ignored),
+                limit: 0,
+            })
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].reason, Some(IgnoreReason::NotAllowed));
+        let json = serde_json::to_value(&listed[0]).unwrap();
+        assert_eq!(json["from"], "me@example.org");
+        assert_eq!(json["reason"], "not_allowed");
+        assert!(json.get("context").is_none() && json.get("mailbox").is_none());
+    }
+);

@@ -1,13 +1,12 @@
 //! Scheduled jobs and the record of every firing (`jobs`, `job_runs`).
 
+use super::{Builder, DbRow, query, query_as};
 use super::{
     Delivery, Origin, Result, RunOutcome, Store, WithJson, from_json, json_column, json_list,
     limit_or, new_id, now,
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::Row as _;
-use sqlx::sqlite::SqliteRow;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, sqlx::FromRow)]
 pub struct Job {
@@ -39,9 +38,9 @@ pub struct Job {
 }
 
 impl WithJson for Job {
-    fn read_json(self, row: &SqliteRow) -> Result<Job> {
+    fn read_json(self, row: &DbRow) -> Result<Job> {
         let owner = format!("job {}", self.id);
-        let precheck: Option<String> = row.try_get("precheck")?;
+        let precheck: Option<String> = row.get("precheck")?;
         Ok(Job {
             notify: json_column(row, "notify", &owner)?,
             pre_approved: json_column(row, "pre_approved", &owner)?,
@@ -84,7 +83,7 @@ impl Store {
     pub(crate) async fn create_job(&self, new: &NewJob) -> Result<Job> {
         let id = format!("j_{}", new_id());
         let precheck = new.precheck.as_ref().map(|p| p.to_string());
-        sqlx::query(
+        query(
             "INSERT INTO jobs (id, name, task, schedule, timezone, notify, profile, origin, precheck, \
              next_run_at, created_at, pre_approved) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
@@ -100,7 +99,7 @@ impl Store {
         .bind(new.next_run_at)
         .bind(now())
         .bind(json_list(&new.pre_approved))
-        .execute(self.pool())
+        .execute(self)
         .await?;
         self.job(&id).await
     }
@@ -121,7 +120,7 @@ impl Store {
 
     /// Returns false when there was no such job.
     pub(crate) async fn delete_job(&self, id: &str) -> Result<bool> {
-        self.one_row(sqlx::query("DELETE FROM jobs WHERE id = ?").bind(id))
+        self.one_row(query("DELETE FROM jobs WHERE id = ?").bind(id))
             .await
     }
 
@@ -133,16 +132,17 @@ impl Store {
         expected: Option<DateTime<Utc>>,
         next: Option<DateTime<Utc>>,
     ) -> Result<bool> {
-        let claim =
-            sqlx::query("UPDATE jobs SET next_run_at = ? WHERE id = ? AND next_run_at IS ?")
-                .bind(next)
-                .bind(id)
-                .bind(expected);
+        let claim = query(
+            "UPDATE jobs SET next_run_at = ? WHERE id = ? AND next_run_at IS NOT DISTINCT FROM ?",
+        )
+        .bind(next)
+        .bind(id)
+        .bind(expected);
         self.one_row(claim).await
     }
 
     pub async fn set_job_next_run(&self, id: &str, next: Option<DateTime<Utc>>) -> Result<()> {
-        let set = sqlx::query("UPDATE jobs SET next_run_at = ? WHERE id = ?")
+        let set = query("UPDATE jobs SET next_run_at = ? WHERE id = ?")
             .bind(next)
             .bind(id);
         self.run(set).await
@@ -154,13 +154,13 @@ impl Store {
     }
 
     pub async fn unlock_job(&self, id: &str) -> Result<()> {
-        self.run(sqlx::query("UPDATE jobs SET running_task_id = NULL WHERE id = ?").bind(id))
+        self.run(query("UPDATE jobs SET running_task_id = NULL WHERE id = ?").bind(id))
             .await
     }
 
     /// At start-up no run can be in progress: clear locks a crash left behind.
     pub(crate) async fn clear_job_locks(&self) -> Result<u64> {
-        self.rows(sqlx::query(
+        self.rows(query(
             "UPDATE jobs SET running_task_id = NULL WHERE running_task_id IS NOT NULL",
         ))
         .await
@@ -174,7 +174,7 @@ impl Store {
         task_id: Option<&str>,
         reason: Option<&str>,
     ) -> Result<i64> {
-        let insert = sqlx::query_as(
+        let insert = query_as(
             "INSERT INTO job_runs (job_id, scheduled_at, fired_at, outcome, task_id, reason) \
              VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
         )
@@ -196,7 +196,7 @@ impl Store {
         reason: Option<&str>,
         delivery: &Delivery,
     ) -> Result<()> {
-        let update = sqlx::query(
+        let update = query(
             "UPDATE job_runs SET outcome = ?, reason = COALESCE(?, reason), delivery = ? WHERE id = ?",
         )
         .bind(outcome)
@@ -207,7 +207,7 @@ impl Store {
     }
 
     pub(crate) async fn set_run_delivery(&self, run_id: i64, delivery: &Delivery) -> Result<()> {
-        let set = sqlx::query("UPDATE job_runs SET delivery = ? WHERE id = ?")
+        let set = query("UPDATE job_runs SET delivery = ? WHERE id = ?")
             .bind(delivery)
             .bind(run_id);
         self.run(set).await
@@ -216,7 +216,7 @@ impl Store {
     /// Newest first.
     pub async fn job_runs(&self, job_id: &str, limit: i64) -> Result<Vec<JobRun>> {
         let sql = select!(job_runs, "WHERE job_id = ? ORDER BY id DESC LIMIT ?");
-        self.all(sqlx::query_as(sql).bind(job_id).bind(limit_or(limit, 50)))
+        self.all(query_as(sql).bind(job_id).bind(limit_or(limit, 50)))
             .await
     }
 }
@@ -238,8 +238,8 @@ impl Store {
     /// The lock goes from `from` to `to` (`None`: free) in one statement, or not at all: two
     /// firers can never both believe they hold it. `IS` compares NULL as a value.
     async fn move_job_lock(&self, id: &str, from: Option<&str>, to: Option<&str>) -> Result<bool> {
-        let swap = sqlx::query(
-            "UPDATE jobs SET running_task_id = ? WHERE id = ? AND running_task_id IS ?",
+        let swap = query(
+            "UPDATE jobs SET running_task_id = ? WHERE id = ? AND running_task_id IS NOT DISTINCT FROM ?",
         )
         .bind(to)
         .bind(id)
@@ -272,10 +272,10 @@ impl Store {
     pub(crate) async fn claim_burst(&self, claims: &[BurstClaim]) -> Result<Vec<String>> {
         let mut claimed = Vec::with_capacity(claims.len());
         for chunk in claims.chunks(BURST_CHUNK) {
-            let mut update = sqlx::QueryBuilder::new(
+            let mut update = Builder::new(
                 "UPDATE jobs SET next_run_at = v.column3, running_task_id = v.column4 FROM (",
             );
-            update.push_values(chunk, |mut b, c| {
+            update.push_values(chunk, |b, c| {
                 b.push_bind(&c.job_id)
                     .push_bind(c.due)
                     .push_bind(c.next)
@@ -306,9 +306,8 @@ impl Store {
     ) -> Result<Vec<(String, i64)>> {
         let mut runs = Vec::with_capacity(started.len());
         for chunk in started.chunks(BURST_CHUNK) {
-            let mut swap =
-                sqlx::QueryBuilder::new("UPDATE jobs SET running_task_id = v.column3 FROM (");
-            swap.push_values(chunk, |mut b, (c, task_id)| {
+            let mut swap = Builder::new("UPDATE jobs SET running_task_id = v.column3 FROM (");
+            swap.push_values(chunk, |b, (c, task_id)| {
                 b.push_bind(&c.job_id)
                     .push_bind(&c.holder)
                     .push_bind(task_id);
@@ -317,11 +316,11 @@ impl Store {
                 ") AS v WHERE jobs.id = v.column1 \
                  AND (jobs.running_task_id = v.column2 OR jobs.running_task_id IS NULL)",
             );
-            let mut insert = sqlx::QueryBuilder::new(
+            let mut insert = Builder::new(
                 "INSERT INTO job_runs (job_id, scheduled_at, fired_at, outcome, task_id, reason) ",
             );
             let fired_at = now();
-            insert.push_values(chunk, |mut b, (c, task_id)| {
+            insert.push_values(chunk, |b, (c, task_id)| {
                 b.push_bind(&c.job_id)
                     .push_bind(c.due)
                     .push_bind(fired_at)
@@ -330,13 +329,13 @@ impl Store {
                     .push_bind(None::<String>);
             });
             insert.push(" RETURNING job_id, id");
-            let mut tx = self.pool().begin().await?;
+            let mut tx = self.begin().await?;
             // Sized by the burst, so not cached (see `claim_burst`).
-            swap.build().persistent(false).execute(&mut *tx).await?;
+            swap.build().persistent(false).execute(&mut tx).await?;
             let rows: Vec<(String, i64)> = insert
                 .build_query_as()
                 .persistent(false)
-                .fetch_all(&mut *tx)
+                .fetch_all(&mut tx)
                 .await?;
             tx.commit().await?;
             runs.extend(rows);

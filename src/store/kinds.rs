@@ -10,9 +10,9 @@
 //! serialised through [`as_text!`].
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use sqlx::Sqlite;
 use sqlx::encode::IsNull;
 use sqlx::error::BoxDynError;
+use sqlx::{Postgres, Sqlite};
 
 /// An enum of unit variants, each with the word it is stored and serialised as.
 macro_rules! word_enum {
@@ -67,7 +67,8 @@ pub struct UnknownWord {
     pub known: Vec<&'static str>,
 }
 
-/// Serialise and store a type as its text form (`Display`), and read it back with `FromStr`.
+/// Serialise and store a type as its text form (`Display`), and read it back with `FromStr`,
+/// on both engines (a TEXT column on each).
 macro_rules! as_text {
     ($name:ty) => {
         impl Serialize for $name {
@@ -107,6 +108,40 @@ macro_rules! as_text {
                 text.parse::<$name>().map_err(Into::into)
             }
         }
+
+        impl sqlx::Type<Postgres> for $name {
+            fn type_info() -> sqlx::postgres::PgTypeInfo {
+                <String as sqlx::Type<Postgres>>::type_info()
+            }
+            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+                <String as sqlx::Type<Postgres>>::compatible(ty)
+            }
+        }
+
+        impl<'q> sqlx::Encode<'q, Postgres> for $name {
+            fn encode_by_ref(
+                &self,
+                buf: &mut <Postgres as sqlx::Database>::ArgumentBuffer,
+            ) -> Result<IsNull, BoxDynError> {
+                <String as sqlx::Encode<'q, Postgres>>::encode(self.to_string(), buf)
+            }
+        }
+
+        impl<'r> sqlx::Decode<'r, Postgres> for $name {
+            fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, BoxDynError> {
+                let text = <&str as sqlx::Decode<'r, Postgres>>::decode(value)?;
+                text.parse::<$name>().map_err(Into::into)
+            }
+        }
+
+        impl crate::store::sql::Bind for $name {
+            fn arg(&self) -> crate::store::sql::Arg {
+                crate::store::sql::Arg::Text(Some(self.to_string()))
+            }
+            fn null() -> crate::store::sql::Arg {
+                crate::store::sql::Arg::Text(None)
+            }
+        }
     };
 }
 
@@ -127,6 +162,17 @@ impl TaskState {
             self,
             TaskState::Succeeded | TaskState::Failed | TaskState::Cancelled
         )
+    }
+}
+
+word_enum! {
+    /// What a row of a task's trace records.
+    StepKind, "step kind" {
+        Model = "model",
+        Tool = "tool",
+        Note = "note",
+        /// A call held for a person: `waiting`, then the decision.
+        Approval = "approval",
     }
 }
 
@@ -430,15 +476,17 @@ mod tests {
         assert!("pending".parse::<Delivery>().is_err());
     }
 
-    #[tokio::test]
-    async fn stored_as_text() {
-        let store = crate::store::Store::open_in_memory().await.expect("store");
-        let (o, d): (Origin, Delivery) = sqlx::query_as("SELECT ?, ?")
-            .bind(Origin::Mcp)
-            .bind(Delivery::Failed("x".into()))
-            .fetch_one(store.pool())
-            .await
-            .expect("round trip");
-        assert_eq!((o, d), (Origin::Mcp, Delivery::Failed("x".into())));
-    }
+    on_both_engines!(
+        Memory,
+        tokio::test,
+        async fn stored_as_text(store: Store) {
+            let (o, d): (Origin, Delivery) = crate::store::query_as("SELECT ?, ?")
+                .bind(Origin::Mcp)
+                .bind(Delivery::Failed("x".into()))
+                .fetch_one(&store)
+                .await
+                .expect("round trip");
+            assert_eq!((o, d), (Origin::Mcp, Delivery::Failed("x".into())));
+        }
+    );
 }

@@ -43,8 +43,14 @@ macro_rules! select {
     };
 }
 
+#[cfg(test)]
+#[macro_use]
+pub(crate) mod testing;
+
 mod approvals;
+mod copy;
 mod dashboard;
+mod error;
 mod evals;
 mod facts;
 mod inbox;
@@ -52,12 +58,18 @@ mod jobs;
 mod kinds;
 mod models;
 mod outbox;
+mod postgres;
+mod sql;
 mod tasks;
+#[cfg(test)]
+pub(crate) mod test_postgres;
 mod working;
 mod write;
 
 pub use approvals::*;
+pub use copy::Copied;
 pub use dashboard::*;
+pub use error::*;
 pub use evals::*;
 pub use facts::*;
 pub(crate) use inbox::*;
@@ -67,126 +79,22 @@ pub use models::*;
 pub use outbox::*;
 pub use tasks::*;
 
-use sqlx::sqlite::{
-    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
-};
-use sqlx::{Row as _, SqlitePool};
+pub use postgres::{DaemonLock, PgUrlError, parse_url, redact_url};
+use sql::{Builder, DbRow, Engine, Record, Tx, query, query_as, query_scalar};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+/// SQLite's schema. The files are never edited once released: sqlx keeps each one's checksum
+/// in the database and refuses a database whose applied files changed.
+static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+/// PostgreSQL's schema: the same tables and meaning as SQLite's, version for version.
+static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 /// The database file's name inside the data dir.
 pub const DB_FILE: &str = "hermes.db";
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error(
-        "cannot create the data directory {path}: {source} (check its permissions, or choose another with --data-dir)"
-    )]
-    DataDir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot open the database {path}: {source}")]
-    Open { path: PathBuf, source: sqlx::Error },
-    #[error(
-        "the database {path} was written by a newer hermes-agent (schema version {found}, this build knows up to {known}); upgrade hermes-agent or use another --data-dir"
-    )]
-    NewerSchema {
-        path: PathBuf,
-        found: i64,
-        known: i64,
-    },
-    #[error("cannot migrate the database {path}: {source}")]
-    Migrate {
-        path: PathBuf,
-        source: sqlx::migrate::MigrateError,
-    },
-    #[error("{what} '{id}' not found")]
-    NotFound { what: &'static str, id: String },
-    #[error("{0}")]
-    Conflict(String),
-    /// The database cannot be written: a full disk, a read-only file, an I/O failure. The
-    /// write did not happen (its transaction was rolled back).
-    #[error("the database cannot be written ({fault}): {detail}; {}", fault.hint())]
-    Unavailable { fault: StorageFault, detail: String },
-    #[error("database error: {0}")]
-    Sql(sqlx::Error),
-    #[error("stored data is corrupt: {0}")]
-    Corrupt(String),
-}
-
-pub type Result<T, E = StoreError> = std::result::Result<T, E>;
-
-/// Why the database cannot be written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StorageFault {
-    DiskFull,
-    ReadOnly,
-    Io,
-}
-
-impl StorageFault {
-    /// What the person can do about it.
-    pub(crate) fn hint(self) -> &'static str {
-        match self {
-            StorageFault::DiskFull => "free disk space (or raise the quota) and try again",
-            StorageFault::ReadOnly => {
-                "make the file and its directory writable by this user, or choose another --data-dir"
-            }
-            StorageFault::Io => {
-                "the disk reported an I/O error; see the daemon's log and the system's"
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for StorageFault {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            StorageFault::DiskFull => "disk full",
-            StorageFault::ReadOnly => "read-only",
-            StorageFault::Io => "I/O error",
-        })
-    }
-}
-
-impl From<sqlx::Error> for StoreError {
-    fn from(e: sqlx::Error) -> StoreError {
-        match storage_fault(&e) {
-            Some(fault) => StoreError::Unavailable {
-                fault,
-                detail: e.to_string(),
-            },
-            None => StoreError::Sql(e),
-        }
-    }
-}
-
-/// The SQLite result codes (primary part) that mean the storage itself failed.
-fn storage_fault(e: &sqlx::Error) -> Option<StorageFault> {
-    const SQLITE_READONLY: i64 = 8;
-    const SQLITE_IOERR: i64 = 10;
-    const SQLITE_FULL: i64 = 13;
-    const SQLITE_CANTOPEN: i64 = 14;
-    match e {
-        sqlx::Error::Database(db) => {
-            let code = db.code()?.parse::<i64>().ok()? & 0xff;
-            match code {
-                SQLITE_FULL => Some(StorageFault::DiskFull),
-                SQLITE_READONLY => Some(StorageFault::ReadOnly),
-                SQLITE_IOERR | SQLITE_CANTOPEN => Some(StorageFault::Io),
-                _ => None,
-            }
-        }
-        sqlx::Error::Io(_) => Some(StorageFault::Io),
-        _ => None,
-    }
-}
 
 /// How the database is opened; the defaults suit the daemon.
 #[derive(Debug, Clone, Copy)]
@@ -216,8 +124,8 @@ impl Default for StoreOptions {
 /// A cheap-to-clone handle to the database; clone it into every part that needs storage.
 #[derive(Clone, Debug)]
 pub struct Store {
-    pool: SqlitePool,
-    /// The database file, for messages.
+    engine: Engine,
+    /// The database file, or PostgreSQL's address without its password, for messages.
     path: Arc<PathBuf>,
     /// The last storage fault someone noticed, and when: `/healthz` reports it for a while.
     fault: Arc<Mutex<Option<(StorageFault, Instant)>>>,
@@ -257,9 +165,21 @@ impl Store {
                 path: path.clone(),
                 source,
             })?;
-        let store = Store::new(pool, &path);
-        store.migrate(&path).await?;
+        let store = Store::new(Engine::Sqlite(pool), &path);
+        store.migrate().await?;
         Ok(store)
+    }
+
+    /// The store the settings choose: PostgreSQL when `storage.url` is set, else SQLite in
+    /// the data dir.
+    pub async fn open_configured(
+        config: &crate::config::Config,
+        opts: StoreOptions,
+    ) -> Result<Store> {
+        match config.settings.storage.url.trim() {
+            "" => Store::open_with(&config.data_dir, opts).await,
+            url => Store::open_postgres(url, opts).await,
+        }
     }
 
     /// An in-memory database (unit tests). One connection, since each `:memory:` connection
@@ -279,32 +199,37 @@ impl Store {
                 path: PathBuf::from(":memory:"),
                 source,
             })?;
-        let store = Store::new(pool, Path::new(":memory:"));
-        store.migrate(Path::new(":memory:")).await?;
+        let store = Store::new(Engine::Sqlite(pool), Path::new(":memory:"));
+        store.migrate().await?;
         Ok(store)
     }
 
-    fn new(pool: SqlitePool, path: &Path) -> Store {
+    fn new(engine: Engine, path: &Path) -> Store {
         Store {
-            pool,
+            engine,
             path: Arc::new(path.to_path_buf()),
             fault: Arc::default(),
         }
     }
 
-    /// The database file.
+    /// The database file (on PostgreSQL: its address, without the password), for messages.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// Whether this store is on PostgreSQL.
+    pub fn is_postgres(&self) -> bool {
+        matches!(self.engine, Engine::Postgres(_))
+    }
+
     /// Can the database still be written? One tiny write; `Unavailable` says why not.
     pub(crate) async fn check_writable(&self) -> Result<()> {
-        let done = sqlx::query(
+        let done = query(
             "INSERT INTO health (id, checked_at) VALUES (1, ?) \
              ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at",
         )
         .bind(now())
-        .execute(self.pool())
+        .execute(self)
         .await;
         match done {
             Ok(_) => Ok(()),
@@ -330,79 +255,153 @@ impl Store {
             .map(|(fault, _)| fault)
     }
 
-    async fn migrate(&self, path: &Path) -> Result<()> {
-        let known = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-        match MIGRATOR.run(&self.pool).await {
+    fn migrator(&self) -> &'static sqlx::migrate::Migrator {
+        match self.engine {
+            Engine::Sqlite(_) => &SQLITE_MIGRATOR,
+            Engine::Postgres(_) => &PG_MIGRATOR,
+        }
+    }
+
+    /// Bring the schema up to date. On PostgreSQL sqlx's migrator holds an advisory lock
+    /// meanwhile: daemons starting together on a fresh database migrate it once, in turn.
+    async fn migrate(&self) -> Result<()> {
+        let migrator = self.migrator();
+        let known = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+        let done = match &self.engine {
+            Engine::Sqlite(pool) => migrator.run(pool).await,
+            Engine::Postgres(pool) => migrator.run(pool).await,
+        };
+        match done {
             Ok(()) => Ok(()),
             Err(sqlx::migrate::MigrateError::VersionMissing(found)) if found > known => {
                 Err(StoreError::NewerSchema {
-                    path: path.to_path_buf(),
+                    path: self.path.to_path_buf(),
                     found,
                     known,
                 })
             }
             Err(source) => Err(StoreError::Migrate {
-                path: path.to_path_buf(),
+                path: self.path.to_path_buf(),
                 source,
             }),
         }
     }
 
-    /// The highest schema version this build knows.
+    /// The highest schema version this build knows (the same on both engines).
     pub(crate) fn schema_version() -> i64 {
-        MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
+        SQLITE_MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
     }
 
-    pub(crate) fn pool(&self) -> &SqlitePool {
-        &self.pool
+    /// The highest schema version applied to this database.
+    pub(crate) async fn applied_version(&self) -> Result<i64> {
+        let v: Option<i64> =
+            query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success")
+                .fetch_one(self)
+                .await?;
+        Ok(v.unwrap_or(0))
+    }
+
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The SQLite pool (tests that reach below the store's functions); `None` on PostgreSQL.
+    #[cfg(test)]
+    pub(crate) fn sqlite_pool(&self) -> Option<&sqlx::SqlitePool> {
+        match &self.engine {
+            Engine::Sqlite(p) => Some(p),
+            Engine::Postgres(_) => None,
+        }
+    }
+
+    /// A transaction.
+    pub(crate) async fn begin(&self) -> Result<Tx> {
+        Ok(match &self.engine {
+            Engine::Sqlite(p) => Tx::Sqlite(p.begin().await?),
+            Engine::Postgres(p) => Tx::Postgres(p.begin().await?),
+        })
+    }
+
+    /// A transaction that reads and then writes `table`, holding its write lock from the
+    /// start, so what it read is still true when it writes: SQLite's `BEGIN IMMEDIATE`
+    /// (the database's one write lock); on PostgreSQL a lock on the table that writers of
+    /// it wait for and readers do not.
+    pub(crate) async fn begin_writing(&self, table: Locked) -> Result<Tx> {
+        Ok(match &self.engine {
+            Engine::Sqlite(p) => Tx::Sqlite(p.begin_with("BEGIN IMMEDIATE").await?),
+            Engine::Postgres(p) => {
+                let mut tx = Tx::Postgres(p.begin().await?);
+                query(table.lock_statement()).execute(&mut tx).await?;
+                tx
+            }
+        })
     }
 
     /// Whether [`Store::close`] was called (nothing can be written through it any more).
     pub(crate) fn is_closed(&self) -> bool {
-        self.pool.is_closed()
+        match &self.engine {
+            Engine::Sqlite(p) => p.is_closed(),
+            Engine::Postgres(p) => p.is_closed(),
+        }
     }
 
-    /// Wait for pending writes and release the file (tests reopen the same data dir).
+    /// Wait for pending writes and release the database (tests reopen the same data dir).
     pub async fn close(&self) {
-        self.pool.close().await;
+        match &self.engine {
+            Engine::Sqlite(p) => p.close().await,
+            Engine::Postgres(p) => p.close().await,
+        }
+    }
+}
+
+/// A table a transaction reads and then writes (see [`Store::begin_writing`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Locked {
+    Facts,
+    Inbox,
+}
+
+impl Locked {
+    fn lock_statement(self) -> &'static str {
+        // SHARE ROW EXCLUSIVE conflicts with itself and with every write, not with reads.
+        match self {
+            Locked::Facts => "LOCK TABLE facts IN SHARE ROW EXCLUSIVE MODE",
+            Locked::Inbox => "LOCK TABLE inbox_messages IN SHARE ROW EXCLUSIVE MODE",
+        }
     }
 }
 
 /// A write statement with its arguments bound.
-type Statement<'q> = sqlx::query::Query<'q, sqlx::Sqlite, SqliteArguments>;
+type Statement = sql::Query;
 /// A statement with its arguments bound, each row read as a `T`: a read, or a write with
 /// `RETURNING` (run by `write.rs`).
-type Select<'q, T> = sqlx::query::QueryAs<'q, sqlx::Sqlite, T, SqliteArguments>;
-
-/// A type `query_as` can read rows into (spelled once; the bound is long).
-trait Record: for<'r> sqlx::FromRow<'r, SqliteRow> + Send + Unpin {}
-impl<T: for<'r> sqlx::FromRow<'r, SqliteRow> + Send + Unpin> Record for T {}
+type Select<T> = sql::QueryAs<T>;
 
 /// A row type with columns held as JSON text: its `FromRow` reads the plain columns and skips
 /// those, which [`WithJson::read_json`] then parses from the same row, so a damaged value is
 /// reported as [`StoreError::Corrupt`] naming the row rather than as a decoding error.
 trait WithJson: Record {
-    fn read_json(self, row: &SqliteRow) -> Result<Self>;
+    fn read_json(self, row: &DbRow) -> Result<Self>;
 
-    fn from_json_row(row: &SqliteRow) -> Result<Self> {
-        Self::from_row(row)?.read_json(row)
+    fn from_json_row(row: &DbRow) -> Result<Self> {
+        row.read::<Self>()?.read_json(row)
     }
 }
 
 impl Store {
     /// A single number (`SELECT COUNT(*) ...`).
     async fn count(&self, sql: &'static str) -> Result<i64> {
-        Ok(sqlx::query_scalar(sql).fetch_one(self.pool()).await?)
+        Ok(query_scalar(sql).fetch_one(self).await?)
     }
 
-    async fn all<T: Record>(&self, select: Select<'_, T>) -> Result<Vec<T>> {
-        Ok(select.fetch_all(self.pool()).await?)
+    async fn all<T: Record>(&self, select: Select<T>) -> Result<Vec<T>> {
+        Ok(select.fetch_all(self).await?)
     }
 
     /// The first row a read selects. Never for a writing statement (`… RETURNING`): reading
     /// one row stops it before its commit, whose error would be lost (see `write.rs`).
-    async fn first<T: Record>(&self, select: Select<'_, T>) -> Result<Option<T>> {
-        Ok(select.fetch_optional(self.pool()).await?)
+    async fn first<T: Record>(&self, select: Select<T>) -> Result<Option<T>> {
+        Ok(select.fetch_optional(self).await?)
     }
 
     /// The row `sql` selects by the one argument `id`; `what` names it when there is none.
@@ -412,15 +411,12 @@ impl Store {
         what: &'static str,
         id: &str,
     ) -> Result<T> {
-        let row = sqlx::query(sql)
-            .bind(id)
-            .fetch_optional(self.pool())
-            .await?;
+        let row = query(sql).bind(id).fetch_optional(self).await?;
         T::from_json_row(&found(row, what, id)?)
     }
 
     async fn json_rows<T: WithJson>(&self, sql: &'static str) -> Result<Vec<T>> {
-        let rows = sqlx::query(sql).fetch_all(self.pool()).await?;
+        let rows = query(sql).fetch_all(self).await?;
         rows.iter().map(T::from_json_row).collect()
     }
 }
@@ -435,11 +431,11 @@ fn found<T>(item: Option<T>, what: &'static str, id: impl ToString) -> Result<T>
 
 /// A JSON text column of `row`, parsed; `owner` names the row in the error.
 fn json_column<T: serde::de::DeserializeOwned>(
-    row: &SqliteRow,
+    row: &DbRow,
     column: &str,
     owner: &str,
 ) -> Result<T> {
-    let text: String = row.try_get(column)?;
+    let text: String = row.get(column)?;
     from_json(&text, column, owner)
 }
 
@@ -459,9 +455,9 @@ fn from_json<T: serde::de::DeserializeOwned>(text: &str, what: &str, owner: &str
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what} of {owner}: {e}")))
 }
 
-/// Now, in the form stored in every time column.
+/// Now, in the form stored in every time column: to the microsecond, as both engines keep it.
 pub fn now() -> chrono::DateTime<chrono::Utc> {
-    chrono::Utc::now()
+    chrono::SubsecRound::trunc_subsecs(chrono::Utc::now(), 6)
 }
 
 /// A fresh unguessable token: 32 hex characters from the operating system's random source

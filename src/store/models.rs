@@ -5,11 +5,10 @@
 //! An identity is the one-line key the gateway makes of what a server told about its model;
 //! the store compares keys and never reads them.
 
+use super::{DbRow, query, query_as};
 use super::{Job, ModelAction, PauseReason, Result, Store, WithJson, from_json, json_list, now};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::Row as _;
-use sqlx::sqlite::SqliteRow;
 
 /// One identity a profile's server was seen to serve.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, sqlx::FromRow)]
@@ -45,8 +44,8 @@ pub struct ModelChange {
 }
 
 impl WithJson for ModelChange {
-    fn read_json(self, row: &SqliteRow) -> Result<ModelChange> {
-        let text: String = row.try_get("paused_jobs")?;
+    fn read_json(self, row: &DbRow) -> Result<ModelChange> {
+        let text: String = row.get("paused_jobs")?;
         let owner = format!("model change {}", self.id);
         Ok(ModelChange {
             paused_jobs: from_json(&text, "paused_jobs", &owner)?,
@@ -107,7 +106,7 @@ impl Store {
     /// otherwise.
     pub async fn note_identity(&self, profile: &str, identity: &str, source: &str) -> Result<()> {
         let at = now();
-        let upsert = sqlx::query(
+        let upsert = query(
             "INSERT INTO model_identities (profile, identity, source, first_seen_at, last_seen_at) \
              VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT (profile, identity) \
              DO UPDATE SET last_seen_at = excluded.last_seen_at, source = excluded.source",
@@ -127,15 +126,14 @@ impl Store {
     ) -> Result<Option<SeenIdentity>> {
         let sql = "SELECT profile, identity, source, first_seen_at, last_seen_at, verified_at, \
                    verified_run FROM model_identities WHERE profile = ? AND identity = ?";
-        self.first(sqlx::query_as(sql).bind(profile).bind(identity))
-            .await
+        self.first(query_as(sql).bind(profile).bind(identity)).await
     }
 
     /// What is known of `profile`'s model (all `None` for a profile never checked).
     pub async fn model_status(&self, profile: &str) -> Result<ModelStatus> {
         let current = self
             .first(
-                sqlx::query_as(
+                query_as(
                     "SELECT profile, identity, source, first_seen_at, last_seen_at, verified_at, \
                      verified_run FROM model_identities WHERE profile = ? \
                      ORDER BY last_seen_at DESC LIMIT 1",
@@ -145,7 +143,7 @@ impl Store {
             .await?;
         let verified = self
             .first(
-                sqlx::query_as(
+                query_as(
                     "SELECT profile, identity, source, first_seen_at, last_seen_at, verified_at, \
                      verified_run FROM model_identities WHERE profile = ? AND verified_at IS NOT NULL \
                      ORDER BY verified_at DESC LIMIT 1",
@@ -153,12 +151,12 @@ impl Store {
                 .bind(profile),
             )
             .await?;
-        let change = sqlx::query(
+        let change = query(
             "SELECT id, profile, old_identity, new_identity, old_verified, action, paused_jobs, \
              eval_run_id, seen_at FROM model_changes WHERE profile = ? ORDER BY id DESC LIMIT 1",
         )
         .bind(profile)
-        .fetch_optional(self.pool())
+        .fetch_optional(self)
         .await?
         .map(|row| ModelChange::from_json_row(&row))
         .transpose()?;
@@ -173,7 +171,7 @@ impl Store {
     /// [`Store::model_status`] of every profile ever checked, by name.
     pub async fn model_statuses(&self) -> Result<Vec<ModelStatus>> {
         let profiles: Vec<(String,)> = self
-            .all(sqlx::query_as(
+            .all(query_as(
                 "SELECT DISTINCT profile FROM model_identities ORDER BY profile",
             ))
             .await?;
@@ -187,7 +185,7 @@ impl Store {
     /// Record a change unless the same one (profile, from, to) was recorded before: the
     /// change as recorded, or `None` when it is not new.
     pub async fn record_model_change(&self, new: &NewModelChange) -> Result<Option<ModelChange>> {
-        let insert = sqlx::query(
+        let insert = query(
             "INSERT INTO model_changes (profile, old_identity, new_identity, old_verified, action, seen_at) \
              VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (profile, old_identity, new_identity) DO NOTHING \
              RETURNING id, profile, old_identity, new_identity, old_verified, action, paused_jobs, \
@@ -200,7 +198,7 @@ impl Store {
         .bind(new.action)
         .bind(now());
         // Run to its end (see `write.rs`): the row back only once it is committed.
-        let rows = insert.fetch_all(self.pool()).await?;
+        let rows = insert.fetch_all(self).await?;
         rows.first().map(ModelChange::from_json_row).transpose()
     }
 
@@ -211,7 +209,7 @@ impl Store {
         paused_jobs: &[String],
         eval_run_id: Option<i64>,
     ) -> Result<()> {
-        let set = sqlx::query(
+        let set = query(
             "UPDATE model_changes SET paused_jobs = ?, eval_run_id = COALESCE(?, eval_run_id) WHERE id = ?",
         )
         .bind(json_list(paused_jobs))
@@ -229,7 +227,7 @@ impl Store {
         run_id: i64,
     ) -> Result<()> {
         self.note_identity(profile, identity, source).await?;
-        let set = sqlx::query(
+        let set = query(
             "UPDATE model_identities SET verified_at = ?, verified_run = ? \
              WHERE profile = ? AND identity = ?",
         )
@@ -245,13 +243,13 @@ impl Store {
     pub async fn jobs_on_profile(&self, profile: &str, unnamed: bool) -> Result<Vec<Job>> {
         let sql = select!(
             jobs,
-            "WHERE enabled = 1 AND (profile = ?1 OR (?2 AND (profile IS NULL OR profile = ''))) \
+            "WHERE enabled = TRUE AND (profile = ?1 OR (?2 AND (profile IS NULL OR profile = ''))) \
              ORDER BY created_at, id"
         );
-        let rows = sqlx::query(sql)
+        let rows = query(sql)
             .bind(profile)
             .bind(unnamed)
-            .fetch_all(self.pool())
+            .fetch_all(self)
             .await?;
         rows.iter().map(Job::from_json_row).collect()
     }
@@ -265,14 +263,14 @@ impl Store {
     ) -> Result<Vec<Job>> {
         let sql = select!(
             jobs,
-            "WHERE enabled = 0 AND pause_reason = ?3 \
+            "WHERE enabled = FALSE AND pause_reason = ?3 \
              AND (profile = ?1 OR (?2 AND (profile IS NULL OR profile = ''))) ORDER BY created_at, id"
         );
-        let rows = sqlx::query(sql)
+        let rows = query(sql)
             .bind(profile)
             .bind(unnamed)
             .bind(reason)
-            .fetch_all(self.pool())
+            .fetch_all(self)
             .await?;
         rows.iter().map(Job::from_json_row).collect()
     }
@@ -286,7 +284,7 @@ impl Store {
                    LEFT JOIN model_identities i ON i.profile = s.name AND i.identity = s.identity \
                    WHERE t.job_id = ? AND s.kind = 'model' AND s.model IS NOT NULL \
                    ORDER BY s.created_at DESC, s.seq DESC LIMIT 1";
-        self.first(sqlx::query_as(sql).bind(job_id)).await
+        self.first(query_as(sql).bind(job_id)).await
     }
 }
 
@@ -294,65 +292,67 @@ impl Store {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn a_change_is_recorded_once_and_a_verified_identity_ends_the_badge() {
-        let store = Store::open_in_memory().await.expect("store");
-        store
-            .note_identity("fast", "m · greedy #a", "greedy")
-            .await
-            .expect("note");
-        store
-            .verify_identity("fast", "m · greedy #a", "greedy", 1)
-            .await
-            .expect("verify");
-        store
-            .note_identity("fast", "m · greedy #b", "greedy")
-            .await
-            .expect("note");
-        let change = NewModelChange {
-            profile: "fast".into(),
-            old_identity: "m · greedy #a".into(),
-            new_identity: "m · greedy #b".into(),
-            old_verified: true,
-            action: ModelAction::Hold,
-        };
-        let first = store.record_model_change(&change).await.expect("record");
-        let recorded = first.expect("a new change is returned");
-        assert_eq!(recorded.action, ModelAction::Hold);
-        assert!(
+    on_both_engines!(
+        Memory,
+        tokio::test,
+        async fn a_change_is_recorded_once_and_a_verified_identity_ends_the_badge(store: Store) {
             store
-                .record_model_change(&change)
+                .note_identity("fast", "m · greedy #a", "greedy")
                 .await
-                .expect("again")
-                .is_none(),
-            "once"
-        );
-        store
-            .set_change_outcome(recorded.id, &["j_1".into()], Some(7))
-            .await
-            .expect("outcome");
-        let status = store.model_status("fast").await.expect("status");
-        assert_eq!(
-            status.current.as_ref().map(|c| c.identity.as_str()),
-            Some("m · greedy #b")
-        );
-        assert_eq!(
-            status.verified.as_ref().map(|c| c.identity.as_str()),
-            Some("m · greedy #a")
-        );
-        let badge = status
-            .unverified_change()
-            .expect("a badge while unverified");
-        assert_eq!(
-            (badge.paused_jobs.clone(), badge.eval_run_id),
-            (vec!["j_1".to_string()], Some(7))
-        );
-        store
-            .verify_identity("fast", "m · greedy #b", "greedy", 2)
-            .await
-            .expect("verify");
-        let status = store.model_status("fast").await.expect("status");
-        assert!(status.unverified_change().is_none(), "verified: no badge");
-        assert_eq!(store.model_statuses().await.expect("all").len(), 1);
-    }
+                .expect("note");
+            store
+                .verify_identity("fast", "m · greedy #a", "greedy", 1)
+                .await
+                .expect("verify");
+            store
+                .note_identity("fast", "m · greedy #b", "greedy")
+                .await
+                .expect("note");
+            let change = NewModelChange {
+                profile: "fast".into(),
+                old_identity: "m · greedy #a".into(),
+                new_identity: "m · greedy #b".into(),
+                old_verified: true,
+                action: ModelAction::Hold,
+            };
+            let first = store.record_model_change(&change).await.expect("record");
+            let recorded = first.expect("a new change is returned");
+            assert_eq!(recorded.action, ModelAction::Hold);
+            assert!(
+                store
+                    .record_model_change(&change)
+                    .await
+                    .expect("again")
+                    .is_none(),
+                "once"
+            );
+            store
+                .set_change_outcome(recorded.id, &["j_1".into()], Some(7))
+                .await
+                .expect("outcome");
+            let status = store.model_status("fast").await.expect("status");
+            assert_eq!(
+                status.current.as_ref().map(|c| c.identity.as_str()),
+                Some("m · greedy #b")
+            );
+            assert_eq!(
+                status.verified.as_ref().map(|c| c.identity.as_str()),
+                Some("m · greedy #a")
+            );
+            let badge = status
+                .unverified_change()
+                .expect("a badge while unverified");
+            assert_eq!(
+                (badge.paused_jobs.clone(), badge.eval_run_id),
+                (vec!["j_1".to_string()], Some(7))
+            );
+            store
+                .verify_identity("fast", "m · greedy #b", "greedy", 2)
+                .await
+                .expect("verify");
+            let status = store.model_status("fast").await.expect("status");
+            assert!(status.unverified_change().is_none(), "verified: no badge");
+            assert_eq!(store.model_statuses().await.expect("all").len(), 1);
+        }
+    );
 }

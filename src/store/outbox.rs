@@ -1,7 +1,11 @@
 //! The durable outbox (`outbox`): a notice is stored before it is sent, and stays until it is
 //! sent or has failed for good.
 
-use super::{NoticeState, Result, Store, StoreError, json_list, limit_or, new_token, now};
+use super::sql::{On, QueryScalar};
+use super::{
+    NoticeState, Result, Store, StoreError, json_list, limit_or, new_token, now, query, query_as,
+    query_scalar,
+};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -74,11 +78,11 @@ macro_rules! notice_where {
 
 impl Store {
     pub async fn enqueue_notice(&self, n: &NewNotice) -> Result<i64> {
-        insert_notice_on(self.pool(), n).await
+        insert_notice_on(self, n).await
     }
 
     pub async fn notice(&self, id: i64) -> Result<Option<Notice>> {
-        self.first(sqlx::query_as(select!(outbox, "WHERE id = ?")).bind(id))
+        self.first(query_as(select!(outbox, "WHERE id = ?")).bind(id))
             .await
     }
 
@@ -94,7 +98,7 @@ impl Store {
             "WHERE state = 'pending' AND next_attempt_at <= ?1 \
              AND (?2 IS NULL OR channel = ?2) ORDER BY next_attempt_at, id LIMIT ?3"
         );
-        self.all(sqlx::query_as(sql).bind(at).bind(channel).bind(limit))
+        self.all(query_as(sql).bind(at).bind(channel).bind(limit))
             .await
     }
 
@@ -110,8 +114,13 @@ impl Store {
             "WHERE state = 'pending' AND next_attempt_at <= ?1 \
              AND channel NOT IN (SELECT value FROM json_each(?2)) ORDER BY id LIMIT ?3"
         );
+        let pg = select!(
+            outbox,
+            "WHERE state = 'pending' AND next_attempt_at <= $1 \
+             AND channel NOT IN (SELECT jsonb_array_elements_text($2::jsonb)) ORDER BY id LIMIT $3"
+        );
         let list = json_list(channels);
-        self.all(sqlx::query_as(sql).bind(at).bind(list).bind(limit))
+        self.all(query_as(sql).pg(pg).bind(at).bind(list).bind(limit))
             .await
     }
 
@@ -121,17 +130,17 @@ impl Store {
         &self,
         channel: Option<&str>,
     ) -> Result<Option<DateTime<Utc>>> {
-        Ok(sqlx::query_scalar(
+        Ok(query_scalar(
             "SELECT MIN(next_attempt_at) FROM outbox WHERE state = 'pending' \
              AND (?1 IS NULL OR channel = ?1)",
         )
         .bind(channel)
-        .fetch_one(self.pool())
+        .fetch_one(self)
         .await?)
     }
 
     pub async fn mark_notice_sent(&self, id: i64) -> Result<()> {
-        let sent = sqlx::query(
+        let sent = query(
             "UPDATE outbox SET state = 'sent', attempts = attempts + 1, sent_at = ?, last_error = NULL WHERE id = ?",
         )
         .bind(now())
@@ -147,13 +156,13 @@ impl Store {
         next: Option<DateTime<Utc>>,
     ) -> Result<()> {
         let attempt = match next {
-            Some(at) => sqlx::query(
+            Some(at) => query(
                 "UPDATE outbox SET attempts = attempts + 1, last_error = ?, next_attempt_at = ? WHERE id = ?",
             )
             .bind(error)
             .bind(at)
             .bind(id),
-            None => sqlx::query(
+            None => query(
                 "UPDATE outbox SET state = 'failed', attempts = attempts + 1, last_error = ? WHERE id = ?",
             )
             .bind(error)
@@ -186,7 +195,7 @@ impl Store {
             select!(outbox, notice_where!(), " ORDER BY id LIMIT ?5")
         };
         self.all(
-            sqlx::query_as(sql)
+            query_as(sql)
                 .bind(&f.task_id)
                 .bind(f.run_id)
                 .bind(&f.job_id)
@@ -201,21 +210,16 @@ impl Store {
 /// the pool or inside a transaction that writes more.
 /// Insert a notice on a pool or inside a transaction, stepping the statement to its end (see
 /// `store/write.rs`): its id.
-pub(super) async fn insert_notice_on<'c, E: sqlx::SqliteExecutor<'c>>(
-    on: E,
-    n: &NewNotice,
-) -> Result<i64> {
+pub(super) async fn insert_notice_on(on: impl Into<On<'_>>, n: &NewNotice) -> Result<i64> {
     let ids: Vec<i64> = insert_notice(n).fetch_all(on).await?;
     ids.into_iter()
         .next()
         .ok_or_else(|| StoreError::Corrupt("an inserted notice did not come back".into()))
 }
 
-fn insert_notice(
-    n: &NewNotice,
-) -> sqlx::query::QueryScalar<'_, sqlx::Sqlite, i64, sqlx::sqlite::SqliteArguments> {
+fn insert_notice(n: &NewNotice) -> QueryScalar<i64> {
     let t = now();
-    sqlx::query_scalar(
+    query_scalar(
         "INSERT INTO outbox (channel, title, body, task_id, job_id, run_id, state, next_attempt_at, \
          created_at, token, recipient, in_reply_to, refs) \
          VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?) RETURNING id",

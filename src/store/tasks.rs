@@ -1,7 +1,9 @@
 //! Tasks and their trace (`tasks`, `task_steps`).
 
+use super::{Builder, query, query_as};
 use super::{
-    FailReason, Origin, Result, Store, StoreError, TaskState, found, limit_or, new_id, now,
+    FailReason, Origin, Result, StepKind, Store, StoreError, TaskState, found, limit_or, new_id,
+    now,
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -57,17 +59,6 @@ pub struct TaskOutcome {
     pub parse_failures: i64,
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
-#[serde(rename_all = "lowercase")]
-#[sqlx(rename_all = "lowercase", type_name = "TEXT")]
-pub enum StepKind {
-    Model,
-    Tool,
-    Note,
-    /// A call held for a person: `waiting`, then the decision.
-    Approval,
 }
 
 /// One row of a task's trace: what was appended, numbered and dated by the store. Serialised
@@ -134,7 +125,7 @@ impl Store {
             (TaskState::Pending, None)
         };
         // The row comes back from the insert itself: one round trip, not an insert and a read.
-        let insert = sqlx::query_as(concat!(
+        let insert = query_as(concat!(
             "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at) \
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ",
             columns!(tasks)
@@ -158,11 +149,11 @@ impl Store {
         // 9 bound values a row, well under SQLite's 32,766-variable limit.
         for chunk in new.chunks(500) {
             let at = now();
-            let mut insert = sqlx::QueryBuilder::new(
+            let mut insert = Builder::new(
                 "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at) ",
             );
             let ids: Vec<String> = chunk.iter().map(|_| new_id()).collect();
-            insert.push_values(chunk.iter().zip(&ids), |mut b, (n, id)| {
+            insert.push_values(chunk.iter().zip(&ids), |b, (n, id)| {
                 let (state, started) = if n.claimed {
                     (TaskState::Running, Some(at))
                 } else {
@@ -202,7 +193,7 @@ impl Store {
     /// A task by its full id, or by a prefix that matches exactly one task (typing 6 of 16
     /// hex characters in a terminal is enough).
     pub(crate) async fn find_task(&self, id: &str) -> Result<Option<Task>> {
-        let exact = sqlx::query_as(select!(tasks, "WHERE id = ?")).bind(id);
+        let exact = query_as(select!(tasks, "WHERE id = ?")).bind(id);
         if let Some(t) = self.first(exact).await? {
             return Ok(Some(t));
         }
@@ -210,7 +201,7 @@ impl Store {
             return Ok(None);
         }
         let sql = select!(tasks, "WHERE id LIKE ? || '%' LIMIT 2");
-        let mut rows = self.all(sqlx::query_as(sql).bind(id)).await?;
+        let mut rows = self.all(query_as(sql).bind(id)).await?;
         match rows.len() {
             1 => Ok(rows.pop()),
             0 => Ok(None),
@@ -228,7 +219,7 @@ impl Store {
              ORDER BY created_at DESC, id LIMIT ?3"
         );
         self.all(
-            sqlx::query_as(sql)
+            query_as(sql)
                 .bind(filter.state)
                 .bind(&filter.job_id)
                 .bind(limit_or(filter.limit, 50)),
@@ -242,11 +233,13 @@ impl Store {
             tasks,
             "WHERE state = 'pending' ORDER BY created_at, id LIMIT ?"
         );
-        self.all(sqlx::query_as(sql).bind(limit)).await
+        self.all(query_as(sql).bind(limit)).await
     }
 
     /// Take the oldest pending task and mark it running, in one statement: workers never race
-    /// each other for the same row, and no read-then-claim window exists.
+    /// each other for the same row, and no read-then-claim window exists. On PostgreSQL claimers
+    /// run truly at once: each skips the rows another is claiming (`SKIP LOCKED`) instead of
+    /// picking the same one and coming back empty while tasks are pending.
     pub(crate) async fn claim_next_pending(&self) -> Result<Option<Task>> {
         let sql = concat!(
             "UPDATE tasks SET state = 'running', started_at = ?1 WHERE id = \
@@ -254,7 +247,13 @@ impl Store {
              AND state = 'pending' RETURNING ",
             columns!(tasks)
         );
-        self.returning_one(sqlx::query_as(sql).bind(now())).await
+        let pg = concat!(
+            "UPDATE tasks SET state = 'running', started_at = $1 WHERE id = \
+             (SELECT id FROM tasks WHERE state = 'pending' ORDER BY created_at, id LIMIT 1 \
+             FOR UPDATE SKIP LOCKED) AND state = 'pending' RETURNING ",
+            columns!(tasks)
+        );
+        self.returning_one(query_as(sql).pg(pg).bind(now())).await
     }
 
     /// pending → running. Returns false when the task was not pending (taken or cancelled).
@@ -264,7 +263,7 @@ impl Store {
 
     /// [`Store::start_task`], returning the started row; `None` when it was not pending.
     pub(crate) async fn start_task_row(&self, id: &str) -> Result<Option<Task>> {
-        let start = sqlx::query_as(concat!(
+        let start = query_as(concat!(
             "UPDATE tasks SET state = 'running', started_at = ? WHERE id = ? AND state = 'pending' \
              RETURNING ",
             columns!(tasks)
@@ -287,9 +286,9 @@ impl Store {
         id: &str,
         outcome: &TaskOutcome,
     ) -> Result<Option<Task>> {
-        let finish = sqlx::query_as(concat!(
+        let finish = query_as(concat!(
             "UPDATE tasks SET state = ?, answer = ?, error = ?, reason = ?, parse_failures = ?, \
-             prompt_tokens = ?, completion_tokens = ?, finished_at = ?, waiting = 0 \
+             prompt_tokens = ?, completion_tokens = ?, finished_at = ?, waiting = FALSE \
              WHERE id = ? AND state IN ('pending', 'running') RETURNING ",
             columns!(tasks)
         ))
@@ -307,7 +306,7 @@ impl Store {
 
     /// pending → cancelled; false when the task is no longer pending (it started somewhere).
     pub async fn cancel_pending(&self, id: &str, error: &str) -> Result<bool> {
-        let cancel = sqlx::query(
+        let cancel = query(
             "UPDATE tasks SET state = 'cancelled', reason = 'cancelled', error = ?, finished_at = ? \
              WHERE id = ? AND state = 'pending'",
         )
@@ -324,7 +323,7 @@ impl Store {
         origin: Origin,
         reason: FailReason,
     ) -> Result<u64> {
-        let fail = sqlx::query(
+        let fail = query(
             "UPDATE tasks SET state = 'failed', reason = ?, \
              error = 'task was pending when the daemon stopped (' || ? || ')', finished_at = ? \
              WHERE state = 'pending' AND origin = ?",
@@ -346,9 +345,9 @@ impl Store {
     ) -> Result<u64> {
         let mut total = 0;
         for state in states {
-            let fail = sqlx::query(
+            let fail = query(
                 "UPDATE tasks SET state = 'failed', reason = ?, \
-                 error = COALESCE(error, ?), finished_at = ? WHERE state = ? AND waiting = 0",
+                 error = COALESCE(error, ?), finished_at = ? WHERE state = ? AND waiting = FALSE",
             )
             .bind(reason)
             .bind(format!(
@@ -363,7 +362,7 @@ impl Store {
 
     /// Append a trace row; `seq` continues from the task's last row.
     pub async fn add_step(&self, task_id: &str, step: &NewStep) -> Result<i64> {
-        let insert = sqlx::query_as(
+        let insert = query_as(
             "INSERT INTO task_steps (task_id, seq, step, kind, name, request_tokens, result_tokens, \
              arguments, output, error, duration_ms, created_at, model, fingerprint, identity) \
              VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM task_steps WHERE task_id = ?1), \
@@ -394,11 +393,11 @@ impl Store {
         if rows.is_empty() {
             return Ok(());
         }
-        let mut insert = sqlx::QueryBuilder::new(
+        let mut insert = Builder::new(
             "INSERT INTO task_steps (task_id, seq, step, kind, name, request_tokens, result_tokens, \
              arguments, output, error, duration_ms, created_at, model, fingerprint, identity) ",
         );
-        insert.push_values(rows, |mut b, r| {
+        insert.push_values(rows, |b, r| {
             b.push_bind(task_id)
                 .push_bind(r.seq)
                 .push_bind(r.row.step)
@@ -415,7 +414,7 @@ impl Store {
                 .push_bind(&r.row.fingerprint)
                 .push_bind(&r.row.identity);
         });
-        insert.build().execute(self.pool()).await?;
+        insert.build().execute(self).await?;
         Ok(())
     }
 
@@ -425,7 +424,7 @@ impl Store {
 
     /// The task's trace rows with `seq` above `after`, in order: what a follower has not seen.
     pub(crate) async fn steps_after(&self, task_id: &str, after: i64) -> Result<Vec<Step>> {
-        self.all(sqlx::query_as(
+        self.all(query_as(
             "SELECT seq, step, kind, name, request_tokens, result_tokens, arguments, output, error, \
              duration_ms, model, fingerprint, identity, created_at FROM task_steps \
              WHERE task_id = ? AND seq > ? ORDER BY seq",
@@ -437,15 +436,13 @@ impl Store {
 
     /// Count of tasks per state, for `/healthz` and `doctor`.
     pub async fn task_counts(&self) -> Result<Vec<(TaskState, i64)>> {
-        self.all(sqlx::query_as(
-            "SELECT state, COUNT(*) FROM tasks GROUP BY state",
-        ))
-        .await
+        self.all(query_as("SELECT state, COUNT(*) FROM tasks GROUP BY state"))
+            .await
     }
 
     /// Count of tasks per state and origin, for `/metrics`.
     pub async fn task_counts_by_origin(&self) -> Result<Vec<(TaskState, Origin, i64)>> {
-        self.all(sqlx::query_as(
+        self.all(query_as(
             "SELECT state, origin, COUNT(*) FROM tasks GROUP BY state, origin",
         ))
         .await

@@ -60,22 +60,58 @@ async fn migrations_apply_to_an_empty_database_and_again_idempotently() {
     let store = Store::open(dir.path()).await.unwrap();
     assert!(dir.path().join(DB_FILE).is_file());
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
-        .fetch_one(store.pool())
+        .fetch_one(store.sqlite_pool().unwrap())
         .await
         .unwrap();
     assert_eq!(mode, "wal");
 }
 
-#[tokio::test]
-async fn a_database_from_a_newer_schema_is_refused() {
-    let (dir, store) = on_disk().await;
-    sqlx::query(
+/// A row a newer build's migration would have left.
+async fn add_future_migration(store: &Store) {
+    query(
         "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
          VALUES (9999, 'from the future', 1, x'00', 0)",
     )
-    .execute(store.pool())
+    .pg(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (9999, 'from the future', TRUE, '\\x00'::bytea, 0)",
+    )
+    .execute(store)
     .await
     .unwrap();
+}
+
+#[tokio::test]
+async fn a_postgres_database_from_a_newer_schema_is_refused_and_migrations_are_idempotent() {
+    let url = tokio::task::spawn_blocking(test_postgres::fresh_url)
+        .await
+        .unwrap();
+    // Two daemons starting at once on a fresh database: the migrator's advisory lock lets one
+    // migrate while the other waits, and both open.
+    let (a, b) = tokio::join!(
+        Store::open_postgres(&url, StoreOptions::default()),
+        Store::open_postgres(&url, StoreOptions::default())
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.applied_version().await.unwrap(), Store::schema_version());
+    b.close().await;
+    add_future_migration(&a).await;
+    a.close().await;
+    let err = Store::open_postgres(&url, StoreOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::NewerSchema { found: 9999, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("upgrade hermes-agent"), "{err}");
+    assert!(!err.to_string().contains(test_postgres::PASSWORD), "{err}");
+}
+
+#[tokio::test]
+async fn a_database_from_a_newer_schema_is_refused() {
+    let (dir, store) = on_disk().await;
+    add_future_migration(&store).await;
     store.close().await;
     let err = Store::open(dir.path()).await.unwrap_err();
     assert!(
@@ -85,144 +121,153 @@ async fn a_database_from_a_newer_schema_is_refused() {
     assert!(err.to_string().contains("upgrade hermes-agent"), "{err}");
 }
 
-#[tokio::test]
-async fn tasks_and_steps_round_trip() {
-    let store = Store::open_in_memory().await.unwrap();
-    let t = task(&store).await;
-    assert_eq!(t.state, TaskState::Pending);
-    assert!(store.start_task(&t.id).await.unwrap());
-    assert!(
-        !store.start_task(&t.id).await.unwrap(),
-        "a task starts once"
-    );
-    for (i, kind) in [StepKind::Model, StepKind::Tool].into_iter().enumerate() {
-        let seq = store
-            .add_step(
+on_both_engines!(
+    Memory,
+    tokio::test,
+    async fn tasks_and_steps_round_trip(store: Store) {
+        let t = task(&store).await;
+        assert_eq!(t.state, TaskState::Pending);
+        assert!(store.start_task(&t.id).await.unwrap());
+        assert!(
+            !store.start_task(&t.id).await.unwrap(),
+            "a task starts once"
+        );
+        for (i, kind) in [StepKind::Model, StepKind::Tool].into_iter().enumerate() {
+            let seq = store
+                .add_step(
+                    &t.id,
+                    &NewStep {
+                        step: 1,
+                        kind,
+                        name: "web_fetch".into(),
+                        request_tokens: 120,
+                        result_tokens: 30,
+                        arguments: Some(r#"{"url":"https://example.org"}"#.into()),
+                        output: Some("天气晴".into()),
+                        error: None,
+                        duration_ms: 42,
+                        model: None,
+                        fingerprint: None,
+                        identity: None,
+                    },
+                )
+                .await
+                .unwrap();
+            assert_eq!(seq, i as i64 + 1);
+        }
+        let won = store
+            .finish_task(
                 &t.id,
-                &NewStep {
-                    step: 1,
-                    kind,
-                    name: "web_fetch".into(),
-                    request_tokens: 120,
-                    result_tokens: 30,
-                    arguments: Some(r#"{"url":"https://example.org"}"#.into()),
-                    output: Some("天气晴".into()),
+                &TaskOutcome {
+                    state: TaskState::Succeeded,
+                    answer: Some("sunny".into()),
                     error: None,
-                    duration_ms: 42,
-                    model: None,
-                    fingerprint: None,
-                    identity: None,
+                    reason: None,
+                    parse_failures: 1,
+                    prompt_tokens: 240,
+                    completion_tokens: 60,
                 },
             )
             .await
             .unwrap();
-        assert_eq!(seq, i as i64 + 1);
+        assert!(won);
+        let record = store.task_record(&t.id).await.unwrap().unwrap();
+        assert_eq!(record.task.state, TaskState::Succeeded);
+        assert_eq!(record.task.answer.as_deref(), Some("sunny"));
+        assert_eq!(record.task.parse_failures, 1);
+        assert!(record.task.finished_at.is_some());
+        assert_eq!(record.steps.len(), 2);
+        assert_eq!(record.steps[1].row.output.as_deref(), Some("天气晴"));
+        // A late cancel does not overwrite the outcome.
+        let cancelled = TaskOutcome {
+            state: TaskState::Cancelled,
+            answer: None,
+            error: None,
+            reason: Some(FailReason::Cancelled),
+            parse_failures: 0,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+        };
+        assert!(!store.finish_task(&t.id, &cancelled).await.unwrap());
+        // Lookup by a unique prefix.
+        let found = store.find_task(&t.id[..6]).await.unwrap().unwrap();
+        assert_eq!(found.id, t.id);
+        let listed = store
+            .list_tasks(&TaskFilter {
+                state: Some(TaskState::Succeeded),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), 1);
     }
-    let won = store
-        .finish_task(
-            &t.id,
-            &TaskOutcome {
-                state: TaskState::Succeeded,
-                answer: Some("sunny".into()),
-                error: None,
-                reason: None,
-                parse_failures: 1,
-                prompt_tokens: 240,
-                completion_tokens: 60,
-            },
-        )
-        .await
-        .unwrap();
-    assert!(won);
-    let record = store.task_record(&t.id).await.unwrap().unwrap();
-    assert_eq!(record.task.state, TaskState::Succeeded);
-    assert_eq!(record.task.answer.as_deref(), Some("sunny"));
-    assert_eq!(record.task.parse_failures, 1);
-    assert!(record.task.finished_at.is_some());
-    assert_eq!(record.steps.len(), 2);
-    assert_eq!(record.steps[1].row.output.as_deref(), Some("天气晴"));
-    // A late cancel does not overwrite the outcome.
-    let cancelled = TaskOutcome {
-        state: TaskState::Cancelled,
-        answer: None,
-        error: None,
-        reason: Some(FailReason::Cancelled),
-        parse_failures: 0,
-        prompt_tokens: 0,
-        completion_tokens: 0,
-    };
-    assert!(!store.finish_task(&t.id, &cancelled).await.unwrap());
-    // Lookup by a unique prefix.
-    let found = store.find_task(&t.id[..6]).await.unwrap().unwrap();
-    assert_eq!(found.id, t.id);
-    let listed = store
-        .list_tasks(&TaskFilter {
-            state: Some(TaskState::Succeeded),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    assert_eq!(listed.len(), 1);
-}
+);
 
-#[tokio::test]
-async fn unfinished_tasks_are_marked_failed_with_a_reason() {
-    let store = Store::open_in_memory().await.unwrap();
-    let running = task(&store).await;
-    store.start_task(&running.id).await.unwrap();
-    let pending = task(&store).await;
-    let n = store
-        .fail_unfinished(&[TaskState::Running], FailReason::Interrupted)
-        .await
-        .unwrap();
-    assert_eq!(n, 1);
-    let t = store.task(&running.id).await.unwrap();
-    assert_eq!(t.state, TaskState::Failed);
-    assert_eq!(t.reason, Some(FailReason::Interrupted));
-    assert_eq!(
-        store.task(&pending.id).await.unwrap().state,
-        TaskState::Pending
-    );
-}
+on_both_engines!(
+    Memory,
+    tokio::test,
+    async fn unfinished_tasks_are_marked_failed_with_a_reason(store: Store) {
+        let running = task(&store).await;
+        store.start_task(&running.id).await.unwrap();
+        let pending = task(&store).await;
+        let n = store
+            .fail_unfinished(&[TaskState::Running], FailReason::Interrupted)
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+        let t = store.task(&running.id).await.unwrap();
+        assert_eq!(t.state, TaskState::Failed);
+        assert_eq!(t.reason, Some(FailReason::Interrupted));
+        assert_eq!(
+            store.task(&pending.id).await.unwrap().state,
+            TaskState::Pending
+        );
+    }
+);
 
-#[tokio::test]
-async fn working_memory_round_trips_in_character_pages() {
-    let store = Store::open_in_memory().await.unwrap();
-    let t = task(&store).await;
-    let content = "乌龙茶".repeat(10) + &"x".repeat(70);
-    let key = store.put_working(&t.id, &content).await.unwrap();
-    let page = store.read_working(&key, 0, 25).await.unwrap();
-    assert_eq!(page.total_chars, 100);
-    assert_eq!(page.text.chars().count(), 25);
-    assert_eq!(page.next_offset, Some(25));
-    let last = store.read_working(&key, 90, 25).await.unwrap();
-    assert_eq!(last.text, "x".repeat(10));
-    assert_eq!(last.next_offset, None);
-    assert!(matches!(
-        store.read_working("wm_nope", 0, 10).await,
-        Err(StoreError::NotFound { .. })
-    ));
-    let pruned = store
-        .prune_working(Utc::now() + ChronoDuration::seconds(1))
-        .await
-        .unwrap();
-    assert_eq!(pruned, 1);
-}
+on_both_engines!(
+    Memory,
+    tokio::test,
+    async fn working_memory_round_trips_in_character_pages(store: Store) {
+        let t = task(&store).await;
+        let content = "乌龙茶".repeat(10) + &"x".repeat(70);
+        let key = store.put_working(&t.id, &content).await.unwrap();
+        let page = store.read_working(&key, 0, 25).await.unwrap();
+        assert_eq!(page.total_chars, 100);
+        assert_eq!(page.text.chars().count(), 25);
+        assert_eq!(page.next_offset, Some(25));
+        let last = store.read_working(&key, 90, 25).await.unwrap();
+        assert_eq!(last.text, "x".repeat(10));
+        assert_eq!(last.next_offset, None);
+        assert!(matches!(
+            store.read_working("wm_nope", 0, 10).await,
+            Err(StoreError::NotFound { .. })
+        ));
+        let pruned = store
+            .prune_working(Utc::now() + ChronoDuration::seconds(1))
+            .await
+            .unwrap();
+        assert_eq!(pruned, 1);
+    }
+);
 
-#[tokio::test]
-async fn snapshots_round_trip_and_overwrite() {
-    let store = Store::open_in_memory().await.unwrap();
-    assert!(store.snapshot("page:x").await.unwrap().is_none());
-    store.put_snapshot("page:x", "one").await.unwrap();
-    store.put_snapshot("page:x", "two").await.unwrap();
-    assert_eq!(store.snapshot("page:x").await.unwrap().unwrap().0, "two");
-}
+on_both_engines!(
+    Memory,
+    tokio::test,
+    async fn snapshots_round_trip_and_overwrite(store: Store) {
+        assert!(store.snapshot("page:x").await.unwrap().is_none());
+        store.put_snapshot("page:x", "one").await.unwrap();
+        store.put_snapshot("page:x", "two").await.unwrap();
+        assert_eq!(store.snapshot("page:x").await.unwrap().unwrap().0, "two");
+    }
+);
 
-#[tokio::test]
-async fn jobs_and_runs_round_trip_and_claims_are_exclusive() {
-    let store = Store::open_in_memory().await.unwrap();
-    let due = Utc::now();
-    let job = store
+on_both_engines!(
+    Memory,
+    tokio::test,
+    async fn jobs_and_runs_round_trip_and_claims_are_exclusive(store: Store) {
+        let due = Utc::now();
+        let job = store
         .create_job(&NewJob {
             name: "digest".into(),
             task: "summarise my feeds".into(),
@@ -237,186 +282,124 @@ async fn jobs_and_runs_round_trip_and_claims_are_exclusive() {
         })
         .await
         .unwrap();
-    assert_eq!(store.list_jobs().await.unwrap(), vec![job.clone()]);
-    assert_eq!(job.notify, vec!["email".to_string()]);
-    let next = due + ChronoDuration::days(1);
-    assert!(
+        assert_eq!(store.list_jobs().await.unwrap(), vec![job.clone()]);
+        assert_eq!(job.notify, vec!["email".to_string()]);
+        let next = due + ChronoDuration::days(1);
+        assert!(
+            store
+                .claim_job_run(&job.id, Some(due), Some(next))
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .claim_job_run(&job.id, Some(due), Some(next))
+                .await
+                .unwrap(),
+            "the same due time is claimed once"
+        );
+        let t = task(&store).await;
+        assert!(store.lock_job(&job.id, &t.id).await.unwrap());
+        assert!(!store.lock_job(&job.id, &t.id).await.unwrap());
+        assert_eq!(store.clear_job_locks().await.unwrap(), 1);
+        let run = store
+            .add_job_run(&job.id, due, RunOutcome::Fired, Some(&t.id), None)
+            .await
+            .unwrap();
         store
-            .claim_job_run(&job.id, Some(due), Some(next))
+            .update_job_run(run, RunOutcome::Failed, Some("timeout"), &Delivery::Queued)
             .await
-            .unwrap()
-    );
-    assert!(
-        !store
-            .claim_job_run(&job.id, Some(due), Some(next))
+            .unwrap();
+        let runs = store.job_runs(&job.id, 10).await.unwrap();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].outcome, RunOutcome::Failed);
+        assert_eq!(runs[0].reason.as_deref(), Some("timeout"));
+        assert_eq!(runs[0].delivery, Delivery::Queued);
+        assert!(store.delete_job(&job.id).await.unwrap());
+        assert!(
+            store.job_runs(&job.id, 10).await.unwrap().is_empty(),
+            "runs go with their job"
+        );
+    }
+);
+
+on_both_engines!(
+    Memory,
+    tokio::test,
+    async fn outbox_round_trips_through_retry_and_failure(store: Store) {
+        let id = notice(&store, "email").await;
+        let now = Utc::now() + ChronoDuration::seconds(1);
+        assert_eq!(store.due_notices(None, now, 10).await.unwrap().len(), 1);
+        // Stored to the microsecond (see `store::now`).
+        let later = chrono::SubsecRound::trunc_subsecs(now + ChronoDuration::minutes(5), 6);
+        store
+            .mark_notice_attempt_failed(id, "connection refused", Some(later))
             .await
-            .unwrap(),
-        "the same due time is claimed once"
-    );
-    let t = task(&store).await;
-    assert!(store.lock_job(&job.id, &t.id).await.unwrap());
-    assert!(!store.lock_job(&job.id, &t.id).await.unwrap());
-    assert_eq!(store.clear_job_locks().await.unwrap(), 1);
-    let run = store
-        .add_job_run(&job.id, due, RunOutcome::Fired, Some(&t.id), None)
-        .await
-        .unwrap();
-    store
-        .update_job_run(run, RunOutcome::Failed, Some("timeout"), &Delivery::Queued)
-        .await
-        .unwrap();
-    let runs = store.job_runs(&job.id, 10).await.unwrap();
-    assert_eq!(runs.len(), 1);
-    assert_eq!(runs[0].outcome, RunOutcome::Failed);
-    assert_eq!(runs[0].reason.as_deref(), Some("timeout"));
-    assert_eq!(runs[0].delivery, Delivery::Queued);
-    assert!(store.delete_job(&job.id).await.unwrap());
-    assert!(
-        store.job_runs(&job.id, 10).await.unwrap().is_empty(),
-        "runs go with their job"
-    );
-}
-
-#[tokio::test]
-async fn outbox_round_trips_through_retry_and_failure() {
-    let store = Store::open_in_memory().await.unwrap();
-    let id = notice(&store, "email").await;
-    let now = Utc::now() + ChronoDuration::seconds(1);
-    assert_eq!(store.due_notices(None, now, 10).await.unwrap().len(), 1);
-    let later = now + ChronoDuration::minutes(5);
-    store
-        .mark_notice_attempt_failed(id, "connection refused", Some(later))
-        .await
-        .unwrap();
-    assert!(store.due_notices(None, now, 10).await.unwrap().is_empty());
-    assert_eq!(store.next_notice_due(None).await.unwrap(), Some(later));
-    store
-        .mark_notice_attempt_failed(id, "535 auth", None)
-        .await
-        .unwrap();
-    let n = store.notice(id).await.unwrap().unwrap();
-    assert_eq!(n.state, NoticeState::Failed);
-    assert_eq!(n.attempts, 2);
-    assert_eq!(n.last_error.as_deref(), Some("535 auth"));
-    let id2 = notice(&store, "hook").await;
-    store.mark_notice_sent(id2).await.unwrap();
-    assert_eq!(
-        store.notice(id2).await.unwrap().unwrap().state,
-        NoticeState::Sent
-    );
-}
-
-#[tokio::test]
-async fn facts_round_trip_and_duplicates_merge() {
-    let store = Store::open_in_memory().await.unwrap();
-    let (a, how) = store
-        .upsert_fact("用户喜欢喝乌龙茶。", &["drink".into()], "cli")
-        .await
-        .unwrap();
-    assert_eq!(how, Upsert::Created);
-    let (b, how) = store
-        .upsert_fact("  用户喜欢喝乌龙茶 ", &["preference".into()], "task:x")
-        .await
-        .unwrap();
-    assert_eq!(how, Upsert::Merged);
-    assert_eq!(a.id, b.id);
-    assert_eq!(b.tags, vec!["drink".to_string(), "preference".to_string()]);
-    assert_eq!(store.fact_count().await.unwrap(), 1);
-    assert_eq!(
-        store.all_facts().await.unwrap()[0].text,
-        "用户喜欢喝乌龙茶。"
-    );
-    assert!(store.delete_fact(&a.id).await.unwrap());
-    assert!(!store.delete_fact(&a.id).await.unwrap());
-}
-
-#[tokio::test]
-async fn concurrent_writers_share_the_pool_without_losing_rows() {
-    let (_dir, store) = on_disk().await;
-    let written = in_parallel(&store, 16, |store, w| async move {
-        for i in 0..25 {
-            let t = store
-                .create_task(&NewTask {
-                    task: format!("writer {w} task {i}"),
-                    origin: Origin::Api,
-                    profile: "fast".into(),
-                    ..Default::default()
-                })
-                .await?;
-            for s in 0..3 {
-                store
-                    .add_step(
-                        &t.id,
-                        &NewStep {
-                            step: s,
-                            kind: StepKind::Note,
-                            name: String::new(),
-                            request_tokens: 0,
-                            result_tokens: 0,
-                            arguments: None,
-                            output: Some(format!("{s}")),
-                            error: None,
-                            duration_ms: 0,
-                            model: None,
-                            fingerprint: None,
-                            identity: None,
-                        },
-                    )
-                    .await?;
-            }
-        }
-        Ok::<_, StoreError>(())
-    })
-    .await;
-    for w in written {
-        w.unwrap();
+            .unwrap();
+        assert!(store.due_notices(None, now, 10).await.unwrap().is_empty());
+        assert_eq!(store.next_notice_due(None).await.unwrap(), Some(later));
+        store
+            .mark_notice_attempt_failed(id, "535 auth", None)
+            .await
+            .unwrap();
+        let n = store.notice(id).await.unwrap().unwrap();
+        assert_eq!(n.state, NoticeState::Failed);
+        assert_eq!(n.attempts, 2);
+        assert_eq!(n.last_error.as_deref(), Some("535 auth"));
+        let id2 = notice(&store, "hook").await;
+        store.mark_notice_sent(id2).await.unwrap();
+        assert_eq!(
+            store.notice(id2).await.unwrap().unwrap().state,
+            NoticeState::Sent
+        );
     }
-    let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tasks")
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
-    let steps: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM task_steps")
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
-    assert_eq!(total, 400);
-    assert_eq!(steps, 1200);
-}
+);
 
-#[tokio::test]
-async fn workers_claim_pending_tasks_oldest_first_and_each_once() {
-    let (_dir, store) = on_disk().await;
-    let mut ids = Vec::new();
-    for _ in 0..20 {
-        ids.push(task(&store).await.id);
+on_both_engines!(
+    Memory,
+    tokio::test,
+    async fn facts_round_trip_and_duplicates_merge(store: Store) {
+        let (a, how) = store
+            .upsert_fact("用户喜欢喝乌龙茶。", &["drink".into()], "cli")
+            .await
+            .unwrap();
+        assert_eq!(how, Upsert::Created);
+        let (b, how) = store
+            .upsert_fact("  用户喜欢喝乌龙茶 ", &["preference".into()], "task:x")
+            .await
+            .unwrap();
+        assert_eq!(how, Upsert::Merged);
+        assert_eq!(a.id, b.id);
+        assert_eq!(b.tags, vec!["drink".to_string(), "preference".to_string()]);
+        assert_eq!(store.fact_count().await.unwrap(), 1);
+        assert_eq!(
+            store.all_facts().await.unwrap()[0].text,
+            "用户喜欢喝乌龙茶。"
+        );
+        assert!(store.delete_fact(&a.id).await.unwrap());
+        assert!(!store.delete_fact(&a.id).await.unwrap());
     }
-    let first = store.claim_next_pending().await.unwrap().unwrap();
-    assert_eq!(first.id, ids[0]);
-    assert_eq!(first.state, TaskState::Running);
-    // Concurrent claimers take the rest, each task exactly once.
-    let taken = in_parallel(&store, 8, |store, _| async move {
-        let mut got = Vec::new();
-        while let Some(t) = store.claim_next_pending().await.unwrap() {
-            got.push(t.id);
-        }
-        got
-    })
-    .await;
-    let mut claimed = vec![first.id];
-    claimed.extend(taken.into_iter().flatten());
-    claimed.sort();
-    ids.sort();
-    assert_eq!(claimed, ids);
-    assert!(store.claim_next_pending().await.unwrap().is_none());
-}
+);
 
 /// A burst's statements are as long as the burst: kept in a connection's statement cache,
 /// one prepared many-row statement per size seen, up to 100 a connection, they grew the
 /// daemon under job firings by megabytes (BENCHMARKS.md §3).
 #[tokio::test]
 async fn bursts_of_every_size_leave_no_prepared_statements_behind() {
+    bursts_leave_no_prepared_statements(Store::open_in_memory().await.unwrap()).await;
+}
+
+#[tokio::test]
+async fn bursts_of_every_size_leave_no_prepared_statements_behind_on_postgres() {
+    let one = StoreOptions {
+        max_connections: 1,
+        ..StoreOptions::default()
+    };
+    bursts_leave_no_prepared_statements(testing::postgres_with(one).await).await;
+}
+
+async fn bursts_leave_no_prepared_statements(store: Store) {
     use sqlx::Connection;
-    let store = Store::open_in_memory().await.unwrap();
     let due = Utc::now();
     let mut jobs = Vec::new();
     for i in 0..36 {
@@ -432,12 +415,10 @@ async fn bursts_of_every_size_leave_no_prepared_statements_behind() {
         jobs.push(store.create_job(&new).await.unwrap());
     }
     let cached = || async {
-        store
-            .pool()
-            .acquire()
-            .await
-            .unwrap()
-            .cached_statements_size()
+        match store.engine() {
+            Engine::Sqlite(p) => p.acquire().await.unwrap().cached_statements_size(),
+            Engine::Postgres(p) => p.acquire().await.unwrap().cached_statements_size(),
+        }
     };
     let before = cached().await;
     let mut rest = jobs.as_slice();
@@ -476,53 +457,44 @@ async fn bursts_of_every_size_leave_no_prepared_statements_behind() {
     );
 }
 
-#[tokio::test]
-async fn tasks_are_counted_by_state_and_origin() {
-    let (_dir, store) = on_disk().await;
-    task(&store).await;
-    task(&store).await;
-    store
-        .create_task(&NewTask {
-            task: "a digest".into(),
-            origin: Origin::Job,
-            profile: "fast".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let mut counts = store.task_counts_by_origin().await.unwrap();
-    counts.sort_by_key(|&(_, origin, _)| origin.as_str());
+on_both_engines!(
+    Disk,
+    tokio::test,
+    async fn tasks_are_counted_by_state_and_origin(store: Store) {
+        task(&store).await;
+        task(&store).await;
+        store
+            .create_task(&NewTask {
+                task: "a digest".into(),
+                origin: Origin::Job,
+                profile: "fast".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut counts = store.task_counts_by_origin().await.unwrap();
+        counts.sort_by_key(|&(_, origin, _)| origin.as_str());
+        assert_eq!(
+            counts,
+            vec![
+                (TaskState::Pending, Origin::Cli, 2),
+                (TaskState::Pending, Origin::Job, 1)
+            ]
+        );
+    }
+);
+
+/// A migration added to one engine needs its twin on the other, under the same number: the
+/// newer-schema refusal compares numbers, and both engines must mean the same schema by them.
+#[test]
+fn both_engines_know_the_same_schema_version() {
+    let last = |m: &sqlx::migrate::Migrator| m.iter().map(|m| m.version).max();
     assert_eq!(
-        counts,
-        vec![
-            (TaskState::Pending, Origin::Cli, 2),
-            (TaskState::Pending, Origin::Job, 1)
-        ]
+        last(&SQLITE_MIGRATOR),
+        last(&PG_MIGRATOR),
+        "add the PostgreSQL twin of the new SQLite migration to migrations/postgres (or the reverse)"
     );
 }
 
-/// Facts added at the same time from many connections are all kept: the read-then-write
-/// transaction of an upsert takes the write lock first, so none of them finds its snapshot
-/// stale (SQLite's `database is locked`, which no busy timeout waits out).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn facts_upserted_at_once_from_many_connections_all_succeed() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).await.unwrap();
-    for round in 0..5 {
-        let adds = (0..16).map(|i| {
-            let store = store.clone();
-            tokio::spawn(async move {
-                let text = format!("fact {round}-{i}");
-                store.upsert_fact(&text, &[], "test").await
-            })
-        });
-        for (i, add) in futures::future::join_all(adds)
-            .await
-            .into_iter()
-            .enumerate()
-        {
-            let added = add.expect("the task ran");
-            assert!(added.is_ok(), "round {round}, add {i}: {added:?}");
-        }
-    }
-}
+#[path = "concurrency_tests.rs"]
+mod concurrency;

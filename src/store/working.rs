@@ -1,6 +1,7 @@
 //! Working memory (large intermediate results by key, per task) and page/feed snapshots.
 
 use super::{Result, Store, found, new_id, now};
+use super::{query, query_as, query_scalar};
 use chrono::{DateTime, Utc};
 
 /// A slice of a working-memory entry, counted in characters (not bytes) so a page boundary
@@ -19,15 +20,13 @@ impl Store {
     /// Store `content` for `task_id`; returns the key the model can read it back by.
     pub(crate) async fn put_working(&self, task_id: &str, content: &str) -> Result<String> {
         let key = format!("wm_{}", new_id());
-        sqlx::query(
-            "INSERT INTO working_memory (key, task_id, content, created_at) VALUES (?, ?, ?, ?)",
-        )
-        .bind(&key)
-        .bind(task_id)
-        .bind(content)
-        .bind(now())
-        .execute(self.pool())
-        .await?;
+        query("INSERT INTO working_memory (key, task_id, content, created_at) VALUES (?, ?, ?, ?)")
+            .bind(&key)
+            .bind(task_id)
+            .bind(content)
+            .bind(now())
+            .execute(self)
+            .await?;
         Ok(key)
     }
 
@@ -38,9 +37,9 @@ impl Store {
         length: usize,
     ) -> Result<WorkingSlice> {
         let content: Option<String> =
-            sqlx::query_scalar("SELECT content FROM working_memory WHERE key = ?")
+            query_scalar("SELECT content FROM working_memory WHERE key = ?")
                 .bind(key)
-                .fetch_optional(self.pool())
+                .fetch_optional(self)
                 .await?;
         let content = found(content, "working-memory key", key)?;
         let total_chars = content.chars().count();
@@ -57,29 +56,27 @@ impl Store {
 
     /// Drop entries created before `before`; returns how many went.
     pub(crate) async fn prune_working(&self, before: DateTime<Utc>) -> Result<u64> {
-        let done = sqlx::query("DELETE FROM working_memory WHERE created_at < ?")
+        let done = query("DELETE FROM working_memory WHERE created_at < ?")
             .bind(before)
-            .execute(self.pool())
+            .execute(self)
             .await?;
-        Ok(done.rows_affected())
+        Ok(done)
     }
 
     pub async fn snapshot(&self, key: &str) -> Result<Option<(String, DateTime<Utc>)>> {
-        self.first(
-            sqlx::query_as("SELECT content, updated_at FROM snapshots WHERE key = ?").bind(key),
-        )
-        .await
+        self.first(query_as("SELECT content, updated_at FROM snapshots WHERE key = ?").bind(key))
+            .await
     }
 
     pub(crate) async fn put_snapshot(&self, key: &str, content: &str) -> Result<()> {
-        sqlx::query(
+        query(
             "INSERT INTO snapshots (key, content, updated_at) VALUES (?, ?, ?) \
              ON CONFLICT(key) DO UPDATE SET content = excluded.content, updated_at = excluded.updated_at",
         )
         .bind(key)
         .bind(content)
         .bind(now())
-        .execute(self.pool())
+        .execute(self)
         .await?;
         Ok(())
     }

@@ -14,34 +14,34 @@ use super::{Record, Result, Select, Statement, Store, StoreError};
 
 impl Store {
     /// Run a write; how many rows it changed.
-    pub(super) async fn rows(&self, statement: Statement<'_>) -> Result<u64> {
-        Ok(statement.execute(self.pool()).await?.rows_affected())
+    pub(super) async fn rows(&self, statement: Statement) -> Result<u64> {
+        Ok(statement.execute(self).await?)
     }
 
     /// Run a write whose row count does not matter.
-    pub(super) async fn run(&self, statement: Statement<'_>) -> Result<()> {
+    pub(super) async fn run(&self, statement: Statement) -> Result<()> {
         self.rows(statement).await.map(drop)
     }
 
     /// Run a write meant for one row; false when no row matched (gone, or not in the state
     /// the statement asks for).
-    pub(super) async fn one_row(&self, statement: Statement<'_>) -> Result<bool> {
+    pub(super) async fn one_row(&self, statement: Statement) -> Result<bool> {
         Ok(self.rows(statement).await? == 1)
     }
 
     /// Run a write with `RETURNING` to its end (its commit included); the rows it returned.
-    pub(super) async fn returning<T: Record>(&self, write: Select<'_, T>) -> Result<Vec<T>> {
-        Ok(write.fetch_all(self.pool()).await?)
+    pub(super) async fn returning<T: Record>(&self, write: Select<T>) -> Result<Vec<T>> {
+        Ok(write.fetch_all(self).await?)
     }
 
     /// [`Store::returning`] for a write that changes one row or none (an `UPDATE … WHERE`):
     /// the row it changed, `None` when no row matched.
-    pub(super) async fn returning_one<T: Record>(&self, write: Select<'_, T>) -> Result<Option<T>> {
+    pub(super) async fn returning_one<T: Record>(&self, write: Select<T>) -> Result<Option<T>> {
         Ok(self.returning(write).await?.into_iter().next())
     }
 
     /// [`Store::returning`] for an insert of one row, which always returns it.
-    pub(super) async fn inserted<T: Record>(&self, insert: Select<'_, T>) -> Result<T> {
+    pub(super) async fn inserted<T: Record>(&self, insert: Select<T>) -> Result<T> {
         self.returning_one(insert)
             .await?
             .ok_or_else(|| StoreError::Corrupt("an inserted row did not come back".into()))
@@ -58,7 +58,7 @@ mod tests {
     async fn failing_at_commit() -> Store {
         let store = Store::open_in_memory().await.unwrap();
         sqlx::query("PRAGMA defer_foreign_keys = ON")
-            .execute(store.pool())
+            .execute(store.sqlite_pool().expect("sqlite"))
             .await
             .unwrap();
         store
@@ -104,6 +104,44 @@ mod tests {
         let added = store.add_step("no-such-task", &step).await;
         assert!(added.is_err(), "{added:?}");
         assert!(store.steps("no-such-task").await.unwrap().is_empty());
+    }
+
+    /// On PostgreSQL a write can fail at commit too (a deferred constraint): the insert's
+    /// row came back, but the error the commit reports must be what the caller gets.
+    #[tokio::test]
+    async fn on_postgres_a_task_whose_insert_fails_at_commit_is_an_error_not_a_row() {
+        let store = crate::store::testing::postgres().await;
+        for sql in [
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'refused at commit'; END $$",
+            "CREATE CONSTRAINT TRIGGER refuse AFTER INSERT ON tasks \
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse()",
+        ] {
+            query(sql).execute(&store).await.unwrap();
+        }
+        let made = store
+            .create_task(&NewTask {
+                task: "t".into(),
+                profile: "fast".into(),
+                ..Default::default()
+            })
+            .await;
+        assert!(made.is_err(), "{made:?}");
+        let many = store
+            .create_tasks(&[NewTask {
+                task: "t".into(),
+                profile: "fast".into(),
+                ..Default::default()
+            }])
+            .await;
+        assert!(many.is_err(), "{many:?}");
+        assert!(
+            store
+                .list_tasks(&TaskFilter::default())
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[tokio::test]

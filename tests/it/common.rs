@@ -195,8 +195,8 @@ const ALONE: &str = "HERMES_TEST_ALONE";
 /// process, tracing caches each callsite's interest across the subscribers of all tests running
 /// at once, so a thread-local subscriber can miss events. Such a test runs itself again, alone,
 /// in a child process. True in that child (run the test's body); in the parent, runs the child
-/// as `test` (its full path) and fails unless the child passed it.
-pub fn alone_in_child(test: &str) -> bool {
+/// as `test` (its full path), with `env` added, and fails unless the child passed it.
+pub fn alone_in_child(test: &str, env: &[(&str, &str)]) -> bool {
     if std::env::var(ALONE).is_ok_and(|t| t == test) {
         return true;
     }
@@ -204,6 +204,7 @@ pub fn alone_in_child(test: &str) -> bool {
     let out = std::process::Command::new(exe)
         .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(ALONE, test)
+        .envs(env.iter().copied())
         .output()
         .expect("the test binary runs");
     let text = format!(

@@ -2,8 +2,9 @@
 //! bare `cargo test` passes on a fresh clone: the MCP servers and the Python MCP client
 //! (`scripts/ci/mcp-deps.sh`, under `target/test-deps`), Debian's chromium and
 //! chromium-driver (`scripts/ci/browser-deps.sh`, with apt-get as root), Debian's
-//! dovecot-imapd (`scripts/ci/imap-deps.sh`, likewise) and Debian's prometheus
-//! (`scripts/ci/prometheus-deps.sh`, likewise).
+//! dovecot-imapd (`scripts/ci/imap-deps.sh`, likewise), Debian's prometheus
+//! (`scripts/ci/prometheus-deps.sh`, likewise) and Debian's PostgreSQL
+//! (`scripts/ci/postgres-deps.sh`, likewise; see [`postgres`]).
 //!
 //! Each is installed once: the first test to ask installs while the others in this process wait
 //! (a `OnceLock`), and a file lock in `target/test-deps` keeps other processes (a second
@@ -447,6 +448,14 @@ fn install_prometheus() -> Result<PathBuf, String> {
             command.join(" ")
         )),
     }
+}
+
+/// Debian's PostgreSQL programs (`/usr/lib/postgresql/N/bin`), for the PostgreSQL tests,
+/// installed first if missing by `scripts/ci/postgres-deps.sh`. The install lives with the
+/// test cluster (`src/store/test_postgres.rs`), which the store's unit tests use too.
+#[allow(dead_code)]
+pub fn postgres() -> PathBuf {
+    crate::postgres::cluster::bin_dir().unwrap_or_else(|why| panic!("{why}"))
 }
 
 /// Whether this process runs as root (Dovecot's master must, to drop to its own users).

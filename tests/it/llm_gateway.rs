@@ -498,7 +498,7 @@ impl Write for LogBuffer {
 /// [`crate::common::alone_in_child`]); in the shared process it could miss the gateway's.
 #[test]
 fn key_never_in_debug_errors_or_logs() {
-    if crate::common::alone_in_child("llm_gateway::key_never_in_debug_errors_or_logs") {
+    if crate::common::alone_in_child("llm_gateway::key_never_in_debug_errors_or_logs", &[]) {
         crate::common::block_on(key_never_logged());
     }
 }

@@ -23,6 +23,7 @@ mod memory;
 mod models;
 mod notify;
 mod notify_bounds;
+mod postgres;
 mod real_model;
 mod real_model_identity;
 mod scheduler;

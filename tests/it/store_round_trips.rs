@@ -1,5 +1,5 @@
 //! How many SQL statements a task costs: every statement is a round trip to SQLite's worker
-//! thread (≈ 160 µs on the benchmark machine, BENCHMARKS.md §5). A four-call task — three
+//! thread (≈ 160 µs on the benchmark machine, BENCHMARKS.md §5), or to the PostgreSQL server. A four-call task — three
 //! steps that each run a tool, then the answer — is created, claimed, traced and finished in
 //! at most seven: one insert per step for the model call and the tool calls it asked for, and
 //! every write returns its row instead of reading it back.
@@ -27,7 +27,8 @@ use tracing_subscriber::{Layer, filter};
 const SPAN: &str = "counted_round_trips";
 
 /// Counts the statements sqlx logs inside [`SPAN`], except a new connection's setup
-/// (`PRAGMA …`): the pool opens connections when it likes, and their cost is not a task's.
+/// (SQLite's `PRAGMA …`, PostgreSQL's `SET …`): the pool opens connections when it likes, and
+/// their cost is not a task's.
 struct Statements(Arc<AtomicUsize>);
 
 impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Statements {
@@ -52,23 +53,39 @@ struct Setup(bool);
 impl tracing::field::Visit for Setup {
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
         if field.name() == "summary" {
-            self.0 = format!("{value:?}").starts_with("\"PRAGMA");
+            let summary = format!("{value:?}");
+            self.0 = summary.starts_with("\"PRAGMA") || summary.starts_with("\"SET");
         }
     }
 }
+
+/// Set in the child that counts on PostgreSQL: the database to count on (made by the parent,
+/// whose cluster it is).
+const PG_URL: &str = "HERMES_TEST_ROUND_TRIPS_PG";
 
 /// The count needs a process-wide subscriber, and one in the test binary's shared process would
 /// change what every other test's own (thread-local) subscriber sees: tracing caches each
 /// callsite's interest across all of them. So the test runs itself again, alone, in a child.
 #[test]
 fn a_four_call_task_takes_at_most_seven_statements() {
-    if common::alone_in_child("store_round_trips::a_four_call_task_takes_at_most_seven_statements")
-    {
-        common::block_on(count_statements());
+    const TEST: &str = "store_round_trips::a_four_call_task_takes_at_most_seven_statements";
+    if common::alone_in_child(TEST, &[]) {
+        common::block_on(count_statements(None));
     }
 }
 
-async fn count_statements() {
+/// The same count on PostgreSQL: the same statements, so the same bound.
+#[test]
+fn a_four_call_task_takes_at_most_seven_statements_on_postgres() {
+    const TEST: &str =
+        "store_round_trips::a_four_call_task_takes_at_most_seven_statements_on_postgres";
+    let url = std::env::var(PG_URL).unwrap_or_else(|_| crate::postgres::cluster::fresh_url());
+    if common::alone_in_child(TEST, &[(PG_URL, &url)]) {
+        common::block_on(count_statements(Some(url)));
+    }
+}
+
+async fn count_statements(url: Option<String>) {
     let count = Arc::new(AtomicUsize::new(0));
     let only_sqlx = filter::Targets::new()
         .with_target("sqlx::query", tracing::Level::TRACE)
@@ -76,11 +93,13 @@ async fn count_statements() {
     let subscriber =
         tracing_subscriber::registry().with(Statements(count.clone()).with_filter(only_sqlx));
     tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-    counted(count).instrument(tracing::info_span!(SPAN)).await;
+    counted(count, url)
+        .instrument(tracing::info_span!(SPAN))
+        .await;
 }
 
 /// The test's work, run inside [`SPAN`].
-async fn counted(count: Arc<AtomicUsize>) {
+async fn counted(count: Arc<AtomicUsize>, url: Option<String>) {
     // A no-op tool: its own statements (there are none) are not the agent's.
     let noop = tool_fn(
         ToolInfo::new(
@@ -98,7 +117,15 @@ async fn counted(count: Arc<AtomicUsize>) {
         replies
     };
     let model = ScriptedModel::start([script(), script(), script()].concat()).await;
-    let t = common::app(common::settings(&model.base_url()), vec![noop]).await;
+    let mut settings = common::settings(&model.base_url());
+    settings.storage.url = url.unwrap_or_default();
+    let settings_url_empty = settings.storage.url.is_empty();
+    let t = common::app(settings, vec![noop]).await;
+    assert_eq!(
+        t.app.store.is_postgres(),
+        !settings_url_empty,
+        "counted on the wrong engine"
+    );
     let run = |text: &'static str| {
         let agent = t.app.agent.clone();
         async move {

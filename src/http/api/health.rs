@@ -38,13 +38,21 @@ pub async fn health(State(s): State<ApiState>) -> ApiResult {
     let degraded = fault.is_some()
         || index_trouble.is_some()
         || matches!(inbox, crate::inbox::Health::Down { .. });
-    let counts = store.task_counts().await?;
+    // With the database unwritable it may be unreadable too (a PostgreSQL server that went
+    // away): health still answers, with the count unknown (null).
+    let counts = match store.task_counts().await {
+        Ok(c) => Some(c),
+        Err(_) if fault.is_some() => None,
+        Err(e) => return Err(e.into()),
+    };
     let count = |st: TaskState| {
-        counts
-            .iter()
-            .find(|(k, _)| *k == st)
-            .map(|(_, n)| *n)
-            .unwrap_or(0)
+        counts.as_ref().map(|counts| {
+            counts
+                .iter()
+                .find(|(k, _)| *k == st)
+                .map(|(_, n)| *n)
+                .unwrap_or(0)
+        })
     };
     Ok(Json(json!({
         "status": if degraded { "degraded" } else { "ok" },

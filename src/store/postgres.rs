@@ -1,0 +1,222 @@
+//! PostgreSQL as the store's engine: opening it from `storage.url` (the password from the
+//! environment), which of its errors mean the storage failed, and the lock that keeps a second
+//! daemon off a database one daemon already uses.
+//!
+//! Must not: hold the SQL of any table (that is with the tables, shared with SQLite).
+
+use super::{Engine, Result, StorageFault, Store, StoreError, StoreOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// `storage.url` cannot be used as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PgUrlError {
+    #[error(
+        "storage.url '{url}' is not a PostgreSQL URL: {why} (expected postgres://USER@HOST:PORT/DATABASE; a password with characters such as @ : / must be percent-encoded)"
+    )]
+    Invalid { url: String, why: String },
+}
+
+/// `url` from the settings (its `${VAR}`s already expanded from the environment when they were
+/// read, an unset one reported there), checked: what it connects to, or why it cannot be used.
+pub fn parse_url(url: &str) -> std::result::Result<PgConnectOptions, PgUrlError> {
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(PgUrlError::Invalid {
+            url: redact_url(url),
+            why: "it must start with postgres://".into(),
+        });
+    }
+    PgConnectOptions::from_str(url).map_err(|e| PgUrlError::Invalid {
+        url: redact_url(url),
+        why: e.to_string(),
+    })
+}
+
+/// The URL for messages: any password in it replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (auth, host) = match rest.rfind('@') {
+        Some(at) => (&rest[..at], &rest[at..]),
+        None => return url.to_string(),
+    };
+    match auth.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***{host}"),
+        None => url.to_string(),
+    }
+}
+
+impl Store {
+    /// Open the PostgreSQL database at `url` (without a password in it, libpq's `PGPASSWORD`
+    /// and `~/.pgpass` are used, as by psql) and bring its schema up to date.
+    pub async fn open_postgres(url: &str, opts: StoreOptions) -> Result<Store> {
+        let shown = PathBuf::from(redact_url(url));
+        let options = parse_url(url).map_err(|e| StoreError::BadUrl(e.to_string()))?;
+        let options = options.application_name("hermes-agent");
+        let pool = PgPoolOptions::new()
+            // A server takes many connections, and reads and writes run in parallel there.
+            .max_connections(opts.max_connections.max(1))
+            // An unreachable server fails a request in seconds, not after the default 30 s.
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(options)
+            .await
+            .map_err(|source| StoreError::Connect {
+                url: shown.display().to_string(),
+                source,
+            })?;
+        let store = Store::new(Engine::Postgres(pool), &shown);
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Hold the database for this daemon alone, for as long as the lock lives: PostgreSQL's
+    /// session advisory lock on a connection of its own. SQLite needs none (the data dir's
+    /// lock file covers its database). Until daemons share a database, a second one would mark
+    /// the first one's running tasks interrupted at its start.
+    pub async fn lock_for_daemon(&self) -> Result<Option<DaemonLock>> {
+        let Engine::Postgres(pool) = &self.engine else {
+            return Ok(None);
+        };
+        let conn = match take_lock(pool).await? {
+            Some(conn) => conn,
+            None => {
+                return Err(StoreError::InUse {
+                    url: self.path().display().to_string(),
+                });
+            }
+        };
+        let keeper = tokio::spawn(keep_lock(
+            pool.clone(),
+            conn,
+            self.path().display().to_string(),
+        ));
+        Ok(Some(DaemonLock { keeper }))
+    }
+}
+
+/// The daemon lock on a connection of its own, if no one else holds it.
+async fn take_lock(pool: &sqlx::PgPool) -> Result<Option<sqlx::PgConnection>> {
+    let mut conn = pool.acquire().await?.detach();
+    let (got,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
+        .bind(DAEMON_LOCK_KEY)
+        .fetch_one(&mut conn)
+        .await?;
+    Ok(got.then_some(conn))
+}
+
+/// How often the lock's connection is checked. A server restart ends the session and frees
+/// its advisory lock: this is how soon the daemon takes it again.
+const LOCK_CHECK: Duration = Duration::from_secs(2);
+
+/// Hold the lock for as long as this runs: check its connection, and when the session was
+/// lost (the server restarted or cut it), take the lock again on a new one.
+async fn keep_lock(pool: sqlx::PgPool, mut conn: sqlx::PgConnection, url: String) {
+    loop {
+        tokio::time::sleep(LOCK_CHECK).await;
+        if sqlx::query("SELECT 1").execute(&mut conn).await.is_ok() {
+            continue;
+        }
+        // Lost: the server freed the lock with the session. Take it again once it answers.
+        loop {
+            match take_lock(&pool).await {
+                Ok(Some(again)) => {
+                    tracing::info!(database = %url, "database lock taken again after the connection was lost");
+                    conn = again;
+                    break;
+                }
+                Ok(None) => {
+                    tracing::error!(database = %url, "another hermes-agent daemon took this database while the connection was lost; stop one of them");
+                }
+                Err(e) => {
+                    tracing::debug!(database = %url, error = %e, "cannot take the database lock yet");
+                }
+            }
+            tokio::time::sleep(LOCK_CHECK).await;
+        }
+    }
+}
+
+/// The advisory lock key of "a daemon runs on this database" (any fixed number; sqlx's
+/// migrator derives its own from the database's name).
+const DAEMON_LOCK_KEY: i64 = 0x6865_726d_6573_0001;
+
+/// A daemon's hold on its PostgreSQL database, kept (taken again after a lost connection) until
+/// dropped; then the connection closes and the server frees the lock at once — also when the
+/// process dies.
+#[derive(Debug)]
+pub struct DaemonLock {
+    keeper: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for DaemonLock {
+    fn drop(&mut self) {
+        self.keeper.abort();
+    }
+}
+
+/// The PostgreSQL errors that mean the storage failed (SQLSTATE class 53 and 58, a read-only
+/// server) or the server cannot be reached.
+pub(super) fn storage_fault(e: &sqlx::Error) -> Option<StorageFault> {
+    match e {
+        sqlx::Error::Database(db) => {
+            let pg = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()?;
+            match pg.code() {
+                // disk_full, insufficient_resources' disk case
+                "53100" => Some(StorageFault::DiskFull),
+                // read_only_sql_transaction: a standby, or default_transaction_read_only
+                "25006" => Some(StorageFault::ReadOnly),
+                // io_error
+                "58030" => Some(StorageFault::Io),
+                // admin_shutdown, crash_shutdown, cannot_connect_now: the server is going away
+                "57P01" | "57P02" | "57P03" => Some(StorageFault::Unreachable),
+                code if code.starts_with("08") => Some(StorageFault::Unreachable),
+                _ => None,
+            }
+        }
+        sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_) => Some(StorageFault::Unreachable),
+        sqlx::Error::Io(io) if is_connection_loss(io) => Some(StorageFault::Unreachable),
+        _ => None,
+    }
+}
+
+fn is_connection_loss(io: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        io.kind(),
+        ConnectionRefused
+            | ConnectionReset
+            | ConnectionAborted
+            | BrokenPipe
+            | UnexpectedEof
+            | TimedOut
+            | NotConnected
+            | HostUnreachable
+            | NetworkUnreachable
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_is_never_shown() {
+        assert_eq!(
+            redact_url("postgres://me:hunter2@db:5432/hermes"),
+            "postgres://me:***@db:5432/hermes"
+        );
+        assert_eq!(
+            redact_url("postgres://me@db/hermes"),
+            "postgres://me@db/hermes"
+        );
+    }
+
+    #[test]
+    fn a_url_that_is_not_postgres_is_refused_with_the_form_expected() {
+        let err = parse_url("mysql://me@db/x").unwrap_err().to_string();
+        assert!(err.contains("postgres://USER@HOST"), "{err}");
+    }
+}
