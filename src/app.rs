@@ -81,7 +81,12 @@ impl App {
         options: BuildOptions,
     ) -> Result<App, AppError> {
         let s = &config.settings;
-        let store = Store::open_configured(&config, options.store).await?;
+        let store = Store::open_configured(
+            &config.data_dir,
+            &config.settings.storage.url,
+            options.store,
+        )
+        .await?;
         let metrics = Metrics::new(&crate::metrics::node_id(&config.data_dir));
         let mut gateway = Gateway::new(&s.model)?.with_settings_source(&config.source);
         if let Some(p) = options.model_retry {

@@ -29,7 +29,12 @@ pub async fn eval(config: Config, args: EvalArgs) -> anyhow::Result<ExitCode> {
                 .unwrap_or_default()
         );
     }
-    let store = Store::open_configured(&config, Default::default()).await?;
+    let store = Store::open_configured(
+        &config.data_dir,
+        &config.settings.storage.url,
+        Default::default(),
+    )
+    .await?;
     let gateway = Gateway::new(&config.settings.model)?.with_settings_source(&config.source);
     if !args.json {
         errln!(

@@ -76,7 +76,14 @@ impl Local {
                 // Every part shares one pool when they were opened already.
                 match self.parts.get() {
                     Some(parts) => Ok(parts.store.clone()),
-                    None => Store::open_configured(&self.config, Default::default()).await,
+                    None => {
+                        Store::open_configured(
+                            &self.config.data_dir,
+                            &self.config.settings.storage.url,
+                            Default::default(),
+                        )
+                        .await
+                    }
                 }
             })
             .await

@@ -170,14 +170,11 @@ impl Store {
         Ok(store)
     }
 
-    /// The store the settings choose: PostgreSQL when `storage.url` is set, else SQLite in
-    /// the data dir.
-    pub async fn open_configured(
-        config: &crate::config::Config,
-        opts: StoreOptions,
-    ) -> Result<Store> {
-        match config.settings.storage.url.trim() {
-            "" => Store::open_with(&config.data_dir, opts).await,
+    /// The store `storage.url` chooses: PostgreSQL at `url` when it is set, else SQLite in
+    /// `data_dir`. (Plain values: the store knows nothing of the settings.)
+    pub async fn open_configured(data_dir: &Path, url: &str, opts: StoreOptions) -> Result<Store> {
+        match url.trim() {
+            "" => Store::open_with(data_dir, opts).await,
             url => Store::open_postgres(url, opts).await,
         }
     }
