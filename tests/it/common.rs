@@ -226,3 +226,23 @@ pub fn block_on<F: std::future::Future>(work: F) -> F::Output {
         .expect("a runtime")
         .block_on(work)
 }
+
+/// Write `file` until its file system is full (the kernel answers ENOSPC): a real full disk on a
+/// small tmpfs, for the storage-fault tests of both engines.
+pub fn fill_until_full(file: &std::path::Path) {
+    use std::io::Write as _;
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+        .expect("filler file");
+    let chunk = [0u8; 64 * 1024];
+    loop {
+        match out.write(&chunk) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(28) => break, // ENOSPC
+            Err(e) => panic!("filling the tmpfs: {e}"),
+        }
+    }
+}

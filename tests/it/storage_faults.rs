@@ -25,7 +25,6 @@ use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::store::{FailReason, Origin, Store, StoreOptions, TaskState};
 use hermes_agent::tools::{ToolContext, ToolError};
 use serde_json::{Value, json};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -80,20 +79,7 @@ impl SmallDisk {
         if !self.mounted {
             return;
         }
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.filler())
-            .expect("filler file");
-        let chunk = [0u8; 64 * 1024];
-        loop {
-            match file.write(&chunk) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(28) => break, // ENOSPC
-                Err(e) => panic!("filling the tmpfs: {e}"),
-            }
-        }
+        crate::common::fill_until_full(&self.filler());
     }
 
     /// Give the space back.

@@ -9,7 +9,6 @@ use crate::common::echo_model;
 use hermes_agent::llm::scripted::ScriptedModel;
 use reqwest::StatusCode;
 use serde_json::json;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -50,20 +49,7 @@ impl SmallDisk {
 
     /// Take every free block: a file written until ENOSPC.
     fn fill(&self) {
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.filler())
-            .expect("filler file");
-        let chunk = [0u8; 64 * 1024];
-        loop {
-            match file.write(&chunk) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(28) => break, // ENOSPC
-                Err(e) => panic!("filling the tmpfs: {e}"),
-            }
-        }
+        crate::common::fill_until_full(&self.filler());
     }
 
     fn free(&self) {
