@@ -87,7 +87,11 @@ impl App {
             options.store,
         )
         .await?;
-        let metrics = Metrics::new(&crate::metrics::node_id(&config.data_dir));
+        // The data dir's node id names this process's work in a database other daemons may
+        // share (the tasks it claims, the runs it fires) and its metrics.
+        let node = crate::metrics::node_id(&config.data_dir);
+        let store = store.with_node(&node);
+        let metrics = Metrics::new(&node);
         let mut gateway = Gateway::new(&s.model)?.with_settings_source(&config.source);
         if let Some(p) = options.model_retry {
             gateway = gateway.with_retry(p);

@@ -31,3 +31,60 @@ CREATE TABLE sessions (
     expires_at TIMESTAMPTZ NOT NULL
 );
 CREATE INDEX sessions_by_expiry ON sessions (expires_at);
+
+-- Work left by a daemon of an earlier version, which claimed no node: it belongs to a node
+-- that never beats again, so the first sweep of a daemon takes it over like any silent node's.
+INSERT INTO nodes (id, host, pid, api, started_at, seen_at)
+SELECT 'before-nodes', '', 0, NULL, TIMESTAMPTZ 'epoch', TIMESTAMPTZ 'epoch'
+WHERE EXISTS (SELECT 1 FROM tasks WHERE state = 'running')
+   OR EXISTS (SELECT 1 FROM job_runs WHERE outcome = 'fired');
+UPDATE tasks SET node_id = 'before-nodes' WHERE state = 'running';
+UPDATE job_runs SET node_id = 'before-nodes' WHERE outcome = 'fired';
+-- Placeholder run locks then named no node; no firing of that daemon is in flight now.
+UPDATE jobs SET running_task_id = NULL WHERE running_task_id LIKE 'firing:%';
+
+-- The change feed (LISTEN hermes): which task to look at, sent at commit. Identical payloads
+-- in one transaction arrive once, so a burst of 1,000 pending tasks is one wake-up. A wake-up,
+-- not a record: every listener reads the tables, and polls in case one is lost.
+CREATE FUNCTION hermes_task_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.state = 'pending' THEN
+            PERFORM pg_notify('hermes', 'pending');
+        END IF;
+    ELSIF NEW.state IS DISTINCT FROM OLD.state OR NEW.waiting IS DISTINCT FROM OLD.waiting THEN
+        PERFORM pg_notify('hermes', 'task:' || NEW.id);
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER tasks_changed AFTER INSERT OR UPDATE ON tasks
+    FOR EACH ROW EXECUTE FUNCTION hermes_task_changed();
+
+CREATE FUNCTION hermes_step_added() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('hermes', 'step:' || NEW.task_id);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER task_steps_added AFTER INSERT ON task_steps
+    FOR EACH ROW EXECUTE FUNCTION hermes_step_added();
+
+-- An answered approval may let a held task go on: a worker anywhere takes it.
+CREATE FUNCTION hermes_work_ready() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('hermes', 'pending');
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER approvals_decided AFTER UPDATE OF state ON approvals
+    FOR EACH ROW EXECUTE FUNCTION hermes_work_ready();
+
+CREATE FUNCTION hermes_fact_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('hermes', 'facts');
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER fact_changes_added AFTER INSERT ON fact_changes
+    FOR EACH ROW EXECUTE FUNCTION hermes_fact_changed();

@@ -3,8 +3,10 @@
 //! dashboard's live timeline and `tasks watch`.
 //!
 //! Rows are always read from the store (the one source of truth); the agent's announcements
-//! only say when to look. A task running in another process (a CLI `run` on the same data dir)
-//! announces nothing here, so the store is also looked at every [`POLL`].
+//! only say when to look. A task running in another process (a CLI `run` on the same data dir,
+//! another daemon on a shared database) announces nothing here — another daemon's news comes
+//! through `elsewhere.rs` when the database has a change feed —, so the store is also looked
+//! at every [`POLL`].
 
 use super::{Agent, AgentError};
 use crate::store::{Step, Task};
@@ -40,7 +42,7 @@ impl Agent {
         let (tx, rx) = mpsc::channel(BUFFER);
         let agent = self.clone();
         tokio::spawn(async move {
-            if let Err(e) = agent.pump(&task.id, steps, finished, &tx).await {
+            if let Err(e) = agent.pump(&task.id, (steps, finished), &tx).await {
                 let _ = tx.send(Err(e)).await;
             }
         });
@@ -54,10 +56,12 @@ impl Agent {
     async fn pump(
         &self,
         id: &str,
-        mut steps: broadcast::Receiver<super::StepRecorded>,
-        mut finished: broadcast::Receiver<super::TaskFinished>,
+        (mut steps, mut finished): Announcements,
         tx: &mpsc::Sender<Result<Followed, AgentError>>,
     ) -> Result<(), AgentError> {
+        // Registered before the first read; the follower task is subscribed to the rest
+        // since before its task was found.
+        let elsewhere = self.watch_elsewhere(id, true);
         let store = &self.inner.store;
         let mut seen = 0;
         loop {
@@ -79,12 +83,19 @@ impl Agent {
             tokio::select! {
                 _ = wait_for(&mut steps, |e| e.task_id == id) => {}
                 _ = wait_for(&mut finished, |e| e.id == id) => {}
+                _ = elsewhere.news() => {}
                 _ = tokio::time::sleep(POLL) => {}
                 _ = tx.closed() => return Ok(()),
             }
         }
     }
 }
+
+/// Where a follower hears of its task run here: rows stored, its end.
+type Announcements = (
+    broadcast::Receiver<super::StepRecorded>,
+    broadcast::Receiver<super::TaskFinished>,
+);
 
 /// Until an announcement `is_ours`, or a lag (some may have been ours). A closed channel never
 /// returns: the poll takes over.

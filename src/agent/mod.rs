@@ -8,6 +8,7 @@
 
 mod approvals;
 mod delegate;
+mod elsewhere;
 mod follow;
 mod guard;
 mod hold;
@@ -23,6 +24,7 @@ mod unsaved;
 
 pub use approvals::{ApprovalError, Approvals, Decision, EXPIRY_SWEEP, VIA_HEADER, answered_via};
 pub(crate) use delegate::{DelegateTools, MAX_DEPTH};
+pub use elsewhere::Heard;
 pub use follow::Followed;
 pub use jobs::{JobExecution, JobRunner};
 pub use own::TIMEOUT_DECIDER;
@@ -171,6 +173,8 @@ struct Inner {
     finished: broadcast::Sender<TaskFinished>,
     /// Every stored trace row is announced here.
     steps: broadcast::Sender<StepRecorded>,
+    /// News of tasks other daemons run on a shared database (see `elsewhere.rs`).
+    elsewhere: elsewhere::Watchers,
     /// Wakes an idle worker when a task is queued.
     queued: Notify,
     /// Where new approval requests are announced (`tools.approval_notify`); set once.
@@ -203,6 +207,7 @@ impl Agent {
                 unsaved: Mutex::new(HashMap::new()),
                 finished,
                 steps,
+                elsewhere: Default::default(),
                 queued: Notify::new(),
                 notifier: Default::default(),
                 closed: Default::default(),
@@ -348,6 +353,11 @@ impl Agent {
         self.inner.queued.notify_one();
     }
 
+    /// Wake every idle worker: work was queued elsewhere, perhaps a burst of it.
+    pub(crate) fn wake_all_workers(&self) {
+        self.inner.queued.notify_waiters();
+    }
+
     /// Announcements of finished tasks. Subscribe before submitting to never miss one.
     pub fn subscribe(&self) -> broadcast::Receiver<TaskFinished> {
         self.inner.finished.subscribe()
@@ -391,6 +401,9 @@ impl Agent {
         settled: fn(&Task) -> bool,
     ) -> Result<Task, AgentError> {
         let deadline = tokio::time::Instant::now() + timeout;
+        // A task on a shared database may run on another daemon: its end is news from there.
+        let elsewhere = self.watch_elsewhere(id, false);
+        let poll = self.poll_without_news(id);
         loop {
             let t = self.as_known(self.inner.store.task(id).await?);
             if settled(&t) {
@@ -399,7 +412,12 @@ impl Agent {
             // Other tasks' announcements are skipped without touching the store: with many
             // waiters, re-reading on every event would cost waiters × events queries.
             loop {
-                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                let heard = tokio::select! {
+                    got = tokio::time::timeout_at(deadline, rx.recv()) => got,
+                    _ = elsewhere.news() => break,
+                    _ = elsewhere::poll(poll) => break,
+                };
+                match heard {
                     Err(_) => return Ok(self.as_known(self.inner.store.task(id).await?)),
                     Ok(Ok(ev)) if ev.id != id => continue,
                     // Our task, with the row its runner finished: no need to read it back.

@@ -32,7 +32,7 @@ pub async fn migrate(config: Config, to: &str) -> anyhow::Result<ExitCode> {
     let source = Store::open(&config.data_dir).await?;
     let target = Store::open_postgres(to, StoreOptions::default()).await?;
     // No daemon may start on the target before the copy is in.
-    let _target = target.lock_for_daemon().await?;
+    let _target = target.lock_for_maintenance().await?;
     errln!(
         "copying {} into {} …",
         db.display(),

@@ -9,6 +9,7 @@
 //! [`DaemonError`].
 
 mod lock;
+mod node;
 mod run;
 
 pub use crate::client::addr::{ADDR_FILE, AddrFile, AddrFileError, addr_path, read_addr};

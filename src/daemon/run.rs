@@ -4,6 +4,7 @@
 //! Owns: the order of start-up and shutdown, and how long each shutdown step may take.
 //! Must not: bind, lock or build anything (`serve` does), parse arguments or print.
 
+use super::node::Membership;
 use super::{AddrFile, DaemonError};
 use crate::app::App;
 use crate::http::{self, ApiState};
@@ -38,9 +39,8 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), DaemonError> {
-    // One daemon per database: on PostgreSQL the data dir's lock file does not cover it (a
-    // second machine has its own), so the database itself is locked, before anything marks
-    // tasks interrupted. Held until this function returns.
+    // On PostgreSQL, daemons share the database's lock with each other; a `storage migrate`
+    // copying into it holds it alone. Held until this function returns.
     let _database = app.store.lock_for_daemon().await?;
     // A daemon that cannot write its database would accept tasks it can never record: refuse
     // to start, naming the file.
@@ -50,14 +50,20 @@ pub async fn run(
             fault,
         });
     }
-    mark_interrupted(&app).await?;
     let local = listener
         .local_addr()
         .map_err(|source| DaemonError::ListenerAddr { source })?;
+    // Several daemons may share a PostgreSQL database: this one joins them before it marks
+    // anything interrupted, so it marks only its own.
+    let mut node = Membership::join(&app, local).await?;
+    mark_interrupted(&app, node.is_some()).await?;
     // Written before anything starts, so a failure leaves nothing to stop; a CLI that reads
     // it a moment early waits in the listener's backlog until the API accepts.
     let addr_file = AddrFile::write(&app.config.data_dir, local)?;
     let services = Services::start(&app).await?;
+    if let Some(node) = &mut node {
+        node.start();
+    }
     let api = Api::start(&app, listener);
     let settings = &app.config.settings;
     tracing::info!(
@@ -78,14 +84,33 @@ pub async fn run(
     // The address is no longer served: the CLI must not wait on it from now on.
     drop(addr_file);
     services.drain(&app).await;
+    if let Some(node) = node {
+        node.leave().await;
+    }
     api.finish().await;
     app.store.close().await;
     tracing::info!("stopped");
     Ok(())
 }
 
-/// Nothing can be running at start: a task still marked running was cut off by a crash.
-async fn mark_interrupted(app: &App) -> Result<(), DaemonError> {
+/// Nothing of this daemon can be running at start: a task still marked running was cut off
+/// by a crash. One node among several (`shared`) marks only its own tasks; its job tasks still
+/// pending are followed by its scheduler's restore, not failed.
+async fn mark_interrupted(app: &App, shared: bool) -> Result<(), DaemonError> {
+    if shared {
+        let me = app.store.node().unwrap_or_default();
+        let interrupted = app
+            .store
+            .fail_running_on(me, FailReason::Interrupted)
+            .await?;
+        if interrupted > 0 {
+            tracing::warn!(
+                count = interrupted,
+                "tasks this node left running at its last stop marked failed (interrupted)"
+            );
+        }
+        return Ok(());
+    }
     let interrupted = app
         .store
         .fail_unfinished(&[TaskState::Running], FailReason::Interrupted)

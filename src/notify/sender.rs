@@ -31,6 +31,8 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 /// Shortest sleep between passes, so a notice that cannot even be recorded (a database error)
 /// does not spin the loop.
 const MIN_SLEEP: Duration = Duration::from_millis(50);
+/// A notice's lease outlasts its attempt (`notify.send_timeout_s`) by this, for recording it.
+const LEASE_MARGIN: Duration = Duration::from_secs(10);
 
 /// How one delivery attempt failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,6 +203,9 @@ impl Notifier {
     /// Attempt one notice within the send deadline and record the outcome. True when sent.
     async fn deliver_one(&self, notice: Notice) -> bool {
         let id = notice.id;
+        if !self.lease(&notice).await {
+            return false;
+        }
         let attempt = u32::try_from(notice.attempts.max(0))
             .unwrap_or(u32::MAX)
             .saturating_add(1);
@@ -232,6 +237,27 @@ impl Notifier {
             error!(notice = id, error = %e, "cannot record a delivery outcome in the outbox");
         }
         was_sent
+    }
+
+    /// On a database several daemons share, take the notice for this attempt first (see
+    /// [`crate::store::Store::lease_notice`]): each notice is sent by one of them, and by another after
+    /// the lease if this one dies mid-send. One daemon alone needs no lease. False: leave it.
+    async fn lease(&self, notice: &Notice) -> bool {
+        let store = &self.inner.store;
+        if !store.is_postgres() {
+            return true;
+        }
+        // The attempt ends within the send timeout; the margin covers recording it.
+        let lease = self.inner.send_timeout + LEASE_MARGIN;
+        let now = Utc::now();
+        let until = now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::minutes(5));
+        match store.lease_notice(notice.id, now, until).await {
+            Ok(taken) => taken,
+            Err(e) => {
+                error!(notice = notice.id, error = %e, "cannot take the notice for sending; will retry on the next pass");
+                false
+            }
+        }
     }
 
     async fn record(

@@ -222,7 +222,7 @@ impl Scheduler {
         let store = &self.inner.store;
         // A placeholder holder first: an overlapping firing is refused before any precheck
         // runs (a precheck may consume the change it reports) and before any task exists.
-        let token = firing_token();
+        let token = firing_token(self.inner.store.node());
         if !store.lock_job(&job.id, &token).await? {
             let holder = match store.job(&job.id).await {
                 Ok(j) => j.running_task_id,
@@ -534,8 +534,9 @@ impl Scheduler {
 
 /// Who holds a job's run lock while its firing starts, before its task exists: unique, so a
 /// firing releases only its own hold.
-pub(super) fn firing_token() -> String {
-    format!("firing:{}", new_id())
+/// A firing's placeholder run lock, naming the node (see `store::placeholder_prefix`).
+pub(super) fn firing_token(node: Option<&str>) -> String {
+    format!("{}{}", crate::store::placeholder_prefix(node), new_id())
 }
 
 /// The date of `t` in the job's zone (UTC if the zone no longer parses).

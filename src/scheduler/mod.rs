@@ -422,14 +422,7 @@ impl Scheduler {
     /// times this call claimed (a claim lost to another firer is not counted).
     pub async fn tick(&self) -> Result<usize, SchedulerError> {
         let now = self.inner.clock.now();
-        let due: Vec<Job> = self
-            .inner
-            .store
-            .list_jobs()
-            .await?
-            .into_iter()
-            .filter(|job| job.enabled && job.next_run_at.is_some_and(|t| t <= now))
-            .collect();
+        let due: Vec<Job> = self.inner.store.due_jobs(now).await?;
         let (burst, mut rest) = self.split_burst(due, now);
         let mut claimed = 0;
         if !burst.is_empty() {

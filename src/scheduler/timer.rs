@@ -36,15 +36,7 @@ impl Scheduler {
     async fn pass(&self) -> Result<Duration, SchedulerError> {
         self.tick().await?;
         let now = self.inner.clock.now();
-        let earliest = self
-            .inner
-            .store
-            .list_jobs()
-            .await?
-            .into_iter()
-            .filter(|j| j.enabled)
-            .filter_map(|j| j.next_run_at)
-            .min();
+        let earliest = self.inner.store.next_job_due().await?;
         Ok(match earliest {
             Some(t) => (t - now).to_std().unwrap_or(Duration::ZERO).min(RESCAN),
             None => RESCAN,
@@ -56,6 +48,93 @@ impl Scheduler {
     /// followed to its end, delivered and recorded as if the daemon had never stopped. Then
     /// the due times missed while down are handled (one catch-up at most per job).
     pub(crate) async fn restore(&self) -> Result<(), SchedulerError> {
+        if self.inner.store.is_postgres() {
+            self.restore_node().await?;
+        } else {
+            self.restore_alone().await?;
+        }
+        let store = &self.inner.store;
+        let now = self.inner.clock.now();
+        for job in store.list_jobs().await? {
+            if job.enabled && job.next_run_at.is_some_and(|t| t <= now) {
+                let id = job.id.clone();
+                if let Err(e) = self.handle_due(job, now, true).await {
+                    tracing::error!(job = %id, error = %e, "could not handle the job's missed runs; the loop will try again");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// On a database other daemons may share: only this node's own leftovers are its to
+    /// restore — the placeholders its firings held, the runs it was following (each followed
+    /// to its end wherever its task runs, and delivered). Another node's are taken over when
+    /// that node falls silent ([`Scheduler::take_over`]).
+    async fn restore_node(&self) -> Result<(), SchedulerError> {
+        let store = &self.inner.store;
+        let Some(me) = store.node().map(str::to_string) else {
+            return Ok(());
+        };
+        let freed = store.release_placeholders_of(&me).await?;
+        let followed = self.take_over(&me, None).await?;
+        if freed + followed as u64 > 0 {
+            tracing::info!(
+                freed,
+                followed,
+                "run locks of this node's last start freed, its job runs followed"
+            );
+        }
+        Ok(())
+    }
+
+    /// Take over the job runs `node` fired and was following: each followed to its end and
+    /// delivered by this node, as if it had fired it. With `silent_since`, a run is taken only
+    /// while `node` is still silent since then (it may have come back), and from one node
+    /// only (two nodes sweeping at once); without, `node` is this one's own last start.
+    /// Returns how many runs this node took.
+    pub async fn take_over(
+        &self,
+        node: &str,
+        silent_since: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<usize, SchedulerError> {
+        let store = &self.inner.store;
+        let mut taken = 0;
+        for open in store.open_runs_of(node).await? {
+            if let Some(since) = silent_since
+                && !store.take_run(open.run_id, node, since).await?
+            {
+                continue;
+            }
+            let job = match store.job(&open.job_id).await {
+                Ok(job) => job,
+                Err(StoreError::NotFound { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let task = match self.inner.runner.follow(&open.task_id) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::error!(job = %job.id, task = %open.task_id, error = %e, "cannot follow a job run taken over");
+                    store.release_job_lock(&job.id, &open.task_id).await?;
+                    continue;
+                }
+            };
+            tracing::info!(job = %job.id, task = %open.task_id, run = open.run_id, from = node,
+                "job run taken over: followed to its end here");
+            let started = Started {
+                job,
+                run_id: open.run_id,
+                task,
+                scheduled_at: open.scheduled_at,
+            };
+            let me = self.clone();
+            self.spawn(async move { me.finish(started).await });
+            taken += 1;
+        }
+        Ok(taken)
+    }
+
+    /// The only daemon on its database (SQLite): nothing can be running at start.
+    async fn restore_alone(&self) -> Result<(), SchedulerError> {
         let store = &self.inner.store;
         let mut followed = Vec::new();
         for job in store.list_jobs().await? {
@@ -117,15 +196,6 @@ impl Scheduler {
         }
         if cleared > 0 {
             tracing::warn!(count = cleared, "cleared job run locks left by a crash");
-        }
-        let now = self.inner.clock.now();
-        for job in store.list_jobs().await? {
-            if job.enabled && job.next_run_at.is_some_and(|t| t <= now) {
-                let id = job.id.clone();
-                if let Err(e) = self.handle_due(job, now, true).await {
-                    tracing::error!(job = %id, error = %e, "could not handle the job's missed runs; the loop will try again");
-                }
-            }
         }
         Ok(())
     }

@@ -289,7 +289,9 @@ impl Store {
         .await?;
         let hold = hold.into_iter().next();
         if let Some(h) = &hold {
-            query("UPDATE tasks SET waiting = FALSE WHERE id = ?")
+            // Its taker runs it from here: the task is this node's now (see `nodes.rs`).
+            query("UPDATE tasks SET waiting = FALSE, node_id = ? WHERE id = ?")
+                .bind(self.node())
                 .bind(&h.task_id)
                 .execute(&mut tx)
                 .await?;

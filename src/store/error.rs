@@ -23,9 +23,21 @@ pub enum StoreError {
     #[error("{0}")]
     BadUrl(String),
     #[error(
-        "another hermes-agent daemon is already using the database {url}; stop it first (several daemons on one database are not supported yet), or give this one its own storage.url"
+        "a hermes-agent daemon is using the database {url}; stop every daemon on it first (`systemctl --user stop hermes-agent` on each machine)"
     )]
     InUse { url: String },
+    #[error(
+        "`hermes-agent storage migrate` is copying into the database {url}; start the daemon once it has finished"
+    )]
+    InMaintenance { url: String },
+    #[error(
+        "node id {node} is in use by another hermes-agent daemon ({holder}, seen {seconds} s ago) on the same database; each daemon needs its own data dir (the node id is kept there in node-id)"
+    )]
+    NodeInUse {
+        node: String,
+        holder: String,
+        seconds: i64,
+    },
     #[error(
         "the database {path} was written by a newer hermes-agent (schema version {found}, this build knows up to {known}); upgrade hermes-agent or use another --data-dir"
     )]

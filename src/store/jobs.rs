@@ -1,6 +1,6 @@
 //! Scheduled jobs and the record of every firing (`jobs`, `job_runs`).
 
-use super::{Builder, DbRow, query, query_as};
+use super::{Builder, DbRow, query, query_as, query_scalar};
 use super::{
     Delivery, Origin, Result, RunOutcome, Store, WithJson, from_json, json_column, json_list,
     limit_or, new_id, now,
@@ -114,6 +114,26 @@ impl Store {
             .await
     }
 
+    /// The enabled jobs due at `at`, oldest first: a scheduler pass reads these, not every
+    /// job (a pass per job made would otherwise read all of them each time).
+    pub(crate) async fn due_jobs(&self, at: DateTime<Utc>) -> Result<Vec<Job>> {
+        let sql = select!(
+            jobs,
+            "WHERE enabled = TRUE AND next_run_at <= ? ORDER BY created_at, id"
+        );
+        let rows = query(sql).bind(at).fetch_all(self).await?;
+        rows.iter().map(Job::from_json_row).collect()
+    }
+
+    /// When the next enabled job is due, if any is.
+    pub(crate) async fn next_job_due(&self) -> Result<Option<DateTime<Utc>>> {
+        Ok(
+            query_scalar("SELECT MIN(next_run_at) FROM jobs WHERE enabled = TRUE")
+                .fetch_one(self)
+                .await?,
+        )
+    }
+
     pub(crate) async fn job_count(&self) -> Result<i64> {
         self.count("SELECT COUNT(*) FROM jobs").await
     }
@@ -175,15 +195,16 @@ impl Store {
         reason: Option<&str>,
     ) -> Result<i64> {
         let insert = query_as(
-            "INSERT INTO job_runs (job_id, scheduled_at, fired_at, outcome, task_id, reason) \
-             VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+            "INSERT INTO job_runs (job_id, scheduled_at, fired_at, outcome, task_id, reason, node_id) \
+             VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
         )
         .bind(job_id)
         .bind(scheduled_at)
         .bind(now())
         .bind(outcome)
         .bind(task_id)
-        .bind(reason);
+        .bind(reason)
+        .bind(self.node());
         let (id,): (i64,) = self.inserted(insert).await?;
         Ok(id)
     }
@@ -317,7 +338,7 @@ impl Store {
                  AND (jobs.running_task_id = v.column2 OR jobs.running_task_id IS NULL)",
             );
             let mut insert = Builder::new(
-                "INSERT INTO job_runs (job_id, scheduled_at, fired_at, outcome, task_id, reason) ",
+                "INSERT INTO job_runs (job_id, scheduled_at, fired_at, outcome, task_id, reason, node_id) ",
             );
             let fired_at = now();
             insert.push_values(chunk, |b, (c, task_id)| {
@@ -326,7 +347,8 @@ impl Store {
                     .push_bind(fired_at)
                     .push_bind(RunOutcome::Fired)
                     .push_bind(task_id)
-                    .push_bind(None::<String>);
+                    .push_bind(None::<String>)
+                    .push_bind(self.node());
             });
             insert.push(" RETURNING job_id, id");
             let mut tx = self.begin().await?;

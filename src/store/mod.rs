@@ -53,10 +53,12 @@ mod dashboard;
 mod error;
 mod evals;
 mod facts;
+mod feed;
 mod inbox;
 mod jobs;
 mod kinds;
 mod models;
+mod nodes;
 mod outbox;
 mod postgres;
 mod sql;
@@ -72,10 +74,12 @@ pub use dashboard::*;
 pub use error::*;
 pub use evals::*;
 pub use facts::*;
+pub use feed::{Change, ChangeFeed};
 pub(crate) use inbox::*;
 pub use jobs::*;
 pub use kinds::*;
 pub use models::*;
+pub use nodes::*;
 pub use outbox::*;
 pub use tasks::*;
 
@@ -99,8 +103,9 @@ pub const DB_FILE: &str = "hermes.db";
 /// How the database is opened; the defaults suit the daemon.
 #[derive(Debug, Clone, Copy)]
 pub struct StoreOptions {
-    /// Connections in the pool. Readers run in parallel in WAL mode; writers queue in SQLite's
-    /// busy handler. Each connection has its own worker thread and page cache (up to 2 MiB).
+    /// Connections in the pool; 0: the engine's default. On SQLite readers run in parallel in
+    /// WAL mode, writers queue in its busy handler, and each connection has its own worker
+    /// thread and page cache (up to 2 MiB).
     pub max_connections: u32,
     /// A hard cap on the database's size, in pages (`PRAGMA max_page_count`); past it writes
     /// fail as on a full disk. `None`: no cap.
@@ -112,9 +117,7 @@ pub struct StoreOptions {
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
-            // SQLite writes one at a time and the store's statements are short: 4 connections
-            // write as fast as 8 (BENCHMARKS.md §3) with half the threads and page caches.
-            max_connections: 4,
+            max_connections: 0,
             max_pages: None,
             read_only: false,
         }
@@ -129,6 +132,9 @@ pub struct Store {
     path: Arc<PathBuf>,
     /// The last storage fault someone noticed, and when: `/healthz` reports it for a while.
     fault: Arc<Mutex<Option<(StorageFault, Instant)>>>,
+    /// The node (daemon) this store works for: the tasks it claims and the runs it fires are
+    /// recorded as its own, so the others can take them over if it dies (see `nodes.rs`).
+    node: Option<Arc<str>>,
 }
 
 impl Store {
@@ -158,7 +164,13 @@ impl Store {
             options = options.pragma("max_page_count", pages.to_string());
         }
         let pool = SqlitePoolOptions::new()
-            .max_connections(opts.max_connections.max(1))
+            .max_connections(match opts.max_connections {
+                // SQLite writes one at a time and the store's statements are short: 4
+                // connections write as fast as 8 (BENCHMARKS.md §3) with half the threads and
+                // page caches.
+                0 => 4,
+                n => n,
+            })
             .connect_with(options)
             .await
             .map_err(|source| StoreError::Open {
@@ -206,6 +218,7 @@ impl Store {
             engine,
             path: Arc::new(path.to_path_buf()),
             fault: Arc::default(),
+            node: None,
         }
     }
 

@@ -139,6 +139,25 @@ impl Store {
         .await?)
     }
 
+    /// Take a due notice for one send attempt: its next attempt moves to `until`, so no other
+    /// sender on a shared database takes it meanwhile, and if this one dies mid-send another
+    /// sends it once `until` passes. False when it is not due any more (taken, sent, failed).
+    pub(crate) async fn lease_notice(
+        &self,
+        id: i64,
+        at: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<bool> {
+        let lease = query(
+            "UPDATE outbox SET next_attempt_at = ? WHERE id = ? AND state = 'pending' \
+             AND next_attempt_at <= ?",
+        )
+        .bind(until)
+        .bind(id)
+        .bind(at);
+        self.one_row(lease).await
+    }
+
     pub async fn mark_notice_sent(&self, id: i64) -> Result<()> {
         let sent = query(
             "UPDATE outbox SET state = 'sent', attempts = attempts + 1, sent_at = ?, last_error = NULL WHERE id = ?",

@@ -1,6 +1,6 @@
 //! PostgreSQL as the store's engine: opening it from `storage.url` (the password from the
-//! environment), which of its errors mean the storage failed, and the lock that keeps a second
-//! daemon off a database one daemon already uses.
+//! environment), which of its errors mean the storage failed, and the lock that keeps daemons
+//! and a `storage migrate` copying into the database apart.
 //!
 //! Must not: hold the SQL of any table (that is with the tables, shared with SQLite).
 
@@ -49,6 +49,10 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// The connections a daemon keeps to PostgreSQL by default (the server's default limit is 100,
+/// so five daemons fit with room for psql and backups).
+const PG_CONNECTIONS: u32 = 16;
+
 impl Store {
     /// Open the PostgreSQL database at `url` (without a password in it, libpq's `PGPASSWORD`
     /// and `~/.pgpass` are used, as by psql) and bring its schema up to date.
@@ -57,8 +61,12 @@ impl Store {
         let options = parse_url(url).map_err(|e| StoreError::BadUrl(e.to_string()))?;
         let options = options.application_name("hermes-agent");
         let pool = PgPoolOptions::new()
-            // A server takes many connections, and reads and writes run in parallel there.
-            .max_connections(opts.max_connections.max(1))
+            // A server takes many connections, and reads and writes run in parallel there:
+            // SQLite's 4 would make a burst of firings queue for a connection.
+            .max_connections(match opts.max_connections {
+                0 => PG_CONNECTIONS,
+                n => n,
+            })
             // An unreachable server fails a request in seconds, not after the default 30 s.
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(options)
@@ -72,35 +80,56 @@ impl Store {
         Ok(store)
     }
 
-    /// Hold the database for this daemon alone, for as long as the lock lives: PostgreSQL's
-    /// session advisory lock on a connection of its own. SQLite needs none (the data dir's
-    /// lock file covers its database). Until daemons share a database, a second one would mark
-    /// the first one's running tasks interrupted at its start.
+    /// Hold the database as one of the daemons using it, for as long as the lock lives:
+    /// PostgreSQL's session advisory lock, shared, on a connection of its own. Daemons share
+    /// it with each other; only a `storage migrate` copying into the database holds it alone.
+    /// SQLite needs none (the data dir's lock file covers its database).
     pub async fn lock_for_daemon(&self) -> Result<Option<DaemonLock>> {
+        self.lock_database(Hold::Daemon).await
+    }
+
+    /// Hold the database with no daemon on it (a `storage migrate` copying into it): refused
+    /// while any daemon uses it, and no daemon starts until this is dropped.
+    pub async fn lock_for_maintenance(&self) -> Result<Option<DaemonLock>> {
+        self.lock_database(Hold::Maintenance).await
+    }
+
+    async fn lock_database(&self, hold: Hold) -> Result<Option<DaemonLock>> {
         let Engine::Postgres(pool) = &self.engine else {
             return Ok(None);
         };
-        let conn = match take_lock(pool).await? {
+        let url = self.path().display().to_string();
+        let conn = match take_lock(pool, hold).await? {
             Some(conn) => conn,
             None => {
-                return Err(StoreError::InUse {
-                    url: self.path().display().to_string(),
+                return Err(match hold {
+                    Hold::Daemon => StoreError::InMaintenance { url },
+                    Hold::Maintenance => StoreError::InUse { url },
                 });
             }
         };
-        let keeper = tokio::spawn(keep_lock(
-            pool.clone(),
-            conn,
-            self.path().display().to_string(),
-        ));
+        let keeper = tokio::spawn(keep_lock(pool.clone(), conn, url, hold));
         Ok(Some(DaemonLock { keeper }))
     }
 }
 
-/// The daemon lock on a connection of its own, if no one else holds it.
-async fn take_lock(pool: &sqlx::PgPool) -> Result<Option<sqlx::PgConnection>> {
+/// Which hold on the database lock.
+#[derive(Debug, Clone, Copy)]
+enum Hold {
+    /// One daemon among others: shared.
+    Daemon,
+    /// No daemon at all: exclusive.
+    Maintenance,
+}
+
+/// The lock on a connection of its own, if it can be had now.
+async fn take_lock(pool: &sqlx::PgPool, hold: Hold) -> Result<Option<sqlx::PgConnection>> {
     let mut conn = pool.acquire().await?.detach();
-    let (got,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
+    let sql = match hold {
+        Hold::Daemon => "SELECT pg_try_advisory_lock_shared($1)",
+        Hold::Maintenance => "SELECT pg_try_advisory_lock($1)",
+    };
+    let (got,): (bool,) = sqlx::query_as(sql)
         .bind(DAEMON_LOCK_KEY)
         .fetch_one(&mut conn)
         .await?;
@@ -108,12 +137,12 @@ async fn take_lock(pool: &sqlx::PgPool) -> Result<Option<sqlx::PgConnection>> {
 }
 
 /// How often the lock's connection is checked. A server restart ends the session and frees
-/// its advisory lock: this is how soon the daemon takes it again.
+/// its advisory lock: this is how soon it is taken again.
 const LOCK_CHECK: Duration = Duration::from_secs(2);
 
 /// Hold the lock for as long as this runs: check its connection, and when the session was
 /// lost (the server restarted or cut it), take the lock again on a new one.
-async fn keep_lock(pool: sqlx::PgPool, mut conn: sqlx::PgConnection, url: String) {
+async fn keep_lock(pool: sqlx::PgPool, mut conn: sqlx::PgConnection, url: String, hold: Hold) {
     loop {
         tokio::time::sleep(LOCK_CHECK).await;
         if sqlx::query("SELECT 1").execute(&mut conn).await.is_ok() {
@@ -121,14 +150,14 @@ async fn keep_lock(pool: sqlx::PgPool, mut conn: sqlx::PgConnection, url: String
         }
         // Lost: the server freed the lock with the session. Take it again once it answers.
         loop {
-            match take_lock(&pool).await {
+            match take_lock(&pool, hold).await {
                 Ok(Some(again)) => {
                     tracing::info!(database = %url, "database lock taken again after the connection was lost");
                     conn = again;
                     break;
                 }
                 Ok(None) => {
-                    tracing::error!(database = %url, "another hermes-agent daemon took this database while the connection was lost; stop one of them");
+                    tracing::error!(database = %url, ?hold, "the database lock was taken by a daemon or a `storage migrate` while the connection was lost; stop the migrate or the daemons");
                 }
                 Err(e) => {
                     tracing::debug!(database = %url, error = %e, "cannot take the database lock yet");
@@ -139,11 +168,11 @@ async fn keep_lock(pool: sqlx::PgPool, mut conn: sqlx::PgConnection, url: String
     }
 }
 
-/// The advisory lock key of "a daemon runs on this database" (any fixed number; sqlx's
-/// migrator derives its own from the database's name).
+/// The advisory lock key of "daemons use this database" (any fixed number; sqlx's migrator
+/// derives its own from the database's name).
 const DAEMON_LOCK_KEY: i64 = 0x6865_726d_6573_0001;
 
-/// A daemon's hold on its PostgreSQL database, kept (taken again after a lost connection) until
+/// A hold on the PostgreSQL database's lock, kept (taken again after a lost connection) until
 /// dropped; then the connection closes and the server frees the lock at once — also when the
 /// process dies.
 #[derive(Debug)]

@@ -126,8 +126,8 @@ impl Store {
         };
         // The row comes back from the insert itself: one round trip, not an insert and a read.
         let insert = query_as(concat!(
-            "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ",
+            "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at, node_id) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ",
             columns!(tasks)
         ))
         .bind(&id)
@@ -138,7 +138,8 @@ impl Store {
         .bind(&new.profile)
         .bind(&new.task)
         .bind(created)
-        .bind(started);
+        .bind(started)
+        .bind(new.claimed.then(|| self.node()).flatten());
         self.inserted(insert).await
     }
 
@@ -146,11 +147,11 @@ impl Store {
     /// order given.
     pub(crate) async fn create_tasks(&self, new: &[NewTask]) -> Result<Vec<Task>> {
         let mut created = Vec::with_capacity(new.len());
-        // 9 bound values a row, well under SQLite's 32,766-variable limit.
+        // 10 bound values a row, well under SQLite's 32,766-variable limit.
         for chunk in new.chunks(500) {
             let at = now();
             let mut insert = Builder::new(
-                "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at) ",
+                "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at, node_id) ",
             );
             let ids: Vec<String> = chunk.iter().map(|_| new_id()).collect();
             insert.push_values(chunk.iter().zip(&ids), |b, (n, id)| {
@@ -167,7 +168,8 @@ impl Store {
                     .push_bind(&n.profile)
                     .push_bind(&n.task)
                     .push_bind(at)
-                    .push_bind(started);
+                    .push_bind(started)
+                    .push_bind(n.claimed.then(|| self.node()).flatten());
             });
             insert.push(concat!(" RETURNING ", columns!(tasks)));
             // Sized by the burst, so not kept in the statement cache (see `claim_burst`).
@@ -242,18 +244,19 @@ impl Store {
     /// picking the same one and coming back empty while tasks are pending.
     pub(crate) async fn claim_next_pending(&self) -> Result<Option<Task>> {
         let sql = concat!(
-            "UPDATE tasks SET state = 'running', started_at = ?1 WHERE id = \
+            "UPDATE tasks SET state = 'running', started_at = ?1, node_id = ?2 WHERE id = \
              (SELECT id FROM tasks WHERE state = 'pending' ORDER BY created_at, id LIMIT 1) \
              AND state = 'pending' RETURNING ",
             columns!(tasks)
         );
         let pg = concat!(
-            "UPDATE tasks SET state = 'running', started_at = $1 WHERE id = \
+            "UPDATE tasks SET state = 'running', started_at = $1, node_id = $2 WHERE id = \
              (SELECT id FROM tasks WHERE state = 'pending' ORDER BY created_at, id LIMIT 1 \
              FOR UPDATE SKIP LOCKED) AND state = 'pending' RETURNING ",
             columns!(tasks)
         );
-        self.returning_one(query_as(sql).pg(pg).bind(now())).await
+        self.returning_one(query_as(sql).pg(pg).bind(now()).bind(self.node()))
+            .await
     }
 
     /// pending → running. Returns false when the task was not pending (taken or cancelled).
@@ -264,11 +267,12 @@ impl Store {
     /// [`Store::start_task`], returning the started row; `None` when it was not pending.
     pub(crate) async fn start_task_row(&self, id: &str) -> Result<Option<Task>> {
         let start = query_as(concat!(
-            "UPDATE tasks SET state = 'running', started_at = ? WHERE id = ? AND state = 'pending' \
-             RETURNING ",
+            "UPDATE tasks SET state = 'running', started_at = ?, node_id = ? WHERE id = ? \
+             AND state = 'pending' RETURNING ",
             columns!(tasks)
         ))
         .bind(now())
+        .bind(self.node())
         .bind(id);
         self.returning_one(start).await
     }

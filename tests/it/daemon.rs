@@ -182,6 +182,11 @@ impl Daemon {
         self
     }
 
+    /// `http://ADDR`, once [`Daemon::ready`] has read the address file.
+    pub(crate) fn base(&self) -> &str {
+        &self.base
+    }
+
     pub(crate) fn pid(&self) -> u32 {
         self.child.as_ref().expect("child").id()
     }

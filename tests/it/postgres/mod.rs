@@ -1,7 +1,9 @@
 //! The daemon on PostgreSQL (`storage.url`), as a user meets it: the real `hermes-agent serve`
 //! on a real PostgreSQL cluster started by the test (one per test process, a fresh database per
 //! test; a cluster of its own for the test that stops its server). An API task and a job firing
-//! run end to end with every row in PostgreSQL; a second daemon on the same database is refused;
+//! run end to end with every row in PostgreSQL; a second daemon joins it as another node (one
+//! started from a copy of the first one's data dir is refused); several nodes at work are in
+//! `nodes.rs`;
 //! an unreachable or read-only server is a clear error, `/healthz` says why, and the daemon
 //! carries on once the server is back.
 
@@ -17,6 +19,7 @@ pub(crate) mod cluster;
 
 mod faults;
 mod migrate;
+mod nodes;
 
 const PASSWORD_VAR: &str = "HERMES_TEST_DB_PASSWORD";
 
@@ -46,7 +49,7 @@ async fn psql(db: &str, sql: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_daemon_on_postgres_runs_a_task_and_a_job_and_a_second_daemon_is_refused() {
+async fn a_daemon_on_postgres_runs_a_task_and_a_job_and_a_second_node_joins_it() {
     let model = ScriptedModel::start_with(echo_model).await;
     let db = fresh_database().await;
     let c = cluster::cluster();
@@ -98,19 +101,32 @@ async fn a_daemon_on_postgres_runs_a_task_and_a_job_and_a_second_daemon_is_refus
     );
     assert!(!site.data().join("hermes.db").exists());
 
-    // A second daemon (its own data dir, so the data dir's lock does not stop it) on the same
-    // database: refused, saying what to do; the password from PGPASSWORD this time.
+    // A second daemon started from a copy of this data dir (its node id with it) would take
+    // the first one's work for its own: refused, saying what to do; the password from
+    // PGPASSWORD this time.
     let other = site_on(&model.base_url(), &c.url_without_password(&db));
+    std::fs::create_dir_all(other.data()).expect("data dir");
+    std::fs::copy(
+        site.data().join(hermes_agent::metrics::NODE_ID_FILE),
+        other.data().join(hermes_agent::metrics::NODE_ID_FILE),
+    )
+    .expect("the node id copied");
     let mut second = other.start(&[("PGPASSWORD", cluster::PASSWORD)]);
     let status = second.exited(PATIENCE).await;
     assert!(!status.success());
     let log = second.log();
     assert!(
-        log.contains("another hermes-agent daemon is already using the database")
-            && log.contains("stop it first"),
+        log.contains("is in use by another hermes-agent daemon")
+            && log.contains("each daemon needs its own data dir"),
         "{log}"
     );
-    // The first one is untouched: its tasks were not marked interrupted.
+    // With a node id of its own, it joins: two nodes on one database, the first one untouched
+    // (its tasks were not marked interrupted).
+    std::fs::remove_file(other.data().join(hermes_agent::metrics::NODE_ID_FILE))
+        .expect("the copied node id removed");
+    let mut third = other.start(&[("PGPASSWORD", cluster::PASSWORD)]);
+    third.ready().await;
+    assert_eq!(psql(&db, "SELECT COUNT(*) FROM nodes").await, "2");
     let (status, h) = d.get("/healthz").await;
     assert_eq!(
         (status, h["status"].as_str()),
@@ -119,12 +135,18 @@ async fn a_daemon_on_postgres_runs_a_task_and_a_job_and_a_second_daemon_is_refus
     );
     let again = d.submit("still here?").await;
     assert_eq!(d.finished(&again).await["state"], "succeeded");
-    d.stop().await;
-
-    // Once the first has stopped, the lock is free.
-    let mut third = other.start(&[("PGPASSWORD", cluster::PASSWORD)]);
-    third.ready().await;
+    let there = third.submit("and there?").await;
+    assert_eq!(third.finished(&there).await["state"], "succeeded");
+    assert_eq!(
+        psql(
+            &db,
+            "SELECT COUNT(*) FROM tasks WHERE reason = 'interrupted'"
+        )
+        .await,
+        "0"
+    );
     third.stop().await;
+    d.stop().await;
     assert!(
         !d.log().contains(cluster::PASSWORD),
         "the password was logged"
@@ -294,19 +316,19 @@ async fn a_lost_server_is_reported_by_healthz_and_the_daemon_carries_on_when_it_
     assert_eq!(status, StatusCode::CREATED, "{job}");
     let run = fired_run(&d, job["id"].as_str().expect("a job id")).await;
     assert_eq!(run["outcome"], "fired", "{run}");
-    // The restart ended the session that held the daemon lock; the daemon took it again, so a
-    // second daemon is still refused.
+    // The restart ended the session that held the database lock; the daemon took it again, so
+    // a `storage migrate` into this database is still refused.
     d.wait_log("database lock taken again").await;
-    let other = site_on(&model.base_url(), &own.url("postgres"));
-    let mut second = other.start(&[]);
-    let status = second.exited(PATIENCE).await;
-    assert!(!status.success(), "{}", second.log());
+    let source = crate::daemon::Site::new(&model.base_url(), &[], &[]);
+    let mut s = source.start(&[]);
+    s.ready().await;
+    s.stop().await;
+    let out = source.cli(&["storage", "migrate", "--to", &own.url("postgres")], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
     assert!(
-        second
-            .log()
-            .contains("another hermes-agent daemon is already using the database"),
-        "{}",
-        second.log()
+        err.contains("a hermes-agent daemon is using the database"),
+        "{err}"
     );
     d.stop().await;
 }

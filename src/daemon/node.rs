@@ -1,0 +1,285 @@
+//! This daemon as one node among several on a shared PostgreSQL database: it says it is up,
+//! beats a heartbeat, and takes over what a node silent past `storage.node_lease_s` left —
+//! its running tasks end `failed` (reason `interrupted`) as after a crash on one node, the
+//! run locks its firings held are freed, and the job runs it was following are followed to
+//! their end and delivered here. Nothing waits for the silent node to come back.
+//!
+//! On SQLite none of this runs: the data dir's lock keeps one daemon per database, and the
+//! start-up restore covers a crash.
+//! Must not: run tasks or fire jobs itself (the workers and the scheduler do), or hold SQL.
+
+use super::DaemonError;
+use crate::agent::Heard;
+use crate::app::App;
+use crate::store::{Change, FailReason, StoreError, now};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The keeper of this node's membership: its heartbeat and the sweep of silent nodes.
+pub(super) struct Membership {
+    keeper: Option<JoinHandle<()>>,
+    stop: CancellationToken,
+    app: App,
+}
+
+/// How often a node beats and looks for silent ones: a third of the lease, so one late beat
+/// never makes a live node look dead, within 1–10 s.
+fn beat_every(lease: Duration) -> Duration {
+    (lease / 3).clamp(Duration::from_secs(1), Duration::from_secs(10))
+}
+
+/// The machine's name, for `nodes` rows and messages (Linux: the kernel's hostname).
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+impl Membership {
+    /// Join the database's nodes (PostgreSQL only; `None` on SQLite), before anything runs.
+    pub(super) async fn join(
+        app: &App,
+        api: SocketAddr,
+    ) -> Result<Option<Membership>, DaemonError> {
+        if !app.store.is_postgres() || app.store.node().is_none() {
+            return Ok(None);
+        }
+        let lease = app.agent.node_lease();
+        app.store
+            .join_cluster(
+                &host_name(),
+                std::process::id(),
+                Some(&api.to_string()),
+                chrono_lease(lease),
+            )
+            .await?;
+        Ok(Some(Membership {
+            keeper: None,
+            stop: CancellationToken::new(),
+            app: app.clone(),
+        }))
+    }
+
+    /// Start the heartbeat and the sweep; once the workers and the scheduler run (a run taken
+    /// over is followed by this node's scheduler).
+    pub(super) fn start(&mut self) {
+        let app = self.app.clone();
+        let stop = self.stop.clone();
+        self.keeper = Some(tokio::spawn(async move {
+            tokio::join!(keep(app.clone(), stop.clone()), relay(app, stop));
+        }));
+    }
+
+    /// Stop beating and tell the others this node is gone, so what it leaves (a firing still
+    /// waiting for a person) is taken over at their next sweep, not after the lease.
+    pub(super) async fn leave(self) {
+        self.stop.cancel();
+        if let Some(keeper) = self.keeper {
+            let _ = keeper.await;
+        }
+        if let Err(e) = self.app.store.leave_cluster().await {
+            tracing::warn!(error = %e, "could not tell the other nodes this one stopped; they take over after storage.node_lease_s");
+        }
+    }
+}
+
+fn chrono_lease(lease: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::seconds(30))
+}
+
+/// The sweep of silent nodes, on the daemon's runtime; the heartbeat beats apart from it.
+async fn keep(app: App, stop: CancellationToken) {
+    let lease = app.agent.node_lease();
+    let beating = beat_apart(&app, lease, stop.clone());
+    loop {
+        if let Err(e) = sweep(&app, lease).await {
+            tracing::warn!(error = %e, "cannot look for silent nodes; retrying");
+        }
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(beat_every(lease)) => {}
+        }
+    }
+    if let Some(thread) = beating {
+        // It sees the same cancellation at its next beat (within `beat_every`).
+        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    }
+}
+
+/// Beat on a thread and runtime of its own, over a connection of its own: a node busy with a
+/// burst of work — every runtime thread and pooled connection taken for seconds — is still
+/// alive, and must not look dead to the others. `None` if the thread could not start (then
+/// it beats on the daemon's runtime).
+fn beat_apart(
+    app: &App,
+    lease: Duration,
+    stop: CancellationToken,
+) -> Option<std::thread::JoinHandle<()>> {
+    let store = app.store.clone();
+    let thread_stop = stop.clone();
+    let spawned = std::thread::Builder::new()
+        .name("hermes-heartbeat".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start the heartbeat's runtime; the node may be taken for dead");
+                    return;
+                }
+            };
+            // The connection belongs to this runtime: made (inside it) and used here only.
+            runtime.block_on(async move {
+                beat(store.on_own_connection(), lease, thread_stop).await
+            });
+        });
+    match spawned {
+        Ok(thread) => Some(thread),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start the heartbeat's thread; beating on the daemon's runtime");
+            let store = app.store.clone();
+            tokio::spawn(async move { beat(store, lease, stop).await });
+            None
+        }
+    }
+}
+
+async fn beat(store: crate::store::Store, lease: Duration, stop: CancellationToken) {
+    loop {
+        match store.beat().await {
+            Ok(true) => {}
+            Ok(false) => rejoin(&store, lease).await,
+            Err(e) => tracing::warn!(error = %e, "cannot beat this node's heartbeat; retrying"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(beat_every(lease)) => {}
+        }
+    }
+}
+
+/// Pass the database's change feed on: queued work wakes this node's idle workers, news of
+/// a task wakes whoever here waits on or follows it. Without the feed (lost, the server
+/// down) everyone still polls; it is connected again after [`FEED_RETRY`].
+async fn relay(app: App, stop: CancellationToken) {
+    let mut feed = None;
+    loop {
+        if feed.is_none() {
+            match app.store.change_feed().await {
+                Ok(Some(f)) => feed = Some(f),
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot listen to the database's changes; polling meanwhile");
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(FEED_RETRY) => continue,
+                    }
+                }
+            }
+        }
+        let Some(listening) = feed.as_mut() else {
+            continue;
+        };
+        let change = tokio::select! {
+            _ = stop.cancelled() => return,
+            change = listening.next() => change,
+        };
+        match change {
+            Ok(Change::Pending) => app.agent.wake_all_workers(),
+            Ok(Change::Task(id)) => app.agent.heard_elsewhere(Heard::State(id)),
+            Ok(Change::Step(id)) => app.agent.heard_elsewhere(Heard::Step(id)),
+            Ok(Change::Facts) => {}
+            Ok(Change::Lost) => {
+                tracing::info!("the database's change feed was cut; everyone looks again");
+                app.agent.heard_elsewhere(Heard::Lagged);
+                app.agent.wake_all_workers();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the database's change feed failed; polling meanwhile");
+                app.agent.heard_elsewhere(Heard::Lagged);
+                feed = None;
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(FEED_RETRY) => {}
+                }
+            }
+        }
+    }
+}
+
+/// How soon a change feed that failed is connected again.
+const FEED_RETRY: Duration = Duration::from_secs(2);
+
+/// This node's row is gone: the others took it for dead (it was silent past the lease — a
+/// stalled machine, a lost database) and ended what it was running. It joins again.
+async fn rejoin(store: &crate::store::Store, lease: Duration) {
+    tracing::error!(
+        "the other nodes took this one for dead (no heartbeat for storage.node_lease_s = {} s): the tasks it was running were ended as interrupted; joining again",
+        lease.as_secs()
+    );
+    if let Err(e) = store
+        .join_cluster(&host_name(), std::process::id(), None, chrono_lease(lease))
+        .await
+    {
+        tracing::warn!(error = %e, "cannot join the nodes again; retrying");
+    }
+}
+
+/// End and take over what every node silent for longer than the lease left. Each step is one
+/// conditional statement, so nodes sweeping at once do each thing once.
+async fn sweep(app: &App, lease: Duration) -> Result<(), SweepError> {
+    let since = now() - chrono_lease(lease);
+    for node in app.store.silent_nodes(since).await? {
+        let failed = app
+            .store
+            .fail_running_on(&node, FailReason::Interrupted)
+            .await?;
+        let freed = app.store.release_placeholders_of(&node).await?;
+        let taken = app.scheduler.take_over(&node, Some(since)).await?;
+        if !app.store.forget_node(&node, since).await? {
+            // It beat again while being swept: it was slow, not dead; what it still runs
+            // ends with its own result or is reported interrupted above.
+            tracing::warn!(node = %node, "a node taken for silent beat again during the sweep");
+            continue;
+        }
+        tracing::warn!(
+            node = %node,
+            tasks_interrupted = failed,
+            locks_freed = freed,
+            runs_taken_over = taken,
+            "node silent for more than storage.node_lease_s ({} s): taken over",
+            lease.as_secs()
+        );
+    }
+    Ok(())
+}
+
+#[derive(Debug, thiserror::Error)]
+enum SweepError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Scheduler(#[from] crate::scheduler::SchedulerError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_beats_three_times_a_lease_within_bounds() {
+        assert_eq!(beat_every(Duration::from_secs(30)), Duration::from_secs(10));
+        assert_eq!(beat_every(Duration::from_secs(6)), Duration::from_secs(2));
+        assert_eq!(beat_every(Duration::from_secs(1)), Duration::from_secs(1));
+        assert_eq!(
+            beat_every(Duration::from_secs(600)),
+            Duration::from_secs(10)
+        );
+    }
+}
