@@ -222,7 +222,7 @@ impl LongTerm {
     /// Deletes a fact from the store and the index. False when there was no such fact.
     pub async fn forget(&self, id: &str) -> Result<bool, MemoryError> {
         let _gate = self.inner.write_gate.lock().await;
-        let existed = self.inner.store.delete_fact(id).await?;
+        let existed = self.inner.store.delete_fact(id).await?.is_some();
         let id = id.to_string();
         // Deleted from the index even when the store had no such row: that clears a stale
         // document left by a crash.
