@@ -59,6 +59,7 @@ mod kinds;
 mod models;
 mod outbox;
 mod postgres;
+mod sessions;
 mod sql;
 mod tasks;
 #[cfg(test)]
@@ -77,6 +78,7 @@ pub use jobs::*;
 pub use kinds::*;
 pub use models::*;
 pub use outbox::*;
+pub use sessions::*;
 pub use tasks::*;
 
 pub use postgres::{DaemonLock, PgUrlError, parse_url, redact_url};
