@@ -6,7 +6,7 @@
 //! the page's forms need. [`CsrfForm`] refuses a form whose `csrf` field is not its session's;
 //! it and [`PageQuery`] answer what they cannot read with an error page.
 
-use super::layout::error_page;
+use super::layout::{PageError, error_page};
 use crate::http::ApiState;
 use crate::http::session::{self, Session};
 use axum::body::Bytes;
@@ -25,12 +25,19 @@ pub(crate) async fn require_session(
     mut req: Request,
     next: Next,
 ) -> Response {
-    if let Some((_, sess)) = s.sessions.from_headers(req.headers()) {
+    let found = match s.sessions.from_headers(req.headers()).await {
+        Ok(found) => found,
+        Err(e) => return PageError::from(e).into_response(),
+    };
+    if let Some((_, sess)) = found {
         req.extensions_mut().insert(sess);
         return next.run(req).await;
     }
     if s.token.is_empty() {
-        let (id, sess) = s.sessions.create();
+        let (id, sess) = match s.sessions.create().await {
+            Ok(made) => made,
+            Err(e) => return PageError::from(e).into_response(),
+        };
         req.extensions_mut().insert(sess);
         let mut resp = next.run(req).await;
         resp.headers_mut()

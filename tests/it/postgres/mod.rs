@@ -17,6 +17,7 @@ pub(crate) mod cluster;
 
 mod faults;
 mod migrate;
+mod two_nodes;
 
 const PASSWORD_VAR: &str = "HERMES_TEST_DB_PASSWORD";
 
