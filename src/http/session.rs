@@ -50,6 +50,14 @@ pub struct Sessions {
     store: Store,
 }
 
+impl Session {
+    /// A session that is not stored: for a page shown while the database cannot be written.
+    /// Its forms are refused as expired; reloading the page once writes work again fixes that.
+    pub(crate) fn unsaved() -> Session {
+        Session { csrf: random_hex() }
+    }
+}
+
 /// A fresh 256-bit random value in hex (two v4 UUIDs' random bytes, from the OS's CSPRNG).
 fn random_hex() -> String {
     let a = uuid::Uuid::new_v4();

@@ -158,13 +158,24 @@ impl Store {
     /// Delete a fact; the `seq` of the change it logged, `None` when there was no such fact
     /// (nothing changed).
     pub(crate) async fn delete_fact(&self, id: &str) -> Result<Option<i64>> {
-        let mut tx = self.begin_writing(super::Locked::Facts).await?;
+        // Not `begin_writing`: on SQLite the delete is the first statement, so a plain BEGIN
+        // takes the write lock with it, and a plain BEGIN also works on a connection whose
+        // last commit failed on a full disk (sqlx then still counts a transaction open and
+        // refuses a custom `BEGIN IMMEDIATE`, so a forget would fail after the disk is freed).
+        // On PostgreSQL the facts table's lock is taken as `begin_writing` takes it.
+        let mut tx = self.begin().await?;
+        if self.is_postgres() {
+            query(super::Locked::Facts.lock_statement())
+                .execute(&mut tx)
+                .await?;
+        }
         let deleted = query("DELETE FROM facts WHERE id = ?")
             .bind(id)
             .execute(&mut tx)
             .await?;
         if deleted == 0 {
-            tx.rollback().await?;
+            // Nothing was changed, so nothing to log; ending it is all that is left.
+            tx.commit().await?;
             return Ok(None);
         }
         let seq = log_change(&mut tx, id).await?;

@@ -9,6 +9,7 @@
 use super::layout::{PageError, error_page};
 use crate::http::ApiState;
 use crate::http::session::{self, Session};
+use crate::store::StoreError;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::header::{LOCATION, SET_COOKIE};
@@ -35,13 +36,20 @@ pub(crate) async fn require_session(
     }
     if s.token.is_empty() {
         let (id, sess) = match s.sessions.create().await {
-            Ok(made) => made,
+            Ok((id, sess)) => (Some(id), sess),
+            // A full disk is when one most wants to look: the page is still shown, in a
+            // session that is not stored (and so sets no cookie).
+            Err(StoreError::Unavailable { .. }) if session::is_safe(req.method()) => {
+                (None, Session::unsaved())
+            }
             Err(e) => return PageError::from(e).into_response(),
         };
         req.extensions_mut().insert(sess);
         let mut resp = next.run(req).await;
-        resp.headers_mut()
-            .append(SET_COOKIE, session::set_cookie(&id, s.secure_cookies()));
+        if let Some(id) = id {
+            resp.headers_mut()
+                .append(SET_COOKIE, session::set_cookie(&id, s.secure_cookies()));
+        }
         return resp;
     }
     let here = req
