@@ -3,7 +3,8 @@
 //! A page request with a live `hermes_session` cookie runs with that [`Session`] in its
 //! extensions. Without one: when `server.token` is set, the browser is sent to `/login` (and
 //! back afterwards); when it is not, a session is made on the spot — it carries the CSRF token
-//! the page's forms need. [`CsrfForm`] refuses a form whose `csrf` field is not its session's;
+//! the page's forms need (while the database cannot be written, a page that only reads runs in
+//! a session that is not stored). [`CsrfForm`] refuses a form whose `csrf` field is not its session's;
 //! it and [`PageQuery`] answer what they cannot read with an error page.
 
 use super::layout::{PageError, error_page};
