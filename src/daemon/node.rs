@@ -194,11 +194,18 @@ async fn relay(app: App, stop: CancellationToken) {
             Ok(Change::Pending) => app.agent.wake_all_workers(),
             Ok(Change::Task(id)) => app.agent.heard_elsewhere(Heard::State(id)),
             Ok(Change::Step(id)) => app.agent.heard_elsewhere(Heard::Step(id)),
-            Ok(Change::Facts) => {}
+            Ok(Change::Facts) => {
+                if let Some(memory) = &app.memory {
+                    memory.wake();
+                }
+            }
             Ok(Change::Lost) => {
                 tracing::info!("the database's change feed was cut; everyone looks again");
                 app.agent.heard_elsewhere(Heard::Lagged);
                 app.agent.wake_all_workers();
+                if let Some(memory) = &app.memory {
+                    memory.wake();
+                }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "the database's change feed failed; polling meanwhile");

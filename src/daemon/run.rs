@@ -159,6 +159,9 @@ impl Services {
         spawn_pruner(app, &tracker, stop.clone());
         // Unanswered approval requests are denied when their time is up.
         app.agent.approvals().spawn_sweeper(&tracker, stop.clone());
+        if let Some(memory) = &app.memory {
+            memory.spawn_follow(&tracker, stop.clone())
+        }
         // Which model each profile serves: checked now, then every model.identity_check_s.
         crate::eval::ModelWatch::new(app, &tracker, stop.clone()).spawn();
         // Mail becomes tasks for the workers started above; its answers go through the sender.

@@ -101,7 +101,7 @@ pub(super) async fn require_token(
             return Ok(next.run(req).await);
         }
         state.logins.failed(peer, Door::Api);
-    } else if let Some((_, sess)) = state.sessions.from_headers(req.headers()) {
+    } else if let Some((_, sess)) = state.sessions.from_headers(req.headers()).await? {
         // A browser sends the cookie by itself; a change needs the token only our pages hold.
         let csrf = req
             .headers()

@@ -82,7 +82,7 @@ impl ApiState {
             notifier: app.notifier.clone(),
             config: app.config.clone(),
             token: Arc::from(app.config.settings.server.token.as_str()),
-            sessions: Sessions::default(),
+            sessions: Sessions::new(app.store.clone()),
             logins: throttle::LoginThrottle::from_settings(&app.config.settings.server),
             mcp: app.mcp.clone(),
             inbox: app.inbox.clone(),

@@ -13,16 +13,18 @@
 //!   (`Origin` not this host, `Sec-Fetch-Site: cross-site`) is refused whatever its
 //!   credentials: [`same_origin`]. With no token configured (a loopback daemon) this is what
 //!   stops a web page from posting a form to the daemon.
-//! - Sessions live in this process's memory: a restart signs everyone out, and signing out
-//!   removes the session at once. Their number is bounded, the oldest going first.
+//! - Sessions live in the database (`store::sessions`), so they survive a restart and work on
+//!   every node sharing the database; signing out removes the session at once, everywhere.
+//!   A row holds the SHA-256 of the cookie value, never the value: reading the table (a
+//!   backup, a dump) gives no way in. A lookup is by that hash, so its timing says nothing
+//!   about how close a guessed cookie was. Their number is bounded, the oldest going first.
 
 use super::ApiError;
-use crate::util::lock;
+use crate::store::{Store, StoreError};
 use axum::http::header::{COOKIE, HOST, ORIGIN};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-use subtle::ConstantTimeEq;
+use sha2::{Digest, Sha256};
+use std::time::Duration;
 
 /// The cookie's name.
 pub(crate) const COOKIE_NAME: &str = "hermes_session";
@@ -32,7 +34,9 @@ pub(crate) const CSRF_HEADER: &str = "x-csrf-token";
 /// How long a session lasts after sign-in.
 pub(crate) const LIFETIME: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The most sessions kept; signing in once more drops the oldest.
-const MAX_SESSIONS: usize = 256;
+const MAX_SESSIONS: i64 = 256;
+/// The length of a cookie value we make (256 bits in hex).
+const ID_LEN: usize = 64;
 
 /// What a page needs of its session: the CSRF token to put in its forms.
 #[derive(Debug, Clone)]
@@ -40,16 +44,18 @@ pub struct Session {
     pub csrf: String,
 }
 
-struct Entry {
-    id: String,
-    csrf: String,
-    expires: Instant,
+/// The dashboard's sessions, kept in the store: a cheap-to-clone handle.
+#[derive(Clone)]
+pub struct Sessions {
+    store: Store,
 }
 
-/// The sessions of this process: a cheap-to-clone handle.
-#[derive(Clone, Default)]
-pub struct Sessions {
-    entries: Arc<Mutex<Vec<Entry>>>,
+impl Session {
+    /// A session that is not stored: for a page shown while the database cannot be written.
+    /// Its forms are refused as expired; reloading the page once writes work again fixes that.
+    pub(crate) fn unsaved() -> Session {
+        Session { csrf: random_hex() }
+    }
 }
 
 /// A fresh 256-bit random value in hex (two v4 UUIDs' random bytes, from the OS's CSPRNG).
@@ -59,51 +65,59 @@ fn random_hex() -> String {
     format!("{}{}", hex::encode(a.as_bytes()), hex::encode(b.as_bytes()))
 }
 
+/// What the store keeps of a cookie value: its SHA-256, in hex.
+fn id_hash(id: &str) -> String {
+    hex::encode(Sha256::digest(id.as_bytes()))
+}
+
+/// Whether `id` could be a cookie value we made; anything else is not looked up.
+fn well_formed(id: &str) -> bool {
+    id.len() == ID_LEN && id.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 impl Sessions {
+    pub fn new(store: Store) -> Sessions {
+        Sessions { store }
+    }
+
     /// A new session: its cookie value and what pages need of it.
-    pub fn create(&self) -> (String, Session) {
+    pub async fn create(&self) -> Result<(String, Session), StoreError> {
         let id = random_hex();
         let csrf = random_hex();
-        let mut entries = lock(&self.entries);
-        let now = Instant::now();
-        entries.retain(|e| e.expires > now);
-        if entries.len() >= MAX_SESSIONS {
-            entries.remove(0);
-        }
-        entries.push(Entry {
-            id: id.clone(),
-            csrf: csrf.clone(),
-            expires: now + LIFETIME,
-        });
-        (id, Session { csrf })
+        let lifetime = chrono::TimeDelta::seconds(LIFETIME.as_secs() as i64);
+        let expires = crate::store::now() + lifetime;
+        self.store
+            .add_session(&id_hash(&id), &csrf, expires, MAX_SESSIONS)
+            .await?;
+        Ok((id, Session { csrf }))
     }
 
-    /// The live session with this cookie value. Every entry is compared in constant time, so
-    /// timing tells nothing about how close a guess was.
-    pub fn get(&self, id: &str) -> Option<Session> {
-        let now = Instant::now();
-        let entries = lock(&self.entries);
-        let mut found = None;
-        for e in entries.iter() {
-            let same = id.len() == e.id.len() && bool::from(id.as_bytes().ct_eq(e.id.as_bytes()));
-            if same && e.expires > now {
-                found = Some(Session {
-                    csrf: e.csrf.clone(),
-                });
-            }
+    /// The live session with this cookie value.
+    pub async fn get(&self, id: &str) -> Result<Option<Session>, StoreError> {
+        if !well_formed(id) {
+            return Ok(None);
         }
-        found
+        let found = self.store.session(&id_hash(id)).await?;
+        Ok(found.map(|s| Session { csrf: s.csrf }))
     }
 
-    /// Sign out: the session is gone at once.
-    pub fn remove(&self, id: &str) {
-        lock(&self.entries).retain(|e| e.id != id);
+    /// Sign out: the session is gone at once, on every node.
+    pub async fn remove(&self, id: &str) -> Result<(), StoreError> {
+        if well_formed(id) {
+            self.store.remove_session(&id_hash(id)).await?;
+        }
+        Ok(())
     }
 
     /// The session named by the request's cookie, if it is live.
-    pub fn from_headers(&self, headers: &HeaderMap) -> Option<(String, Session)> {
-        let id = cookie(headers, COOKIE_NAME)?;
-        self.get(id).map(|s| (id.to_string(), s))
+    pub async fn from_headers(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<Option<(String, Session)>, StoreError> {
+        let Some(id) = cookie(headers, COOKIE_NAME) else {
+            return Ok(None);
+        };
+        Ok(self.get(id).await?.map(|s| (id.to_string(), s)))
     }
 }
 
@@ -203,16 +217,25 @@ pub(crate) fn same_origin(
 mod tests {
     use super::*;
 
-    #[test]
-    fn sessions_live_until_removed() {
-        let s = Sessions::default();
-        let (id, session) = s.create();
+    #[tokio::test]
+    async fn sessions_live_until_removed_and_only_their_hash_is_stored() {
+        let store = Store::open_in_memory().await.unwrap();
+        let s = Sessions::new(store.clone());
+        let (id, session) = s.create().await.unwrap();
         assert_eq!(id.len(), 64);
-        assert_eq!(s.get(&id).map(|x| x.csrf), Some(session.csrf.clone()));
-        assert!(s.get(&id[..63]).is_none());
-        assert!(s.get("").is_none());
-        s.remove(&id);
-        assert!(s.get(&id).is_none());
+        let found = s.get(&id).await.unwrap().map(|x| x.csrf);
+        assert_eq!(found, Some(session.csrf.clone()));
+        assert!(s.get(&id[..63]).await.unwrap().is_none());
+        assert!(s.get("").await.unwrap().is_none());
+        assert!(s.get(&id.to_uppercase()).await.unwrap().is_none());
+        // The store has the hash, not the cookie value.
+        assert!(store.session(&id).await.unwrap().is_none());
+        assert!(store.session(&id_hash(&id)).await.unwrap().is_some());
+        // Another handle on the same database (another node, a restart) knows it too.
+        let other = Sessions::new(store.clone());
+        assert!(other.get(&id).await.unwrap().is_some());
+        other.remove(&id).await.unwrap();
+        assert!(s.get(&id).await.unwrap().is_none());
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! Long-term memory: facts and preferences that outlive a task, searched with BM25.
 //!
 //! Owns: the tantivy index at `DATA_DIR/memory-index` (schema, analyzer, writer, reader) and
-//! keeping it in step with the store's `facts` table. SQLite is the source of truth; the index is
-//! derived from it and holds only the fact id and the analysed text and tags. Recall returns the
-//! facts as the store has them. A missing, corrupt, outdated or miscounted index is rebuilt from
-//! the store at [`LongTerm::open`].
+//! keeping it in step with the store's `facts` table. The database is the source of truth; the
+//! index is derived from it and holds only the fact id and the analysed text and tags. Recall
+//! returns the facts as the store has them. Each commit of the index records the last change of
+//! the store's fact change sequence it has applied (`follow`), so an index that was closed
+//! while facts changed — or that sits on another node sharing the database — catches up with
+//! just those changes. A missing, corrupt, outdated or miscounted index, or one whose applied
+//! change the sequence no longer reaches, is rebuilt from the store at [`LongTerm::open`].
 //! The index is locked for the process that opened it (a second process gets
 //! [`MemoryError::Locked`]); tantivy's writer — its threads, its queue and its indexing arena —
 //! exists only while a write runs, so an idle process holds just the reader.
@@ -16,7 +19,7 @@ use crate::store::{Fact, Store, StoreError, Upsert};
 use index::{Fields, Opened, close_writer, document, open_index, open_writer};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
@@ -94,8 +97,19 @@ struct Inner {
     /// A repair is running.
     repairing: AtomicBool,
     /// Serialises "change SQL, then change the index" so the index applies writes in the order
-    /// the database made them (two merges of one fact must not land out of order).
+    /// the database made them (two merges of one fact must not land out of order); catching up
+    /// with the change sequence takes it too.
     write_gate: tokio::sync::Mutex<()>,
+    /// The last change of the store's fact change sequence the index has applied (0: none),
+    /// as its last commit recorded it. Changed only under `write_gate`.
+    applied: AtomicI64,
+    /// Which database's sequence `applied` counts in (its file, or its address without the
+    /// password): an index that followed another one is rebuilt.
+    source: String,
+    /// Woken to catch up at once (another node changed a fact), see [`LongTerm::wake`].
+    wake: tokio::sync::Notify,
+    /// Full rebuilds of the index through this handle (each is logged; tests count them).
+    rebuilds: AtomicU64,
 }
 
 impl LongTerm {
@@ -107,7 +121,8 @@ impl LongTerm {
         let (opened, fields) = tokio::task::spawn_blocking(move || open_index(&open_path))
             .await
             .map_err(|e| MemoryError::Worker(e.to_string()))??;
-        let indexed = opened.reader.searcher().num_docs();
+        let source = store.path().display().to_string();
+        let recorded = follow::recorded_seq(&opened.index, &source);
         let memory = LongTerm {
             inner: Arc::new(Inner {
                 store,
@@ -117,17 +132,39 @@ impl LongTerm {
                 trouble: Mutex::new(None),
                 repairing: AtomicBool::new(false),
                 write_gate: tokio::sync::Mutex::new(()),
+                applied: AtomicI64::new(recorded.unwrap_or(0)),
+                source,
+                wake: tokio::sync::Notify::new(),
+                rebuilds: AtomicU64::new(0),
             }),
         };
-        let stored = memory.inner.store.fact_count().await?;
-        if u64::try_from(stored).ok() != Some(indexed) {
-            tracing::info!(
-                indexed,
-                stored,
-                "memory index out of step with the database; rebuilding"
-            );
-            memory.rebuild().await?;
+        {
+            let _gate = memory.inner.write_gate.lock().await;
+            match recorded {
+                Some(_) => {
+                    memory.catch_up_locked().await?;
+                }
+                None => {
+                    tracing::info!(
+                        "memory index has no record of the fact changes it applied; rebuilding"
+                    );
+                    memory.rebuild_locked().await?;
+                }
+            }
+            // A last check that costs one count: whatever went wrong before, the index holds
+            // one document per fact.
+            let indexed = memory.inner.lock_index().reader.searcher().num_docs();
+            let stored = memory.inner.store.fact_count().await?;
+            if u64::try_from(stored).ok() != Some(indexed) {
+                tracing::info!(
+                    indexed,
+                    stored,
+                    "memory index out of step with the database; rebuilding"
+                );
+                memory.rebuild_locked().await?;
+            }
         }
+        memory.prune_changes().await;
         Ok(memory)
     }
 
@@ -152,11 +189,16 @@ impl LongTerm {
             .filter(|t| !t.is_empty())
             .collect();
         let _gate = self.inner.write_gate.lock().await;
-        let (fact, how) = self.inner.store.upsert_fact(text, &tags, source).await?;
+        let (fact, how, seq) = self
+            .inner
+            .store
+            .upsert_fact_logged(text, &tags, source)
+            .await?;
         let doc_fact = fact.clone();
+        let mark = self.mark_after(seq);
         let indexed = self
             .blocking(move |inner| {
-                inner.write(|writer, fields| {
+                inner.write(mark, |writer, fields| {
                     // Merged or new, the fact has exactly one document: the latest version.
                     writer.delete_term(Term::from_field_text(fields.id, &doc_fact.id));
                     writer.add_document(document(fields, &doc_fact))?;
@@ -165,7 +207,7 @@ impl LongTerm {
             })
             .await;
         // The fact is saved either way: the database is the truth, the index catches up.
-        self.after_index_write(indexed);
+        self.after_index_write(indexed.map(|()| self.applied_up_to(mark)));
         Ok((fact, how))
     }
 
@@ -222,13 +264,14 @@ impl LongTerm {
     /// Deletes a fact from the store and the index. False when there was no such fact.
     pub async fn forget(&self, id: &str) -> Result<bool, MemoryError> {
         let _gate = self.inner.write_gate.lock().await;
-        let existed = self.inner.store.delete_fact(id).await?;
+        let seq = self.inner.store.delete_fact(id).await?;
         let id = id.to_string();
+        let mark = self.mark_after(seq);
         // Deleted from the index even when the store had no such row: that clears a stale
         // document left by a crash.
         let deleted = self
             .blocking(move |inner| {
-                inner.write(|writer, fields| {
+                inner.write(mark, |writer, fields| {
                     writer.delete_term(Term::from_field_text(fields.id, &id));
                     Ok(())
                 })
@@ -236,24 +279,36 @@ impl LongTerm {
             .await;
         // A document left behind names a fact the store no longer has: recall skips it, and
         // the repair drops it.
-        self.after_index_write(deleted);
-        Ok(existed)
+        self.after_index_write(deleted.map(|()| self.applied_up_to(mark)));
+        Ok(seq.is_some())
     }
 
     /// Rebuilds the index from every fact in the store. Returns how many facts it indexed.
     pub async fn rebuild(&self) -> Result<usize, MemoryError> {
         let _gate = self.inner.write_gate.lock().await;
+        self.rebuild_locked().await
+    }
+
+    /// [`LongTerm::rebuild`], `write_gate` held.
+    async fn rebuild_locked(&self) -> Result<usize, MemoryError> {
+        // The sequence's end first, then the facts: every change up to it is in what is read,
+        // and a change after it is applied again by the next catch-up (harmlessly).
+        let seq = self.inner.store.fact_change_seq().await?;
         let facts = self.inner.store.all_facts().await?;
-        self.blocking(move |inner| {
-            inner.write(|writer, fields| {
-                writer.delete_all_documents()?;
-                for fact in &facts {
-                    writer.add_document(document(fields, fact))?;
-                }
-                Ok(facts.len())
+        let n = self
+            .blocking(move |inner| {
+                inner.write(seq, |writer, fields| {
+                    writer.delete_all_documents()?;
+                    for fact in &facts {
+                        writer.add_document(document(fields, fact))?;
+                    }
+                    Ok(facts.len())
+                })
             })
-        })
-        .await
+            .await?;
+        self.applied_up_to(seq);
+        self.inner.rebuilds.fetch_add(1, Ordering::SeqCst);
+        Ok(n)
     }
 
     /// Why the index is not used right now, if it is not (recall then reads the database).
@@ -281,8 +336,14 @@ impl LongTerm {
         loop {
             let result = async {
                 let _gate = self.inner.write_gate.lock().await;
+                let seq = self.inner.store.fact_change_seq().await?;
                 let facts = self.inner.store.all_facts().await?;
-                self.blocking(move |inner| inner.reopen_with(&facts)).await
+                let n = self
+                    .blocking(move |inner| inner.reopen_with(&facts, seq))
+                    .await?;
+                self.applied_up_to(seq);
+                self.inner.rebuilds.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, MemoryError>(n)
             }
             .await;
             match result {
@@ -369,18 +430,22 @@ impl Inner {
     }
 
     /// Open the index afresh (its directory recreated if it went away) and fill it with
-    /// `facts`. This process's lock on the old one is released first.
-    fn reopen_with(&self, facts: &[Fact]) -> Result<usize, MemoryError> {
+    /// `facts`, which are the store's as of change `seq`. This process's lock on the old one
+    /// is released first.
+    fn reopen_with(&self, facts: &[Fact], seq: i64) -> Result<usize, MemoryError> {
         let mut index = self.lock_index();
         index.lock = None;
         let (fresh, _) = open_index(&self.path)?;
         let fields = self.fields;
         let mut writer = open_writer(&fresh.index).map_err(|e| self.index_error(e))?;
+        let mark = follow::mark(seq, &self.source);
         let filled = writer.delete_all_documents().and_then(|_| {
             for fact in facts {
                 writer.add_document(document(fields, fact))?;
             }
-            writer.commit()
+            let mut commit = writer.prepare_commit()?;
+            commit.set_payload(&mark);
+            commit.commit()
         });
         filled.map_err(|e| self.index_error(e))?;
         close_writer(writer);
@@ -389,11 +454,13 @@ impl Inner {
         Ok(facts.len())
     }
 
-    /// Applies `change` with a writer opened for it and commits it; on failure the writer is
-    /// dropped uncommitted, so a failed write leaves no half-applied operations behind. The
-    /// reader is reloaded after the commit. Callers hold `write_gate`: one write at a time.
+    /// Applies `change` with a writer opened for it and commits it, recording that the index
+    /// has applied the fact change sequence up to `seq`; on failure the writer is dropped
+    /// uncommitted, so a failed write leaves no half-applied operations behind. The reader is
+    /// reloaded after the commit. Callers hold `write_gate`: one write at a time.
     fn write<T>(
         &self,
+        seq: i64,
         change: impl FnOnce(&mut IndexWriter, Fields) -> tantivy::Result<T>,
     ) -> Result<T, MemoryError> {
         // Recall only needs the mutex for a moment to take a searcher: not held while indexing.
@@ -409,9 +476,14 @@ impl Inner {
             opened.index.clone()
         };
         let mut writer = open_writer(&index).map_err(|e| self.index_error(e))?;
+        let mark = follow::mark(seq, &self.source);
         let value = change(&mut writer, self.fields)
             .and_then(|value| {
-                writer.commit()?;
+                // The mark goes into the commit itself: the index and what it has applied can
+                // never disagree, whenever the process stops.
+                let mut commit = writer.prepare_commit()?;
+                commit.set_payload(&mark);
+                commit.commit()?;
                 Ok(value)
             })
             .map_err(|e| self.index_error(e))?;
@@ -452,6 +524,9 @@ impl Inner {
     }
 }
 
+mod follow;
+#[cfg(test)]
+mod follow_tests;
 mod index;
 #[cfg(test)]
 mod tests;

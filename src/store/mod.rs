@@ -61,6 +61,7 @@ mod models;
 mod nodes;
 mod outbox;
 mod postgres;
+mod sessions;
 mod sql;
 mod tasks;
 #[cfg(test)]
@@ -81,6 +82,7 @@ pub use kinds::*;
 pub use models::*;
 pub use nodes::*;
 pub use outbox::*;
+pub use sessions::*;
 pub use tasks::*;
 
 pub use postgres::{DaemonLock, PgUrlError, parse_url, redact_url};

@@ -376,8 +376,8 @@ on_both_engines!(
             store.all_facts().await.unwrap()[0].text,
             "用户喜欢喝乌龙茶。"
         );
-        assert!(store.delete_fact(&a.id).await.unwrap());
-        assert!(!store.delete_fact(&a.id).await.unwrap());
+        assert!(store.delete_fact(&a.id).await.unwrap().is_some());
+        assert!(store.delete_fact(&a.id).await.unwrap().is_none());
     }
 );
 

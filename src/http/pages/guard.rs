@@ -3,12 +3,14 @@
 //! A page request with a live `hermes_session` cookie runs with that [`Session`] in its
 //! extensions. Without one: when `server.token` is set, the browser is sent to `/login` (and
 //! back afterwards); when it is not, a session is made on the spot — it carries the CSRF token
-//! the page's forms need. [`CsrfForm`] refuses a form whose `csrf` field is not its session's;
+//! the page's forms need (while the database cannot be written, a page that only reads runs in
+//! a session that is not stored). [`CsrfForm`] refuses a form whose `csrf` field is not its session's;
 //! it and [`PageQuery`] answer what they cannot read with an error page.
 
-use super::layout::error_page;
+use super::layout::{PageError, error_page};
 use crate::http::ApiState;
 use crate::http::session::{self, Session};
+use crate::store::StoreError;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::header::{LOCATION, SET_COOKIE};
@@ -25,16 +27,30 @@ pub(crate) async fn require_session(
     mut req: Request,
     next: Next,
 ) -> Response {
-    if let Some((_, sess)) = s.sessions.from_headers(req.headers()) {
+    let found = match s.sessions.from_headers(req.headers()).await {
+        Ok(found) => found,
+        Err(e) => return PageError::from(e).into_response(),
+    };
+    if let Some((_, sess)) = found {
         req.extensions_mut().insert(sess);
         return next.run(req).await;
     }
     if s.token.is_empty() {
-        let (id, sess) = s.sessions.create();
+        let (id, sess) = match s.sessions.create().await {
+            Ok((id, sess)) => (Some(id), sess),
+            // A full disk is when one most wants to look: the page is still shown, in a
+            // session that is not stored (and so sets no cookie).
+            Err(StoreError::Unavailable { .. }) if session::is_safe(req.method()) => {
+                (None, Session::unsaved())
+            }
+            Err(e) => return PageError::from(e).into_response(),
+        };
         req.extensions_mut().insert(sess);
         let mut resp = next.run(req).await;
-        resp.headers_mut()
-            .append(SET_COOKIE, session::set_cookie(&id, s.secure_cookies()));
+        if let Some(id) = id {
+            resp.headers_mut()
+                .append(SET_COOKIE, session::set_cookie(&id, s.secure_cookies()));
+        }
         return resp;
     }
     let here = req

@@ -6,7 +6,7 @@
 //! Must not: render or log the token, or send the browser anywhere but a path of this site.
 
 use super::guard::{CsrfForm, PageQuery, local_path, see_other};
-use super::layout::{error_page, shell};
+use super::layout::{PageError, error_page, shell};
 use crate::http::session::{self, COOKIE_NAME};
 use crate::http::throttle::{Door, Peer};
 use crate::http::{ApiState, Session, token_matches};
@@ -95,7 +95,10 @@ pub async fn submit(
         return (StatusCode::UNAUTHORIZED, page).into_response();
     }
     s.logins.succeeded(peer);
-    let (id, _) = s.sessions.create();
+    let id = match s.sessions.create().await {
+        Ok((id, _)) => id,
+        Err(e) => return PageError::from(e).into_response(),
+    };
     let mut resp = see_other(next);
     resp.headers_mut()
         .append(SET_COOKIE, session::set_cookie(&id, s.secure_cookies()));
@@ -108,8 +111,11 @@ pub async fn logout(
     headers: HeaderMap,
     CsrfForm(_): CsrfForm,
 ) -> Response {
-    if let Some(id) = session::cookie(&headers, COOKIE_NAME) {
-        s.sessions.remove(id);
+    if let Some(id) = session::cookie(&headers, COOKIE_NAME)
+        && let Err(e) = s.sessions.remove(id).await
+    {
+        // Still signed in: say so rather than pretend.
+        return PageError::from(e).into_response();
     }
     let mut resp = see_other(if s.token.is_empty() { "/" } else { "/login" });
     resp.headers_mut()

@@ -20,6 +20,7 @@ pub(crate) mod cluster;
 mod faults;
 mod migrate;
 mod nodes;
+mod two_nodes;
 
 const PASSWORD_VAR: &str = "HERMES_TEST_DB_PASSWORD";
 
