@@ -23,6 +23,7 @@ mod fallback;
 mod footprint;
 mod inbox;
 mod load;
+mod nodes;
 mod overhead;
 mod sched;
 mod tokens;
@@ -38,6 +39,8 @@ const SECTIONS: &[&str] = &[
     "fallback",
     "footprint",
     "inbox",
+    // Not run by default: it needs a PostgreSQL server (HERMES_BENCH_STORAGE_URL).
+    "nodes",
 ];
 
 fn main() -> ExitCode {
@@ -65,15 +68,16 @@ fn main() -> ExitCode {
             chosen.push(s);
         } else {
             eprintln!(
-                "unknown section '{a}'; sections: {} (load takes concurrency levels and wait|direct|collector; footprint takes quick)",
+                "unknown section '{a}'; sections: {} (load takes concurrency levels and wait|direct|collector; footprint takes quick; nodes, never run by default, takes burst sizes and needs HERMES_BENCH_STORAGE_URL)",
                 SECTIONS.join(", ")
             );
             return ExitCode::from(2);
         }
     }
     if chosen.is_empty() {
-        chosen = SECTIONS.to_vec();
+        chosen = SECTIONS.iter().copied().filter(|s| *s != "nodes").collect();
     }
+    let sizes = levels.clone();
     if levels.is_empty() {
         levels = vec![1, 10, 100, 1000];
     }
@@ -111,6 +115,7 @@ fn main() -> ExitCode {
                 "fallback" => fallback::run().await,
                 "footprint" => footprint::run(quick).await,
                 "inbox" => inbox::run().await,
+                "nodes" => nodes::run(&sizes).await,
                 _ => Ok(()),
             }
         });

@@ -45,30 +45,31 @@ UPDATE jobs SET running_task_id = NULL WHERE running_task_id LIKE 'firing:%';
 
 -- The change feed (LISTEN hermes): which task to look at, sent at commit. Identical payloads
 -- in one transaction arrive once, so a burst of 1,000 pending tasks is one wake-up. A wake-up,
--- not a record: every listener reads the tables, and polls in case one is lost.
-CREATE FUNCTION hermes_task_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+-- not a record: every listener reads the tables, and polls in case one is lost. Only what
+-- someone waits for is sent — work queued, a task ended or waiting for a person —: a
+-- transaction that notifies is serialised with the others at commit, and a notification per
+-- trace row cost a third of the throughput at 100 tasks at once (BENCHMARKS.md §12). Trace
+-- rows are followed by polling.
+CREATE FUNCTION hermes_task_queued() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'INSERT' THEN
-        IF NEW.state = 'pending' THEN
-            PERFORM pg_notify('hermes', 'pending');
-        END IF;
-    ELSIF NEW.state IS DISTINCT FROM OLD.state OR NEW.waiting IS DISTINCT FROM OLD.waiting THEN
-        PERFORM pg_notify('hermes', 'task:' || NEW.id);
-    END IF;
+    PERFORM pg_notify('hermes', 'pending');
     RETURN NULL;
 END
 $$;
-CREATE TRIGGER tasks_changed AFTER INSERT OR UPDATE ON tasks
-    FOR EACH ROW EXECUTE FUNCTION hermes_task_changed();
+CREATE TRIGGER tasks_queued AFTER INSERT ON tasks
+    FOR EACH ROW WHEN (NEW.state = 'pending') EXECUTE FUNCTION hermes_task_queued();
 
-CREATE FUNCTION hermes_step_added() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION hermes_task_settled() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('hermes', 'step:' || NEW.task_id);
+    PERFORM pg_notify('hermes', 'task:' || NEW.id);
     RETURN NULL;
 END
 $$;
-CREATE TRIGGER task_steps_added AFTER INSERT ON task_steps
-    FOR EACH ROW EXECUTE FUNCTION hermes_step_added();
+CREATE TRIGGER tasks_settled AFTER UPDATE ON tasks
+    FOR EACH ROW WHEN (
+        (NEW.state IS DISTINCT FROM OLD.state AND NEW.state IN ('succeeded', 'failed', 'cancelled'))
+        OR (NEW.waiting AND NOT OLD.waiting)
+    ) EXECUTE FUNCTION hermes_task_settled();
 
 -- An answered approval may let a held task go on: a worker anywhere takes it.
 CREATE FUNCTION hermes_work_ready() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -78,7 +79,7 @@ BEGIN
 END
 $$;
 CREATE TRIGGER approvals_decided AFTER UPDATE OF state ON approvals
-    FOR EACH ROW EXECUTE FUNCTION hermes_work_ready();
+    FOR EACH ROW WHEN (NEW.state IS DISTINCT FROM OLD.state) EXECUTE FUNCTION hermes_work_ready();
 
 CREATE FUNCTION hermes_fact_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

@@ -1,8 +1,7 @@
-//! News of tasks run by other daemons on a shared database: a trace row stored, a state
-//! changed. The store's change feed (PostgreSQL's `LISTEN`) brings it; waiters and followers
-//! of that task here wake on it and read the store, which stays the one source of truth. A feed that was
-//! cut (its notifications lost meanwhile) says so with [`Heard::Lagged`], and everyone looks
-//! again; a slow poll covers what no feed brings.
+//! News of tasks run by other daemons on a shared database: one ended, or waits for a person. The store's change feed (PostgreSQL's `LISTEN`) brings it; the waiters and
+//! followers of that task here wake on it and read the store, which stays the one source of
+//! truth. A feed that was cut (its notifications lost meanwhile) says so with
+//! [`Heard::Lagged`], and everyone looks again; a slow poll covers what no feed brings.
 //!
 //! Must not: carry rows (only which task to look at), or be needed on one daemon alone (its own
 //! runners announce everything on `finished` and `steps`).
@@ -18,9 +17,7 @@ use tokio::sync::Notify;
 /// What another node did to a task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Heard {
-    /// A trace row of this task was stored.
-    Step(String),
-    /// This task's state changed (it started, ended, or waits for a person).
+    /// This task ended, or waits for a person.
     State(String),
     /// Notifications may have been lost: every waiter looks again.
     Lagged,
@@ -28,7 +25,9 @@ pub enum Heard {
 
 /// How often a waiter on a shared database reads its task without news: notifications are a
 /// wake-up, not a promise (a feed reconnecting loses what was sent meanwhile).
-pub(super) const SHARED_POLL: Duration = Duration::from_secs(5);
+/// Long, as the feed says when it lost something ([`Heard::Lagged`]): ten thousand firings
+/// waiting at once must not keep the pool busy with reads that find nothing new.
+pub(super) const SHARED_POLL: Duration = Duration::from_secs(30);
 
 /// Who here waits for news of which task. Keyed by task, so a notification wakes only those
 /// who wait on that task: with a thousand firings waiting at once, a broadcast to every waiter
@@ -41,7 +40,6 @@ pub(super) struct Watchers {
 
 struct Watcher {
     key: u64,
-    steps: bool,
     wake: Arc<Notify>,
 }
 
@@ -73,8 +71,8 @@ impl Drop for Watch<'_> {
 }
 
 impl Watchers {
-    /// Wait for news of task `id`: of its state, and with `steps` of its trace rows too.
-    pub(super) fn watch(&self, id: &str, steps: bool) -> Watch<'_> {
+    /// Wait for news of task `id`.
+    pub(super) fn watch(&self, id: &str) -> Watch<'_> {
         let key = self.next.fetch_add(1, Ordering::Relaxed);
         let wake = Arc::new(Notify::new());
         lock(&self.by_task)
@@ -82,7 +80,6 @@ impl Watchers {
             .or_default()
             .push(Watcher {
                 key,
-                steps,
                 wake: wake.clone(),
             });
         Watch {
@@ -95,15 +92,10 @@ impl Watchers {
 
     fn heard(&self, news: &Heard) {
         let map = lock(&self.by_task);
-        let wake = |list: &Vec<Watcher>, steps: bool| {
-            for w in list.iter().filter(|w| w.steps || !steps) {
-                w.wake.notify_one();
-            }
-        };
+        let wake = |list: &Vec<Watcher>| list.iter().for_each(|w| w.wake.notify_one());
         match news {
-            Heard::State(id) => map.get(id).iter().for_each(|l| wake(l, false)),
-            Heard::Step(id) => map.get(id).iter().for_each(|l| wake(l, true)),
-            Heard::Lagged => map.values().for_each(|l| wake(l, false)),
+            Heard::State(id) => map.get(id).iter().for_each(|l| wake(l)),
+            Heard::Lagged => map.values().for_each(wake),
         }
     }
 }
@@ -115,8 +107,8 @@ impl Agent {
     }
 
     /// Register before reading the store, so no news falls between the read and the wait.
-    pub(super) fn watch_elsewhere(&self, id: &str, steps: bool) -> Watch<'_> {
-        self.inner.elsewhere.watch(id, steps)
+    pub(super) fn watch_elsewhere(&self, id: &str) -> Watch<'_> {
+        self.inner.elsewhere.watch(id)
     }
 
     /// How long to wait without news before reading the store again; `None`: only wake on
@@ -140,5 +132,35 @@ pub(super) async fn poll(poll: Option<Duration>) {
     match poll {
         Some(d) => tokio::time::sleep(d).await,
         None => std::future::pending::<()>().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    async fn woken(watch: &Watch<'_>) -> bool {
+        tokio::time::timeout(Duration::from_millis(50), watch.news())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn news_wakes_only_those_who_wait_on_that_task_and_lost_news_wakes_all() {
+        let watchers = Watchers::default();
+        let first = watchers.watch("a");
+        let second = watchers.watch("a");
+        let other = watchers.watch("b");
+        watchers.heard(&Heard::State("a".into()));
+        assert!(woken(&first).await && woken(&second).await);
+        assert!(!woken(&other).await);
+        watchers.heard(&Heard::Lagged);
+        assert!(woken(&other).await && woken(&first).await);
+        drop((first, second, other));
+        assert!(
+            lock(&watchers.by_task).is_empty(),
+            "a dropped watch is gone"
+        );
     }
 }

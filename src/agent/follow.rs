@@ -4,9 +4,8 @@
 //!
 //! Rows are always read from the store (the one source of truth); the agent's announcements
 //! only say when to look. A task running in another process (a CLI `run` on the same data dir,
-//! another daemon on a shared database) announces nothing here — another daemon's news comes
-//! through `elsewhere.rs` when the database has a change feed —, so the store is also looked
-//! at every [`POLL`].
+//! another daemon on a shared database) announces nothing here — another daemon sends only its
+//! end through `elsewhere.rs` —, so the store is also looked at every [`POLL`].
 
 use super::{Agent, AgentError};
 use crate::store::{Step, Task};
@@ -61,7 +60,7 @@ impl Agent {
     ) -> Result<(), AgentError> {
         // Registered before the first read; the follower task is subscribed to the rest
         // since before its task was found.
-        let elsewhere = self.watch_elsewhere(id, true);
+        let elsewhere = self.watch_elsewhere(id);
         let store = &self.inner.store;
         let mut seen = 0;
         loop {

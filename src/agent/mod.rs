@@ -44,6 +44,9 @@ use std::time::Duration;
 use tokio::sync::{Notify, broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
+/// How soon a waiter reads its task again after a storage fault.
+const READ_RETRY: Duration = Duration::from_secs(1);
+
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     #[error("the task text is empty; say what the agent should do")]
@@ -402,10 +405,10 @@ impl Agent {
     ) -> Result<Task, AgentError> {
         let deadline = tokio::time::Instant::now() + timeout;
         // A task on a shared database may run on another daemon: its end is news from there.
-        let elsewhere = self.watch_elsewhere(id, false);
+        let elsewhere = self.watch_elsewhere(id);
         let poll = self.poll_without_news(id);
         loop {
-            let t = self.as_known(self.inner.store.task(id).await?);
+            let t = self.read_waited(id, deadline).await?;
             if settled(&t) {
                 return Ok(t);
             }
@@ -430,6 +433,27 @@ impl Agent {
                     // Our task, or we lagged behind and may have missed it: look again.
                     Ok(_) => break,
                 }
+            }
+        }
+    }
+
+    /// Task `id` for a waiter. A storage fault (the pool busy past its timeout, the server
+    /// away for a moment) is waited out until `deadline`: a job firing that waits for its task
+    /// must not record the run failed because one read of it failed.
+    async fn read_waited(
+        &self,
+        id: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<Task, AgentError> {
+        loop {
+            match self.inner.store.task(id).await {
+                Ok(t) => return Ok(self.as_known(t)),
+                Err(StoreError::Unavailable { .. })
+                    if tokio::time::Instant::now() + READ_RETRY < deadline =>
+                {
+                    tokio::time::sleep(READ_RETRY).await;
+                }
+                Err(e) => return Err(e.into()),
             }
         }
     }

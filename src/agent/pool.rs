@@ -40,6 +40,12 @@ impl Agent {
             }
             match self.inner.store.claim_next_pending().await {
                 Ok(Some(task)) => {
+                    if self.inner.store.is_postgres() {
+                        // Another daemon's queueing wakes one worker here (a burst is one
+                        // notification): each that finds work wakes the next, until one
+                        // finds none — not every idle worker at once for every task.
+                        self.inner.queued.notify_one();
+                    }
                     if let Err(e) = self.run_taken(task, RunOptions::default()).await {
                         tracing::error!(worker, error = %e, "the task's end could not be recorded");
                     }

@@ -76,14 +76,22 @@ impl Membership {
 
     /// Stop beating and tell the others this node is gone, so what it leaves (a firing still
     /// waiting for a person) is taken over at their next sweep, not after the lease.
-    pub(super) async fn leave(self) {
+    pub(super) async fn leave(mut self) {
         self.stop.cancel();
-        if let Some(keeper) = self.keeper {
+        if let Some(keeper) = self.keeper.take() {
             let _ = keeper.await;
         }
         if let Err(e) = self.app.store.leave_cluster().await {
             tracing::warn!(error = %e, "could not tell the other nodes this one stopped; they take over after storage.node_lease_s");
         }
+    }
+}
+
+impl Drop for Membership {
+    /// A daemon whose `run` is dropped without a graceful stop (a crash in-process, a test)
+    /// stops beating, like a process killed: the others take over after the lease.
+    fn drop(&mut self) {
+        self.stop.cancel();
     }
 }
 
@@ -191,9 +199,8 @@ async fn relay(app: App, stop: CancellationToken) {
             change = listening.next() => change,
         };
         match change {
-            Ok(Change::Pending) => app.agent.wake_all_workers(),
+            Ok(Change::Pending) => app.agent.wake_workers(),
             Ok(Change::Task(id)) => app.agent.heard_elsewhere(Heard::State(id)),
-            Ok(Change::Step(id)) => app.agent.heard_elsewhere(Heard::Step(id)),
             Ok(Change::Facts) => {
                 if let Some(memory) = &app.memory {
                     memory.wake();

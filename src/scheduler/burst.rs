@@ -54,7 +54,7 @@ impl Scheduler {
             .partition(|(job, _)| claimed.contains(&job.id));
         let left = self
             .still_due(left.into_iter().map(|(job, _)| job).collect())
-            .await?;
+            .await;
 
         let count = claimed.len();
         let jobs: Vec<Job> = claimed.iter().map(|(job, _)| job.clone()).collect();
@@ -124,22 +124,23 @@ impl Scheduler {
     /// holds the lock), read back in one query. The others were claimed by another node on
     /// the same database: handing each to the one-job path would cost a read and a failed
     /// claim per job, a thousand of them per node when nodes race for a burst.
-    async fn still_due(&self, left: Vec<Job>) -> Result<Vec<Job>, StoreError> {
+    /// The burst's claims are made by now: a failed read hands every job on, as before.
+    async fn still_due(&self, left: Vec<Job>) -> Vec<Job> {
         if left.is_empty() {
-            return Ok(left);
+            return left;
         }
-        let now: std::collections::HashMap<String, Option<DateTime<Utc>>> = self
-            .inner
-            .store
-            .list_jobs()
-            .await?
-            .into_iter()
-            .map(|j| (j.id, j.next_run_at))
-            .collect();
-        Ok(left
-            .into_iter()
+        let jobs = match self.inner.store.list_jobs().await {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot re-read the jobs a burst left; each is tried alone");
+                return left;
+            }
+        };
+        let now: std::collections::HashMap<String, Option<DateTime<Utc>>> =
+            jobs.into_iter().map(|j| (j.id, j.next_run_at)).collect();
+        left.into_iter()
             .filter(|job| now.get(&job.id) == Some(&job.next_run_at))
-            .collect())
+            .collect()
     }
 }
 

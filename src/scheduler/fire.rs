@@ -533,8 +533,8 @@ impl Scheduler {
 }
 
 /// Who holds a job's run lock while its firing starts, before its task exists: unique, so a
-/// firing releases only its own hold.
-/// A firing's placeholder run lock, naming the node (see `store::placeholder_prefix`).
+/// firing releases only its own hold, and naming the node, so the placeholders of a node that
+/// died can be freed by the others (see `store::placeholder_prefix`).
 pub(super) fn firing_token(node: Option<&str>) -> String {
     format!("{}{}", crate::store::placeholder_prefix(node), new_id())
 }
