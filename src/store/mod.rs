@@ -103,7 +103,7 @@ static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postg
 pub const DB_FILE: &str = "hermes.db";
 
 /// How the database is opened; the defaults suit the daemon.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct StoreOptions {
     /// Connections in the pool; 0: the engine's default. On SQLite readers run in parallel in
     /// WAL mode, writers queue in its busy handler, and each connection has its own worker
@@ -114,16 +114,6 @@ pub struct StoreOptions {
     pub max_pages: Option<u32>,
     /// Open without write access (inspection; a stand-in for a read-only file in tests).
     pub read_only: bool,
-}
-
-impl Default for StoreOptions {
-    fn default() -> Self {
-        StoreOptions {
-            max_connections: 0,
-            max_pages: None,
-            read_only: false,
-        }
-    }
 }
 
 /// A cheap-to-clone handle to the database; clone it into every part that needs storage.
