@@ -256,6 +256,9 @@ async fn sweep(app: &App, lease: Duration) -> Result<(), SweepError> {
             .await?;
         let freed = app.store.release_placeholders_of(&node).await?;
         let taken = app.scheduler.take_over(&node, Some(since)).await?;
+        // Its jobs are this node's to fire now; one it made lately may be due before this
+        // scheduler's next look.
+        app.scheduler.wake();
         if !app.store.forget_node(&node, since).await? {
             // It beat again while being swept: it was slow, not dead; what it still runs
             // ends with its own result or is reported interrupted above.
