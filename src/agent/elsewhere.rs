@@ -6,7 +6,8 @@
 //! Must not: carry rows (only which task to look at), or be needed on one daemon alone (its own
 //! runners announce everything on `finished` and `steps`).
 
-use super::Agent;
+use super::{Agent, AgentError};
+use crate::store::{StoreError, Task};
 use crate::util::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -124,6 +125,32 @@ impl Agent {
             .store
             .is_postgres()
             .then_some(SHARED_POLL + jitter)
+    }
+}
+
+/// How soon a waiter reads its task again after a storage fault.
+const READ_RETRY: Duration = Duration::from_secs(1);
+
+impl Agent {
+    /// Task `id` for a waiter. A storage fault (the pool busy past its timeout, the server
+    /// away for a moment) is waited out until `deadline`: a job firing that waits for its task
+    /// must not record the run failed because one read of it failed.
+    pub(super) async fn read_waited(
+        &self,
+        id: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<Task, AgentError> {
+        loop {
+            match self.inner.store.task(id).await {
+                Ok(t) => return Ok(self.as_known(t)),
+                Err(StoreError::Unavailable { .. })
+                    if tokio::time::Instant::now() + READ_RETRY < deadline =>
+                {
+                    tokio::time::sleep(READ_RETRY).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 }
 

@@ -44,9 +44,6 @@ use std::time::Duration;
 use tokio::sync::{Notify, broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
-/// How soon a waiter reads its task again after a storage fault.
-const READ_RETRY: Duration = Duration::from_secs(1);
-
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     #[error("the task text is empty; say what the agent should do")]
@@ -433,27 +430,6 @@ impl Agent {
                     // Our task, or we lagged behind and may have missed it: look again.
                     Ok(_) => break,
                 }
-            }
-        }
-    }
-
-    /// Task `id` for a waiter. A storage fault (the pool busy past its timeout, the server
-    /// away for a moment) is waited out until `deadline`: a job firing that waits for its task
-    /// must not record the run failed because one read of it failed.
-    async fn read_waited(
-        &self,
-        id: &str,
-        deadline: tokio::time::Instant,
-    ) -> Result<Task, AgentError> {
-        loop {
-            match self.inner.store.task(id).await {
-                Ok(t) => return Ok(self.as_known(t)),
-                Err(StoreError::Unavailable { .. })
-                    if tokio::time::Instant::now() + READ_RETRY < deadline =>
-                {
-                    tokio::time::sleep(READ_RETRY).await;
-                }
-                Err(e) => return Err(e.into()),
             }
         }
     }
