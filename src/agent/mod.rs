@@ -142,12 +142,16 @@ pub struct RunOptions {
 enum StopReason {
     Cancelled,
     Shutdown,
+    /// This node lost the lease the task was claimed under: the task is the others' now.
+    Fenced,
 }
 
 /// A running task's stop switch and why it was pulled (the first reason wins).
 struct Running {
     stop: CancellationToken,
     why: Arc<Mutex<Option<StopReason>>>,
+    /// The lease epoch it was claimed under (`store/lease.rs`), if any.
+    epoch: Option<String>,
 }
 
 /// The agent service: a cheap-to-clone handle shared by the CLI, the API, the scheduler and
@@ -531,6 +535,22 @@ impl Agent {
         let ids: Vec<String> = lock(&self.inner.running).keys().cloned().collect();
         ids.iter()
             .filter(|id| self.stop_running(id, StopReason::Shutdown))
+            .count()
+    }
+
+    /// Stop, first and at once, every task this process runs under a lease it no longer
+    /// holds: the other nodes took this one for dead and ended them; nothing more of theirs
+    /// may happen here. Returns how many were stopped.
+    pub fn stop_fenced(&self) -> usize {
+        let lease = self.inner.store.lease();
+        let fenced: Vec<String> = lock(&self.inner.running)
+            .iter()
+            .filter(|(_, r)| r.epoch.as_deref().is_some_and(|e| !lease.holds(e)))
+            .map(|(id, _)| id.clone())
+            .collect();
+        fenced
+            .iter()
+            .filter(|id| self.stop_running(id, StopReason::Fenced))
             .count()
     }
 

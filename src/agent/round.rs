@@ -106,6 +106,7 @@ impl Run<'_> {
                 ..ctx.clone()
             })
             .collect();
+        self.ensure_lease().await?;
         let outcomes = join_all(calls.iter().zip(&gates).zip(&verdicts).zip(&contexts).map(
             |(((c, g), v), ctx)| self.run_call(step, c, g.as_ref(), v.as_ref(), ctx, restrict),
         ))

@@ -93,6 +93,7 @@ impl Agent {
             super::Running {
                 stop: token.clone(),
                 why: why.clone(),
+                epoch: task.node_epoch.clone(),
             },
         );
         tracing::info!(task = %task.id, origin = %task.origin, profile = %task.profile, "task started");
@@ -129,13 +130,14 @@ impl Agent {
                     ),
                 }),
             },
-            _ = token.cancelled() => Ok(match *lock(&why) {
-                Some(StopReason::Shutdown) => LoopEnd::Failed {
+            _ = token.cancelled() => match *lock(&why) {
+                Some(StopReason::Shutdown) => Ok(LoopEnd::Failed {
                     reason: FailReason::Shutdown,
                     error: "the daemon stopped before the task finished".into(),
-                },
-                _ => LoopEnd::Failed { reason: FailReason::Cancelled, error: "cancelled".into() },
-            }),
+                }),
+                Some(StopReason::Fenced) => Err(StoreError::Fenced(crate::store::Fenced)),
+                _ => Ok(LoopEnd::Failed { reason: FailReason::Cancelled, error: "cancelled".into() }),
+            },
         };
         {
             // Only our own entry: once held, a worker may already continue the task.
@@ -146,6 +148,13 @@ impl Agent {
             {
                 running.remove(&task.id);
             }
+        }
+        if let Err(StoreError::Fenced(_)) = end {
+            // Declared dead meanwhile: what was not written stays unwritten, and the end is
+            // the one the other nodes wrote.
+            tracing::warn!(task = %task.id,
+                "fenced: this node lost its lease on the database while running the task; the other nodes ended it, and it does nothing more for it here");
+            return Ok(store.task(&task.id).await?);
         }
         // Rows the loop recorded before it was cut off (a model call whose tools were running).
         let end = match run.flush().await {
@@ -384,6 +393,7 @@ impl Run<'_> {
     ) -> Result<ControlFlow<LoopEnd, ModelReply>, StoreError> {
         let inner = &self.agent.inner;
         let profile = &self.task.profile;
+        self.ensure_lease().await?;
         let tools = inner.registry.offered(self.opts.restrict.as_deref());
         let t0 = Instant::now();
         let reply = inner
@@ -433,6 +443,14 @@ impl Run<'_> {
         }
     }
 
+    /// Wait until this node may act for the task: it still holds the lease the task was
+    /// claimed under, recently confirmed (`store/lease.rs`). Asked before every model call and
+    /// every round of tool calls; refused with [`StoreError::Fenced`] once the lease is lost.
+    pub(super) async fn ensure_lease(&self) -> Result<(), StoreError> {
+        let epoch = self.task.node_epoch.as_deref();
+        Ok(self.agent.inner.store.lease().ensure(epoch).await?)
+    }
+
     /// Number a trace row and show it to the observer (the live timeline of `run`) at once;
     /// it is stored by the next [`Run::flush`].
     pub(super) fn record(&self, row: NewStep) {
@@ -452,7 +470,10 @@ impl Run<'_> {
             return Ok(());
         };
         let inner = &self.agent.inner;
-        inner.store.add_steps(&self.task.id, &rows).await?;
+        inner
+            .store
+            .add_steps(&self.task.id, self.task.node_epoch.as_deref(), &rows)
+            .await?;
         // No receivers is normal (nobody following).
         let _ = inner.steps.send(super::StepRecorded {
             task_id: self.task.id.clone(),

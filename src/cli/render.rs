@@ -331,6 +331,7 @@ mod tests {
             started_at: None,
             finished_at: None,
             waiting: false,
+            node_epoch: None,
         }
     }
 

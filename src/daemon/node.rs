@@ -4,6 +4,13 @@
 //! run locks its firings held are freed, and the job runs it was following are followed to
 //! their end and delivered here. Nothing waits for the silent node to come back.
 //!
+//! Each join draws a new lease epoch (a fencing token, `store/lease.rs`); a node swept is
+//! revoked before anything of it is taken, so when it continues (a stopped process, a
+//! suspended laptop) its heartbeat finds the lease lost, its tasks are stopped first, nothing
+//! it writes under the old lease is taken, and it joins again under a new one. A node judges
+//! others only after reaching the database itself for a whole lease: an outage is nobody's
+//! death.
+//!
 //! On SQLite none of this runs: the data dir's lock keeps one daemon per database, and the
 //! start-up restore covers a crash.
 //! Must not: run tasks or fire jobs itself (the workers and the scheduler do), or hold SQL.
@@ -100,21 +107,59 @@ fn chrono_lease(lease: Duration) -> chrono::Duration {
 }
 
 /// The sweep of silent nodes, on the daemon's runtime; the heartbeat beats apart from it.
+/// When the heartbeat finds this node's lease lost, its tasks are stopped first of all.
 async fn keep(app: App, stop: CancellationToken) {
     let lease = app.agent.node_lease();
     let beating = beat_apart(&app, lease, stop.clone());
+    let mut reach = Reach::default();
     loop {
-        if let Err(e) = sweep(&app, lease).await {
+        // Also each round, not only when told: a loss between two rounds is not missed.
+        stop_fenced(&app);
+        if let Err(e) = sweep(&app, lease, &mut reach).await {
+            reach.broken();
             tracing::warn!(error = %e, "cannot look for silent nodes; retrying");
         }
         tokio::select! {
             _ = stop.cancelled() => break,
+            _ = app.store.lease().lost() => {}
             _ = tokio::time::sleep(beat_every(lease)) => {}
         }
     }
     if let Some(thread) = beating {
         // It sees the same cancellation at its next beat (within `beat_every`).
         let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    }
+}
+
+/// Stop the tasks this node runs under a lease it lost: the other nodes ended them.
+fn stop_fenced(app: &App) {
+    let stopped = app.agent.stop_fenced();
+    if stopped > 0 {
+        tracing::error!(
+            tasks = stopped,
+            "fenced: this node's lease was lost (the other nodes took it for dead); its running tasks were stopped before anything else"
+        );
+    }
+}
+
+/// Since when this node has reached the database without a break. Silence the node could not
+/// have seen is no proof of death: while the database was down nobody could beat, and after it
+/// is back the others need a beat or two to reconnect. So a node judges others only once it has
+/// itself reached the database for a whole lease (after its start, and after every break).
+#[derive(Debug, Default)]
+struct Reach {
+    since: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl Reach {
+    /// A look at the database succeeded at `at`: whether this node may judge the others now.
+    fn may_judge(&mut self, at: chrono::DateTime<chrono::Utc>, lease: Duration) -> bool {
+        let since = *self.since.get_or_insert(at);
+        at - since >= chrono_lease(lease)
+    }
+
+    fn broken(&mut self) {
+        self.since = None;
     }
 }
 
@@ -231,7 +276,8 @@ async fn relay(app: App, stop: CancellationToken) {
 const FEED_RETRY: Duration = Duration::from_secs(2);
 
 /// This node's row is gone: the others took it for dead (it was silent past the lease — a
-/// stalled machine, a lost database) and ended what it was running. It joins again.
+/// stalled machine, a lost database) and ended what it was running; its lease is lost, so the
+/// keeper stops those tasks here. It joins again, under a new lease.
 async fn rejoin(store: &crate::store::Store, lease: Duration) {
     tracing::error!(
         "the other nodes took this one for dead (no heartbeat for storage.node_lease_s = {} s): the tasks it was running were ended as interrupted; joining again",
@@ -245,26 +291,38 @@ async fn rejoin(store: &crate::store::Store, lease: Duration) {
     }
 }
 
-/// End and take over what every node silent for longer than the lease left. Each step is one
-/// conditional statement, so nodes sweeping at once do each thing once.
-async fn sweep(app: &App, lease: Duration) -> Result<(), SweepError> {
-    let since = now() - chrono_lease(lease);
-    for node in app.store.silent_nodes(since).await? {
+/// End and take over what every node silent for longer than the lease left. The node is
+/// revoked first — its row and with it its lease deleted — so that whatever it still tries
+/// under that lease is refused (`store/lease.rs`); each step is one conditional statement, so
+/// nodes sweeping at once do each thing once.
+async fn sweep(app: &App, lease: Duration, reach: &mut Reach) -> Result<(), SweepError> {
+    let at = now();
+    let since = at - chrono_lease(lease);
+    let silent = app.store.silent_nodes(since).await?;
+    if !reach.may_judge(at, lease) {
+        if !silent.is_empty() {
+            tracing::info!(
+                nodes = silent.len(),
+                "nodes silent past storage.node_lease_s, judged once this node has reached the database for a whole lease"
+            );
+        }
+        return Ok(());
+    }
+    for node in silent {
+        if !app.store.revoke_node(&node, since).await? {
+            // It beat again just now: it was slow, not dead, and keeps its work.
+            tracing::warn!(node = %node, "a node taken for silent beat again before the sweep");
+            continue;
+        }
         let failed = app
             .store
             .fail_running_on(&node, FailReason::Interrupted)
             .await?;
         let freed = app.store.release_placeholders_of(&node).await?;
-        let taken = app.scheduler.take_over(&node, Some(since)).await?;
+        let taken = app.scheduler.take_over(&node).await?;
         // Its jobs are this node's to fire now; one it made lately may be due before this
         // scheduler's next look.
         app.scheduler.wake();
-        if !app.store.forget_node(&node, since).await? {
-            // It beat again while being swept: it was slow, not dead; what it still runs
-            // ends with its own result or is reported interrupted above.
-            tracing::warn!(node = %node, "a node taken for silent beat again during the sweep");
-            continue;
-        }
         tracing::warn!(
             node = %node,
             tasks_interrupted = failed,
@@ -272,6 +330,14 @@ async fn sweep(app: &App, lease: Duration) -> Result<(), SweepError> {
             runs_taken_over = taken,
             "node silent for more than storage.node_lease_s ({} s): taken over",
             lease.as_secs()
+        );
+    }
+    // Work a sweep left half done (it stopped between revoking a node and ending its tasks).
+    let orphaned = app.store.fail_orphaned(FailReason::Interrupted).await?;
+    if orphaned > 0 {
+        tracing::warn!(
+            tasks_interrupted = orphaned,
+            "tasks claimed under a lease no node holds any more: ended as interrupted"
         );
     }
     Ok(())

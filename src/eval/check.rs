@@ -182,6 +182,7 @@ mod tests {
                 started_at: None,
                 finished_at: None,
                 waiting: false,
+                node_epoch: None,
             },
             steps,
             notices: vec![],

@@ -132,6 +132,7 @@ mod tests {
             started_at: None,
             finished_at: None,
             waiting: false,
+            node_epoch: None,
         }
     }
 

@@ -76,7 +76,7 @@ impl Scheduler {
             return Ok(());
         };
         let freed = store.release_placeholders_of(&me).await?;
-        let followed = self.take_over(&me, None).await?;
+        let followed = self.take_over(&me).await?;
         if freed + followed as u64 > 0 {
             tracing::info!(
                 freed,
@@ -88,21 +88,16 @@ impl Scheduler {
     }
 
     /// Take over the job runs `node` fired and was following: each followed to its end and
-    /// delivered by this node, as if it had fired it. With `silent_since`, a run is taken only
-    /// while `node` is still silent since then (it may have come back), and from one node
-    /// only (two nodes sweeping at once); without, `node` is this one's own last start.
-    /// Returns how many runs this node took.
-    pub async fn take_over(
-        &self,
-        node: &str,
-        silent_since: Option<chrono::DateTime<chrono::Utc>>,
-    ) -> Result<usize, SchedulerError> {
+    /// delivered by this node, as if it had fired it. A run moves only from the lease it was
+    /// followed under to this node's, in one compare-and-set; so of a node restarting (`node`
+    /// is this one's last start) and another taking it over at once, exactly one follows each
+    /// run, and a run whose node still holds its lease is not taken. Returns how many runs
+    /// this node took.
+    pub async fn take_over(&self, node: &str) -> Result<usize, SchedulerError> {
         let store = &self.inner.store;
         let mut taken = 0;
         for open in store.open_runs_of(node).await? {
-            if let Some(since) = silent_since
-                && !store.take_run(open.run_id, node, since).await?
-            {
+            if !store.take_run(&open, node).await? {
                 continue;
             }
             let job = match store.job(&open.job_id).await {

@@ -247,10 +247,18 @@ impl Store {
         .bind(now())
         .execute(&mut tx)
         .await?;
-        let marked = query("UPDATE tasks SET waiting = TRUE WHERE id = ? AND state = 'running'")
-            .bind(task_id)
-            .execute(&mut tx)
-            .await?;
+        // Only under the lease the task was claimed under (`lease.rs`).
+        let marked = query(concat!(
+            "UPDATE tasks SET waiting = TRUE WHERE id = ? AND state = 'running' AND ",
+            fenced!()
+        ))
+        .pg(concat!(
+            "UPDATE tasks SET waiting = TRUE WHERE id = $1 AND state = 'running' AND ",
+            fenced!(pg)
+        ))
+        .bind(task_id)
+        .execute(&mut tx)
+        .await?;
         if marked == 0 {
             // Ended meanwhile (cancelled): nothing to continue.
             tx.rollback().await?;
@@ -290,8 +298,9 @@ impl Store {
         let hold = hold.into_iter().next();
         if let Some(h) = &hold {
             // Its taker runs it from here: the task is this node's now (see `nodes.rs`).
-            query("UPDATE tasks SET waiting = FALSE, node_id = ? WHERE id = ?")
+            query("UPDATE tasks SET waiting = FALSE, node_id = ?, node_epoch = ? WHERE id = ?")
                 .bind(self.node())
+                .bind(self.stamp())
                 .bind(&h.task_id)
                 .execute(&mut tx)
                 .await?;

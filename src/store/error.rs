@@ -30,6 +30,9 @@ pub enum StoreError {
         "`hermes-agent storage migrate` is copying into the database {url}; start the daemon once it has finished"
     )]
     InMaintenance { url: String },
+    /// A write for work this node claimed under a lease it no longer holds.
+    #[error(transparent)]
+    Fenced(#[from] super::Fenced),
     #[error(
         "node id {node} is in use by another hermes-agent daemon ({holder}, seen {seconds} s ago) on the same database; each daemon needs its own data dir (the node id is kept there in node-id)"
     )]

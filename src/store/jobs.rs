@@ -195,8 +195,8 @@ impl Store {
         reason: Option<&str>,
     ) -> Result<i64> {
         let insert = query_as(
-            "INSERT INTO job_runs (job_id, scheduled_at, fired_at, outcome, task_id, reason, node_id) \
-             VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            "INSERT INTO job_runs (job_id, scheduled_at, fired_at, outcome, task_id, reason, node_id, \
+             node_epoch) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         )
         .bind(job_id)
         .bind(scheduled_at)
@@ -204,7 +204,8 @@ impl Store {
         .bind(outcome)
         .bind(task_id)
         .bind(reason)
-        .bind(self.node());
+        .bind(self.node())
+        .bind(self.stamp());
         let (id,): (i64,) = self.inserted(insert).await?;
         Ok(id)
     }
@@ -254,6 +255,21 @@ impl Store {
     /// Release the run lock if `holder` still holds it; false otherwise.
     pub(crate) async fn release_job_lock(&self, id: &str, holder: &str) -> Result<bool> {
         self.move_job_lock(id, Some(holder), None).await
+    }
+
+    /// Free `id`'s run lock if the task holding it has ended. The firing that made the task
+    /// frees it as the task ends; when that write met a storage fault (a pool timeout under
+    /// load) the lock would keep every later firing skipped as "previous run still running"
+    /// until a restart. An ended task overlaps nothing, so freeing its lock is always safe
+    /// (a task waiting for a person is still running, and keeps it).
+    pub(crate) async fn free_ended_lock(&self, id: &str) -> Result<bool> {
+        let free = query(
+            "UPDATE jobs SET running_task_id = NULL WHERE id = ? AND EXISTS \
+             (SELECT 1 FROM tasks t WHERE t.id = jobs.running_task_id \
+              AND t.state IN ('succeeded', 'failed', 'cancelled'))",
+        )
+        .bind(id);
+        self.one_row(free).await
     }
 
     /// The lock goes from `from` to `to` (`None`: free) in one statement, or not at all: two
@@ -338,9 +354,11 @@ impl Store {
                  AND (jobs.running_task_id = v.column2 OR jobs.running_task_id IS NULL)",
             );
             let mut insert = Builder::new(
-                "INSERT INTO job_runs (job_id, scheduled_at, fired_at, outcome, task_id, reason, node_id) ",
+                "INSERT INTO job_runs (job_id, scheduled_at, fired_at, outcome, task_id, reason, node_id, \
+                 node_epoch) ",
             );
             let fired_at = now();
+            let epoch = self.stamp();
             insert.push_values(chunk, |b, (c, task_id)| {
                 b.push_bind(&c.job_id)
                     .push_bind(c.due)
@@ -348,7 +366,8 @@ impl Store {
                     .push_bind(RunOutcome::Fired)
                     .push_bind(task_id)
                     .push_bind(None::<String>)
-                    .push_bind(self.node());
+                    .push_bind(self.node())
+                    .push_bind(&epoch);
             });
             insert.push(" RETURNING job_id, id");
             let mut tx = self.begin().await?;

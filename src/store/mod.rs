@@ -10,7 +10,8 @@
 macro_rules! columns {
     (tasks) => {
         "id, state, origin, parent_id, job_id, profile, task, answer, error, reason, \
-         parse_failures, prompt_tokens, completion_tokens, created_at, started_at, finished_at, waiting"
+         parse_failures, prompt_tokens, completion_tokens, created_at, started_at, finished_at, waiting, \
+         node_epoch"
     };
     (jobs) => {
         "id, name, task, schedule, timezone, notify, profile, origin, precheck, \
@@ -32,6 +33,22 @@ macro_rules! columns {
     };
     (eval_runs) => {
         "id, profile, identity, trigger, started_at, finished_at, passed, failed"
+    };
+}
+
+/// The condition under which a write for a task (its end, its hold) is taken: it was claimed
+/// under no lease, or its node's row still holds the lease it was claimed under (`lease.rs`).
+/// On PostgreSQL the node's row is locked (`FOR SHARE`) until the write commits, so a
+/// take-over's delete of the row comes after the write, or the write is refused — never a
+/// write after the delete.
+macro_rules! fenced {
+    () => {
+        "(tasks.node_epoch IS NULL OR EXISTS (SELECT 1 FROM nodes n \
+         WHERE n.id = tasks.node_id AND n.epoch = tasks.node_epoch))"
+    };
+    (pg) => {
+        "(tasks.node_epoch IS NULL OR EXISTS (SELECT 1 FROM nodes n \
+         WHERE n.id = tasks.node_id AND n.epoch = tasks.node_epoch FOR SHARE))"
     };
 }
 
@@ -57,6 +74,7 @@ mod feed;
 mod inbox;
 mod jobs;
 mod kinds;
+mod lease;
 mod models;
 mod nodes;
 mod outbox;
@@ -79,6 +97,7 @@ pub use feed::{Change, ChangeFeed};
 pub(crate) use inbox::*;
 pub use jobs::*;
 pub use kinds::*;
+pub use lease::{Fenced, Lease};
 pub use models::*;
 pub use nodes::*;
 pub use outbox::*;
@@ -127,6 +146,9 @@ pub struct Store {
     /// The node (daemon) this store works for: the tasks it claims and the runs it fires are
     /// recorded as its own, so the others can take them over if it dies (see `nodes.rs`).
     node: Option<Arc<str>>,
+    /// The node's lease once it joined a shared database: the fencing token stamped on what it
+    /// claims and checked on what it writes for it (`lease.rs`). Shared by every clone.
+    lease: Lease,
 }
 
 impl Store {
@@ -211,6 +233,7 @@ impl Store {
             path: Arc::new(path.to_path_buf()),
             fault: Arc::default(),
             node: None,
+            lease: Lease::default(),
         }
     }
 

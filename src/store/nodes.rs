@@ -7,7 +7,7 @@
 //! Must not: decide when a node is silent (the daemon's keeper passes the cut-off), or follow a
 //! run itself (the scheduler does).
 
-use super::{FailReason, Result, Store, StoreError, now, query, query_as};
+use super::{FailReason, Lease, Result, Store, StoreError, Tx, now, query, query_as};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
@@ -31,6 +31,8 @@ pub struct OpenRun {
     pub job_id: String,
     pub task_id: String,
     pub scheduled_at: DateTime<Utc>,
+    /// The lease of the node following it, when it fired (or took it over).
+    pub node_epoch: Option<String>,
 }
 
 /// The prefix of the run lock a firing holds before its task exists, naming its node: the
@@ -44,7 +46,34 @@ impl Store {
     /// recorded as its own.
     pub fn with_node(mut self, id: &str) -> Store {
         self.node = Some(Arc::from(id));
+        self.lease = Lease::default();
         self
+    }
+
+    /// This node's lease on the database (unjoined, so fencing nothing, until
+    /// [`Store::join_cluster`]).
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// The epoch to stamp on what this node claims now; `None` before it joined.
+    pub(super) fn stamp(&self) -> Option<String> {
+        self.lease.epoch().map(|e| e.to_string())
+    }
+
+    /// Inside `tx`: refuse with [`StoreError::Fenced`] unless this node's row holds `epoch`,
+    /// and keep the row from being taken over (deleted) until `tx` ends (PostgreSQL).
+    pub(super) async fn hold_lease(&self, tx: &mut Tx, epoch: &str) -> Result<()> {
+        let held: Option<(String,)> = query_as("SELECT id FROM nodes WHERE id = ? AND epoch = ?")
+            .pg("SELECT id FROM nodes WHERE id = $1 AND epoch = $2 FOR SHARE")
+            .bind(self.node().unwrap_or_default())
+            .bind(epoch)
+            .fetch_optional(tx)
+            .await?;
+        match held {
+            Some(_) => Ok(()),
+            None => Err(StoreError::Fenced(super::Fenced)),
+        }
     }
 
     /// The node this store works for, if it was given one.
@@ -97,29 +126,49 @@ impl Store {
                 seconds: (at - seen).num_seconds(),
             });
         }
+        // A new epoch at every join: what this node claimed before (under an epoch the others
+        // may already have taken over) is fenced from now on, even if nobody took it yet.
+        let epoch = Lease::draw();
         query(
-            "INSERT INTO nodes (id, host, pid, api, started_at, seen_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5) \
+            "INSERT INTO nodes (id, host, pid, api, started_at, seen_at, epoch) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6) \
              ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, \
-             api = excluded.api, started_at = excluded.started_at, seen_at = excluded.seen_at",
+             api = excluded.api, started_at = excluded.started_at, seen_at = excluded.seen_at, \
+             epoch = excluded.epoch",
         )
         .bind(id)
         .bind(host)
         .bind(i64::from(pid))
         .bind(api)
         .bind(at)
+        .bind(&*epoch)
         .execute(&mut tx)
         .await?;
         tx.commit().await?;
+        let length = lease.to_std().unwrap_or_default();
+        self.lease.joined(epoch, at, length);
         Ok(())
     }
 
-    /// This node's heartbeat. False when its row is gone: the others took it for dead (it
-    /// was silent past the lease) and ended what it was running.
+    /// This node's heartbeat, under the epoch it joined with. False when its row is gone or
+    /// holds another epoch: the others took it for dead (it was silent past the lease) and
+    /// ended what it was running; its lease is lost from here on.
     pub(crate) async fn beat(&self) -> Result<bool> {
-        let beat = query("UPDATE nodes SET seen_at = ? WHERE id = ?")
-            .bind(now())
-            .bind(self.node().unwrap_or_default());
-        self.one_row(beat).await
+        let Some(epoch) = self.lease.epoch() else {
+            return Ok(false);
+        };
+        let at = now();
+        let beat = query("UPDATE nodes SET seen_at = ? WHERE id = ? AND epoch = ?")
+            .bind(at)
+            .bind(self.node().unwrap_or_default())
+            .bind(&*epoch);
+        let beat = self.one_row(beat).await?;
+        if beat {
+            self.lease.confirmed(&epoch, at);
+        } else {
+            self.lease.lose();
+        }
+        Ok(beat)
     }
 
     /// A graceful stop: the others need not wait out the lease to take over what this node
@@ -150,9 +199,11 @@ impl Store {
         Ok(silent.into_iter().map(|(id,)| id).collect())
     }
 
-    /// Drop a silent node's row once what it left was taken over; false when it beat again
-    /// meanwhile (it was only slow, and keeps its row).
-    pub(crate) async fn forget_node(&self, id: &str, before: DateTime<Utc>) -> Result<bool> {
+    /// Declare a node silent since `before` dead: its row is deleted, and with it its lease,
+    /// so nothing it still writes under it is taken (`lease.rs`) — the first thing a take-over
+    /// does, before ending or taking anything. False when it beat again meanwhile (it was only
+    /// slow, and keeps its row and its work).
+    pub(crate) async fn revoke_node(&self, id: &str, before: DateTime<Utc>) -> Result<bool> {
         self.one_row(
             query("DELETE FROM nodes WHERE id = ? AND seen_at < ?")
                 .bind(id)
@@ -161,12 +212,15 @@ impl Store {
         .await
     }
 
-    /// End the tasks `node` was running (not those waiting for a person: any node continues
-    /// them once answered).
+    /// End the tasks `node` was running under no lease its row holds (not those waiting for a
+    /// person: any node continues them once answered). After [`Store::revoke_node`] that is
+    /// all of them; a node that already joined again keeps what it claimed since.
     pub(crate) async fn fail_running_on(&self, node: &str, reason: FailReason) -> Result<u64> {
         let fail = query(
             "UPDATE tasks SET state = 'failed', reason = ?, error = COALESCE(error, ?), \
-             finished_at = ? WHERE state = 'running' AND waiting = FALSE AND node_id = ?",
+             finished_at = ? WHERE state = 'running' AND waiting = FALSE AND node_id = ? \
+             AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = tasks.node_id \
+                             AND n.epoch = tasks.node_epoch)",
         )
         .bind(reason)
         .bind(format!(
@@ -174,6 +228,24 @@ impl Store {
         ))
         .bind(now())
         .bind(node);
+        self.rows(fail).await
+    }
+
+    /// End the running tasks claimed under a lease no node holds any more, whoever's: what a
+    /// take-over interrupted between revoking a node and ending its tasks.
+    pub(crate) async fn fail_orphaned(&self, reason: FailReason) -> Result<u64> {
+        let fail = query(
+            "UPDATE tasks SET state = 'failed', reason = ?, error = COALESCE(error, ?), \
+             finished_at = ? WHERE state = 'running' AND waiting = FALSE \
+             AND node_id IS NOT NULL AND node_epoch IS NOT NULL \
+             AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = tasks.node_id \
+                             AND n.epoch = tasks.node_epoch)",
+        )
+        .bind(reason)
+        .bind(format!(
+            "task was running on a node that lost its lease ({reason})"
+        ))
+        .bind(now());
         self.rows(fail).await
     }
 
@@ -188,29 +260,28 @@ impl Store {
 
     /// The runs `node` fired and was following, whose tasks still hold their jobs' locks.
     pub(crate) async fn open_runs_of(&self, node: &str) -> Result<Vec<OpenRun>> {
-        let sql = "SELECT r.id AS run_id, r.job_id, r.task_id, r.scheduled_at FROM job_runs r \
+        let sql = "SELECT r.id AS run_id, r.job_id, r.task_id, r.scheduled_at, r.node_epoch FROM job_runs r \
                    JOIN jobs j ON j.id = r.job_id AND j.running_task_id = r.task_id \
                    WHERE r.outcome = 'fired' AND r.node_id = ? ORDER BY r.id";
         self.all(query_as(sql).bind(node)).await
     }
 
-    /// Move run `run_id` from node `from`, silent since `since`, to this node; false when
-    /// another node took it first, or `from` beat again meanwhile.
-    pub(crate) async fn take_run(
-        &self,
-        run_id: i64,
-        from: &str,
-        since: DateTime<Utc>,
-    ) -> Result<bool> {
+    /// Move `run` from node `from` to this node under its current lease; false when someone
+    /// moved it first (another node sweeping, or `from` itself restarting: both compare the
+    /// same node and epoch, so exactly one follows the run), or `from` still holds the lease
+    /// the run was followed under (it is alive).
+    pub(crate) async fn take_run(&self, run: &OpenRun, from: &str) -> Result<bool> {
         self.one_row(
             query(
-                "UPDATE job_runs SET node_id = ?1 WHERE id = ?2 AND node_id = ?3 \
-                 AND NOT EXISTS (SELECT 1 FROM nodes WHERE id = ?3 AND seen_at >= ?4)",
+                "UPDATE job_runs SET node_id = ?1, node_epoch = ?2 WHERE id = ?3 AND node_id = ?4 \
+                 AND node_epoch IS NOT DISTINCT FROM ?5 \
+                 AND NOT EXISTS (SELECT 1 FROM nodes WHERE id = ?4 AND epoch = job_runs.node_epoch)",
             )
             .bind(self.node())
-            .bind(run_id)
+            .bind(self.stamp())
+            .bind(run.run_id)
             .bind(from)
-            .bind(since),
+            .bind(&run.node_epoch),
         )
         .await
     }
@@ -295,6 +366,9 @@ mod tests {
                 b.silent_nodes(since).await.unwrap(),
                 vec!["node-a".to_string()]
             );
+            // Revoked first: from here on a's lease fences everything it still tries.
+            assert!(b.revoke_node("node-a", since).await.unwrap());
+            assert!(!b.revoke_node("node-a", since).await.unwrap(), "once");
             assert_eq!(
                 b.fail_running_on("node-a", FailReason::Interrupted)
                     .await
@@ -317,16 +391,129 @@ mod tests {
                 (open[0].run_id, open[0].task_id.as_str()),
                 (run, job_task.as_str())
             );
-            assert!(b.take_run(run, "node-a", since).await.unwrap());
-            assert!(
-                !b.take_run(run, "node-a", since).await.unwrap(),
-                "taken once"
-            );
+            assert!(b.take_run(&open[0], "node-a").await.unwrap());
+            assert!(!b.take_run(&open[0], "node-a").await.unwrap(), "taken once");
             assert_eq!(b.open_runs_of("node-b").await.unwrap().len(), 1);
-            assert!(b.forget_node("node-a", since).await.unwrap());
-            // a's next beat finds its row gone: it was taken for dead.
+            // a's next beat finds its row gone: it was taken for dead, and knows it.
+            let epoch = t.node_epoch.clone().expect("claimed under a lease");
+            assert!(a.lease().holds(&epoch));
             assert!(!a.beat().await.unwrap());
+            assert!(!a.lease().holds(&epoch));
             assert!(b.beat().await.unwrap());
+        }
+    );
+
+    on_both_engines!(
+        Memory,
+        tokio::test,
+        async fn nothing_is_written_or_claimed_under_a_lease_taken_over(store: Store) {
+            let a = store.clone().with_node("node-a");
+            let b = store.clone().with_node("node-b");
+            a.join_cluster("host-a", 1, None, LEASE).await.unwrap();
+            b.join_cluster("host-b", 2, None, LEASE).await.unwrap();
+            let mine = claimed_task(&a).await;
+            let task = store.task(&mine).await.unwrap();
+            let epoch = task.node_epoch.clone().expect("claimed under a's lease");
+            let row = |seq| {
+                crate::store::NewStep {
+                    step: 1,
+                    kind: crate::store::StepKind::Note,
+                    name: String::new(),
+                    request_tokens: 0,
+                    result_tokens: 0,
+                    arguments: None,
+                    output: Some("a note".into()),
+                    error: None,
+                    duration_ms: 0,
+                    model: None,
+                    fingerprint: None,
+                    identity: None,
+                }
+                .into_step(seq, now())
+            };
+            // Under its lease a's steps are taken.
+            a.add_steps(&mine, Some(&epoch), &[row(1)]).await.unwrap();
+            // b declares a dead (a stopped process): a does not know yet.
+            assert!(
+                b.revoke_node("node-a", now() + Duration::minutes(1))
+                    .await
+                    .unwrap()
+            );
+            let refused = a.add_steps(&mine, Some(&epoch), &[row(2)]).await;
+            assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
+            let end = crate::store::TaskOutcome {
+                state: TaskState::Succeeded,
+                answer: Some("done twice".into()),
+                error: None,
+                reason: None,
+                parse_failures: 0,
+                prompt_tokens: 0,
+                completion_tokens: 0,
+            };
+            assert_eq!(
+                a.finish_task_row(&mine, &end).await.unwrap().map(|t| t.id),
+                None
+            );
+            let hold = a.hold_task(&mine, "{}", None).await;
+            assert!(hold.is_err(), "held under a lost lease");
+            // Nor is anything new claimed by it.
+            let pending = a
+                .create_task(&NewTask {
+                    task: "queued".into(),
+                    origin: Origin::Api,
+                    profile: "fast".into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            assert!(a.claim_next_pending().await.unwrap().is_none());
+            assert!(a.start_task_row(&pending.id).await.unwrap().is_none());
+            assert_eq!(store.steps(&mine).await.unwrap().len(), 1);
+            assert_eq!(store.task(&mine).await.unwrap().state, TaskState::Running);
+            // The sweep ends it; a joins again under a new lease and its new work is its own,
+            // while the old task stays fenced.
+            assert_eq!(b.fail_orphaned(FailReason::Interrupted).await.unwrap(), 1);
+            assert!(!a.beat().await.unwrap());
+            a.join_cluster("host-a", 1, None, LEASE).await.unwrap();
+            let again = a
+                .claim_next_pending()
+                .await
+                .unwrap()
+                .expect("claimed again");
+            assert_ne!(again.node_epoch.as_deref(), Some(epoch.as_str()));
+            assert_eq!(b.fail_orphaned(FailReason::Interrupted).await.unwrap(), 0);
+            let refused = a.add_steps(&mine, Some(&epoch), &[row(2)]).await;
+            assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
+            assert!(a.finish_task_row(&again.id, &end).await.unwrap().is_some());
+        }
+    );
+
+    on_both_engines!(
+        Memory,
+        tokio::test,
+        async fn a_restart_racing_a_take_over_follows_each_run_once(store: Store) {
+            let a = store.clone().with_node("node-a");
+            let b = store.clone().with_node("node-b");
+            a.join_cluster("host-a", 1, None, LEASE).await.unwrap();
+            b.join_cluster("host-b", 2, None, LEASE).await.unwrap();
+            let followed = job(&store, "followed").await;
+            let job_task = claimed_task(&a).await;
+            assert!(a.lock_job(&followed, &job_task).await.unwrap());
+            a.add_job_run(&followed, now(), RunOutcome::Fired, Some(&job_task), None)
+                .await
+                .unwrap();
+            let open = b.open_runs_of("node-a").await.unwrap();
+            // a restarts (a new lease) while b, which read the run before, takes it over.
+            let restarted = store.clone().with_node("node-a");
+            restarted
+                .join_cluster("host-a", 1, None, LEASE)
+                .await
+                .unwrap();
+            let own = restarted.open_runs_of("node-a").await.unwrap();
+            let by_restart = restarted.take_run(&own[0], "node-a").await.unwrap();
+            let by_b = b.take_run(&open[0], "node-a").await.unwrap();
+            assert!(by_restart, "the restarted node follows its own run");
+            assert!(!by_b, "and nobody else does");
         }
     );
 
@@ -348,15 +535,21 @@ mod tests {
             // Taken for silent since a moment ago, but a beat since: it keeps its run.
             let since = now() - Duration::seconds(1);
             assert!(a.beat().await.unwrap());
-            assert!(!b.take_run(run, "node-a", since).await.unwrap());
-            assert!(!b.forget_node("node-a", since).await.unwrap());
+            let open = b.open_runs_of("node-a").await.unwrap();
+            assert_eq!(open.first().map(|r| r.run_id), Some(run));
+            assert!(!b.revoke_node("node-a", since).await.unwrap());
+            assert!(
+                !b.take_run(&open[0], "node-a").await.unwrap(),
+                "a holds its lease"
+            );
             // A graceful stop: silent for anyone at once.
             a.leave_cluster().await.unwrap();
             assert_eq!(
                 b.silent_nodes(now() - LEASE).await.unwrap(),
                 vec!["node-a".to_string()]
             );
-            assert!(b.take_run(run, "node-a", now() - LEASE).await.unwrap());
+            assert!(b.revoke_node("node-a", now() - LEASE).await.unwrap());
+            assert!(b.take_run(&open[0], "node-a").await.unwrap());
         }
     );
 }

@@ -35,6 +35,10 @@ pub struct Task {
     /// worker is held meanwhile.
     #[serde(default)]
     pub waiting: bool,
+    /// The lease epoch of the node that claimed it (`lease.rs`); its steps and its end are
+    /// written only while that node still holds it. Internal: never in an answer.
+    #[serde(skip)]
+    pub node_epoch: Option<String>,
 }
 
 /// What a new task needs; everything else starts empty.
@@ -126,8 +130,8 @@ impl Store {
         };
         // The row comes back from the insert itself: one round trip, not an insert and a read.
         let insert = query_as(concat!(
-            "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at, node_id) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ",
+            "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at, node_id, \
+             node_epoch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ",
             columns!(tasks)
         ))
         .bind(&id)
@@ -139,7 +143,8 @@ impl Store {
         .bind(&new.task)
         .bind(created)
         .bind(started)
-        .bind(new.claimed.then(|| self.node()).flatten());
+        .bind(new.claimed.then(|| self.node()).flatten())
+        .bind(new.claimed.then(|| self.stamp()).flatten());
         self.inserted(insert).await
     }
 
@@ -147,11 +152,13 @@ impl Store {
     /// order given.
     pub(crate) async fn create_tasks(&self, new: &[NewTask]) -> Result<Vec<Task>> {
         let mut created = Vec::with_capacity(new.len());
-        // 10 bound values a row, well under SQLite's 32,766-variable limit.
+        // 11 bound values a row, well under SQLite's 32,766-variable limit.
+        let epoch = self.stamp();
         for chunk in new.chunks(500) {
             let at = now();
             let mut insert = Builder::new(
-                "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at, node_id) ",
+                "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at, node_id, \
+                 node_epoch) ",
             );
             let ids: Vec<String> = chunk.iter().map(|_| new_id()).collect();
             insert.push_values(chunk.iter().zip(&ids), |b, (n, id)| {
@@ -169,7 +176,8 @@ impl Store {
                     .push_bind(&n.task)
                     .push_bind(at)
                     .push_bind(started)
-                    .push_bind(n.claimed.then(|| self.node()).flatten());
+                    .push_bind(n.claimed.then(|| self.node()).flatten())
+                    .push_bind(n.claimed.then_some(epoch.as_deref()).flatten());
             });
             insert.push(concat!(" RETURNING ", columns!(tasks)));
             // Sized by the burst, so not kept in the statement cache (see `claim_burst`).
@@ -243,20 +251,32 @@ impl Store {
     /// run truly at once: each skips the rows another is claiming (`SKIP LOCKED`) instead of
     /// picking the same one and coming back empty while tasks are pending.
     pub(crate) async fn claim_next_pending(&self) -> Result<Option<Task>> {
+        // Claimed only under a lease the node's row still holds (`lease.rs`): a node taken
+        // for dead that does not know it yet takes nothing.
         let sql = concat!(
-            "UPDATE tasks SET state = 'running', started_at = ?1, node_id = ?2 WHERE id = \
+            "UPDATE tasks SET state = 'running', started_at = ?1, node_id = ?2, node_epoch = ?3 WHERE id = \
              (SELECT id FROM tasks WHERE state = 'pending' ORDER BY created_at, id LIMIT 1) \
-             AND state = 'pending' RETURNING ",
+             AND state = 'pending' \
+             AND (?3 IS NULL OR EXISTS (SELECT 1 FROM nodes WHERE id = ?2 AND epoch = ?3)) RETURNING ",
             columns!(tasks)
         );
         let pg = concat!(
-            "UPDATE tasks SET state = 'running', started_at = $1, node_id = $2 WHERE id = \
+            "UPDATE tasks SET state = 'running', started_at = $1, node_id = $2, node_epoch = $3 WHERE id = \
              (SELECT id FROM tasks WHERE state = 'pending' ORDER BY created_at, id LIMIT 1 \
-             FOR UPDATE SKIP LOCKED) AND state = 'pending' RETURNING ",
+             FOR UPDATE SKIP LOCKED) AND state = 'pending' \
+             AND ($3::text IS NULL OR EXISTS (SELECT 1 FROM nodes WHERE id = $2 AND epoch = $3 FOR SHARE)) \
+             RETURNING ",
             columns!(tasks)
         );
-        self.returning_one(query_as(sql).pg(pg).bind(now()).bind(self.node()))
-            .await
+        let epoch = self.stamp();
+        self.returning_one(
+            query_as(sql)
+                .pg(pg)
+                .bind(now())
+                .bind(self.node())
+                .bind(epoch),
+        )
+        .await
     }
 
     /// pending → running. Returns false when the task was not pending (taken or cancelled).
@@ -267,12 +287,14 @@ impl Store {
     /// [`Store::start_task`], returning the started row; `None` when it was not pending.
     pub(crate) async fn start_task_row(&self, id: &str) -> Result<Option<Task>> {
         let start = query_as(concat!(
-            "UPDATE tasks SET state = 'running', started_at = ?, node_id = ? WHERE id = ? \
-             AND state = 'pending' RETURNING ",
+            "UPDATE tasks SET state = 'running', started_at = ?1, node_id = ?2, node_epoch = ?3 \
+             WHERE id = ?4 AND state = 'pending' \
+             AND (?3 IS NULL OR EXISTS (SELECT 1 FROM nodes WHERE id = ?2 AND epoch = ?3)) RETURNING ",
             columns!(tasks)
         ))
         .bind(now())
         .bind(self.node())
+        .bind(self.stamp())
         .bind(id);
         self.returning_one(start).await
     }
@@ -293,7 +315,17 @@ impl Store {
         let finish = query_as(concat!(
             "UPDATE tasks SET state = ?, answer = ?, error = ?, reason = ?, parse_failures = ?, \
              prompt_tokens = ?, completion_tokens = ?, finished_at = ?, waiting = FALSE \
-             WHERE id = ? AND state IN ('pending', 'running') RETURNING ",
+             WHERE id = ? AND state IN ('pending', 'running') AND ",
+            fenced!(),
+            " RETURNING ",
+            columns!(tasks)
+        ))
+        .pg(concat!(
+            "UPDATE tasks SET state = $1, answer = $2, error = $3, reason = $4, parse_failures = $5, \
+             prompt_tokens = $6, completion_tokens = $7, finished_at = $8, waiting = FALSE \
+             WHERE id = $9 AND state IN ('pending', 'running') AND ",
+            fenced!(pg),
+            " RETURNING ",
             columns!(tasks)
         ))
         .bind(outcome.state)
@@ -393,7 +425,14 @@ impl Store {
     /// Append trace rows numbered by their writer (the task's runner, the only one writing its
     /// trace) in one multi-row insert: a model call and the tool calls it asked for cost one
     /// round trip. A `seq` already taken is a conflict, never an overwrite.
-    pub(crate) async fn add_steps(&self, task_id: &str, rows: &[Step]) -> Result<()> {
+    /// `epoch`: the lease the task was claimed under, if any; refused with
+    /// [`StoreError::Fenced`] once this node no longer holds it.
+    pub(crate) async fn add_steps(
+        &self,
+        task_id: &str,
+        epoch: Option<&str>,
+        rows: &[Step],
+    ) -> Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
@@ -418,7 +457,16 @@ impl Store {
                 .push_bind(&r.row.fingerprint)
                 .push_bind(&r.row.identity);
         });
-        insert.build().execute(self).await?;
+        let Some(epoch) = epoch else {
+            insert.build().execute(self).await?;
+            return Ok(());
+        };
+        // Under a lease: the rows go in only with the node's row still holding it, locked
+        // against the take-over's delete until they are in (`lease.rs`).
+        let mut tx = self.begin().await?;
+        self.hold_lease(&mut tx, epoch).await?;
+        insert.build().execute(&mut tx).await?;
+        tx.commit().await?;
         Ok(())
     }
 
