@@ -212,6 +212,19 @@ impl Scheduler {
         }
     }
 
+    /// The lock is held: by a run still going, or by one whose task ended but whose release was
+    /// lost to a storage fault. The latter is freed and taken; true if this firing holds the
+    /// lock now.
+    async fn free_ended(&self, job: &Job, token: &str) -> Result<bool, StoreError> {
+        let store = &self.inner.store;
+        if !store.free_ended_lock(&job.id).await? {
+            return Ok(false);
+        }
+        tracing::warn!(job = %job.id,
+            "the job's run lock was still held by a task that had ended (its release was lost to a storage fault); freed");
+        store.lock_job(&job.id, token).await
+    }
+
     /// Take the run lock, run the precheck, create the task and record the firing.
     async fn begin(
         &self,
@@ -223,7 +236,7 @@ impl Scheduler {
         // A placeholder holder first: an overlapping firing is refused before any precheck
         // runs (a precheck may consume the change it reports) and before any task exists.
         let token = firing_token(self.inner.store.node());
-        if !store.lock_job(&job.id, &token).await? {
+        if !store.lock_job(&job.id, &token).await? && !self.free_ended(job, &token).await? {
             let holder = match store.job(&job.id).await {
                 Ok(j) => j.running_task_id,
                 Err(StoreError::NotFound { .. }) => return Ok(Begin::Gone),
@@ -414,7 +427,8 @@ impl Scheduler {
             return;
         };
         if let Err(e) = store.release_job_lock(&job.id, &task_id).await {
-            tracing::error!(job = %job.id, error = %e, "cannot release the job's run lock");
+            // The next firing frees a lock its ended task still holds (`free_ended`).
+            tracing::error!(job = %job.id, error = %e, "cannot release the job's run lock; the next firing frees it");
         }
         match store.job(&job.id).await {
             Ok(_) => {}

@@ -832,6 +832,62 @@ async fn a_run_lock_left_by_a_crash_is_cleared_at_start() {
     idle(&restarted).await;
 }
 
+#[tokio::test]
+async fn a_run_lock_whose_release_was_lost_is_freed_at_the_next_firing() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    let job = c
+        .sched
+        .add(req("hourly", "every 1h"), Origin::Cli)
+        .await
+        .unwrap();
+    let tracker = TaskTracker::new();
+    let cancel = CancellationToken::new();
+    c.sched.start(&tracker, cancel.clone()).await.unwrap();
+    // The state a release lost to a storage fault leaves while the daemon runs: the run's
+    // task ended, its run recorded, the lock still held by it.
+    let task_id = c.runner.create(&job).await.unwrap().id().to_string();
+    c.store.start_task(&task_id).await.unwrap();
+    c.store
+        .add_job_run(
+            &job.id,
+            utc("2026-06-01T10:00:00Z"),
+            RunOutcome::Fired,
+            Some(&task_id),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(c.store.lock_job(&job.id, &task_id).await.unwrap());
+    let end = hermes_agent::store::TaskOutcome {
+        state: TaskState::Succeeded,
+        answer: Some("done".into()),
+        error: None,
+        reason: None,
+        parse_failures: 0,
+        prompt_tokens: 0,
+        completion_tokens: 0,
+    };
+    assert!(c.store.finish_task(&task_id, &end).await.unwrap());
+
+    clock.set("2026-06-01T11:00:00Z");
+    c.sched.wake();
+    eventually("the next firing", || async {
+        runs(&c.store, &job.id)
+            .await
+            .iter()
+            .any(|r| r.task_id.as_deref() != Some(task_id.as_str()))
+    })
+    .await;
+    let r = runs(&c.store, &job.id).await;
+    assert!(
+        r.iter().all(|r| r.outcome != RunOutcome::Skipped),
+        "skipped as an overlap with a task that had ended: {r:?}"
+    );
+    cancel.cancel();
+    idle(&c.sched).await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Validation and limits
 
