@@ -124,6 +124,15 @@ async fn a_node_declared_dead_acts_no_more_when_it_continues() {
     // Nothing of the fenced task happened after B ended it: no tool call (the fact), no
     // second model call, no trace row, and its end stays B's.
     let facts = psql(&db, "SELECT COUNT(*) FROM facts").await;
+    let extra_calls = model
+        .requests()
+        .iter()
+        .filter(|r| task_text(r).contains("fenced"))
+        .count()
+        - 1;
+    eprintln!(
+        "after SIGCONT the node declared dead made {facts} tool call(s) and {extra_calls} model call(s) for the task"
+    );
     assert_eq!(facts, "0", "the tool ran after the node was declared dead");
     let calls = model
         .requests()
@@ -204,8 +213,15 @@ async fn a_database_outage_longer_than_the_lease_ends_no_live_task() {
         .await
         .expect("the cluster's thread");
 
+    let mut ends = Vec::new();
     for (i, id) in ids.iter().enumerate() {
-        let t = nodes[i % 3].finished(id).await;
+        ends.push(nodes[i % 3].finished(id).await);
+    }
+    let ended = ends.iter().filter(|t| t["state"] != "succeeded").count();
+    eprintln!(
+        "outage of {OUTAGE:?} with a lease of {OUTAGE_LEASE_S} s: {ended} of 6 live tasks ended by it"
+    );
+    for (i, t) in ends.iter().enumerate() {
         assert_eq!(
             (t["state"].as_str(), t["reason"].as_str()),
             (Some("succeeded"), None),
