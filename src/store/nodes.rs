@@ -7,7 +7,7 @@
 //! Must not: decide when a node is silent (the daemon's keeper passes the cut-off), or follow a
 //! run itself (the scheduler does).
 
-use super::{FailReason, Lease, Result, Store, StoreError, Tx, now, query, query_as};
+use super::{FailReason, Lease, Result, Store, StoreError, now, query, query_as};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
@@ -59,21 +59,6 @@ impl Store {
     /// The epoch to stamp on what this node claims now; `None` before it joined.
     pub(super) fn stamp(&self) -> Option<String> {
         self.lease.epoch().map(|e| e.to_string())
-    }
-
-    /// Inside `tx`: refuse with [`StoreError::Fenced`] unless this node's row holds `epoch`,
-    /// and keep the row from being taken over (deleted) until `tx` ends (PostgreSQL).
-    pub(super) async fn hold_lease(&self, tx: &mut Tx, epoch: &str) -> Result<()> {
-        let held: Option<(String,)> = query_as("SELECT id FROM nodes WHERE id = ? AND epoch = ?")
-            .pg("SELECT id FROM nodes WHERE id = $1 AND epoch = $2 FOR SHARE")
-            .bind(self.node().unwrap_or_default())
-            .bind(epoch)
-            .fetch_optional(tx)
-            .await?;
-        match held {
-            Some(_) => Ok(()),
-            None => Err(StoreError::Fenced(super::Fenced)),
-        }
     }
 
     /// The node this store works for, if it was given one.

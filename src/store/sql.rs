@@ -450,6 +450,14 @@ impl Builder {
         self
     }
 
+    /// One bound value outside a `VALUES` list (a condition after it).
+    pub(crate) fn push_bind(&mut self, value: impl Bind) -> &mut Builder {
+        self.args.push(value.arg());
+        let n = self.args.len();
+        self.sql.push_str(&format!("?{n}"));
+        self
+    }
+
     /// `VALUES (…), (…)`: one row per item, its values bound by `row`.
     pub(crate) fn push_values<I: IntoIterator>(
         &mut self,

@@ -440,6 +440,9 @@ impl Store {
             "INSERT INTO task_steps (task_id, seq, step, kind, name, request_tokens, result_tokens, \
              arguments, output, error, duration_ms, created_at, model, fingerprint, identity) ",
         );
+        if epoch.is_some() {
+            insert.push("SELECT * FROM (");
+        }
         insert.push_values(rows, |b, r| {
             b.push_bind(task_id)
                 .push_bind(r.seq)
@@ -461,12 +464,21 @@ impl Store {
             insert.build().execute(self).await?;
             return Ok(());
         };
-        // Under a lease: the rows go in only with the node's row still holding it, locked
-        // against the take-over's delete until they are in (`lease.rs`).
-        let mut tx = self.begin().await?;
-        self.hold_lease(&mut tx, epoch).await?;
-        insert.build().execute(&mut tx).await?;
-        tx.commit().await?;
+        // Under a lease: the rows go in only while the node's row still holds it, in the same
+        // statement — on PostgreSQL with the row locked against a take-over's delete until the
+        // rows are in (`lease.rs`).
+        insert.push(") AS v WHERE EXISTS (SELECT 1 FROM nodes WHERE id = ");
+        insert.push_bind(self.node().unwrap_or_default());
+        insert.push(" AND epoch = ");
+        insert.push_bind(epoch);
+        insert.push(if self.is_postgres() {
+            " FOR SHARE)"
+        } else {
+            ")"
+        });
+        if insert.build().execute(self).await? == 0 {
+            return Err(StoreError::Fenced(super::Fenced));
+        }
         Ok(())
     }
 
