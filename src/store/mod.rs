@@ -70,7 +70,7 @@ mod working;
 mod write;
 
 pub use approvals::*;
-pub use copy::Copied;
+pub use copy::{Copied, NOT_COPIED};
 pub use dashboard::*;
 pub use error::*;
 pub use evals::*;
