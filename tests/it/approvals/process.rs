@@ -188,6 +188,14 @@ async fn a_request_that_expired_while_the_daemon_was_stopped_cannot_be_approved_
     let (_, v) = daemon.get("/v1/approvals?state=expired").await;
     assert_eq!(v["approvals"][0]["id"], approval.as_str(), "{v}");
     assert_eq!(v["approvals"][0]["decided_by"], "expiry", "{v}");
+    // Through the daemon's API too: refused with the same words.
+    let out = site.cli(&["approvals", "approve", &approval], &[]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("can no longer be answered"),
+        "{}",
+        text(&out.stderr)
+    );
     daemon.stop().await;
 }
 
