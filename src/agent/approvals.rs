@@ -44,6 +44,16 @@ pub enum ApprovalError {
     NotFound(String),
     #[error("approval '{id}' is already {state}; only open requests can be answered")]
     AlreadyDecided { id: String, state: ApprovalState },
+    #[error(
+        "approval '{id}' expired at {} unanswered and can no longer be answered; the task was \
+         told it expired (run the task again to be asked anew; tools.approval_expire_s sets how \
+         long a request waits)",
+        expires_at.format("%Y-%m-%d %H:%M:%S UTC")
+    )]
+    Expired {
+        id: String,
+        expires_at: chrono::DateTime<chrono::Utc>,
+    },
     #[error(transparent)]
     Store(StoreError),
 }
@@ -87,18 +97,25 @@ impl Approvals {
         Ok(self.agent.store().list_approvals(state, limit).await?)
     }
 
+    /// The request in its state as of now (open past its time: expired).
     pub async fn get(&self, id: &str) -> Result<Approval, ApprovalError> {
-        Ok(self.agent.store().approval(id).await?)
+        let a = self.agent.store().approval(id).await?;
+        Ok(a.as_of(crate::store::now()))
     }
 
-    /// The requests of one task (its page shows them with their buttons).
+    /// The requests of one task (its page shows them with their buttons), as of now.
     pub async fn of_task(&self, task_id: &str) -> Result<Vec<Approval>, ApprovalError> {
-        Ok(self.agent.store().task_approvals(task_id).await?)
+        let at = crate::store::now();
+        let all = self.agent.store().task_approvals(task_id).await?;
+        Ok(all.into_iter().map(|a| a.as_of(at)).collect())
     }
 
     /// Answer an open request, once; `decided_by` says who (`api`, `dashboard`, `cli`,
     /// `email:ADDRESS`). The task waiting on it goes on at once when this was its last open
-    /// request: the call runs (approved) or the model is told a person declined.
+    /// request: the call runs (approved) or the model is told a person declined. A request
+    /// past its time is refused ([`ApprovalError::Expired`]) and recorded expired, by the
+    /// clock now, whether or not the sweep has run (a CLI on the data dir with the daemon
+    /// stopped answers here too).
     pub async fn decide(
         &self,
         id: &str,
@@ -122,6 +139,15 @@ impl Approvals {
             .decide_approval(id, state, reason.as_deref(), decided_by)
             .await?
         {
+            Some(done) if done.state == ApprovalState::Expired && state != done.state => {
+                tracing::info!(approval = %done.id, task = %done.task_id, tool = %done.tool,
+                    by = decided_by, "approval answered after it expired; recorded expired");
+                self.agent.wake_workers();
+                Err(ApprovalError::Expired {
+                    id: done.id,
+                    expires_at: done.expires_at,
+                })
+            }
             Some(done) => {
                 tracing::info!(approval = %done.id, task = %done.task_id, tool = %done.tool,
                     state = %done.state, by = decided_by, "approval answered");
@@ -130,9 +156,12 @@ impl Approvals {
             }
             None => {
                 let now = store.approval(id).await?;
-                Err(ApprovalError::AlreadyDecided {
-                    id: now.id,
-                    state: now.state,
+                Err(match now.state {
+                    ApprovalState::Expired => ApprovalError::Expired {
+                        id: now.id,
+                        expires_at: now.expires_at,
+                    },
+                    state => ApprovalError::AlreadyDecided { id: now.id, state },
                 })
             }
         }

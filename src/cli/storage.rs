@@ -50,6 +50,10 @@ pub async fn migrate(config: Config, to: &str) -> anyhow::Result<ExitCode> {
         counts.len(),
         started.elapsed().as_secs_f64()
     );
+    outln!("not copied (each starts afresh on the target):");
+    for (table, why) in crate::store::NOT_COPIED {
+        outln!("  {table:<16} {why}");
+    }
     outln!(
         "to use it, set in your settings.yaml (the password as ${{VAR}} from the environment, or PGPASSWORD), then restart the daemon:\n  storage:\n    url: {}",
         redact_url(to).replace(":***@", ":${HERMES_DB_PASSWORD}@")

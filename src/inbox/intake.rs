@@ -288,6 +288,13 @@ impl Inner {
                 CommandState::Failed,
                 format!("That request for {tool} was already {state}; nothing changed."),
             ),
+            Err(ApprovalError::Expired { .. }) => (
+                CommandState::Failed,
+                format!(
+                    "That request for {tool} had expired before your answer; {tool} will not \
+                     run, and the task is told it expired."
+                ),
+            ),
             Err(ApprovalError::NotFound(_)) => (
                 CommandState::Failed,
                 format!("That request for {tool} no longer exists; nothing changed."),

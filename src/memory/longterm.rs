@@ -132,7 +132,10 @@ impl LongTerm {
                 trouble: Mutex::new(None),
                 repairing: AtomicBool::new(false),
                 write_gate: tokio::sync::Mutex::new(()),
-                applied: AtomicI64::new(recorded.unwrap_or(0)),
+                applied: AtomicI64::new(match recorded {
+                    follow::Recorded::Seq(seq) => seq,
+                    _ => 0,
+                }),
                 source,
                 wake: tokio::sync::Notify::new(),
                 rebuilds: AtomicU64::new(0),
@@ -141,12 +144,21 @@ impl LongTerm {
         {
             let _gate = memory.inner.write_gate.lock().await;
             match recorded {
-                Some(_) => {
+                follow::Recorded::Seq(_) => {
                     memory.catch_up_locked().await?;
                 }
-                None => {
+                follow::Recorded::Nothing => {
                     tracing::info!(
                         "memory index has no record of the fact changes it applied; rebuilding"
+                    );
+                    memory.rebuild_locked().await?;
+                }
+                follow::Recorded::Other(followed) => {
+                    tracing::info!(
+                        followed = %followed,
+                        now = %memory.inner.source,
+                        "memory index followed another database (moved with `storage migrate`, \
+                         or storage.url changed); rebuilding from this one's facts"
                     );
                     memory.rebuild_locked().await?;
                 }

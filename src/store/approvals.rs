@@ -26,6 +26,21 @@ pub struct Approval {
     pub used_at: Option<DateTime<Utc>>,
 }
 
+impl Approval {
+    /// The request as a person meets it at `at`: one still open past its time is expired,
+    /// whether or not the sweep has recorded that yet.
+    pub fn as_of(self, at: DateTime<Utc>) -> Approval {
+        if self.state == ApprovalState::Open && self.expires_at <= at {
+            Approval {
+                state: ApprovalState::Expired,
+                ..self
+            }
+        } else {
+            self
+        }
+    }
+}
+
 impl super::WithJson for Approval {
     fn read_json(self, row: &super::DbRow) -> Result<Approval> {
         let owner = format!("approval {}", self.id);
@@ -96,22 +111,26 @@ impl Store {
             .await
     }
 
-    /// Newest first; `state` `None`: all.
+    /// Newest first; `state` `None`: all. Each in its state as of now ([`Approval::as_of`]):
+    /// `open` leaves out, and `expired` includes, open requests past their time.
     pub async fn list_approvals(
         &self,
         state: Option<ApprovalState>,
         limit: i64,
     ) -> Result<Vec<Approval>> {
+        let at = now();
         let rows = query(select!(
             approvals,
-            "WHERE (?1 IS NULL OR state = ?1) ORDER BY created_at DESC, id LIMIT ?2"
+            "WHERE (?1 IS NULL OR CASE WHEN state = 'open' AND expires_at <= ?3 THEN 'expired' \
+             ELSE state END = ?1) ORDER BY created_at DESC, id LIMIT ?2"
         ))
         .bind(state)
         .bind(limit_or(limit, 100))
+        .bind(at)
         .fetch_all(self)
         .await?;
         rows.iter()
-            .map(<Approval as super::WithJson>::from_json_row)
+            .map(|row| <Approval as super::WithJson>::from_json_row(row).map(|a| a.as_of(at)))
             .collect()
     }
 
@@ -130,7 +149,9 @@ impl Store {
     }
 
     /// open → `state` (approved, denied or expired), once: `None` when it was no longer open
-    /// (someone answered first).
+    /// (someone answered first). A request past its time at this moment becomes `expired`
+    /// instead (reason `expired`, by `expiry`), in the same statement: no answer given after
+    /// the expiry counts, whoever gives it and whether or not the sweep ran.
     pub async fn decide_approval(
         &self,
         id: &str,
@@ -139,13 +160,17 @@ impl Store {
         decided_by: &str,
     ) -> Result<Option<Approval>> {
         let row = query(concat!(
-            "UPDATE approvals SET state = ?, reason = ?, decided_at = ?, decided_by = ? \
-             WHERE id = ? AND state = 'open' RETURNING ",
+            "UPDATE approvals SET \
+             state = CASE WHEN expires_at <= ?1 THEN 'expired' ELSE ?2 END, \
+             reason = CASE WHEN expires_at <= ?1 THEN 'expired' ELSE ?3 END, \
+             decided_at = ?1, \
+             decided_by = CASE WHEN expires_at <= ?1 THEN 'expiry' ELSE ?4 END \
+             WHERE id = ?5 AND state = 'open' RETURNING ",
             columns!(approvals)
         ))
+        .bind(now())
         .bind(state)
         .bind(reason)
-        .bind(now())
         .bind(decided_by)
         .bind(id)
         .fetch_all(self)
@@ -359,7 +384,93 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use crate::store::{HoldOwner, NewTask, Origin, now};
+    use crate::store::{Approval, ApprovalState, HoldOwner, NewTask, Origin, now};
+
+    on_both_engines!(
+        Memory,
+        tokio::test,
+        async fn a_request_past_its_time_cannot_be_answered_and_is_listed_expired(store: Store) {
+            let t = store
+                .create_task(&NewTask {
+                    task: "t".into(),
+                    origin: Origin::Cli,
+                    profile: "fast".into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            let past = now() - chrono::Duration::seconds(1);
+            let late = store
+                .create_approval(&t.id, "send", "{}", past)
+                .await
+                .unwrap();
+            let later = now() + chrono::Duration::hours(1);
+            let live = store
+                .create_approval(&t.id, "send", "{}", later)
+                .await
+                .unwrap();
+            // No sweeper has run: the row still says open, yet a person listing sees it expired.
+            let ids = |list: Vec<Approval>| {
+                list.into_iter()
+                    .map(|a| (a.id, a.state))
+                    .collect::<Vec<_>>()
+            };
+            let open = store
+                .list_approvals(Some(ApprovalState::Open), 10)
+                .await
+                .unwrap();
+            assert_eq!(ids(open), vec![(live.id.clone(), ApprovalState::Open)]);
+            let expired = store
+                .list_approvals(Some(ApprovalState::Expired), 10)
+                .await
+                .unwrap();
+            assert_eq!(
+                ids(expired),
+                vec![(late.id.clone(), ApprovalState::Expired)]
+            );
+            let all = store.list_approvals(None, 10).await.unwrap();
+            assert_eq!(all.len(), 2);
+            assert!(all.iter().all(|a| a.state
+                == if a.id == late.id {
+                    ApprovalState::Expired
+                } else {
+                    ApprovalState::Open
+                }));
+
+            // Approving it records it expired, in the same statement, not approved.
+            let done = store
+                .decide_approval(&late.id, ApprovalState::Approved, None, "cli")
+                .await
+                .unwrap()
+                .expect("still open in the table");
+            assert_eq!(done.state, ApprovalState::Expired);
+            assert_eq!(done.reason.as_deref(), Some("expired"));
+            assert_eq!(done.decided_by.as_deref(), Some("expiry"));
+            assert!(
+                !store.use_approval(&late.id).await.unwrap(),
+                "an expired request ran"
+            );
+            assert_eq!(
+                store.approval(&late.id).await.unwrap().state,
+                ApprovalState::Expired
+            );
+            // Answered once: a second answer finds it no longer open.
+            assert!(
+                store
+                    .decide_approval(&late.id, ApprovalState::Approved, None, "cli")
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
+            // One within its time is answered as asked.
+            let ok = store
+                .decide_approval(&live.id, ApprovalState::Approved, None, "cli")
+                .await
+                .unwrap()
+                .expect("open");
+            assert_eq!(ok.state, ApprovalState::Approved);
+        }
+    );
 
     on_both_engines!(
         Memory,

@@ -2,8 +2,8 @@
 //! migrate --to postgres://…` copies a SQLite data dir into PostgreSQL), in one transaction on
 //! the target, then counted on both sides.
 //!
-//! Owns: the list of tables in the order their references allow, each column's type, and the
-//! numbered ids' sequences on PostgreSQL after the copy.
+//! Owns: the list of tables in the order their references allow, each column's type, the
+//! numbered ids' sequences on PostgreSQL after the copy, and the tables left behind, with why.
 //! Must not: change the source (it is only read), or write into a target that has rows.
 
 use super::sql::{Arg, Builder, DbRow};
@@ -199,6 +199,24 @@ const TABLES: &[Table] = &[
         order: "run_id, seq",
         identity: false,
     },
+];
+
+/// The tables not copied, each with what the first start on the target does instead: none of
+/// them holds anything a person made, and each starts afresh there.
+pub const NOT_COPIED: &[(&str, &str)] = &[
+    (
+        "nodes",
+        "the daemons sharing a database; each daemon joins afresh when it starts",
+    ),
+    (
+        "fact_changes",
+        "the memory change feed restarts on the target; each node's memory index rebuilds from \
+         the facts once",
+    ),
+    (
+        "sessions",
+        "dashboard sign-ins; dashboard users sign in again",
+    ),
 ];
 
 /// Rows a copy statement carries at most (the widest table binds 20 values a row: well under

@@ -159,10 +159,8 @@ impl Store {
     /// (nothing changed).
     pub(crate) async fn delete_fact(&self, id: &str) -> Result<Option<i64>> {
         // Not `begin_writing`: on SQLite the delete is the first statement, so a plain BEGIN
-        // takes the write lock with it, and a plain BEGIN also works on a connection whose
-        // last commit failed on a full disk (sqlx then still counts a transaction open and
-        // refuses a custom `BEGIN IMMEDIATE`, so a forget would fail after the disk is freed).
-        // On PostgreSQL the facts table's lock is taken as `begin_writing` takes it.
+        // takes the write lock with it. On PostgreSQL the facts table's lock is taken as
+        // `begin_writing` takes it.
         let mut tx = self.begin().await?;
         if self.is_postgres() {
             query(super::Locked::Facts.lock_statement())

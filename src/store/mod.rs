@@ -88,7 +88,7 @@ mod working;
 mod write;
 
 pub use approvals::*;
-pub use copy::Copied;
+pub use copy::{Copied, NOT_COPIED};
 pub use dashboard::*;
 pub use error::*;
 pub use evals::*;
@@ -185,6 +185,7 @@ impl Store {
                 0 => 4,
                 n => n,
             })
+            .after_release(|conn, _| Box::pin(release_check(conn)))
             .connect_with(options)
             .await
             .map_err(|source| StoreError::Open {
@@ -377,6 +378,27 @@ impl Store {
             Engine::Postgres(p) => p.close().await,
         }
     }
+}
+
+/// Whether a SQLite connection handed back may serve again: not when sqlx still counts a
+/// transaction open on it. That happens after a `COMMIT` failed on a full disk: SQLite rolled
+/// the transaction back by itself, so the `ROLLBACK` sqlx sends when the transaction is dropped
+/// fails too and its count stays at one — and on such a connection sqlx refuses every later
+/// `BEGIN IMMEDIATE` (a savepoint instead of a transaction for a plain `BEGIN`). The pool closes
+/// it and opens a fresh one. The ping first waits for that queued `ROLLBACK` to have run.
+async fn release_check(
+    conn: &mut sqlx::SqliteConnection,
+) -> std::result::Result<bool, sqlx::Error> {
+    use sqlx::Connection as _;
+    conn.ping().await?;
+    if conn.is_in_transaction() {
+        tracing::warn!(
+            "a database connection still counted a transaction open after its commit failed \
+             (a full disk?); closing it, the pool opens a fresh one"
+        );
+        return Ok(false);
+    }
+    Ok(true)
 }
 
 /// A table a transaction reads and then writes (see [`Store::begin_writing`]).

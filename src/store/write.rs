@@ -144,6 +144,35 @@ mod tests {
         );
     }
 
+    /// A full disk fails SQLite's `COMMIT` and SQLite rolls the transaction back by itself;
+    /// sqlx, told only that the commit failed, still counts a transaction open on that
+    /// connection. Here SQLite's own rollback is a `ROLLBACK` sqlx does not see, then the
+    /// commit fails as on the full disk. The pool's one connection must not come back with
+    /// that count, or every later `BEGIN IMMEDIATE` on it is refused.
+    #[tokio::test]
+    async fn a_connection_whose_commit_failed_after_sqlite_rolled_back_is_not_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = StoreOptions {
+            max_connections: 1,
+            ..StoreOptions::default()
+        };
+        let store = Store::open_with(dir.path(), opts).await.unwrap();
+        let mut tx = store.begin_writing(Locked::Facts).await.unwrap();
+        query("ROLLBACK").execute(&mut tx).await.unwrap();
+        let committed = tx.commit().await;
+        assert!(committed.is_err(), "{committed:?}");
+        for _ in 0..2 {
+            let tx = store.begin_writing(Locked::Facts).await;
+            let tx = tx.unwrap_or_else(|e| panic!("a later write is refused: {e}"));
+            tx.commit().await.unwrap();
+        }
+        let (fact, _, _) = store
+            .upsert_fact_logged("after", &[], "test")
+            .await
+            .unwrap();
+        assert_eq!(store.fact(&fact.id).await.unwrap().text, "after");
+    }
+
     #[tokio::test]
     async fn a_job_run_whose_insert_fails_at_commit_is_an_error() {
         let store = failing_at_commit().await;

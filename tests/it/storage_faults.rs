@@ -91,8 +91,16 @@ impl SmallDisk {
 
     /// The app on this disk, with the test's quick retries.
     async fn app(&self, settings: Settings) -> App {
+        self.app_with(settings, 0).await
+    }
+
+    /// [`SmallDisk::app`] with `connections` in its pool (0: the default).
+    async fn app_with(&self, settings: Settings, connections: u32) -> App {
         let store = if self.mounted {
-            StoreOptions::default()
+            StoreOptions {
+                max_connections: connections,
+                ..StoreOptions::default()
+            }
         } else {
             // Created at full size first, so the schema exists before the cap.
             Store::open(self.path())
@@ -102,6 +110,7 @@ impl SmallDisk {
                 .await;
             StoreOptions {
                 max_pages: Some(PAGE_CAP),
+                max_connections: connections,
                 ..StoreOptions::default()
             }
         };
@@ -400,6 +409,43 @@ async fn on_a_full_disk_memory_add_is_a_503_and_every_fact_added_is_kept() {
     for id in &added {
         app.store.fact(id).await.expect("an added fact is kept");
     }
+}
+
+/// A fact's `BEGIN IMMEDIATE` whose `COMMIT` fails on the full disk: SQLite rolls back by
+/// itself, and sqlx, still counting a transaction open on that connection, would refuse every
+/// later `BEGIN IMMEDIATE` on it. With one connection in the pool the next fact, once space is
+/// back, is written on that same connection, unless the pool closed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_commit_failed_on_a_full_disk_the_next_fact_is_stored_once_space_is_back() {
+    let disk = SmallDisk::new();
+    if !disk.mounted {
+        eprintln!("skipped: the page cap fails the statement, only a full tmpfs fails a COMMIT");
+        return;
+    }
+    let model = ScriptedModel::start_with(common::echo_model).await;
+    let app = disk.app_with(common::settings(&model.base_url()), 1).await;
+    let api = router(ApiState::new(&app));
+    disk.fill();
+    let mut refused = None;
+    for i in 0..TRIES {
+        let text = format!("fact number {i}: {}", "the sky is blue ".repeat(100));
+        let (status, v) = send(&api, post("/v1/memory", json!({ "text": text }))).await;
+        if status != StatusCode::CREATED {
+            refused = Some((status, v));
+            break;
+        }
+    }
+    let (status, v) = refused.expect("a full disk refuses a fact");
+    assert_storage_unavailable(status, &v);
+    disk.free();
+    let (status, v) = send(
+        &api,
+        post("/v1/memory", json!({"text": "the disk was freed"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().expect("an id");
+    app.store.fact(id).await.expect("the fact is stored");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,7 +18,9 @@ impl From<ApprovalError> for ApiError {
     fn from(e: ApprovalError) -> ApiError {
         match e {
             ApprovalError::NotFound(_) => ApiError::not_found(e.to_string()),
-            ApprovalError::AlreadyDecided { .. } => ApiError::conflict(e.to_string()),
+            ApprovalError::AlreadyDecided { .. } | ApprovalError::Expired { .. } => {
+                ApiError::conflict(e.to_string())
+            }
             ApprovalError::Store(s) => s.into(),
         }
     }

@@ -155,6 +155,7 @@ async fn answer(s: &ApiState, id: &str, decision: Decision, back: &str, done: Fl
         Err(ApprovalError::AlreadyDecided { .. }) => {
             Ok(see_other(&back_to(back, Flash::AlreadyAnswered)))
         }
+        Err(ApprovalError::Expired { .. }) => Ok(see_other(&back_to(back, Flash::Expired))),
         Err(e) => Err(ApiError::from(e).into()),
     }
 }

@@ -22,9 +22,10 @@ pub(crate) enum Flash {
     Approved,
     Denied,
     AlreadyAnswered,
+    Expired,
 }
 
-const ALL: [Flash; 12] = [
+const ALL: [Flash; 13] = [
     Flash::JobAdded,
     Flash::JobPaused,
     Flash::JobResumed,
@@ -37,6 +38,7 @@ const ALL: [Flash; 12] = [
     Flash::Approved,
     Flash::Denied,
     Flash::AlreadyAnswered,
+    Flash::Expired,
 ];
 
 impl Flash {
@@ -55,6 +57,7 @@ impl Flash {
             Flash::Approved => "approved",
             Flash::Denied => "denied",
             Flash::AlreadyAnswered => "already_answered",
+            Flash::Expired => "expired",
         }
     }
 
@@ -73,6 +76,9 @@ impl Flash {
             Flash::Approved => "Approved: the call runs once and the task goes on.",
             Flash::Denied => "Denied: the call does not run; the task is told a person declined.",
             Flash::AlreadyAnswered => "That request was already answered.",
+            Flash::Expired => {
+                "That request had expired: the call does not run; the task is told it expired."
+            }
         }
     }
 

@@ -51,13 +51,31 @@ pub(super) fn mark(seq: i64, store: &str) -> String {
     serde_json::to_string(&mark).unwrap_or_default()
 }
 
-/// The last change the index's newest commit applied, if it recorded one for `store`. None
-/// (rebuild) when the index is new, was written by an older build, followed another database,
-/// or its record cannot be read.
-pub(super) fn recorded_seq(index: &Index, store: &str) -> Option<i64> {
-    let payload = index.load_metas().ok()?.payload?;
-    let mark: Mark = serde_json::from_str(&payload).ok()?;
-    (mark.store == store && mark.fact_seq >= 0).then_some(mark.fact_seq)
+/// What the index's newest commit says it applied, as seen from database `store`.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Recorded {
+    /// Every change of this database up to this one.
+    Seq(i64),
+    /// Nothing to go by: the index is new, was written by an older build, or its record
+    /// cannot be read.
+    Nothing,
+    /// Changes of another database (its file or address): the data dir moved with
+    /// `storage migrate`, or `storage.url` now names another database. Its numbers say nothing
+    /// about this one's changes.
+    Other(String),
+}
+
+/// The last change the index's newest commit applied, if it recorded one for `store`; anything
+/// else means a rebuild.
+pub(super) fn recorded_seq(index: &Index, store: &str) -> Recorded {
+    let Some(payload) = index.load_metas().ok().and_then(|m| m.payload) else {
+        return Recorded::Nothing;
+    };
+    match serde_json::from_str::<Mark>(&payload) {
+        Ok(mark) if mark.store != store => Recorded::Other(mark.store),
+        Ok(mark) if mark.fact_seq >= 0 => Recorded::Seq(mark.fact_seq),
+        _ => Recorded::Nothing,
+    }
 }
 
 impl LongTerm {

@@ -1,8 +1,9 @@
 //! Approvals over a task's life, in process: a job's firing (and its person's
-//! `pre_approved`), expiry, the one notice per request, cancelling a waiting task.
+//! `pre_approved`), expiry (an answer after it refused), the one notice per request, cancelling
+//! a waiting task.
 
 use super::{PATIENCE, Pool, Ran, gated_settings, model};
-use hermes_agent::agent::Decision;
+use hermes_agent::agent::{ApprovalError, Decision};
 use hermes_agent::config::SubAgent;
 use hermes_agent::llm::scripted::ScriptedModel;
 use hermes_agent::store::{ApprovalState, Origin, TaskState};
@@ -123,6 +124,51 @@ async fn an_unanswered_request_expires_as_a_denial() {
     let a = p.app().agent.approvals().of_task(&held.id).await.unwrap();
     assert_eq!(a[0].state, ApprovalState::Expired);
     assert_eq!(a[0].reason.as_deref(), Some("expired"));
+    p.stop().await;
+}
+
+/// No sweep runs here: the answer itself finds the request past its time, records it expired
+/// and is refused; the task goes on without the call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_after_the_request_expired_is_refused_and_the_task_goes_on_without_the_call() {
+    let model = ScriptedModel::start_with(model).await;
+    let ran = Ran::default();
+    let mut s = gated_settings(&model.base_url());
+    s.tools.approval_expire_s = 1;
+    let p = Pool::start(s, &ran, 1).await;
+    let held = p.submit("[send] tell bob").await;
+    p.settled(&held.id).await;
+    let approvals = p.app().agent.approvals();
+    let request = approvals.of_task(&held.id).await.unwrap().remove(0);
+    let wait = (request.expires_at - chrono::Utc::now())
+        .to_std()
+        .unwrap_or_default();
+    assert!(wait < PATIENCE, "expires in {wait:?}");
+    tokio::time::sleep(wait + Duration::from_millis(50)).await;
+
+    match approvals
+        .decide(&request.id, Decision::Approve, "api")
+        .await
+    {
+        Err(ApprovalError::Expired { id, expires_at }) => {
+            assert_eq!((id, expires_at), (request.id.clone(), request.expires_at));
+        }
+        other => panic!("an answer after the expiry was not refused: {other:?}"),
+    }
+    let done = p.finished(&held.id).await;
+    assert_eq!(done.state, TaskState::Succeeded, "{done:?}");
+    assert!(ran.sends().is_empty(), "the expired call ran");
+    let a = approvals.get(&request.id).await.unwrap();
+    assert_eq!(
+        (a.state, a.reason.as_deref(), a.decided_by.as_deref()),
+        (ApprovalState::Expired, Some("expired"), Some("expiry"))
+    );
+    let deny = Decision::Deny { reason: None };
+    let again = approvals.decide(&request.id, deny, "api").await;
+    assert!(
+        matches!(again, Err(ApprovalError::Expired { .. })),
+        "{again:?}"
+    );
     p.stop().await;
 }
 

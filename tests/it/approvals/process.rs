@@ -130,6 +130,75 @@ async fn a_held_call_survives_a_daemon_restart_and_runs_once_when_approved() {
     daemon.stop().await;
 }
 
+/// A request that expired while the daemon was stopped: the CLI on the data dir lists it as
+/// expired (no sweeper has run), refuses to approve it with a message saying so, and the tool
+/// does not run when the daemon starts again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_expired_while_the_daemon_was_stopped_cannot_be_approved_from_the_cli() {
+    let model = ScriptedModel::start_with(mark_model).await;
+    let (site, mark_file) = site(&model.base_url());
+    // Long enough for the daemon to stop before it expires, short enough not to wait long.
+    let settings = std::fs::read_to_string(site.config()).unwrap();
+    let settings = settings.replacen("tools:\n", "tools:\n  approval_expire_s: 3\n", 1);
+    std::fs::write(site.config(), settings).unwrap();
+    let mut daemon = site.start(&[]);
+    daemon.ready().await;
+    let id = daemon.submit("mark bob").await;
+    let open = open_requests(&daemon, 1).await;
+    let approval = open[0]["id"].as_str().unwrap().to_string();
+    let expires: chrono::DateTime<chrono::Utc> = open[0]["expires_at"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .expect("an expiry");
+    daemon.stop().await;
+
+    // Its time passes while nothing sweeps.
+    let wait = (expires - chrono::Utc::now()).to_std().unwrap_or_default();
+    assert!(wait < PATIENCE, "expires in {wait:?}");
+    tokio::time::sleep(wait + std::time::Duration::from_millis(100)).await;
+
+    let out = site.cli(&["approvals", "list", "--state", "open", "--json"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["approvals"], json!([]), "listed open past its time: {v}");
+    let out = site.cli(&["approvals", "list", "--state", "expired", "--json"], &[]);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["approvals"][0]["id"], approval.as_str(), "{v}");
+    assert_eq!(v["approvals"][0]["state"], "expired", "{v}");
+
+    let out = site.cli(&["approvals", "approve", &approval], &[]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "an expired request was approved");
+    assert!(
+        err.contains(&format!("approval '{approval}' expired at"))
+            && err.contains("can no longer be answered"),
+        "{err}"
+    );
+    // Refused again the same way once recorded expired.
+    let out = site.cli(&["approvals", "approve", &approval], &[]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("can no longer be answered"));
+
+    // The next start: the task is told the request expired and ends without the tool.
+    let mut daemon = site.start(&[]);
+    daemon.ready().await;
+    let done = daemon.finished(&id).await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+    assert!(marks(&mark_file).is_empty(), "the expired call ran");
+    let (_, v) = daemon.get("/v1/approvals?state=expired").await;
+    assert_eq!(v["approvals"][0]["id"], approval.as_str(), "{v}");
+    assert_eq!(v["approvals"][0]["decided_by"], "expiry", "{v}");
+    // Through the daemon's API too: refused with the same words.
+    let out = site.cli(&["approvals", "approve", &approval], &[]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("can no longer be answered"),
+        "{}",
+        text(&out.stderr)
+    );
+    daemon.stop().await;
+}
+
 /// The open requests, once there are `n` and their tasks wait (a request is recorded a moment
 /// before its task's hold), bounded by [`PATIENCE`].
 async fn open_requests(daemon: &crate::daemon::Daemon, n: usize) -> Vec<Value> {

@@ -1,7 +1,9 @@
 //! `hermes-agent storage migrate --to postgres://…`: a SQLite data dir with tasks and their
 //! traces, a job and its run, a fact, copied into an empty PostgreSQL database, counted on both
 //! sides; a daemon on PostgreSQL then shows the same tasks and job and numbers new rows after
-//! the copied ones. A non-empty target, and a data dir a daemon still runs on, are refused.
+//! the copied ones, and the data dir switched to it finds the facts (its memory index rebuilt).
+//! The output names what is not copied. A non-empty target, and a data dir a daemon still runs
+//! on, are refused.
 
 use super::{cluster, fired_run, psql, site_on};
 use crate::common::echo_model;
@@ -73,6 +75,17 @@ async fn a_sqlite_data_dir_moves_to_an_empty_postgres_database_and_a_daemon_carr
         "{text}"
     );
     assert!(!text.contains(cluster::PASSWORD) && !err.contains(cluster::PASSWORD));
+    // What is not copied is named, with why.
+    for (table, why) in [
+        ("nodes", "each daemon joins afresh"),
+        ("fact_changes", "memory index rebuilds from the facts once"),
+        ("sessions", "sign in again"),
+    ] {
+        assert!(
+            text.lines().any(|l| l.contains(table) && l.contains(why)),
+            "{table} not named as not copied:\n{text}"
+        );
+    }
 
     // Into a database that has rows: refused, nothing written.
     let out = site.cli(&["storage", "migrate", "--to", &url], &[]);
@@ -106,4 +119,16 @@ async fn a_sqlite_data_dir_moves_to_an_empty_postgres_database_and_a_daemon_carr
     let (_, found) = p.get("/v1/memory?q=oolong").await;
     assert!(found.to_string().contains("oolong"), "{found}");
     p.stop().await;
+
+    // The same data dir switched to the copy: its memory index followed the SQLite
+    // database's changes, so it rebuilds from the facts (saying why) and finds the fact.
+    let yaml = std::fs::read_to_string(site.config()).expect("settings");
+    std::fs::write(site.config(), format!("{yaml}storage:\n  url: \"{url}\"\n"))
+        .expect("settings written");
+    let mut d = site.start(&[]);
+    d.ready().await;
+    let (_, found) = d.get("/v1/memory?q=oolong").await;
+    assert!(found.to_string().contains("oolong"), "{found}");
+    d.wait_log("memory index followed another database").await;
+    d.stop().await;
 }
