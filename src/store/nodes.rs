@@ -308,6 +308,25 @@ mod tests {
         store.create_job(&new).await.unwrap().id
     }
 
+    /// Nodes a and b of `store`, both joined.
+    async fn two_nodes(store: &Store) -> (Store, Store) {
+        let a = store.clone().with_node("node-a");
+        let b = store.clone().with_node("node-b");
+        a.join_cluster("host-a", 1, None, LEASE).await.unwrap();
+        b.join_cluster("host-b", 2, None, LEASE).await.unwrap();
+        (a, b)
+    }
+
+    /// A job whose run a fired and follows: its run id.
+    async fn followed_by(a: &Store, store: &Store) -> i64 {
+        let followed = job(store, "followed").await;
+        let job_task = claimed_task(a).await;
+        assert!(a.lock_job(&followed, &job_task).await.unwrap());
+        a.add_job_run(&followed, now(), RunOutcome::Fired, Some(&job_task), None)
+            .await
+            .unwrap()
+    }
+
     on_both_engines!(
         Memory,
         tokio::test,
@@ -392,10 +411,7 @@ mod tests {
         Memory,
         tokio::test,
         async fn nothing_is_written_or_claimed_under_a_lease_taken_over(store: Store) {
-            let a = store.clone().with_node("node-a");
-            let b = store.clone().with_node("node-b");
-            a.join_cluster("host-a", 1, None, LEASE).await.unwrap();
-            b.join_cluster("host-b", 2, None, LEASE).await.unwrap();
+            let (a, b) = two_nodes(&store).await;
             let mine = claimed_task(&a).await;
             let task = store.task(&mine).await.unwrap();
             let epoch = task.node_epoch.clone().expect("claimed under a's lease");
@@ -477,16 +493,8 @@ mod tests {
         Memory,
         tokio::test,
         async fn a_restart_racing_a_take_over_follows_each_run_once(store: Store) {
-            let a = store.clone().with_node("node-a");
-            let b = store.clone().with_node("node-b");
-            a.join_cluster("host-a", 1, None, LEASE).await.unwrap();
-            b.join_cluster("host-b", 2, None, LEASE).await.unwrap();
-            let followed = job(&store, "followed").await;
-            let job_task = claimed_task(&a).await;
-            assert!(a.lock_job(&followed, &job_task).await.unwrap());
-            a.add_job_run(&followed, now(), RunOutcome::Fired, Some(&job_task), None)
-                .await
-                .unwrap();
+            let (a, b) = two_nodes(&store).await;
+            followed_by(&a, &store).await;
             let open = b.open_runs_of("node-a").await.unwrap();
             // a restarts (a new lease) while b, which read the run before, takes it over.
             let restarted = store.clone().with_node("node-a");
@@ -506,17 +514,8 @@ mod tests {
         Memory,
         tokio::test,
         async fn a_node_that_beat_keeps_its_runs_one_that_left_is_silent(store: Store) {
-            let a = store.clone().with_node("node-a");
-            let b = store.clone().with_node("node-b");
-            a.join_cluster("host-a", 1, None, LEASE).await.unwrap();
-            b.join_cluster("host-b", 2, None, LEASE).await.unwrap();
-            let followed = job(&store, "followed").await;
-            let job_task = claimed_task(&a).await;
-            assert!(a.lock_job(&followed, &job_task).await.unwrap());
-            let run = a
-                .add_job_run(&followed, now(), RunOutcome::Fired, Some(&job_task), None)
-                .await
-                .unwrap();
+            let (a, b) = two_nodes(&store).await;
+            let run = followed_by(&a, &store).await;
             // Taken for silent since a moment ago, but a beat since: it keeps its run.
             let since = now() - Duration::seconds(1);
             assert!(a.beat().await.unwrap());
