@@ -132,7 +132,7 @@ async fn a_refusal_is_final_and_is_not_sent_to_the_fallback() {
         .chat("fast", &[Message::user("hello")], &[])
         .await
         .expect_err("a refusal is the answer");
-    assert!(matches!(err, LlmError::Status { status: 400, .. }), "{err}");
+    assert!(matches!(err, LlmError::ContentRefused { .. }), "{err}");
     assert_eq!(backup.request_count(), 0);
 }
 
