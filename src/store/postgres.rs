@@ -181,13 +181,22 @@ impl Store {
             })
             // An unreachable server fails a request in seconds, not after the default 30 s.
             .acquire_timeout(Duration::from_secs(5))
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(|source| StoreError::Connect {
                 url: shown.display().to_string(),
                 source,
             })?;
-        let store = Store::new(Engine::Postgres(pool), &shown);
+        // Lazy: a doctor or a migration that never asks for health never opens it.
+        let probe = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(super::PROBE_WAIT)
+            .connect_lazy_with(options.application_name("hermes-agent health"));
+        let mut store = Store::new(Engine::Postgres(pool), &shown);
+        store.probe = Some(std::sync::Arc::new(Store::new(
+            Engine::Postgres(probe),
+            &shown,
+        )));
         store.migrate().await?;
         Ok(store)
     }

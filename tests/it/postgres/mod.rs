@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 pub(crate) mod cluster;
 
 mod faults;
+mod health;
 mod migrate;
 mod nodes;
 mod two_nodes;
