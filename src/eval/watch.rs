@@ -174,22 +174,7 @@ impl ModelWatch {
         }
         // The last change told had a flap: this notice says the profile keeps changing.
         let flapped = match &told {
-            Some(head) => {
-                let mut seen = vec![head.old_identity.clone(), head.new_identity.clone()];
-                let members = store.flap_changes(head.id).await?;
-                for m in &members {
-                    for id in [&m.old_identity, &m.new_identity] {
-                        if !seen.contains(id) {
-                            seen.push(id.clone());
-                        }
-                    }
-                }
-                (!members.is_empty()).then(|| Flap {
-                    since: head.seen_at,
-                    changes: members.len() + 1,
-                    identities: seen,
-                })
-            }
+            Some(head) => flap_of(store, head).await?,
             None => None,
         };
         tracing::warn!(profile, from = %change.old_identity, to = %change.new_identity, action = %action, "the model behind a profile changed");
@@ -254,7 +239,17 @@ impl ModelWatch {
                 _ = watch.stop.cancelled() => None,
             };
             crate::util::lock(&watch.evaluating).remove(&change.profile);
-            if let Some(verdict) = verdict {
+            if let Some(mut verdict) = verdict {
+                // The changes that came while it ran were told in no notice of their own.
+                match flap_of(&watch.app.store, &change).await {
+                    Ok(Some(flap)) => verdict.1.push_str(&format!(
+                        "\n\nMeanwhile the profile kept changing model: it answered alternately with {} ({} changes, told in this notice and the one before); the verdict is about whichever answered each case.",
+                        alternately(&flap),
+                        flap.changes
+                    )),
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(error = %e, "cannot read the flap of a model change"),
+                }
                 watch.tell(&verdict).await;
             }
         });
@@ -329,6 +324,40 @@ struct Flap {
     identities: Vec<String>,
 }
 
+/// The flap recorded as part of the told change `head`: `None` when it has none.
+async fn flap_of(
+    store: &crate::store::Store,
+    head: &ModelChange,
+) -> Result<Option<Flap>, crate::store::StoreError> {
+    let members = store.flap_changes(head.id).await?;
+    if members.is_empty() {
+        return Ok(None);
+    }
+    let mut seen = vec![head.old_identity.clone(), head.new_identity.clone()];
+    for m in &members {
+        for id in [&m.old_identity, &m.new_identity] {
+            if !seen.contains(id) {
+                seen.push(id.clone());
+            }
+        }
+    }
+    Ok(Some(Flap {
+        since: head.seen_at,
+        changes: members.len() + 1,
+        identities: seen,
+    }))
+}
+
+/// The flap's identities as words: `**A**, **B** and **C**`.
+fn alternately(flap: &Flap) -> String {
+    let ids: Vec<String> = flap.identities.iter().map(|i| format!("**{i}**")).collect();
+    match ids.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        Some((last, _)) => last.clone(),
+        None => String::new(),
+    }
+}
+
 fn change_notice(change: &ModelChange, flapped: Option<&Flap>) -> (String, String) {
     let paused = &change.paused_jobs;
     let title = format!("Model changed: profile {}", change.profile);
@@ -339,15 +368,11 @@ fn change_notice(change: &ModelChange, flapped: Option<&Flap>) -> (String, Strin
     };
     let mut body = match flapped {
         Some(flap) => {
-            let ids: Vec<String> = flap.identities.iter().map(|i| format!("**{i}**")).collect();
-            let (last, rest) = ids
-                .split_last()
-                .map_or(("", &[][..]), |(l, r)| (l.as_str(), r));
             format!(
-                "Profile **{}** keeps changing model: since {} it answers alternately with {} and {last} ({} changes, told once). It now answers with **{}**.\n\nBefore: **{}** — {was}.\n\n",
+                "Profile **{}** keeps changing model: since {} it answers alternately with {} ({} changes, told once). It now answers with **{}**.\n\nBefore: **{}** — {was}.\n\n",
                 change.profile,
                 flap.since.format("%Y-%m-%d %H:%M UTC"),
-                rest.join(", "),
+                alternately(flap),
                 flap.changes,
                 change.new_identity,
                 change.old_identity

@@ -459,6 +459,19 @@ async fn a_server_reporting_another_model_id_on_every_reply_is_one_notice_and_on
     assert_eq!(changed, 1, "{titles:?}");
     let runs = app.store.eval_runs(100).await.expect("eval runs");
     assert_eq!(runs.len(), 1, "{runs:?}");
+    // The verdict tells the flap that came while the eval ran, in no notice of its own.
+    let verdict = notices
+        .iter()
+        .find(|n| n.queued.title.contains("erified: profile fast"))
+        .expect("the verdict");
+    assert!(
+        verdict
+            .queued
+            .body
+            .contains("it answered alternately with **m-"),
+        "{}",
+        verdict.queued.body
+    );
     stop.cancel();
     tracker.close();
     tracker.wait().await;
