@@ -56,7 +56,9 @@ pub async fn migrate(config: Config, to: &str) -> anyhow::Result<ExitCode> {
     }
     outln!(
         "to use it, set in your settings.yaml (the password as ${{VAR}} from the environment, or PGPASSWORD), then restart the daemon:\n  storage:\n    url: {}",
-        redact_url(to).replace(":***@", ":${HERMES_DB_PASSWORD}@")
+        redact_url(to)
+            .replace(":***@", ":${HERMES_DB_PASSWORD}@")
+            .replace("password=***", "password=${HERMES_DB_PASSWORD}")
     );
     outln!(
         "{} is left as it was (a backup); the memory index stays in the data dir",

@@ -147,15 +147,35 @@ impl ModelWatch {
             OnChange::Eval => ModelAction::Eval,
             OnChange::Hold => ModelAction::Hold,
         };
+        // A change within the window of the last one told is that one's flap going on: recorded
+        // as part of it, and nothing told, held or run (a server reporting another id on every
+        // reply would otherwise send a notice and start an eval for each).
+        let told = store.last_told_change(profile).await?;
+        let window = flap_window(self.app.config.settings.model.identity_check_s);
+        let within = told.as_ref().filter(|c| {
+            (crate::store::now() - c.seen_at)
+                .to_std()
+                .is_ok_and(|age| age < window)
+        });
         let new = NewModelChange {
             profile: profile.to_string(),
             old_identity: old,
             new_identity: key,
             old_verified,
             action,
+            flap_of: within.map(|c| c.id),
         };
         let Some(change) = store.record_model_change(&new).await? else {
             return Ok(None);
+        };
+        if let Some(head) = within {
+            tracing::info!(profile, from = %change.old_identity, to = %change.new_identity, told = head.id, "the model behind a profile changed again: part of the flap already told");
+            return Ok(Some(change));
+        }
+        // The last change told had a flap: this notice says the profile keeps changing.
+        let flapped = match &told {
+            Some(head) => flap_of(store, head).await?,
+            None => None,
         };
         tracing::warn!(profile, from = %change.old_identity, to = %change.new_identity, action = %action, "the model behind a profile changed");
         let paused = match action {
@@ -167,7 +187,7 @@ impl ModelWatch {
             paused_jobs: paused,
             ..change
         };
-        self.tell(&change_notice(&change)).await;
+        self.tell(&change_notice(&change, flapped.as_ref())).await;
         if action != ModelAction::Warn {
             self.evaluate(change.clone());
         }
@@ -219,7 +239,17 @@ impl ModelWatch {
                 _ = watch.stop.cancelled() => None,
             };
             crate::util::lock(&watch.evaluating).remove(&change.profile);
-            if let Some(verdict) = verdict {
+            if let Some(mut verdict) = verdict {
+                // The changes that came while it ran were told in no notice of their own.
+                match flap_of(&watch.app.store, &change).await {
+                    Ok(Some(flap)) => verdict.1.push_str(&format!(
+                        "\n\nMeanwhile the profile kept changing model: it answered alternately with {} ({} changes, told in this notice and the one before); the verdict is about whichever answered each case.",
+                        alternately(&flap),
+                        flap.changes
+                    )),
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(error = %e, "cannot read the flap of a model change"),
+                }
                 watch.tell(&verdict).await;
             }
         });
@@ -279,7 +309,56 @@ impl ModelWatch {
     }
 }
 
-fn change_notice(change: &ModelChange) -> (String, String) {
+/// How long after a change is told further changes of the same profile are part of its flap:
+/// `model.identity_check_s`, or an hour when checks are off (or more often than that).
+fn flap_window(identity_check_s: u64) -> Duration {
+    Duration::from_secs(identity_check_s.max(3600))
+}
+
+/// The changes recorded as one flap since the last change told.
+struct Flap {
+    since: chrono::DateTime<chrono::Utc>,
+    /// The told change and those recorded as part of it.
+    changes: usize,
+    /// Every identity seen in it, in the order first seen.
+    identities: Vec<String>,
+}
+
+/// The flap recorded as part of the told change `head`: `None` when it has none.
+async fn flap_of(
+    store: &crate::store::Store,
+    head: &ModelChange,
+) -> Result<Option<Flap>, crate::store::StoreError> {
+    let members = store.flap_changes(head.id).await?;
+    if members.is_empty() {
+        return Ok(None);
+    }
+    let mut seen = vec![head.old_identity.clone(), head.new_identity.clone()];
+    for m in &members {
+        for id in [&m.old_identity, &m.new_identity] {
+            if !seen.contains(id) {
+                seen.push(id.clone());
+            }
+        }
+    }
+    Ok(Some(Flap {
+        since: head.seen_at,
+        changes: members.len() + 1,
+        identities: seen,
+    }))
+}
+
+/// The flap's identities as words: `**A**, **B** and **C**`.
+fn alternately(flap: &Flap) -> String {
+    let ids: Vec<String> = flap.identities.iter().map(|i| format!("**{i}**")).collect();
+    match ids.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        Some((last, _)) => last.clone(),
+        None => String::new(),
+    }
+}
+
+fn change_notice(change: &ModelChange, flapped: Option<&Flap>) -> (String, String) {
     let paused = &change.paused_jobs;
     let title = format!("Model changed: profile {}", change.profile);
     let was = if change.old_verified {
@@ -287,10 +366,23 @@ fn change_notice(change: &ModelChange) -> (String, String) {
     } else {
         "the model it answered with before (none was verified yet)"
     };
-    let mut body = format!(
-        "Profile **{}** now answers with **{}**.\n\nBefore: **{}** — {was}.\n\n",
-        change.profile, change.new_identity, change.old_identity
-    );
+    let mut body = match flapped {
+        Some(flap) => {
+            format!(
+                "Profile **{}** keeps changing model: since {} it answers alternately with {} ({} changes, told once). It now answers with **{}**.\n\nBefore: **{}** — {was}.\n\n",
+                change.profile,
+                flap.since.format("%Y-%m-%d %H:%M UTC"),
+                alternately(flap),
+                flap.changes,
+                change.new_identity,
+                change.old_identity
+            )
+        }
+        None => format!(
+            "Profile **{}** now answers with **{}**.\n\nBefore: **{}** — {was}.\n\n",
+            change.profile, change.new_identity, change.old_identity
+        ),
+    };
     match change.action {
         ModelAction::Warn => body.push_str(&format!(
             "Nothing was paused (model.on_change: warn). Run `hermes-agent eval --profile {}` to check the new model against the regression cases; a passing run verifies it.",
@@ -369,4 +461,51 @@ fn eval_failed(change: &ModelChange, why: &str) -> (String, String) {
             change.new_identity
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(old: &str, new: &str) -> ModelChange {
+        ModelChange {
+            id: 7,
+            profile: "fast".into(),
+            old_identity: old.into(),
+            new_identity: new.into(),
+            old_verified: false,
+            action: ModelAction::Eval,
+            paused_jobs: Vec::new(),
+            eval_run_id: None,
+            seen_at: crate::store::now(),
+            flap_of: None,
+        }
+    }
+
+    #[test]
+    fn a_change_after_a_flap_says_the_profile_answers_alternately() {
+        let flap = Flap {
+            since: crate::store::now(),
+            changes: 9,
+            identities: vec!["A".into(), "B".into()],
+        };
+        let (_, body) = change_notice(&change("B", "A"), Some(&flap));
+        assert!(
+            body.contains("answers alternately with **A** and **B** (9 changes, told once)"),
+            "{body}"
+        );
+        let (_, plain) = change_notice(&change("A", "B"), None);
+        assert!(
+            plain.starts_with("Profile **fast** now answers with **B**"),
+            "{plain}"
+        );
+        assert!(!plain.contains("alternately"), "{plain}");
+    }
+
+    #[test]
+    fn the_flap_window_is_the_check_interval_and_at_least_an_hour() {
+        assert_eq!(flap_window(0), Duration::from_secs(3600));
+        assert_eq!(flap_window(60), Duration::from_secs(3600));
+        assert_eq!(flap_window(6 * 3600), Duration::from_secs(6 * 3600));
+    }
 }

@@ -491,6 +491,21 @@ impl Gateway {
             };
             return Err(bad(reason));
         };
+        // A reply cut off by the provider's filter: what is there is not the model's answer, and
+        // the same content would be cut again.
+        if response
+            .pointer("/choices/0/finish_reason")
+            .and_then(Value::as_str)
+            == Some("content_filter")
+        {
+            return Err(LlmError::ContentRefused {
+                profile: profile_name.to_string(),
+                base_url: profile.base_url.clone(),
+                model: profile.model.clone(),
+                how: "its reply was stopped with finish_reason content_filter".to_string(),
+                attempts,
+            });
+        }
         let parsed = parse::parse_message(message, text_fallback);
         let native_calls = message
             .get("tool_calls")

@@ -100,6 +100,22 @@ pub enum LlmError {
         cause: StatusCause,
     },
 
+    /// The model or its provider declined the request for its content (a content policy, a
+    /// safety or moderation filter): a 4xx that says so, or a reply stopped with
+    /// `finish_reason: content_filter`. An answer about the content, not a fault of the
+    /// server or the settings: the same content sent again is refused again.
+    #[error(
+        "the model server at {base_url} refused the request to model '{model}' for its content ({how}): its content policy or safety filter declined it. Retrying the same content will not help (it was not retried): rephrase the task, or leave out what was flagged"
+    )]
+    ContentRefused {
+        profile: String,
+        base_url: String,
+        model: String,
+        /// How it said so: `HTTP 400: <its message>`, or `finish_reason content_filter`.
+        how: String,
+        attempts: u32,
+    },
+
     #[error(
         "the model server at {base_url} sent something that is not an OpenAI chat completion ({reason}): check that model.profiles.{profile}.base_url points at an OpenAI-compatible /v1 endpoint"
     )]
@@ -166,7 +182,8 @@ impl LlmError {
         match self {
             LlmError::Connect { attempts, .. }
             | LlmError::Timeout { attempts, .. }
-            | LlmError::Status { attempts, .. } => *attempts,
+            | LlmError::Status { attempts, .. }
+            | LlmError::ContentRefused { attempts, .. } => *attempts,
             LlmError::Exhausted { last, .. } => last.attempts(),
             _ => 0,
         }
@@ -183,6 +200,7 @@ impl LlmError {
                 tools_rejected,
                 ..
             } => FailureKind::of_status(*status, *cause, *tools_rejected),
+            LlmError::ContentRefused { .. } => FailureKind::Refused,
             LlmError::BadResponse { .. } => FailureKind::BadResponse,
             LlmError::TooLarge { .. } => FailureKind::TooLarge,
             LlmError::RateLimited { .. } => FailureKind::RateLimited,

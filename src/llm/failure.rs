@@ -8,6 +8,7 @@
 
 use super::LlmError;
 use super::error::{body_detail, connect_hint, redact, status_hint};
+use super::kind::StatusCause;
 use crate::config::Profile;
 use std::time::Duration;
 
@@ -90,6 +91,20 @@ impl Failure {
                 timeout_s: profile.timeout_s.max(1),
                 attempts,
             },
+            Failure::Status { status, body, .. }
+                if super::kind::status_cause(status, &body) == StatusCause::ContentPolicy =>
+            {
+                LlmError::ContentRefused {
+                    profile: profile_name.to_string(),
+                    base_url: profile.base_url.clone(),
+                    model: profile.model.clone(),
+                    how: format!(
+                        "HTTP {status}: {}",
+                        redact(&body_detail(&body, ERROR_BODY_CHARS), key)
+                    ),
+                    attempts,
+                }
+            }
             Failure::Status { status, body, .. } => LlmError::Status {
                 tools_rejected: super::wire::rejects_tools(status, &body),
                 cause: super::kind::status_cause(status, &body),

@@ -139,12 +139,16 @@ const CONTEXT_PHRASES: [&str; 6] = [
 ];
 
 /// Phrases of a policy refusal without a code ("rejected as a result of our safety system",
-/// "violates our content policy", "flagged by the content management policy").
-const POLICY_PHRASES: [&str; 4] = [
+/// "violates our content policy", "flagged by the content management policy", "flagged by
+/// moderation", "blocked by safety settings").
+const POLICY_PHRASES: [&str; 7] = [
     "content policy",
     "safety system",
     "content management policy",
     "usage policies",
+    "moderation",
+    "safety filter",
+    "safety settings",
 ];
 
 /// The cause a 4xx body gives, read once where the reply arrives.

@@ -175,7 +175,7 @@ const TABLES: &[Table] = &[
         columns: &[
             ("id", Int), ("profile", Text), ("old_identity", Text), ("new_identity", Text),
             ("old_verified", Bool), ("action", Text), ("paused_jobs", Text),
-            ("eval_run_id", Int), ("seen_at", Time),
+            ("eval_run_id", Int), ("seen_at", Time), ("flap_of", Int),
         ],
         order: "id",
         identity: true,

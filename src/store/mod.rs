@@ -149,6 +149,32 @@ pub struct Store {
     /// The node's lease once it joined a shared database: the fencing token stamped on what it
     /// claims and checked on what it writes for it (`lease.rs`). Shared by every clone.
     lease: Lease,
+    /// On PostgreSQL, a pool of one connection for the health probe alone, which gives up
+    /// after [`PROBE_WAIT`]: the main pool waits 5 s for a connection (fine for work, far too
+    /// long for `/healthz`), and a probe queued behind a busy pool would report a healthy
+    /// server as down. `None` on SQLite, which has no server to lose.
+    probe: Option<Arc<Store>>,
+    /// The last health reading and when it was taken: a burst of `/healthz` costs one probe,
+    /// and requests that come while one runs wait for its answer instead of queueing more.
+    reading: Arc<tokio::sync::Mutex<Option<(Health, Instant)>>>,
+}
+
+/// How long a health reading may take, probe and count together: well under the 700 ms the
+/// CLI gives `/healthz` as a whole, and a round trip on an open connection takes far less.
+pub const PROBE_WAIT: Duration = Duration::from_millis(400);
+/// A reading this recent is answered again without asking the database.
+const READING_FRESH: Duration = Duration::from_millis(500);
+/// How long a storage fault a request met keeps health `degraded` when the probe cannot
+/// prove it over (a full disk takes the probe's one-row write and still refuses a task).
+pub const FAULT_MEMORY: Duration = Duration::from_secs(60);
+
+/// What the health probe found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Health {
+    /// Why the database cannot be written now, or was not lately; `None`: it can.
+    pub fault: Option<StorageFault>,
+    /// Tasks waiting for a worker; `None` when unknown (the database did not answer).
+    pub pending: Option<i64>,
 }
 
 impl Store {
@@ -235,6 +261,8 @@ impl Store {
             fault: Arc::default(),
             node: None,
             lease: Lease::default(),
+            probe: None,
+            reading: Arc::default(),
         }
     }
 
@@ -250,23 +278,26 @@ impl Store {
 
     /// Can the database still be written? One tiny write; `Unavailable` says why not.
     pub(crate) async fn check_writable(&self) -> Result<()> {
-        let done = query(
-            "INSERT INTO health (id, checked_at) VALUES (1, ?) \
-             ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at",
-        )
-        .bind(now())
-        .execute(self)
-        .await;
-        match done {
-            Ok(_) => Ok(()),
+        match self.write_health_row().await {
+            Ok(()) => Ok(()),
             Err(e) => {
-                let e = StoreError::from(e);
                 if let StoreError::Unavailable { fault, .. } = &e {
                     self.note_fault(*fault);
                 }
                 Err(e)
             }
         }
+    }
+
+    async fn write_health_row(&self) -> Result<()> {
+        query(
+            "INSERT INTO health (id, checked_at) VALUES (1, ?) \
+             ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at",
+        )
+        .bind(now())
+        .execute(self)
+        .await?;
+        Ok(())
     }
 
     /// Remember that a write failed for want of storage (so health reports it).
@@ -279,6 +310,62 @@ impl Store {
         crate::util::lock(&self.fault)
             .filter(|(_, at)| at.elapsed() < within)
             .map(|(fault, _)| fault)
+    }
+
+    /// The database's health for `/healthz`, within [`PROBE_WAIT`] (plus the wait for a probe
+    /// already running), whatever the server does: one write on the probe's own connection,
+    /// then the pending count, an indexed count whatever the history's length.
+    pub async fn health(&self) -> Result<Health> {
+        let mut reading = self.reading.lock().await;
+        if let Some((health, at)) = *reading
+            && at.elapsed() < READING_FRESH
+        {
+            return Ok(health);
+        }
+        let health = self.probe_now().await?;
+        *reading = Some((health, Instant::now()));
+        Ok(health)
+    }
+
+    async fn probe_now(&self) -> Result<Health> {
+        let deadline = tokio::time::Instant::now() + PROBE_WAIT;
+        let on = self.probe.as_deref().unwrap_or(self);
+        let written = tokio::time::timeout_at(deadline, on.write_health_row()).await;
+        let fault = match written {
+            Ok(Ok(())) => {
+                // The write went through, so the server is reachable and the database
+                // writable: a fault of that kind a request noted is over (it would otherwise
+                // stay on show for a minute after the server came back). A full disk or an
+                // I/O error may still fail bigger writes, so those are kept for a while.
+                let mut noted = crate::util::lock(&self.fault);
+                if noted.is_some_and(|(f, _)| {
+                    matches!(f, StorageFault::Unreachable | StorageFault::ReadOnly)
+                }) {
+                    *noted = None;
+                }
+                drop(noted);
+                self.recent_fault(FAULT_MEMORY)
+            }
+            Ok(Err(StoreError::Unavailable { fault, .. })) => {
+                self.note_fault(fault);
+                Some(fault)
+            }
+            Ok(Err(e)) => return Err(e),
+            // A server that does not answer a one-row write on an open connection in time is
+            // as good as down for whoever asks. SQLite taking that long is a busy writer (it
+            // waits its turn): no fault of its own.
+            Err(_) if self.is_postgres() => Some(StorageFault::Unreachable),
+            Err(_) => self.recent_fault(FAULT_MEMORY),
+        };
+        let pending = match fault {
+            Some(_) => None,
+            None => match tokio::time::timeout_at(deadline, on.pending_count()).await {
+                Ok(Ok(n)) => Some(n),
+                Ok(Err(StoreError::Unavailable { .. })) | Err(_) => None,
+                Ok(Err(e)) => return Err(e),
+            },
+        };
+        Ok(Health { fault, pending })
     }
 
     fn migrator(&self) -> &'static sqlx::migrate::Migrator {
@@ -373,6 +460,9 @@ impl Store {
 
     /// Wait for pending writes and release the database (tests reopen the same data dir).
     pub async fn close(&self) {
+        if let Some(probe) = &self.probe {
+            Box::pin(probe.close()).await;
+        }
         match &self.engine {
             Engine::Sqlite(p) => p.close().await,
             Engine::Postgres(p) => p.close().await,

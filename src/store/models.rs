@@ -41,6 +41,10 @@ pub struct ModelChange {
     /// The eval run started for it (`eval`, `hold`), once recorded.
     pub eval_run_id: Option<i64>,
     pub seen_at: DateTime<Utc>,
+    /// Part of a flap: the id of the change told for it, within whose window this one came
+    /// (nothing was told, held or run for this one). `None`: a change told on its own.
+    #[serde(default)]
+    pub flap_of: Option<i64>,
 }
 
 impl WithJson for ModelChange {
@@ -62,6 +66,16 @@ pub struct NewModelChange {
     pub new_identity: String,
     pub old_verified: bool,
     pub action: ModelAction,
+    /// See [`ModelChange::flap_of`].
+    pub flap_of: Option<i64>,
+}
+
+/// The columns of `model_changes` that [`ModelChange`] is read from.
+macro_rules! change_columns {
+    () => {
+        "id, profile, old_identity, new_identity, old_verified, action, paused_jobs, \
+         eval_run_id, seen_at, flap_of"
+    };
 }
 
 /// What is known of one profile's model.
@@ -151,10 +165,11 @@ impl Store {
                 .bind(profile),
             )
             .await?;
-        let change = query(
-            "SELECT id, profile, old_identity, new_identity, old_verified, action, paused_jobs, \
-             eval_run_id, seen_at FROM model_changes WHERE profile = ? ORDER BY id DESC LIMIT 1",
-        )
+        let change = query(concat!(
+            "SELECT ",
+            change_columns!(),
+            " FROM model_changes WHERE profile = ? ORDER BY id DESC LIMIT 1"
+        ))
         .bind(profile)
         .fetch_optional(self)
         .await?
@@ -185,21 +200,50 @@ impl Store {
     /// Record a change unless the same one (profile, from, to) was recorded before: the
     /// change as recorded, or `None` when it is not new.
     pub async fn record_model_change(&self, new: &NewModelChange) -> Result<Option<ModelChange>> {
-        let insert = query(
-            "INSERT INTO model_changes (profile, old_identity, new_identity, old_verified, action, seen_at) \
-             VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (profile, old_identity, new_identity) DO NOTHING \
-             RETURNING id, profile, old_identity, new_identity, old_verified, action, paused_jobs, \
-             eval_run_id, seen_at",
-        )
+        let insert = query(concat!(
+            "INSERT INTO model_changes \
+             (profile, old_identity, new_identity, old_verified, action, seen_at, flap_of) \
+             VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (profile, old_identity, new_identity) \
+             DO NOTHING RETURNING ",
+            change_columns!()
+        ))
         .bind(&new.profile)
         .bind(&new.old_identity)
         .bind(&new.new_identity)
         .bind(new.old_verified)
         .bind(new.action)
-        .bind(now());
+        .bind(now())
+        .bind(new.flap_of);
         // Run to its end (see `write.rs`): the row back only once it is committed.
         let rows = insert.fetch_all(self).await?;
         rows.first().map(ModelChange::from_json_row).transpose()
+    }
+
+    /// The latest change of `profile` that was told (not part of another's flap), if any.
+    pub async fn last_told_change(&self, profile: &str) -> Result<Option<ModelChange>> {
+        query(concat!(
+            "SELECT ",
+            change_columns!(),
+            " FROM model_changes WHERE profile = ? AND flap_of IS NULL ORDER BY id DESC LIMIT 1"
+        ))
+        .bind(profile)
+        .fetch_optional(self)
+        .await?
+        .map(|row| ModelChange::from_json_row(&row))
+        .transpose()
+    }
+
+    /// The changes recorded as part of change `id`'s flap, oldest first.
+    pub async fn flap_changes(&self, id: i64) -> Result<Vec<ModelChange>> {
+        let rows = query(concat!(
+            "SELECT ",
+            change_columns!(),
+            " FROM model_changes WHERE flap_of = ? ORDER BY id"
+        ))
+        .bind(id)
+        .fetch_all(self)
+        .await?;
+        rows.iter().map(ModelChange::from_json_row).collect()
     }
 
     /// The jobs paused for a change, and the eval run started for it.
@@ -314,6 +358,7 @@ mod tests {
                 new_identity: "m · greedy #b".into(),
                 old_verified: true,
                 action: ModelAction::Hold,
+                flap_of: None,
             };
             let first = store.record_model_change(&change).await.expect("record");
             let recorded = first.expect("a new change is returned");

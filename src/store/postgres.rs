@@ -34,19 +34,131 @@ pub fn parse_url(url: &str) -> std::result::Result<PgConnectOptions, PgUrlError>
     })
 }
 
-/// The URL for messages: any password in it replaced by `***`.
+/// The connection string for messages: every credential it can carry replaced by `***` — the
+/// URL's `user:password@`, and query parameters such as `?password=` or `?sslpassword=` (any
+/// name with a secret word in it, see [`is_secret_parameter`]); a libpq `key=value` string
+/// likewise. Text that parses as neither is not shown at all: a connection string mistyped
+/// could still hold a password somewhere a lenient reader would miss.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let (auth, host) = match rest.rfind('@') {
-        Some(at) => (&rest[..at], &rest[at..]),
-        None => return url.to_string(),
-    };
-    match auth.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***{host}"),
-        None => url.to_string(),
+    let url = url.trim();
+    if url.contains("://") {
+        return redact_uri(url);
     }
+    redact_key_values(url).unwrap_or_else(|| HIDDEN.to_string())
+}
+
+/// What [`redact_url`] shows for text it cannot read as a connection string.
+const HIDDEN: &str = "(connection string not shown: it does not parse)";
+
+/// Whether a connection parameter's value is a secret: `password`, `sslpassword` and any other
+/// name with `password`, `passwd`, `pwd`, `token`, `secret` or `key` in it except the paths
+/// libpq reads keys from (`sslkey`, `sslrootcert` and such are file names, worth showing).
+pub(crate) fn is_secret_parameter(name: &str) -> bool {
+    let name = name.trim().to_ascii_lowercase();
+    const PATHS: [&str; 4] = ["sslkey", "sslcert", "sslrootcert", "passfile"];
+    if PATHS.contains(&name.as_str()) {
+        return false;
+    }
+    ["password", "passwd", "pwd", "token", "secret", "key"]
+        .iter()
+        .any(|word| name.contains(word))
+}
+
+fn redact_uri(url: &str) -> String {
+    let Ok(mut u) = url::Url::parse(url) else {
+        // Show the scheme, which says what was meant, and nothing a password could be in.
+        let scheme = url.split("://").next().unwrap_or_default();
+        return format!("{scheme}://{HIDDEN}");
+    };
+    if u.password().is_some() {
+        // Only fails for URLs that cannot have a password, and this one has one.
+        let _ = u.set_password(Some("***"));
+    }
+    // Rewritten piece by piece on the text as written, so what is shown reads as configured;
+    // a name is compared decoded (`pass%77ord` is `password` to libpq).
+    if let Some(query) = u.query().map(str::to_string) {
+        let shown = query
+            .split('&')
+            .map(|piece| match piece.split_once('=') {
+                Some((name, _)) if is_secret_parameter(&decoded(name)) => format!("{name}=***"),
+                None if is_secret_parameter(&decoded(piece)) => format!("{piece}=***"),
+                _ => piece.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("&");
+        u.set_query(Some(&shown));
+    }
+    // A fragment has no meaning to libpq; it is only somewhere for a secret to hide.
+    u.set_fragment(None);
+    u.to_string()
+}
+
+/// A query parameter's name as libpq reads it: percent-decoded, `+` as a space.
+fn decoded(name: &str) -> String {
+    url::form_urlencoded::parse(name.as_bytes())
+        .next()
+        .map(|(k, _)| k.into_owned())
+        .unwrap_or_default()
+}
+
+/// A libpq `key=value …` string (values optionally in single quotes, with `\'` and `\\`
+/// escapes) with its secret values replaced; `None` when it is not one.
+fn redact_key_values(dsn: &str) -> Option<String> {
+    let mut out = Vec::new();
+    let mut chars = dsn.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        if chars.peek().is_none() {
+            break;
+        }
+        let mut key = String::new();
+        while let Some(&c) = chars.peek() {
+            if c == '=' || c.is_whitespace() {
+                break;
+            }
+            key.push(c);
+            chars.next();
+        }
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        if key.is_empty() || chars.next() != Some('=') {
+            return None;
+        }
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        let mut value = String::new();
+        if chars.peek() == Some(&'\'') {
+            chars.next();
+            loop {
+                match chars.next()? {
+                    '\'' => break,
+                    '\\' => value.push(chars.next()?),
+                    c => value.push(c),
+                }
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c.is_whitespace() {
+                    break;
+                }
+                value.push(c);
+                chars.next();
+            }
+        }
+        let shown = if is_secret_parameter(&key) {
+            "***".to_string()
+        } else if value.is_empty() || value.contains(|c: char| c.is_whitespace() || c == '\'') {
+            format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
+        } else {
+            value
+        };
+        out.push(format!("{key}={shown}"));
+    }
+    (!out.is_empty()).then(|| out.join(" "))
 }
 
 /// The connections a daemon keeps to PostgreSQL by default (the server's default limit is 100,
@@ -69,13 +181,22 @@ impl Store {
             })
             // An unreachable server fails a request in seconds, not after the default 30 s.
             .acquire_timeout(Duration::from_secs(5))
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(|source| StoreError::Connect {
                 url: shown.display().to_string(),
                 source,
             })?;
-        let store = Store::new(Engine::Postgres(pool), &shown);
+        // Lazy: a doctor or a migration that never asks for health never opens it.
+        let probe = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(super::PROBE_WAIT)
+            .connect_lazy_with(options.application_name("hermes-agent health"));
+        let mut store = Store::new(Engine::Postgres(pool), &shown);
+        store.probe = Some(std::sync::Arc::new(Store::new(
+            Engine::Postgres(probe),
+            &shown,
+        )));
         store.migrate().await?;
         Ok(store)
     }
@@ -241,6 +362,58 @@ mod tests {
             redact_url("postgres://me@db/hermes"),
             "postgres://me@db/hermes"
         );
+    }
+
+    #[test]
+    fn every_credential_a_connection_string_carries_is_masked() {
+        let cases = [
+            (
+                "postgres://hermes@db/hermes?password=hunter2",
+                "postgres://hermes@db/hermes?password=***",
+            ),
+            (
+                "postgresql://me@db:5432/x?sslmode=require&sslpassword=hunter2&application_name=a",
+                "postgresql://me@db:5432/x?sslmode=require&sslpassword=***&application_name=a",
+            ),
+            // Percent-encoded names are the same parameter to libpq.
+            (
+                "postgres://db/x?pass%77ord=hunter2",
+                "postgres://db/x?pass%77ord=***",
+            ),
+            (
+                "postgres://me:hunter2@db/x?PASSWORD=hunter2&auth_token=hunter2",
+                "postgres://me:***@db/x?PASSWORD=***&auth_token=***",
+            ),
+            // Paths to keys are not secrets, and say which key is meant.
+            (
+                "postgres://db/x?sslkey=/etc/k.pem&passfile=/p",
+                "postgres://db/x?sslkey=/etc/k.pem&passfile=/p",
+            ),
+            ("postgres://db/x#hunter2", "postgres://db/x"),
+            (
+                "host=db port=5432 user=me password=hunter2 dbname=x",
+                "host=db port=5432 user=me password=*** dbname=x",
+            ),
+            (
+                "host = db password = 'hunter 2 \\' x' sslpassword=hunter2",
+                "host=db password=*** sslpassword=***",
+            ),
+        ];
+        for (url, shown) in cases {
+            let got = redact_url(url);
+            assert_eq!(got, shown, "{url}");
+            assert!(!got.contains("hunter"), "{url} shown as {got}");
+        }
+        // Text that is no connection string is not shown: it may still hold a password.
+        for url in [
+            "postgres://me:hunter2@[db/x",
+            "hunter2",
+            "password='hunter2",
+        ] {
+            let got = redact_url(url);
+            assert!(!got.contains("hunter"), "{url} shown as {got}");
+            assert!(got.contains("not shown"), "{got}");
+        }
     }
 
     #[test]

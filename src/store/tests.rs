@@ -498,3 +498,62 @@ fn both_engines_know_the_same_schema_version() {
 
 #[path = "concurrency_tests.rs"]
 mod concurrency;
+
+#[tokio::test]
+async fn the_pending_count_of_healthz_reads_the_index_and_never_scans_the_tasks() {
+    let (_dir, store) = on_disk().await;
+    for _ in 0..3 {
+        task(&store).await;
+    }
+    let pool = store.sqlite_pool().unwrap();
+    let plan = |sql: String| async move {
+        let rows: Vec<(i64, i64, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .fetch_all(pool)
+            .await
+            .unwrap();
+        rows.into_iter().map(|r| r.3).collect::<Vec<_>>().join("; ")
+    };
+    let pending = plan(format!(
+        "EXPLAIN QUERY PLAN {}",
+        super::tasks::PENDING_COUNT
+    ))
+    .await;
+    assert!(
+        pending.contains("SEARCH tasks USING COVERING INDEX tasks_by_state"),
+        "{pending}"
+    );
+    assert!(!pending.contains("SCAN"), "{pending}");
+    // What health read before: a count per state, which visits every task ever run.
+    let per_state =
+        plan("EXPLAIN QUERY PLAN SELECT state, COUNT(*) FROM tasks GROUP BY state".into()).await;
+    assert!(per_state.contains("SCAN"), "{per_state}");
+    assert_eq!(store.pending_count().await.unwrap(), 3);
+}
+
+#[tokio::test]
+async fn a_fault_the_probe_proves_over_stops_being_reported_at_once() {
+    let store = Store::open_in_memory().await.unwrap();
+    task(&store).await;
+    // A request met the server gone a moment ago; it is back, and the probe's write succeeds.
+    store.note_fault(StorageFault::Unreachable);
+    let h = store.health().await.unwrap();
+    assert_eq!(
+        h,
+        Health {
+            fault: None,
+            pending: Some(1)
+        }
+    );
+    assert_eq!(store.recent_fault(FAULT_MEMORY), None);
+    // A full disk takes the probe's one-row write and still refuses a task: kept for a while.
+    store.note_fault(StorageFault::DiskFull);
+    *store.reading.lock().await = None;
+    let h = store.health().await.unwrap();
+    assert_eq!(
+        h,
+        Health {
+            fault: Some(StorageFault::DiskFull),
+            pending: None
+        }
+    );
+}

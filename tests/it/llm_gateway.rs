@@ -946,7 +946,14 @@ async fn only_a_400_about_the_tools_switches_an_auto_profile_never_a_refusals_wo
             assert!(model.requests()[1].get("tools").is_none(), "{body}");
         } else {
             let err = first.expect_err(body);
-            assert!(matches!(err, LlmError::Status { .. }), "{body}: {err}");
+            // A refusal for the content is its own error; the others stay HTTP statuses.
+            assert!(
+                matches!(
+                    err,
+                    LlmError::Status { .. } | LlmError::ContentRefused { .. }
+                ),
+                "{body}: {err}"
+            );
             // Still native: the next call offers the tools again.
             let reply = gw.chat("fast", &ask("hi"), &many_tools()).await.unwrap();
             assert!(reply.notes.is_empty(), "{body}: {:?}", reply.notes);

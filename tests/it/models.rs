@@ -132,7 +132,7 @@ async fn a_refusal_is_final_and_is_not_sent_to_the_fallback() {
         .chat("fast", &[Message::user("hello")], &[])
         .await
         .expect_err("a refusal is the answer");
-    assert!(matches!(err, LlmError::Status { status: 400, .. }), "{err}");
+    assert!(matches!(err, LlmError::ContentRefused { .. }), "{err}");
     assert_eq!(backup.request_count(), 0);
 }
 
@@ -355,6 +355,123 @@ async fn a_server_answering_as_another_model_holds_the_jobs_until_an_eval_passes
         "the background run and this one are recorded"
     );
 
+    stop.cancel();
+    tracker.close();
+    tracker.wait().await;
+}
+
+#[tokio::test]
+async fn a_server_reporting_another_model_id_on_every_reply_is_one_notice_and_one_eval() {
+    // Every reply names another model (m-1, m-2, …), as a load balancer over mismatched
+    // replicas does; identities are the reported ids (identity_check_s: 0).
+    let replies = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let n = replies.clone();
+    let model = ScriptedModel::start_with(move |req| {
+        let i = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut reply = Reply::text(&format!("answer to: {}", common::task_text(req)));
+        if let Reply::Body(body) = &mut reply {
+            body["model"] = json!(format!("m-{i}"));
+        }
+        reply
+    })
+    .await;
+    let (hook, _received) = common::webhook_receiver().await;
+    let mut settings = common::settings(&model.base_url());
+    settings.model.identity_check_s = 0;
+    settings.model.on_change = OnChange::Eval;
+    settings.model.on_change_notify = vec!["ops".into()];
+    settings.notify.webhooks.insert(
+        "ops".into(),
+        WebhookSettings {
+            url: hook,
+            secret: String::new(),
+        },
+    );
+    let t = common::app(settings, vec![]).await;
+    let app = &t.app;
+    let tracker = TaskTracker::new();
+    let stop = CancellationToken::new();
+    let watch = ModelWatch::new(app, &tracker, stop.clone());
+    watch.spawn();
+
+    // Each task's reply reports a new id; the watch sees each (the first one it sees is where
+    // the record starts) and records every later one as a change.
+    // Changes recorded: the ones told (one notice each) and those recorded as their flap.
+    let changes = || async {
+        let flap = match app.store.last_told_change("fast").await.expect("changes") {
+            Some(c) => app.store.flap_changes(c.id).await.expect("flap").len(),
+            None => 0,
+        };
+        let notices = app
+            .store
+            .list_notices(&NoticeFilter::oldest_first())
+            .await
+            .expect("notices");
+        let told = notices
+            .iter()
+            .filter(|n| n.queued.title == "Model changed: profile fast")
+            .count();
+        flap + told
+    };
+    for i in 0..7 {
+        common::run_task(&t, &format!("task {i}")).await;
+        if i >= 2 {
+            eventually("the watch to record the change", || async {
+                changes().await >= i - 1
+            })
+            .await;
+        }
+    }
+    let changes = changes().await;
+    assert!(changes >= 5, "{changes} changes recorded");
+    let told = app
+        .store
+        .last_told_change("fast")
+        .await
+        .expect("changes")
+        .expect("a change told");
+    let flap = app.store.flap_changes(told.id).await.expect("flap");
+    assert!(flap.iter().all(|c| c.flap_of == Some(told.id)), "{flap:?}");
+
+    // One eval for the whole flap, and its verdict: then the notices are all there.
+    eventually("the eval's verdict", || async {
+        let n = app
+            .store
+            .list_notices(&NoticeFilter::oldest_first())
+            .await
+            .expect("notices");
+        n.iter().any(|n| {
+            n.queued.title.starts_with("Model verified")
+                || n.queued.title.starts_with("Model not verified")
+        })
+    })
+    .await;
+    let notices = app
+        .store
+        .list_notices(&NoticeFilter::oldest_first())
+        .await
+        .expect("notices");
+    let titles: Vec<&str> = notices.iter().map(|n| n.queued.title.as_str()).collect();
+    let changed = titles
+        .iter()
+        .filter(|t| **t == "Model changed: profile fast")
+        .count();
+    assert_eq!(changed, 1, "{titles:?}");
+    let runs = app.store.eval_runs(100).await.expect("eval runs");
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    // The verdict tells the flap that came while the eval ran, in no notice of its own.
+    let verdict = notices
+        .iter()
+        .find(|n| n.queued.title.contains("erified: profile fast"))
+        .expect("the verdict");
+    assert!(
+        verdict
+            .queued
+            .body
+            .contains("it answered alternately with **m-"),
+        "{}",
+        verdict.queued.body
+    );
     stop.cancel();
     tracker.close();
     tracker.wait().await;

@@ -1,28 +1,28 @@
 //! `GET /healthz` and `GET /v1/mcp`: what the daemon and its parts are doing, for monitors,
 //! `doctor` and scripts.
 
-use crate::http::{ApiResult, ApiState};
+use crate::http::guard::bearer_token;
+use crate::http::throttle::{Door, Peer};
+use crate::http::{ApiResult, ApiState, token_matches};
 use crate::memory::LongTerm;
-use crate::store::TaskState;
 use axum::Json;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use serde_json::json;
-use std::time::Duration;
 
-/// How long a storage fault seen by a request keeps health `degraded`.
-const FAULT_MEMORY: Duration = Duration::from_secs(60);
-
-pub async fn health(State(s): State<ApiState>) -> ApiResult {
+/// `/healthz` is open to anyone who reaches the port (monitors send no token): without the
+/// token it says what is wrong and what to do, never where the database is — no file, host
+/// or URL. With the token (or when none is configured: loopback only), it names it too.
+pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: HeaderMap) -> ApiResult {
     let store = s.agent.store();
-    let fault = match store.check_writable().await {
-        Ok(()) => store.recent_fault(FAULT_MEMORY),
-        Err(crate::store::StoreError::Unavailable { fault, .. }) => Some(fault),
-        Err(e) => return Err(e.into()),
-    };
-    let storage = match fault {
+    let reading = store.health().await?;
+    let storage = match reading.fault {
         None => "ok".to_string(),
-        Some(f) => format!("{f} at {}: {}", store.path().display(), f.hint()),
+        Some(f) if knows_the_token(&s, peer, &headers) => {
+            format!("{f} at {}: {}", store.path().display(), f.hint())
+        }
+        Some(f) => format!("{f}: {}", f.hint()),
     };
     // Facts stay saved without the index; recall reads the database until it is rebuilt.
     let index_trouble = s.memory.as_ref().and_then(LongTerm::trouble);
@@ -35,36 +35,47 @@ pub async fn health(State(s): State<ApiState>) -> ApiResult {
     };
     // The mailbox comes back by itself; meanwhile mail waits there, nothing is lost.
     let inbox = s.inbox.health();
-    let degraded = fault.is_some()
+    let degraded = reading.fault.is_some()
         || index_trouble.is_some()
         || matches!(inbox, crate::inbox::Health::Down { .. });
-    // With the database unwritable it may be unreadable too (a PostgreSQL server that went
-    // away): health still answers, with the count unknown (null).
-    let counts = match store.task_counts().await {
-        Ok(c) => Some(c),
-        Err(_) if fault.is_some() => None,
-        Err(e) => return Err(e.into()),
-    };
-    let count = |st: TaskState| {
-        counts.as_ref().map(|counts| {
-            counts
-                .iter()
-                .find(|(k, _)| *k == st)
-                .map(|(_, n)| *n)
-                .unwrap_or(0)
-        })
-    };
     Ok(Json(json!({
         "status": if degraded { "degraded" } else { "ok" },
         "storage": storage,
         "memory_index": memory_index,
         "version": env!("CARGO_PKG_VERSION"),
         "running": s.agent.running_count(),
-        "pending": count(TaskState::Pending),
+        // With the database unreachable the count is unknown: null, and health still answers.
+        "pending": reading.pending,
         "memory": s.memory.is_some(),
         "inbox": inbox.word(),
     }))
     .into_response())
+}
+
+/// Whether the request carries the server's token (or none is configured). A wrong token
+/// counts against the sender's address like one sent to the API, so `/healthz` cannot be used
+/// to guess it unthrottled; a locked-out address gets the answer given without a token.
+fn knows_the_token(s: &ApiState, peer: Option<std::net::IpAddr>, headers: &HeaderMap) -> bool {
+    if s.token.is_empty() {
+        return true;
+    }
+    let Some(given) = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer_token)
+    else {
+        return false;
+    };
+    if s.logins.check(peer).is_err() {
+        return false;
+    }
+    if token_matches(given, &s.token) {
+        s.logins.succeeded(peer);
+        true
+    } else {
+        s.logins.failed(peer, Door::Api);
+        false
+    }
 }
 
 /// Each MCP server's state and tools (`{"servers": [...]}`): for `doctor` and scripts.

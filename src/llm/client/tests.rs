@@ -97,3 +97,101 @@ fn bad_base_url_is_rejected() {
     let err = Gateway::new(&settings).unwrap_err();
     assert!(err.to_string().contains("model.profiles.fast"), "{err}");
 }
+
+/// A gateway with one profile, `fast`, on `base_url`, that never waits between retries.
+fn scripted_gateway(base_url: &str) -> Gateway {
+    let mut settings = crate::config::ModelSettings::default();
+    settings.profiles.insert(
+        "fast".into(),
+        Profile {
+            base_url: base_url.into(),
+            model: "m".into(),
+            timeout_s: 10,
+            ..Profile::default()
+        },
+    );
+    Gateway::new(&settings)
+        .expect("a gateway")
+        .with_retry(RetryPolicy {
+            max_retries: 3,
+            backoff: crate::util::Backoff::new(Duration::from_millis(1), Duration::from_millis(2)),
+        })
+}
+
+/// The error a gateway gives for the one scripted `reply`, and how many requests it sent.
+async fn refusal(reply: crate::llm::scripted::Reply) -> (LlmError, usize) {
+    let model = crate::llm::scripted::ScriptedModel::start_with(move |_| reply.clone()).await;
+    let err = scripted_gateway(&model.base_url())
+        .chat("fast", &[Message::user("something flagged")], &[])
+        .await
+        .expect_err("the server refused");
+    let sent = model.request_count();
+    model.stop().await;
+    (err, sent)
+}
+
+fn status_reply(body: &str) -> crate::llm::scripted::Reply {
+    crate::llm::scripted::Reply::Status {
+        status: 400,
+        headers: vec![],
+        body: body.into(),
+    }
+}
+
+#[tokio::test]
+async fn a_content_refusal_is_its_own_kind_and_says_retrying_will_not_help() {
+    let bodies = [
+        r#"{"error":{"message":"Your request was rejected as a result of our safety system.","type":"invalid_request_error","code":"content_policy_violation"}}"#,
+        r#"{"error":{"message":"The response was filtered due to the prompt triggering content management policy.","type":null,"code":"content_filter"}}"#,
+        r#"{"error":{"message":"This request was flagged by moderation.","type":"invalid_request_error","code":null}}"#,
+    ];
+    for body in bodies {
+        let (err, sent) = refusal(status_reply(body)).await;
+        assert!(
+            matches!(err, LlmError::ContentRefused { .. }),
+            "{body}: {err:?}"
+        );
+        assert_eq!(err.kind(), crate::llm::FailureKind::Refused, "{body}");
+        assert!(!err.kind().falls_back());
+        assert_eq!(sent, 1, "a refusal is not retried: {body}");
+        let text = err.to_string();
+        assert!(
+            text.contains("refused the request to model 'm' for its content")
+                && text.contains("Retrying the same content will not help"),
+            "{text}"
+        );
+        assert!(!text.contains("tool calling"), "{text}");
+    }
+}
+
+#[tokio::test]
+async fn a_reply_stopped_by_the_content_filter_is_a_refusal_too() {
+    let filtered = crate::llm::scripted::Reply::Body(json!({
+        "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": ""},
+                     "finish_reason": "content_filter"}],
+    }));
+    let (err, sent) = refusal(filtered).await;
+    assert!(matches!(err, LlmError::ContentRefused { .. }), "{err:?}");
+    assert_eq!(sent, 1);
+    assert!(
+        err.to_string().contains("finish_reason content_filter"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn another_400_still_points_at_the_settings() {
+    let (err, _) = refusal(status_reply(
+        r#"{"error":{"message":"temperature must be <= 2","type":"invalid_request_error"}}"#,
+    ))
+    .await;
+    assert!(
+        matches!(err, LlmError::Status { status: 400, .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("max_tokens and temperature"),
+        "{err}"
+    );
+}
