@@ -149,19 +149,37 @@ pub struct Store {
     /// The node's lease once it joined a shared database: the fencing token stamped on what it
     /// claims and checked on what it writes for it (`lease.rs`). Shared by every clone.
     lease: Lease,
-    /// On PostgreSQL, a pool of one connection for the health probe alone, which gives up
-    /// after [`PROBE_WAIT`]: the main pool waits 5 s for a connection (fine for work, far too
-    /// long for `/healthz`), and a probe queued behind a busy pool would report a healthy
-    /// server as down. `None` on SQLite, which has no server to lose.
+    /// On PostgreSQL, a pool of one connection for the health probe alone: a probe queued
+    /// behind a busy main pool would report a healthy server as down. `None` on SQLite, which
+    /// has no server to lose.
     probe: Option<Arc<Store>>,
-    /// The last health reading and when it was taken: a burst of `/healthz` costs one probe,
-    /// and requests that come while one runs wait for its answer instead of queueing more.
-    reading: Arc<tokio::sync::Mutex<Option<(Health, Instant)>>>,
+    /// The last health reading, and the probe still running: a burst of `/healthz` costs one
+    /// probe, and requests that come while one runs wait for its answer instead of queueing
+    /// more.
+    reading: Arc<tokio::sync::Mutex<Reading>>,
 }
 
-/// How long a health reading may take, probe and count together: well under the 700 ms the
-/// CLI gives `/healthz` as a whole, and a round trip on an open connection takes far less.
+/// What `/healthz` knows of the database between probes.
+#[derive(Debug, Default)]
+struct Reading {
+    /// The last probe's answer and when it came.
+    last: Option<(Health, Instant)>,
+    /// A probe that outlived the request that started it, and since when it runs: its answer
+    /// is a later request's. Run apart from the request so that a slow first connection (a
+    /// debug build's SCRAM handshake on a loaded machine takes longer than [`PROBE_WAIT`]) is
+    /// made once and kept, rather than started and abandoned at every request.
+    running: Option<(tokio::task::JoinHandle<Result<Health>>, Instant)>,
+}
+
+/// How long a request for health waits for the probe, write and count together: well under
+/// the 700 ms the CLI gives `/healthz` as a whole, and a round trip on an open connection takes
+/// far less. A probe that takes longer goes on; the request answers with what is known.
 pub const PROBE_WAIT: Duration = Duration::from_millis(400);
+/// A server whose probe has not answered for this long is reported unreachable.
+const SILENT_AS_DOWN: Duration = Duration::from_secs(2);
+/// A probe gives up after this long (its connection's wait, its statements): the server is
+/// then as good as down, and the next request starts a new probe.
+pub(crate) const PROBE_GIVE_UP: Duration = Duration::from_secs(5);
 /// A reading this recent is answered again without asking the database.
 const READING_FRESH: Duration = Duration::from_millis(500);
 /// How long a storage fault a request met keeps health `degraded` when the probe cannot
@@ -317,18 +335,52 @@ impl Store {
     /// then the pending count, an indexed count whatever the history's length.
     pub async fn health(&self) -> Result<Health> {
         let mut reading = self.reading.lock().await;
-        if let Some((health, at)) = *reading
+        if let Some((health, at)) = reading.last
             && at.elapsed() < READING_FRESH
         {
             return Ok(health);
         }
-        let health = self.probe_now().await?;
-        *reading = Some((health, Instant::now()));
-        Ok(health)
+        let (mut probe, started) = match reading.running.take() {
+            Some(running) => running,
+            None => {
+                let me = self.clone();
+                (
+                    tokio::spawn(async move { me.probe_now().await }),
+                    Instant::now(),
+                )
+            }
+        };
+        match tokio::time::timeout(PROBE_WAIT, &mut probe).await {
+            Ok(joined) => {
+                let health = joined
+                    .map_err(|e| StoreError::Corrupt(format!("the health probe stopped: {e}")))??;
+                reading.last = Some((health, Instant::now()));
+                Ok(health)
+            }
+            Err(_) => {
+                let silent = started.elapsed();
+                reading.running = Some((probe, started));
+                if self.is_postgres() && silent >= SILENT_AS_DOWN {
+                    return Ok(Health {
+                        fault: Some(StorageFault::Unreachable),
+                        pending: None,
+                    });
+                }
+                // Not long enough to call it down: what was known, without a count.
+                let fault = reading
+                    .last
+                    .and_then(|(h, _)| h.fault)
+                    .or_else(|| self.recent_fault(FAULT_MEMORY));
+                Ok(Health {
+                    fault,
+                    pending: None,
+                })
+            }
+        }
     }
 
     async fn probe_now(&self) -> Result<Health> {
-        let deadline = tokio::time::Instant::now() + PROBE_WAIT;
+        let deadline = tokio::time::Instant::now() + PROBE_GIVE_UP;
         let on = self.probe.as_deref().unwrap_or(self);
         let written = tokio::time::timeout_at(deadline, on.write_health_row()).await;
         let fault = match written {
@@ -351,9 +403,9 @@ impl Store {
                 Some(fault)
             }
             Ok(Err(e)) => return Err(e),
-            // A server that does not answer a one-row write on an open connection in time is
-            // as good as down for whoever asks. SQLite taking that long is a busy writer (it
-            // waits its turn): no fault of its own.
+            // A server that does not take a one-row write in that long is as good as down for
+            // whoever asks. SQLite taking that long is a busy writer (it waits its turn): no
+            // fault of its own.
             Err(_) if self.is_postgres() => Some(StorageFault::Unreachable),
             Err(_) => self.recent_fault(FAULT_MEMORY),
         };

@@ -190,7 +190,7 @@ impl Store {
         // Lazy: a doctor or a migration that never asks for health never opens it.
         let probe = PgPoolOptions::new()
             .max_connections(1)
-            .acquire_timeout(super::PROBE_WAIT)
+            .acquire_timeout(super::PROBE_GIVE_UP)
             .connect_lazy_with(options.application_name("hermes-agent health"));
         let mut store = Store::new(Engine::Postgres(pool), &shown);
         store.probe = Some(std::sync::Arc::new(Store::new(

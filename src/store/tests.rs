@@ -547,7 +547,7 @@ async fn a_fault_the_probe_proves_over_stops_being_reported_at_once() {
     assert_eq!(store.recent_fault(FAULT_MEMORY), None);
     // A full disk takes the probe's one-row write and still refuses a task: kept for a while.
     store.note_fault(StorageFault::DiskFull);
-    *store.reading.lock().await = None;
+    store.reading.lock().await.last = None;
     let h = store.health().await.unwrap();
     assert_eq!(
         h,
