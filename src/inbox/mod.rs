@@ -23,12 +23,14 @@
 
 mod answer;
 mod classify;
+mod html;
 mod imap;
 mod intake;
 mod parse;
 mod probe;
 mod quote;
 mod reply;
+mod scan;
 mod service;
 
 pub use probe::{Probe, ProbeError, probe};
