@@ -100,7 +100,8 @@ async fn a_strangers_huge_headers_are_stored_bounded() {
             "stranger@evil.test",
             &format!("{i} {}", "s".repeat(60_000)),
             "hello",
-            &format!("References: {huge_ref}{many}\nIn-Reply-To: {huge_ref}\n"),
+            // The huge id newest, where an answer's References would keep it.
+            &format!("References:{many} {huge_ref}\nIn-Reply-To: {huge_ref}\n"),
         );
         site.arrive(&raw).await;
         ids.push(id);
