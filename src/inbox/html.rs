@@ -51,15 +51,19 @@ const INK: Rgba = Rgba([0, 0, 0, 255]);
 /// depth (50,000 nested `<div>`s take minutes); a mail's HTML nests a few dozen deep, and a
 /// browser gives up at 512.
 pub(crate) const MAX_HTML_DEPTH: usize = 256;
+/// The most hiding `<style>` selectors applied: each is matched against the whole document, so
+/// their number times the elements' is the work. A mail's style sheet hides a handful.
+pub(crate) const MAX_HIDING_SELECTORS: usize = 256;
 
 /// The visible text of `html`, one line per block, blank lines between paragraphs; `None`
-/// when it nests deeper than [`MAX_HTML_DEPTH`].
+/// when it nests deeper than [`MAX_HTML_DEPTH`] or hides by more than [`MAX_HIDING_SELECTORS`]
+/// rules (ignoring the rest would show what they hide).
 pub(crate) fn visible_text(html: &str) -> Option<String> {
     if nesting(html) > MAX_HTML_DEPTH {
         return None;
     }
     let doc = Html::parse_document(html);
-    let hidden_by_rules = hidden_by_style_sheets(&doc);
+    let hidden_by_rules = hidden_by_style_sheets(&doc)?;
     let mut out = Lines::default();
     // The element whose subtree is being skipped, if any.
     let mut skipping: Option<NodeId> = None;
@@ -384,10 +388,11 @@ fn colour(value: &str) -> Option<Rgba> {
 /// The elements `<style>` rules hide (`display: none` and the rest of [`hides`], or a text
 /// colour the rule's own background has). Rules inside `@media` count too: a client may match
 /// the query, and hiding is the side to err on.
-fn hidden_by_style_sheets(doc: &Html) -> HashSet<NodeId> {
+fn hidden_by_style_sheets(doc: &Html) -> Option<HashSet<NodeId>> {
     let mut hidden = HashSet::new();
+    let mut applied = 0usize;
     let Ok(styles) = Selector::parse("style") else {
-        return hidden;
+        return Some(hidden);
     };
     for style in doc.select(&styles) {
         let sheet = without_comments(&style.text().collect::<String>());
@@ -411,13 +416,17 @@ fn hidden_by_style_sheets(doc: &Html) -> HashSet<NodeId> {
                 continue;
             }
             for one in selectors.split(',') {
+                applied += 1;
+                if applied > MAX_HIDING_SELECTORS {
+                    return None;
+                }
                 if let Ok(sel) = Selector::parse(one.trim()) {
                     hidden.extend(doc.select(&sel).map(|e| e.id()));
                 }
             }
         }
     }
-    hidden
+    Some(hidden)
 }
 
 /// A style sheet without its `/* … */` comments.
@@ -504,6 +513,17 @@ mod tests {
             .spawn(move || visible_text(&html));
         let text = run.ok().and_then(|h| h.join().ok()).flatten();
         assert_eq!(text.as_deref(), Some("approve"));
+        // A style sheet hiding by thousands of rules is not matched rule by rule.
+        let rules: String = (0..5_000)
+            .map(|i| format!(".c{i}{{display:none}}"))
+            .collect();
+        let html = format!(
+            "<style>{rules}</style>{}",
+            "<p class=c1>approve</p>".repeat(5_000)
+        );
+        let started = std::time::Instant::now();
+        assert_eq!(visible_text(&html), None);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
         // Paragraphs and cells that are never closed are siblings, not nesting.
         let flat = "<table>".to_string() + &"<tr><td>x<p>y".repeat(1000) + "</table>";
         assert!(nesting(&flat) < 5, "{}", nesting(&flat));
