@@ -23,29 +23,51 @@ use crate::store::{
 /// The rate limit's window.
 const RATE_WINDOW: chrono::Duration = chrono::Duration::hours(1);
 
+/// Why a message was not taken in. Nothing was recorded: it is read again on the next attempt.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum IntakeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Only [`parse::BodyError::Spawn`]: an unreadable body is recorded, not an error.
+    #[error(transparent)]
+    Body(parse::BodyError),
+}
+
 impl Inner {
     /// Read `raw` (the first bytes of the message at `place`, whole size `size`), decide,
-    /// record, hand over. An error is the store's: nothing was recorded, and the message is
-    /// read again on the next attempt.
+    /// record, hand over. The sender is screened on the headers alone: only an allowed
+    /// sender's body is parsed. A message already recorded (the same UID, Message-ID or, for
+    /// mail without one, digest) is not decided again — a renumbered mailbox replays nothing.
     pub(crate) async fn take_in(
         &self,
         place: &MailPlace,
         raw: &[u8],
         size: usize,
-    ) -> Result<(), StoreError> {
-        let (mail, outcome) = match parse::read(raw, size) {
+    ) -> Result<(), IntakeError> {
+        let (mail, outcome) = match parse::headers(raw, size) {
             Some(m) => {
-                let outcome = self.decide(&m).await?;
                 let mail = NewInboxMessage {
                     message_id: m.message_id.clone(),
+                    // A Message-ID is the identity when there is one; two mails that differ
+                    // only in it are two mails.
+                    digest: m.message_id.is_none().then(|| m.digest.clone()),
                     sender: m.from.clone().unwrap_or_default(),
                     subject: crate::util::text::one_line(&m.subject, 300),
                     refs: reply::refs_of(&m.references, m.message_id.as_deref()),
                 };
+                if self.store.inbox_seen(place, &mail).await? {
+                    tracing::debug!(uid = place.uid, "message already recorded; skipped");
+                    self.store.start_inbox_watermark(place).await?;
+                    return Ok(());
+                }
+                let outcome = self.decide(m, raw, size, place).await?;
                 (mail, outcome)
             }
             None => (
-                NewInboxMessage::default(),
+                NewInboxMessage {
+                    digest: Some(parse::digest_of_bytes(raw)),
+                    ..NewInboxMessage::default()
+                },
                 InboxOutcome::Ignored {
                     reason: IgnoreReason::Unreadable,
                     notice_id: None,
@@ -89,18 +111,34 @@ impl Inner {
         Ok(())
     }
 
-    /// What a readable message becomes.
-    async fn decide(&self, m: &Inbound) -> Result<InboxOutcome, StoreError> {
+    /// What a message whose headers were read becomes: screened on them, then its body read
+    /// (`raw`, `size` as for [`Inner::take_in`]).
+    async fn decide(
+        &self,
+        m: Inbound,
+        raw: &[u8],
+        size: usize,
+        place: &MailPlace,
+    ) -> Result<InboxOutcome, IntakeError> {
         let ignored = |reason, notice: Option<&Notice>| InboxOutcome::Ignored {
             reason,
             notice_id: notice.map(|n| n.id),
             job_id: notice.and_then(|n| n.queued.job_id.clone()),
             reply: None,
         };
-        let to = match classify::screen(m, &self.settings, &self.own) {
+        let to = match classify::screen(&m, &self.settings, &self.own) {
             Ok(to) => to.to_string(),
             Err(reason) => return Ok(ignored(reason, None)),
         };
+        let m = match parse::body(raw, size).await {
+            Ok(body) => m.with(body),
+            Err(parse::BodyError::Unreadable(why)) => {
+                tracing::warn!(uid = place.uid, %why, "mail cannot be read; recorded unreadable");
+                return Ok(ignored(IgnoreReason::Unreadable, None));
+            }
+            Err(e) => return Err(IntakeError::Body(e)),
+        };
+        let m = &m;
         let notice = self.answered(m).await?;
         let thread = Thread {
             to,
@@ -114,9 +152,9 @@ impl Inner {
         {
             return match command {
                 InboxCommand::Approve | InboxCommand::Deny => {
-                    self.answer_approval(command, n, &thread, m).await
+                    Ok(self.answer_approval(command, n, &thread, m).await?)
                 }
-                _ => self.command(command, n, &thread).await,
+                _ => Ok(self.command(command, n, &thread).await?),
             };
         }
         let text = task_text(m, notice.is_some());

@@ -3,8 +3,9 @@
 //! Owns: the IMAP connection (`imap`: TLS or STARTTLS, the login, the mailbox opened
 //! read-only, IDLE re-issued every 25 minutes, polling every `poll_s` on a server without
 //! IDLE), the loop that keeps it (`service`: reconnects with backoff and jitter, never stops
-//! the daemon), reading a message (`parse`, with mail-parser; quotes and signature off in
-//! `quote`), deciding what it becomes (`classify`, `intake`): a task continuing the run it
+//! the daemon), reading a message (`parse`, with mail-parser: the headers first, an allowed
+//! sender's body after `scan` bounds its shape, on a thread of its own; an HTML body's visible
+//! text from `html`; quotes and signature off in `quote`), deciding what it becomes (`classify`, `intake`): a task continuing the run it
 //! answers, a command on that run's job, or nothing — and recording it exactly once with what
 //! it became (one transaction, `store::record_inbox`); answering a finished email task once
 //! and carrying out a `run now` (`answer`); the replies' words (`reply`); doctor's check
@@ -16,19 +17,22 @@
 //! Exactly once: a message's record, the task or job change it made, its confirmation and the
 //! mailbox's watermark (the highest UID read) are one SQLite transaction. Killed before the
 //! commit, the message is read again at the next connection; after it, never again (the UID,
-//! or the Message-ID under another UID, is known). On the first connection only mail arriving
+//! or under another UID the Message-ID — or a digest of what it says for mail without one — is
+//! known). On the first connection only mail arriving
 //! from then on is read: the watermark starts at the mailbox's UIDNEXT. An answer is queued in
 //! one transaction with the mark that it was, so it goes out once; a task that finished while
 //! the daemon was down is answered at the next start.
 
 mod answer;
 mod classify;
+mod html;
 mod imap;
 mod intake;
 mod parse;
 mod probe;
 mod quote;
 mod reply;
+mod scan;
 mod service;
 
 pub use probe::{Probe, ProbeError, probe};

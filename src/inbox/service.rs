@@ -4,6 +4,7 @@
 //! loop ends only when it is stopped.
 
 use super::imap::{self, Connection, ImapError, Woken};
+use super::intake::IntakeError;
 use super::{Health, Inner};
 use crate::store::{MailPlace, StoreError};
 use crate::util::Backoff;
@@ -25,6 +26,18 @@ enum Ended {
     /// Recording failed (the disk, the database): nothing was lost, the message is read again.
     #[error("cannot record mail: {0}")]
     Store(#[from] StoreError),
+    /// A message could not be read for want of a thread (it is read again).
+    #[error(transparent)]
+    Body(super::parse::BodyError),
+}
+
+impl From<IntakeError> for Ended {
+    fn from(e: IntakeError) -> Ended {
+        match e {
+            IntakeError::Store(e) => Ended::Store(e),
+            IntakeError::Body(e) => Ended::Body(e),
+        }
+    }
 }
 
 pub(crate) async fn run(inner: Arc<Inner>, stop: CancellationToken) {

@@ -125,6 +125,7 @@ const TABLES: &[Table] = &[
             ("state", Text), ("reason", Text), ("command", Text), ("command_state", Text),
             ("detail", Text), ("notice_id", Int), ("job_id", Text), ("task_id", Text),
             ("context", Text), ("refs", Text), ("reply_notice_id", Int), ("answered_at", Time),
+            ("digest", Text),
         ],
         order: "id",
         identity: true,

@@ -4,10 +4,11 @@
 //! it created, the job change its command made, or nothing — and with the mailbox's
 //! watermark (the highest UID read): a crash before the commit leaves the message unread, to
 //! be read again; after it, the message is never read again. A message seen twice (the same
-//! UID, or the same Message-ID under another UID) changes nothing but the watermark.
+//! UID, or under another UID the same Message-ID — or, for mail without one, the same digest
+//! of what it says) changes nothing but the watermark.
 
 use super::outbox::insert_notice_on;
-use super::sql::QueryAs;
+use super::sql::{QueryAs, QueryScalar};
 use super::{
     CommandState, IgnoreReason, InboxCommand, InboxState, NewNotice, NewTask, Notice, Result,
     Store, Task, TaskState, limit_or, new_id, now,
@@ -66,6 +67,9 @@ pub(crate) struct MailPlace {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NewInboxMessage {
     pub message_id: Option<String>,
+    /// The message's identity when it has no Message-ID (a digest of what it says); None
+    /// when it has one.
+    pub digest: Option<String>,
     pub sender: String,
     pub subject: String,
     /// The mail's Message-ID and its References, for threading an answer.
@@ -119,7 +123,7 @@ pub(crate) enum Recorded {
         task_id: Option<String>,
         reply: Option<i64>,
     },
-    /// Seen before (same UID or same Message-ID): nothing written but the watermark.
+    /// Seen before (same UID, Message-ID or digest): nothing written but the watermark.
     Seen,
 }
 
@@ -162,16 +166,7 @@ impl Store {
         // IMMEDIATE: the write lock is taken before the duplicate check, so the check and the
         // insert see the same database.
         let mut tx = self.begin_writing(super::Locked::Inbox).await?;
-        let seen: Option<i64> = query_scalar(
-            "SELECT id FROM inbox_messages WHERE (mailbox = ?1 AND uid_validity = ?2 AND uid = ?3) \
-             OR (?4 IS NOT NULL AND message_id = ?4) LIMIT 1",
-        )
-        .bind(&place.mailbox)
-        .bind(place.uid_validity)
-        .bind(place.uid)
-        .bind(&mail.message_id)
-        .fetch_optional(&mut tx)
-        .await?;
+        let seen = seen_query(place, mail).fetch_optional(&mut tx).await?;
         if seen.is_some() {
             advance_watermark(&mut tx, place).await?;
             tx.commit().await?;
@@ -242,15 +237,16 @@ impl Store {
         // A reply queued with the record is the message's answer: nothing more goes out later.
         let answered = reply.map(|_| t);
         let id: i64 = query_scalar(
-            "INSERT INTO inbox_messages (mailbox, uid_validity, uid, message_id, sender, subject, \
-             received_at, state, reason, command, command_state, detail, notice_id, job_id, \
-             task_id, context, refs, reply_notice_id, answered_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            "INSERT INTO inbox_messages (mailbox, uid_validity, uid, message_id, digest, sender, \
+             subject, received_at, state, reason, command, command_state, detail, notice_id, \
+             job_id, task_id, context, refs, reply_notice_id, answered_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         )
         .bind(&place.mailbox)
         .bind(place.uid_validity)
         .bind(place.uid)
         .bind(&mail.message_id)
+        .bind(&mail.digest)
         .bind(&mail.sender)
         .bind(&mail.subject)
         .bind(t)
@@ -275,6 +271,20 @@ impl Store {
             task_id: row.task_id,
             reply,
         })
+    }
+
+    /// Whether `mail` at `place` was recorded already (its UID, its Message-ID, or its digest
+    /// when it has none): looked at before a message is decided, so that nothing a replayed
+    /// message would do (an approval's answer) is done twice.
+    pub(crate) async fn inbox_seen(
+        &self,
+        place: &MailPlace,
+        mail: &NewInboxMessage,
+    ) -> Result<bool> {
+        Ok(seen_query(place, mail)
+            .fetch_optional(self)
+            .await?
+            .is_some())
     }
 
     /// The watermarks of `mailbox`, the most recently moved first.
@@ -490,6 +500,19 @@ impl Row {
             context: None,
         }
     }
+}
+
+/// The id of the row that records `mail` at `place` already, if any.
+fn seen_query(place: &MailPlace, mail: &NewInboxMessage) -> QueryScalar<i64> {
+    query_scalar(
+        "SELECT id FROM inbox_messages WHERE (mailbox = ?1 AND uid_validity = ?2 AND uid = ?3) \
+         OR (?4 IS NOT NULL AND message_id = ?4) OR (?5 IS NOT NULL AND digest = ?5) LIMIT 1",
+    )
+    .bind(&place.mailbox)
+    .bind(place.uid_validity)
+    .bind(place.uid)
+    .bind(&mail.message_id)
+    .bind(&mail.digest)
 }
 
 /// Move the mailbox's watermark up to `place.uid` (never down).

@@ -12,6 +12,7 @@ fn place(uid: u32) -> MailPlace {
 fn mail(message_id: &str) -> NewInboxMessage {
     NewInboxMessage {
         message_id: Some(message_id.into()),
+        digest: None,
         sender: "me@example.org".into(),
         subject: "Re: Daily digest".into(),
         refs: Some(format!("d1@x {message_id}")),
@@ -93,6 +94,55 @@ on_both_engines!(
         assert_eq!(tasks_of(&store).await.len(), 1);
         let marks = store.inbox_watermarks(&place(5).mailbox).await.unwrap();
         assert_eq!(marks[0].last_uid, 9);
+    }
+);
+
+on_both_engines!(
+    Memory,
+    tokio::test,
+    async fn mail_without_a_message_id_is_known_by_its_digest(store: Store) {
+        let anonymous = |digest: &str| NewInboxMessage {
+            message_id: None,
+            digest: Some(digest.into()),
+            sender: "me@example.org".into(),
+            subject: "run now".into(),
+            refs: None,
+        };
+        let first = store
+            .record_inbox(&place(5), &anonymous("d1"), &task_outcome("do it"))
+            .await
+            .unwrap();
+        assert!(matches!(first, Recorded::New { .. }), "{first:?}");
+        // The server renumbered the mailbox: a new UIDVALIDITY, a new UID, the same mail.
+        let renumbered = MailPlace {
+            uid_validity: 8,
+            uid: 1,
+            ..place(5)
+        };
+        assert!(
+            store
+                .inbox_seen(&renumbered, &anonymous("d1"))
+                .await
+                .unwrap()
+        );
+        let again = store
+            .record_inbox(&renumbered, &anonymous("d1"), &task_outcome("do it"))
+            .await
+            .unwrap();
+        assert!(matches!(again, Recorded::Seen), "{again:?}");
+        assert_eq!(tasks_of(&store).await.len(), 1);
+        // Another mail without a Message-ID is another mail.
+        let next = MailPlace {
+            uid: 2,
+            ..renumbered
+        };
+        assert!(!store.inbox_seen(&next, &anonymous("d2")).await.unwrap());
+        let other = store
+            .record_inbox(&next, &anonymous("d2"), &task_outcome("do that"))
+            .await
+            .unwrap();
+        assert!(matches!(other, Recorded::New { .. }), "{other:?}");
+        assert_eq!(tasks_of(&store).await.len(), 2);
     }
 );
 

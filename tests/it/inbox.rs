@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 mod approvals;
 mod failures;
+mod hardening;
 mod imap_server;
 mod replies;
 mod screening;

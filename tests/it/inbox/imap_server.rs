@@ -128,6 +128,24 @@ impl Dovecot {
         assert!(chown.success(), "chown of the delivered mail failed");
     }
 
+    /// Give the INBOX a new UIDVALIDITY, as a server does when it rebuilds a mailbox: every
+    /// message is there still, under a numbering a client must not trust.
+    pub fn renumber(&self, uid_validity: u32) {
+        let status = Command::new(&self.doveadm)
+            .arg("-c")
+            .arg(self.conf())
+            .args(["mailbox", "update", "-u", USER, "--uid-validity"])
+            .arg(uid_validity.to_string())
+            .arg("INBOX")
+            .status()
+            .expect("doveadm runs");
+        assert!(
+            status.success(),
+            "doveadm mailbox update failed:\n{}",
+            self.log()
+        );
+    }
+
     /// Put `raw` (an RFC 5322 message) into the INBOX, as a delivery would.
     pub async fn append(&self, raw: &str) {
         let tcp = TcpStream::connect(("127.0.0.1", self.port))
