@@ -18,9 +18,12 @@ mod pool;
 pub mod prompt;
 mod round;
 mod run;
+mod stop;
 mod tally;
 mod trace;
 mod unsaved;
+
+use stop::{Running, StopReason};
 
 pub use approvals::{ApprovalError, Approvals, Decision, EXPIRY_SWEEP, VIA_HEADER, answered_via};
 pub(crate) use delegate::{DelegateTools, MAX_DEPTH};
@@ -42,7 +45,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, broadcast, mpsc};
-use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -135,23 +137,6 @@ pub struct RunOptions {
     /// Who continues the task if it waits for a person: `None`, the daemon's workers; the
     /// task's own id for a `run`, which continues it itself.
     pub resumer: Option<String>,
-}
-
-/// Why a running task was stopped from outside.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StopReason {
-    Cancelled,
-    Shutdown,
-    /// This node lost the lease the task was claimed under: the task is the others' now.
-    Fenced,
-}
-
-/// A running task's stop switch and why it was pulled (the first reason wins).
-struct Running {
-    stop: CancellationToken,
-    why: Arc<Mutex<Option<StopReason>>>,
-    /// The lease epoch it was claimed under (`store/lease.rs`), if any.
-    epoch: Option<String>,
 }
 
 /// The agent service: a cheap-to-clone handle shared by the CLI, the API, the scheduler and
@@ -529,31 +514,6 @@ impl Agent {
         Ok(done)
     }
 
-    /// Stop every running task (daemon shutdown after the grace period): each ends `failed`
-    /// with reason `shutdown`. Returns how many were stopped.
-    pub(crate) fn stop_all_running(&self) -> usize {
-        let ids: Vec<String> = lock(&self.inner.running).keys().cloned().collect();
-        ids.iter()
-            .filter(|id| self.stop_running(id, StopReason::Shutdown))
-            .count()
-    }
-
-    /// Stop, first and at once, every task this process runs under a lease it no longer
-    /// holds: the other nodes took this one for dead and ended them; nothing more of theirs
-    /// may happen here. Returns how many were stopped.
-    pub fn stop_fenced(&self) -> usize {
-        let lease = self.inner.store.lease();
-        let fenced: Vec<String> = lock(&self.inner.running)
-            .iter()
-            .filter(|(_, r)| r.epoch.as_deref().is_some_and(|e| !lease.holds(e)))
-            .map(|(id, _)| id.clone())
-            .collect();
-        fenced
-            .iter()
-            .filter(|id| self.stop_running(id, StopReason::Fenced))
-            .count()
-    }
-
     /// How many tasks are running in this process.
     pub fn running_count(&self) -> usize {
         lock(&self.inner.running).len()
@@ -583,17 +543,6 @@ impl Agent {
             self.announce(id, done.state, Some(&done));
         }
         Ok(())
-    }
-
-    fn stop_running(&self, id: &str, why: StopReason) -> bool {
-        match lock(&self.inner.running).get(id) {
-            Some(running) => {
-                lock(&running.why).get_or_insert(why);
-                running.stop.cancel();
-                true
-            }
-            None => false,
-        }
     }
 
     fn announce(&self, id: &str, state: TaskState, task: Option<&Task>) {

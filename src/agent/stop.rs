@@ -1,0 +1,64 @@
+//! Stopping running tasks from outside: a cancel, the daemon's shutdown after its grace, a lease
+//! this node lost (`store/lease.rs`). Each running task has a switch and the reason it was
+//! pulled; the task's own loop (`run.rs`) turns the reason into its end.
+//! Must not: write a task's end itself (the task's runner does, or, fenced, nobody here).
+
+use super::Agent;
+use crate::util::lock;
+use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+
+/// Why a running task was stopped from outside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StopReason {
+    Cancelled,
+    Shutdown,
+    /// This node lost the lease the task was claimed under: the task is the others' now.
+    Fenced,
+}
+
+/// A running task's stop switch and why it was pulled (the first reason wins).
+pub(super) struct Running {
+    pub(super) stop: CancellationToken,
+    pub(super) why: Arc<Mutex<Option<StopReason>>>,
+    /// The lease epoch it was claimed under (`store/lease.rs`), if any.
+    pub(super) epoch: Option<String>,
+}
+
+impl Agent {
+    /// Stop every running task (daemon shutdown after the grace period): each ends `failed`
+    /// with reason `shutdown`. Returns how many were stopped.
+    pub(crate) fn stop_all_running(&self) -> usize {
+        let ids: Vec<String> = lock(&self.inner.running).keys().cloned().collect();
+        ids.iter()
+            .filter(|id| self.stop_running(id, StopReason::Shutdown))
+            .count()
+    }
+
+    /// Stop, first and at once, every task this process runs under a lease it no longer
+    /// holds: the other nodes took this one for dead and ended them; nothing more of theirs
+    /// may happen here. Returns how many were stopped.
+    pub fn stop_fenced(&self) -> usize {
+        let lease = self.inner.store.lease();
+        let fenced: Vec<String> = lock(&self.inner.running)
+            .iter()
+            .filter(|(_, r)| r.epoch.as_deref().is_some_and(|e| !lease.holds(e)))
+            .map(|(id, _)| id.clone())
+            .collect();
+        fenced
+            .iter()
+            .filter(|id| self.stop_running(id, StopReason::Fenced))
+            .count()
+    }
+
+    pub(super) fn stop_running(&self, id: &str, why: StopReason) -> bool {
+        match lock(&self.inner.running).get(id) {
+            Some(running) => {
+                lock(&running.why).get_or_insert(why);
+                running.stop.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+}
