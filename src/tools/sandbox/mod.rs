@@ -118,6 +118,12 @@ pub fn announce(mode: Mode) {
 /// The end of a tool error when the sandbox may be why it failed: what refused it and where
 /// to widen it. `None` when the output shows no refusal.
 pub fn refusal_note(output: &str, signal: Option<i32>, widen_at: &str) -> Option<String> {
+    // A shell reports its child's signal in words and as exit 128+N, not as its own signal.
+    let signal = match signal {
+        None if output.contains("File size limit exceeded") => Some(libc::SIGXFSZ),
+        None if output.contains("CPU time limit exceeded") => Some(libc::SIGXCPU),
+        s => s,
+    };
     let what = match signal {
         Some(libc::SIGXCPU) => "its CPU time limit ended it",
         Some(libc::SIGXFSZ) => "it went over the file size limit",

@@ -13,10 +13,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// System directories every tool may read and execute: programs, libraries, ld.so's cache,
-/// resolver and certificate files. `/proc` is readable, but Landlock keeps a confined
-/// process from the daemon's `/proc/PID/{environ,mem,fd}` (a ptrace-mode check it scopes).
-const SYSTEM_READ: [&str; 9] = [
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt", "/proc",
+/// resolver and certificate files. Not `/proc`: a rule cannot name the child's own
+/// `/proc/self` before it exists, and a rule on `/proc` let a confined child (as root) read
+/// the daemon's `/proc/PID/environ` (tests/it/sandbox.rs) — a tool that needs it (`df`
+/// reads /proc/self/mountinfo) declares `read: [/proc]`.
+const SYSTEM_READ: [&str; 8] = [
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt",
 ];
 /// Resolver state some systems link /etc/resolv.conf into.
 const RUN_READ: [&str; 1] = ["/run/systemd/resolve"];
@@ -103,6 +105,10 @@ impl Policy {
             memory_mb: widening.memory_mb.unwrap_or(DEFAULT_MEMORY_MB),
             processes: widening.processes.unwrap_or(DEFAULT_PROCESSES),
         }
+    }
+
+    pub fn set_mode(&mut self, mode: Mode) {
+        self.mode = mode;
     }
 
     pub fn mode(&self) -> Mode {
