@@ -152,12 +152,10 @@ impl App {
         let env = env_map();
         crate::tools::sandbox::announce(s.tools.sandbox);
         let manifests = manifest::load_dir_with(&config.manifests_dir, &env, s.tools.sandbox)
-            .map_err(|source| {
-            AppError::Manifest {
+            .map_err(|source| AppError::Manifest {
                 dir: config.manifests_dir.clone(),
                 source,
-            }
-        })?;
+            })?;
         all.extend(manifests);
         all.extend(options.extra_tools);
         for t in all {

@@ -10,7 +10,6 @@
 //! Must not: offer a tool other than through the registry, or hold a tool of a server that
 //! is not running.
 
-use crate::tools::sandbox::Mode;
 use super::client::{self, Connection, Handler};
 use super::limits::{RELIST_EVERY, STOP_WAIT};
 use super::listing::list_tools;
@@ -18,6 +17,7 @@ use super::status::{ServerState, ServerStatus, transport_word};
 use super::tool::{McpTool, PeerSlot};
 use super::{McpError, SEPARATOR};
 use crate::config::{McpServer, McpSettings};
+use crate::tools::sandbox::Mode;
 use crate::tools::{Registry, RegistryError, SourceStart};
 use crate::util::{Backoff, lock};
 use std::collections::HashMap;

@@ -62,7 +62,10 @@ fn world(sandbox_yaml: &str) -> World {
     )
     .expect("write manifest");
     let env = HashMap::from([
-        ("PATH".to_string(), "/usr/local/bin:/usr/bin:/bin".to_string()),
+        (
+            "PATH".to_string(),
+            "/usr/local/bin:/usr/bin:/bin".to_string(),
+        ),
         ("HOME".to_string(), home.to_string_lossy().into_owned()),
     ]);
     let tools = manifest::load_dir(&tools_dir, &env).expect("manifests load");
@@ -116,6 +119,18 @@ async fn a_confined_tool_still_works_in_its_work_dir_and_with_system_files() {
 }
 
 #[tokio::test]
+async fn node_and_python_start_confined() {
+    assert_kernel_confines();
+    let w = world("");
+    let out = run(
+        &w,
+        "node -e 'console.log(6*7)' 2>&1 && /usr/bin/python3 -c 'print(6*7)'",
+    )
+    .await;
+    assert_eq!(out.ok(), Some(json!("42\n42")));
+}
+
+#[tokio::test]
 async fn secrets_in_home_data_and_config_dirs_cannot_be_read() {
     assert_kernel_confines();
     let w = world("");
@@ -140,7 +155,14 @@ async fn writes_outside_the_work_dir_and_symlinks_out_of_it_are_refused() {
     );
     assert!(!outside.exists());
     refused(
-        run(&w, &format!("ln -s '{}' link && cat link/agent.sqlite", w.data().display())).await,
+        run(
+            &w,
+            &format!(
+                "ln -s '{}' link && cat link/agent.sqlite",
+                w.data().display()
+            ),
+        )
+        .await,
         "symlink to the data dir",
     );
 }
@@ -223,7 +245,10 @@ async fn tcp_is_refused_unless_declared() {
     assert_kernel_confines();
     let (port, accepted) = listener().await;
     let w = world("");
-    let m = refused(run(&w, &format!("{CONNECT} {port}")).await, "undeclared connect");
+    let m = refused(
+        run(&w, &format!("{CONNECT} {port}")).await,
+        "undeclared connect",
+    );
     assert!(m.contains("PermissionError"), "{m}");
     let declared = world(&format!("sandbox: {{network: [\"127.0.0.1:{port}\"]}}\n"));
     run(&declared, &format!("{CONNECT} {port}"))
@@ -253,7 +278,10 @@ async fn declared_paths_widen_the_box_and_only_as_declared() {
             .expect("rewrite");
             let env = HashMap::from([
                 ("PATH".to_string(), "/usr/bin:/bin".to_string()),
-                ("HOME".to_string(), probe.home().to_string_lossy().into_owned()),
+                (
+                    "HOME".to_string(),
+                    probe.home().to_string_lossy().into_owned(),
+                ),
             ]);
             manifest::load_dir(&dir, &env).expect("load")
         },
@@ -261,18 +289,30 @@ async fn declared_paths_widen_the_box_and_only_as_declared() {
     };
     let got = run(
         &w,
-        &format!("cat '{}' && cp '{}' '{}'", docs.join("recipe").display(), docs.join("recipe").display(), out.join("copy").display()),
+        &format!(
+            "cat '{}' && cp '{}' '{}'",
+            docs.join("recipe").display(),
+            docs.join("recipe").display(),
+            out.join("copy").display()
+        ),
     )
     .await
     .expect("declared paths work");
     assert_eq!(got, json!("soup"));
-    assert_eq!(std::fs::read_to_string(out.join("copy")).ok().as_deref(), Some("soup"));
+    assert_eq!(
+        std::fs::read_to_string(out.join("copy")).ok().as_deref(),
+        Some("soup")
+    );
     refused(
         run(&w, &format!("echo x > '{}'", docs.join("new").display())).await,
         "write into a read-only path",
     );
     refused(
-        run(&w, &format!("cat '{}'", w.home().join(".ssh/id_ed25519").display())).await,
+        run(
+            &w,
+            &format!("cat '{}'", w.home().join(".ssh/id_ed25519").display()),
+        )
+        .await,
         "the rest of home",
     );
 }
@@ -281,7 +321,11 @@ async fn declared_paths_widen_the_box_and_only_as_declared() {
 fn required_and_unknown_keys_in_a_manifest() {
     let dir = tempfile::tempdir().expect("tempdir");
     let base = "name: t\ndescription: d\nparameters: {type: object}\ncommand: {argv: [echo]}\n";
-    std::fs::write(dir.path().join("t.yaml"), format!("{base}sandbox: required\n")).expect("write");
+    std::fs::write(
+        dir.path().join("t.yaml"),
+        format!("{base}sandbox: required\n"),
+    )
+    .expect("write");
     assert!(manifest::load_dir(dir.path(), &HashMap::new()).is_ok());
     std::fs::write(
         dir.path().join("t.yaml"),
@@ -300,9 +344,19 @@ fn required_and_unknown_keys_in_a_manifest() {
 async fn the_spawning_process_is_unharmed() {
     assert_kernel_confines();
     let w = world("");
-    let _ = run(&w, &format!("kill -9 {}; cat /proc/{}/environ", std::process::id(), std::process::id())).await;
+    let _ = run(
+        &w,
+        &format!(
+            "kill -9 {}; cat /proc/{}/environ",
+            std::process::id(),
+            std::process::id()
+        ),
+    )
+    .await;
     let db = w.data().join("agent.sqlite");
     std::fs::write(&db, "still mine").expect("the data dir is still writable");
-    assert_eq!(std::fs::read_to_string(&db).ok().as_deref(), Some("still mine"));
+    assert_eq!(
+        std::fs::read_to_string(&db).ok().as_deref(),
+        Some("still mine")
+    );
 }
-

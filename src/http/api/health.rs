@@ -63,8 +63,19 @@ pub async fn health(State(s): State<ApiState>) -> ApiResult {
         "pending": count(TaskState::Pending),
         "memory": s.memory.is_some(),
         "inbox": inbox.word(),
+        "sandbox": sandbox_health(s.agent.settings().tools.sandbox),
     }))
     .into_response())
+}
+
+/// `tools.sandbox` and what of it this kernel cannot enforce (empty: nothing).
+fn sandbox_health(mode: crate::tools::sandbox::Mode) -> serde_json::Value {
+    let support = crate::tools::sandbox::Support::get();
+    json!({
+        "mode": mode,
+        "landlock_abi": support.landlock_abi,
+        "missing": support.missing(),
+    })
 }
 
 /// Each MCP server's state and tools (`{"servers": [...]}`): for `doctor` and scripts.

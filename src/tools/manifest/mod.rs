@@ -107,7 +107,9 @@ pub fn load_dir_with(
         })?;
         let mut tool = parse(&text, &path, env)?;
         tool.sandbox.set_mode(mode);
-        if mode == crate::tools::sandbox::Mode::Warn && matches!(tool.action, Action::Command { .. }) {
+        if mode == crate::tools::sandbox::Mode::Warn
+            && matches!(tool.action, Action::Command { .. })
+        {
             tracing::warn!(tool = %tool.info.name, manifest = %path.display(), "tools.sandbox is warn: this tool's command runs unconfined");
         }
         let name = tool.info.name.clone();

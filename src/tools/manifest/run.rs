@@ -76,11 +76,15 @@ impl ManifestTool {
         };
         #[cfg(not(unix))]
         let signal = None;
-        let note = confinement
-            .as_ref()
-            .and_then(|_| crate::tools::sandbox::refusal_note(&tail, signal, self.sandbox.widen_at()));
+        let note = confinement.as_ref().and_then(|_| {
+            crate::tools::sandbox::refusal_note(&tail, signal, self.sandbox.widen_at())
+        });
         if let Some(note) = note {
-            tail = if tail.is_empty() { note } else { format!("{tail} {note}") };
+            tail = if tail.is_empty() {
+                note
+            } else {
+                format!("{tail} {note}")
+            };
         }
         let how = match status.code() {
             Some(code) => format!("exit {code}"),

@@ -82,17 +82,20 @@ pub(super) fn programs() -> Result<&'static [BpfProgram], String> {
 fn build() -> Result<Vec<BpfProgram>, String> {
     let arch = ARCH.ok_or("no seccomp syscall table for this architecture")?;
     let err = |e: seccompiler::BackendError| e.to_string();
-    let mut eperm: BTreeMap<i64, Vec<SeccompRule>> = refused()
-        .into_iter()
-        .map(|nr| (nr, Vec::new()))
-        .collect();
+    let mut eperm: BTreeMap<i64, Vec<SeccompRule>> =
+        refused().into_iter().map(|nr| (nr, Vec::new())).collect();
     // Any one namespace flag in clone's first argument matches (rules of one call are or-ed).
     let namespace_rules = NAMESPACE_FLAGS
         .iter()
         .map(|f| {
             let flag = *f as u32 as u64;
-            SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(flag), flag)
-                .and_then(|c| SeccompRule::new(vec![c]))
+            SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::MaskedEq(flag),
+                flag,
+            )
+            .and_then(|c| SeccompRule::new(vec![c]))
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(err)?;

@@ -55,7 +55,8 @@ impl Support {
             missing.push("Landlock network rules (Landlock ABI 4, Linux 6.7+)");
         }
         if self.landlock_abi < ABI_SCOPE {
-            missing.push("Landlock signal and abstract-socket scoping (Landlock ABI 6, Linux 6.12+)");
+            missing
+                .push("Landlock signal and abstract-socket scoping (Landlock ABI 6, Linux 6.12+)");
         }
         if !self.seccomp {
             missing.push("seccomp filters");
@@ -157,7 +158,11 @@ mod tests {
     #[test]
     fn the_note_names_the_setting_to_widen() {
         let note = refusal_note("cat: /root/x: Permission denied", None, "tools/cat.yaml");
-        assert!(note.as_deref().is_some_and(|n| n.contains("tools/cat.yaml")), "{note:?}");
+        assert!(
+            note.as_deref()
+                .is_some_and(|n| n.contains("tools/cat.yaml")),
+            "{note:?}"
+        );
         assert!(refusal_note("no such file", None, "x").is_none());
         assert!(refusal_note("", Some(libc::SIGXFSZ), "x").is_some());
     }
@@ -166,6 +171,9 @@ mod tests {
     fn this_kernel_is_asked_not_guessed() {
         let s = Support::get();
         // Whatever the kernel, a missing piece is named, and a full one names none.
-        assert_eq!(s.missing().is_empty(), s.landlock_abi >= ABI_SCOPE && s.seccomp);
+        assert_eq!(
+            s.missing().is_empty(),
+            s.landlock_abi >= ABI_SCOPE && s.seccomp
+        );
     }
 }

@@ -139,11 +139,20 @@ impl Policy {
                 .find(|p| p.is_file())
         };
         let Some(found) = found else { return };
+        // A script's interpreter is the program's too (a venv's console script names the
+        // venv's python, which links to an install elsewhere, e.g. pyenv's under $HOME).
+        let interpreter = shebang(&found);
         // The real file: a venv's `bin/python` links to the system's.
-        for p in [Some(found.clone()), std::fs::canonicalize(&found).ok()]
+        let candidates = [Some(found.clone()), std::fs::canonicalize(&found).ok()]
             .into_iter()
+            .chain(
+                interpreter
+                    .iter()
+                    .flat_map(|i| [Some(i.clone()), std::fs::canonicalize(i).ok()]),
+            )
             .flatten()
-        {
+            .collect::<Vec<_>>();
+        for p in candidates {
             let Some(dir) = p.parent() else { continue };
             self.own_dir(dir);
             if dir.file_name().is_some_and(|n| n == "bin")
@@ -191,8 +200,14 @@ impl Policy {
                 libc::RLIMIT_AS,
                 clamp(libc::RLIMIT_AS, self.memory_mb.saturating_mul(1024 * 1024)),
             ),
-            (libc::RLIMIT_NPROC, clamp(libc::RLIMIT_NPROC, nproc_limit(self.processes))),
-            (libc::RLIMIT_FSIZE, clamp(libc::RLIMIT_FSIZE, FILE_SIZE_BYTES)),
+            (
+                libc::RLIMIT_NPROC,
+                clamp(libc::RLIMIT_NPROC, nproc_limit(self.processes)),
+            ),
+            (
+                libc::RLIMIT_FSIZE,
+                clamp(libc::RLIMIT_FSIZE, FILE_SIZE_BYTES),
+            ),
             (libc::RLIMIT_NOFILE, clamp(libc::RLIMIT_NOFILE, OPEN_FILES)),
         ];
         Ok(Some(Confinement {
@@ -238,6 +253,17 @@ impl Policy {
         }
         Ok(created.into())
     }
+}
+
+/// The interpreter a `#!` line names, if the file starts with one.
+fn shebang(program: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(program).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = line.split(|b| *b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    line.split_whitespace().next().map(PathBuf::from)
 }
 
 /// A rule for `path` when it exists (a system without `/lib64` has nothing to allow there).
@@ -292,7 +318,11 @@ fn nproc_limit(processes: u64) -> u64 {
             use std::os::unix::fs::MetadataExt;
             entries
                 .filter_map(Result::ok)
-                .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+                .filter(|e| {
+                    e.file_name()
+                        .to_str()
+                        .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+                })
                 .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
                 .count() as u64
         })

@@ -60,7 +60,9 @@ impl Widening {
                 if port_of(h).is_none() {
                     return Err((
                         "network".into(),
-                        format!("'{h}' is not HOST:PORT (e.g. api.example.org:443), or use `true` for any"),
+                        format!(
+                            "'{h}' is not HOST:PORT (e.g. api.example.org:443), or use `true` for any"
+                        ),
                     ));
                 }
             }
