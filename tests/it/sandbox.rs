@@ -10,7 +10,7 @@
 //! unconfined.
 
 use hermes_agent::tools::manifest;
-use hermes_agent::tools::sandbox::Support;
+use hermes_agent::tools::sandbox::{Mode, Support};
 use hermes_agent::tools::{Tool, ToolContext, ToolError};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -359,4 +359,26 @@ async fn the_spawning_process_is_unharmed() {
         std::fs::read_to_string(&db).ok().as_deref(),
         Some("still mine")
     );
+}
+
+/// `tools.sandbox: off` (and `warn`) really leave the command unconfined: the same read that
+/// `enforce` refuses succeeds, so the refusals above are the box's doing.
+#[tokio::test]
+async fn off_and_warn_leave_the_command_unconfined() {
+    let w = world("");
+    let dir = w.root.path().join("tools");
+    let env = HashMap::from([
+        ("PATH".to_string(), "/usr/bin:/bin".to_string()),
+        ("HOME".to_string(), w.home().to_string_lossy().into_owned()),
+    ]);
+    let key = w.home().join(".ssh/id_ed25519");
+    for mode in [Mode::Off, Mode::Warn] {
+        let tools = manifest::load_dir_with(&dir, &env, mode).expect("load");
+        let open = World {
+            root: tempfile::tempdir().expect("tempdir"),
+            tools,
+        };
+        let got = run(&open, &format!("cat '{}'", key.display())).await;
+        assert_eq!(got.ok(), Some(json!(SECRET)), "{mode:?}");
+    }
 }
