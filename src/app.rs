@@ -150,19 +150,19 @@ impl App {
         }
         all.extend(delegate.tools(s));
         let env = env_map();
-        let manifests = manifest::load_dir(&config.manifests_dir, &env).map_err(|source| {
-            AppError::Manifest {
+        crate::tools::sandbox::announce(s.tools.sandbox);
+        let manifests = manifest::load_dir_with(&config.manifests_dir, &env, s.tools.sandbox)
+            .map_err(|source| AppError::Manifest {
                 dir: config.manifests_dir.clone(),
                 source,
-            }
-        })?;
+            })?;
         all.extend(manifests);
         all.extend(options.extra_tools);
         for t in all {
             tools.register(t)?;
         }
         let registry = tools.build();
-        let mcp = McpManager::new(&s.mcp, registry.clone(), env);
+        let mcp = McpManager::with_sandbox(&s.mcp, registry.clone(), env, s.tools.sandbox);
         let agent = Agent::new(s.clone(), store.clone(), gateway, registry, memory.clone())
             .with_metrics(metrics.clone());
         delegate.bind(&agent);

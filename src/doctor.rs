@@ -216,6 +216,32 @@ pub async fn database(config: &Config) -> (Check, Option<Store>) {
     (check, Some(store))
 }
 
+/// How tools are confined (`tools.sandbox`), and what this kernel cannot enforce.
+pub fn sandbox(config: &Config) -> Check {
+    use crate::tools::sandbox::{Mode, Support};
+    let support = Support::get();
+    let missing = support.missing();
+    let (verdict, detail) = match config.settings.tools.sandbox {
+        Mode::Off => (Verdict::Warn, "off: tools run unconfined".to_string()),
+        Mode::Warn => (Verdict::Warn, "warn: tools run unconfined".to_string()),
+        Mode::Enforce if missing.is_empty() => (
+            Verdict::Ok,
+            format!(
+                "enforce: Landlock ABI {}, seccomp, rlimits",
+                support.landlock_abi
+            ),
+        ),
+        Mode::Enforce => (
+            Verdict::Warn,
+            format!(
+                "enforce, partly: this kernel lacks {}; tools with `sandbox: required` will not run",
+                missing.join("; ")
+            ),
+        ),
+    };
+    Check::new(verdict, "sandbox", detail)
+}
+
 /// The data dir opened, with its schema version.
 pub fn data_dir(config: &Config) -> Check {
     Check::new(

@@ -52,6 +52,7 @@ pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
     let mut report = Report::default();
     report.print(doctor::config(&config));
     report.print(doctor::time_zone(&config));
+    report.print(doctor::sandbox(&config));
     // The record of verified models, read only: with a daemon up the data dir is its own.
     let (database, on_server) = doctor::database(&config).await;
     report.print(database);

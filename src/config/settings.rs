@@ -244,6 +244,8 @@ pub struct ToolSettings {
     pub approval_expire_s: u64,
     /// Channels each new request is sent to, once ("email" or webhook names).
     pub approval_notify: Vec<String>,
+    /// Whether manifest commands and stdio MCP servers run confined (src/tools/sandbox).
+    pub sandbox: crate::tools::sandbox::Mode,
 }
 
 impl Default for ToolSettings {
@@ -260,6 +262,7 @@ impl Default for ToolSettings {
             approval: Vec::new(),
             approval_expire_s: 86_400,
             approval_notify: Vec::new(),
+            sandbox: crate::tools::sandbox::Mode::Enforce,
         }
     }
 }
@@ -557,6 +560,8 @@ pub struct McpServer {
     pub headers: BTreeMap<String, String>,
     /// Per tool call; 0: `tools.timeout_s`.
     pub timeout_s: u64,
+    /// A stdio server's widening of its box (network, read, write, memory_mb, processes).
+    pub sandbox: crate::tools::sandbox::Widening,
 }
 
 /// How to reach an MCP server, once validated.

@@ -391,6 +391,9 @@ impl Settings {
                 }
             }
             seconds(&k("timeout_s"), m.timeout_s, true)?;
+            if let Err((field, message)) = m.sandbox.check() {
+                return bad(k(&format!("sandbox.{field}")), message);
+            }
         }
         Ok(())
     }

@@ -35,6 +35,8 @@ pub(super) struct ChildTransport {
     child: Option<Box<dyn ChildWrapper>>,
     read: FramedRead<ChildStdout, BoundedLines>,
     write: LineWriter<ChildStdin>,
+    /// A confined server's work dir (its TMPDIR), removed when the transport goes.
+    workdir: Option<tempfile::TempDir>,
 }
 
 impl ChildTransport {
@@ -58,8 +60,13 @@ impl ChildTransport {
             child: Some(child),
             read: FramedRead::new(stdout, BoundedLines::new(MAX_SERVER_LINE)),
             write: LineWriter::new(stdin),
+            workdir: None,
         };
         Ok((transport, stderr))
+    }
+
+    pub fn keep_workdir(&mut self, workdir: Option<tempfile::TempDir>) {
+        self.workdir = workdir;
     }
 
     pub fn id(&self) -> Option<u32> {

@@ -114,10 +114,11 @@ pub(super) async fn connect(
     name: &str,
     server: &McpServer,
     env: &HashMap<String, String>,
+    sandbox: crate::tools::sandbox::Mode,
     handler: Handler,
 ) -> Result<Connection, McpError> {
     match server.transport() {
-        McpTransport::Stdio => connect_stdio(name, server, env, handler).await,
+        McpTransport::Stdio => connect_stdio(name, server, env, sandbox, handler).await,
         McpTransport::Http => {
             let transport = http_transport(name, server)?;
             let service = handshake(handler, transport)
@@ -136,15 +137,26 @@ async fn connect_stdio(
     name: &str,
     server: &McpServer,
     env: &HashMap<String, String>,
+    sandbox: crate::tools::sandbox::Mode,
     handler: Handler,
 ) -> Result<Connection, McpError> {
-    let command = build_command(name, server, env)?;
+    let mut command = build_command(name, server, env)?;
     let program = server.command.first().cloned().unwrap_or_default();
+    let confinement = confine(name, server, env, sandbox)?;
+    if let Some(c) = &confinement {
+        c.install(&mut command);
+        // The configured cwd stays the cwd (readable, see `confine`); the work dir is TMPDIR.
+        if !server.cwd.is_empty() {
+            command.current_dir(&server.cwd);
+        }
+    }
     let mut wrapped = process_wrap::tokio::CommandWrap::from(command);
     #[cfg(unix)]
     wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
-    let (child, stderr) =
+    let (mut child, stderr) =
         ChildTransport::spawn(name, wrapped).map_err(|e| spawn_error(name, &program, e))?;
+    // The ruleset fd closes now; the work dir lives as long as the server.
+    child.keep_workdir(confinement.map(|c| c.into_workdir()));
     let pid = child.id();
     let last_words = LastWords::new(server);
     let reader = read_stderr(name, stderr, last_words.clone());
@@ -161,6 +173,45 @@ async fn connect_stdio(
             Err(failure.into_error(name, last_words.suffix(), ""))
         }
     }
+}
+
+/// The box of server `name`: its program's install prefix, its fixed file arguments (a
+/// script) and its cwd are its own (read and execute); the rest as `mcp.servers.NAME.sandbox`
+/// widens it. `None`: `tools.sandbox` is not `enforce`.
+fn confine(
+    name: &str,
+    server: &McpServer,
+    env: &HashMap<String, String>,
+    sandbox: crate::tools::sandbox::Mode,
+) -> Result<Option<crate::tools::sandbox::Confinement>, McpError> {
+    let mut policy = crate::tools::sandbox::Policy::new(
+        sandbox,
+        &server.sandbox,
+        false,
+        env.get("HOME").map(std::path::Path::new),
+        format!("mcp.servers.{name}"),
+    );
+    let Some((program, args)) = server.command.split_first() else {
+        return Ok(None);
+    };
+    policy.own_program(program, env.get("PATH").map(String::as_str));
+    for a in args {
+        let a = std::path::Path::new(a);
+        if a.is_absolute()
+            && a.is_file()
+            && let Some(dir) = a.parent()
+        {
+            policy.own_dir(dir);
+        }
+    }
+    if !server.cwd.is_empty() {
+        policy.own_dir(std::path::Path::new(&server.cwd));
+    }
+    // No timeout: a server runs as long as the daemon.
+    policy.prepare(None).map_err(|e| McpError::Sandbox {
+        server: name.to_string(),
+        message: e.to_string(),
+    })
 }
 
 /// The program under `name`'s settings: no shell, a clean environment, its own cwd.

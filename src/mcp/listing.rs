@@ -79,7 +79,14 @@ pub async fn probe(
     let handler = Handler {
         changed: Arc::new(Notify::new()),
     };
-    let mut conn = client::connect(name, server, env, handler).await?;
+    let mut conn = client::connect(
+        name,
+        server,
+        env,
+        crate::tools::sandbox::Mode::Enforce,
+        handler,
+    )
+    .await?;
     let listed = list_tools(name, conn.service.peer(), settings).await;
     let _ = conn.service.close_with_timeout(STOP_WAIT).await;
     let tools = listed?;

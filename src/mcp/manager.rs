@@ -17,6 +17,7 @@ use super::status::{ServerState, ServerStatus, transport_word};
 use super::tool::{McpTool, PeerSlot};
 use super::{McpError, SEPARATOR};
 use crate::config::{McpServer, McpSettings};
+use crate::tools::sandbox::Mode;
 use crate::tools::{Registry, RegistryError, SourceStart};
 use crate::util::{Backoff, lock};
 use std::collections::HashMap;
@@ -45,6 +46,8 @@ struct Inner {
     settings: McpSettings,
     /// The process environment, from which PATH, HOME and LANG are passed on.
     env: HashMap<String, String>,
+    /// `tools.sandbox`: whether stdio servers start confined.
+    sandbox: Mode,
     started: AtomicBool,
     stop: CancellationToken,
     tracker: TaskTracker,
@@ -70,7 +73,25 @@ enum Ended {
 }
 
 impl McpManager {
+    /// Servers confined as `tools.sandbox: enforce` (the default) says.
     pub fn new(settings: &McpSettings, registry: Registry, env: HashMap<String, String>) -> Self {
+        Self::with_sandbox(settings, registry, env, Mode::Enforce)
+    }
+
+    /// `sandbox`: `tools.sandbox`; `warn` names each stdio server left unconfined.
+    pub fn with_sandbox(
+        settings: &McpSettings,
+        registry: Registry,
+        env: HashMap<String, String>,
+        sandbox: Mode,
+    ) -> Self {
+        if sandbox == Mode::Warn {
+            for (name, s) in &settings.servers {
+                if s.transport() == crate::config::McpTransport::Stdio {
+                    tracing::warn!(server = %name, "tools.sandbox is warn: this MCP server runs unconfined");
+                }
+            }
+        }
         let servers = settings
             .servers
             .iter()
@@ -96,6 +117,7 @@ impl McpManager {
             registry,
             settings: settings.clone(),
             env,
+            sandbox,
             started: AtomicBool::new(false),
             stop: CancellationToken::new(),
             tracker: TaskTracker::new(),
@@ -209,7 +231,7 @@ async fn supervise(inner: Arc<Inner>, server: Arc<Server>, first: SourceStart) {
         };
         let attempt = tokio::select! {
             _ = inner.stop.cancelled() => return,
-            r = client::connect(&server.name, &server.config, &inner.env, handler) => r,
+            r = client::connect(&server.name, &server.config, &inner.env, inner.sandbox, handler) => r,
         };
         let began = Instant::now();
         let ended = match attempt {

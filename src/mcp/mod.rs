@@ -60,6 +60,8 @@ pub enum McpError {
          create it or change mcp.servers.{server}.cwd"
     )]
     NoCwd { server: String, cwd: String },
+    #[error("MCP server '{server}' not started: {message}")]
+    Sandbox { server: String, message: String },
     #[error(
         "MCP server '{server}': header '{header}' is not a valid HTTP header (name or value); \
          fix mcp.servers.{server}.headers"

@@ -325,6 +325,7 @@ pub mod builtin;
 mod gate;
 pub mod manifest;
 pub mod registry;
+pub mod sandbox;
 pub mod schema;
 pub mod shape;
 mod starting;

@@ -291,6 +291,9 @@ async fn a_token_guards_every_endpoint_but_health() {
     }
     let a = api.get("/healthz").await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    // What confinement this kernel gives the tools is said, not assumed.
+    assert_eq!(a.body["sandbox"]["mode"], "enforce", "{}", a.body);
+    assert!(a.body["sandbox"]["missing"].is_array(), "{}", a.body);
 
     for (method, path, body) in endpoints {
         let a = api.call(method.clone(), path, body, Some(token)).await;

@@ -26,6 +26,7 @@ mod notify_bounds;
 mod postgres;
 mod real_model;
 mod real_model_identity;
+mod sandbox;
 mod scheduler;
 mod storage_faults;
 mod store_round_trips;

@@ -48,6 +48,7 @@ pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: Header
         "pending": reading.pending,
         "memory": s.memory.is_some(),
         "inbox": inbox.word(),
+        "sandbox": sandbox_health(s.agent.settings().tools.sandbox),
     }))
     .into_response())
 }
@@ -76,6 +77,16 @@ fn knows_the_token(s: &ApiState, peer: Option<std::net::IpAddr>, headers: &Heade
         s.logins.failed(peer, Door::Api);
         false
     }
+}
+
+/// `tools.sandbox` and what of it this kernel cannot enforce (empty: nothing).
+fn sandbox_health(mode: crate::tools::sandbox::Mode) -> serde_json::Value {
+    let support = crate::tools::sandbox::Support::get();
+    json!({
+        "mode": mode,
+        "landlock_abi": support.landlock_abi,
+        "missing": support.missing(),
+    })
 }
 
 /// Each MCP server's state and tools (`{"servers": [...]}`): for `doctor` and scripts.

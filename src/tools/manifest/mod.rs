@@ -58,9 +58,19 @@ pub enum ManifestError {
 
 /// Load every `*.yaml` / `*.yml` in `dir`, in file-name order. A missing directory holds no
 /// tools. `env` expands `${VAR}` in the files and supplies the commands' small environment.
+/// Commands run confined (`tools.sandbox: enforce`, the default).
 pub fn load_dir(
     dir: &Path,
     env: &HashMap<String, String>,
+) -> Result<Vec<Arc<dyn Tool>>, ManifestError> {
+    load_dir_with(dir, env, crate::tools::sandbox::Mode::Enforce)
+}
+
+/// [`load_dir`] with `tools.sandbox`'s mode; `warn` names each command tool left unconfined.
+pub fn load_dir_with(
+    dir: &Path,
+    env: &HashMap<String, String>,
+    mode: crate::tools::sandbox::Mode,
 ) -> Result<Vec<Arc<dyn Tool>>, ManifestError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -95,7 +105,13 @@ pub fn load_dir(
             path: path.clone(),
             source,
         })?;
-        let tool = parse(&text, &path, env)?;
+        let mut tool = parse(&text, &path, env)?;
+        tool.sandbox.set_mode(mode);
+        if mode == crate::tools::sandbox::Mode::Warn
+            && matches!(tool.action, Action::Command { .. })
+        {
+            tracing::warn!(tool = %tool.info.name, manifest = %path.display(), "tools.sandbox is warn: this tool's command runs unconfined");
+        }
         let name = tool.info.name.clone();
         if let Some(first) = seen.get(&name) {
             return Err(ManifestError::Invalid {
@@ -123,6 +139,8 @@ pub struct ManifestTool {
     action: Action,
     /// The file it came from, for messages.
     source: PathBuf,
+    /// The box its command runs in (src/tools/sandbox); unused by HTTP tools.
+    sandbox: crate::tools::sandbox::Policy,
 }
 
 enum Action {

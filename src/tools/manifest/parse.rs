@@ -5,6 +5,7 @@
 use super::template::{Piece, Template};
 use super::{Action, INHERITED_ENV, ManifestError, ManifestTool};
 use crate::tools::ToolInfo;
+use crate::tools::sandbox::{Mode, Policy, Widening};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use serde_saphyr::Spanned;
@@ -27,6 +28,24 @@ struct RawManifest {
     /// `required`: every call waits for a person's approval.
     #[serde(default)]
     approval: Option<Spanned<Approval>>,
+    /// `required`, or a widening of the box (src/tools/sandbox).
+    #[serde(default)]
+    sandbox: Option<Spanned<RawSandbox>>,
+}
+
+/// A manifest's `sandbox` field: the word `required`, or what the box is widened by.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawSandbox {
+    Word(SandboxWord),
+    Widen(Widening),
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum SandboxWord {
+    /// Refuse to run when the kernel cannot confine it fully.
+    Required,
 }
 
 /// A manifest's `approval` field.
@@ -107,6 +126,45 @@ pub fn parse(
         (None, Some(h)) => http(h.value, env, &properties, &site)?,
     };
     let approval_required = raw.approval.map(|a| a.value) == Some(Approval::Required);
+    let (widening, required) = match raw.sandbox {
+        None => (Widening::default(), false),
+        Some(s) => match s.value {
+            RawSandbox::Word(SandboxWord::Required) => (Widening::default(), true),
+            RawSandbox::Widen(w) => {
+                if let Err((field, message)) = w.check() {
+                    return Err(site.invalid(
+                        s.referenced.line(),
+                        &format!("sandbox.{field}"),
+                        message,
+                    ));
+                }
+                (w, false)
+            }
+        },
+    };
+    let mut sandbox = Policy::new(
+        Mode::Enforce,
+        &widening,
+        required,
+        env.get("HOME").map(Path::new),
+        path.display().to_string(),
+    );
+    if let Some(dir) = path.parent() {
+        sandbox.own_dir(&std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()));
+    }
+    if let Action::Command { program, args, .. } = &action {
+        sandbox.own_program(program, env.get("PATH").map(String::as_str));
+        // A fixed argument naming a file (a script the program runs) is the tool's own too.
+        for a in args.iter().filter_map(Template::literal) {
+            let a = Path::new(a);
+            if a.is_absolute()
+                && a.is_file()
+                && let Some(dir) = a.parent()
+            {
+                sandbox.own_dir(dir);
+            }
+        }
+    }
     Ok(ManifestTool {
         info: ToolInfo {
             timeout,
@@ -117,6 +175,7 @@ pub fn parse(
         keep_fields: raw.keep_fields,
         action,
         source: path.to_path_buf(),
+        sandbox,
     })
 }
 

@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// The CPU-time base of a tool without its own timeout (the registry's default applies to
+/// its wall clock; this only bounds a spinning child the kill somehow missed).
+const DEFAULT_CPU_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl ManifestTool {
     /// The manifest file this tool came from.
     pub fn source(&self) -> &Path {
@@ -25,6 +29,14 @@ impl ManifestTool {
             .stderr(Stdio::piped())
             // A timed-out call drops this future; the child must die with it.
             .kill_on_drop(true);
+        // Kept to the end: the work dir is removed when the call is over.
+        let confinement = self
+            .sandbox
+            .prepare(Some(self.info.timeout.unwrap_or(DEFAULT_CPU_TIMEOUT)))
+            .map_err(|e| ToolError::Failed(format!("'{program}' not run: {e}")))?;
+        if let Some(c) = &confinement {
+            c.install(&mut cmd);
+        }
         let mut child = cmd
             .spawn()
             .map_err(|e| ToolError::Failed(format!("cannot run '{program}': {e}")))?;
@@ -56,6 +68,23 @@ impl ManifestTool {
                 .find(|i| out.is_char_boundary(*i))
                 .unwrap_or(out.len());
             tail = out[start..].trim().to_string();
+        }
+        #[cfg(unix)]
+        let signal = {
+            use std::os::unix::process::ExitStatusExt;
+            status.signal()
+        };
+        #[cfg(not(unix))]
+        let signal = None;
+        let note = confinement.as_ref().and_then(|_| {
+            crate::tools::sandbox::refusal_note(&tail, signal, self.sandbox.widen_at())
+        });
+        if let Some(note) = note {
+            tail = if tail.is_empty() {
+                note
+            } else {
+                format!("{tail} {note}")
+            };
         }
         let how = match status.code() {
             Some(code) => format!("exit {code}"),

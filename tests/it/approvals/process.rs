@@ -29,11 +29,15 @@ fn site(model_url: &str) -> (Site, PathBuf) {
     let tools = site.dir.path().join("tools");
     std::fs::create_dir_all(&tools).unwrap();
     let marks = site.dir.path().join("marks.txt");
+    // The one file outside its work dir the confined tool may write (tools.sandbox: enforce).
+    std::fs::write(&marks, "").unwrap();
     let manifest = format!(
         "name: mark\ndescription: Mark someone.\n\
          parameters: {{type: object, properties: {{to: {{type: string}}}}, required: [to]}}\n\
          command: {{argv: [\"/bin/sh\", \"-c\", \"echo \\\"$0\\\" >> {}\", \"{{{{to}}}}\"]}}\n\
-         approval: required\n",
+         approval: required\n\
+         sandbox: {{write: [\"{}\"]}}\n",
+        marks.display(),
         marks.display()
     );
     std::fs::write(tools.join("mark.yaml"), manifest).unwrap();

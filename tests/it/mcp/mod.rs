@@ -39,8 +39,23 @@ fn deps() -> Deps {
 fn stdio(command: &[&str]) -> McpServer {
     McpServer {
         command: command.iter().map(|s| s.to_string()).collect(),
+        // The servers run confined (tools.sandbox: enforce); node resolves its modules up the
+        // whole install tree, so the tree is declared, as a person would for an npm install.
+        sandbox: hermes_agent::tools::sandbox::Widening {
+            read: vec![deps_dir()],
+            // server-everything's V8 dies in a GC under the default 1024 MiB address space.
+            memory_mb: Some(4096),
+            ..Default::default()
+        },
         ..Default::default()
     }
+}
+
+fn deps_dir() -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/test-deps")
+        .to_string_lossy()
+        .into_owned()
 }
 
 fn time_server(d: &Deps) -> McpServer {

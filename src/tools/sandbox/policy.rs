@@ -1,0 +1,375 @@
+//! A tool's box: built once from its declaration ([`Policy`]), prepared for each start
+//! ([`Confinement`]: a fresh work dir, a Landlock ruleset, the limits) in the daemon, and
+//! installed on the `Command` as a `pre_exec` that only applies it.
+
+use super::spec::{DEFAULT_MEMORY_MB, DEFAULT_PROCESSES, Mode, Widening};
+use super::{Support, child, filter};
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, Scope,
+};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// System directories every tool may read and execute: programs, libraries, ld.so's cache,
+/// resolver and certificate files. Not `/proc`: a rule cannot name the child's own
+/// `/proc/self` before it exists, and a rule on `/proc` let a confined child (as root) read
+/// the daemon's `/proc/PID/environ` (tests/it/sandbox.rs) — a tool that needs it (`df`
+/// reads /proc/self/mountinfo) declares `read: [/proc]`.
+const SYSTEM_READ: [&str; 8] = [
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt",
+];
+/// Resolver state some systems link /etc/resolv.conf into.
+const RUN_READ: [&str; 1] = ["/run/systemd/resolve"];
+/// Devices a tool may read and write.
+const DEVICES: [&str; 6] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
+/// The largest file a tool may write.
+const FILE_SIZE_BYTES: u64 = 256 * 1024 * 1024;
+/// The most files a tool may have open.
+const OPEN_FILES: u64 = 256;
+/// CPU seconds over the call's timeout before the kernel ends the tool (the timeout's own
+/// process-group kill normally comes first).
+const CPU_GRACE_S: u64 = 5;
+/// CPU seconds of a program with no timeout (an MCP server runs for the daemon's lifetime).
+const CPU_UNBOUNDED: libc::rlim_t = libc::RLIM_INFINITY;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("cannot build the Landlock ruleset: {0}")]
+    Landlock(#[from] landlock::RulesetError),
+    #[error("cannot open {} for a Landlock rule: {source}", path.display())]
+    Path {
+        path: PathBuf,
+        source: landlock::PathFdError,
+    },
+    #[error("cannot make the tool's work dir: {0}")]
+    WorkDir(std::io::Error),
+    #[error(
+        "refused to run: the manifest says `sandbox: required` and this kernel lacks {0} (see `hermes-agent doctor`)"
+    )]
+    Unsupported(String),
+    #[error("cannot build the seccomp filter: {0}")]
+    Seccomp(String),
+}
+
+/// What one tool may do, decided at load time.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    mode: Mode,
+    required: bool,
+    /// Where the person widens it, for messages: a manifest's path or `mcp.servers.NAME`.
+    widen_at: String,
+    /// The tool's own files: read and execute.
+    own: Vec<PathBuf>,
+    read: Vec<PathBuf>,
+    write: Vec<PathBuf>,
+    /// TCP ports it may connect to; `None`: any.
+    ports: Option<Vec<u16>>,
+    memory_mb: u64,
+    processes: u64,
+}
+
+impl Policy {
+    /// `home` expands `~/` in the widening's paths.
+    pub fn new(
+        mode: Mode,
+        widening: &Widening,
+        required: bool,
+        home: Option<&Path>,
+        widen_at: impl Into<String>,
+    ) -> Policy {
+        let expand = |p: &String| -> Option<PathBuf> {
+            match (p.strip_prefix("~"), home) {
+                (Some(rest), Some(home)) => Some(home.join(rest.trim_start_matches('/'))),
+                // `~` without a home to expand it to grants nothing.
+                (Some(_), None) => None,
+                (None, _) => Some(PathBuf::from(p)),
+            }
+        };
+        Policy {
+            mode,
+            required,
+            widen_at: widen_at.into(),
+            own: Vec::new(),
+            read: widening.read.iter().filter_map(expand).collect(),
+            write: widening.write.iter().filter_map(expand).collect(),
+            ports: widening.ports(),
+            memory_mb: widening.memory_mb.unwrap_or(DEFAULT_MEMORY_MB),
+            processes: widening.processes.unwrap_or(DEFAULT_PROCESSES),
+        }
+    }
+
+    pub fn set_mode(&mut self, mode: Mode) {
+        self.mode = mode;
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub fn widen_at(&self) -> &str {
+        &self.widen_at
+    }
+
+    /// A directory of the tool's own (its manifest's, its script's): read and execute.
+    pub fn own_dir(&mut self, dir: &Path) {
+        if !dir.as_os_str().is_empty() && !self.own.iter().any(|d| d == dir) {
+            self.own.push(dir.to_path_buf());
+        }
+    }
+
+    /// The program's directory, found on `path` (a `PATH` value) when it has no slash; and,
+    /// when that directory is a `bin/`, its install prefix (a venv's `lib/`, a node prefix's
+    /// `node_modules/`).
+    pub fn own_program(&mut self, program: &str, path: Option<&str>) {
+        let found = if program.contains('/') {
+            Some(PathBuf::from(program))
+        } else {
+            path.into_iter()
+                .flat_map(|p| p.split(':'))
+                .map(|d| Path::new(d).join(program))
+                .find(|p| p.is_file())
+        };
+        let Some(found) = found else { return };
+        // A script's interpreter is the program's too (a venv's console script names the
+        // venv's python, which links to an install elsewhere, e.g. pyenv's under $HOME).
+        let interpreter = shebang(&found);
+        // The real file: a venv's `bin/python` links to the system's.
+        let candidates = [Some(found.clone()), std::fs::canonicalize(&found).ok()]
+            .into_iter()
+            .chain(
+                interpreter
+                    .iter()
+                    .flat_map(|i| [Some(i.clone()), std::fs::canonicalize(i).ok()]),
+            )
+            .flatten()
+            .collect::<Vec<_>>();
+        for p in candidates {
+            let Some(dir) = p.parent() else { continue };
+            self.own_dir(dir);
+            if dir.file_name().is_some_and(|n| n == "bin")
+                && let Some(prefix) = dir.parent()
+                && prefix != Path::new("/")
+                && prefix != Path::new("/usr")
+            {
+                self.own_dir(prefix);
+            }
+        }
+    }
+
+    /// What is missing for this tool to be confined as declared (empty: nothing).
+    fn missing(&self, support: Support) -> Vec<&'static str> {
+        support.missing()
+    }
+
+    /// Prepare one start. `None`: not confined (`warn`, `off`). `timeout`: the call's,
+    /// for the CPU limit.
+    pub fn prepare(&self, timeout: Option<Duration>) -> Result<Option<Confinement>, SandboxError> {
+        if self.mode != Mode::Enforce {
+            return Ok(None);
+        }
+        let support = Support::get();
+        let missing = self.missing(support);
+        if self.required && !missing.is_empty() {
+            return Err(SandboxError::Unsupported(missing.join("; ")));
+        }
+        let programs = if support.seccomp {
+            filter::programs().map_err(SandboxError::Seccomp)?
+        } else {
+            &[]
+        };
+        let workdir = tempfile::Builder::new()
+            .prefix("hermes-tool-")
+            .tempdir()
+            .map_err(SandboxError::WorkDir)?;
+        let ruleset = self.ruleset(support.landlock_abi, workdir.path())?;
+        let cpu = timeout
+            .map(|t| t.as_secs() + 1 + CPU_GRACE_S)
+            .unwrap_or(CPU_UNBOUNDED);
+        let limits = [
+            (libc::RLIMIT_CPU, clamp(libc::RLIMIT_CPU, cpu)),
+            (
+                libc::RLIMIT_AS,
+                clamp(libc::RLIMIT_AS, self.memory_mb.saturating_mul(1024 * 1024)),
+            ),
+            (
+                libc::RLIMIT_NPROC,
+                clamp(libc::RLIMIT_NPROC, nproc_limit(self.processes)),
+            ),
+            (
+                libc::RLIMIT_FSIZE,
+                clamp(libc::RLIMIT_FSIZE, FILE_SIZE_BYTES),
+            ),
+            (libc::RLIMIT_NOFILE, clamp(libc::RLIMIT_NOFILE, OPEN_FILES)),
+        ];
+        Ok(Some(Confinement {
+            workdir,
+            ruleset,
+            programs,
+            limits,
+        }))
+    }
+
+    fn ruleset(&self, abi: i32, workdir: &Path) -> Result<Option<OwnedFd>, SandboxError> {
+        if abi < 1 {
+            return Ok(None);
+        }
+        let abi = ABI::from(abi);
+        let read = AccessFs::from_read(abi);
+        let all = AccessFs::from_all(abi);
+        let file = AccessFs::from_file(abi);
+        let mut ruleset = Ruleset::default().handle_access(all)?;
+        // Not handling TCP leaves it open: only when the tool may connect anywhere.
+        if self.ports.is_some() {
+            ruleset = ruleset.handle_access(AccessNet::from_all(abi))?;
+        }
+        ruleset = ruleset.scope(Scope::from_all(abi))?;
+        let mut created = ruleset.create()?;
+        let reads = SYSTEM_READ
+            .iter()
+            .chain(RUN_READ.iter())
+            .map(PathBuf::from)
+            .chain(self.own.iter().cloned())
+            .chain(self.read.iter().cloned());
+        for p in reads {
+            created = add_path(created, &p, read)?;
+        }
+        for p in DEVICES {
+            created = add_path(created, Path::new(p), file)?;
+        }
+        for p in self.write.iter().map(PathBuf::as_path).chain([workdir]) {
+            created = add_path(created, p, all)?;
+        }
+        for port in self.ports.iter().flatten() {
+            created = created.add_rule(NetPort::new(*port, AccessNet::ConnectTcp))?;
+        }
+        Ok(created.into())
+    }
+}
+
+/// The interpreter a `#!` line names, if the file starts with one.
+fn shebang(program: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(program).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = line.split(|b| *b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    line.split_whitespace().next().map(PathBuf::from)
+}
+
+/// A rule for `path` when it exists (a system without `/lib64` has nothing to allow there).
+fn add_path(
+    created: landlock::RulesetCreated,
+    path: &Path,
+    access: landlock::BitFlags<AccessFs>,
+) -> Result<landlock::RulesetCreated, SandboxError> {
+    let fd = match PathFd::new(path) {
+        Ok(fd) => fd,
+        Err(_) if !path.exists() => return Ok(created),
+        Err(source) => {
+            return Err(SandboxError::Path {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    // A rule on a file may only carry file rights.
+    let access = if path.is_dir() {
+        access
+    } else {
+        access & AccessFs::from_file(ABI::V7)
+    };
+    Ok(created.add_rule(PathBeneath::new(fd, access))?)
+}
+
+/// Never raise a limit above the daemon's own hard limit (an unprivileged setrlimit cannot).
+fn clamp(resource: libc::__rlimit_resource_t, value: libc::rlim_t) -> libc::rlim_t {
+    let mut current = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit into a valid struct.
+    if unsafe { libc::getrlimit(resource, &mut current) } != 0 {
+        return value;
+    }
+    value.min(current.rlim_max)
+}
+
+/// RLIMIT_NPROC counts every process of the user, not the tool's: the limit is the user's
+/// current count plus the tool's allowance. Root is not bound by it at all (the kernel
+/// exempts CAP_SYS_RESOURCE/CAP_SYS_ADMIN), so the count is skipped there.
+fn nproc_limit(processes: u64) -> u64 {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    if uid == 0 {
+        return processes;
+    }
+    let count = std::fs::read_dir("/proc")
+        .map(|entries| {
+            use std::os::unix::fs::MetadataExt;
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| {
+                    e.file_name()
+                        .to_str()
+                        .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+                })
+                .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
+                .count() as u64
+        })
+        .unwrap_or(0);
+    count.saturating_add(processes)
+}
+
+/// One prepared start: dropped after the spawn (the ruleset fd) and with the process (the
+/// work dir, removed then).
+pub struct Confinement {
+    workdir: tempfile::TempDir,
+    ruleset: Option<OwnedFd>,
+    programs: &'static [seccompiler::BpfProgram],
+    limits: child::Limits,
+}
+
+impl std::fmt::Debug for Confinement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Confinement")
+            .field("workdir", &self.workdir.path())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Confinement {
+    /// The child's cwd and TMPDIR, readable and writable, removed with this.
+    pub fn workdir(&self) -> &Path {
+        self.workdir.path()
+    }
+
+    /// Make `cmd` start in the box: cwd and TMPDIR the work dir, and the rules applied
+    /// between fork and exec. The ruleset must outlive the spawn: keep `self` until then.
+    pub fn install(&self, cmd: &mut tokio::process::Command) {
+        cmd.current_dir(self.workdir.path())
+            .env("TMPDIR", self.workdir.path());
+        let ruleset = self.ruleset.as_ref().map_or(-1, |fd| fd.as_raw_fd());
+        let programs = self.programs;
+        let limits = self.limits;
+        // SAFETY: the closure only makes system calls on values copied into it (an fd
+        // number, a 'static slice, an array): async-signal-safe, as pre_exec requires.
+        unsafe {
+            cmd.pre_exec(move || child::apply(&limits, ruleset, programs));
+        }
+    }
+
+    /// The work dir alone, to keep for as long as a long-running child (an MCP server) lives.
+    pub fn into_workdir(self) -> tempfile::TempDir {
+        self.workdir
+    }
+}

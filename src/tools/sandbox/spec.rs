@@ -1,0 +1,156 @@
+//! What a person writes about confinement: the mode (`tools.sandbox`) and the widening a
+//! manifest or an `mcp.servers.NAME` entry may ask for (`sandbox: {network, read, write,
+//! memory_mb, processes}`). Only data and its checks; applying it is `policy` and `child`.
+
+use serde::{Deserialize, Serialize};
+
+/// `tools.sandbox`: what happens to every manifest command and stdio MCP server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Confined: Landlock, seccomp, rlimits (as far as the kernel supports them).
+    #[default]
+    Enforce,
+    /// Not confined; each tool is named in one warning at start.
+    Warn,
+    /// Not confined; said once at start.
+    Off,
+}
+
+/// `network:` of a widening: `true` (any port), or `HOST:PORT` entries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Network {
+    Any(bool),
+    To(Vec<String>),
+}
+
+impl Default for Network {
+    fn default() -> Self {
+        Network::To(Vec::new())
+    }
+}
+
+/// A widening of the box: only ever more than the default, never less.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Widening {
+    /// Where it may connect (TCP): Landlock filters by port, so the host is documentation.
+    pub network: Network,
+    /// Extra paths, read-only (`~/` is the daemon's home).
+    pub read: Vec<String>,
+    /// Extra paths, read-write.
+    pub write: Vec<String>,
+    /// Address-space limit; unset: [`DEFAULT_MEMORY_MB`].
+    pub memory_mb: Option<u64>,
+    /// Process limit; unset: [`DEFAULT_PROCESSES`].
+    pub processes: Option<u64>,
+}
+
+pub const DEFAULT_MEMORY_MB: u64 = 1024;
+pub const DEFAULT_PROCESSES: u64 = 64;
+/// The smallest address space a dynamically linked program starts in.
+const MIN_MEMORY_MB: u64 = 16;
+
+impl Widening {
+    /// The first problem, as (field under `sandbox.`, message).
+    pub fn check(&self) -> Result<(), (String, String)> {
+        if let Network::To(hosts) = &self.network {
+            for h in hosts {
+                if port_of(h).is_none() {
+                    return Err((
+                        "network".into(),
+                        format!(
+                            "'{h}' is not HOST:PORT (e.g. api.example.org:443), or use `true` for any"
+                        ),
+                    ));
+                }
+            }
+        }
+        for (key, paths) in [("read", &self.read), ("write", &self.write)] {
+            for p in paths {
+                let absolute = p.starts_with('/') || p == "~" || p.starts_with("~/");
+                if !absolute {
+                    return Err((
+                        key.into(),
+                        format!("'{p}' must be an absolute path or start with ~/"),
+                    ));
+                }
+            }
+        }
+        if let Some(m) = self.memory_mb
+            && m < MIN_MEMORY_MB
+        {
+            return Err((
+                "memory_mb".into(),
+                format!("must be at least {MIN_MEMORY_MB}"),
+            ));
+        }
+        if self.processes == Some(0) {
+            return Err(("processes".into(), "must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// The TCP ports it may connect to; `None`: any.
+    pub fn ports(&self) -> Option<Vec<u16>> {
+        match &self.network {
+            Network::Any(true) => None,
+            Network::Any(false) => Some(Vec::new()),
+            Network::To(hosts) => Some(hosts.iter().filter_map(|h| port_of(h)).collect()),
+        }
+    }
+}
+
+/// The port of `HOST:PORT` (`[::1]:443` too), when the host is not empty.
+fn port_of(entry: &str) -> Option<u16> {
+    let (host, port) = entry.rsplit_once(':')?;
+    if host.is_empty() || host == "[" {
+        return None;
+    }
+    port.parse::<u16>().ok().filter(|p| *p != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn network_entries_need_a_port() {
+        assert_eq!(port_of("api.example.org:443"), Some(443));
+        assert_eq!(port_of("[::1]:8080"), Some(8080));
+        assert_eq!(port_of("api.example.org"), None);
+        assert_eq!(port_of(":443"), None);
+        assert_eq!(port_of("h:0"), None);
+        let w = Widening {
+            network: Network::To(vec!["h".into()]),
+            ..Default::default()
+        };
+        assert_eq!(w.check().map_err(|e| e.0), Err("network".to_string()));
+    }
+
+    #[test]
+    fn paths_must_be_absolute_and_limits_positive() {
+        let rel = Widening {
+            read: vec!["docs".into()],
+            ..Default::default()
+        };
+        assert!(rel.check().is_err());
+        let tilde = Widening {
+            write: vec!["~/Downloads/hermes".into()],
+            ..Default::default()
+        };
+        assert!(tilde.check().is_ok());
+        let tiny = Widening {
+            memory_mb: Some(1),
+            ..Default::default()
+        };
+        assert!(tiny.check().is_err());
+        assert_eq!(Widening::default().ports(), Some(vec![]));
+        let any = Widening {
+            network: Network::Any(true),
+            ..Default::default()
+        };
+        assert_eq!(any.ports(), None);
+    }
+}
