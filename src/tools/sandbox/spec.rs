@@ -47,7 +47,10 @@ pub struct Widening {
     pub processes: Option<u64>,
 }
 
-pub const DEFAULT_MEMORY_MB: u64 = 1024;
+/// The default address-space limit. Address space, not memory used: V8 (every npm MCP
+/// server) and JVMs reserve several GiB up front, and at 1 GiB Node's garbage collector dies
+/// (seen with server-everything); 4 GiB still stops a runaway allocation of that size.
+pub const DEFAULT_MEMORY_MB: u64 = 4096;
 pub const DEFAULT_PROCESSES: u64 = 64;
 /// The smallest address space a dynamically linked program starts in.
 const MIN_MEMORY_MB: u64 = 16;

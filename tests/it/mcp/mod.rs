@@ -43,8 +43,6 @@ fn stdio(command: &[&str]) -> McpServer {
         // whole install tree, so the tree is declared, as a person would for an npm install.
         sandbox: hermes_agent::tools::sandbox::Widening {
             read: vec![deps_dir()],
-            // server-everything's V8 dies in a GC under the default 1024 MiB address space.
-            memory_mb: Some(4096),
             ..Default::default()
         },
         ..Default::default()
