@@ -382,3 +382,39 @@ async fn off_and_warn_leave_the_command_unconfined() {
         assert_eq!(got.ok(), Some(json!(SECRET)), "{mode:?}");
     }
 }
+
+/// Processes whose command line is `sleep SECONDS` (the marker a test's children carry).
+fn sleepers(seconds: &str) -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.filter_map(Result::ok)
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).nth(1) == Some(seconds.as_bytes()))
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn what_a_call_started_dies_with_it_when_it_times_out() {
+    // A bounded stand-in for a fork bomb (an unbounded one as root would take the shared
+    // machine down: RLIMIT_NPROC does not bind root): forty children in the background, and
+    // the call cut off by its timeout, as the registry does.
+    let w = world("");
+    let tool = w.tools.first().expect("the sh tool");
+    let ctx = ToolContext::default();
+    let script = "for i in $(seq 40); do sleep 3217 & done; wait";
+    let call = tool.call(json!({ "script": script }), &ctx);
+    let cut = tokio::time::timeout(std::time::Duration::from_secs(2), call).await;
+    assert!(cut.is_err(), "the call ended by itself: {cut:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while sleepers("3217") > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of the call's children outlived it",
+            sleepers("3217")
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

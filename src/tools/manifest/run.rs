@@ -7,6 +7,22 @@ use super::*;
 /// its wall clock; this only bounds a spinning child the kill somehow missed).
 const DEFAULT_CPU_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// A call's process group, killed when the call is over.
+struct ProcessGroup(u32);
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let Ok(pgid) = i32::try_from(self.0) {
+            // SAFETY: kill(2) takes plain integers and touches no memory of ours. A group whose
+            // members all exited answers ESRCH, which is the normal case and ignored.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
 impl ManifestTool {
     /// The manifest file this tool came from.
     pub fn source(&self) -> &Path {
@@ -29,6 +45,9 @@ impl ManifestTool {
             .stderr(Stdio::piped())
             // A timed-out call drops this future; the child must die with it.
             .kill_on_drop(true);
+        // Its own process group, so that everything it starts can be ended with it.
+        #[cfg(unix)]
+        cmd.process_group(0);
         // Kept to the end: the work dir is removed when the call is over.
         let confinement = self
             .sandbox
@@ -40,6 +59,10 @@ impl ManifestTool {
         let mut child = cmd
             .spawn()
             .map_err(|e| ToolError::Failed(format!("cannot run '{program}': {e}")))?;
+        // However the call ends — its answer, or its timeout dropping this future — whatever
+        // the tool started (a fork bomb's children, a forgotten background job) is killed with
+        // it, not only the direct child that `kill_on_drop` reaches.
+        let _group = child.id().map(ProcessGroup);
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             return Err(ToolError::Failed(format!(
                 "cannot capture the output of '{program}'"
