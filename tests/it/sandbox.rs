@@ -418,3 +418,43 @@ async fn what_a_call_started_dies_with_it_when_it_times_out() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// The rules apply only in the children: after a thousand confined calls, the process that
+/// made them (a daemon's) still writes its database and reaches its model over TCP.
+#[tokio::test]
+async fn a_thousand_confined_calls_leave_the_spawning_process_unconfined() {
+    assert_kernel_confines();
+    let w = world("");
+    for i in 0..1000 {
+        let out = run(&w, "echo 1").await;
+        assert!(out.is_ok(), "call {i}: {out:?}");
+    }
+    let data = tempfile::tempdir().expect("tempdir");
+    let store = hermes_agent::store::Store::open(data.path())
+        .await
+        .expect("the database still opens for writing");
+    let task = store
+        .create_task(&hermes_agent::store::NewTask {
+            task: "after a thousand calls".into(),
+            origin: hermes_agent::store::Origin::Api,
+            profile: "fast".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("and takes a write");
+    assert_eq!(
+        store.task(&task.id).await.expect("read back").task,
+        task.task
+    );
+    let model = hermes_agent::llm::scripted::ScriptedModel::start(vec![
+        hermes_agent::llm::scripted::Reply::text("still here"),
+    ])
+    .await;
+    let reply = reqwest::Client::new()
+        .post(format!("{}/chat/completions", model.base_url()))
+        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .expect("the model is still reachable");
+    assert!(reply.status().is_success(), "{}", reply.status());
+}
