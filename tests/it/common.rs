@@ -191,10 +191,11 @@ pub async fn run_evals(
 /// Set in a child process that runs one test alone ([`alone_in_child`]); its value names it.
 const ALONE: &str = "HERMES_TEST_ALONE";
 
-/// For a test that must see every tracing event of its own work: in the test binary's shared
+/// For a test that must see every tracing event of its own work (in the test binary's shared
 /// process, tracing caches each callsite's interest across the subscribers of all tests running
-/// at once, so a thread-local subscriber can miss events. Such a test runs itself again, alone,
-/// in a child process. True in that child (run the test's body); in the parent, runs the child
+/// at once, so a thread-local subscriber can miss events), or whose work would disturb the
+/// others' (a storm of child processes, each holding the shared process's files between fork
+/// and exec). Such a test runs itself again, alone, in a child process. True in that child (run the test's body); in the parent, runs the child
 /// as `test` (its full path), with `env` added, and fails unless the child passed it.
 pub fn alone_in_child(test: &str, env: &[(&str, &str)]) -> bool {
     if std::env::var(ALONE).is_ok_and(|t| t == test) {
