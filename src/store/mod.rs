@@ -369,10 +369,18 @@ impl Store {
 /// fails too and its count stays at one — and on such a connection sqlx refuses every later
 /// `BEGIN IMMEDIATE` (a savepoint instead of a transaction for a plain `BEGIN`). The pool closes
 /// it and opens a fresh one. The ping first waits for that queued `ROLLBACK` to have run.
+///
+/// Only a connection that counts a transaction is pinged: the count drops when the `ROLLBACK`
+/// has run, so a count of zero is final, and a ping on every release was a second trip to the
+/// connection's worker thread for every statement (a sixth of the pool's throughput at
+/// C = 100, BENCHMARKS.md §16).
 async fn release_check(
     conn: &mut sqlx::SqliteConnection,
 ) -> std::result::Result<bool, sqlx::Error> {
     use sqlx::Connection as _;
+    if !conn.is_in_transaction() {
+        return Ok(true);
+    }
     conn.ping().await?;
     if conn.is_in_transaction() {
         tracing::warn!(
