@@ -142,7 +142,7 @@ impl Approvals {
             Some(done) if done.state == ApprovalState::Expired && state != done.state => {
                 tracing::info!(approval = %done.id, task = %done.task_id, tool = %done.tool,
                     by = decided_by, "approval answered after it expired; recorded expired");
-                self.agent.wake_workers();
+                self.agent.wake_for_holds();
                 Err(ApprovalError::Expired {
                     id: done.id,
                     expires_at: done.expires_at,
@@ -151,7 +151,7 @@ impl Approvals {
             Some(done) => {
                 tracing::info!(approval = %done.id, task = %done.task_id, tool = %done.tool,
                     state = %done.state, by = decided_by, "approval answered");
-                self.agent.wake_workers();
+                self.agent.wake_for_holds();
                 Ok(done)
             }
             None => {
@@ -176,7 +176,7 @@ impl Approvals {
             .await?;
         if !ids.is_empty() {
             tracing::info!(count = ids.len(), "approval requests expired unanswered");
-            self.agent.wake_workers();
+            self.agent.wake_for_holds();
         }
         Ok(ids.len())
     }
@@ -219,7 +219,7 @@ impl Approvals {
             tracing::warn!(%task, "the `run` that held this task is gone; the daemon's workers continue it");
         }
         if !adopted.is_empty() {
-            self.agent.wake_workers();
+            self.agent.wake_for_holds();
         }
         Ok(())
     }

@@ -166,6 +166,8 @@ struct Inner {
     elsewhere: elsewhere::Watchers,
     /// Wakes an idle worker when a task is queued.
     queued: Notify,
+    /// Whether a worker should look for held tasks ready to go on (`pool.rs`).
+    holds: pool::HoldWatch,
     /// Where new approval requests are announced (`tools.approval_notify`); set once.
     notifier: std::sync::OnceLock<crate::notify::Notifier>,
     /// Set when the daemon begins to shut down: no new task is queued from then on (one
@@ -198,6 +200,7 @@ impl Agent {
                 steps,
                 elsewhere: Default::default(),
                 queued: Notify::new(),
+                holds: Default::default(),
                 notifier: Default::default(),
                 closed: Default::default(),
                 metrics: Default::default(),
@@ -345,6 +348,13 @@ impl Agent {
     /// Wake every idle worker: work was queued elsewhere, perhaps a burst of it.
     pub(crate) fn wake_all_workers(&self) {
         self.inner.queued.notify_waiters();
+    }
+
+    /// A held task may be ready to go on (its requests answered or expired, its hold taken
+    /// after an answer came, news from another daemon): a worker looks, and is woken to.
+    pub(crate) fn wake_for_holds(&self) {
+        self.inner.holds.raise();
+        self.inner.queued.notify_one();
     }
 
     /// Announcements of finished tasks. Subscribe before submitting to never miss one.

@@ -4,7 +4,8 @@
 
 use super::{Agent, RunOptions};
 use crate::store::HoldOwner;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -25,17 +26,24 @@ impl Agent {
 
     async fn worker(&self, worker: usize, stop: CancellationToken) {
         while !stop.is_cancelled() {
-            // Tasks whose approvals were answered go on first: they started earlier.
-            match self.inner.store.take_ready_hold(HoldOwner::Pool).await {
-                Ok(Some(hold)) => {
-                    if let Err(e) = self.resume(hold, None).await {
-                        tracing::error!(worker, error = %e, "a task could not go on after its approvals");
+            // Tasks whose approvals were answered go on first: they started earlier. Looked
+            // for only when one may have become ready: the look is a write transaction, and
+            // made before every claim it cost a sixth of the pool's throughput (BENCHMARKS.md
+            // §16).
+            if let Some(seen) = self.inner.holds.due() {
+                match self.inner.store.take_ready_hold(HoldOwner::Pool).await {
+                    Ok(Some(hold)) => {
+                        if let Err(e) = self.resume(hold, None).await {
+                            tracing::error!(worker, error = %e, "a task could not go on after its approvals");
+                        }
+                        // Its end may be what its parent's hold waited for.
+                        self.inner.holds.raise();
+                        continue;
                     }
-                    continue;
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::error!(worker, error = %e, "cannot take a task that waited; retrying")
+                    Ok(None) => self.inner.holds.found_none(seen),
+                    Err(e) => {
+                        tracing::error!(worker, error = %e, "cannot take a task that waited; retrying")
+                    }
                 }
             }
             match self.inner.store.claim_next_pending().await {
@@ -62,5 +70,96 @@ impl Agent {
                 _ = tokio::time::sleep(IDLE_POLL) => {}
             }
         }
+    }
+}
+
+/// Whether a held task of the pool may have become ready since a worker last found none:
+/// raised where that happens in this process (an answer, an expiry, a hold taken after its
+/// answer came, a resumed task's end, news from another daemon), and due by itself every
+/// [`IDLE_POLL`] for what happens where no one raises it (an answer given through another
+/// daemon on a shared database, a sub-task stopped by its deadline).
+#[derive(Debug)]
+pub(super) struct HoldWatch {
+    /// Bumped by every [`HoldWatch::raise`].
+    raised: AtomicU64,
+    /// The highest `raised` a look found nothing for.
+    settled: AtomicU64,
+    /// When the next look by the clock is due, in ms since `since`.
+    next_look_ms: AtomicU64,
+    since: Instant,
+}
+
+impl Default for HoldWatch {
+    fn default() -> HoldWatch {
+        HoldWatch {
+            // Raised at the start: holds left by the last run may be ready.
+            raised: AtomicU64::new(1),
+            settled: AtomicU64::new(0),
+            next_look_ms: AtomicU64::new(0),
+            since: Instant::now(),
+        }
+    }
+}
+
+impl HoldWatch {
+    /// A held task may be ready now.
+    pub(super) fn raise(&self) {
+        self.raised.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// `Some(seen)` when a worker should look: raised since the last look that found none, or
+    /// the clock's turn (taken by one worker only). `seen` goes back to [`HoldWatch::found_none`].
+    fn due(&self) -> Option<u64> {
+        let raised = self.raised.load(Ordering::SeqCst);
+        if self.settled.load(Ordering::SeqCst) < raised {
+            return Some(raised);
+        }
+        let now = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let next = self.next_look_ms.load(Ordering::SeqCst);
+        let period = u64::try_from(IDLE_POLL.as_millis()).unwrap_or(u64::MAX);
+        (now >= next
+            && self
+                .next_look_ms
+                .compare_exchange(next, now.saturating_add(period), Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok())
+        .then_some(raised)
+    }
+
+    /// A look that began at `seen` found nothing ready: no need to look again until the next
+    /// raise (one that came during the look is above `seen`, so it is not lost).
+    fn found_none(&self, seen: u64) {
+        self.settled.fetch_max(seen, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_raise_during_a_look_that_found_nothing_is_not_lost() {
+        let w = HoldWatch::default();
+        let seen = w.due().expect("raised at the start");
+        // An answer lands while the look is in flight.
+        w.raise();
+        w.found_none(seen);
+        let again = w.due().expect("the raise during the look asks for another");
+        w.found_none(again);
+        // Nothing raised since, and the clock's look was taken by the first `due`.
+        assert_eq!(w.due(), None);
+        w.raise();
+        assert!(w.due().is_some());
+    }
+
+    #[test]
+    fn the_clock_gives_one_look_per_period_to_one_worker() {
+        let w = HoldWatch::default();
+        let seen = w.due().expect("raised at the start");
+        w.found_none(seen);
+        assert_eq!(w.due(), None, "the first look took the clock's turn too");
+        // As if a period had passed.
+        w.next_look_ms.store(0, Ordering::SeqCst);
+        assert!(w.due().is_some());
+        assert_eq!(w.due(), None, "a second worker at the same moment does not look");
     }
 }

@@ -266,7 +266,7 @@ impl Run<'_> {
             .hold_task(&self.task.id, &text, self.opts.resumer.as_deref())
             .await?;
         // Answered already (a fast person, or a request that expired meanwhile).
-        self.agent.wake_workers();
+        self.agent.wake_for_holds();
         Ok(())
     }
 }

@@ -244,7 +244,8 @@ async fn relay(app: App, stop: CancellationToken) {
             change = listening.next() => change,
         };
         match change {
-            Ok(Change::Pending) => app.agent.wake_workers(),
+            // A task queued or an approval answered elsewhere: either may be work here.
+            Ok(Change::Pending) => app.agent.wake_for_holds(),
             Ok(Change::Task(id)) => app.agent.heard_elsewhere(Heard::State(id)),
             Ok(Change::Facts) => {
                 if let Some(memory) = &app.memory {
@@ -254,6 +255,7 @@ async fn relay(app: App, stop: CancellationToken) {
             Ok(Change::Lost) => {
                 tracing::info!("the database's change feed was cut; everyone looks again");
                 app.agent.heard_elsewhere(Heard::Lagged);
+                app.agent.wake_for_holds();
                 app.agent.wake_all_workers();
                 if let Some(memory) = &app.memory {
                     memory.wake();
