@@ -110,8 +110,10 @@ fn chart(u: &Usage) -> Markup {
     let slot = plot_w / n;
     let bar = (slot * 0.7).max(1.0);
     let y = |tokens: i64| TOP + plot_h - plot_h * tokens as f64 / top as f64;
-    // About six dates fit under the bars at any window.
+    // About six dates fit under the bars at any window; counted back from today, which
+    // always has its date, so no two labels crowd each other at the end.
     let every = (u.by_day.len() / 6).max(1);
+    let last = u.by_day.len().saturating_sub(1);
     let busiest = u.by_day.iter().max_by_key(|d| d.figures.total_tokens);
     html! {
         figure.chart {
@@ -124,7 +126,7 @@ fn chart(u: &Usage) -> Markup {
                     @if let Some(b) = busiest { "; the most on " (b.day) " (" (grouped(b.figures.total_tokens)) ")" }
                     "."
                 }
-                @for (value, label) in [(0, "0".to_string()), (top / 2, grouped(top / 2)), (top, grouped(top))] {
+                @for (value, label) in [(0, "0".to_string()), (top / 2, compact(top / 2)), (top, compact(top))] {
                     line.grid x1=(LEFT) x2=(WIDTH - RIGHT) y1=(fmt(y(value))) y2=(fmt(y(value))) {}
                     text.axis x=(LEFT - 6.0) y=(fmt(y(value) + 4.0)) text-anchor="end" { (label) }
                 }
@@ -143,7 +145,7 @@ fn chart(u: &Usage) -> Markup {
                             rect.completion x=(fmt(x)) y=(fmt(y(f.total_tokens))) width=(fmt(bar))
                                 height=(fmt(y(f.prompt_tokens) - y(f.total_tokens))) {}
                         }
-                        @if i % every == 0 || i + 1 == u.by_day.len() {
+                        @if (last - i).is_multiple_of(every) {
                             text.axis x=(fmt(x + bar / 2.0)) y=(fmt(HEIGHT - 8.0)) text-anchor="middle" {
                                 (d.day.format("%m-%d"))
                             }
@@ -172,14 +174,14 @@ fn day_title(d: &DayUsage) -> String {
     )
 }
 
-/// Every day's figures, newest first, folded away (the chart is the summary).
+/// The figures of every day with calls, newest first, folded away (the chart is the summary).
 fn day_table(days: &[DayUsage]) -> Markup {
     html! {
         details.config {
             summary { "Figures per day" }
             div.scroll { table.rows #by-day {
                 thead { tr { th { "Day" } th.num { "Calls" } th.num { "Prompt" } th.num { "Completion" } th.num { "Total" } th.num { "Model time" } } }
-                tbody { @for d in days.iter().rev() {
+                tbody { @for d in days.iter().rev().filter(|d| d.figures.calls > 0) {
                     tr data-day=(d.day) {
                         td data-label="Day" { (d.day.format("%a %Y-%m-%d")) }
                         td.num data-label="Calls" { (grouped(d.figures.calls)) }
@@ -244,6 +246,20 @@ fn share(part: i64, whole: i64) -> String {
     format!("{:.1} %", part as f64 * 100.0 / whole as f64)
 }
 
+/// An axis label, short enough for the space left of the bars: `2,500`, `25k`, `2.5M`.
+fn compact(n: i64) -> String {
+    let short = |unit: f64, suffix: &str| {
+        let v = format!("{:.1}", n as f64 / unit);
+        format!("{}{suffix}", v.trim_end_matches(".0"))
+    };
+    match n {
+        ..10_000 => grouped(n),
+        ..1_000_000 => short(1e3, "k"),
+        ..1_000_000_000 => short(1e6, "M"),
+        _ => short(1e9, "G"),
+    }
+}
+
 /// A chart coordinate, to a tenth of a unit (enough at any screen size, and short).
 fn fmt(v: f64) -> String {
     format!("{v:.1}")
@@ -272,6 +288,19 @@ mod tests {
     fn a_share_is_a_percentage_of_the_window() {
         assert_eq!(share(1, 3), "33.3 %");
         assert_eq!(share(5, 0), "—");
+    }
+
+    #[test]
+    fn axis_labels_stay_short() {
+        for (n, label) in [
+            (0, "0"),
+            (5_000, "5,000"),
+            (25_000, "25k"),
+            (2_500_000, "2.5M"),
+        ] {
+            assert_eq!(compact(n), label);
+        }
+        assert_eq!(compact(50_000_000_000), "50G");
     }
 
     #[test]

@@ -245,7 +245,8 @@ async fn usage_shows_what_each_job_and_profile_cost_per_day() {
         html.contains(&format!("<title>{last}: {bar_title}")),
         "today's bar: {html}"
     );
-    // Only today has bars: one prompt and one completion rectangle.
+    // Only today has bars (one prompt and one completion rectangle) and a row of figures.
+    assert_eq!(html.matches("<tr data-day=").count(), 1, "{html}");
     assert_eq!(html.matches(r#"<rect class="prompt""#).count(), 1, "{html}");
     assert_eq!(
         html.matches(r#"<rect class="completion""#).count(),
