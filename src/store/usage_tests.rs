@@ -1,3 +1,6 @@
+//! Tests of `usage.rs`: the window's days in a zone (summer time, a missing midnight), the
+//! sums on both engines, and the plan that keeps them to the index.
+
 use super::*;
 use crate::store::{NewJob, NewStep, NewTask, StepKind, query};
 
