@@ -223,6 +223,11 @@ async fn usage_shows_what_each_job_and_profile_cost_per_day() {
     assert_eq!(figures(&jobs[2])[..4], [1, 200, 10, 210], "{u}");
     assert_eq!(summed(jobs), figures(&u["totals"]), "{u}");
 
+    // The CLI's remote backend reads this answer back as the store's type, losing nothing.
+    let typed: hermes_agent::store::Usage =
+        serde_json::from_value(u.clone()).expect("the answer reads as `Usage`");
+    assert_eq!(serde_json::to_value(&typed).expect("serialises"), u);
+
     // A shorter window holds the same calls in fewer days.
     let week = api.get("/v1/usage?days=7").await.body;
     assert_eq!(week["by_day"].as_array().map(Vec::len), Some(7), "{week}");
