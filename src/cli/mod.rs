@@ -1,6 +1,6 @@
 //! The command line (clap): parses arguments, loads the configuration, calls into the library
 //! and prints. This is the binary edge: errors become `anyhow` messages and exit codes here.
-//! One file per command group; `tasks`, `jobs` and `memory` are written once against
+//! One file per command group; `tasks`, `jobs`, `memory`, `approvals` and `usage` are written once against
 //! `client::Backend`, answered by the running daemon or by the data dir in this process
 //! (`backend` picks); `mcp` (the MCP server in `crate::mcp`) is built on the same trait.
 //!
@@ -44,6 +44,7 @@ mod service;
 mod storage;
 mod table;
 mod tasks;
+mod usage;
 
 use crate::config::{Config, ConfigError, Sources};
 use crate::store::TaskState;
@@ -87,6 +88,8 @@ pub enum Command {
     /// Answer tool calls waiting for a person's approval (tools.approval).
     #[command(subcommand)]
     Approvals(ApprovalsCmd),
+    /// Model calls, tokens and model time over the last days, per day, profile and job.
+    Usage(UsageArgs),
     /// Configuration commands.
     #[command(subcommand)]
     Config(ConfigCmd),
@@ -116,6 +119,17 @@ pub struct EvalArgs {
     #[arg(long = "case", value_name = "GLOB")]
     pub case: Vec<String>,
     /// Print the run with its per-case results as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct UsageArgs {
+    /// The last this many days, today included (days in scheduler.timezone).
+    #[arg(long, default_value_t = crate::store::DEFAULT_USAGE_DAYS,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::store::MAX_USAGE_DAYS)))]
+    pub days: u32,
+    /// Print the figures as JSON (`GET /v1/usage`'s shape) instead of the tables.
     #[arg(long)]
     pub json: bool,
 }
@@ -373,6 +387,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Approvals(cmd) => {
             approvals::approvals(backend::connect(config).await.as_ref(), cmd).await
         }
+        Command::Usage(args) => usage::usage(backend::connect(config).await.as_ref(), args).await,
         Command::Mcp => mcp::mcp(config).await,
         Command::Service(ServiceCmd::Install) => service::service_install(&config),
         Command::Doctor => doctor::doctor(config).await,

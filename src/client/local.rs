@@ -14,7 +14,8 @@ use crate::memory::LongTerm;
 use crate::notify::Notifier;
 use crate::scheduler::{JobRequest, JobView, Scheduler};
 use crate::store::{
-    Approval, ApprovalState, Origin, Store, Task, TaskFilter, TaskRecord, TaskState, Upsert,
+    Approval, ApprovalState, Origin, Store, Task, TaskFilter, TaskRecord, TaskState, Upsert, Usage,
+    UsageWindow,
 };
 use crate::tools::ToolSources;
 use futures::future::BoxFuture;
@@ -259,6 +260,14 @@ impl Backend for Local {
         Box::pin(async move {
             let approvals = self.parts().await?.agent.approvals();
             Ok(approvals.decide(id, decision, "cli").await?)
+        })
+    }
+
+    fn usage(&self, days: u32) -> Reply<'_, Usage> {
+        Box::pin(async move {
+            // The daemon counts days in the same zone (`scheduler.timezone`, resolved at load).
+            let window = UsageWindow::last_days(days, self.config.timezone.tz, chrono::Utc::now());
+            Ok(self.store().await?.usage(&window).await?)
         })
     }
 

@@ -1,4 +1,5 @@
-//! The daemon's client: where `tasks`, `jobs`, `memory` and `hermes-agent mcp` do their work.
+//! The daemon's client: where `tasks`, `jobs`, `memory`, `usage` and `hermes-agent mcp` do their
+//! work.
 //! One [`Backend`] trait with two sides — [`Remote`], the running daemon's HTTP API (it owns
 //! the memory index and the live scheduler), and [`Local`], the data dir opened in this process
 //! when no daemon answers. Each caller is written once against the trait.
@@ -20,7 +21,7 @@ pub(crate) use remote::Remote;
 
 use crate::agent::Decision;
 use crate::scheduler::{JobRequest, JobView};
-use crate::store::{Approval, ApprovalState, JobRun, Step, Task, TaskRecord, TaskState};
+use crate::store::{Approval, ApprovalState, JobRun, Step, Task, TaskRecord, TaskState, Usage};
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -62,6 +63,10 @@ pub(crate) trait Backend: Send + Sync {
     fn approvals(&self, state: Option<ApprovalState>) -> Reply<'_, Vec<Approval>>;
     /// Answer an open request, as a person at this command (`decided_by` is `cli`).
     fn decide<'a>(&'a self, id: &'a str, decision: Decision) -> Reply<'a, Approval>;
+
+    /// Model calls, tokens and model time over the last `days` days (`1..=366`), per day,
+    /// profile and job; days in `scheduler.timezone`.
+    fn usage(&self, days: u32) -> Reply<'_, Usage>;
 
     /// Run a task to its end and return it (`hermes-agent mcp`'s `run_task`): on the daemon's
     /// workers, or in this process with the MCP servers of the config started for it. A task

@@ -8,7 +8,7 @@ use super::{Backend, ClientError, Fired, FoundFact, OnStep, Remembered, Reply};
 use crate::agent::{Decision, VIA_HEADER};
 use crate::config::Config;
 use crate::scheduler::{JobRequest, JobView};
-use crate::store::{Approval, ApprovalState, Task, TaskRecord, TaskState};
+use crate::store::{Approval, ApprovalState, Task, TaskRecord, TaskState, Usage};
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -318,6 +318,13 @@ impl Backend for Remote {
                 .header(VIA_HEADER, "cli");
             let value = self.send(req, body).await?;
             serde_json::from_value(value).map_err(|e| self.garbled(&path, e))
+        })
+    }
+
+    fn usage(&self, days: u32) -> Reply<'_, Usage> {
+        Box::pin(async move {
+            let path = format!("/v1/usage?days={days}");
+            self.typed(Method::GET, &path, None).await
         })
     }
 

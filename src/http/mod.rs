@@ -90,6 +90,16 @@ impl ApiState {
         }
     }
 
+    /// The zone pages show times in and usage counts days in: the scheduler's (the user's).
+    pub(crate) fn zone(&self) -> chrono_tz::Tz {
+        self.agent
+            .settings()
+            .scheduler
+            .timezone
+            .parse()
+            .unwrap_or(chrono_tz::Tz::UTC)
+    }
+
     /// Whether the session cookie must be marked `Secure`: the dashboard is reached over https.
     pub(crate) fn secure_cookies(&self) -> bool {
         let url = &self.agent.settings().server.public_url;
@@ -100,7 +110,9 @@ impl ApiState {
 /// The whole router, assembled here: the API and the dashboard's pages side by side on one
 /// state, behind the same outer checks.
 pub fn router(state: ApiState) -> Router {
-    use api::{approvals, deliveries, evals, events, health, inbox, jobs, memory, metrics, tasks};
+    use api::{
+        approvals, deliveries, evals, events, health, inbox, jobs, memory, metrics, tasks, usage,
+    };
     // Behind the token like the API, unless `server.metrics_public` opens it to a scraper
     // that cannot send one.
     let scrape = Router::new().route("/metrics", get(metrics::metrics));
@@ -137,6 +149,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/memory/{id}", delete(memory::forget_memory))
         .route("/v1/mcp", get(health::mcp_servers))
         .route("/v1/inbox", get(inbox::list_inbox))
+        .route("/v1/usage", get(usage::usage))
         .merge(guarded)
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
@@ -145,7 +158,7 @@ pub fn router(state: ApiState) -> Router {
     let dashboard = {
         use pages::{
             approvals, deliveries, evals, guard, inbox, jobs, login, memory, overview, settings,
-            tasks,
+            tasks, usage,
         };
         Router::new()
             .route("/", get(overview::page))
@@ -160,6 +173,7 @@ pub fn router(state: ApiState) -> Router {
             .route("/approvals/{id}/deny", post(approvals::deny))
             .route("/deliveries", get(deliveries::list))
             .route("/inbox", get(inbox::list))
+            .route("/usage", get(usage::page))
             .route("/evals", get(evals::page))
             .route("/deliveries/{id}/retry", post(deliveries::retry))
             .route("/memory", get(memory::page).post(memory::add))

@@ -85,6 +85,7 @@ mod sql;
 mod tasks;
 #[cfg(test)]
 pub(crate) mod test_postgres;
+mod usage;
 mod working;
 mod write;
 
@@ -106,6 +107,7 @@ pub use nodes::*;
 pub use outbox::*;
 pub use sessions::*;
 pub use tasks::*;
+pub use usage::*;
 
 pub use postgres::{DaemonLock, PgUrlError, parse_url, redact_url};
 use sql::{Builder, DbRow, Engine, Record, Tx, query, query_as, query_scalar};

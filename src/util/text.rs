@@ -1,6 +1,7 @@
 //! Cutting and flattening text for messages, traces and terminal output, and making text that
 //! came from elsewhere safe to print on a terminal. Lengths count characters (never bytes), so a
-//! cut never splits a character, Chinese included.
+//! cut never splits a character, Chinese included. Also counts and durations written as a
+//! person reads them (the dashboard and the CLI write them alike).
 
 use std::borrow::Cow;
 use std::fmt::Write;
@@ -89,9 +90,50 @@ fn unsafe_on_terminal(c: char) -> bool {
         )
 }
 
+/// `1234567` as `1,234,567`.
+pub fn grouped(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    if n < 0 {
+        out.push('-');
+    }
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Milliseconds read at a glance: `850 ms`, `12.4 s`, `3 min 20 s`, `2 h 5 min`.
+pub fn duration_ms(ms: i64) -> String {
+    let ms = ms.max(0);
+    let s = ms / 1000;
+    match ms {
+        0..1_000 => format!("{ms} ms"),
+        1_000..60_000 => format!("{:.1} s", ms as f64 / 1000.0),
+        60_000..3_600_000 => format!("{} min {} s", s / 60, s % 60),
+        _ => format!("{} h {} min", s / 3600, s % 3600 / 60),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_and_durations_read_as_a_person_reads_them() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1000), "1,000");
+        assert_eq!(grouped(1_234_567), "1,234,567");
+        assert_eq!(grouped(-12_345), "-12,345");
+        assert_eq!(duration_ms(850), "850 ms");
+        assert_eq!(duration_ms(12_400), "12.4 s");
+        assert_eq!(duration_ms(200_000), "3 min 20 s");
+        assert_eq!(duration_ms(7_500_000), "2 h 5 min");
+    }
 
     #[test]
     fn terminal_sequences_are_written_out_not_sent() {

@@ -18,6 +18,7 @@ use tower::ServiceExt;
 
 mod pages;
 mod throttle;
+mod usage;
 mod wire;
 
 /// Upper bound for a task to finish on the scripted model.
@@ -204,6 +205,8 @@ fn bad_inputs() -> Vec<Bad> {
         bad(M::POST, "/v1/deliveries/abc/retry", None, S::BAD_REQUEST, "bad_request", "whole numbers"),
         bad(M::POST, "/v1/deliveries/999/retry", None, S::NOT_FOUND, "not_found", "999"),
         bad(M::GET, "/v1/schedule?expr=x&bogus=1", None, S::BAD_REQUEST, "bad_request", "bogus"),
+        bad(M::GET, "/v1/usage?days=0", None, S::BAD_REQUEST, "bad_request", "days"),
+        bad(M::GET, "/v1/usage?days=30&bogus=1", None, S::BAD_REQUEST, "bad_request", "bogus"),
     ]
 }
 
@@ -279,6 +282,7 @@ async fn a_token_guards_every_endpoint_but_health() {
         (Method::GET, "/v1/deliveries?state=failed", None),
         (Method::POST, "/v1/deliveries/1/retry", Some(json!({}))),
         (Method::GET, "/v1/inbox?state=ignored", None),
+        (Method::GET, "/v1/usage?days=7", None),
     ];
     for (method, path, body) in &endpoints {
         for auth in [None, Some("wrong-token"), Some("s3cret-token-for-test")] {
@@ -1203,6 +1207,7 @@ async fn every_page_is_html_under_a_strict_policy_and_cross_site_changes_are_ref
         format!("/jobs/{}", job.id),
         "/deliveries?state=failed".into(),
         "/memory?q=tea".into(),
+        "/usage?days=7".into(),
         "/settings".into(),
     ] {
         let req = Request::get(path.as_str())

@@ -209,6 +209,79 @@ fn tasks_show_renders_a_stored_trace_as_a_timeline_and_json() {
 }
 
 #[test]
+fn usage_sums_the_model_calls_of_the_data_dir() {
+    use hermes_agent::store::*;
+    let dir = tempfile::tempdir().unwrap();
+    let out = hermes(dir.path(), &["usage"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with("No model calls yet in the last 30 days"),
+        "{}",
+        text(&out.stdout)
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = Store::open(dir.path()).await.unwrap();
+        let t = store
+            .create_task(&NewTask {
+                task: "water the plants".into(),
+                origin: Origin::Cli,
+                profile: "fast".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        for (kind, prompt, completion, ms) in [
+            (StepKind::Model, 1200, 80, 1500),
+            (StepKind::Tool, 0, 500, 20),
+            (StepKind::Model, 1400, 30, 900),
+        ] {
+            let step = NewStep {
+                step: 1,
+                kind,
+                name: "fast".into(),
+                request_tokens: prompt,
+                result_tokens: completion,
+                arguments: None,
+                output: None,
+                error: None,
+                duration_ms: ms,
+                model: None,
+                fingerprint: None,
+                identity: None,
+            };
+            store.add_step(&t.id, &step).await.unwrap();
+        }
+        store.close().await;
+    });
+    let out = hermes(dir.path(), &["usage", "--days", "7", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["days"], 7, "{v}");
+    assert_eq!(
+        v["totals"],
+        serde_json::json!({"calls": 2, "prompt_tokens": 2600, "completion_tokens": 110,
+                           "total_tokens": 2710, "model_ms": 2400}),
+        "the tool row is no model call: {v}"
+    );
+    assert_eq!(v["by_job"][0]["origin"], "cli", "{v}");
+    let out = hermes(dir.path(), &["usage"]);
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("2,710 tokens (2,600 prompt, 110 completion), 2 model calls, 2.4 s"),
+        "{shown}"
+    );
+    assert!(shown.contains("no job (by hand, cli)"), "{shown}");
+    let out = hermes(dir.path(), &["usage", "--days", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--days"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
 fn config_check_loads_the_manifests_it_names() {
     let dir = tempfile::tempdir().unwrap();
     let tools = dir.path().join("tools");

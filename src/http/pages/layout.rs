@@ -21,6 +21,7 @@ const NAV: &[(&str, &str)] = &[
     ("/tasks", "Tasks"),
     ("/approvals", "Approvals"),
     ("/jobs", "Jobs"),
+    ("/usage", "Usage"),
     ("/deliveries", "Deliveries"),
     ("/inbox", "Inbox"),
     ("/evals", "Evals"),
@@ -58,23 +59,13 @@ impl FromRequestParts<ApiState> for Ctx {
 impl Ctx {
     /// The zone pages show times in: the scheduler's (the user's) zone.
     pub fn tz(&self) -> Tz {
-        zone(&self.state)
+        self.state.zone()
     }
 
     /// A hidden field with the session's CSRF token, for every form that changes something.
     pub fn csrf(&self) -> Markup {
         html! { input type="hidden" name="csrf" value=(self.session.csrf); }
     }
-}
-
-pub fn zone(state: &ApiState) -> Tz {
-    state
-        .agent
-        .settings()
-        .scheduler
-        .timezone
-        .parse()
-        .unwrap_or(Tz::UTC)
 }
 
 /// A whole page: `title` in the head and as the heading, `body` under it.

@@ -4,8 +4,8 @@
 //! Owns: the pages and their forms — overview (`overview`), tasks with their live timeline
 //! (`tasks`, `timeline`), jobs (`jobs`), the outbox (`deliveries`), the mail read (`inbox`),
 //! the regression runs and verified models (`evals`), held tool calls to approve or deny
-//! (`approvals`), long-term memory (`memory`), the redacted settings and doctor's verdicts
-//! (`settings`), signing in
+//! (`approvals`), long-term memory (`memory`), what the model cost per day, profile and job
+//! (`usage`), the redacted settings and doctor's verdicts (`settings`), signing in
 //! (`login`) — the page shell (`layout`), the flash messages after a form (`flash`), the assets (`assets`), the security headers of every
 //! response ([`security_headers`]) and the session every page runs in (`guard`).
 //! Must not: keep a second source of truth. Every page reads the same store and calls the
@@ -35,6 +35,7 @@ pub(super) mod overview;
 pub(super) mod settings;
 pub(super) mod tasks;
 mod timeline;
+pub(super) mod usage;
 
 use axum::http::header::{self, HeaderMap};
 use axum::response::Response;

@@ -137,7 +137,7 @@ fn cards(s: &ApiState, pending: i64, tokens: Tokens, backlog: &Backlog, tz: Tz) 
                 p { (s.agent.running_count()) " running · " (pending) " pending" }
             }
             div.card {
-                h2 { "Tokens today" }
+                h2 { a href="/usage" { "Tokens today" } }
                 p.big { (tokens.prompt + tokens.completion) }
                 p { (tokens.prompt) " in · " (tokens.completion) " out · " (tokens.calls) " model calls" }
             }
