@@ -111,16 +111,24 @@ impl HoldWatch {
     /// the clock's turn (taken by one worker only). `seen` goes back to [`HoldWatch::found_none`].
     fn due(&self) -> Option<u64> {
         let raised = self.raised.load(Ordering::SeqCst);
+        let now = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let period = u64::try_from(IDLE_POLL.as_millis()).unwrap_or(u64::MAX);
         if self.settled.load(Ordering::SeqCst) < raised {
+            // A look is a look: the clock's next turn is a period from now.
+            self.next_look_ms
+                .fetch_max(now.saturating_add(period), Ordering::SeqCst);
             return Some(raised);
         }
-        let now = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
         let next = self.next_look_ms.load(Ordering::SeqCst);
-        let period = u64::try_from(IDLE_POLL.as_millis()).unwrap_or(u64::MAX);
         (now >= next
             && self
                 .next_look_ms
-                .compare_exchange(next, now.saturating_add(period), Ordering::SeqCst, Ordering::SeqCst)
+                .compare_exchange(
+                    next,
+                    now.saturating_add(period),
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                )
                 .is_ok())
         .then_some(raised)
     }
@@ -160,6 +168,10 @@ mod tests {
         // As if a period had passed.
         w.next_look_ms.store(0, Ordering::SeqCst);
         assert!(w.due().is_some());
-        assert_eq!(w.due(), None, "a second worker at the same moment does not look");
+        assert_eq!(
+            w.due(),
+            None,
+            "a second worker at the same moment does not look"
+        );
     }
 }
