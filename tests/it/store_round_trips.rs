@@ -26,23 +26,28 @@ use tracing_subscriber::{Layer, filter};
 /// The span this test's work runs in; statements outside it are other tests'.
 const SPAN: &str = "counted_round_trips";
 
-/// Counts the statements sqlx logs inside [`SPAN`], except a new connection's setup
-/// (SQLite's `PRAGMA …`, PostgreSQL's `SET …`): the pool opens connections when it likes, and
-/// their cost is not a task's.
-struct Statements(Arc<AtomicUsize>);
+/// Counts the statements sqlx logs inside [`SPAN`] (or, with `anywhere`, in the whole
+/// process: the pool's workers run in tasks of their own, outside any caller's span), except a
+/// new connection's setup (SQLite's `PRAGMA …`, PostgreSQL's `SET …`): the pool opens
+/// connections when it likes, and their cost is not a task's.
+struct Statements {
+    count: Arc<AtomicUsize>,
+    anywhere: bool,
+}
 
 impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Statements {
     fn on_event(&self, event: &tracing::Event<'_>, ctx: Context<'_, S>) {
-        let ours = ctx
-            .event_scope(event)
-            .is_some_and(|mut scope| scope.any(|span| span.name() == SPAN));
+        let ours = self.anywhere
+            || ctx
+                .event_scope(event)
+                .is_some_and(|mut scope| scope.any(|span| span.name() == SPAN));
         if !ours {
             return;
         }
         let mut setup = Setup(false);
         event.record(&mut setup);
         if !setup.0 {
-            self.0.fetch_add(1, Ordering::Relaxed);
+            self.count.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -90,8 +95,11 @@ async fn count_statements(url: Option<String>) {
     let only_sqlx = filter::Targets::new()
         .with_target("sqlx::query", tracing::Level::TRACE)
         .with_target(module_path!(), tracing::Level::TRACE);
-    let subscriber =
-        tracing_subscriber::registry().with(Statements(count.clone()).with_filter(only_sqlx));
+    let counter = Statements {
+        count: count.clone(),
+        anywhere: false,
+    };
+    let subscriber = tracing_subscriber::registry().with(counter.with_filter(only_sqlx));
     tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
     counted(count, url)
         .instrument(tracing::info_span!(SPAN))
@@ -194,5 +202,129 @@ async fn counted(count: Arc<AtomicUsize>, url: Option<String>) {
         with_wait,
         statements + 1,
         "creating and running the task took {statements}, waiting for it should add one read"
+    );
+}
+
+/// The worker pool's own statements per task: a task the pool takes costs what it costs run
+/// alone, plus the one read of its waiter and at most one claim that finds nothing when its
+/// worker goes back to wait. A look for held tasks before every claim (a write transaction)
+/// made the pool path cost a sixth more CPU at C = 100 while every count above stayed the same
+/// (BENCHMARKS.md §16); this is the check that would have failed.
+#[test]
+fn the_pool_adds_at_most_a_claim_and_a_read_to_a_task() {
+    const TEST: &str = "store_round_trips::the_pool_adds_at_most_a_claim_and_a_read_to_a_task";
+    if common::alone_in_child(TEST, &[]) {
+        common::block_on(count_pool_statements());
+    }
+}
+
+/// Tasks compared, each way.
+const POOL_TASKS: usize = 20;
+/// Workers in the pool: idle ones are woken, and each may claim once for nothing.
+const POOL_WORKERS: usize = 4;
+
+async fn count_pool_statements() {
+    let count = Arc::new(AtomicUsize::new(0));
+    let only_sqlx = filter::Targets::new().with_target("sqlx::query", tracing::Level::TRACE);
+    let counter = Statements {
+        count: count.clone(),
+        anywhere: true,
+    };
+    let subscriber = tracing_subscriber::registry().with(counter.with_filter(only_sqlx));
+    tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+
+    let noop = tool_fn(
+        ToolInfo::new(
+            "noop",
+            "Does nothing.",
+            json!({"type": "object", "properties": {}}),
+        ),
+        |_: Value, _| async move { Ok(Value::Null) },
+    );
+    // One tool round, then the answer, whatever order the tasks' calls come in.
+    let model = ScriptedModel::start_with(|req: &Value| {
+        let called = req["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+        if called {
+            Reply::text("done")
+        } else {
+            Reply::tool_calls(&[("noop", json!({}))])
+        }
+    })
+    .await;
+    let mut settings = common::settings(&model.base_url());
+    settings.agent.workers = POOL_WORKERS as u32;
+    let t = common::app(settings, vec![noop]).await;
+    let agent = t.app.agent.clone();
+
+    // Alone: created, then run here.
+    let alone = |text: String| {
+        let agent = agent.clone();
+        async move {
+            let task = agent
+                .create(Submit::new(&text, Origin::Api, None))
+                .await
+                .unwrap();
+            agent
+                .execute(&task.id, RunOptions::default())
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(alone("warm up".into()).await.state, TaskState::Succeeded);
+    let before = count.load(Ordering::Relaxed);
+    for i in 0..POOL_TASKS {
+        let done = alone(format!("alone {i}")).await;
+        assert_eq!(done.state, TaskState::Succeeded, "{:?}", done.error);
+    }
+    let alone_statements = count.load(Ordering::Relaxed) - before;
+
+    // By the pool: submitted, taken by a worker, waited for — one at a time, so every
+    // submission wakes an idle worker, as a quiet daemon's do.
+    let tracker = tokio_util::task::TaskTracker::new();
+    let stop = tokio_util::sync::CancellationToken::new();
+    agent.spawn_workers(POOL_WORKERS, &tracker, stop.clone());
+    let pooled = |text: String| {
+        let agent = agent.clone();
+        async move {
+            let rx = agent.subscribe();
+            let task = agent
+                .submit(Submit::new(&text, Origin::Api, None))
+                .await
+                .unwrap();
+            agent
+                .wait(&task.id, rx, std::time::Duration::from_secs(30))
+                .await
+                .unwrap()
+        }
+    };
+    // The workers' first looks (held tasks left by a last run, the queue) are a start's cost.
+    assert_eq!(
+        pooled("warm up the pool".into()).await.state,
+        TaskState::Succeeded
+    );
+    let before = count.load(Ordering::Relaxed);
+    for i in 0..POOL_TASKS {
+        let done = pooled(format!("pooled {i}")).await;
+        assert_eq!(done.state, TaskState::Succeeded, "{:?}", done.error);
+    }
+    let pool_statements = count.load(Ordering::Relaxed) - before;
+    stop.cancel();
+    tracker.close();
+    tracker.wait().await;
+
+    // Per task: its waiter's read and one claim for nothing; the slack is one round of idle
+    // workers' own looks (every two seconds), should a slow machine reach one.
+    let allowed = alone_statements + 2 * POOL_TASKS + POOL_WORKERS + 2;
+    assert!(
+        pool_statements <= allowed,
+        "{POOL_TASKS} tasks took {pool_statements} statements through the pool, \
+         {alone_statements} run alone: more than a claim and a read each ({allowed} allowed)"
+    );
+    // Created, started, traced and finished each: fewer would mean statements went uncounted.
+    assert!(
+        alone_statements >= 4 * POOL_TASKS,
+        "only {alone_statements} statements counted for {POOL_TASKS} tasks"
     );
 }
