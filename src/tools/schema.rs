@@ -6,8 +6,9 @@
 //! *sent* carries none of them; the registry still validates every call against the full
 //! schema, so the bounds hold all the same.
 //!
-//! `"additionalProperties": false` is left out too: validation enforces it, and on every call it
-//! costs tokens that say nothing to a model.
+//! `"additionalProperties": false` is left out too, and so are numeric bounds (`minimum`,
+//! `maximum` and their exclusive forms): validation enforces them, and on every call they cost
+//! tokens that do not help a model choose a tool; a call out of bounds gets a precise error.
 //!
 //! Owns: stripping those keywords (only where they are keywords: a property that happens to be
 //! called `format` stays); the words of one violation of the full schema.
@@ -36,6 +37,10 @@ pub(crate) const GRAMMAR_UNFRIENDLY: [&str; 6] = [
     "pattern",
     "format",
 ];
+
+/// Numeric bounds: left out of what the model is sent (not out of a grammar check: a grammar
+/// compiler copes with them); validation keeps them.
+const NUMERIC_BOUNDS: [&str; 4] = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
 
 /// Keywords whose value is one schema.
 const ONE_SCHEMA: [&str; 7] = [
@@ -84,7 +89,10 @@ fn strip(schema: &Map<String, Value>, how: Strip) -> Map<String, Value> {
         }
         // "No other keys" is enforced by validation and costs tokens on every call; a model
         // that adds a key gets a precise error instead.
-        if how == Strip::ForModel && k == "additionalProperties" && *value == Value::Bool(false) {
+        if how == Strip::ForModel
+            && (NUMERIC_BOUNDS.contains(&k)
+                || (k == "additionalProperties" && *value == Value::Bool(false)))
+        {
             continue;
         }
         let value = if ONE_SCHEMA.contains(&k) || k == "else" {
@@ -131,7 +139,9 @@ mod tests {
                 "format": {"type": "string", "pattern": "^[a-z]+$", "format": "email"},
                 "tags": {"type": "array", "maxItems": 10, "minItems": 1,
                          "items": {"type": "string", "maxLength": 50}},
-                "pick": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}]}
+                "pick": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}]},
+                "k": {"type": "integer", "minimum": 1, "maximum": 20},
+                "minimum": {"type": "number", "exclusiveMinimum": 0}
             },
             "required": ["text"],
             "additionalProperties": false
@@ -145,7 +155,9 @@ mod tests {
                     "text": {"type": "string", "description": "d"},
                     "format": {"type": "string"},
                     "tags": {"type": "array", "items": {"type": "string"}},
-                    "pick": {"anyOf": [{"type": "string"}, {"type": "null"}]}
+                    "pick": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                    "k": {"type": "integer"},
+                    "minimum": {"type": "number"}
                 },
                 "required": ["text"]
             })

@@ -36,8 +36,7 @@ pub fn tools(memory: LongTerm) -> Vec<Arc<dyn Tool>> {
                 "tags": {
                     "type": "array",
                     "items": {"type": "string", "minLength": 1, "maxLength": MAX_TAG_CHARS},
-                    "maxItems": MAX_TAGS,
-                    "description": "Short labels."
+                    "maxItems": MAX_TAGS
                 }
             },
             "required": ["text"],
@@ -51,7 +50,7 @@ pub fn tools(memory: LongTerm) -> Vec<Arc<dyn Tool>> {
         json!({
             "type": "object",
             "properties": {
-                "query": {"type": "string", "minLength": 1, "description": "Words to look for."},
+                "query": {"type": "string", "minLength": 1},
                 "k": {"type": "integer", "minimum": 1, "maximum": MAX_K, "description": "Default 5."}
             },
             "required": ["query"],
@@ -60,7 +59,7 @@ pub fn tools(memory: LongTerm) -> Vec<Arc<dyn Tool>> {
     );
     let forget = ToolInfo::new(
         "forget",
-        "Delete a fact by the id recall gave, when asked or outdated. Never guess an id.",
+        "Delete a fact by the id recall gave, when asked or outdated; never a guessed id.",
         json!({
             "type": "object",
             "properties": {"id": {"type": "string", "minLength": 1}},

@@ -12,12 +12,12 @@ use std::sync::Arc;
 pub fn tools(scheduler: Scheduler) -> Vec<Arc<dyn Tool>> {
     let list = ToolInfo::new(
         "list_schedules",
-        "List scheduled jobs: ids, schedules, next and last run.",
+        "List scheduled jobs (ids, schedules, next and last run), e.g. to find one to cancel.",
         json!({"type": "object", "properties": {}, "additionalProperties": false}),
     );
     let cancel = ToolInfo::new(
         "cancel_schedule",
-        "Cancel a scheduled job for good, by its id from list_schedules.",
+        "Cancel a scheduled job for good, by its id from list_schedules; only if asked.",
         json!({
             "type": "object",
             "properties": {"id": {"type": "string"}},
@@ -57,36 +57,40 @@ fn started_by_job(ctx: &ToolContext) -> bool {
 }
 
 /// `schedule_task`'s description and schema name the configured channels and default zone.
+/// With no channel configured there is nowhere to send an answer, so `notify` is not offered
+/// at all (its words and schema were tokens on every call that no model could use).
 fn schedule_info(scheduler: &Scheduler) -> ToolInfo {
     let channels = scheduler.channels();
-    let channel_note = if channels.is_empty() {
-        "none configured".to_string()
+    let delivery = if channels.is_empty() {
+        String::new()
     } else {
-        format!("channels: {}", channels.join(", "))
+        format!(
+            " Answers go to notify channels ({}); an answer of exactly [SILENT] sends nothing.",
+            channels.join(", ")
+        )
     };
     let description = format!(
-        "Run a task later as a fresh task that knows nothing of this one: write it in full. \
-         schedule: cron '0 8 * * *' (08:00 daily), 'every 30m|2h|1d', 'in 45m' or '2026-05-01T09:00', in timezone (default {}). \
-         Answers go to notify channels ({channel_note}); an answer of exactly [SILENT] sends nothing.",
+        "Run a task later, or again and again, as a fresh task knowing nothing of this one: write \
+         it in full. Not for now. schedule: cron '0 8 * * *', 'every 30m|2h|1d', 'in 45m' or \
+         '2026-05-01T09:00', in timezone (default {}).{delivery}",
         scheduler.settings().timezone
     );
-    let mut notify_items = json!({"type": "string"});
-    if !channels.is_empty() {
-        notify_items["enum"] = json!(channels);
-    }
-    let parameters = json!({
+    let mut parameters = json!({
         "type": "object",
         "properties": {
             "task": {"type": "string"},
             "schedule": {"type": "string"},
-            "name": {"type": "string", "description": "Short title."},
+            "name": {"type": "string"},
             "timezone": {"type": "string", "description": "IANA zone."},
-            "notify": {"type": "array", "items": notify_items},
-            "profile": {"type": "string", "description": "Model profile."}
+            "profile": {"type": "string"}
         },
         "required": ["task", "schedule"],
         "additionalProperties": false
     });
+    if !channels.is_empty() {
+        parameters["properties"]["notify"] =
+            json!({"type": "array", "items": {"type": "string", "enum": channels}});
+    }
     ToolInfo::new("schedule_task", description, parameters)
 }
 

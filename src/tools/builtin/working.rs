@@ -39,7 +39,8 @@ impl ReadWorkingMemory {
     pub fn new(store: Store) -> ReadWorkingMemory {
         let info = ToolInfo::new(
             READ_WORKING_MEMORY,
-            "Read on in a truncated result: the key and offset are in its truncation note.",
+            "Read on in a truncated result, if what was shown is not enough: key and offset are in its \
+             truncation note.",
             json!({
                 "type": "object",
                 "properties": {
