@@ -85,10 +85,18 @@ fn main() -> ExitCode {
         modes = vec![load::Waiting::AgentWait, load::Waiting::Direct];
     }
     // Format log lines as the daemon does (info level), into a sink: their cost is part of
-    // the framework's, their text is not part of the report.
+    // the framework's, their text is not part of the report. HERMES_BENCH_LOG=1 writes them
+    // to stderr instead, to see where a figure's time went (a burst's phases, say).
+    let to_stderr = std::env::var_os("HERMES_BENCH_LOG").is_some_and(|v| v == "1");
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
-        .with_writer(std::io::sink)
+        .with_writer(move || -> Box<dyn std::io::Write> {
+            if to_stderr {
+                Box::new(std::io::stderr())
+            } else {
+                Box::new(std::io::sink())
+            }
+        })
         .with_ansi(false)
         .with_target(false)
         .try_init();

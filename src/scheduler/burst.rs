@@ -12,6 +12,17 @@ use super::fire::{LOOP_SLACK, Started, firing_token};
 use super::schedule::ZonedSchedule;
 use crate::store::{BurstClaim, Job, StoreError};
 use chrono::{DateTime, Utc};
+use std::time::{Duration, Instant};
+
+/// How long the pass took before the burst: reading the due jobs, choosing the burst.
+pub(crate) struct Lead {
+    pub(crate) read: Duration,
+    pub(crate) split: Duration,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
 
 /// Fewer due jobs than this go the one-job way: a burst is for when it pays.
 pub(crate) const BURST_MIN: usize = 2;
@@ -44,11 +55,14 @@ impl Scheduler {
     pub(crate) async fn fire_burst(
         &self,
         burst: Vec<(Job, BurstClaim)>,
+        lead: Lead,
     ) -> Result<(usize, Vec<Job>), StoreError> {
         let store = &self.inner.store;
+        let began = Instant::now();
         let claims: Vec<BurstClaim> = burst.iter().map(|(_, c)| c.clone()).collect();
         let claimed: std::collections::HashSet<String> =
             store.claim_burst(&claims).await?.into_iter().collect();
+        let claim_ms = ms(began.elapsed());
         let (claimed, left): (Vec<_>, Vec<_>) = burst
             .into_iter()
             .partition(|(job, _)| claimed.contains(&job.id));
@@ -58,6 +72,7 @@ impl Scheduler {
 
         let count = claimed.len();
         let jobs: Vec<Job> = claimed.iter().map(|(job, _)| job.clone()).collect();
+        let created_from = Instant::now();
         // Per job, its task or the words its failed run will record.
         let tasks: Vec<Result<_, String>> = match self.inner.runner.create_many(&jobs).await {
             Ok(tasks) => tasks
@@ -78,6 +93,8 @@ impl Scheduler {
                 }
             }
         }
+        let create_ms = ms(created_from.elapsed());
+        let recorded_from = Instant::now();
         let pairs: Vec<(BurstClaim, String)> = started
             .iter()
             .map(|(_, claim, task)| (claim.clone(), task.id().to_string()))
@@ -98,6 +115,16 @@ impl Scheduler {
                 return Err(e);
             }
         };
+        // Where a late burst's time went (the fire-time error is roughly their sum).
+        tracing::info!(
+            jobs = count,
+            read_ms = ms(lead.read),
+            split_ms = ms(lead.split),
+            claim_ms,
+            create_ms,
+            record_ms = ms(recorded_from.elapsed()),
+            "job burst fired"
+        );
         for (job, claim, task) in started {
             let Some(&run_id) = runs.get(&job.id) else {
                 tracing::error!(job = %job.id, task = %task.id(), "the burst recorded no run for this job");

@@ -422,12 +422,18 @@ impl Scheduler {
     /// times this call claimed (a claim lost to another firer is not counted).
     pub async fn tick(&self) -> Result<usize, SchedulerError> {
         let now = self.inner.clock.now();
+        let began = std::time::Instant::now();
         let due: Vec<Job> = self.inner.store.due_jobs(now).await?;
+        let read = began.elapsed();
         let (burst, mut rest) = self.split_burst(due, now);
         let mut claimed = 0;
         if !burst.is_empty() {
             let ids: Vec<Job> = burst.iter().map(|(job, _)| job.clone()).collect();
-            match self.fire_burst(burst).await {
+            let lead = burst::Lead {
+                read,
+                split: began.elapsed() - read,
+            };
+            match self.fire_burst(burst, lead).await {
                 Ok((fired, left)) => {
                     claimed += fired;
                     rest.extend(left);
