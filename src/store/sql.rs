@@ -432,6 +432,12 @@ impl<T: Value> QueryScalar<T> {
 }
 
 /// A statement put together from pieces, with a `VALUES` list of many rows (a burst).
+///
+/// Its placeholders are bare `?`, numbered by position (and as `$N` on PostgreSQL by
+/// [`numbered`]): SQLite keeps the names of numbered ones (`?N`) in a list it searches from the
+/// start for every `sqlite3_bind_parameter_name`, which sqlx calls once per value — quadratic
+/// in a 5,500-value burst insert, where it was most of the time a burst of 1,000 jobs took to
+/// fire (BENCHMARKS.md §16).
 pub(crate) struct Builder {
     sql: String,
     args: Vec<Arg>,
@@ -453,8 +459,7 @@ impl Builder {
     /// One bound value outside a `VALUES` list (a condition after it).
     pub(crate) fn push_bind(&mut self, value: impl Bind) -> &mut Builder {
         self.args.push(value.arg());
-        let n = self.args.len();
-        self.sql.push_str(&format!("?{n}"));
+        self.sql.push('?');
         self
     }
 
@@ -515,8 +520,7 @@ impl Values<'_> {
         }
         self.first = false;
         self.builder.args.push(value);
-        let n = self.builder.args.len();
-        self.builder.sql.push_str(&format!("?{n}"));
+        self.builder.sql.push('?');
         self
     }
 }
@@ -561,7 +565,27 @@ pub(crate) fn numbered(sql: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::numbered;
+    use super::{Builder, numbered};
+
+    #[test]
+    fn a_built_statement_has_bare_placeholders_numbered_in_order_for_postgres() {
+        let mut b = Builder::new("INSERT INTO t (a, b) ");
+        b.push_values([(1i64, "x"), (2, "y")], |row, (a, s)| {
+            row.push_bind(a).push_bind(s.to_string());
+        });
+        b.push(" ON CONFLICT DO NOTHING WHERE a > ").push_bind(0i64);
+        let q = b.build();
+        // Bare, not ?N: SQLite searches a list of named ones once per value bound.
+        assert_eq!(
+            q.sql,
+            "INSERT INTO t (a, b) VALUES (?, ?), (?, ?) ON CONFLICT DO NOTHING WHERE a > ?"
+        );
+        assert_eq!(q.args.len(), 5);
+        assert_eq!(
+            numbered(&q.sql),
+            "INSERT INTO t (a, b) VALUES ($1, $2), ($3, $4) ON CONFLICT DO NOTHING WHERE a > $5"
+        );
+    }
 
     #[test]
     fn placeholders_are_numbered_as_sqlite_numbers_them() {
