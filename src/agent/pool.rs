@@ -27,9 +27,8 @@ impl Agent {
     async fn worker(&self, worker: usize, stop: CancellationToken) {
         while !stop.is_cancelled() {
             // Tasks whose approvals were answered go on first: they started earlier. Looked
-            // for only when one may have become ready: the look is a write transaction, and
-            // made before every claim it cost a sixth of the pool's throughput (BENCHMARKS.md
-            // §16).
+            // for only when one may have become ready: the look is a write transaction, made
+            // before every claim it was two more per task (BENCHMARKS.md §16).
             if let Some(seen) = self.inner.holds.due() {
                 match self.inner.store.take_ready_hold(HoldOwner::Pool).await {
                     Ok(Some(hold)) => {

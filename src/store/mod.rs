@@ -374,8 +374,7 @@ impl Store {
 ///
 /// Only a connection that counts a transaction is pinged: the count drops when the `ROLLBACK`
 /// has run, so a count of zero is final, and a ping on every release was a second trip to the
-/// connection's worker thread for every statement (a sixth of the pool's throughput at
-/// C = 100, BENCHMARKS.md §16).
+/// connection's worker thread for every statement (BENCHMARKS.md §16).
 async fn release_check(
     conn: &mut sqlx::SqliteConnection,
 ) -> std::result::Result<bool, sqlx::Error> {
