@@ -9,6 +9,7 @@
 
 mod inbox;
 mod locate;
+pub mod sandbox;
 mod settings;
 mod validate;
 pub mod zone;

@@ -245,7 +245,7 @@ pub struct ToolSettings {
     /// Channels each new request is sent to, once ("email" or webhook names).
     pub approval_notify: Vec<String>,
     /// Whether manifest commands and stdio MCP servers run confined (src/tools/sandbox).
-    pub sandbox: crate::tools::sandbox::Mode,
+    pub sandbox: super::sandbox::Mode,
 }
 
 impl Default for ToolSettings {
@@ -262,7 +262,7 @@ impl Default for ToolSettings {
             approval: Vec::new(),
             approval_expire_s: 86_400,
             approval_notify: Vec::new(),
-            sandbox: crate::tools::sandbox::Mode::Enforce,
+            sandbox: super::sandbox::Mode::Enforce,
         }
     }
 }
@@ -561,7 +561,7 @@ pub struct McpServer {
     /// Per tool call; 0: `tools.timeout_s`.
     pub timeout_s: u64,
     /// A stdio server's widening of its box (network, read, write, memory_mb, processes).
-    pub sandbox: crate::tools::sandbox::Widening,
+    pub sandbox: super::sandbox::Widening,
 }
 
 /// How to reach an MCP server, once validated.

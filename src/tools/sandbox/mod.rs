@@ -3,20 +3,20 @@
 //! abstract-socket scoping), a seccomp filter, no_new_privs and rlimits — prepared in the
 //! daemon before the fork and applied in the child between fork and exec.
 //!
-//! Owns: what a person may write about the box ([`Mode`], [`Widening`]), what the kernel
-//! supports ([`Support`]), turning a tool's declaration into a [`Policy`], preparing a
+//! Owns: what the kernel supports ([`Support`]), turning a tool's declaration into a [`Policy`], preparing a
 //! per-start [`Confinement`] (work dir, ruleset, filter, limits) and installing it on a
-//! `Command`, and wording refusals.
+//! `Command`, and wording refusals. What a person may write about the box ([`Mode`],
+//! [`Widening`]) is settings, owned by `config::sandbox` and re-exported here.
 //! Must not: confine the daemon itself (nothing here runs outside a `pre_exec` in a child),
 //! allocate, lock or log in the child, or decide which programs run (the callers do).
 
 mod child;
 mod filter;
 mod policy;
-mod spec;
 
 pub use policy::{Confinement, Policy, SandboxError};
-pub use spec::{DEFAULT_MEMORY_MB, DEFAULT_PROCESSES, Mode, Network, Widening};
+// What a person writes about the box is settings, so it lives in `config`, below this part.
+pub use crate::config::sandbox::{DEFAULT_MEMORY_MB, DEFAULT_PROCESSES, Mode, Network, Widening};
 
 use std::sync::OnceLock;
 

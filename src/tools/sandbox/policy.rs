@@ -2,7 +2,7 @@
 //! ([`Confinement`]: a fresh work dir, a Landlock ruleset, the limits) in the daemon, and
 //! installed on the `Command` as a `pre_exec` that only applies it.
 
-use super::spec::{DEFAULT_MEMORY_MB, DEFAULT_PROCESSES, Mode, Widening};
+use super::{DEFAULT_MEMORY_MB, DEFAULT_PROCESSES, Mode, Widening};
 use super::{Support, child, filter};
 use landlock::{
     ABI, Access, AccessFs, AccessNet, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,

@@ -1,6 +1,7 @@
 //! What a person writes about confinement: the mode (`tools.sandbox`) and the widening a
 //! manifest or an `mcp.servers.NAME` entry may ask for (`sandbox: {network, read, write,
-//! memory_mb, processes}`). Only data and its checks; applying it is `policy` and `child`.
+//! memory_mb, processes}`). Only data and its checks; applying it is `tools::sandbox`, which
+//! re-exports these (settings sit below the tools, so the tools import them, never the reverse).
 
 use serde::{Deserialize, Serialize};
 
