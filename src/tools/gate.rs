@@ -6,21 +6,10 @@
 //! not: decide whether a person approved — the agent's gate does, and makes the permit.
 
 use super::registry::Registry;
-use super::{ToolContext, ToolError, ToolOutcome, shape};
+use super::{Permit, ToolContext, ToolError, ToolOutcome, shape};
 use crate::llm::{ToolCall, estimate_tokens};
 use serde_json::Value;
 use std::time::Duration;
-
-/// Leave to run a call that needs approval: made only by the agent's approval gate, after a
-/// person approved that exact call (or a job's `pre_approved` covers the tool).
-#[derive(Debug, Clone, Copy)]
-pub struct Permit(());
-
-impl Permit {
-    pub(crate) fn granted() -> Permit {
-        Permit(())
-    }
-}
 
 impl Registry {
     /// Does every call of `name` wait for a person's approval (`tools.approval`, or the

@@ -324,12 +324,13 @@ pub mod breaker;
 pub mod builtin;
 mod gate;
 pub mod manifest;
+mod permit;
 pub mod registry;
 pub mod sandbox;
 pub mod schema;
 pub mod shape;
 mod starting;
 
-pub use gate::Permit;
+pub use permit::Permit;
 pub use registry::{Registry, RegistryBuilder, RegistryError, ToolOutcome};
 pub(crate) use starting::{SOURCE_START_WAIT, SourceStart, ToolSources};

@@ -10,7 +10,7 @@
 //! and the facts the trace needs, nothing more.
 
 use super::breaker::Breakers;
-use super::gate::Permit;
+use super::permit::Permit;
 use super::schema::{self, violation};
 use super::shape::{self, Rest};
 use super::starting::{SOURCE_START_WAIT, Starting};
