@@ -65,7 +65,7 @@ pub struct Gateway {
     /// When each profile last failed in a way that moved its chain on.
     pub(super) failed_at: Arc<Mutex<BTreeMap<String, Instant>>>,
     /// What each profile's server was last seen to serve.
-    pub(super) identities: Arc<super::identity::Tracker>,
+    pub(super) identities: Arc<super::known::Tracker>,
     /// Whether identity checks ask the server (`model.identity_check_s` above 0).
     pub(super) identity_checks: bool,
 }

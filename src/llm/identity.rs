@@ -6,21 +6,16 @@
 //! short prompt, asked twice before a new answer counts (a server that answers it differently
 //! each time is not called a new model).
 //!
-//! Owns: [`Identity`], the checks, and the gateway's per-profile record of the last identity
-//! and of the model id the replies report; a reply reporting another id than before asks the
-//! checker (the daemon's watch) for a check at once, through [`Gateway::identity_wanted`].
+//! Owns: the checks, which fill the gateway's per-profile record (`known.rs`, with
+//! [`Identity`]); a reply reporting another id than before asks the checker (the daemon's
+//! watch) for a check at once, through [`Gateway::identity_wanted`].
 //! Must not: decide what a change means (the eval module records and acts on it), or check on
 //! its own schedule — callers say when.
 
+use super::known::{Identity, Told, hash};
 use super::{Gateway, LlmError};
-use crate::util::lock;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
 use std::time::Duration;
-use tokio::sync::Notify;
 
 /// A check's requests to the server's own endpoints: they answer at once or not at all.
 const ENDPOINT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -30,120 +25,6 @@ const GREEDY_PROMPT: &str = "Continue this list with the next five words: red, o
 const GREEDY_SEED: u64 = 20_241_130;
 const GREEDY_MAX_TOKENS: u32 = 16;
 
-/// What a server told about the model behind a name.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "source", content = "value", rename_all = "snake_case")]
-pub enum Told {
-    /// Ollama's digest of the model's weights.
-    Digest(String),
-    /// llama.cpp's loaded model file (its name and a hash of its path and chat template).
-    ModelFile(String),
-    /// The hash of the greedy answer to the fixed prompt.
-    Greedy(String),
-}
-
-/// A profile's model as far as its server lets us know it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Identity {
-    /// The model id: as the replies report it for a greedy or reported-only identity, the
-    /// profile's model name where the server names the weights themselves.
-    pub model: String,
-    /// `None`: only the reported id is known (`model.identity_check_s: 0`).
-    pub told: Option<Told>,
-}
-
-impl Identity {
-    /// The identity in one short line, the same every time for the same model: what is stored,
-    /// compared and shown.
-    pub fn key(&self) -> String {
-        match &self.told {
-            None => self.model.clone(),
-            Some(Told::Digest(d)) => format!("{} · digest {}", self.model, short(d, 19)),
-            Some(Told::ModelFile(f)) => format!("{} · file {f}", self.model),
-            Some(Told::Greedy(h)) => format!("{} · greedy #{h}", self.model),
-        }
-    }
-
-    /// Where the identity came from, in words.
-    pub fn source(&self) -> &'static str {
-        match &self.told {
-            None => "the model id the server reports",
-            Some(Told::Digest(_)) => "Ollama's digest of the weights (/api/tags)",
-            Some(Told::ModelFile(_)) => "llama.cpp's loaded model file (/props)",
-            Some(Told::Greedy(_)) => "the greedy answer to a fixed prompt",
-        }
-    }
-}
-
-fn short(s: &str, n: usize) -> &str {
-    crate::util::text::prefix(s, n)
-}
-
-/// The first 12 hex digits of the SHA-256 of `parts`, each followed by a NUL.
-fn hash(parts: &[&str]) -> String {
-    let mut h = Sha256::new();
-    for p in parts {
-        h.update(p.as_bytes());
-        h.update([0]);
-    }
-    hex::encode(&h.finalize()[..6])
-}
-
-/// What the gateway knows per profile.
-#[derive(Debug, Default)]
-struct Known {
-    /// The last identity a check established.
-    identity: Option<Identity>,
-    /// The model id the latest reply reported.
-    reported: Option<String>,
-}
-
-/// The per-profile record, shared by the gateway's clones.
-#[derive(Debug, Default)]
-pub(super) struct Tracker {
-    known: Mutex<BTreeMap<String, Known>>,
-    /// Profiles whose replies reported another model id than before: a check is wanted.
-    wanted: Mutex<BTreeSet<String>>,
-    notify: Notify,
-}
-
-impl Tracker {
-    /// A reply of `profile` reported `model`: a different id than the last one asks for a
-    /// check (the first one reported is only noted).
-    pub(super) fn reported(&self, profile: &str, model: Option<&str>) {
-        let Some(model) = model.filter(|m| !m.trim().is_empty()) else {
-            return;
-        };
-        let changed = {
-            let mut known = lock(&self.known);
-            let k = known.entry(profile.to_string()).or_default();
-            let changed = k.reported.as_deref().is_some_and(|m| m != model);
-            k.reported = Some(model.to_string());
-            changed
-        };
-        if changed {
-            tracing::info!(profile, model, "the model server reports another model id");
-            lock(&self.wanted).insert(profile.to_string());
-            self.notify.notify_waiters();
-        }
-    }
-
-    fn set(&self, profile: &str, identity: Identity) {
-        lock(&self.known)
-            .entry(profile.to_string())
-            .or_default()
-            .identity = Some(identity);
-    }
-
-    fn current(&self, profile: &str) -> Option<Identity> {
-        lock(&self.known).get(profile)?.identity.clone()
-    }
-
-    fn last_reported(&self, profile: &str) -> Option<String> {
-        lock(&self.known).get(profile)?.reported.clone()
-    }
-}
-
 impl Gateway {
     /// The identity the last check of `profile` established, if any.
     pub fn identity(&self, profile: &str) -> Option<Identity> {
@@ -152,15 +33,13 @@ impl Gateway {
 
     /// Woken when a reply reports another model id than the one before; then
     /// [`Gateway::take_wanted`] names the profiles to check.
-    pub fn identity_wanted(&self) -> &Notify {
-        &self.identities.notify
+    pub fn identity_wanted(&self) -> &tokio::sync::Notify {
+        self.identities.wanted_signal()
     }
 
     /// The profiles whose check was asked for since the last call.
     pub fn take_wanted(&self) -> Vec<String> {
-        std::mem::take(&mut *lock(&self.identities.wanted))
-            .into_iter()
-            .collect()
+        self.identities.take_wanted()
     }
 
     /// Ask `profile`'s server what it serves, and remember the answer: Ollama's digest, else
@@ -347,25 +226,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_are_short_and_name_their_source() {
-        let id = |told| Identity {
-            model: "qwen2.5:7b".into(),
-            told,
-        };
-        assert_eq!(id(None).key(), "qwen2.5:7b");
-        assert_eq!(
-            id(Some(Told::Digest("sha256:0123456789abcdef0123".into()))).key(),
-            "qwen2.5:7b · digest sha256:0123456789ab"
-        );
-        assert_eq!(
-            id(Some(Told::Greedy("0a1b2c3d4e5f".into()))).key(),
-            "qwen2.5:7b · greedy #0a1b2c3d4e5f"
-        );
-        assert_eq!(hash(&["a"]).len(), 12);
-        assert_ne!(hash(&["a", "b"]), hash(&["ab"]));
-    }
-
-    #[test]
     fn ollama_and_llamacpp_answers_are_read() {
         let tags = json!({"models": [
             {"name": "llama3:latest", "digest": "sha256:aaa"},
@@ -385,17 +245,5 @@ mod tests {
         };
         assert!(f.starts_with("SmolLM2.gguf #"), "{f}");
         assert_eq!(llamacpp_file(&json!({"n_ctx": 1})), None);
-    }
-
-    #[test]
-    fn only_a_different_reported_id_asks_for_a_check() {
-        let t = Tracker::default();
-        t.reported("fast", Some("a"));
-        assert!(lock(&t.wanted).is_empty(), "the first id is only noted");
-        t.reported("fast", Some("a"));
-        t.reported("fast", None);
-        assert!(lock(&t.wanted).is_empty());
-        t.reported("fast", Some("b"));
-        assert_eq!(lock(&t.wanted).iter().collect::<Vec<_>>(), ["fast"]);
     }
 }

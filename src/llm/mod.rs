@@ -15,6 +15,7 @@ mod failure;
 mod fallback;
 mod identity;
 mod kind;
+mod known;
 pub mod parse;
 mod probe;
 #[cfg(any(test, feature = "test-support"))]
@@ -26,8 +27,8 @@ mod wire;
 pub use crate::util::RetryPolicy;
 pub use client::{DEFAULT_RETRY, Gateway};
 pub use error::{LlmError, ProbeError};
-pub use identity::{Identity, Told};
 pub use kind::{FailureKind, StatusCause};
+pub use known::{Identity, Told};
 pub use probe::ToolProbe;
 pub use toolset::Toolset;
 pub use types::*;
