@@ -36,6 +36,18 @@ pub enum AppError {
     },
     #[error("tools: {0}")]
     Registry(#[from] crate::tools::RegistryError),
+    #[error("memory.embeddings: {0}")]
+    Embeddings(#[from] crate::llm::EmbedError),
+}
+
+/// The embedder and its similarity floor, when `memory.embeddings` is set.
+pub(crate) fn embeddings(
+    m: &crate::config::MemorySettings,
+) -> Result<Option<(crate::llm::Embedder, f32)>, crate::llm::EmbedError> {
+    m.embeddings
+        .as_ref()
+        .map(|e| Ok((crate::llm::Embedder::new(e)?, e.min_similarity)))
+        .transpose()
 }
 
 /// Every part, built and connected. Cheap to clone.
@@ -99,13 +111,17 @@ impl App {
         // Memory is an aid, not a prerequisite: without its index the agent still works.
         let memory = match options.memory {
             Some(m) => Some(m),
-            None => match LongTerm::open(&config.data_dir, store.clone()).await {
-                Ok(m) => Some(m),
-                Err(e) => {
-                    tracing::warn!(error = %e, "long-term memory unavailable; continuing without it");
-                    None
+            None => {
+                match LongTerm::open_with(&config.data_dir, store.clone(), embeddings(&s.memory)?)
+                    .await
+                {
+                    Ok(m) => Some(m),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "long-term memory unavailable; continuing without it");
+                        None
+                    }
                 }
-            },
+            }
         };
         // Replies to mail go to the allowed senders who wrote, besides notify.email.to.
         let reply_to = s

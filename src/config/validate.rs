@@ -55,6 +55,9 @@ fn cycle_from<'a>(
     None
 }
 
+/// The most inputs one embeddings request may carry (OpenAI's own limit is 2,048).
+const MAX_EMBED_BATCH: u32 = 2048;
+
 /// Durations beyond a year are typos, and would overflow time arithmetic.
 const MAX_SECONDS: u64 = 366 * 24 * 3600;
 
@@ -232,7 +235,46 @@ impl Settings {
             self.context.summary_max_length.into(),
         )?;
         positive("memory.recall_top_k", self.memory.recall_top_k.into())?;
-        positive("memory.working_max_bytes", self.memory.working_max_bytes)
+        positive("memory.working_max_bytes", self.memory.working_max_bytes)?;
+        self.validate_embeddings()
+    }
+
+    fn validate_embeddings(&self) -> Result<(), Violation> {
+        let Some(e) = &self.memory.embeddings else {
+            return Ok(());
+        };
+        let k = |f: &str| format!("memory.embeddings.{f}");
+        if !(e.base_url.starts_with("http://") || e.base_url.starts_with("https://")) {
+            return bad(
+                k("base_url"),
+                format!(
+                    "'{}' is not an http(s) URL (example: http://127.0.0.1:11434/v1)",
+                    e.base_url
+                ),
+            );
+        }
+        if e.model.trim().is_empty() {
+            return bad(
+                k("model"),
+                "must name the embedding model (example: nomic-embed-text)",
+            );
+        }
+        positive(&k("batch"), e.batch.into())?;
+        if e.batch > MAX_EMBED_BATCH {
+            return bad(
+                k("batch"),
+                format!("at most {MAX_EMBED_BATCH} inputs per request"),
+            );
+        }
+        seconds(&k("timeout_s"), e.timeout_s, false)?;
+        positive(&k("max_input_chars"), e.max_input_chars.into())?;
+        if !(-1.0..=1.0).contains(&e.min_similarity) {
+            return bad(
+                k("min_similarity"),
+                "is a cosine similarity: between -1 and 1 (0.3 suits most models)",
+            );
+        }
+        Ok(())
     }
 
     fn validate_scheduler(&self) -> Result<(), Violation> {

@@ -160,7 +160,10 @@ impl Services {
         // Unanswered approval requests are denied when their time is up.
         app.agent.approvals().spawn_sweeper(&tracker, stop.clone());
         if let Some(memory) = &app.memory {
-            memory.spawn_follow(&tracker, stop.clone())
+            memory.spawn_follow(&tracker, stop.clone());
+            // Facts get their vectors in the background (memory.embeddings), never on a
+            // task's path.
+            memory.spawn_meaning(&tracker, stop.clone());
         }
         // Which model each profile serves: checked now, then every model.identity_check_s.
         crate::eval::ModelWatch::new(app, &tracker, stop.clone()).spawn();

@@ -1,4 +1,5 @@
-//! The model gateway: one HTTP client for any OpenAI-compatible `/chat/completions`.
+//! The model gateway: one HTTP client for any OpenAI-compatible `/chat/completions`, and one
+//! for `/embeddings` ([`Embedder`], recall by meaning).
 //!
 //! Owns: profiles, requests, retries with backoff, fallback chains and their cooldown
 //! (`fallback`), which failures move a chain on (`kind`), which model a server really serves
@@ -10,6 +11,7 @@
 //! driven by a script, for tests and benchmarks only.
 
 mod client;
+mod embed;
 mod error;
 mod failure;
 mod fallback;
@@ -26,6 +28,7 @@ mod wire;
 
 pub use crate::util::RetryPolicy;
 pub use client::{DEFAULT_RETRY, Gateway};
+pub use embed::{EmbedError, Embedder};
 pub use error::{LlmError, ProbeError};
 pub use kind::{FailureKind, StatusCause};
 pub use known::{Identity, Told};

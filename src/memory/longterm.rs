@@ -15,8 +15,11 @@
 //! one process that opened it.
 
 use super::tokenize;
+use crate::llm::Embedder;
 use crate::store::{Fact, Store, StoreError, Upsert};
 use index::{Fields, Opened, close_writer, document, open_index, open_writer};
+use meaning::Meaning;
+pub use meaning::{MeaningError, MeaningStatus};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -25,6 +28,8 @@ use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::{IndexRecordOption, Value};
 use tantivy::{IndexWriter, TantivyDocument, TantivyError, Term};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// The index directory's name inside the data dir.
 pub(crate) const INDEX_DIR: &str = "memory-index";
@@ -68,11 +73,18 @@ pub enum MemoryError {
     Worker(String),
 }
 
-/// A fact found by [`LongTerm::recall`], with its BM25 score (higher is more relevant).
+/// A fact found by [`LongTerm::recall`], with what found it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Recalled {
     pub fact: Fact,
+    /// Higher is more relevant: the BM25 score when recall is by keyword only; with
+    /// `memory.embeddings`, the reciprocal-rank fusion of the two rankings.
     pub score: f32,
+    /// Its place in the keyword ranking (1 = first); `None`: no word of the query in it.
+    pub keyword_rank: Option<u32>,
+    /// Its cosine similarity to the query by meaning; `None`: not among the nearest (or
+    /// recall by meaning is off or waiting for the embedding server).
+    pub similarity: Option<f32>,
 }
 
 /// The long-term memory handle: cheap to clone, one per process.
@@ -110,12 +122,34 @@ struct Inner {
     wake: tokio::sync::Notify,
     /// Full rebuilds of the index through this handle (each is logged; tests count them).
     rebuilds: AtomicU64,
+    /// Recall by meaning (`memory.embeddings`); `None`: by keyword only.
+    meaning: Option<Arc<Meaning>>,
 }
+
+/// Keyword and vector candidates fetched per result asked for, before fusion: a fact ranked
+/// low in one ranking can still come first in the fused one.
+const CANDIDATES_PER_RESULT: usize = 4;
+/// At least this many candidates from each ranking.
+const MIN_CANDIDATES: usize = 20;
 
 impl LongTerm {
     /// Opens (or creates) the index at data_dir/memory-index; rebuilds it from the store when it is
     /// missing, corrupt, or its document count disagrees with the facts table.
     pub async fn open(data_dir: &Path, store: Store) -> Result<LongTerm, MemoryError> {
+        LongTerm::open_with(data_dir, store, None).await
+    }
+
+    /// [`LongTerm::open`], recalling by meaning too when `embeddings` is set (through that
+    /// embedder, counting a cosine below its floor as no match).
+    pub async fn open_with(
+        data_dir: &Path,
+        store: Store,
+        embeddings: Option<(Embedder, f32)>,
+    ) -> Result<LongTerm, MemoryError> {
+        let meaning = match embeddings {
+            Some((embedder, floor)) => Some(Meaning::open(embedder, store.clone(), floor).await?),
+            None => None,
+        };
         let path = data_dir.join(INDEX_DIR);
         let open_path = path.clone();
         let (opened, fields) = tokio::task::spawn_blocking(move || open_index(&open_path))
@@ -139,6 +173,7 @@ impl LongTerm {
                 source,
                 wake: tokio::sync::Notify::new(),
                 rebuilds: AtomicU64::new(0),
+                meaning,
             }),
         };
         {
@@ -220,21 +255,104 @@ impl LongTerm {
             .await;
         // The fact is saved either way: the database is the truth, the index catches up.
         self.after_index_write(indexed.map(|()| self.applied_up_to(mark)));
+        if let Some(meaning) = &self.inner.meaning {
+            meaning.wake();
+        }
         Ok((fact, how))
     }
 
-    /// The facts best matching `query` (any of its words), best first, at most `k`. Equal
-    /// scores put the most recently updated fact first.
+    /// The facts best matching `query`, best first, at most `k`: by its words (BM25), and with
+    /// `memory.embeddings` by its meaning as well, the two rankings fused by reciprocal rank.
+    /// Equal keyword scores put the most recently updated fact first.
     pub async fn recall(&self, query: &str, k: usize) -> Result<Vec<Recalled>, MemoryError> {
         let terms = tokenize::terms(query);
-        if terms.is_empty() || k == 0 {
+        if k == 0 || (terms.is_empty() && self.inner.meaning.is_none()) {
+            return Ok(Vec::new());
+        }
+        let Some(meaning) = &self.inner.meaning else {
+            return self.recall_by_words(&terms, k).await;
+        };
+        let n = (k * CANDIDATES_PER_RESULT).max(MIN_CANDIDATES);
+        let content = tokenize::content_terms(query);
+        let (by_words, by_meaning) =
+            tokio::join!(self.keyword_hits(&content, n), meaning.nearest(query, n));
+        let by_words = by_words?;
+        let Some(by_meaning) = by_meaning.filter(|v| !v.is_empty()) else {
+            // The server away or slow, or nothing near enough: exactly keyword recall.
+            return self.recall_by_words(&terms, k).await;
+        };
+        let mut out = Vec::with_capacity(k);
+        for found in vectors::fuse(&by_words, &by_meaning) {
+            if out.len() == k {
+                break;
+            }
+            if let Some(fact) = self.stored_fact(&found.id).await? {
+                out.push(Recalled {
+                    fact,
+                    score: found.score,
+                    keyword_rank: found.keyword.map(|(rank, _)| rank),
+                    similarity: found.vector.map(|(_, similarity)| similarity),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The fact as the store has it; `None` (and a warning) when the index or the vectors name
+    /// one it no longer has.
+    async fn stored_fact(&self, id: &str) -> Result<Option<Fact>, MemoryError> {
+        match self.inner.store.fact(id).await {
+            Ok(fact) => Ok(Some(fact)),
+            // The index can only be ahead of the store after a crash between the two
+            // writes; the store is the truth, and the next open recounts and rebuilds.
+            Err(StoreError::NotFound { .. }) => {
+                tracing::warn!(%id, "memory index names a fact the database does not have; skipping it");
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The ids and BM25 scores of the `n` facts best matching `terms`, best first: from the
+    /// index, or the database while the index is being repaired.
+    async fn keyword_hits(
+        &self,
+        terms: &[String],
+        n: usize,
+    ) -> Result<Vec<(String, f32)>, MemoryError> {
+        if terms.is_empty() {
+            return Ok(Vec::new());
+        }
+        if self.trouble().is_none() {
+            let terms = terms.to_vec();
+            match self.blocking(move |inner| inner.search(&terms, n)).await {
+                Ok(hits) => return Ok(hits),
+                Err(e) => self.after_index_write(Err(e)),
+            }
+        }
+        Ok(self
+            .recall_from_store(terms, n)
+            .await?
+            .into_iter()
+            .map(|r| (r.fact.id, r.score))
+            .collect())
+    }
+
+    /// Recall by words only: keyword recall as it was before meaning, and what recall falls
+    /// back to while the embedding server is away.
+    async fn recall_by_words(
+        &self,
+        terms: &[String],
+        k: usize,
+    ) -> Result<Vec<Recalled>, MemoryError> {
+        if terms.is_empty() {
             return Ok(Vec::new());
         }
         if self.trouble().is_some() {
-            return self.recall_from_store(&terms, k).await;
+            return self.recall_from_store(terms, k).await;
         }
         let searched = {
-            let terms = terms.clone();
+            let terms = terms.to_vec();
             self.blocking(move |inner| inner.search(&terms, k + TIE_SLACK))
                 .await
         };
@@ -242,7 +360,7 @@ impl LongTerm {
             Ok(hits) => hits,
             Err(e) => {
                 self.after_index_write(Err(e));
-                return self.recall_from_store(&terms, k).await;
+                return self.recall_from_store(terms, k).await;
             }
         };
         // Equal scores are common for short facts. Keep every hit tied with the k-th, so the
@@ -253,14 +371,13 @@ impl LongTerm {
         }
         let mut out = Vec::with_capacity(hits.len());
         for (id, score) in hits {
-            match self.inner.store.fact(&id).await {
-                Ok(fact) => out.push(Recalled { fact, score }),
-                // The index can only be ahead of the store after a crash between the two
-                // writes; the store is the truth, and the next open recounts and rebuilds.
-                Err(StoreError::NotFound { .. }) => {
-                    tracing::warn!(%id, "memory index names a fact the database does not have; skipping it");
-                }
-                Err(e) => return Err(e.into()),
+            if let Some(fact) = self.stored_fact(&id).await? {
+                out.push(Recalled {
+                    fact,
+                    score,
+                    keyword_rank: None,
+                    similarity: None,
+                });
             }
         }
         out.sort_by(|a, b| {
@@ -270,13 +387,53 @@ impl LongTerm {
                 .then_with(|| a.fact.id.cmp(&b.fact.id))
         });
         out.truncate(k);
+        ranked(&mut out);
         Ok(out)
+    }
+
+    /// Recall by meaning's state (`None`: keyword only), for `/healthz`, `doctor` and pages.
+    pub fn meaning(&self) -> Option<MeaningStatus> {
+        self.inner.meaning.as_ref().map(|m| m.status())
+    }
+
+    /// Whether recall by meaning is configured but not working now (the server away).
+    pub fn meaning_trouble(&self) -> Option<String> {
+        let meaning = self.inner.meaning.as_ref()?;
+        match meaning.server() {
+            meaning::Server::Away(why) => Some(why),
+            meaning::Server::Up | meaning::Server::Unknown => None,
+        }
+    }
+
+    /// Have the embedding worker look for work at once.
+    pub fn wake_meaning(&self) {
+        if let Some(meaning) = &self.inner.meaning {
+            meaning.wake();
+        }
+    }
+
+    /// With `memory.embeddings`, start the worker that embeds facts in the background, on
+    /// `tracker` until `stop`.
+    pub fn spawn_meaning(&self, tracker: &TaskTracker, stop: CancellationToken) {
+        if let Some(meaning) = &self.inner.meaning {
+            tracker.spawn(Arc::clone(meaning).run(stop));
+        }
+    }
+
+    /// Embed now every fact the current embedding model has no vector of (`memory reindex
+    /// --embeddings`), calling `progress(done, all)` as it goes; how many were embedded.
+    pub async fn embed_all(&self, progress: impl FnMut(i64, i64)) -> Result<i64, MeaningError> {
+        match &self.inner.meaning {
+            Some(meaning) => meaning.embed_all(progress).await,
+            None => Err(MeaningError::Off),
+        }
     }
 
     /// Deletes a fact from the store and the index. False when there was no such fact.
     pub async fn forget(&self, id: &str) -> Result<bool, MemoryError> {
         let _gate = self.inner.write_gate.lock().await;
         let seq = self.inner.store.delete_fact(id).await?;
+        let id_for_vectors = id.to_string();
         let id = id.to_string();
         let mark = self.mark_after(seq);
         // Deleted from the index even when the store had no such row: that clears a stale
@@ -292,6 +449,9 @@ impl LongTerm {
         // A document left behind names a fact the store no longer has: recall skips it, and
         // the repair drops it.
         self.after_index_write(deleted.map(|()| self.applied_up_to(mark)));
+        if let Some(meaning) = &self.inner.meaning {
+            meaning.drop_fact(&id_for_vectors);
+        }
         Ok(seq.is_some())
     }
 
@@ -402,6 +562,8 @@ impl LongTerm {
                 (score > 0).then_some(Recalled {
                     fact,
                     score: score as f32,
+                    keyword_rank: None,
+                    similarity: None,
                 })
             })
             .collect();
@@ -411,6 +573,7 @@ impl LongTerm {
                 .then_with(|| b.fact.updated_at.cmp(&a.fact.updated_at))
         });
         found.truncate(k);
+        ranked(&mut found);
         Ok(found)
     }
 
@@ -536,9 +699,18 @@ impl Inner {
     }
 }
 
+/// Number a keyword ranking: each result's place in it.
+fn ranked(found: &mut [Recalled]) {
+    for (i, r) in found.iter_mut().enumerate() {
+        r.keyword_rank = u32::try_from(i + 1).ok();
+    }
+}
+
 mod follow;
 #[cfg(test)]
 mod follow_tests;
 mod index;
+mod meaning;
 #[cfg(test)]
 mod tests;
+mod vectors;

@@ -40,6 +40,33 @@ pub(crate) fn terms(text: &str) -> Vec<String> {
     out
 }
 
+/// Words that say nothing of what a question is about: in English the function words, in
+/// Chinese the single characters of pronouns, particles and question words. Only the query
+/// side of recall by meaning's keyword ranking drops them (an index term is never dropped, and
+/// keyword-only recall searches every term as it always has): there, a fact found by "my" or
+/// "的" alone would be fused as if the words had found it.
+const STOP_WORDS: &[&str] = &[
+    "a", "about", "am", "an", "and", "any", "are", "as", "at", "be", "been", "but", "by", "can",
+    "could", "did", "do", "does", "doing", "for", "from", "get", "got", "had", "has", "have", "he",
+    "her", "here", "hers", "him", "his", "how", "i", "if", "in", "into", "is", "it", "its", "me",
+    "mine", "my", "myself", "of", "on", "or", "our", "ours", "she", "should", "so", "some", "than",
+    "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "to", "too",
+    "us", "was", "we", "were", "what", "when", "where", "which", "who", "whom", "whose", "why",
+    "will", "with", "would", "you", "your", "yours", "我", "你", "他", "她", "它", "们", "的",
+    "地", "得", "是", "了", "吗", "呢", "吧", "啊", "在", "有", "和", "与", "也", "都", "就", "什",
+    "么", "哪", "谁", "几", "怎", "样", "这", "那", "个", "会", "要", "对", "给", "把", "被",
+];
+
+/// [`terms`] without the [`STOP_WORDS`] (as the analyzer makes them); all of them when every
+/// term is one.
+pub(crate) fn content_terms(text: &str) -> Vec<String> {
+    let all = terms(text);
+    let stop: std::collections::HashSet<String> =
+        STOP_WORDS.iter().flat_map(|w| terms(w)).collect();
+    let content: Vec<String> = all.iter().filter(|t| !stop.contains(*t)).cloned().collect();
+    if content.is_empty() { all } else { content }
+}
+
 /// Whether `c` belongs to a script written without spaces between words.
 pub(crate) fn is_cjk(c: char) -> bool {
     matches!(c as u32,
@@ -160,6 +187,24 @@ fn token(text: &str, from: usize, to: usize, position: usize) -> Token {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn content_terms_drop_function_words_unless_nothing_else_is_left() {
+        assert_eq!(
+            super::content_terms("what colour is my automobile?"),
+            ["colour", "automobil"]
+        );
+        let zh = super::content_terms("我的车是什么颜色");
+        assert!(
+            !zh.iter().any(|t| t == "我" || t == "的" || t == "是"),
+            "{zh:?}"
+        );
+        assert!(zh.iter().any(|t| t == "颜色"), "{zh:?}");
+        assert_eq!(
+            super::content_terms("what is it"),
+            super::terms("what is it")
+        );
+    }
+
     use super::*;
 
     #[test]

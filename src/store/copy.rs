@@ -17,9 +17,10 @@ enum Kind {
     Int,
     Bool,
     Time,
+    Bytes,
 }
 
-use Kind::{Bool, Int, Text, Time};
+use Kind::{Bool, Bytes, Int, Text, Time};
 
 /// A table, its columns and the order its rows are copied in (a sub-agent's task after its
 /// parent, which it references).
@@ -27,8 +28,8 @@ struct Table {
     name: &'static str,
     columns: &'static [(&'static str, Kind)],
     order: &'static str,
-    /// Its numbered id, whose sequence must continue after the copied ids (PostgreSQL).
-    identity: bool,
+    /// Its numbered id column, whose sequence must continue after the copied ids (PostgreSQL).
+    identity: Option<&'static str>,
 }
 
 /// Every table, each after those it references.
@@ -44,7 +45,7 @@ const TABLES: &[Table] = &[
             ("finished_at", Time), ("waiting", Bool),
         ],
         order: "created_at, id",
-        identity: false,
+        identity: None,
     },
     Table {
         name: "task_steps",
@@ -55,13 +56,13 @@ const TABLES: &[Table] = &[
             ("model", Text), ("fingerprint", Text), ("identity", Text),
         ],
         order: "task_id, seq",
-        identity: false,
+        identity: None,
     },
     Table {
         name: "working_memory",
         columns: &[("key", Text), ("task_id", Text), ("content", Text), ("created_at", Time)],
         order: "key",
-        identity: false,
+        identity: None,
     },
     Table {
         name: "jobs",
@@ -73,7 +74,7 @@ const TABLES: &[Table] = &[
             ("pre_approved", Text),
         ],
         order: "created_at, id",
-        identity: false,
+        identity: None,
     },
     Table {
         name: "job_runs",
@@ -82,7 +83,7 @@ const TABLES: &[Table] = &[
             ("outcome", Text), ("task_id", Text), ("reason", Text), ("delivery", Text),
         ],
         order: "id",
-        identity: true,
+        identity: Some("id"),
     },
     Table {
         name: "outbox",
@@ -94,7 +95,7 @@ const TABLES: &[Table] = &[
             ("refs", Text),
         ],
         order: "id",
-        identity: true,
+        identity: Some("id"),
     },
     Table {
         name: "facts",
@@ -103,19 +104,28 @@ const TABLES: &[Table] = &[
             ("created_at", Time), ("updated_at", Time),
         ],
         order: "created_at, id",
-        identity: false,
+        identity: None,
+    },
+    Table {
+        name: "fact_vectors",
+        columns: &[
+            ("seq", Int), ("fact_id", Text), ("model", Text), ("dims", Int), ("vector", Bytes),
+            ("created_at", Time),
+        ],
+        order: "seq",
+        identity: Some("seq"),
     },
     Table {
         name: "snapshots",
         columns: &[("key", Text), ("content", Text), ("updated_at", Time)],
         order: "key",
-        identity: false,
+        identity: None,
     },
     Table {
         name: "health",
         columns: &[("id", Int), ("checked_at", Time)],
         order: "id",
-        identity: false,
+        identity: None,
     },
     Table {
         name: "inbox_messages",
@@ -128,7 +138,7 @@ const TABLES: &[Table] = &[
             ("digest", Text),
         ],
         order: "id",
-        identity: true,
+        identity: Some("id"),
     },
     Table {
         name: "inbox_watermarks",
@@ -136,7 +146,7 @@ const TABLES: &[Table] = &[
             ("mailbox", Text), ("uid_validity", Int), ("last_uid", Int), ("updated_at", Time),
         ],
         order: "mailbox, uid_validity",
-        identity: false,
+        identity: None,
     },
     Table {
         name: "approvals",
@@ -146,13 +156,13 @@ const TABLES: &[Table] = &[
             ("decided_at", Time), ("decided_by", Text), ("used_at", Time),
         ],
         order: "created_at, id",
-        identity: false,
+        identity: None,
     },
     Table {
         name: "approval_notices",
         columns: &[("approval_id", Text), ("notice_id", Int)],
         order: "approval_id, notice_id",
-        identity: false,
+        identity: None,
     },
     Table {
         name: "task_holds",
@@ -160,7 +170,7 @@ const TABLES: &[Table] = &[
             ("task_id", Text), ("checkpoint", Text), ("owner", Text), ("created_at", Time),
         ],
         order: "task_id",
-        identity: false,
+        identity: None,
     },
     Table {
         name: "model_identities",
@@ -169,7 +179,7 @@ const TABLES: &[Table] = &[
             ("last_seen_at", Time), ("verified_at", Time), ("verified_run", Int),
         ],
         order: "profile, identity",
-        identity: false,
+        identity: None,
     },
     Table {
         name: "model_changes",
@@ -179,7 +189,7 @@ const TABLES: &[Table] = &[
             ("eval_run_id", Int), ("seen_at", Time), ("flap_of", Int),
         ],
         order: "id",
-        identity: true,
+        identity: Some("id"),
     },
     Table {
         name: "eval_runs",
@@ -188,7 +198,7 @@ const TABLES: &[Table] = &[
             ("started_at", Time), ("finished_at", Time), ("passed", Int), ("failed", Int),
         ],
         order: "id",
-        identity: true,
+        identity: Some("id"),
     },
     Table {
         name: "eval_results",
@@ -198,7 +208,7 @@ const TABLES: &[Table] = &[
             ("duration_ms", Int), ("why", Text), ("state", Text), ("answer", Text),
         ],
         order: "run_id, seq",
-        identity: false,
+        identity: None,
     },
 ];
 
@@ -289,12 +299,12 @@ impl Store {
                 }
                 insert.build().persistent(false).execute(&mut tx).await?;
             }
-            if t.identity && matches!(target.engine(), Engine::Postgres(_)) {
+            if let (Some(id), Engine::Postgres(_)) = (t.identity, target.engine()) {
                 // The next id given out continues after the copied ones.
                 let sql = format!(
-                    "SELECT setval(pg_get_serial_sequence('{0}', 'id'), \
-                     COALESCE((SELECT MAX(id) FROM {0}), 0) + 1, false)",
-                    t.name
+                    "SELECT setval(pg_get_serial_sequence('{0}', '{1}'), \
+                     COALESCE((SELECT MAX({1}) FROM {0}), 0) + 1, false)",
+                    t.name, id
                 );
                 query(sql).execute(&mut tx).await?;
             }
@@ -326,5 +336,6 @@ fn read(row: &DbRow, column: &str, kind: Kind) -> Result<Arg> {
         Int => Arg::Int(row.get::<Option<i64>>(column)?),
         Bool => Arg::Bool(row.get::<Option<bool>>(column)?),
         Time => Arg::Time(row.get::<Option<DateTime<Utc>>>(column)?),
+        Bytes => Arg::Bytes(row.get::<Option<Vec<u8>>>(column)?),
     })
 }

@@ -176,6 +176,11 @@ impl Store {
             tx.commit().await?;
             return Ok(None);
         }
+        // Its vectors go with it, every model's: derived from it, meaningless without it.
+        query("DELETE FROM fact_vectors WHERE fact_id = ?")
+            .bind(id)
+            .execute(&mut tx)
+            .await?;
         let seq = log_change(&mut tx, id).await?;
         tx.commit().await?;
         Ok(Some(seq))

@@ -86,6 +86,7 @@ mod tasks;
 #[cfg(test)]
 pub(crate) mod test_postgres;
 mod usage;
+mod vectors;
 mod working;
 mod write;
 
@@ -108,6 +109,7 @@ pub use outbox::*;
 pub use sessions::*;
 pub use tasks::*;
 pub use usage::*;
+pub use vectors::{StoredVector, Unembedded, VectorCounts, VectorModel};
 
 pub use postgres::{DaemonLock, PgUrlError, parse_url, redact_url};
 use sql::{Builder, DbRow, Engine, Record, Tx, query, query_as, query_scalar};

@@ -31,6 +31,7 @@ pub(crate) enum Arg {
     Real(Option<f64>),
     Bool(Option<bool>),
     Time(Option<DateTime<Utc>>),
+    Bytes(Option<Vec<u8>>),
 }
 
 /// A Rust value a statement can bind.
@@ -58,6 +59,7 @@ bind_as!(Text: String => |v| v.clone(), str => |v| v.to_string());
 bind_as!(Int: i64 => |v| *v, i32 => |v| i64::from(*v), u32 => |v| i64::from(*v));
 bind_as!(Real: f64 => |v| *v);
 bind_as!(Bool: bool => |v| *v);
+bind_as!(Bytes: Vec<u8> => |v| v.clone(), [u8] => |v| v.to_vec());
 // Times are kept to the microsecond on both engines (PostgreSQL's precision): a time read back
 // equals the time written, whichever engine stored it.
 bind_as!(Time: DateTime<Utc> => |v| v.trunc_subsecs(6));
@@ -256,6 +258,7 @@ impl Query {
                 Arg::Real(v) => args.add(v),
                 Arg::Bool(v) => args.add(v),
                 Arg::Time(v) => args.add(v),
+                Arg::Bytes(v) => args.add(v),
             }
             .map_err(sqlx::Error::Encode)?;
         }
@@ -271,6 +274,7 @@ impl Query {
                 Arg::Real(v) => args.add(v),
                 Arg::Bool(v) => args.add(v),
                 Arg::Time(v) => args.add(v),
+                Arg::Bytes(v) => args.add(v),
             }
             .map_err(sqlx::Error::Encode)?;
         }

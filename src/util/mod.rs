@@ -53,6 +53,16 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Read a [`std::sync::RwLock`]'s data, with [`lock`]'s policy for a poisoned lock.
+pub fn read<T>(l: &std::sync::RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Write a [`std::sync::RwLock`]'s data, with [`lock`]'s policy for a poisoned lock.
+pub fn write<T>(l: &std::sync::RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A name matching an allowlist pattern: `*` matches any run of characters (`*` alone allows
 /// everything, `time__*` every tool of the MCP server `time`); anything else is literal.
 pub(crate) fn glob_matches(pattern: &str, name: &str) -> bool {

@@ -1,6 +1,7 @@
 //! The third-party programs some tests drive, installed by the tests on first use, so that a
 //! bare `cargo test` passes on a fresh clone: the MCP servers and the Python MCP client
-//! (`scripts/ci/mcp-deps.sh`, under `target/test-deps`), Debian's chromium and
+//! (`scripts/ci/mcp-deps.sh`, under `target/test-deps`), a real embedding model, wordllama, for
+//! `scripts/embed-server.py` (`scripts/ci/embed-deps.sh`, there too), Debian's chromium and
 //! chromium-driver (`scripts/ci/browser-deps.sh`, with apt-get as root), Debian's
 //! dovecot-imapd (`scripts/ci/imap-deps.sh`, likewise), Debian's prometheus
 //! (`scripts/ci/prometheus-deps.sh`, likewise) and Debian's PostgreSQL
@@ -22,6 +23,7 @@ use std::time::{Instant, SystemTime};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const MCP_SCRIPT: &str = "scripts/ci/mcp-deps.sh";
+const EMBED_SCRIPT: &str = "scripts/ci/embed-deps.sh";
 const BROWSER_SCRIPT: &str = "scripts/ci/browser-deps.sh";
 const IMAP_SCRIPT: &str = "scripts/ci/imap-deps.sh";
 const PROMETHEUS_SCRIPT: &str = "scripts/ci/prometheus-deps.sh";
@@ -64,26 +66,27 @@ pub fn mcp() -> &'static Mcp {
     }
 }
 
-/// Why the install script must run.
+/// Why an install script under `target/test-deps` must run.
 #[derive(Debug, PartialEq, Eq)]
-enum McpStale {
+enum Stale {
     /// A program is missing (a fresh clone, or deleted since).
     Missing,
     /// The script changed (new pins) after its last successful run, or never finished one.
     ScriptChanged,
 }
 
-/// Whether to run the install script: when something is missing, or the script is newer than
-/// its last successful run (it writes `mcp-deps.ok` at the end), so changed pins take effect.
-fn mcp_stale(
+/// Whether to run an install script: when something is missing, or the script is newer than
+/// its last successful run (it writes a stamp such as `mcp-deps.ok` at the end), so changed
+/// pins take effect.
+fn deps_stale(
     all_there: bool,
     done: Option<SystemTime>,
     script: Option<SystemTime>,
-) -> Option<McpStale> {
+) -> Option<Stale> {
     match (done, script) {
-        _ if !all_there => Some(McpStale::Missing),
-        (Some(done), Some(script)) if done < script => Some(McpStale::ScriptChanged),
-        (None, _) => Some(McpStale::ScriptChanged),
+        _ if !all_there => Some(Stale::Missing),
+        (Some(done), Some(script)) if done < script => Some(Stale::ScriptChanged),
+        (None, _) => Some(Stale::ScriptChanged),
         _ => None,
     }
 }
@@ -96,7 +99,7 @@ fn install_mcp() -> Result<Mcp, String> {
     let root = test_deps();
     let d = Mcp::at(&root);
     let stale = || {
-        mcp_stale(
+        deps_stale(
             d.all_there(),
             modified(&root.join("mcp-deps.ok")),
             modified(&Path::new(ROOT).join(MCP_SCRIPT)),
@@ -109,8 +112,8 @@ fn install_mcp() -> Result<Mcp, String> {
     // Another process may have installed them while this one waited.
     let why = match stale() {
         None => return Ok(d),
-        Some(McpStale::Missing) => "they are not installed yet: installing them now, once,",
-        Some(McpStale::ScriptChanged) => {
+        Some(Stale::Missing) => "they are not installed yet: installing them now, once,",
+        Some(Stale::ScriptChanged) => {
             "the install script changed since its last run: running it again"
         }
     };
@@ -141,6 +144,88 @@ fn install_mcp() -> Result<Mcp, String> {
              output is above): {by_hand}"
         )),
         Err(e) => Err(format!("cannot run `bash {MCP_SCRIPT}`: {e}; {by_hand}")),
+    }
+}
+
+/// The embedding model's server, `scripts/embed-server.py` (OpenAI's `/v1/embeddings` around
+/// wordllama, whose wheel ships its weights), and the Python under `target/test-deps` that has
+/// wordllama: `python server --port 0` serves it and prints `listening on HOST:PORT`.
+#[derive(Clone)]
+pub struct Embed {
+    pub python: PathBuf,
+    pub server: PathBuf,
+}
+
+impl Embed {
+    fn at(root: &Path) -> Embed {
+        Embed {
+            python: root.join("embed-venv/bin/python"),
+            server: Path::new(ROOT).join("scripts/embed-server.py"),
+        }
+    }
+
+    fn all_there(&self) -> bool {
+        [&self.python, &self.server].iter().all(|p| p.exists())
+    }
+}
+
+/// The embedding model, installed first if it is not (or the script changed since).
+pub fn embed() -> &'static Embed {
+    static EMBED: OnceLock<Result<Embed, String>> = OnceLock::new();
+    match EMBED.get_or_init(install_embed) {
+        Ok(d) => d,
+        Err(why) => panic!("{why}"),
+    }
+}
+
+fn install_embed() -> Result<Embed, String> {
+    let root = test_deps();
+    let d = Embed::at(&root);
+    let stale = || {
+        deps_stale(
+            d.all_there(),
+            modified(&root.join("embed-deps.ok")),
+            modified(&Path::new(ROOT).join(EMBED_SCRIPT)),
+        )
+    };
+    if stale().is_none() {
+        return Ok(d);
+    }
+    let _lock = lock("embed", "the embedding model")?;
+    // Another process may have installed it while this one waited.
+    let why = match stale() {
+        None => return Ok(d),
+        Some(Stale::Missing) => "it is not installed yet: installing it now, once,",
+        Some(Stale::ScriptChanged) => {
+            "the install script changed since its last run: running it again"
+        }
+    };
+    say(&format!(
+        "the embedding tests need a real embedding model (wordllama from PyPI, whose wheel \
+         ships its weights) for scripts/embed-server.py; {why} under {} by \
+         `bash {EMBED_SCRIPT}` (under a minute; needs python3 with venv, and the network). To \
+         do it by hand: bash {EMBED_SCRIPT}",
+        root.display()
+    ));
+    let started = Instant::now();
+    let status = run_script(&["bash", EMBED_SCRIPT]);
+    let by_hand = format!(
+        "run `bash {EMBED_SCRIPT}` in {ROOT} and fix what it reports (it needs python3 3.10+ \
+         with venv, and access to PyPI), then run the tests again"
+    );
+    match status {
+        Ok(s) if s.success() && d.all_there() => {
+            say(&format!(
+                "embedding model ready after {} s",
+                started.elapsed().as_secs()
+            ));
+            Ok(d)
+        }
+        Ok(s) => Err(format!(
+            "installing the embedding model failed (`bash {EMBED_SCRIPT}` ended with {s}; its \
+             output is above): {by_hand}"
+        )),
+        Err(e) => Err(format!("cannot run `bash {EMBED_SCRIPT}`: {e}; {by_hand}")),
     }
 }
 
@@ -503,17 +588,17 @@ fn say(text: &str) {
 fn mcp_deps_install_when_missing_or_the_script_changed() {
     let t = SystemTime::UNIX_EPOCH;
     let later = t + std::time::Duration::from_secs(60);
-    let missing = Some(McpStale::Missing);
-    let changed = Some(McpStale::ScriptChanged);
+    let missing = Some(Stale::Missing);
+    let changed = Some(Stale::ScriptChanged);
     // Fresh clone: nothing there; or a program deleted since the last install.
-    assert_eq!(mcp_stale(false, None, Some(t)), missing);
-    assert_eq!(mcp_stale(false, Some(later), Some(t)), missing);
+    assert_eq!(deps_stale(false, None, Some(t)), missing);
+    assert_eq!(deps_stale(false, Some(later), Some(t)), missing);
     // Installed by hand before the stamp existed, or the last run did not finish.
-    assert_eq!(mcp_stale(true, None, Some(t)), changed);
+    assert_eq!(deps_stale(true, None, Some(t)), changed);
     // The script changed (new pins) after the last install.
-    assert_eq!(mcp_stale(true, Some(t), Some(later)), changed);
-    assert_eq!(mcp_stale(true, Some(later), Some(t)), None);
-    assert_eq!(mcp_stale(true, Some(t), Some(t)), None);
+    assert_eq!(deps_stale(true, Some(t), Some(later)), changed);
+    assert_eq!(deps_stale(true, Some(later), Some(t)), None);
+    assert_eq!(deps_stale(true, Some(t), Some(t)), None);
 }
 
 #[test]

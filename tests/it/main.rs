@@ -19,6 +19,7 @@ mod inbox;
 mod llamacpp_native;
 mod llm_gateway;
 mod mcp;
+mod meaning;
 mod memory;
 mod models;
 mod notify;

@@ -117,6 +117,11 @@ impl LongTerm {
         let mut failures: u32 = 0;
         let mut pruned = Instant::now();
         loop {
+            // Vectors other nodes made (or `memory reindex --embeddings`) are loaded as they
+            // come; a failure is the same database away that the catch-up reports.
+            if let Some(meaning) = &self.inner.meaning {
+                let _ = meaning.load().await;
+            }
             let wait = match self.catch_up().await {
                 Ok(_) => {
                     if failures > 0 {
@@ -196,6 +201,10 @@ impl LongTerm {
                     Err(e) => return Err(e.into()),
                 }
             }
+            let gone_or_kept: Vec<(String, bool)> = now
+                .iter()
+                .map(|(id, f)| (id.clone(), f.is_some()))
+                .collect();
             let written = self
                 .blocking(move |inner| {
                     inner.write(last, |writer, fields| {
@@ -215,6 +224,13 @@ impl LongTerm {
                 return Ok(done);
             }
             self.applied_up_to(last);
+            if let Some(meaning) = &self.inner.meaning {
+                for (id, fact) in &gone_or_kept {
+                    if !fact {
+                        meaning.drop_fact(id);
+                    }
+                }
+            }
             done += changes.len();
             if (changes.len() as i64) < BATCH {
                 return Ok(done);

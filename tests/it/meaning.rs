@@ -1,0 +1,469 @@
+//! Recall by meaning against a real embedding model: wordllama (its weights ship in its PyPI
+//! wheel) behind a small OpenAI-compatible `/v1/embeddings` server (`scripts/embed-server.py`),
+//! on real on-disk stores and indexes. The recall set in `tests/data/recall_set.json` (facts
+//! told to an assistant, and questions that share no content word with their fact, in English
+//! and Chinese) is scored keyword-only and hybrid; and the server dead, slow, replaced by
+//! another model, and a fact forgotten.
+
+use crate::deps;
+use hermes_agent::config::EmbeddingSettings;
+use hermes_agent::llm::Embedder;
+use hermes_agent::memory::LongTerm;
+use hermes_agent::store::{Store, VectorModel};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// The floor for wordllama-256: its unrelated English pairs score a median 0.01 (p95 0.14),
+/// but a question and its fact often no more than 0.14 (p25); at 0.1, English recall@3 by
+/// meaning is 0.80, at 0.15 0.73.
+const FLOOR: f32 = 0.1;
+/// The longest the background worker may take to embed a few facts, or to notice the server.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// The embedding server, stopped on drop.
+pub(crate) struct EmbedServer {
+    child: Child,
+    pub(crate) base_url: String,
+}
+
+impl EmbedServer {
+    pub(crate) fn start(extra: &[&str]) -> EmbedServer {
+        EmbedServer::start_on(0, extra)
+    }
+
+    pub(crate) fn start_on(port: u16, extra: &[&str]) -> EmbedServer {
+        let d = deps::embed();
+        let port = port.to_string();
+        let mut child = Command::new(&d.python)
+            .arg(&d.server)
+            .args(["--host", "127.0.0.1", "--port", &port])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the embedding server starts");
+        let stdout = child.stdout.take().expect("its stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("the embedding server says where it listens");
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("the embedding server said {line:?}"))
+            .to_string();
+        EmbedServer {
+            child,
+            base_url: format!("http://{addr}/v1"),
+        }
+    }
+}
+
+impl Drop for EmbedServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn settings(base_url: &str, model: &str) -> EmbeddingSettings {
+    EmbeddingSettings {
+        base_url: base_url.to_string(),
+        model: model.to_string(),
+        min_similarity: FLOOR,
+        ..Default::default()
+    }
+}
+
+async fn open(dir: &Path, store: &Store, embeddings: Option<&EmbeddingSettings>) -> LongTerm {
+    let embedder = embeddings.map(|e| (Embedder::new(e).expect("an embedder"), e.min_similarity));
+    LongTerm::open_with(dir, store.clone(), embedder)
+        .await
+        .expect("memory opens")
+}
+
+/// Wait (bounded) until `memory` holds `n` vectors of the current model.
+async fn holds(memory: &LongTerm, n: usize) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let status = memory.meaning().expect("meaning is on");
+        if status.vectors == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not {n} vectors within {PATIENCE:?}: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[derive(Deserialize)]
+struct RecallSet {
+    facts: Vec<SetFact>,
+    questions: Vec<Question>,
+}
+
+#[derive(Deserialize)]
+struct SetFact {
+    key: String,
+    text: String,
+}
+
+#[derive(Deserialize)]
+struct Question {
+    q: String,
+    fact: String,
+    kind: String,
+    lang: String,
+}
+
+fn recall_set() -> RecallSet {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/recall_set.json");
+    let text = std::fs::read_to_string(&path).expect("the recall set");
+    serde_json::from_str(&text).expect("the recall set parses")
+}
+
+/// Where `id` is in `memory`'s recall of `q` (1 = first), if among the first 3.
+async fn place(memory: &LongTerm, q: &str, id: &str) -> Option<usize> {
+    let found = memory.recall(q, 3).await.expect("recall");
+    found.iter().position(|r| r.fact.id == id).map(|i| i + 1)
+}
+
+#[derive(Default, Debug, Clone, Copy)]
+struct Score {
+    asked: usize,
+    at1: usize,
+    at3: usize,
+}
+
+impl Score {
+    fn add(&mut self, place: Option<usize>) {
+        self.asked += 1;
+        self.at1 += usize::from(place == Some(1));
+        self.at3 += usize::from(place.is_some());
+    }
+
+    fn show(&self) -> String {
+        let of = |n: usize| n as f64 / self.asked.max(1) as f64;
+        format!(
+            "@1 {:.2}  @3 {:.2}  (n = {})",
+            of(self.at1),
+            of(self.at3),
+            self.asked
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hybrid_recall_finds_by_meaning_what_keywords_miss_and_loses_nothing_they_find() {
+    let server = EmbedServer::start(&[]);
+    let set = recall_set();
+    let (words_dir, hybrid_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let words_store = Store::open(words_dir.path()).await.unwrap();
+    let hybrid_store = Store::open(hybrid_dir.path()).await.unwrap();
+    let words = open(words_dir.path(), &words_store, None).await;
+    let embeddings = settings(&server.base_url, "wordllama-256");
+    let hybrid = open(hybrid_dir.path(), &hybrid_store, Some(&embeddings)).await;
+    let mut ids: HashMap<&str, (String, String)> = HashMap::new();
+    for f in &set.facts {
+        let (a, _) = words.remember(&f.text, &[], "test").await.unwrap();
+        let (b, _) = hybrid.remember(&f.text, &[], "test").await.unwrap();
+        ids.insert(&f.key, (a.id, b.id));
+    }
+    // No worker here: a fact is found by its words the moment it is stored, by its meaning
+    // once embedded.
+    assert_eq!(hybrid.meaning().unwrap().vectors, 0);
+    let embedded = hybrid.embed_all(|_, _| {}).await.expect("embedded");
+    assert_eq!(embedded as usize, set.facts.len());
+    assert_eq!(hybrid.meaning().unwrap().vectors, set.facts.len());
+
+    let mut table: HashMap<(String, String, &str), Score> = HashMap::new();
+    let mut lost = Vec::new();
+    for q in &set.questions {
+        let (w_id, h_id) = &ids[q.fact.as_str()];
+        let by_words = place(&words, &q.q, w_id).await;
+        let by_both = place(&hybrid, &q.q, h_id).await;
+        for (how, got) in [("keyword", by_words), ("hybrid", by_both)] {
+            table
+                .entry((q.kind.clone(), q.lang.clone(), how))
+                .or_default()
+                .add(got);
+        }
+        // Never worse where keyword recall answers: what it puts first, hybrid puts first.
+        if by_words == Some(1) && by_both != Some(1) {
+            lost.push(format!(
+                "{:?}: keyword {by_words:?}, hybrid {by_both:?}",
+                q.q
+            ));
+        }
+        // Lower down, keyword recall finds facts by function words too ("the", "is", "for"),
+        // which the hybrid ranking leaves out; said, not failed.
+        if by_words.is_some() && by_both.is_none() {
+            eprintln!(
+                "recall set: keyword found {:?} at {by_words:?}, hybrid not in 3",
+                q.q
+            );
+        }
+    }
+    let mut keys: Vec<_> = table.keys().cloned().collect();
+    keys.sort();
+    for key in &keys {
+        eprintln!(
+            "recall set {:8} {} {:8} {}",
+            key.0,
+            key.1,
+            key.2,
+            table[key].show()
+        );
+    }
+    assert!(
+        lost.is_empty(),
+        "hybrid recall lost what keywords found first: {lost:#?}"
+    );
+    let score = |kind: &str, lang: &str, how| table[&(kind.to_string(), lang.to_string(), how)];
+    let (words_en, hybrid_en) = (
+        score("meaning", "en", "keyword"),
+        score("meaning", "en", "hybrid"),
+    );
+    // The set's questions share no content word with their facts: keywords find a few, by
+    // function words ("the", "is") alone.
+    assert!(words_en.at3 * 3 <= words_en.asked, "{words_en:?}");
+    assert!(
+        hybrid_en.at3 * 10 >= hybrid_en.asked * 7
+            && hybrid_en.at1 >= words_en.at1 + hybrid_en.asked / 3,
+        "hybrid is not clearly better by meaning in English: {hybrid_en:?} against {words_en:?}"
+    );
+    // wordllama's tokenizer cuts most Chinese characters into bytes that unrelated ones share,
+    // so its Chinese vectors are near chance: hybrid is held only to doing no worse there.
+    let (words_zh, hybrid_zh) = (
+        score("meaning", "zh", "keyword"),
+        score("meaning", "zh", "hybrid"),
+    );
+    assert!(
+        hybrid_zh.at1 >= words_zh.at1 && hybrid_zh.at3 >= words_zh.at3,
+        "{hybrid_zh:?} against {words_zh:?}"
+    );
+    for lang in ["en", "zh"] {
+        let (w, h) = (
+            score("keyword", lang, "keyword"),
+            score("keyword", lang, "hybrid"),
+        );
+        assert_eq!(
+            w.at1, w.asked,
+            "keyword questions in {lang} are answered by keyword"
+        );
+        assert_eq!(h.at1, w.at1, "and by hybrid recall just as well, in {lang}");
+    }
+    // Each result says what found it.
+    let car = &ids["car"].1;
+    let found = hybrid
+        .recall("what colour is my automobile?", 3)
+        .await
+        .unwrap();
+    let hit = found
+        .iter()
+        .find(|r| &r.fact.id == car)
+        .expect("the car, by meaning");
+    assert_eq!(hit.keyword_rank, None);
+    assert!(hit.similarity.is_some_and(|s| s >= FLOOR), "{hit:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_then_slow_server_never_slows_recall_and_facts_are_embedded_once_it_answers() {
+    // A port nobody listens on yet.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).await.unwrap();
+    let embeddings = settings(&format!("http://127.0.0.1:{port}/v1"), "wordllama-256");
+    let memory = open(dir.path(), &store, Some(&embeddings)).await;
+    let (tracker, stop) = (TaskTracker::new(), CancellationToken::new());
+    memory.spawn_meaning(&tracker, stop.clone());
+    let (car, _) = memory
+        .remember("My car is a red Volvo", &[], "test")
+        .await
+        .unwrap();
+    memory
+        .remember("We hike in the Alps each August", &[], "test")
+        .await
+        .unwrap();
+    // By its words at once, whatever the embedding server does.
+    let started = Instant::now();
+    let found = memory.recall("Volvo", 5).await.unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].fact.id, car.id);
+    assert_eq!(found[0].keyword_rank, Some(1));
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    let deadline = Instant::now() + PATIENCE;
+    while memory.meaning_trouble().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the dead server is never noticed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let why = memory.meaning_trouble().unwrap();
+    assert!(why.contains("cannot be reached"), "{why}");
+
+    // The server comes up where it was configured: the worker notices, embeds both facts.
+    let server = EmbedServer::start_on(port, &[]);
+    holds(&memory, 2).await;
+    assert_eq!(memory.meaning_trouble(), None);
+    let found = memory
+        .recall("what colour is my automobile?", 5)
+        .await
+        .unwrap();
+    assert_eq!(
+        found.first().map(|r| &r.fact.id),
+        Some(&car.id),
+        "{found:?}"
+    );
+    assert!(found[0].similarity.is_some());
+
+    // Forgotten: its vector goes with it, and meaning no longer finds it.
+    assert!(memory.forget(&car.id).await.unwrap());
+    assert_eq!(memory.meaning().unwrap().vectors, 1);
+    assert_eq!(store.vector_rows().await.unwrap(), 1);
+    let found = memory
+        .recall("what colour is my automobile?", 5)
+        .await
+        .unwrap();
+    assert!(found.iter().all(|r| r.fact.id != car.id), "{found:?}");
+    drop(server);
+
+    // Slow: a recall waits at most about a second for its query's vector, then the server
+    // counts as away and recalls do not wait at all until it answers again.
+    let slow = EmbedServer::start_on(port, &["--delay-ms", "5000"]);
+    memory
+        .remember("Biscuit is our golden retriever", &[], "test")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let found = memory.recall("Biscuit", 5).await.unwrap();
+    assert_eq!(found.len(), 1);
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        started.elapsed()
+    );
+    let started = Instant::now();
+    memory.recall("golden retriever", 5).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(slow);
+    stop.cancel();
+    tracker.close();
+    tracker.wait().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_model_re_embeds_beside_the_old_vectors_and_deletes_them_only_once_replaced() {
+    let server = EmbedServer::start(&["--delay-ms", "150"]);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).await.unwrap();
+    let facts = [
+        "My car is a red Volvo",
+        "Emma is allergic to peanuts",
+        "The dentist is Dr Patel",
+        "Our dog Biscuit is a golden retriever",
+        "I work as a data analyst at Northwind",
+        "We hike in the Alps each August",
+    ];
+    {
+        let memory = open(
+            dir.path(),
+            &store,
+            Some(&settings(&server.base_url, "wordllama-256")),
+        )
+        .await;
+        for f in facts {
+            memory.remember(f, &[], "test").await.unwrap();
+        }
+        memory.embed_all(|_, _| {}).await.unwrap();
+    }
+    let old = VectorModel {
+        model: "wordllama-256".into(),
+        dims: 256,
+    };
+    let new = VectorModel {
+        model: "wordllama-128".into(),
+        dims: 128,
+    };
+    assert_eq!(store.vector_counts(&old).await.unwrap().embedded, 6);
+
+    // The model changes, one fact a request: recall is by keyword and the vectors the new
+    // model has made so far, and no old vector is deleted before its replacement exists.
+    let mut changed = settings(&server.base_url, "wordllama-128");
+    changed.batch = 1;
+    changed.min_similarity = 0.2;
+    let memory = open(dir.path(), &store, Some(&changed)).await;
+    let found = memory.recall("Volvo", 3).await.unwrap();
+    assert_eq!(
+        found.len(),
+        1,
+        "by its words, while nothing is embedded by the new model"
+    );
+    let (tracker, stop) = (TaskTracker::new(), CancellationToken::new());
+    memory.spawn_meaning(&tracker, stop.clone());
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        // The old first: a prune comes only after the last new vector, so an old count read
+        // before a new count of less than all must still be whole.
+        let kept = store.vector_counts(&old).await.unwrap().embedded;
+        let made = store.vector_counts(&new).await.unwrap().embedded;
+        if made == 6 {
+            break;
+        }
+        assert_eq!(
+            kept, 6,
+            "an old vector went before the new model replaced them all ({made} made)"
+        );
+        assert!(Instant::now() < deadline, "re-embedding stalled at {made}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    holds(&memory, 6).await;
+    let deadline = Instant::now() + PATIENCE;
+    while store.vector_counts(&old).await.unwrap().embedded > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the replaced vectors are never deleted"
+        );
+        memory.wake_meaning();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(store.vector_rows().await.unwrap(), 6);
+    let found = memory
+        .recall("what colour is my automobile?", 3)
+        .await
+        .unwrap();
+    assert_eq!(
+        found.first().map(|r| r.fact.text.as_str()),
+        Some(facts[0]),
+        "{found:?}"
+    );
+    let status = memory.meaning().unwrap();
+    assert_eq!(
+        (status.model.as_str(), status.dims),
+        ("wordllama-128", Some(128))
+    );
+    stop.cancel();
+    tracker.close();
+    tracker.wait().await;
+}
