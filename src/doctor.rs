@@ -306,6 +306,38 @@ pub async fn notify(notifier: &Notifier) -> Vec<Check> {
         .collect()
 }
 
+/// The embedding server of `memory.embeddings`, asked for one vector; nothing when recall is
+/// by keyword only. Away is a warning: recall falls back to keywords, nothing fails.
+pub async fn embeddings(s: &Settings) -> Option<Check> {
+    let e = s.memory.embeddings.as_ref()?;
+    let what = "embeddings";
+    let embedder = match crate::llm::Embedder::new(e) {
+        Ok(embedder) => embedder,
+        Err(why) => return Some(Check::new(Verdict::Fail, what, why.to_string())),
+    };
+    let started = std::time::Instant::now();
+    Some(
+        match embedder.embed(&["doctor"], embedder.timeout()).await {
+            Ok(v) => Check::new(
+                Verdict::Ok,
+                what,
+                format!(
+                    "model {} at {} answers with {} dimensions in {} ms; facts are recalled by meaning and keyword",
+                    embedder.model(),
+                    embedder.url(),
+                    v.first().map_or(0, Vec::len),
+                    started.elapsed().as_millis()
+                ),
+            ),
+            Err(why) => Check::new(
+                Verdict::Warn,
+                what,
+                format!("{why} (until it answers, facts are recalled by keyword only)"),
+            ),
+        },
+    )
+}
+
 /// The mailbox of `inbox.email`: logged in and opened (nothing changed), and whether the
 /// server offers IDLE; nothing when no mailbox is configured.
 pub async fn inbox(s: &Settings) -> Option<Check> {

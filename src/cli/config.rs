@@ -45,6 +45,18 @@ pub(crate) fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
             }
         );
     }
+    if let Some(e) = &s.memory.embeddings {
+        outln!(
+            "memory: recall by meaning and keyword, embeddings by model {} at {}{}",
+            e.model,
+            e.base_url,
+            if e.api_key.is_empty() {
+                ""
+            } else {
+                " (with key)"
+            }
+        );
+    }
     outln!(
         "agent: max_steps {}, {} workers, task timeout {} s",
         s.agent.max_steps,

@@ -66,6 +66,12 @@ pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
     }
     // Its own login, whether or not the daemon is up: IMAP servers take several sessions.
     report.print_all(doctor::inbox(&config.settings).await.into_iter().collect());
+    report.print_all(
+        doctor::embeddings(&config.settings)
+            .await
+            .into_iter()
+            .collect(),
+    );
     let daemon = Remote::detect(&config).await;
     report.print(match &daemon {
         Some(d) => Check::new(Verdict::Ok, "daemon", format!("running at {}", d.base())),

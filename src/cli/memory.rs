@@ -1,12 +1,18 @@
 //! `memory add`, `memory search` and `memory forget`: long-term facts, from whichever backend
-//! answered (with a daemon up, only it may open the memory index).
+//! answered (with a daemon up, only it may open the memory index). `memory reindex` works on
+//! the data dir's database itself: the keyword index (only with the daemon stopped) or the
+//! fact vectors (beside a running daemon too: they live in the database).
 //!
-//! Must not: reach the daemon or the data dir except through the [`Backend`] it is given.
+//! Must not: reach the daemon except through the [`Backend`] it is given.
 
 use super::MemoryCmd;
 use super::render::{self, print_json};
 use crate::client::Backend;
+use crate::config::Config;
+use crate::memory::{LongTerm, MeaningError};
+use crate::store::{Store, StoreOptions};
 use serde_json::json;
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 pub async fn memory(backend: &dyn Backend, cmd: MemoryCmd) -> anyhow::Result<ExitCode> {
@@ -32,6 +38,75 @@ pub async fn memory(backend: &dyn Backend, cmd: MemoryCmd) -> anyhow::Result<Exi
             backend.forget(&id).await?;
             outln!("forgot {id}");
         }
+        MemoryCmd::Reindex { .. } => {
+            anyhow::bail!("memory reindex runs on the data dir, not through a backend")
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `memory reindex [--embeddings]`.
+pub async fn reindex(config: &Config, embeddings: bool) -> anyhow::Result<ExitCode> {
+    let s = &config.settings;
+    let store =
+        Store::open_configured(&config.data_dir, &s.storage.url, StoreOptions::default()).await?;
+    if !embeddings {
+        let memory = LongTerm::open(&config.data_dir, store.clone()).await?;
+        let n = memory.rebuild().await?;
+        outln!("keyword index rebuilt: {n} fact(s)");
+        store.close().await;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some((embedder, _)) = crate::app::embeddings(&s.memory)? else {
+        anyhow::bail!(MeaningError::Off);
+    };
+    let mut bar = Progress::new();
+    let done =
+        LongTerm::embed_missing(store.clone(), embedder, |done, all| bar.show(done, all)).await?;
+    bar.finish();
+    outln!("{done} fact(s) embedded; every fact now has a vector of the configured model");
+    store.close().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A progress bar on stderr: redrawn in place on a terminal, a line per step elsewhere.
+struct Progress {
+    terminal: bool,
+    drawn: bool,
+}
+
+impl Progress {
+    const WIDTH: i64 = 30;
+
+    fn new() -> Progress {
+        Progress {
+            terminal: std::io::stderr().is_terminal(),
+            drawn: false,
+        }
+    }
+
+    fn show(&mut self, done: i64, all: i64) {
+        let filled = if all > 0 {
+            (done * Self::WIDTH / all).clamp(0, Self::WIDTH)
+        } else {
+            Self::WIDTH
+        };
+        let bar = format!(
+            "{}{}",
+            "#".repeat(filled as usize),
+            ".".repeat((Self::WIDTH - filled) as usize)
+        );
+        if self.terminal {
+            eprint!("\rembedding facts [{bar}] {done}/{all}");
+        } else {
+            eprintln!("embedding facts [{bar}] {done}/{all}");
+        }
+        self.drawn = true;
+    }
+
+    fn finish(&self) {
+        if self.terminal && self.drawn {
+            eprintln!();
+        }
+    }
 }

@@ -236,6 +236,13 @@ pub enum MemoryCmd {
     },
     /// Forget a fact by id.
     Forget { id: String },
+    /// Rebuild the keyword index from the database (the daemon must be stopped: it holds the
+    /// index); with --embeddings, embed now every fact the configured embedding model has no
+    /// vector of (works beside a running daemon, which picks the vectors up).
+    Reindex {
+        #[arg(long)]
+        embeddings: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -382,6 +389,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let done = jobs::jobs(backend.as_ref(), cmd).await;
             backend.close().await;
             done
+        }
+        Command::Memory(MemoryCmd::Reindex { embeddings }) => {
+            memory::reindex(&config, embeddings).await
         }
         Command::Memory(cmd) => memory::memory(backend::connect(config).await.as_ref(), cmd).await,
         Command::Approvals(cmd) => {

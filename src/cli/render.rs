@@ -293,14 +293,26 @@ pub(crate) fn job_table(jobs: &[JobView]) -> String {
     table.render()
 }
 
-/// One line per fact: id, score, text.
+/// One line per fact: id, score, text; with recall by meaning on, what found it (its place
+/// by words, its similarity by meaning) after the score.
 pub(crate) fn fact_list(facts: &[FoundFact]) -> String {
     if facts.is_empty() {
         return "nothing found\n".into();
     }
+    let by_meaning = facts.iter().any(|f| f.similarity.is_some());
     let mut out = String::new();
     for f in facts {
-        let _ = writeln!(out, "{}  {:.2}  {}", f.id, f.score, f.text);
+        if by_meaning {
+            let words = f.keyword_rank.map_or("-".to_string(), |r| format!("#{r}"));
+            let meaning = f.similarity.map_or("-".to_string(), |s| format!("{s:.2}"));
+            let _ = writeln!(
+                out,
+                "{}  {:.3}  words {words:<3}  meaning {meaning:<4}  {}",
+                f.id, f.score, f.text
+            );
+        } else {
+            let _ = writeln!(out, "{}  {:.2}  {}", f.id, f.score, f.text);
+        }
     }
     out
 }

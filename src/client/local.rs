@@ -227,6 +227,8 @@ impl Backend for Local {
                     text: r.fact.text,
                     tags: r.fact.tags,
                     score: f64::from(r.score),
+                    keyword_rank: r.keyword_rank,
+                    similarity: r.similarity.map(f64::from),
                     created_at: r.fact.created_at,
                 })
                 .collect())

@@ -105,5 +105,12 @@ pub struct FoundFact {
     pub text: String,
     pub tags: Vec<String>,
     pub score: f64,
+    /// Its place in the keyword ranking (1 = first); `None`: no word of the query in it.
+    #[serde(default)]
+    pub keyword_rank: Option<u32>,
+    /// Its cosine similarity to the query by meaning (`memory.embeddings`); `None`: not
+    /// found by meaning, or recall by meaning off or waiting for its server.
+    #[serde(default)]
+    pub similarity: Option<f64>,
     pub created_at: DateTime<Utc>,
 }

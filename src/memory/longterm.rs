@@ -19,7 +19,7 @@ use crate::llm::Embedder;
 use crate::store::{Fact, Store, StoreError, Upsert};
 use index::{Fields, Opened, close_writer, document, open_index, open_writer};
 use meaning::Meaning;
-pub use meaning::{MeaningError, MeaningStatus};
+pub use meaning::{MeaningError, MeaningStatus, ServerState};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -420,13 +420,28 @@ impl LongTerm {
         }
     }
 
-    /// Embed now every fact the current embedding model has no vector of (`memory reindex
-    /// --embeddings`), calling `progress(done, all)` as it goes; how many were embedded.
+    /// Embed now every fact the current embedding model has no vector of, calling
+    /// `progress(done, all)` as it goes; how many were embedded.
     pub async fn embed_all(&self, progress: impl FnMut(i64, i64)) -> Result<i64, MeaningError> {
         match &self.inner.meaning {
             Some(meaning) => meaning.embed_all(progress).await,
             None => Err(MeaningError::Off),
         }
+    }
+
+    /// [`LongTerm::embed_all`] without opening the index (`memory reindex --embeddings`,
+    /// which may run beside a daemon that holds it): the vectors go to the store, where every
+    /// daemon on it loads them.
+    pub async fn embed_missing(
+        store: Store,
+        embedder: Embedder,
+        progress: impl FnMut(i64, i64),
+    ) -> Result<i64, MeaningError> {
+        // The floor only matters for searching, which this does not do.
+        Meaning::open(embedder, store, 0.0)
+            .await?
+            .embed_all(progress)
+            .await
     }
 
     /// Deletes a fact from the store and the index. False when there was no such fact.

@@ -20,5 +20,5 @@ pub(crate) mod longterm;
 pub(crate) mod tokenize;
 pub mod window;
 
-pub use longterm::{LongTerm, MeaningError, MeaningStatus, MemoryError, Recalled};
+pub use longterm::{LongTerm, MeaningError, MeaningStatus, MemoryError, Recalled, ServerState};
 pub use window::{ShortTerm, Summariser, SummaryModel};

@@ -81,6 +81,26 @@ fn config_check_points_at_the_broken_line() {
             "NO_SUCH_VAR_FOR_HERMES",
         ),
         ("server: [oops\n", "bad.yaml:", ""),
+        (
+            "memory:\n  embeddings:\n    base_url: localhost:11434\n    model: nomic-embed-text\n",
+            ":3: memory.embeddings.base_url:",
+            "not an http(s) URL",
+        ),
+        (
+            "memory:\n  embeddings:\n    base_url: http://127.0.0.1:11434/v1\n    model: \"\"\n",
+            ":4: memory.embeddings.model:",
+            "must name the embedding model",
+        ),
+        (
+            "memory:\n  embeddings:\n    base_url: http://127.0.0.1:11434/v1\n    model: m\n    min_similarity: 2\n",
+            ":5: memory.embeddings.min_similarity:",
+            "cosine",
+        ),
+        (
+            "memory:\n  embeddings:\n    base_url: http://127.0.0.1:11434/v1\n    modell: m\n",
+            ":4: memory.embeddings.modell:",
+            "unknown field",
+        ),
     ];
     for (yaml, location, words) in cases {
         let file = dir.path().join("bad.yaml");

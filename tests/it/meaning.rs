@@ -467,3 +467,143 @@ async fn another_model_re_embeds_beside_the_old_vectors_and_deletes_them_only_on
     tracker.close();
     tracker.wait().await;
 }
+
+/// `site`'s settings with recall by meaning through `base_url`.
+pub(crate) fn with_embeddings(site: &crate::daemon::Site, base_url: &str) {
+    let mut yaml = std::fs::read_to_string(site.config()).expect("settings");
+    yaml.push_str(&format!(
+        "memory:\n  embeddings:\n    base_url: \"{base_url}\"\n    model: wordllama-256\n    \
+         min_similarity: {FLOOR}\n"
+    ));
+    std::fs::write(site.config(), yaml).expect("settings written");
+}
+
+/// `d`'s recall of `q` over the API, until its first fact is found by meaning (bounded).
+pub(crate) async fn found_by_meaning(d: &crate::daemon::Daemon, q: &str) -> serde_json::Value {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let (status, v) = d
+            .get(&format!("/v1/memory?q={}", q.replace(' ', "%20")))
+            .await;
+        assert_eq!(status, reqwest::StatusCode::OK, "{v}");
+        if !v["facts"][0]["similarity"].is_null() {
+            return v["facts"][0].clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{q:?} is never found by meaning: {v}\n{}",
+            d.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_recalls_by_meaning_through_the_api_the_cli_and_healthz_says_how() {
+    let model =
+        hermes_agent::llm::scripted::ScriptedModel::start_with(crate::common::echo_model).await;
+    let server = EmbedServer::start(&[]);
+    let port = server
+        .base_url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches("/v1").parse::<u16>().ok())
+        .expect("a port");
+    let site = crate::daemon::Site::new(&model.base_url(), &[], &[]);
+    with_embeddings(&site, &server.base_url);
+    let mut d = site.start(&[]);
+    d.ready().await;
+    for text in [
+        "My car is a red Volvo",
+        "Emma is allergic to peanuts",
+        "We hike in the Alps each August",
+    ] {
+        let (status, v) = d
+            .post("/v1/memory", serde_json::json!({ "text": text }))
+            .await;
+        assert_eq!(status, reqwest::StatusCode::CREATED, "{v}");
+    }
+    let car = found_by_meaning(&d, "what colour is my automobile?").await;
+    assert_eq!(car["text"], "My car is a red Volvo");
+    assert!(car["keyword_rank"].is_null(), "{car}");
+    let (_, health) = d.get("/healthz").await;
+    assert_eq!(health["status"], "ok", "{health}");
+    assert_eq!(health["embeddings"]["server"], "ok", "{health}");
+    assert_eq!(health["embeddings"]["vectors"], 3, "{health}");
+    assert_eq!(health["embeddings"]["dims"], 256, "{health}");
+
+    // The CLI shows what found each fact (through the daemon).
+    let out = site.cli(&["memory", "search", "which food must Emma avoid"], &[]);
+    let shown = crate::common::text(&out.stdout);
+    assert!(out.status.success(), "{}", crate::common::text(&out.stderr));
+    assert!(
+        shown
+            .lines()
+            .next()
+            .is_some_and(|l| l.contains("peanuts") && l.contains("meaning 0.")),
+        "{shown}"
+    );
+
+    // The server goes away: recall carries on by keyword, and /healthz says why.
+    drop(server);
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let (status, v) = d.get("/v1/memory?q=Volvo").await;
+        assert_eq!(status, reqwest::StatusCode::OK, "{v}");
+        assert_eq!(v["facts"][0]["text"], "My car is a red Volvo", "{v}");
+        let (_, health) = d.get("/healthz").await;
+        if health["embeddings"]["server"] == "away" {
+            assert_eq!(health["status"], "degraded", "{health}");
+            let reason = health["embeddings"]["reason"].as_str().unwrap_or_default();
+            assert!(reason.contains("cannot be reached"), "{health}");
+            assert!(
+                !reason.contains("Volvo"),
+                "no fact text in what health says: {reason}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server's absence is never noticed: {health}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // `memory reindex --embeddings` beside the daemon: a clear error while the server is away,
+    // then (the server back) it embeds what is missing, which the daemon picks up.
+    let out = site.cli(&["memory", "reindex", "--embeddings"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        crate::common::text(&out.stderr).contains("cannot be reached"),
+        "{}",
+        crate::common::text(&out.stderr)
+    );
+    let _back = EmbedServer::start_on(port, &[]);
+    let (status, v) = d
+        .post(
+            "/v1/memory",
+            serde_json::json!({ "text": "Biscuit is our golden retriever" }),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{v}");
+    let out = site.cli(&["memory", "reindex", "--embeddings"], &[]);
+    let (stdout, stderr) = (
+        crate::common::text(&out.stdout),
+        crate::common::text(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("fact(s) embedded"), "{stdout}");
+    assert!(
+        stderr.contains("embedding facts ["),
+        "a progress bar: {stderr}"
+    );
+    let dog = found_by_meaning(&d, "what kind of pet do we have").await;
+    assert_eq!(dog["text"], "Biscuit is our golden retriever");
+    let log = d.log();
+    for secret in ["Volvo", "peanuts", "Biscuit"] {
+        assert!(
+            !log.contains(secret),
+            "a fact's text in the daemon's log:\n{log}"
+        );
+    }
+    d.stop().await;
+}

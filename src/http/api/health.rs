@@ -33,10 +33,14 @@ pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: Header
             format!("rebuilding (recall reads the database meanwhile): {why}")
         }
     };
+    // Recall by meaning: its server away means keyword recall only, until it answers.
+    let embeddings = s.memory.as_ref().and_then(LongTerm::meaning);
+    let meaning_away = s.memory.as_ref().and_then(LongTerm::meaning_trouble);
     // The mailbox comes back by itself; meanwhile mail waits there, nothing is lost.
     let inbox = s.inbox.health();
     let degraded = reading.fault.is_some()
         || index_trouble.is_some()
+        || meaning_away.is_some()
         || matches!(inbox, crate::inbox::Health::Down { .. });
     Ok(Json(json!({
         "status": if degraded { "degraded" } else { "ok" },
@@ -47,6 +51,8 @@ pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: Header
         // With the database unreachable the count is unknown: null, and health still answers.
         "pending": reading.pending,
         "memory": s.memory.is_some(),
+        // null: recall by keyword only (no memory.embeddings).
+        "embeddings": embeddings,
         "inbox": inbox.word(),
         "sandbox": sandbox_health(s.agent.settings().tools.sandbox),
     }))

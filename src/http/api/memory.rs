@@ -34,7 +34,8 @@ pub(crate) async fn search_memory(State(s): State<ApiState>, Query(q): Query<Sea
         .iter()
         .map(|r| {
             json!({"id": r.fact.id, "text": r.fact.text, "tags": r.fact.tags,
-                   "score": r.score, "created_at": r.fact.created_at})
+                   "score": r.score, "keyword_rank": r.keyword_rank,
+                   "similarity": r.similarity, "created_at": r.fact.created_at})
         })
         .collect();
     Ok(Json(json!({ "facts": facts })).into_response())

@@ -8,7 +8,7 @@ use super::guard::{Back, CsrfForm, PageQuery, encode, see_other};
 use super::layout::{Ctx, PageError, PageResult, render, when};
 use crate::http::extract::Id;
 use crate::http::{ApiError, ApiState};
-use crate::memory::LongTerm;
+use crate::memory::{LongTerm, Recalled, ServerState};
 use crate::store::Fact;
 use axum::extract::State;
 use axum::response::IntoResponse;
@@ -38,7 +38,7 @@ pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<SearchQuery>) -> PageResult 
     let s = &ctx.state;
     let mem = memory(s)?;
     let query = q.q.trim();
-    let found: Vec<(Fact, Option<f32>)> = if query.is_empty() {
+    let found: Vec<(Fact, Option<Recalled>)> = if query.is_empty() {
         let mut all = s.agent.store().all_facts().await?;
         all.sort_by_key(|f| std::cmp::Reverse(f.updated_at));
         all.into_iter().take(SHOWN).map(|f| (f, None)).collect()
@@ -47,9 +47,11 @@ pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<SearchQuery>) -> PageResult 
             .await
             .map_err(ApiError::internal)?
             .into_iter()
-            .map(|r| (r.fact, Some(r.score)))
+            .map(|r| (r.fact.clone(), Some(r)))
             .collect()
     };
+    // Recall by meaning's state, said where the results are: away means keyword only.
+    let meaning = mem.meaning();
     let tz = ctx.tz();
     let body = html! {
         (flash(q.done.as_deref()))
@@ -59,6 +61,19 @@ pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<SearchQuery>) -> PageResult 
                 input #m-q type="search" name="q" value=(q.q) placeholder="words (any language)";
             }
             button type="submit" { "Search" }
+        }
+        @if let Some(m) = &meaning {
+            p.muted #meaning {
+                "Recall by meaning: " (m.model) " · " (m.vectors) " facts embedded · "
+                @match m.server {
+                    ServerState::Ok => "its server answers",
+                    ServerState::Starting => "its server not asked yet",
+                    ServerState::Away => {
+                        "its server is away, so recall is by words only: "
+                        (m.reason.as_deref().unwrap_or(""))
+                    }
+                }
+            }
         }
         h2 { @if query.is_empty() { "Most recent facts" } @else { "Found" } }
         @if found.is_empty() {
@@ -70,7 +85,15 @@ pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<SearchQuery>) -> PageResult 
                     p.muted {
                         @for t in &f.tags { span.tag { (t) } " " }
                         "from " (f.source) " · " (when(f.updated_at, tz))
-                        @if let Some(sc) = score { " · score " (format!("{sc:.2}")) }
+                        @if let Some(r) = score {
+                            " · score " (format!("{:.3}", r.score))
+                            @if meaning.is_some() {
+                                span.parts {
+                                    " · by words " (r.keyword_rank.map_or("—".to_string(), |k| format!("#{k}")))
+                                    " · by meaning " (r.similarity.map_or("—".to_string(), |v| format!("{v:.2}")))
+                                }
+                            }
+                        }
                     }
                     form.inline method="post" action={"/memory/" (f.id) "/forget"} {
                         (ctx.csrf())

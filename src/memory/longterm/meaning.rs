@@ -62,8 +62,20 @@ pub struct MeaningStatus {
     pub vectors: usize,
     /// What they take in memory, ids included.
     pub bytes: usize,
-    /// `ok`, `starting` or `away: why` (recall by keyword meanwhile).
-    pub server: String,
+    pub server: ServerState,
+    /// Why the server is away (no fact text in it); `None` otherwise.
+    pub reason: Option<String>,
+}
+
+/// The embedding server as recall sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerState {
+    /// Not heard from yet.
+    Starting,
+    Ok,
+    /// It failed last time: recall is by keyword until it answers again.
+    Away,
 }
 
 pub(crate) struct Meaning {
@@ -122,9 +134,13 @@ impl Meaning {
             vectors: len,
             bytes,
             server: match self.server() {
-                Server::Unknown => "starting".into(),
-                Server::Up => "ok".into(),
-                Server::Away(why) => format!("away (recall by keyword meanwhile): {why}"),
+                Server::Unknown => ServerState::Starting,
+                Server::Up => ServerState::Ok,
+                Server::Away(_) => ServerState::Away,
+            },
+            reason: match self.server() {
+                Server::Away(why) => Some(why),
+                Server::Unknown | Server::Up => None,
             },
         }
     }

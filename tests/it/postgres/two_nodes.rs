@@ -259,3 +259,66 @@ async fn a_session_outlives_a_restart_of_the_daemon() {
     assert_ne!(stored, value);
     d.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_recall_the_same_facts_by_meaning_and_a_forgotten_one_on_neither() {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let embed = crate::meaning::EmbedServer::start(&[]);
+    let db = fresh_database().await;
+    let url = cluster::cluster().url(&db);
+    let (site_a, site_b) = (
+        node(&model.base_url(), &url, &[]),
+        node(&model.base_url(), &url, &[]),
+    );
+    crate::meaning::with_embeddings(&site_a, &embed.base_url);
+    crate::meaning::with_embeddings(&site_b, &embed.base_url);
+    let mut a = site_a.start(&[]);
+    a.ready().await;
+    let mut b = site_b.start(&[]);
+    b.ready().await;
+    let mut ids = Vec::new();
+    for text in ["My car is a red Volvo", "Emma is allergic to peanuts"] {
+        let (status, added) = a.post("/v1/memory", json!({ "text": text })).await;
+        assert_eq!(status, StatusCode::CREATED, "{added}");
+        ids.push(added["id"].as_str().expect("an id").to_string());
+    }
+    let q = "what colour is my automobile?";
+    let on_a = crate::meaning::found_by_meaning(&a, q).await;
+    let on_b = crate::meaning::found_by_meaning(&b, q).await;
+    assert_eq!(on_a["id"], ids[0].as_str());
+    assert_eq!(
+        on_b["id"], on_a["id"],
+        "the same fact by meaning on both nodes"
+    );
+    assert_eq!(
+        on_b["similarity"], on_a["similarity"],
+        "from the same vector"
+    );
+    // One vector a fact, whichever node made it.
+    let rows = super::psql(&db, "SELECT COUNT(*) FROM fact_vectors").await;
+    assert_eq!(rows.trim(), "2");
+
+    // Forgotten through b: a stops finding it by meaning too.
+    let (status, v) = b
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/v1/memory/{}", ids[0]),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{v}");
+    let deadline = Instant::now() + SPREAD;
+    loop {
+        let got = recalled(&a, "what%20colour%20is%20my%20automobile").await;
+        if !got.contains(&ids[0]) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a still recalls the forgotten fact: {got:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    a.stop().await;
+    b.stop().await;
+}
