@@ -607,3 +607,62 @@ async fn the_daemon_recalls_by_meaning_through_the_api_the_cli_and_healthz_says_
     }
     d.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_the_server_refuses_is_cut_until_taken_and_a_fact_refused_even_so_is_recorded() {
+    let server = EmbedServer::start(&["--max-chars", "300"]);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).await.unwrap();
+    let memory = open(
+        dir.path(),
+        &store,
+        Some(&settings(&server.base_url, "wordllama-256")),
+    )
+    .await;
+    let long = "My car is a red Volvo, bought used in Leeds in 2019. ".repeat(30);
+    assert!(long.chars().count() > 1500);
+    memory.remember(&long, &[], "test").await.unwrap();
+    memory
+        .remember("Emma is allergic to peanuts", &[], "test")
+        .await
+        .unwrap();
+    assert_eq!(memory.embed_all(|_, _| {}).await.unwrap(), 2);
+    let model = VectorModel {
+        model: "wordllama-256".into(),
+        dims: 256,
+    };
+    let counts = store.vector_counts(&model).await.unwrap();
+    assert_eq!((counts.embedded, counts.refused), (2, 0));
+    let found = memory
+        .recall("what colour is my automobile?", 1)
+        .await
+        .unwrap();
+    assert!(found[0].fact.text.starts_with("My car"), "{found:?}");
+    drop(memory);
+    drop(server);
+
+    // A server that takes almost nothing: the fact is recorded as refused, not sent again,
+    // and still found by its words.
+    let tiny = EmbedServer::start(&["--max-chars", "10"]);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).await.unwrap();
+    let memory = open(
+        dir.path(),
+        &store,
+        Some(&settings(&tiny.base_url, "wordllama-256")),
+    )
+    .await;
+    memory
+        .remember("My car is a red Volvo", &[], "test")
+        .await
+        .unwrap();
+    assert_eq!(memory.embed_all(|_, _| {}).await.unwrap(), 1);
+    let counts = store.vector_counts(&model).await.unwrap();
+    assert_eq!((counts.embedded, counts.refused), (0, 1));
+    assert_eq!(
+        memory.embed_all(|_, _| {}).await.unwrap(),
+        0,
+        "not asked again"
+    );
+    assert_eq!(memory.recall("Volvo", 3).await.unwrap().len(), 1);
+}

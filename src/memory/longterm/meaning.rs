@@ -32,7 +32,7 @@ const IDLE_EVERY: Duration = Duration::from_secs(60);
 /// Vector rows loaded at a time into memory.
 const LOAD_BATCH: i64 = 1024;
 /// What the worker sends to learn the server's dimensions (and that it answers).
-const PROBE: &str = "dimension probe";
+const PROBE: &str = "hello";
 /// Above this many vectors a search runs on the blocking pool rather than an async thread.
 const SEARCH_INLINE_MAX: usize = 4096;
 
