@@ -22,7 +22,9 @@ fn output(out: &std::process::Output) -> (String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sqlite_data_dir_moves_to_an_empty_postgres_database_and_a_daemon_carries_on_there() {
     let model = ScriptedModel::start_with(echo_model).await;
+    let embed = crate::meaning::EmbedServer::start(&[]);
     let site = Site::new(&model.base_url(), &[], &[]);
+    crate::meaning::with_embeddings(&site, &embed.base_url);
     let mut d = site.start(&[]);
     d.ready().await;
     let task = d.submit("what is 6 * 7?").await;
@@ -43,6 +45,8 @@ async fn a_sqlite_data_dir_moves_to_an_empty_postgres_database_and_a_daemon_carr
         .post("/v1/memory", json!({"text": "the user drinks oolong tea"}))
         .await;
     assert!(status.is_success(), "{fact}");
+    // Its vector, which moves with it.
+    crate::meaning::found_by_meaning(&d, "oolong tea").await;
 
     let db = super::fresh_database().await;
     let url = cluster::cluster().url(&db);
@@ -59,7 +63,14 @@ async fn a_sqlite_data_dir_moves_to_an_empty_postgres_database_and_a_daemon_carr
     let out = site.cli(&["storage", "migrate", "--to", &url], &[]);
     let (text, err) = output(&out);
     assert!(out.status.success(), "{text}{err}");
-    for table in ["tasks", "task_steps", "jobs", "job_runs", "facts"] {
+    for table in [
+        "tasks",
+        "task_steps",
+        "jobs",
+        "job_runs",
+        "facts",
+        "fact_vectors",
+    ] {
         let n = psql(&db, &format!("SELECT COUNT(*) FROM {table}")).await;
         assert_ne!(n, "0", "{table} is empty after the copy:\n{text}");
         assert!(
@@ -69,6 +80,9 @@ async fn a_sqlite_data_dir_moves_to_an_empty_postgres_database_and_a_daemon_carr
         );
     }
     assert_eq!(psql(&db, "SELECT COUNT(*) FROM tasks").await, "2");
+    // 256 dimensions, 4 bytes each, as they were.
+    let bytes = "SELECT length(vector) FROM fact_vectors";
+    assert_eq!(psql(&db, bytes).await, "1024");
     assert!(text.contains("every table's count matches"), "{text}");
     assert!(
         text.contains("storage:\n    url: postgres://hermes:${HERMES_DB_PASSWORD}@"),
@@ -130,5 +144,8 @@ async fn a_sqlite_data_dir_moves_to_an_empty_postgres_database_and_a_daemon_carr
     let (_, found) = d.get("/v1/memory?q=oolong").await;
     assert!(found.to_string().contains("oolong"), "{found}");
     d.wait_log("memory index followed another database").await;
+    // And by meaning, from the copied vector: nothing was embedded again.
+    crate::meaning::found_by_meaning(&d, "oolong tea").await;
+    assert_eq!(psql(&db, "SELECT COUNT(*) FROM fact_vectors").await, "1");
     d.stop().await;
 }
