@@ -666,3 +666,81 @@ async fn input_the_server_refuses_is_cut_until_taken_and_a_fact_refused_even_so_
     );
     assert_eq!(memory.recall("Volvo", 3).await.unwrap().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_names_an_away_embedding_server_only_to_who_has_the_token() {
+    let model =
+        hermes_agent::llm::scripted::ScriptedModel::start_with(crate::common::echo_model).await;
+    let server = EmbedServer::start(&[]);
+    let port = server
+        .base_url
+        .trim_end_matches("/v1")
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let site = crate::daemon::Site::new(&model.base_url(), &[], &["token: meaning-test-token"]);
+    with_embeddings(&site, &server.base_url);
+    let mut d = site.start(&[]).with_token("meaning-test-token");
+    d.ready().await;
+    let (status, v) = d
+        .post(
+            "/v1/memory",
+            serde_json::json!({ "text": "My car is a red Volvo" }),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{v}");
+    found_by_meaning(&d, "automobile").await;
+    // Gone: the next recall finds out.
+    drop(server);
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        d.get("/v1/memory?q=automobile").await;
+        let (_, health) = d.get("/healthz").await;
+        if health["embeddings"]["server"] == "away" {
+            assert_eq!(health["status"], "degraded", "{health}");
+            let reason = health["embeddings"]["reason"].as_str().unwrap_or_default();
+            assert!(
+                reason.contains(&format!("127.0.0.1:{port}")),
+                "with the token: {health}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "never away: {health}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let (_, health) = d.get("/healthz").await;
+        if health["embeddings"]["server"] == "away" {
+            assert_eq!(health["status"], "degraded", "{health}");
+            let reason = health["embeddings"]["reason"].as_str().unwrap_or_default();
+            assert!(
+                reason.contains(&format!("127.0.0.1:{port}")),
+                "with the token: {health}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "never away: {health}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let anonymous: serde_json::Value = http
+        .get(format!("{}/healthz", d.base()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(anonymous["status"], "degraded", "{anonymous}");
+    let reason = anonymous["embeddings"]["reason"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(reason.contains("doctor"), "{anonymous}");
+    assert!(
+        !anonymous.to_string().contains("127.0.0.1"),
+        "where, without the token: {anonymous}"
+    );
+    d.stop().await;
+}

@@ -17,13 +17,25 @@ use serde_json::json;
 pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: HeaderMap) -> ApiResult {
     let store = s.agent.store();
     let reading = store.health().await?;
+    // Recall by meaning: its server away means keyword recall only, until it answers.
+    let mut embeddings = s.memory.as_ref().and_then(LongTerm::meaning);
+    let meaning_away = s.memory.as_ref().and_then(LongTerm::meaning_trouble);
+    // Asked once (a wrong token counts against the sender), and only when there is a place
+    // to name.
+    let told =
+        (reading.fault.is_some() || meaning_away.is_some()) && knows_the_token(&s, peer, &headers);
     let storage = match reading.fault {
         None => "ok".to_string(),
-        Some(f) if knows_the_token(&s, peer, &headers) => {
-            format!("{f} at {}: {}", store.path().display(), f.hint())
-        }
+        Some(f) if told => format!("{f} at {}: {}", store.path().display(), f.hint()),
         Some(f) => format!("{f}: {}", f.hint()),
     };
+    if let Some(e) = embeddings.as_mut().filter(|e| e.reason.is_some() && !told) {
+        // The reason names the server's address.
+        e.reason = Some(
+            "the embedding server cannot be reached or failed; `hermes-agent doctor`, or /healthz with the token, says where and why"
+                .into(),
+        );
+    }
     // Facts stay saved without the index; recall reads the database until it is rebuilt.
     let index_trouble = s.memory.as_ref().and_then(LongTerm::trouble);
     let memory_index = match (&s.memory, &index_trouble) {
@@ -33,9 +45,6 @@ pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: Header
             format!("rebuilding (recall reads the database meanwhile): {why}")
         }
     };
-    // Recall by meaning: its server away means keyword recall only, until it answers.
-    let embeddings = s.memory.as_ref().and_then(LongTerm::meaning);
-    let meaning_away = s.memory.as_ref().and_then(LongTerm::meaning_trouble);
     // The mailbox comes back by itself; meanwhile mail waits there, nothing is lost.
     let inbox = s.inbox.health();
     let degraded = reading.fault.is_some()
