@@ -24,6 +24,7 @@
 #      against the wheel's RECORD.
 #
 # Then: python -m llama_cpp.server --model GGUF --host 127.0.0.1 --port $PORT (default 8080)
+#       (with HERMES_LOCAL_MODEL_EMBEDDING=1 also --embedding true: it serves /v1/embeddings)
 #       --n_ctx 8192 --chat_format chatml-function-calling --model_alias smollm2
 # Its log (stderr) goes to the terminal, or with `-- CMD` to $CACHE/server.log ($HERMES_LOCAL_MODEL_LOG).
 set -euo pipefail
@@ -148,6 +149,10 @@ server_cmd=()
 set_server_cmd() {
     server_cmd=("$VENV/bin/python" -m llama_cpp.server --model "$GGUF" --host 127.0.0.1 --port "$PORT"
         --n_ctx 8192 --chat_format chatml-function-calling --model_alias "$ALIAS")
+    # /v1/embeddings as well (the recall-by-meaning protocol test; SmolLM2's vectors are weak).
+    if [ -n "${HERMES_LOCAL_MODEL_EMBEDDING:-}" ]; then
+        server_cmd+=(--embedding true)
+    fi
 }
 
 explain() {

@@ -76,7 +76,41 @@ struct Answer {
 struct Item {
     #[serde(default)]
     index: Option<usize>,
-    embedding: Vec<f64>,
+    embedding: Embedding,
+}
+
+/// One input's embedding as servers send it.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Embedding {
+    Pooled(Vec<f64>),
+    /// One vector per token: llama.cpp's answer for a model without a pooling layer (a chat
+    /// model served with `--embedding`). Averaged here, as a pooling layer would.
+    PerToken(Vec<Vec<f64>>),
+}
+
+impl Embedding {
+    /// The input's one vector; empty when there is none to make.
+    fn pooled(self) -> Vec<f64> {
+        match self {
+            Embedding::Pooled(v) => v,
+            Embedding::PerToken(tokens) => {
+                let Some(dims) = tokens.first().map(Vec::len) else {
+                    return Vec::new();
+                };
+                if tokens.iter().any(|t| t.len() != dims) {
+                    return Vec::new();
+                }
+                let mut mean = vec![0.0; dims];
+                for t in &tokens {
+                    mean.iter_mut().zip(t).for_each(|(m, x)| *m += x);
+                }
+                let n = tokens.len() as f64;
+                mean.iter_mut().for_each(|m| *m /= n);
+                mean
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Embedder {
@@ -241,10 +275,11 @@ impl Embedder {
             let Some(slot) = slots.get_mut(index) else {
                 return Err(self.bad(&format!("index {index} for {wanted} inputs")));
             };
-            if item.embedding.is_empty() || item.embedding.iter().any(|x| !x.is_finite()) {
+            let embedding = item.embedding.pooled();
+            if embedding.is_empty() || embedding.iter().any(|x| !x.is_finite()) {
                 return Err(self.bad("an empty vector, or one with a value that is not a number"));
             }
-            *slot = Some(item.embedding.iter().map(|&x| x as f32).collect());
+            *slot = Some(embedding.iter().map(|&x| x as f32).collect());
         }
         let vectors: Vec<Vec<f32>> = slots.into_iter().flatten().collect();
         if vectors.len() != wanted {
@@ -301,8 +336,24 @@ mod tests {
     fn item(index: Option<usize>, v: &[f64]) -> Item {
         Item {
             index,
-            embedding: v.to_vec(),
+            embedding: Embedding::Pooled(v.to_vec()),
         }
+    }
+
+    #[test]
+    fn per_token_vectors_are_averaged_into_one() {
+        let e = embedder();
+        let answer: Answer = serde_json::from_str(
+            r#"{"data": [{"index": 0, "embedding": [[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(e.read(answer, 1).unwrap(), vec![vec![1.0, 1.0]]);
+        let ragged: Answer =
+            serde_json::from_str(r#"{"data": [{"embedding": [[1.0], [1.0, 2.0]]}]}"#).unwrap();
+        assert!(matches!(
+            e.read(ragged, 1),
+            Err(EmbedError::BadAnswer { .. })
+        ));
     }
 
     #[test]

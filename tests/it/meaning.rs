@@ -744,3 +744,65 @@ async fn healthz_names_an_away_embedding_server_only_to_who_has_the_token() {
     );
     d.stop().await;
 }
+
+/// llama-cpp-python's own `/v1/embeddings`, once, for the protocol (SmolLM2 is no embedding
+/// model, so its vectors are weak: only the exchange and its bookkeeping are checked):
+///
+/// ```sh
+/// HERMES_LOCAL_MODEL_EMBEDDING=1 scripts/local-model.sh -- \
+///     cargo test --test it meaning::llama_cpp -- --ignored --nocapture
+/// ```
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs HERMES_REAL_MODEL_URL from HERMES_LOCAL_MODEL_EMBEDDING=1 scripts/local-model.sh"]
+async fn llama_cpp_python_serves_the_embeddings_protocol() {
+    let url = std::env::var("HERMES_REAL_MODEL_URL").unwrap_or_default();
+    assert!(!url.trim().is_empty(), "needs HERMES_REAL_MODEL_URL");
+    let name = std::env::var("HERMES_REAL_MODEL_NAME").unwrap_or_else(|_| "smollm2".into());
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).await.unwrap();
+    let mut embeddings = settings(url.trim(), &name);
+    embeddings.timeout_s = 120;
+    embeddings.batch = 2;
+    embeddings.min_similarity = -1.0;
+    let memory = open(dir.path(), &store, Some(&embeddings)).await;
+    for f in [
+        "My car is a red Volvo",
+        "Emma is allergic to peanuts",
+        "We hike in the Alps",
+    ] {
+        memory.remember(f, &[], "test").await.unwrap();
+    }
+    let started = Instant::now();
+    assert_eq!(memory.embed_all(|_, _| {}).await.expect("embedded"), 3);
+    let status = memory.meaning().unwrap();
+    eprintln!(
+        "llama-cpp-python: 3 facts in {:?}, {status:?}",
+        started.elapsed()
+    );
+    assert_eq!(status.vectors, 3);
+    assert!(status.dims.is_some_and(|d| d >= 64), "{status:?}");
+    // A recall waits at most a second for its question's vector; a CPU model may take longer.
+    let embedder = Embedder::new(&embeddings).unwrap();
+    let asked = Instant::now();
+    embedder
+        .embed(&["automobile colour"], Duration::from_secs(60))
+        .await
+        .unwrap();
+    let took = asked.elapsed();
+    eprintln!("llama-cpp-python: one question's vector in {took:?}");
+    let found = memory.recall("automobile colour", 3).await.unwrap();
+    if took < Duration::from_millis(700) {
+        assert_eq!(
+            found.len(),
+            3,
+            "every fact, by meaning (no floor): {found:?}"
+        );
+        assert!(found.iter().all(|r| r.similarity.is_some()), "{found:?}");
+    } else {
+        assert!(
+            found.is_empty(),
+            "too slow to wait for: by keyword, none: {found:?}"
+        );
+        assert!(memory.meaning_trouble().is_some());
+    }
+}
