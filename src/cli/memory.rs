@@ -12,7 +12,6 @@ use crate::config::Config;
 use crate::memory::{LongTerm, MeaningError};
 use crate::store::{Store, StoreOptions};
 use serde_json::json;
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 pub async fn memory(backend: &dyn Backend, cmd: MemoryCmd) -> anyhow::Result<ExitCode> {
@@ -63,26 +62,22 @@ pub async fn reindex(config: &Config, embeddings: bool) -> anyhow::Result<ExitCo
     let mut bar = Progress::new();
     let done =
         LongTerm::embed_missing(store.clone(), embedder, |done, all| bar.show(done, all)).await?;
-    bar.finish();
     outln!("{done} fact(s) embedded; every fact now has a vector of the configured model");
     store.close().await;
     Ok(ExitCode::SUCCESS)
 }
 
-/// A progress bar on stderr: redrawn in place on a terminal, a line per step elsewhere.
+/// A progress bar on stderr: a line each time it grows (at most [`Progress::WIDTH`] + 1), so
+/// it reads the same in a terminal, a pipe and a log.
 struct Progress {
-    terminal: bool,
-    drawn: bool,
+    shown: Option<i64>,
 }
 
 impl Progress {
     const WIDTH: i64 = 30;
 
     fn new() -> Progress {
-        Progress {
-            terminal: std::io::stderr().is_terminal(),
-            drawn: false,
-        }
+        Progress { shown: None }
     }
 
     fn show(&mut self, done: i64, all: i64) {
@@ -91,22 +86,15 @@ impl Progress {
         } else {
             Self::WIDTH
         };
+        if self.shown == Some(filled) && done < all {
+            return;
+        }
+        self.shown = Some(filled);
         let bar = format!(
             "{}{}",
             "#".repeat(filled as usize),
             ".".repeat((Self::WIDTH - filled) as usize)
         );
-        if self.terminal {
-            eprint!("\rembedding facts [{bar}] {done}/{all}");
-        } else {
-            eprintln!("embedding facts [{bar}] {done}/{all}");
-        }
-        self.drawn = true;
-    }
-
-    fn finish(&self) {
-        if self.terminal && self.drawn {
-            eprintln!();
-        }
+        errln!("embedding facts [{bar}] {done}/{all}");
     }
 }
