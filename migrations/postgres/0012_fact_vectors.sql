@@ -15,3 +15,5 @@ CREATE TABLE fact_vectors (
     UNIQUE (fact_id, model, dims)
 );
 CREATE INDEX fact_vectors_by_model ON fact_vectors (model, dims, seq);
+-- The embedding worker walks the facts in the order they were made, from where it got to.
+CREATE INDEX facts_by_age ON facts (created_at, id);

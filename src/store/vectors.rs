@@ -7,6 +7,7 @@
 //! current model's vector of it exists.
 
 use super::{Locked, Result, Store, now, query, query_as, query_scalar};
+use chrono::{DateTime, Utc};
 
 /// Which model, at which dimensions, made a vector. A server that starts answering another
 /// dimension under the same model name is another model: its vectors do not mix with these.
@@ -25,11 +26,13 @@ pub struct StoredVector {
     pub vector: Vec<u8>,
 }
 
-/// A fact still to be embedded for a model: its id and its text.
+/// A fact still to be embedded for a model: its id, its text, and where it stands in the
+/// order facts are walked in (the cursor of the next batch).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct Unembedded {
     pub id: String,
     pub text: String,
+    pub created_at: DateTime<Utc>,
 }
 
 /// How many facts a model has a vector of, and how many it refused.
@@ -40,23 +43,34 @@ pub struct VectorCounts {
 }
 
 impl Store {
-    /// Facts `model` has no vector (nor refusal) of yet, oldest first, at most `limit`.
+    /// Facts `model` has no vector (nor refusal) of yet, oldest first, at most `limit`, after
+    /// `after` (a fact's creation time and id, as [`Unembedded`] gives them) when given: a
+    /// walk from there reads only what lies beyond it, not every fact again.
     pub async fn facts_without_vector(
         &self,
         model: &VectorModel,
+        after: Option<(DateTime<Utc>, &str)>,
         limit: i64,
     ) -> Result<Vec<Unembedded>> {
-        self.all(
-            query_as(
-                "SELECT f.id, f.text FROM facts f WHERE NOT EXISTS \
-                 (SELECT 1 FROM fact_vectors v WHERE v.fact_id = f.id AND v.model = ? AND v.dims = ?) \
-                 ORDER BY f.created_at, f.id LIMIT ?",
-            )
-            .bind(&model.model)
-            .bind(model.dims)
-            .bind(limit.max(1)),
-        )
-        .await
+        let missing = "NOT EXISTS (SELECT 1 FROM fact_vectors v \
+                       WHERE v.fact_id = f.id AND v.model = ? AND v.dims = ?)";
+        let select = match after {
+            None => format!(
+                "SELECT f.id, f.text, f.created_at FROM facts f WHERE {missing} \
+                 ORDER BY f.created_at, f.id LIMIT ?"
+            ),
+            Some(_) => format!(
+                "SELECT f.id, f.text, f.created_at FROM facts f \
+                 WHERE (f.created_at > ? OR (f.created_at = ? AND f.id > ?)) AND {missing} \
+                 ORDER BY f.created_at, f.id LIMIT ?"
+            ),
+        };
+        let mut q = query_as(select);
+        if let Some((at, id)) = after {
+            q = q.bind(at).bind(at).bind(id);
+        }
+        self.all(q.bind(&model.model).bind(model.dims).bind(limit.max(1)))
+            .await
     }
 
     /// Store `model`'s vectors of these facts (bytes; empty for a refusal), skipping a fact
@@ -158,6 +172,15 @@ impl Store {
         .await
     }
 
+    /// The newest fact's creation time and id: where a walk in age order ends.
+    pub async fn newest_fact(&self) -> Result<Option<(DateTime<Utc>, String)>> {
+        Ok(
+            query_as("SELECT created_at, id FROM facts ORDER BY created_at DESC, id DESC LIMIT 1")
+                .fetch_optional(self)
+                .await?,
+        )
+    }
+
     /// Every vector row, any model (tests and `doctor`).
     pub async fn vector_rows(&self) -> Result<i64> {
         self.count("SELECT COUNT(*) FROM fact_vectors").await
@@ -188,9 +211,16 @@ mod tests {
                 .await
                 .unwrap();
             let old = wl(4);
-            let missing = store.facts_without_vector(&old, 10).await.unwrap();
+            let missing = store.facts_without_vector(&old, None, 10).await.unwrap();
             assert_eq!(missing.len(), 2);
             assert_eq!(missing[0].id, a.id, "oldest first");
+            let first = (missing[0].created_at, missing[0].id.as_str());
+            let rest = store
+                .facts_without_vector(&old, Some(first), 10)
+                .await
+                .unwrap();
+            assert_eq!(rest.len(), 1, "after the cursor");
+            assert_eq!(rest[0].id, b.id);
             let both = [(a.id.clone(), vec![1; 16]), (b.id.clone(), vec![2; 16])];
             assert_eq!(store.put_fact_vectors(&old, &both).await.unwrap(), 2);
             // Written twice (two nodes at once): the second is skipped.
@@ -198,7 +228,7 @@ mod tests {
             assert_eq!(store.put_fact_vectors(&old, &again).await.unwrap(), 0);
             assert!(
                 store
-                    .facts_without_vector(&old, 10)
+                    .facts_without_vector(&old, None, 10)
                     .await
                     .unwrap()
                     .is_empty()
@@ -208,7 +238,14 @@ mod tests {
             // A new dimension is a new model: nothing of the old is deleted before its
             // replacement exists.
             let new = wl(2);
-            assert_eq!(store.facts_without_vector(&new, 10).await.unwrap().len(), 2);
+            assert_eq!(
+                store
+                    .facts_without_vector(&new, None, 10)
+                    .await
+                    .unwrap()
+                    .len(),
+                2
+            );
             let one = [(a.id.clone(), vec![3; 8])];
             store.put_fact_vectors(&new, &one).await.unwrap();
             assert_eq!(store.prune_replaced_vectors(&new).await.unwrap(), 1);

@@ -15,7 +15,8 @@
 
 use super::vectors::{self, VectorSet};
 use crate::llm::{EmbedError, Embedder};
-use crate::store::{Store, StoreError, VectorCounts, VectorModel};
+use crate::store::{Store, StoreError, VectorModel};
+use chrono::{DateTime, Utc};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -35,6 +36,9 @@ const LOAD_BATCH: i64 = 1024;
 const PROBE: &str = "hello";
 /// Above this many vectors a search runs on the blocking pool rather than an async thread.
 const SEARCH_INLINE_MAX: usize = 4096;
+/// After a wake, how long the worker waits for more facts to come before it embeds: facts
+/// remembered in a burst go in one request (and one write), not one each.
+const GATHER: Duration = Duration::from_millis(250);
 
 /// What is known of the embedding server.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,9 +53,14 @@ pub(crate) enum Server {
 
 /// What the worker did in one step.
 enum Step {
-    Embedded,
+    /// Stored this many facts' vectors (or refusals).
+    Embedded(usize),
     NothingToDo,
 }
+
+/// Where the worker's walk through the facts got to, for one model: the last fact it
+/// embedded, or the newest fact when a walk from the start found nothing to do.
+type Cursor = (VectorModel, DateTime<Utc>, String);
 
 /// The state `/healthz`, `doctor` and the dashboard show.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -85,6 +94,10 @@ pub(crate) struct Meaning {
     set: RwLock<VectorSet>,
     server: Mutex<Server>,
     wake: tokio::sync::Notify,
+    cursor: Mutex<Option<Cursor>>,
+    /// Another model's vectors may wait to be deleted once replaced: looked at when a walk
+    /// has nothing left to do (at open, and after a model change).
+    prune_due: std::sync::atomic::AtomicBool,
 }
 
 impl Meaning {
@@ -109,6 +122,8 @@ impl Meaning {
             min_similarity,
             server: Mutex::new(Server::Unknown),
             wake: tokio::sync::Notify::new(),
+            cursor: Mutex::new(None),
+            prune_due: std::sync::atomic::AtomicBool::new(true),
         });
         meaning.load().await?;
         Ok(meaning)
@@ -225,6 +240,8 @@ impl Meaning {
             "embedding model changed; facts are embedded again in the background, and recall by meaning uses the new vectors as they come (the old ones are kept until replaced)"
         );
         *crate::util::write(&self.set) = VectorSet::for_model(model);
+        self.prune_due
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.load().await.map(|_| ())
     }
 
@@ -282,10 +299,14 @@ impl Meaning {
     /// retried with backoff. Until `stop`.
     pub(crate) async fn run(self: Arc<Self>, stop: CancellationToken) {
         let mut failures: u32 = 0;
+        // From the start at first and after each quiet spell: facts another process wrote,
+        // or older than where the walk got to, are found then.
+        let mut from_start = true;
         loop {
-            let wait = match self.step().await {
-                Ok(Step::Embedded) => {
+            let wait = match self.step(from_start).await {
+                Ok(Step::Embedded(_)) => {
                     failures = 0;
+                    from_start = false;
                     continue;
                 }
                 Ok(Step::NothingToDo) => {
@@ -301,40 +322,66 @@ impl Meaning {
                     wait
                 }
             };
-            tokio::select! {
+            from_start = tokio::select! {
                 biased;
                 _ = stop.cancelled() => return,
-                _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(wait) => {}
-            }
-            if stop.is_cancelled() {
-                return;
-            }
+                _ = self.wake.notified() => {
+                    tokio::select! {
+                        biased;
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(GATHER) => {}
+                    }
+                    false
+                }
+                _ = tokio::time::sleep(wait) => true,
+            };
         }
     }
 
     /// One batch: learn the model's dimensions if they are not known to be current, embed the
-    /// oldest facts without a vector, store the vectors and load them.
-    async fn step(&self) -> Result<Step, Worker> {
+    /// oldest facts without a vector (after where the walk got to, unless `from_start`), store
+    /// the vectors and load them.
+    async fn step(&self, from_start: bool) -> Result<Step, Worker> {
         let model = match (self.server(), self.model()) {
             (Server::Up, Some(model)) => model,
             _ => self.probe().await?,
         };
         self.load().await?;
+        let after = match crate::util::lock(&self.cursor).clone() {
+            Some((m, at, id)) if m == model && !from_start => Some((at, id)),
+            _ => None,
+        };
+        let batch = i64::try_from(self.embedder.batch()).unwrap_or(64);
         let todo = self
             .store
-            .facts_without_vector(&model, self.embedder.batch() as i64)
+            .facts_without_vector(
+                &model,
+                after.as_ref().map(|(at, id)| (*at, id.as_str())),
+                batch,
+            )
             .await?;
-        if todo.is_empty() {
-            let pruned = self.store.prune_replaced_vectors(&model).await?;
-            if pruned > 0 {
-                tracing::info!(
-                    rows = pruned,
-                    "deleted fact vectors of an earlier embedding model, all replaced"
-                );
+        let Some(last) = todo.last() else {
+            if after.is_none() {
+                // Nothing older is missing: later walks start from the newest fact.
+                let newest = self.store.newest_fact().await?;
+                *crate::util::lock(&self.cursor) = newest.map(|(at, id)| (model.clone(), at, id));
+            }
+            if after.is_none()
+                || self
+                    .prune_due
+                    .swap(false, std::sync::atomic::Ordering::SeqCst)
+            {
+                let pruned = self.store.prune_replaced_vectors(&model).await?;
+                if pruned > 0 {
+                    tracing::info!(
+                        rows = pruned,
+                        "deleted fact vectors of an earlier embedding model, all replaced"
+                    );
+                }
             }
             return Ok(Step::NothingToDo);
-        }
+        };
+        let next = (model.clone(), last.created_at, last.id.clone());
         let texts: Vec<&str> = todo.iter().map(|f| f.text.as_str()).collect();
         let made = match self.embedder.embed(&texts, self.embedder.timeout()).await {
             Ok(made) => made,
@@ -350,7 +397,7 @@ impl Meaning {
         {
             // The server changed model under the same name between two requests.
             self.heard(Server::Unknown);
-            return Ok(Step::Embedded);
+            return Ok(Step::Embedded(0));
         }
         self.heard(Server::Up);
         let rows: Vec<(String, Vec<u8>)> = todo
@@ -359,8 +406,9 @@ impl Meaning {
             .map(|(f, v)| (f.id.clone(), vectors::encode(v)))
             .collect();
         self.store.put_fact_vectors(&model, &rows).await?;
+        *crate::util::lock(&self.cursor) = Some(next);
         self.load().await?;
-        Ok(Step::Embedded)
+        Ok(Step::Embedded(rows.len()))
     }
 
     /// A batch the server refused, fact by fact, each cut shorter while it is refused; a fact
@@ -409,29 +457,22 @@ impl Meaning {
         mut progress: impl FnMut(i64, i64),
     ) -> Result<i64, MeaningError> {
         let model = self.probe().await.map_err(|e| self.explain(e))?;
-        let left = self.store.fact_count().await?
-            - self
-                .store
-                .vector_counts(&model)
-                .await
-                .map(|c: VectorCounts| c.embedded + c.refused)?;
-        let all = left.max(0);
-        let mut done = 0;
+        let counts = self.store.vector_counts(&model).await?;
+        let all = (self.store.fact_count().await? - counts.embedded - counts.refused).max(0);
+        let mut done: i64 = 0;
         progress(done, all);
+        let mut from_start = true;
         loop {
-            match self.step().await.map_err(|e| self.explain(e))? {
-                Step::Embedded => {
-                    done = (all - self.left(&model).await?).max(done);
-                    progress(done, all);
+            match self.step(from_start).await.map_err(|e| self.explain(e))? {
+                Step::Embedded(n) => {
+                    done += i64::try_from(n).unwrap_or(0);
+                    // Facts remembered meanwhile count too.
+                    progress(done, all.max(done));
+                    from_start = false;
                 }
                 Step::NothingToDo => return Ok(done),
             }
         }
-    }
-
-    async fn left(&self, model: &VectorModel) -> Result<i64, StoreError> {
-        let counts = self.store.vector_counts(model).await?;
-        Ok(self.store.fact_count().await? - counts.embedded - counts.refused)
     }
 
     fn explain(&self, e: Worker) -> MeaningError {

@@ -164,17 +164,45 @@ impl VectorSet {
 }
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {
-    // Eight lanes summed apart: the compiler keeps them in vector registers, and the sum is
-    // the same whatever the machine (no reassociation left to the optimiser).
-    let mut lanes = [0f32; 8];
-    let (a8, a_rest) = a.split_at(a.len() - a.len() % 8);
-    let (b8, b_rest) = b.split_at(a8.len());
-    for (x, y) in a8.chunks_exact(8).zip(b8.chunks_exact(8)) {
-        for ((lane, x), y) in lanes.iter_mut().zip(x).zip(y) {
-            *lane += x * y;
-        }
+    #[cfg(target_arch = "x86_64")]
+    {
+        dot_sse2(a, b)
     }
-    let tail: f32 = a_rest.iter().zip(b_rest).map(|(x, y)| x * y).sum();
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        a.iter().zip(b).map(|(x, y)| x * y).sum()
+    }
+}
+
+/// The dot product four lanes at a time. The release profile's `opt-level = "s"` leaves this
+/// loop scalar (LLVM vectorises loops only at 2 and above): 33.5 ms for 100k vectors of 256
+/// dimensions as plain code, 18.1 ms like this (BENCHMARKS.md §17).
+#[cfg(target_arch = "x86_64")]
+fn dot_sse2(a: &[f32], b: &[f32]) -> f32 {
+    use std::arch::x86_64::{_mm_add_ps, _mm_loadu_ps, _mm_mul_ps, _mm_setzero_ps, _mm_storeu_ps};
+    let n = a.len().min(b.len());
+    let whole = n - n % 8;
+    let (a8, b8) = (&a[..whole], &b[..whole]);
+    let mut lanes = [0f32; 4];
+    // SAFETY: SSE2 is in every x86_64 CPU (the target's baseline), and each unaligned load
+    // reads 4 floats at offset 0 or 4 of a chunk of exactly 8.
+    unsafe {
+        let (mut low, mut high) = (_mm_setzero_ps(), _mm_setzero_ps());
+        for (x, y) in a8.chunks_exact(8).zip(b8.chunks_exact(8)) {
+            let (x, y) = (x.as_ptr(), y.as_ptr());
+            low = _mm_add_ps(low, _mm_mul_ps(_mm_loadu_ps(x), _mm_loadu_ps(y)));
+            high = _mm_add_ps(
+                high,
+                _mm_mul_ps(_mm_loadu_ps(x.add(4)), _mm_loadu_ps(y.add(4))),
+            );
+        }
+        _mm_storeu_ps(lanes.as_mut_ptr(), _mm_add_ps(low, high));
+    }
+    let tail: f32 = a[whole..n]
+        .iter()
+        .zip(&b[whole..n])
+        .map(|(x, y)| x * y)
+        .sum();
     lanes.iter().sum::<f32>() + tail
 }
 
