@@ -274,6 +274,7 @@ pub(crate) const EXIT_CONFIG: u8 = 2;
 
 /// Parse the process arguments and run the command.
 pub fn main() -> ExitCode {
+    crate::util::tune_allocator();
     let cli = Cli::parse();
     // The daemon logs its work; one-shot commands print their own output and only warn.
     // rmcp narrates every MCP session at info; the daemon says what matters itself.
