@@ -7,6 +7,7 @@
 //! environment variables (the entry layer passes the CLI's values in through [`Sources`]).
 //! Must not: open databases, talk to the network, or hold runtime state.
 
+mod embeddings;
 mod inbox;
 mod locate;
 pub mod sandbox;
@@ -14,6 +15,7 @@ mod settings;
 mod validate;
 pub mod zone;
 
+pub use embeddings::EmbeddingSettings;
 pub use inbox::*;
 pub(crate) use locate::line_of_key;
 pub use settings::*;
