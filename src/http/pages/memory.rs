@@ -58,7 +58,7 @@ pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<SearchQuery>) -> PageResult 
         form.filters method="get" action="/memory" role="search" {
             div.field.grow {
                 label for="m-q" { "Search facts" }
-                input #m-q type="search" name="q" value=(q.q) placeholder="words (any language)";
+                input #m-q type="search" name="q" value=(q.q) placeholder=(if meaning.is_some() { "words or a question (any language)" } else { "words (any language)" });
             }
             button type="submit" { "Search" }
         }
