@@ -44,22 +44,20 @@ pub(crate) fn find_cause<'a, T: std::error::Error + 'static>(
     None
 }
 
-/// Makes glibc's allocator give memory back. By default a freed block raises the size from
-/// which blocks are mapped on their own (up to 32 MiB), so the next large buffers — tantivy's
-/// 15 MB indexing arena for each remembered fact, an embedding answer — come from a heap that
-/// keeps them, and each thread gets an arena of its own: a daemon idle after 1,000 facts
-/// remembered held 74 MiB (126 MiB with recall by meaning) where a restarted one holds 23
-/// (BENCHMARKS.md §17). A fixed threshold maps every block of 1 MiB or more and unmaps it on
-/// free, and two arenas serve every thread. Once, at start, before any thread exists.
+/// Makes glibc's allocator give large blocks back. By default a freed block raises the size
+/// from which blocks are mapped on their own (up to 32 MiB), so the next large buffers —
+/// tantivy's 15 MB indexing arena for each remembered fact, an embedding answer — come from
+/// heaps that keep them: a daemon idle after 1,000 facts remembered held 83 MiB where a
+/// restarted one holds 22. A fixed threshold maps every block of 1 MiB or more and unmaps it
+/// on free: 29 MiB (BENCHMARKS.md §17). Fewer arenas would keep less still, but two cost 12 %
+/// of the pool's throughput at C = 100. Once, at start, before any thread exists.
 pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         const MMAP_FROM_BYTES: libc::c_int = 1 << 20;
-        const ARENAS: libc::c_int = 2;
         // SAFETY: mallopt takes two integers; called before any other thread runs.
         unsafe {
             libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_FROM_BYTES);
-            libc::mallopt(libc::M_ARENA_MAX, ARENAS);
         }
     }
 }
