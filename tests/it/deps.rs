@@ -4,8 +4,9 @@
 //! `scripts/embed-server.py` (`scripts/ci/embed-deps.sh`, there too), Debian's chromium and
 //! chromium-driver (`scripts/ci/browser-deps.sh`, with apt-get as root), Debian's
 //! dovecot-imapd (`scripts/ci/imap-deps.sh`, likewise), Debian's prometheus
-//! (`scripts/ci/prometheus-deps.sh`, likewise) and Debian's PostgreSQL
-//! (`scripts/ci/postgres-deps.sh`, likewise; see [`postgres`]).
+//! (`scripts/ci/prometheus-deps.sh`, likewise), Debian's PostgreSQL
+//! (`scripts/ci/postgres-deps.sh`, likewise; see [`postgres`]) and a real Matrix homeserver,
+//! Synapse from PyPI (`scripts/ci/synapse-deps.sh`, under `target/test-deps`; see [`synapse`]).
 //!
 //! Each is installed once: the first test to ask installs while the others in this process wait
 //! (a `OnceLock`), and a file lock in `target/test-deps` keeps other processes (a second
@@ -27,6 +28,7 @@ const EMBED_SCRIPT: &str = "scripts/ci/embed-deps.sh";
 const BROWSER_SCRIPT: &str = "scripts/ci/browser-deps.sh";
 const IMAP_SCRIPT: &str = "scripts/ci/imap-deps.sh";
 const PROMETHEUS_SCRIPT: &str = "scripts/ci/prometheus-deps.sh";
+const SYNAPSE_SCRIPT: &str = "scripts/ci/synapse-deps.sh";
 
 fn test_deps() -> PathBuf {
     Path::new(ROOT).join("target/test-deps")
@@ -226,6 +228,92 @@ fn install_embed() -> Result<Embed, String> {
              output is above): {by_hand}"
         )),
         Err(e) => Err(format!("cannot run `bash {EMBED_SCRIPT}`: {e}; {by_hand}")),
+    }
+}
+
+/// Synapse, the Matrix homeserver the Matrix channel's tests run a fresh instance of each
+/// (`tests/it/matrix/server.rs`): the venv's Python, which runs `synapse.app.homeserver`, and
+/// `register_new_matrix_user`, which makes users through the shared-secret admin API.
+#[derive(Clone)]
+pub struct Synapse {
+    pub python: PathBuf,
+    pub register: PathBuf,
+}
+
+impl Synapse {
+    fn at(root: &Path) -> Synapse {
+        Synapse {
+            python: root.join("synapse-venv/bin/python"),
+            register: root.join("synapse-venv/bin/register_new_matrix_user"),
+        }
+    }
+
+    fn all_there(&self) -> bool {
+        [&self.python, &self.register].iter().all(|p| p.exists())
+    }
+}
+
+/// Synapse, installed first if it is not (or the script changed since). The install takes a
+/// minute and blocks: call it off the runtime's threads (`spawn_blocking`) when a test has
+/// something running there already.
+pub fn synapse() -> &'static Synapse {
+    static SYNAPSE: OnceLock<Result<Synapse, String>> = OnceLock::new();
+    match SYNAPSE.get_or_init(install_synapse) {
+        Ok(d) => d,
+        Err(why) => panic!("{why}"),
+    }
+}
+
+fn install_synapse() -> Result<Synapse, String> {
+    let root = test_deps();
+    let d = Synapse::at(&root);
+    let stale = || {
+        deps_stale(
+            d.all_there(),
+            modified(&root.join("synapse-deps.ok")),
+            modified(&Path::new(ROOT).join(SYNAPSE_SCRIPT)),
+        )
+    };
+    if stale().is_none() {
+        return Ok(d);
+    }
+    let _lock = lock("synapse", "Synapse")?;
+    // Another process may have installed it while this one waited.
+    let why = match stale() {
+        None => return Ok(d),
+        Some(Stale::Missing) => "it is not installed yet: installing it now, once,",
+        Some(Stale::ScriptChanged) => {
+            "the install script changed since its last run: running it again"
+        }
+    };
+    say(&format!(
+        "the Matrix tests need a real Matrix homeserver (Synapse, matrix-synapse from PyPI); \
+         {why} under {} by `bash {SYNAPSE_SCRIPT}` (about a minute; needs python3 with venv, \
+         and the network). To do it by hand: bash {SYNAPSE_SCRIPT}",
+        root.display()
+    ));
+    let started = Instant::now();
+    let status = run_script(&["bash", SYNAPSE_SCRIPT]);
+    let by_hand = format!(
+        "run `bash {SYNAPSE_SCRIPT}` in {ROOT} and fix what it reports (it needs python3 3.10+ \
+         with venv, and access to PyPI), then run the tests again; or skip the Matrix tests \
+         with `--skip matrix::`"
+    );
+    match status {
+        Ok(s) if s.success() && d.all_there() => {
+            say(&format!(
+                "Synapse ready after {} s",
+                started.elapsed().as_secs()
+            ));
+            Ok(d)
+        }
+        Ok(s) => Err(format!(
+            "installing Synapse failed (`bash {SYNAPSE_SCRIPT}` ended with {s}; its output is \
+             above): {by_hand}"
+        )),
+        Err(e) => Err(format!(
+            "cannot run `bash {SYNAPSE_SCRIPT}`: {e}; {by_hand}"
+        )),
     }
 }
 
