@@ -62,8 +62,11 @@ pub struct App {
     /// The MCP servers of `mcp.servers`, whose tools join the registry once started
     /// (`serve` and `run` start them; commands that run no task do not).
     pub mcp: McpManager,
-    /// The mailbox of `inbox.email` (off without it); the daemon starts it.
+    /// The inbox of every channel (off without `inbox.email` and `channels.matrix`); the
+    /// daemon starts it.
     pub inbox: Inbox,
+    /// The Matrix account of `channels.matrix` (off without it); the daemon starts it.
+    pub matrix: crate::channels::Matrix,
     /// What the parts count, for `GET /metrics`; named by the data dir's node id.
     pub metrics: Metrics,
 }
@@ -130,7 +133,11 @@ impl App {
             .as_ref()
             .map(|e| e.allow_from.clone())
             .unwrap_or_default();
-        let mut notifier = Notifier::answering(s.notify.clone(), store.clone(), &reply_to)?;
+        // The Matrix account is built before the notifier, which sends through it; its sync
+        // loop is started by the daemon with the inbox, so neither holds the other.
+        let matrix = crate::channels::Matrix::new(s, &config.data_dir, store.clone());
+        let mut notifier =
+            Notifier::with_chat(s.notify.clone(), store.clone(), &reply_to, matrix.sender())?;
         if let Some(p) = options.notify_retry {
             notifier = notifier.with_retry(p);
         }
@@ -202,6 +209,7 @@ impl App {
             memory,
             mcp,
             inbox,
+            matrix,
             metrics,
         })
     }
@@ -225,7 +233,7 @@ impl Handoff for AppHandoff {
     }
 
     fn notices_queued(&self) {
-        self.notifier.wake(crate::notify::EMAIL);
+        self.notifier.wake_all();
     }
 
     fn resumed_next_run(&self, job: &Job) -> Option<chrono::DateTime<chrono::Utc>> {
@@ -254,9 +262,16 @@ impl Handoff for AppHandoff {
         Box::pin(futures::stream::unfold(rx, |mut rx| async move {
             loop {
                 match rx.recv().await {
-                    // Only email tasks are answered; a task whose row did not come along may be one.
+                    // Only tasks from messages are answered; a task whose row did not come along may be one.
                     Ok(ev) => match ev.task.as_deref() {
-                        Some(t) if t.origin != crate::store::Origin::Email => continue,
+                        Some(t)
+                            if !matches!(
+                                t.origin,
+                                crate::store::Origin::Email | crate::store::Origin::Matrix
+                            ) =>
+                        {
+                            continue;
+                        }
                         _ => return Some((Finished::Task(ev.id), rx)),
                     },
                     Err(RecvError::Lagged(_)) => return Some((Finished::Missed, rx)),

@@ -8,6 +8,7 @@
 
 pub mod agent;
 pub mod app;
+pub mod channels;
 pub mod cli;
 pub mod client;
 pub mod config;

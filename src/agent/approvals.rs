@@ -299,8 +299,13 @@ fn notice(a: &Approval, goal: &str, channel: &str, public_url: &str, task_id: &s
         "A task wants to run a tool that needs your approval.\n\n\
          Goal: {goal}\n\nTool: {tool}\n\nArguments:\n```\n{args}\n```\n{link}\n\
          Approve or deny on the dashboard, with `hermes-agent approvals approve {id}` / \
-         `hermes-agent approvals deny {id} --reason TEXT`, or by replying `approve` or `deny`. \
+         `hermes-agent approvals deny {id} --reason TEXT`, or by replying `approve` or `deny`{react}. \
          Unanswered, it is denied at {expires}.",
+        react = if channel.starts_with("matrix") {
+            " (or reacting ✅ / ❌)"
+        } else {
+            ""
+        },
         tool = a.tool,
         id = a.id,
         expires = a.expires_at.format("%Y-%m-%d %H:%M UTC"),

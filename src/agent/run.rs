@@ -349,8 +349,8 @@ impl Run<'_> {
         };
         // A reply by email continues what it answers: the notice goes into the first message.
         let earlier = match self.task.origin {
-            crate::store::Origin::Email => {
-                self.agent.inner.store.email_context(&self.task.id).await?
+            crate::store::Origin::Email | crate::store::Origin::Matrix => {
+                self.agent.inner.store.inbox_context(&self.task.id).await?
             }
             _ => None,
         };

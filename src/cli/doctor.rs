@@ -42,6 +42,12 @@ impl Report {
     }
 }
 
+/// `GET /healthz`'s Matrix part.
+#[derive(serde::Deserialize)]
+struct MatrixHealth {
+    matrix: Option<crate::channels::matrix::Status>,
+}
+
 /// `GET /v1/mcp`: each MCP server's status as the daemon sees it.
 #[derive(serde::Deserialize)]
 struct McpServers {
@@ -93,6 +99,23 @@ pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
         None => {
             report.print_all(doctor::mcp_probe(&config.settings, &crate::config::env_map()).await)
         }
+    }
+    // The Matrix account: with a daemon up its session and keys are the daemon's, so its
+    // status is asked for; else the session is reused (or the first login made) here.
+    match &daemon {
+        Some(d) => match d.get::<MatrixHealth>("/healthz").await {
+            Ok(h) => {
+                if let Some(status) = h.matrix {
+                    report.print_all(
+                        doctor::matrix_health(&config.settings, &status)
+                            .into_iter()
+                            .collect(),
+                    );
+                }
+            }
+            Err(e) => report.print(Check::new(Verdict::Warn, "matrix", e.to_string())),
+        },
+        None => report.print_all(doctor::matrix(&config.settings, &config.data_dir).await),
     }
     // With a daemon up, the memory index is the daemon's; open the rest only when it is not.
     if daemon.is_some() {

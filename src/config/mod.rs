@@ -7,6 +7,7 @@
 //! environment variables (the entry layer passes the CLI's values in through [`Sources`]).
 //! Must not: open databases, talk to the network, or hold runtime state.
 
+mod channels;
 mod embeddings;
 mod inbox;
 mod locate;
@@ -15,6 +16,7 @@ mod settings;
 mod validate;
 pub mod zone;
 
+pub use channels::{ChannelSettings, MatrixSettings, MatrixTarget, is_matrix_id};
 pub use embeddings::EmbeddingSettings;
 pub use inbox::*;
 pub(crate) use locate::line_of_key;

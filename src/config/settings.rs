@@ -1,6 +1,7 @@
 //! The typed settings tree. Every key is optional; `Default` is the documented default and
 //! must agree with the repository's `settings.yaml`.
 
+use super::channels::{ChannelSettings, MatrixSettings};
 use super::embeddings::EmbeddingSettings;
 use super::inbox::{ImapSettings, InboxSettings};
 use serde::{Deserialize, Serialize};
@@ -24,6 +25,8 @@ pub struct Settings {
     pub mcp: McpSettings,
     /// Mail the agent reads and acts on.
     pub inbox: InboxSettings,
+    /// Chat accounts the agent talks through (Matrix).
+    pub channels: ChannelSettings,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -196,6 +199,7 @@ debug_without_secrets! {
     EmbeddingSettings: ["api_key"];
     EmailSettings: ["password"];
     ImapSettings: ["password"];
+    MatrixSettings: ["password", "recovery_key"];
     WebhookSettings: ["secret"];
     ServerSettings: ["token"];
     McpServer: ["env", "headers"];

@@ -313,6 +313,7 @@ fn the_documented_inbox_example_is_valid_and_its_defaults_are_the_real_ones() {
     let start = shipped.find("#  email:").expect("the inbox example");
     let example: String = shipped[start..]
         .lines()
+        .take_while(|l| l.starts_with('#'))
         .map(|l| l.strip_prefix('#').unwrap_or(l))
         .filter(|l| !l.trim_start().starts_with('#'))
         .map(|l| format!("{l}\n"))
@@ -472,4 +473,97 @@ fn model_change_settings_are_checked() {
     let ok = "model:\n  identity_check_s: 0\n  on_change: hold\n  on_change_notify: [ops]\nnotify:\n  webhooks:\n    ops: {url: 'http://127.0.0.1:9/h'}\n";
     let s = parse(ok, Path::new("s.yaml"), &env(&[])).unwrap();
     assert_eq!(s.model.on_change, OnChange::Hold);
+}
+
+/// The commented-out example under `key` in settings.yaml, uncommented.
+fn shipped_example(marker: &str) -> String {
+    let shipped = include_str!("../../settings.yaml");
+    let start = shipped.find(marker).expect("the example");
+    shipped[start..]
+        .lines()
+        .take_while(|l| l.starts_with('#'))
+        .map(|l| l.strip_prefix('#').unwrap_or(l))
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+#[test]
+fn the_documented_matrix_example_is_valid_and_its_defaults_are_the_real_ones() {
+    let text = format!("channels:\n{}", shipped_example("#  matrix:"));
+    let e = env(&[
+        ("MATRIX_PASSWORD", "pw"),
+        ("MATRIX_RECOVERY_KEY", "EsT0 abcd"),
+    ]);
+    let s = parse(&text, Path::new("s.yaml"), &e).unwrap();
+    s.validate().unwrap();
+    let m = s.channels.matrix.as_ref().expect("a Matrix account");
+    assert_eq!(m.password, "pw");
+    assert_eq!(m.user, "@hermes:example.org");
+    assert_eq!(m.allow_from, ["@me:example.org"]);
+    assert_eq!(
+        m.max_tasks_per_hour,
+        crate::config::MatrixSettings::default().max_tasks_per_hour
+    );
+    assert_eq!(s.matrix_channels(), ["matrix:family", "matrix:me"]);
+    let shown = format!("{m:?}");
+    assert!(!shown.contains("pw") && !shown.contains("EsT0"), "{shown}");
+}
+
+#[test]
+fn matrix_settings_that_cannot_work_are_refused_with_their_key() {
+    let base = "channels:\n  matrix:\n    homeserver: https://m.example.org\n    user: \"@hermes:example.org\"\n";
+    let refused = [
+        (
+            "    allow_from: [me@example.org]\n",
+            "channels.matrix.allow_from",
+        ),
+        (
+            "    allow_from: [\"@hermes:example.org\"]\n",
+            "channels.matrix.allow_from",
+        ),
+        (
+            "    rooms: {me: \"@stranger:example.org\"}\n",
+            "channels.matrix.rooms.me",
+        ),
+        (
+            "    rooms: {fam: \"#alias:example.org\"}\n",
+            "channels.matrix.rooms.fam",
+        ),
+        (
+            "    rooms: {\"a b\": \"!r:example.org\"}\n",
+            "channels.matrix.rooms.a b",
+        ),
+        (
+            "    max_tasks_per_hour: 0\n",
+            "channels.matrix.max_tasks_per_hour",
+        ),
+    ];
+    for (extra, key) in refused {
+        let text = format!("{base}{extra}");
+        match parse(&text, Path::new("s.yaml"), &env(&[])) {
+            Err(ConfigError::Invalid { key: Some(k), .. }) => assert_eq!(k, key, "{extra}"),
+            other => panic!("{extra}: {other:?}"),
+        }
+    }
+    for (hs, ok) in [
+        ("http://127.0.0.1:8008", true),
+        ("http://matrix.example.org", false),
+        ("ftp://x", false),
+        ("not a url", false),
+    ] {
+        let text = format!(
+            "channels:\n  matrix:\n    homeserver: {hs}\n    user: \"@hermes:example.org\"\n"
+        );
+        assert_eq!(
+            parse(&text, Path::new("s.yaml"), &env(&[])).is_ok(),
+            ok,
+            "{hs}"
+        );
+    }
+    let text = format!(
+        "{base}    rooms: {{me: \"@me:example.org\"}}\n    allow_from: [\"@me:example.org\"]\ntools:\n  approval_notify: [matrix:me]\n"
+    );
+    let s = parse(&text, Path::new("s.yaml"), &env(&[])).unwrap();
+    s.validate().unwrap();
 }

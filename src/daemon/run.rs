@@ -135,6 +135,7 @@ struct Services {
     sender: JoinHandle<()>,
     sender_stop: CancellationToken,
     inbox: crate::inbox::Running,
+    matrix: crate::channels::matrix::Running,
 }
 
 impl Services {
@@ -169,12 +170,15 @@ impl Services {
         crate::eval::ModelWatch::new(app, &tracker, stop.clone()).spawn();
         // Mail becomes tasks for the workers started above; its answers go through the sender.
         let inbox = app.inbox.start();
+        // Matrix messages go to the inbox like mail; notices to rooms go out through the sender.
+        let matrix = app.matrix.start(app.inbox.clone(), app.metrics.clone());
         Ok(Services {
             tracker,
             stop,
             sender,
             sender_stop,
             inbox,
+            matrix,
         })
     }
 
@@ -183,6 +187,7 @@ impl Services {
         // No mail becomes a task from now on; what arrives waits in the mailbox for the next
         // start (the watermark has not passed it).
         self.inbox.stop_intake().await;
+        self.matrix.stop_intake().await;
         let grace = Duration::from_secs(app.config.settings.agent.shutdown_grace_s);
         tracing::info!(
             running = app.agent.running_count(),
@@ -221,6 +226,7 @@ impl Services {
         {
             tracing::warn!("the outbox sender did not stop in time; pending notices stay queued");
         }
+        self.matrix.stop().await;
     }
 }
 

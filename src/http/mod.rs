@@ -68,6 +68,8 @@ pub struct ApiState {
     pub mcp: crate::mcp::McpManager,
     /// The mailbox's health (`/healthz`).
     pub inbox: crate::inbox::Inbox,
+    /// The Matrix channel's health (`/healthz`, the inbox page, doctor).
+    pub matrix: crate::channels::Matrix,
     /// What the parts counted, rendered by `GET /metrics`.
     pub metrics: crate::metrics::Metrics,
 }
@@ -86,6 +88,7 @@ impl ApiState {
             logins: throttle::LoginThrottle::from_settings(&app.config.settings.server),
             mcp: app.mcp.clone(),
             inbox: app.inbox.clone(),
+            matrix: app.matrix.clone(),
             metrics: app.metrics.clone(),
         }
     }

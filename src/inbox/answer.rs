@@ -1,11 +1,13 @@
-//! After the record: a finished email task's answer queued to the person who wrote (once —
+//! After the record: a finished task's answer queued to the person who wrote, on the channel
+//! they wrote on (once —
 //! the notice and the mark that it was queued are one transaction), and a `run now` carried
 //! out. Both are looked at on every finished task, at start (a task that ended while the
 //! daemon was down; a run asked for just before a stop) and every [`RESCAN`].
 
-use super::reply::Thread;
+use super::converse::Reply;
+use super::reply::{ChatThread, Thread};
 use super::{Finished, Inner};
-use crate::store::{CommandState, InboxCommand, InboxMessage, StoreError};
+use crate::store::{Channel, CommandState, InboxCommand, InboxMessage, StoreError};
 use futures::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,7 +42,7 @@ pub(crate) async fn run(inner: Arc<Inner>, stop: CancellationToken) {
 }
 
 impl Inner {
-    /// Queue the answer of every email task that has finished and has none yet.
+    /// Queue the answer of every task from a message that has finished and has none yet.
     pub(crate) async fn answer_all(&self) {
         let done = match self.store.unanswered_inbox(BATCH).await {
             Ok(d) => d,
@@ -51,9 +53,9 @@ impl Inner {
         };
         let mut queued = false;
         for (message, task) in done {
-            let Some(thread) = self.thread_of(&message) else {
+            let Some(thread) = self.reply_of(&message) else {
                 // The sender was taken off allow_from since: no answer goes out.
-                tracing::warn!(message = message.id, sender = %message.sender, "not answering a task: its sender is no longer in inbox.email.allow_from");
+                tracing::warn!(message = message.id, channel = %message.channel, sender = %message.sender, "not answering a task: its sender is no longer in the channel's allow_from");
                 if let Err(e) = self.store.answer_inbox(message.id, None).await {
                     tracing::error!(message = message.id, error = %e, "cannot record that a task goes unanswered");
                 }
@@ -76,16 +78,35 @@ impl Inner {
         }
     }
 
-    /// Where an answer to `message` goes: its sender's entry in `allow_from`, if still there.
-    fn thread_of(&self, message: &InboxMessage) -> Option<Thread> {
-        let to = self.settings.allowed(&message.sender)?;
-        Some(Thread {
-            to: to.to_string(),
-            subject: message.subject.clone(),
-            message_id: message.message_id.clone(),
-            refs: message.refs.clone(),
-            job_id: message.job_id.clone(),
-        })
+    /// Where an answer to `message` goes, if its sender is still in its channel's
+    /// `allow_from`: by mail to that entry, or into the room and thread it came from.
+    fn reply_of(&self, message: &InboxMessage) -> Option<Reply> {
+        match message.channel {
+            Channel::Email => {
+                let to = self.settings.allowed(&message.sender)?;
+                Some(Reply::Mail(Thread {
+                    to: to.to_string(),
+                    subject: message.subject.clone(),
+                    message_id: message.message_id.clone(),
+                    refs: message.refs.clone(),
+                    job_id: message.job_id.clone(),
+                }))
+            }
+            Channel::Matrix => {
+                if !self.chat_allowed(message.channel, &message.sender) {
+                    return None;
+                }
+                Some(Reply::Chat(ChatThread {
+                    channel: crate::notify::MATRIX.to_string(),
+                    room: message.room.clone()?,
+                    root: message
+                        .thread_root
+                        .clone()
+                        .or_else(|| message.message_id.clone())?,
+                    job_id: message.job_id.clone(),
+                }))
+            }
+        }
     }
 
     /// Carry out the runs asked for and not yet started (a stop came between the record and
@@ -116,7 +137,7 @@ impl Inner {
         for row in rows {
             let detail = "The daemon stopped while it started this run, so it may not have \
                           run; the job's page lists its runs. Reply run now to ask again.";
-            let reply = self.thread_of(&row).map(|t| t.confirmation(detail, None));
+            let reply = self.reply_of(&row).map(|t| t.confirmation(detail, None));
             match self
                 .store
                 .move_inbox_command(
@@ -187,7 +208,7 @@ impl Inner {
             ),
         };
         let reply = self
-            .thread_of(&row)
+            .reply_of(&row)
             .map(|t| t.confirmation(&detail, task.as_deref()));
         self.store
             .move_inbox_command(
@@ -199,7 +220,7 @@ impl Inner {
                 reply.as_ref(),
             )
             .await?;
-        tracing::info!(message = id, job = %job_id, outcome = %to, "run asked for by mail");
+        tracing::info!(message = id, channel = %row.channel, job = %job_id, outcome = %to, "run asked for by a message");
         if reply.is_some() {
             self.handoff.notices_queued();
         }

@@ -525,7 +525,7 @@ mod tests {
         assert_eq!(visible_text(&html), None);
         assert!(started.elapsed() < std::time::Duration::from_secs(5));
         // Paragraphs and cells that are never closed are siblings, not nesting.
-        let flat = "<table>".to_string() + &"<tr><td>x<p>y".repeat(1000) + "</table>";
+        let flat = "<table>".to_string() + "<tr><td>x<p>y".repeat(1000).as_str() + "</table>";
         assert!(nesting(&flat) < 5, "{}", nesting(&flat));
     }
 

@@ -10,18 +10,15 @@
 //!   notice continues its run (`parent_id` = the run's task, the notice in the first message).
 //!   A message naming no known token is a fresh task — never an act on a job.
 
+use super::converse::{Reply, Said};
 use super::parse::{self, Inbound};
 use super::reply::{self, Thread};
 use super::{Inner, classify};
-use crate::agent::{ApprovalError, Decision};
 use crate::notify::{EMAIL, thread};
 use crate::store::{
-    ApprovalState, CommandState, IgnoreReason, InboxCommand, InboxOutcome, Job, JobChange,
-    MAX_TASK_CHARS, MailPlace, NewInboxMessage, NewTask, Notice, Origin, Recorded, StoreError,
+    Channel, IgnoreReason, InboxOutcome, MAX_TASK_CHARS, MailPlace, NewInboxMessage, Notice, Place,
+    Recorded, StoreError,
 };
-
-/// The rate limit's window.
-const RATE_WINDOW: chrono::Duration = chrono::Duration::hours(1);
 
 /// Why a message was not taken in. Nothing was recorded: it is read again on the next attempt.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +44,9 @@ impl Inner {
         let (mail, outcome) = match parse::headers(raw, size) {
             Some(m) => {
                 let mail = NewInboxMessage {
+                    channel: Channel::Email,
+                    room: None,
+                    thread_root: None,
                     message_id: m.message_id.clone(),
                     // A Message-ID is the identity when there is one; two mails that differ
                     // only in it are two mails.
@@ -55,7 +55,7 @@ impl Inner {
                     subject: crate::util::text::one_line(&m.subject, 300),
                     refs: reply::refs_of(&m.references, m.message_id.as_deref()),
                 };
-                if self.store.inbox_seen(place, &mail).await? {
+                if self.store.inbox_seen(Place::Mail(place), &mail).await? {
                     tracing::debug!(uid = place.uid, "message already recorded; skipped");
                     self.store.start_inbox_watermark(place).await?;
                     return Ok(());
@@ -76,38 +76,15 @@ impl Inner {
                 },
             ),
         };
-        let recorded = self.store.record_inbox(place, &mail, &outcome).await?;
-        let Recorded::New { id, task_id, reply } = recorded else {
+        let recorded = self
+            .store
+            .record_inbox(Place::Mail(place), &mail, &outcome)
+            .await?;
+        if let Recorded::Seen = recorded {
             tracing::debug!(uid = place.uid, "message already recorded; skipped");
             return Ok(());
-        };
-        match &outcome {
-            InboxOutcome::Ignored { reason, .. } => {
-                tracing::info!(message = id, uid = place.uid, %reason, "mail ignored");
-            }
-            InboxOutcome::Task { notice_id, .. } => {
-                let task = task_id.as_deref().unwrap_or("?");
-                tracing::info!(message = id, uid = place.uid, task, answers_notice = ?notice_id, "mail became a task");
-                self.handoff.task_queued();
-            }
-            InboxOutcome::Command {
-                command,
-                job_id,
-                change,
-                ..
-            } => {
-                tracing::info!(message = id, uid = place.uid, %command, job = ?job_id, "mail gave a command");
-                if change.is_some() {
-                    self.handoff.jobs_changed();
-                }
-                if *command == InboxCommand::RunNow {
-                    self.carry_out(id).await?;
-                }
-            }
         }
-        if reply.is_some() {
-            self.handoff.notices_queued();
-        }
+        self.hand_over(Channel::Email, &outcome, recorded).await?;
         Ok(())
     }
 
@@ -141,47 +118,24 @@ impl Inner {
         let m = &m;
         let notice = self.answered(m).await?;
         let thread = Thread {
-            to,
+            to: to.clone(),
             subject: m.subject.clone(),
             message_id: m.message_id.clone(),
             refs: reply::refs_of(&m.references, m.message_id.as_deref()),
             job_id: notice.as_ref().and_then(|n| n.queued.job_id.clone()),
         };
-        if let Some(n) = &notice
-            && let Some(command) = classify::command(&m.text)
-        {
-            return match command {
-                InboxCommand::Approve | InboxCommand::Deny => {
-                    Ok(self.answer_approval(command, n, &thread, m).await?)
-                }
-                _ => Ok(self.command(command, n, &thread).await?),
-            };
-        }
-        let text = task_text(m, notice.is_some());
-        if text.trim().is_empty() {
-            return Ok(ignored(IgnoreReason::Empty, notice.as_ref()));
-        }
-        let since = crate::store::now() - RATE_WINDOW;
-        let sender = m.from.as_deref().unwrap_or_default();
-        let started = self.store.email_tasks_since(sender, since).await?;
-        if started >= i64::from(self.settings.max_tasks_per_hour) {
-            return Ok(ignored(IgnoreReason::RateLimited, notice.as_ref()));
-        }
-        Ok(InboxOutcome::Task {
-            task: NewTask {
-                task: text,
-                origin: Origin::Email,
-                profile: self.profile.clone(),
-                parent_id: notice.as_ref().and_then(|n| n.queued.task_id.clone()),
-                job_id: None,
-                claimed: false,
-            },
-            context: notice
-                .as_ref()
-                .map(|n| reply::context(&n.queued.title, &n.queued.body)),
-            notice_id: notice.as_ref().map(|n| n.id),
-            job_id: thread.job_id,
-        })
+        let task = task_text(m, notice.is_some());
+        Ok(self
+            .converse(Said {
+                channel: Channel::Email,
+                sender: m.from.clone().unwrap_or_default(),
+                by: format!("email:{to}"),
+                words: m.text.clone(),
+                task,
+                notice,
+                reply: Reply::Mail(thread),
+            })
+            .await?)
     }
 
     /// The email notice whose token the message names (In-Reply-To first, then References
@@ -198,179 +152,6 @@ impl Inner {
             }
         }
         Ok(None)
-    }
-
-    /// A command on the job of `notice`: the change and its confirmation, or why not.
-    async fn command(
-        &self,
-        command: InboxCommand,
-        notice: &Notice,
-        thread: &Thread,
-    ) -> Result<InboxOutcome, StoreError> {
-        let no_job = |line: String| InboxOutcome::Ignored {
-            reason: IgnoreReason::NoJob,
-            notice_id: Some(notice.id),
-            job_id: notice.queued.job_id.clone(),
-            reply: Some(thread.confirmation(&line, None)),
-        };
-        let verb = match command {
-            InboxCommand::Pause => "pause",
-            InboxCommand::Resume => "resume",
-            InboxCommand::RunNow => "run",
-            InboxCommand::Approve | InboxCommand::Deny => "answer",
-        };
-        let Some(job_id) = notice.queued.job_id.clone() else {
-            return Ok(no_job(format!(
-                "That message did not come from a scheduled job, so there is nothing to {verb}."
-            )));
-        };
-        let job = match self.store.job(&job_id).await {
-            Ok(j) => j,
-            Err(StoreError::NotFound { .. }) => {
-                return Ok(no_job(format!(
-                    "The job of that message ({job_id}) no longer exists, so there is nothing to {verb}."
-                )));
-            }
-            Err(e) => return Err(e),
-        };
-        let name = &job.name;
-        let (state, change, detail) = match command {
-            InboxCommand::Pause => {
-                let line = if job.enabled {
-                    format!("Paused “{name}”. Reply resume to let it run again.")
-                } else {
-                    format!("“{name}” was already paused. Reply resume to let it run again.")
-                };
-                let change = JobChange {
-                    enabled: false,
-                    next_run_at: job.next_run_at,
-                };
-                (CommandState::Done, Some(change), line)
-            }
-            InboxCommand::Resume => {
-                let next = self.handoff.resumed_next_run(&job);
-                let line = format!("Resumed “{name}”; {}.", next_words(&job, next));
-                let change = JobChange {
-                    enabled: true,
-                    next_run_at: next,
-                };
-                (CommandState::Done, Some(change), line)
-            }
-            InboxCommand::RunNow => (
-                CommandState::Requested,
-                None,
-                format!("A run of “{name}” was asked for."),
-            ),
-            // Answered in `answer_approval`, never here.
-            InboxCommand::Approve | InboxCommand::Deny => return Ok(no_job(String::new())),
-        };
-        // A run is confirmed once it has started (or could not).
-        let reply = (state == CommandState::Done).then(|| thread.confirmation(&detail, None));
-        Ok(InboxOutcome::Command {
-            command,
-            state,
-            notice_id: notice.id,
-            job_id: Some(job_id),
-            change,
-            detail,
-            reply,
-        })
-    }
-
-    /// `approve` / `deny` in reply to an approval request's notice: answered through the same
-    /// door as the API ([`Handoff::decide_approval`]), before the message is recorded. Read
-    /// again after a crash, the request is no longer open and the answer says so: a request
-    /// is decided once, whatever fails.
-    async fn answer_approval(
-        &self,
-        command: InboxCommand,
-        notice: &Notice,
-        thread: &Thread,
-        m: &Inbound,
-    ) -> Result<InboxOutcome, StoreError> {
-        let Some(request) = self.store.approval_for_notice(notice.id).await? else {
-            return Ok(InboxOutcome::Ignored {
-                reason: IgnoreReason::NoApproval,
-                notice_id: Some(notice.id),
-                job_id: notice.queued.job_id.clone(),
-                reply: Some(thread.confirmation(
-                    "That message did not ask for an approval, so there is nothing to approve or deny.",
-                    None,
-                )),
-            });
-        };
-        let decision = match command {
-            InboxCommand::Approve => Decision::Approve,
-            _ => Decision::Deny {
-                reason: deny_reason(&m.text),
-            },
-        };
-        let by = format!("email:{}", thread.to);
-        let tool = &request.tool;
-        let (state, detail) = match self
-            .handoff
-            .decide_approval(&request.id, decision, &by)
-            .await
-        {
-            Ok(a) if a.state == ApprovalState::Approved => (
-                CommandState::Done,
-                format!(
-                    "Approved: {tool} runs once with the arguments shown, and the task goes on."
-                ),
-            ),
-            Ok(_) => (
-                CommandState::Done,
-                format!("Denied: {tool} will not run; the task is told a person declined."),
-            ),
-            Err(ApprovalError::AlreadyDecided { state, .. }) => (
-                CommandState::Failed,
-                format!("That request for {tool} was already {state}; nothing changed."),
-            ),
-            Err(ApprovalError::Expired { .. }) => (
-                CommandState::Failed,
-                format!(
-                    "That request for {tool} had expired before your answer; {tool} will not \
-                     run, and the task is told it expired."
-                ),
-            ),
-            Err(ApprovalError::NotFound(_)) => (
-                CommandState::Failed,
-                format!("That request for {tool} no longer exists; nothing changed."),
-            ),
-            Err(ApprovalError::Store(e)) => return Err(e),
-        };
-        Ok(InboxOutcome::Command {
-            command,
-            state,
-            notice_id: notice.id,
-            job_id: notice.queued.job_id.clone(),
-            change: None,
-            reply: Some(thread.confirmation(&detail, Some(&request.task_id))),
-            detail,
-        })
-    }
-}
-
-/// A `deny` reply's reason: what the person wrote after the first line, on one line.
-fn deny_reason(text: &str) -> Option<String> {
-    let rest: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .skip_while(|l| l.is_empty())
-        .skip(1)
-        .filter(|l| !l.is_empty())
-        .collect();
-    (!rest.is_empty()).then(|| crate::util::text::one_line(&rest.join(" "), 300))
-}
-
-/// "next run 2026-12-02 08:00 CET", or why there is none.
-fn next_words(job: &Job, next: Option<chrono::DateTime<chrono::Utc>>) -> String {
-    match next {
-        Some(t) => format!(
-            "next run {}",
-            crate::scheduler::words::in_zone(t, &job.timezone).format("%Y-%m-%d %H:%M %Z")
-        ),
-        None => "it has no further run on its schedule".to_string(),
     }
 }
 

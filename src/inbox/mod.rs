@@ -1,4 +1,5 @@
-//! The inbox: mail the agent reads and acts on (`inbox.email`).
+//! The inbox: messages the agent reads and acts on — mail (`inbox.email`) and chat
+//! (`channels.matrix`, read by `channels::matrix` and handed in through [`Inbox::take_in_chat`]).
 //!
 //! Owns: the IMAP connection (`imap`: TLS or STARTTLS, the login, the mailbox opened
 //! read-only, IDLE re-issued every 25 minutes, polling every `poll_s` on a server without
@@ -24,7 +25,9 @@
 //! the daemon was down is answered at the next start.
 
 mod answer;
+mod chat;
 mod classify;
+mod converse;
 mod html;
 mod imap;
 mod intake;
@@ -35,10 +38,11 @@ mod reply;
 mod scan;
 mod service;
 
+pub use chat::{ChatKind, ChatMessage};
 pub use probe::{Probe, ProbeError, probe};
 
-use crate::config::{ImapSettings, Settings};
-use crate::store::{Job, Store};
+use crate::config::{ImapSettings, MatrixSettings, Settings};
+use crate::store::{Channel, Job, Store};
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -118,7 +122,12 @@ pub struct Inbox {
 }
 
 pub(crate) struct Inner {
+    /// `inbox.email`, or its defaults (nobody allowed) when only a chat channel is set up.
     settings: ImapSettings,
+    /// Whether `inbox.email` is configured: only then is a mailbox read.
+    email_on: bool,
+    /// `channels.matrix`, whose messages come in through [`Inbox::take_in_chat`].
+    matrix: Option<MatrixSettings>,
     store: Store,
     handoff: Arc<dyn Handoff>,
     /// The account and folder, as recorded with each message: `user@host:port/FOLDER`.
@@ -144,12 +153,15 @@ pub struct Running {
 const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Inbox {
-    /// The inbox of `settings` (off without `inbox.email`), recording into `store` and
-    /// handing over through `handoff`.
+    /// The inbox of `settings` (off without `inbox.email` and `channels.matrix`), recording
+    /// into `store` and handing over through `handoff`.
     pub fn new(settings: &Settings, store: Store, handoff: Arc<dyn Handoff>) -> Inbox {
-        let Some(s) = settings.inbox.email.clone() else {
+        let matrix = settings.channels.matrix.clone();
+        let email_on = settings.inbox.email.is_some();
+        if !email_on && matrix.is_none() {
             return Inbox::off();
-        };
+        }
+        let s = settings.inbox.email.clone().unwrap_or_default();
         let mut own = Vec::new();
         if s.username.contains('@') {
             own.push(s.username.trim().to_lowercase());
@@ -168,6 +180,8 @@ impl Inbox {
         );
         Inbox {
             inner: Some(Arc::new(Inner {
+                email_on,
+                matrix,
                 mailbox,
                 own,
                 profile: settings.model.default_profile.clone(),
@@ -185,14 +199,16 @@ impl Inbox {
         Inbox { inner: None }
     }
 
+    /// How the mailbox is doing (`off` without `inbox.email`).
     pub fn health(&self) -> Health {
         match &self.inner {
-            Some(i) => crate::util::lock(&i.health).clone(),
-            None => Health::Off,
+            Some(i) if i.email_on => crate::util::lock(&i.health).clone(),
+            _ => Health::Off,
         }
     }
 
-    /// Start reading mail and answering it, in the background. Without `inbox.email`, nothing.
+    /// Start reading mail and answering messages of every channel, in the background. Without
+    /// `inbox.email` no mail is read; without any channel, nothing runs.
     pub fn start(&self) -> Running {
         let Some(inner) = &self.inner else {
             return Running {
@@ -207,7 +223,11 @@ impl Inbox {
         };
         Running {
             answers: spawn(|i, s| Box::pin(answer::run(i, s))),
-            intake: spawn(|i, s| Box::pin(service::run(i, s))),
+            intake: if inner.email_on {
+                spawn(|i, s| Box::pin(service::run(i, s)))
+            } else {
+                None
+            },
         }
     }
 }
@@ -237,6 +257,14 @@ impl Running {
 }
 
 impl Inner {
+    /// Tasks one sender may start per hour on `channel`.
+    fn max_tasks_per_hour(&self, channel: Channel) -> u32 {
+        match channel {
+            Channel::Email => self.settings.max_tasks_per_hour,
+            Channel::Matrix => self.matrix.as_ref().map_or(0, |m| m.max_tasks_per_hour),
+        }
+    }
+
     fn set_health(&self, h: Health) {
         let mut current = crate::util::lock(&self.health);
         if *current != h {

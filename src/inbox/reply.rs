@@ -1,7 +1,7 @@
 //! The words of what the inbox sends back, and their threading: an answer (a finished task's
 //! result, or why it has none) and the one-line confirmation of a command — each a notice for
-//! the outbox, addressed to the allowed sender who wrote, `Re:` the mail's subject, under its
-//! Message-ID.
+//! the outbox: by mail addressed to the allowed sender who wrote, `Re:` the mail's subject,
+//! under its Message-ID; in a chat room, in the thread of the message answered.
 
 use crate::notify::{EMAIL, thread};
 use crate::store::{FailReason, NewNotice, Task, TaskState};
@@ -33,6 +33,45 @@ pub(crate) fn refs_of(references: &[String], message_id: Option<&str>) -> Option
     (!refs.is_empty()).then(|| refs.join(" "))
 }
 
+/// Where a chat answer goes: the room, in the thread of `root` (the person's message, or the
+/// notice they answered in its thread).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ChatThread {
+    /// The outbox channel replies go out on (`matrix`): the lane of the whole account.
+    pub channel: String,
+    pub room: String,
+    pub root: String,
+    /// As for [`Thread::job_id`].
+    pub job_id: Option<String>,
+}
+
+impl ChatThread {
+    fn notice(&self, body: String, task_id: Option<&str>) -> NewNotice {
+        NewNotice {
+            channel: self.channel.clone(),
+            title: String::new(),
+            body,
+            task_id: task_id.map(str::to_string),
+            job_id: self.job_id.clone(),
+            run_id: None,
+            recipient: Some(self.room.clone()),
+            in_reply_to: Some(self.root.clone()),
+            refs: None,
+        }
+    }
+
+    pub(crate) fn confirmation(&self, line: &str, task_id: Option<&str>) -> NewNotice {
+        self.notice(line.to_string(), task_id)
+    }
+
+    pub(crate) fn answer(&self, task: &Task, public_url: &str) -> NewNotice {
+        self.notice(
+            answer_body(task, public_url, "Write in this thread to try again."),
+            Some(&task.id),
+        )
+    }
+}
+
 impl Thread {
     fn notice(&self, body: String, task_id: Option<&str>) -> NewNotice {
         NewNotice {
@@ -55,35 +94,42 @@ impl Thread {
 
     /// The answer to the task a mail became.
     pub(crate) fn answer(&self, task: &Task, public_url: &str) -> NewNotice {
-        let mut body = match (task.state, task.answer.as_deref()) {
-            (TaskState::Succeeded, Some(a)) if !a.trim().is_empty() => a.trim().to_string(),
-            (TaskState::Succeeded, _) => "Done (the task finished without an answer).".into(),
-            _ => {
-                let why = match task.reason {
-                    Some(FailReason::Interrupted | FailReason::Shutdown) => {
-                        "the daemon stopped while it ran".to_string()
-                    }
-                    Some(FailReason::Cancelled) => "it was cancelled".to_string(),
-                    _ => task
-                        .error
-                        .as_deref()
-                        .map(|e| crate::util::text::one_line(e, 300))
-                        .unwrap_or_else(|| task.state.to_string()),
-                };
-                format!("I could not finish this: {why}. Reply to this message to try again.")
-            }
-        };
-        body.push_str("\n\n---\n");
-        if public_url.is_empty() {
-            body.push_str(&format!("Task {}", task.id));
-        } else {
-            body.push_str(&format!(
-                "Task [{}]({public_url}/tasks/{})",
-                task.id, task.id
-            ));
-        }
+        let body = answer_body(task, public_url, "Reply to this message to try again.");
         self.notice(body, Some(&task.id))
     }
+}
+
+/// A finished task's answer (or why it has none, and `again`: how to try again), with a link
+/// to the task.
+fn answer_body(task: &Task, public_url: &str, again: &str) -> String {
+    let mut body = match (task.state, task.answer.as_deref()) {
+        (TaskState::Succeeded, Some(a)) if !a.trim().is_empty() => a.trim().to_string(),
+        (TaskState::Succeeded, _) => "Done (the task finished without an answer).".into(),
+        _ => {
+            let why = match task.reason {
+                Some(FailReason::Interrupted | FailReason::Shutdown) => {
+                    "the daemon stopped while it ran".to_string()
+                }
+                Some(FailReason::Cancelled) => "it was cancelled".to_string(),
+                _ => task
+                    .error
+                    .as_deref()
+                    .map(|e| crate::util::text::one_line(e, 300))
+                    .unwrap_or_else(|| task.state.to_string()),
+            };
+            format!("I could not finish this: {why}. {again}")
+        }
+    };
+    body.push_str("\n\n---\n");
+    if public_url.is_empty() {
+        body.push_str(&format!("Task {}", task.id));
+    } else {
+        body.push_str(&format!(
+            "Task [{}]({public_url}/tasks/{})",
+            task.id, task.id
+        ));
+    }
+    body
 }
 
 /// What the next task's first message holds of the notice answered: its title and body, cut

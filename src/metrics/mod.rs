@@ -171,6 +171,7 @@ struct Inner {
     outbox_pending: Optional,
     outbox_failures: Family<DeliveryLabels, Counter>,
     outbox_sent: Family<ChannelLabel, Counter>,
+    inbox_messages: Family<ChannelLabel, Counter>,
     /// Two scrapes at once would interleave one's reset of the scrape-time gauges with the
     /// other's encoding; scrapes are rare, so they take turns.
     scrape: Mutex<()>,
@@ -277,6 +278,12 @@ impl Metrics {
             "Notices delivered, by channel",
             outbox_sent.clone(),
         );
+        let inbox_messages = Family::<ChannelLabel, Counter>::default();
+        registry.register(
+            "inbox_messages",
+            "Messages read and recorded, by channel (email, matrix)",
+            inbox_messages.clone(),
+        );
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -292,6 +299,7 @@ impl Metrics {
                 outbox_pending,
                 outbox_failures,
                 outbox_sent,
+                inbox_messages,
                 scrape: Mutex::new(()),
             }),
         }
@@ -357,6 +365,16 @@ impl Metrics {
     pub fn observe_delivery_sent(&self, channel: &str) {
         self.inner
             .outbox_sent
+            .get_or_create(&ChannelLabel {
+                channel: channel.to_string(),
+            })
+            .inc();
+    }
+
+    /// A message read on `channel` (`email`, `matrix`) was recorded.
+    pub fn observe_message_in(&self, channel: &str) {
+        self.inner
+            .inbox_messages
             .get_or_create(&ChannelLabel {
                 channel: channel.to_string(),
             })

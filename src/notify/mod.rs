@@ -1,4 +1,5 @@
-//! Notifiers: email (lettre SMTP) and webhooks, fed by the durable outbox in the store.
+//! Notifiers: email (lettre SMTP), webhooks and chat rooms (through [`ChatSend`]), fed by the
+//! durable outbox in the store.
 //!
 //! Owns: the channels built from `notify` in the settings (`email`, and one per
 //! `notify.webhooks.NAME`), queuing notices ([`Notifier::enqueue`]), the sender loop that
@@ -40,13 +41,14 @@ mod webhook;
 
 pub use crate::util::RetryPolicy;
 pub(crate) use markdown::render_markdown;
+pub use sender::SendError;
 pub use webhook::{SIGNATURE_HEADER, signature};
 
 use crate::config::NotifySettings;
 use crate::store::{NewNotice, Notice, Store, StoreError};
 use crate::util::Backoff;
 use email::EmailChannel;
-use futures::future::join_all;
+use futures::future::{BoxFuture, join_all};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -55,6 +57,9 @@ use webhook::WebhookChannel;
 
 /// The email channel's name.
 pub(crate) const EMAIL: &str = "email";
+/// The Matrix account's own lane: replies in the room and thread a person wrote in (the
+/// notice names the room); `matrix:NAME` are the configured rooms.
+pub(crate) const MATRIX: &str = "matrix";
 
 /// Longest a `doctor` check of the SMTP server may take.
 const SMTP_CHECK_TIMEOUT: Duration = Duration::from_secs(20);
@@ -83,6 +88,19 @@ fn channel_list(names: &[String]) -> String {
     } else {
         names.join(", ")
     }
+}
+
+/// A chat account the outbox sends through (the Matrix channel): implemented by the channel,
+/// handed to the notifier when it is built — the notifier never reaches into the channel.
+pub trait ChatSend: Send + Sync {
+    /// The outbox lanes this account serves: its reply lane (`matrix`, the room named by each
+    /// notice) and one per delivery target (`matrix:NAME`).
+    fn lanes(&self) -> Vec<String>;
+    /// The names notices may be queued to by anyone (`matrix:NAME`); replies are the inbox's.
+    fn targets(&self) -> Vec<String>;
+    /// Send `notice` (retried with the same transaction ids, so the server posts it once):
+    /// the server's id of its first event, which replies and reactions name.
+    fn send<'a>(&'a self, notice: &'a Notice) -> BoxFuture<'a, Result<String, SendError>>;
 }
 
 /// How a transiently failing notice is retried by default: 8 attempts in all, waiting 30 s
@@ -119,6 +137,8 @@ struct Inner {
     email: Option<EmailChannel>,
     /// Webhook channels by name (sorted, so channel lists read the same every time).
     webhooks: BTreeMap<String, WebhookChannel>,
+    /// A chat account (Matrix), when one is configured.
+    chat: Option<Arc<dyn ChatSend>>,
     /// One lane per channel, so a stalled SMTP server never delays a webhook and a slow
     /// webhook never delays email.
     lanes: BTreeMap<String, Lane>,
@@ -143,6 +163,7 @@ impl Inner {
             .map(|_| EMAIL.to_string())
             .into_iter()
             .chain(self.webhooks.keys().cloned())
+            .chain(self.chat.iter().flat_map(|c| c.targets()))
             .collect()
     }
 }
@@ -160,6 +181,16 @@ impl Notifier {
         settings: NotifySettings,
         store: Store,
         reply_to: &[String],
+    ) -> Result<Notifier, NotifyError> {
+        Notifier::with_chat(settings, store, reply_to, None)
+    }
+
+    /// [`Notifier::answering`], sending chat notices (`matrix`, `matrix:NAME`) through `chat`.
+    pub fn with_chat(
+        settings: NotifySettings,
+        store: Store,
+        reply_to: &[String],
+        chat: Option<Arc<dyn ChatSend>>,
     ) -> Result<Notifier, NotifyError> {
         let mut email = settings.email.as_ref().map(EmailChannel::new).transpose()?;
         if let Some(e) = &mut email {
@@ -187,6 +218,7 @@ impl Notifier {
             .iter()
             .map(|_| EMAIL.to_string())
             .chain(webhooks.keys().cloned())
+            .chain(chat.iter().flat_map(|c| c.lanes()))
             .map(|name| (name, Lane::default()))
             .collect();
         Ok(Notifier {
@@ -194,6 +226,7 @@ impl Notifier {
                 store,
                 email,
                 webhooks,
+                chat,
                 lanes,
                 send_timeout: Duration::from_secs(settings.send_timeout_s.max(1)),
             }),
@@ -240,6 +273,13 @@ impl Notifier {
     /// inbox queues a reply in the transaction that records the mail it answers).
     pub fn wake(&self, channel: &str) {
         if let Some(lane) = self.inner.lanes.get(channel) {
+            lane.wake.notify_one();
+        }
+    }
+
+    /// Send what is due on every channel now (replies on any channel were queued).
+    pub fn wake_all(&self) {
+        for lane in self.inner.lanes.values() {
             lane.wake.notify_one();
         }
     }

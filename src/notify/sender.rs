@@ -36,7 +36,7 @@ const LEASE_MARGIN: Duration = Duration::from_secs(10);
 
 /// How one delivery attempt failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum SendError {
+pub enum SendError {
     /// May pass on its own (a relay down, 4xx SMTP, HTTP 5xx/408/429): retry with backoff.
     Transient(String),
     /// Will not pass without a change (bad login, 5xx SMTP, HTTP 4xx): fail the notice now.
@@ -319,6 +319,19 @@ impl Inner {
                 None => None,
             };
             return hook.send(notice, state).await;
+        } else if let Some(chat) = &self.chat
+            && chat.lanes().contains(&notice.queued.channel)
+        {
+            let remote = chat.send(notice).await?;
+            // Recorded before the notice is marked sent: a reply in its thread, or a reaction
+            // to it, must find it from the moment the person can see it.
+            return self
+                .store
+                .set_notice_remote(notice.id, &remote)
+                .await
+                .map_err(|e| {
+                    SendError::Transient(format!("sent, but cannot record its event id: {e}"))
+                });
         }
         Err(SendError::Permanent(format!(
             "channel '{}' is no longer configured (configured now: {}); add it back under notify in settings.yaml and queue the notice again",

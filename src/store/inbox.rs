@@ -10,8 +10,8 @@
 use super::outbox::insert_notice_on;
 use super::sql::{QueryAs, QueryScalar};
 use super::{
-    CommandState, IgnoreReason, InboxCommand, InboxState, NewNotice, NewTask, Notice, Result,
-    Store, Task, TaskState, limit_or, new_id, now,
+    Channel, CommandState, IgnoreReason, InboxCommand, InboxState, NewNotice, NewTask, Notice,
+    Result, Store, Task, TaskState, limit_or, new_id, now,
 };
 use super::{Tx, query, query_as, query_scalar};
 use chrono::{DateTime, Utc};
@@ -21,6 +21,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow, PartialEq)]
 pub struct InboxMessage {
     pub id: i64,
+    /// The channel it came in on (`email`, `matrix`).
+    pub channel: Channel,
     #[serde(skip)]
     pub mailbox: String,
     #[serde(skip)]
@@ -52,6 +54,11 @@ pub struct InboxMessage {
     pub refs: Option<String>,
     pub reply_notice_id: Option<i64>,
     pub answered_at: Option<DateTime<Utc>>,
+    /// A chat message's room (where its answer goes); None for mail.
+    pub room: Option<String>,
+    /// The event a chat answer hangs under (the thread's root); None for mail.
+    #[serde(skip)]
+    pub thread_root: Option<String>,
 }
 
 /// Where a message was read: the account and folder, and its place there.
@@ -63,9 +70,23 @@ pub(crate) struct MailPlace {
     pub uid: u32,
 }
 
+/// Where a message to record was read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Place<'a> {
+    /// In a mailbox, at a UID: the watermark moves past it in the same transaction.
+    Mail(&'a MailPlace),
+    /// On a chat account (`matrix:@hermes:example.org`): known by its event id; the
+    /// channel's cursor is saved after a whole batch ([`Store::set_channel_cursor`]).
+    Chat(&'a str),
+}
+
 /// A message to record: where it was read and what it says about itself.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NewInboxMessage {
+    pub channel: Channel,
+    /// A chat message's room and the event its answer hangs under; None for mail.
+    pub room: Option<String>,
+    pub thread_root: Option<String>,
     pub message_id: Option<String>,
     /// The message's identity when it has no Message-ID (a digest of what it says); None
     /// when it has one.
@@ -131,6 +152,7 @@ pub(crate) enum Recorded {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct InboxFilter {
     pub state: Option<InboxState>,
+    pub channel: Option<Channel>,
     /// At most this many; 0 or less: 50.
     pub limit: i64,
 }
@@ -148,7 +170,7 @@ macro_rules! inbox_select {
         concat!(
             "SELECT id, mailbox, uid_validity, uid, message_id, sender, subject, received_at, \
              state, reason, command, command_state, detail, notice_id, job_id, task_id, context, \
-             refs, reply_notice_id, answered_at FROM inbox_messages ",
+             refs, reply_notice_id, answered_at, channel, room, thread_root FROM inbox_messages ",
             $($rest)*
         )
     };
@@ -159,7 +181,7 @@ impl Store {
     /// transaction. A message already recorded (by UID or Message-ID) writes nothing else.
     pub(crate) async fn record_inbox(
         &self,
-        place: &MailPlace,
+        place: Place<'_>,
         mail: &NewInboxMessage,
         outcome: &InboxOutcome,
     ) -> Result<Recorded> {
@@ -168,10 +190,30 @@ impl Store {
         let mut tx = self.begin_writing(super::Locked::Inbox).await?;
         let seen = seen_query(place, mail).fetch_optional(&mut tx).await?;
         if seen.is_some() {
-            advance_watermark(&mut tx, place).await?;
+            if let Place::Mail(place) = place {
+                advance_watermark(&mut tx, place).await?;
+            }
             tx.commit().await?;
             return Ok(Recorded::Seen);
         }
+        // A chat message has no UID: it gets the next number of its account, under the
+        // write lock taken above, so that (mailbox, uid_validity, uid) stays unique.
+        let (mailbox, uid_validity, uid) = match place {
+            Place::Mail(p) => (
+                p.mailbox.clone(),
+                i64::from(p.uid_validity),
+                i64::from(p.uid),
+            ),
+            Place::Chat(account) => {
+                let last: Option<i64> = query_scalar(
+                    "SELECT MAX(uid) FROM inbox_messages WHERE mailbox = ? AND uid_validity = 0",
+                )
+                .bind(account)
+                .fetch_one(&mut tx)
+                .await?;
+                (account.to_string(), 0, last.unwrap_or(0) + 1)
+            }
+        };
         let t = now();
         let mut row = Row::acted();
         let mut reply = None;
@@ -239,12 +281,13 @@ impl Store {
         let id: i64 = query_scalar(
             "INSERT INTO inbox_messages (mailbox, uid_validity, uid, message_id, digest, sender, \
              subject, received_at, state, reason, command, command_state, detail, notice_id, \
-             job_id, task_id, context, refs, reply_notice_id, answered_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+             job_id, task_id, context, refs, reply_notice_id, answered_at, channel, room, \
+             thread_root) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         )
-        .bind(&place.mailbox)
-        .bind(place.uid_validity)
-        .bind(place.uid)
+        .bind(&mailbox)
+        .bind(uid_validity)
+        .bind(uid)
         .bind(&mail.message_id)
         .bind(&mail.digest)
         .bind(&mail.sender)
@@ -262,9 +305,14 @@ impl Store {
         .bind(&mail.refs)
         .bind(reply)
         .bind(answered)
+        .bind(mail.channel)
+        .bind(&mail.room)
+        .bind(&mail.thread_root)
         .fetch_one(&mut tx)
         .await?;
-        advance_watermark(&mut tx, place).await?;
+        if let Place::Mail(place) = place {
+            advance_watermark(&mut tx, place).await?;
+        }
         tx.commit().await?;
         Ok(Recorded::New {
             id,
@@ -278,7 +326,7 @@ impl Store {
     /// message would do (an approval's answer) is done twice.
     pub(crate) async fn inbox_seen(
         &self,
-        place: &MailPlace,
+        place: Place<'_>,
         mail: &NewInboxMessage,
     ) -> Result<bool> {
         Ok(seen_query(place, mail)
@@ -314,18 +362,63 @@ impl Store {
             .await
     }
 
-    /// How many tasks mail from `sender` started since `since` (the rate limit).
-    pub(crate) async fn email_tasks_since(
+    /// The notice a chat server knows by `remote_id` (the event it was sent as).
+    pub(crate) async fn notice_by_remote(&self, remote_id: &str) -> Result<Option<Notice>> {
+        self.first(query_as(select!(outbox, "WHERE remote_id = ?")).bind(remote_id))
+            .await
+    }
+
+    /// Record the id a chat server gave notice `id` (its first event), so that replies in its
+    /// thread and reactions to it find it. Written before the notice is marked sent.
+    pub(crate) async fn set_notice_remote(&self, id: i64, remote_id: &str) -> Result<()> {
+        query("UPDATE outbox SET remote_id = ? WHERE id = ?")
+            .bind(remote_id)
+            .bind(id)
+            .execute(self)
+            .await?;
+        Ok(())
+    }
+
+    /// Where `channel`'s intake has read up to, if it ever read.
+    pub(crate) async fn channel_cursor(&self, channel: Channel) -> Result<Option<String>> {
+        Ok(
+            query_scalar("SELECT position FROM channel_cursors WHERE channel = ?")
+                .bind(channel)
+                .fetch_optional(self)
+                .await?,
+        )
+    }
+
+    /// Save `channel`'s cursor: everything before `position` has been recorded.
+    pub(crate) async fn set_channel_cursor(&self, channel: Channel, position: &str) -> Result<()> {
+        query(
+            "INSERT INTO channel_cursors (channel, position, updated_at) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (channel) DO UPDATE SET position = excluded.position, \
+             updated_at = excluded.updated_at",
+        )
+        .bind(channel)
+        .bind(position)
+        .bind(now())
+        .execute(self)
+        .await?;
+        Ok(())
+    }
+
+    /// How many tasks messages from `sender` on `channel` started since `since` (the rate
+    /// limit).
+    pub(crate) async fn inbox_tasks_since(
         &self,
+        channel: Channel,
         sender: &str,
         since: DateTime<Utc>,
     ) -> Result<i64> {
         Ok(query_scalar(
             "SELECT COUNT(*) FROM inbox_messages WHERE sender = ? AND received_at >= ? \
-             AND command IS NULL AND task_id IS NOT NULL",
+             AND command IS NULL AND task_id IS NOT NULL AND channel = ?",
         )
         .bind(sender)
         .bind(since)
+        .bind(channel)
         .fetch_one(self)
         .await?)
     }
@@ -334,10 +427,12 @@ impl Store {
     pub(crate) async fn list_inbox(&self, f: &InboxFilter) -> Result<Vec<InboxMessage>> {
         self.all(
             query_as(inbox_select!(
-                "WHERE (?1 IS NULL OR state = ?1) ORDER BY id DESC LIMIT ?2"
+                "WHERE (?1 IS NULL OR state = ?1) AND (?3 IS NULL OR channel = ?3) \
+                 ORDER BY id DESC LIMIT ?2"
             ))
             .bind(f.state)
-            .bind(limit_or(f.limit, 50)),
+            .bind(limit_or(f.limit, 50))
+            .bind(f.channel),
         )
         .await
     }
@@ -347,14 +442,35 @@ impl Store {
             .await
     }
 
+    /// The message recorded with `message_id` (a chat event id, a mail's Message-ID).
+    pub(crate) async fn inbox_message_by_id(
+        &self,
+        message_id: &str,
+    ) -> Result<Option<InboxMessage>> {
+        self.first(query_as(inbox_select!("WHERE message_id = ?")).bind(message_id))
+            .await
+    }
+
+    /// Forget that the chat event `message_id` could not be decrypted (its key came later):
+    /// it is read again as what it says. Only an `undecryptable` record is ever forgotten.
+    pub(crate) async fn forget_undecryptable(&self, message_id: &str) -> Result<()> {
+        query("DELETE FROM inbox_messages WHERE message_id = ? AND reason = ?")
+            .bind(message_id)
+            .bind(IgnoreReason::Undecryptable)
+            .execute(self)
+            .await?;
+        Ok(())
+    }
+
     /// The message a task came from (an email task's, or a `run now`'s run).
     pub async fn inbox_message_of_task(&self, task_id: &str) -> Result<Option<InboxMessage>> {
         self.first(query_as(inbox_select!("WHERE task_id = ? LIMIT 1")).bind(task_id))
             .await
     }
 
-    /// What an email task's first message holds besides the reply: the notice answered.
-    pub(crate) async fn email_context(&self, task_id: &str) -> Result<Option<String>> {
+    /// What a task from the inbox holds in its first message besides what the person wrote:
+    /// the notice answered.
+    pub(crate) async fn inbox_context(&self, task_id: &str) -> Result<Option<String>> {
         let ctx: Option<Option<String>> = query_scalar(
             "SELECT context FROM inbox_messages WHERE task_id = ? AND command IS NULL LIMIT 1",
         )
@@ -503,7 +619,12 @@ impl Row {
 }
 
 /// The id of the row that records `mail` at `place` already, if any.
-fn seen_query(place: &MailPlace, mail: &NewInboxMessage) -> QueryScalar<i64> {
+fn seen_query(place: Place<'_>, mail: &NewInboxMessage) -> QueryScalar<i64> {
+    let Place::Mail(place) = place else {
+        // A chat message is known by its event id alone.
+        return query_scalar("SELECT id FROM inbox_messages WHERE message_id = ? LIMIT 1")
+            .bind(&mail.message_id);
+    };
     query_scalar(
         "SELECT id FROM inbox_messages WHERE (mailbox = ?1 AND uid_validity = ?2 AND uid = ?3) \
          OR (?4 IS NOT NULL AND message_id = ?4) OR (?5 IS NOT NULL AND digest = ?5) LIMIT 1",

@@ -16,6 +16,7 @@ fn mail(message_id: &str) -> NewInboxMessage {
         sender: "me@example.org".into(),
         subject: "Re: Daily digest".into(),
         refs: Some(format!("d1@x {message_id}")),
+        ..NewInboxMessage::default()
     }
 }
 
@@ -57,7 +58,7 @@ on_both_engines!(
     async fn a_message_is_recorded_once_with_its_task_and_the_watermark(store: Store) {
         let first = store
             .record_inbox(
-                &place(5),
+                Place::Mail(&place(5)),
                 &mail("m1@example.org"),
                 &task_outcome("more on item 2"),
             )
@@ -76,7 +77,7 @@ on_both_engines!(
         assert_eq!(row.state, InboxState::Acted);
         assert_eq!(row.task_id, task_id);
         assert_eq!(
-            store.email_context(&tasks[0].id).await.unwrap().as_deref(),
+            store.inbox_context(&tasks[0].id).await.unwrap().as_deref(),
             Some("Subject: Daily digest\n\n- one")
         );
         let marks = store.inbox_watermarks(&place(5).mailbox).await.unwrap();
@@ -86,7 +87,11 @@ on_both_engines!(
         // mailbox renumbered): nothing new, but the watermark moves on.
         for (uid, id) in [(5, "other@example.org"), (9, "m1@example.org")] {
             let again = store
-                .record_inbox(&place(uid), &mail(id), &task_outcome("more on item 2"))
+                .record_inbox(
+                    Place::Mail(&place(uid)),
+                    &mail(id),
+                    &task_outcome("more on item 2"),
+                )
                 .await
                 .unwrap();
             assert!(matches!(again, Recorded::Seen), "{again:?}");
@@ -107,9 +112,14 @@ on_both_engines!(
             sender: "me@example.org".into(),
             subject: "run now".into(),
             refs: None,
+            ..NewInboxMessage::default()
         };
         let first = store
-            .record_inbox(&place(5), &anonymous("d1"), &task_outcome("do it"))
+            .record_inbox(
+                Place::Mail(&place(5)),
+                &anonymous("d1"),
+                &task_outcome("do it"),
+            )
             .await
             .unwrap();
         assert!(matches!(first, Recorded::New { .. }), "{first:?}");
@@ -121,12 +131,16 @@ on_both_engines!(
         };
         assert!(
             store
-                .inbox_seen(&renumbered, &anonymous("d1"))
+                .inbox_seen(Place::Mail(&renumbered), &anonymous("d1"))
                 .await
                 .unwrap()
         );
         let again = store
-            .record_inbox(&renumbered, &anonymous("d1"), &task_outcome("do it"))
+            .record_inbox(
+                Place::Mail(&renumbered),
+                &anonymous("d1"),
+                &task_outcome("do it"),
+            )
             .await
             .unwrap();
         assert!(matches!(again, Recorded::Seen), "{again:?}");
@@ -136,9 +150,18 @@ on_both_engines!(
             uid: 2,
             ..renumbered
         };
-        assert!(!store.inbox_seen(&next, &anonymous("d2")).await.unwrap());
+        assert!(
+            !store
+                .inbox_seen(Place::Mail(&next), &anonymous("d2"))
+                .await
+                .unwrap()
+        );
         let other = store
-            .record_inbox(&next, &anonymous("d2"), &task_outcome("do that"))
+            .record_inbox(
+                Place::Mail(&next),
+                &anonymous("d2"),
+                &task_outcome("do that"),
+            )
             .await
             .unwrap();
         assert!(matches!(other, Recorded::New { .. }), "{other:?}");
@@ -168,7 +191,11 @@ on_both_engines!(
             query(*sql).execute(&store).await.unwrap();
         }
         let err = store
-            .record_inbox(&place(3), &mail("m1@example.org"), &task_outcome("do it"))
+            .record_inbox(
+                Place::Mail(&place(3)),
+                &mail("m1@example.org"),
+                &task_outcome("do it"),
+            )
             .await;
         assert!(err.is_err());
         assert!(tasks_of(&store).await.is_empty());
@@ -186,7 +213,11 @@ on_both_engines!(
             .unwrap();
         // Read again later, it is recorded.
         let again = store
-            .record_inbox(&place(3), &mail("m1@example.org"), &task_outcome("do it"))
+            .record_inbox(
+                Place::Mail(&place(3)),
+                &mail("m1@example.org"),
+                &task_outcome("do it"),
+            )
             .await
             .unwrap();
         assert!(matches!(again, Recorded::New { .. }));
@@ -234,7 +265,7 @@ on_both_engines!(
             reply: Some(reply_to("me@example.org")),
         };
         let r = store
-            .record_inbox(&place(1), &mail("m1@example.org"), &outcome)
+            .record_inbox(Place::Mail(&place(1)), &mail("m1@example.org"), &outcome)
             .await
             .unwrap();
         let Recorded::New { id, reply, .. } = r else {
@@ -256,7 +287,11 @@ on_both_engines!(
     tokio::test,
     async fn an_answer_is_queued_once_and_only_for_a_finished_task(store: Store) {
         let r = store
-            .record_inbox(&place(2), &mail("m2@example.org"), &task_outcome("hi"))
+            .record_inbox(
+                Place::Mail(&place(2)),
+                &mail("m2@example.org"),
+                &task_outcome("hi"),
+            )
             .await
             .unwrap();
         let Recorded::New {
@@ -317,7 +352,7 @@ on_both_engines!(
             reply: None,
         };
         let Recorded::New { id, .. } = store
-            .record_inbox(&place(4), &mail("m4@example.org"), &outcome)
+            .record_inbox(Place::Mail(&place(4)), &mail("m4@example.org"), &outcome)
             .await
             .unwrap()
         else {
@@ -398,7 +433,11 @@ on_both_engines!(
     async fn the_rate_limit_counts_one_senders_tasks_in_the_window(store: Store) {
         for uid in 1..=3 {
             store
-                .record_inbox(&place(uid), &mail(&format!("m{uid}@x")), &task_outcome("t"))
+                .record_inbox(
+                    Place::Mail(&place(uid)),
+                    &mail(&format!("m{uid}@x")),
+                    &task_outcome("t"),
+                )
                 .await
                 .unwrap();
         }
@@ -409,24 +448,27 @@ on_both_engines!(
             reply: None,
         };
         store
-            .record_inbox(&place(9), &mail("m9@x"), &ignored)
+            .record_inbox(Place::Mail(&place(9)), &mail("m9@x"), &ignored)
             .await
             .unwrap();
         let hour_ago = now() - chrono::Duration::hours(1);
         assert_eq!(
             store
-                .email_tasks_since("me@example.org", hour_ago)
+                .inbox_tasks_since(Channel::Email, "me@example.org", hour_ago)
                 .await
                 .unwrap(),
             3
         );
         assert_eq!(
-            store.email_tasks_since("other@x", hour_ago).await.unwrap(),
+            store
+                .inbox_tasks_since(Channel::Email, "other@x", hour_ago)
+                .await
+                .unwrap(),
             0
         );
         assert_eq!(
             store
-                .email_tasks_since("me@example.org", now())
+                .inbox_tasks_since(Channel::Email, "me@example.org", now())
                 .await
                 .unwrap(),
             0
@@ -435,6 +477,7 @@ on_both_engines!(
             .list_inbox(&InboxFilter {
                 state: Some(InboxState::Ignored),
                 limit: 0,
+                ..InboxFilter::default()
             })
             .await
             .unwrap();

@@ -230,6 +230,31 @@ word_enum! {
         Mcp = "mcp",
         /// A mail read from `inbox.email` (a reply to a notice, or a fresh message).
         Email = "email",
+        /// A message in a Matrix room (`channels.matrix`).
+        Matrix = "matrix",
+    }
+}
+
+word_enum! {
+    /// The channel a conversation's message came in on (the inbox's `channel` column): the
+    /// same seam for every one — who may instruct, replies bound to runs, commands, once.
+    #[derive(Default)]
+    Channel, "channel" {
+        /// `inbox.email`: IMAP in, SMTP out.
+        #[default]
+        Email = "email",
+        /// `channels.matrix`: a Matrix account, end-to-end encrypted.
+        Matrix = "matrix",
+    }
+}
+
+impl Channel {
+    /// The origin of the tasks this channel's messages start.
+    pub fn origin(self) -> Origin {
+        match self {
+            Channel::Email => Origin::Email,
+            Channel::Matrix => Origin::Matrix,
+        }
     }
 }
 
@@ -300,6 +325,11 @@ word_enum! {
         Empty = "empty",
         /// Not a mail that can be read (no From address, not MIME).
         Unreadable = "unreadable",
+        /// An encrypted chat message the agent holds no key for (the reason is in `detail`).
+        Undecryptable = "undecryptable",
+        /// A chat message in a room of several people that neither mentions the agent nor
+        /// answers one of its messages.
+        NotAddressed = "not_addressed",
     }
 }
 

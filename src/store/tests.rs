@@ -230,7 +230,7 @@ on_both_engines!(
     tokio::test,
     async fn working_memory_round_trips_in_character_pages(store: Store) {
         let t = task(&store).await;
-        let content = "乌龙茶".repeat(10) + &"x".repeat(70);
+        let content = "乌龙茶".repeat(10) + "x".repeat(70).as_str();
         let key = store.put_working(&t.id, &content).await.unwrap();
         let page = store.read_working(&key, 0, 25).await.unwrap();
         assert_eq!(page.total_chars, 100);

@@ -47,10 +47,13 @@ pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: Header
     };
     // The mailbox comes back by itself; meanwhile mail waits there, nothing is lost.
     let inbox = s.inbox.health();
+    // Down, or messages arrive that cannot be decrypted: said, never green.
+    let matrix = s.matrix.status();
     let degraded = reading.fault.is_some()
         || index_trouble.is_some()
         || meaning_away.is_some()
-        || matches!(inbox, crate::inbox::Health::Down { .. });
+        || matches!(inbox, crate::inbox::Health::Down { .. })
+        || matrix.degraded();
     Ok(Json(json!({
         "status": if degraded { "degraded" } else { "ok" },
         "storage": storage,
@@ -63,6 +66,8 @@ pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: Header
         // null: recall by keyword only (no memory.embeddings).
         "embeddings": embeddings,
         "inbox": inbox.word(),
+        // null without channels.matrix.
+        "matrix": s.matrix.is_on().then_some(matrix),
         "sandbox": sandbox_health(s.agent.settings().tools.sandbox),
     }))
     .into_response())

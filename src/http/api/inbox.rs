@@ -1,5 +1,6 @@
-//! The inbox over HTTP: `GET /v1/inbox?state=acted|ignored&limit=` — the mail read, newest
-//! first, with what each became (a task, a command, or ignored with the reason).
+//! The inbox over HTTP: `GET /v1/inbox?state=acted|ignored&channel=email|matrix&limit=` — the
+//! messages read on every channel, newest first, with what each became (a task, a command, or
+//! ignored with the reason).
 
 use crate::http::extract::{Query, bounded, state_filter};
 use crate::http::{ApiError, ApiState};
@@ -14,6 +15,7 @@ use serde_json::json;
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListInbox {
     state: Option<String>,
+    channel: Option<String>,
     limit: Option<i64>,
 }
 
@@ -22,11 +24,16 @@ pub(crate) async fn list_inbox(
     Query(q): Query<ListInbox>,
 ) -> Result<Response, ApiError> {
     let state = state_filter(q.state.as_deref())?;
+    let channel = state_filter(q.channel.as_deref())?;
     let limit = bounded("limit", q.limit, 50, 1000)?;
     let messages = s
         .agent
         .store()
-        .list_inbox(&InboxFilter { state, limit })
+        .list_inbox(&InboxFilter {
+            state,
+            channel,
+            limit,
+        })
         .await?;
     Ok(Json(json!({ "messages": messages })).into_response())
 }

@@ -26,11 +26,16 @@ pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     let messages = s
         .agent
         .store()
-        .list_inbox(&InboxFilter { state, limit: 200 })
+        .list_inbox(&InboxFilter {
+            state,
+            channel: None,
+            limit: 200,
+        })
         .await?;
     let tabs = [("", "All"), ("acted", "Acted on"), ("ignored", "Ignored")];
     let body = html! {
         (status(&s.inbox.health()))
+        (matrix_status(&s.matrix.status()))
         nav.tabs aria-label="Filter by state" {
             @for (value, label) in tabs {
                 @if q.state == value {
@@ -41,11 +46,11 @@ pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
             }
         }
         @if messages.is_empty() {
-            p.muted { "No mail read yet." }
+            p.muted { "No message read yet." }
         } @else {
             div.scroll { table.rows #inbox {
                 thead { tr {
-                    th { "Read" } th { "From" } th { "Subject" } th { "State" } th { "Became" }
+                    th { "Read" } th { "Channel" } th { "From" } th { "Subject" } th { "State" } th { "Became" }
                 } }
                 tbody { @for m in &messages { (row(&ctx, m)) } }
             } }
@@ -69,11 +74,33 @@ fn status(h: &Health) -> Markup {
     }
 }
 
+/// The Matrix channel's connection and decryption, in a sentence (nothing when it is off).
+fn matrix_status(st: &crate::channels::matrix::Status) -> Markup {
+    use crate::channels::matrix::State;
+    html! {
+        @if st.state != State::Off {
+            p #matrix-status data-state=(st.state.word()) data-decryption-failing=(st.decryption_failing) {
+                @match st.state {
+                    State::Starting => { "Matrix: connecting…" }
+                    State::Down => { "Matrix: not connected — retrying: " (st.error.as_deref().unwrap_or("")) }
+                    _ => { "Matrix: connected" @if let Some(d) = &st.device { " as device " code { (d) } } "." }
+                }
+                @if st.undecryptable > 0 {
+                    " " (st.undecryptable) " message(s) could not be decrypted since the start (reason undecryptable below)"
+                    @if st.decryption_failing { ", the last one included: verify this device from your own session, or set channels.matrix.recovery_key" }
+                    "."
+                }
+            }
+        }
+    }
+}
+
 fn row(ctx: &Ctx, m: &InboxMessage) -> Markup {
     let tz = ctx.tz();
     html! {
         tr data-id=(m.id) {
             td data-label="Read" { (when(m.received_at, tz)) }
+            td data-label="Channel" { (m.channel.as_str()) }
             td data-label="From" { (m.sender) }
             td data-label="Subject" { (short(&m.subject, 80)) }
             td data-label="State" { (badge(Shown::Mail(m.state))) }

@@ -64,6 +64,7 @@ pub async fn checks(State(s): State<ApiState>) -> Markup {
         notifier: &s.notifier,
         mcp: &s.mcp,
         inbox: &s.inbox,
+        matrix: &s.matrix,
     })
     .await;
     html! {

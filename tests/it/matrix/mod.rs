@@ -7,6 +7,8 @@
 //! replies, reactions, nothing undecryptable), and a server stopped and started again keeps its
 //! accounts and rooms. Every wait is bounded and on an event or a poll, never a fixed sleep.
 
+mod daemon;
+mod faults;
 pub mod person;
 pub mod server;
 

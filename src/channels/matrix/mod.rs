@@ -1,0 +1,240 @@
+//! The Matrix channel (`channels.matrix`): the agent's own Matrix account, end-to-end
+//! encrypted, through `matrix-sdk`.
+//!
+//! Owns: the session (`session`: logged in once with the password, then the access token and
+//! device kept in `DATA_DIR/matrix/session.json`, mode 0600, beside the SDK's SQLite store of
+//! keys and room state — the same device and keys at every start); the sync loop (`sync`:
+//! events since the saved position, invites from `allow_from` accepted and others declined,
+//! the position saved after what came before it was recorded); reading events into
+//! [`ChatMessage`]s (`events`); sending the outbox's notices (`send`: Matrix HTML with a plain
+//! body, split below the event size limit, the notice's token as the transaction id, into the
+//! room's thread); the channel's health for `/healthz`, the dashboard and `doctor` (`probe`).
+//! Must not: decide what a message means (the inbox does); send to a room no one in
+//! `allow_from` is in; write a token, a password, a key or a message's text to a log.
+//!
+//! Exactly once: an event is recorded by its id in one transaction with what it became
+//! (`inbox`); the sync position is saved after the whole batch. Killed in between, the batch is
+//! read again and every event in it is known. A notice's parts are sent with transaction ids
+//! made of its token, so a retry after a lost answer is the same event to the server.
+
+mod events;
+mod probe;
+mod send;
+mod session;
+mod sync;
+
+pub use probe::{Probe, probe};
+
+use crate::config::{MatrixSettings, Settings};
+use crate::inbox::{ChatMessage, Inbox};
+use crate::notify::ChatSend;
+use crate::store::Store;
+use matrix_sdk::Client;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The longest a stop waits for the sync loop to end.
+const STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// How the channel is doing, for `/healthz`, the dashboard and `doctor`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Status {
+    /// `off`, `starting`, `ok` or `down`.
+    pub state: State,
+    /// Why it is down (never a secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The agent's device (not a secret: other clients show it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// Messages that could not be decrypted since the start.
+    pub undecryptable: u64,
+    /// The last encrypted message could not be decrypted (cleared by one that could).
+    pub decryption_failing: bool,
+    /// Messages taken in and notices sent since the start.
+    pub messages_in: u64,
+    pub messages_out: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    Off,
+    Starting,
+    Ok,
+    Down,
+}
+
+impl State {
+    pub fn word(self) -> &'static str {
+        match self {
+            State::Off => "off",
+            State::Starting => "starting",
+            State::Ok => "ok",
+            State::Down => "down",
+        }
+    }
+}
+
+impl Status {
+    fn off() -> Status {
+        Status {
+            state: State::Off,
+            error: None,
+            device: None,
+            undecryptable: 0,
+            decryption_failing: false,
+            messages_in: 0,
+            messages_out: 0,
+        }
+    }
+
+    /// Whether `/healthz` should say `degraded`: the channel is down, or messages fail to
+    /// decrypt.
+    pub fn degraded(&self) -> bool {
+        self.state == State::Down || self.decryption_failing
+    }
+}
+
+/// The Matrix channel: a cheap-to-clone handle. Built for every app; does nothing unless
+/// `channels.matrix` is configured and [`Matrix::start`] is called (by the daemon).
+#[derive(Clone)]
+pub struct Matrix {
+    inner: Option<Arc<Inner>>,
+}
+
+pub(crate) struct Inner {
+    settings: MatrixSettings,
+    /// `DATA_DIR/matrix`: the session file and the SDK's store.
+    dir: PathBuf,
+    store: Store,
+    /// The logged-in client, once there is one; senders wait for it.
+    client: tokio::sync::watch::Sender<Option<Client>>,
+    status: Mutex<Status>,
+    /// Held while a direct room is looked up or created, so two notices never make two.
+    dm: tokio::sync::Mutex<()>,
+}
+
+/// The running sync loop, and the client the outbox sends with.
+pub struct Running {
+    task: Option<(CancellationToken, JoinHandle<()>)>,
+    inner: Option<Arc<Inner>>,
+}
+
+impl Matrix {
+    /// The channel of `settings` (off without `channels.matrix`), keeping its session under
+    /// `data_dir`.
+    pub fn new(settings: &Settings, data_dir: &Path, store: Store) -> Matrix {
+        let Some(m) = settings.channels.matrix.clone() else {
+            return Matrix::off();
+        };
+        let (client, _) = tokio::sync::watch::channel(None);
+        let mut status = Status::off();
+        status.state = State::Starting;
+        Matrix {
+            inner: Some(Arc::new(Inner {
+                settings: m,
+                dir: data_dir.join("matrix"),
+                store,
+                client,
+                status: Mutex::new(status),
+                dm: tokio::sync::Mutex::new(()),
+            })),
+        }
+    }
+
+    pub fn off() -> Matrix {
+        Matrix { inner: None }
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    pub fn status(&self) -> Status {
+        match &self.inner {
+            Some(i) => crate::util::lock(&i.status).clone(),
+            None => Status::off(),
+        }
+    }
+
+    /// The outbox's way to send through this account (None when off).
+    pub fn sender(&self) -> Option<Arc<dyn ChatSend>> {
+        let inner = self.inner.clone()?;
+        Some(Arc::new(send::Sender(inner)))
+    }
+
+    /// Log in (or restore the session) and sync in the background, handing messages to
+    /// `inbox`. Without `channels.matrix`, nothing.
+    pub fn start(&self, inbox: Inbox, metrics: crate::metrics::Metrics) -> Running {
+        let Some(inner) = &self.inner else {
+            return Running {
+                task: None,
+                inner: None,
+            };
+        };
+        let stop = CancellationToken::new();
+        let handle = tokio::spawn(sync::run(inner.clone(), inbox, metrics, stop.clone()));
+        Running {
+            task: Some((stop, handle)),
+            inner: Some(inner.clone()),
+        }
+    }
+}
+
+impl Running {
+    /// Read no more messages (bounded): the daemon is shutting down. What was recorded stays;
+    /// the client stays logged in, so answers of tasks that end in the grace still go out.
+    pub async fn stop_intake(&mut self) {
+        if let Some((stop, handle)) = self.task.take() {
+            stop.cancel();
+            if tokio::time::timeout(STOP_WAIT, handle).await.is_err() {
+                tracing::warn!("the Matrix channel did not stop in time");
+            }
+        }
+    }
+
+    /// Stop everything: after the outbox's last pass, the client goes too.
+    pub async fn stop(mut self) {
+        self.stop_intake().await;
+        if let Some(inner) = self.inner.take() {
+            inner.client.send_replace(None);
+        }
+    }
+}
+
+impl Inner {
+    fn update(&self, f: impl FnOnce(&mut Status)) {
+        f(&mut crate::util::lock(&self.status));
+    }
+
+    fn set_down(&self, error: String) {
+        self.update(|s| {
+            s.state = State::Down;
+            s.error = Some(error);
+        });
+    }
+
+    /// The client, if logged in now.
+    fn client(&self) -> Option<Client> {
+        self.client.borrow().clone()
+    }
+
+    /// Count one message taken in; an encrypted one says whether decryption works now.
+    fn took_in(&self, m: &ChatMessage, encrypted: bool) {
+        let failed = matches!(m.kind, crate::inbox::ChatKind::Undecryptable(_));
+        self.update(|s| {
+            s.messages_in += 1;
+            if failed {
+                s.undecryptable += 1;
+            }
+            if encrypted {
+                s.decryption_failing = failed;
+            }
+        });
+    }
+}

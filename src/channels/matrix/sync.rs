@@ -1,0 +1,371 @@
+//! The sync loop: connect (restore the session or log in), then `/sync` from the saved
+//! position, long-polling; every event of a batch handed to the inbox (recorded by its id with
+//! what it became), then the position saved. When anything fails the channel is marked down
+//! and connects again after a backoff with jitter; nothing here ends the daemon.
+//!
+//! First start (no saved position): one sync without a position learns where the rooms are
+//! now; what was said before is history and is not acted on. A room whose events since the
+//! position outnumber one sync's timeline (the agent was away long) is read back page by page
+//! to the first event already recorded, so nothing said meanwhile is lost.
+//!
+//! An event that arrives before its room key is recorded `undecryptable` (shown, never
+//! dropped) and tried again after each sync for [`RETRY_DECRYPTION`]: once its key arrives,
+//! the record is replaced by what the message really says.
+
+use super::events::{self, RoomFacts};
+use super::session::{self, SessionError};
+use super::{Inner, State};
+use crate::config::MatrixSettings;
+use crate::inbox::{ChatKind, Inbox};
+use crate::store::{Channel, StoreError};
+use crate::util::Backoff;
+use matrix_sdk::config::SyncSettings;
+use matrix_sdk::deserialized_responses::{TimelineEvent, TimelineEventKind};
+use matrix_sdk::room::MessagesOptions;
+use matrix_sdk::ruma::api::client::filter::FilterDefinition;
+use matrix_sdk::ruma::api::client::sync::sync_events::v3::Filter;
+use matrix_sdk::ruma::{OwnedRoomId, UInt};
+use matrix_sdk::{Client, Room, RoomMemberships};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Waits between connection attempts: 1 s doubling to 5 min, jittered.
+const RECONNECT: Backoff =
+    Backoff::new(Duration::from_secs(1), Duration::from_secs(300)).with_jitter();
+/// A connection that lasted this long was healthy: the next failure starts the backoff over.
+const HEALTHY: Duration = Duration::from_secs(60);
+/// How long a sync waits on the server for something to happen.
+const LONG_POLL: Duration = Duration::from_secs(30);
+/// Events per room one sync brings; more since the position are read back by pages.
+const TIMELINE: u32 = 50;
+/// Pages read back in one room after a gap, at most (`TIMELINE` events each).
+const BACKFILL_PAGES: usize = 20;
+/// How long an undecryptable event is tried again, waiting for its key.
+const RETRY_DECRYPTION: Duration = Duration::from_secs(600);
+
+/// Why a connection ended.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Ended {
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error("the homeserver: {0}")]
+    Sdk(#[from] matrix_sdk::Error),
+    /// Recording failed: nothing was lost, the batch is read again.
+    #[error("cannot record Matrix messages: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// An event recorded undecryptable, tried again after each sync.
+struct Pending {
+    room: OwnedRoomId,
+    event: TimelineEvent,
+    since: Instant,
+}
+
+pub(super) async fn run(
+    inner: Arc<Inner>,
+    inbox: Inbox,
+    metrics: crate::metrics::Metrics,
+    stop: CancellationToken,
+) {
+    tracing::info!(homeserver = %inner.settings.homeserver, user = %inner.settings.user, "Matrix channel started");
+    let mut failures: u32 = 0;
+    loop {
+        let began = Instant::now();
+        let ended = tokio::select! {
+            _ = stop.cancelled() => break,
+            r = connection(&inner, &inbox, &metrics) => r,
+        };
+        let Err(e) = ended;
+        if began.elapsed() >= HEALTHY {
+            failures = 0;
+        }
+        let error = e.to_string();
+        tracing::warn!(error = %error, retry = failures + 1, "Matrix channel down; connecting again");
+        inner.set_down(error);
+        inner.client.send_replace(None);
+        // A setting that is wrong will not fix itself: wait long before trying again.
+        let wait = match &e {
+            Ended::Session(s) if !s.is_transient() => RECONNECT.delay(u32::MAX),
+            _ => RECONNECT.delay(failures),
+        };
+        failures = failures.saturating_add(1);
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+    tracing::info!("Matrix channel stopped reading");
+}
+
+/// One connection: log in, then sync until something fails.
+async fn connection(
+    inner: &Inner,
+    inbox: &Inbox,
+    metrics: &crate::metrics::Metrics,
+) -> Result<std::convert::Infallible, Ended> {
+    let client = session::connect(&inner.settings, &inner.dir).await?;
+    recover(&client, &inner.settings).await;
+    let device = client.device_id().map(|d| d.to_string());
+    let own = client
+        .user_id()
+        .map(|u| u.to_string())
+        .unwrap_or_else(|| inner.settings.user.trim().to_string());
+    let mut position = match inner.store.channel_cursor(Channel::Matrix).await? {
+        Some(p) => p,
+        None => first_sync(inner, &client).await?,
+    };
+    inner.client.send_replace(Some(client.clone()));
+    let mut pending: Vec<Pending> = Vec::new();
+    loop {
+        let settings = SyncSettings::default()
+            .token(position.clone())
+            .timeout(LONG_POLL)
+            .filter(filter());
+        let response = client.sync_once(settings).await?;
+        inner.update(|s| {
+            s.state = State::Ok;
+            s.error = None;
+            s.device = device.clone();
+        });
+        for (room_id, update) in &response.rooms.joined {
+            let Some(room) = client.get_room(room_id) else {
+                continue;
+            };
+            let mut timeline = update.timeline.events.clone();
+            if update.timeline.limited
+                && let Some(prev) = &update.timeline.prev_batch
+            {
+                let mut earlier = backfill(inner, &room, prev).await;
+                earlier.append(&mut timeline);
+                timeline = earlier;
+            }
+            let direct = is_direct(&room).await;
+            for event in &timeline {
+                take_in(
+                    inner,
+                    inbox,
+                    metrics,
+                    &room,
+                    direct,
+                    &own,
+                    event,
+                    &mut pending,
+                )
+                .await?;
+            }
+        }
+        for room_id in response.rooms.invited.keys() {
+            if let Some(room) = client.get_room(room_id) {
+                answer_invite(&inner.settings, &room).await;
+            }
+        }
+        retry_decryption(inner, inbox, metrics, &client, &own, &mut pending).await?;
+        inner
+            .store
+            .set_channel_cursor(Channel::Matrix, &response.next_batch)
+            .await?;
+        position = response.next_batch;
+    }
+}
+
+/// The first sync on this database: where the rooms are now, without acting on their history;
+/// invites waiting are answered.
+async fn first_sync(inner: &Inner, client: &Client) -> Result<String, Ended> {
+    let response = client
+        .sync_once(SyncSettings::default().filter(filter()))
+        .await?;
+    for room_id in response.rooms.invited.keys() {
+        if let Some(room) = client.get_room(room_id) {
+            answer_invite(&inner.settings, &room).await;
+        }
+    }
+    inner
+        .store
+        .set_channel_cursor(Channel::Matrix, &response.next_batch)
+        .await?;
+    tracing::info!("first Matrix sync: what was said before now is not acted on");
+    Ok(response.next_batch)
+}
+
+fn filter() -> Filter {
+    let mut f = FilterDefinition::default();
+    f.room.timeline.limit = Some(UInt::from(TIMELINE));
+    Filter::FilterDefinition(f)
+}
+
+/// A room of the agent and one person (joined or invited): what is said there is said to the
+/// agent. Counted from the member events in the store — the summary's counts can lag behind.
+async fn is_direct(room: &Room) -> bool {
+    match room.members_no_sync(RoomMemberships::ACTIVE).await {
+        Ok(members) if !members.is_empty() => members.len() <= 2,
+        _ => room.active_members_count() <= 2,
+    }
+}
+
+/// The room's facts and the message an event is, handed to the inbox.
+#[allow(clippy::too_many_arguments)]
+async fn take_in(
+    inner: &Inner,
+    inbox: &Inbox,
+    metrics: &crate::metrics::Metrics,
+    room: &Room,
+    direct: bool,
+    own: &str,
+    event: &TimelineEvent,
+    pending: &mut Vec<Pending>,
+) -> Result<(), StoreError> {
+    let room_id = room.room_id().to_string();
+    let facts = RoomFacts {
+        room: &room_id,
+        own,
+        direct,
+    };
+    let Some(read) = events::read(event, &facts) else {
+        return Ok(());
+    };
+    if inbox.take_in_chat(&read.message).await? {
+        inner.took_in(&read.message, read.encrypted);
+        metrics.observe_message_in(Channel::Matrix.as_str());
+        if matches!(read.message.kind, ChatKind::Undecryptable(_)) {
+            pending.push(Pending {
+                room: room.room_id().to_owned(),
+                event: event.clone(),
+                since: Instant::now(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Events recorded undecryptable whose key may have arrived since: decrypted, their record is
+/// replaced by what they say; past [`RETRY_DECRYPTION`], they stay recorded as they are.
+async fn retry_decryption(
+    inner: &Inner,
+    inbox: &Inbox,
+    metrics: &crate::metrics::Metrics,
+    client: &Client,
+    own: &str,
+    pending: &mut Vec<Pending>,
+) -> Result<(), StoreError> {
+    let mut still = Vec::new();
+    for p in pending.drain(..) {
+        let Some(room) = client.get_room(&p.room) else {
+            continue;
+        };
+        let TimelineEventKind::UnableToDecrypt { event, .. } = &p.event.kind else {
+            continue;
+        };
+        match room.decrypt_event(event.cast_ref_unchecked(), None).await {
+            Ok(decrypted)
+                if !matches!(decrypted.kind, TimelineEventKind::UnableToDecrypt { .. }) =>
+            {
+                let event_id = p
+                    .event
+                    .event_id()
+                    .map(|e| e.to_string())
+                    .unwrap_or_default();
+                tracing::info!(event = %event_id, "a chat message's key arrived; it is read now");
+                inner.store.forget_undecryptable(&event_id).await?;
+                let mut ignore = Vec::new();
+                let direct = is_direct(&room).await;
+                take_in(
+                    inner,
+                    inbox,
+                    metrics,
+                    &room,
+                    direct,
+                    own,
+                    &decrypted,
+                    &mut ignore,
+                )
+                .await?;
+            }
+            _ if p.since.elapsed() < RETRY_DECRYPTION => still.push(p),
+            _ => {}
+        }
+    }
+    *pending = still;
+    Ok(())
+}
+
+/// Events of `room` before `prev` back to the first one already recorded (at most
+/// [`BACKFILL_PAGES`] pages), oldest first.
+async fn backfill(inner: &Inner, room: &Room, prev: &str) -> Vec<TimelineEvent> {
+    let mut found = Vec::new();
+    let mut from = prev.to_string();
+    for _ in 0..BACKFILL_PAGES {
+        let options = MessagesOptions::backward().from(Some(from.as_str()));
+        let page = match room.messages(options).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(room = %room.room_id(), error = %e, "cannot read back a room's messages after a gap; some may be missed");
+                break;
+            }
+        };
+        let mut reached = false;
+        for event in page.chunk {
+            let known = match event.event_id() {
+                Some(id) => inner
+                    .store
+                    .inbox_message_by_id(id.as_str())
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some(),
+                None => false,
+            };
+            if known {
+                reached = true;
+                break;
+            }
+            found.push(event);
+        }
+        match page.end {
+            Some(end) if !reached => from = end,
+            _ => break,
+        }
+    }
+    found.reverse();
+    found
+}
+
+/// Join a room a person in `allow_from` invited the agent to; decline any other invite.
+async fn answer_invite(settings: &MatrixSettings, room: &Room) {
+    let inviter = match room.invite_details().await {
+        Ok(d) => d.inviter_id.to_string(),
+        Err(e) => {
+            tracing::warn!(room = %room.room_id(), error = %e, "cannot see who sent an invite; declining it");
+            String::new()
+        }
+    };
+    if settings.allowed(&inviter).is_some() {
+        match room.join().await {
+            Ok(()) => {
+                tracing::info!(room = %room.room_id(), inviter = %inviter, "joined a room on an invite from allow_from")
+            }
+            Err(e) => tracing::warn!(room = %room.room_id(), error = %e, "cannot join a room"),
+        }
+    } else {
+        tracing::warn!(room = %room.room_id(), inviter = %inviter, "declined an invite: the inviter is not in channels.matrix.allow_from");
+        if let Err(e) = room.leave().await {
+            tracing::warn!(room = %room.room_id(), error = %e, "cannot decline an invite");
+        }
+    }
+}
+
+/// With `recovery_key`: restore the key backup and cross-sign this device. A failure is
+/// logged (never the key) and the channel works on without it.
+async fn recover(client: &Client, settings: &MatrixSettings) {
+    let key = settings.recovery_key.trim();
+    if key.is_empty() {
+        return;
+    }
+    match client.encryption().recovery().recover(key).await {
+        Ok(()) => tracing::info!("Matrix key backup restored with channels.matrix.recovery_key"),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot recover the Matrix keys with channels.matrix.recovery_key; check it")
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! The `channels` section: chat accounts the agent talks through (`channels.matrix`), with
+//! their defaults. Their secrets are redacted from `Debug` with the others (`settings.rs`).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChannelSettings {
+    /// A Matrix account: conversations in its rooms, notices to `matrix:NAME`; `None`: none.
+    pub matrix: Option<MatrixSettings>,
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MatrixSettings {
+    /// The homeserver's client URL (`https://matrix.example.org`).
+    pub homeserver: String,
+    /// The agent's own account (`@hermes:example.org`).
+    pub user: String,
+    /// Used to log in when there is no session yet; the session (token, device) is kept in
+    /// the data dir and reused, so the same device keeps its keys.
+    pub password: String,
+    /// Who may instruct the agent (Matrix user ids, exactly); empty: nobody.
+    pub allow_from: Vec<String>,
+    /// Delivery targets by name (`matrix:NAME`): a user id (the agent's direct room with
+    /// them, created encrypted if absent) or a room id the agent was invited to.
+    pub rooms: BTreeMap<String, String>,
+    /// Optional: restores the account's key backup and cross-signs the agent's device.
+    pub recovery_key: String,
+    /// Tasks one sender may start per hour; past it messages are recorded and ignored.
+    pub max_tasks_per_hour: u32,
+}
+
+impl Default for MatrixSettings {
+    fn default() -> Self {
+        MatrixSettings {
+            homeserver: String::new(),
+            user: String::new(),
+            password: String::new(),
+            allow_from: Vec::new(),
+            rooms: BTreeMap::new(),
+            recovery_key: String::new(),
+            max_tasks_per_hour: 20,
+        }
+    }
+}
+
+/// What a `channels.matrix.rooms` entry names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatrixTarget<'a> {
+    /// `@user:server`: the direct room with this person.
+    User(&'a str),
+    /// `!room:server`: a room by its id.
+    Room(&'a str),
+}
+
+impl MatrixSettings {
+    /// The entry of `allow_from` that `user` is (Matrix ids are compared exactly).
+    pub fn allowed(&self, user: &str) -> Option<&str> {
+        self.allow_from
+            .iter()
+            .map(|a| a.trim())
+            .find(|a| *a == user.trim())
+    }
+
+    /// What the room `name` stands for, if it is configured and well formed.
+    pub fn target(&self, name: &str) -> Option<MatrixTarget<'_>> {
+        let value = self.rooms.get(name)?.trim();
+        if is_matrix_id(value, '@') {
+            Some(MatrixTarget::User(value))
+        } else if is_matrix_id(value, '!') {
+            Some(MatrixTarget::Room(value))
+        } else {
+            None
+        }
+    }
+
+    /// The account as inbox rows record it: `matrix:@hermes:example.org`.
+    pub fn account(&self) -> String {
+        format!("matrix:{}", self.user.trim())
+    }
+}
+
+/// Whether `id` is a Matrix identifier with `sigil` (`@user:server`, `!room:server`): the
+/// sigil, a non-empty local part, a colon, a non-empty server name, no spaces. A room id of
+/// room version 12 and later has no server name (`!` and the room's hash).
+pub fn is_matrix_id(id: &str, sigil: char) -> bool {
+    let Some(rest) = id.strip_prefix(sigil) else {
+        return false;
+    };
+    if sigil == '!' && !rest.contains(':') {
+        return !rest.is_empty() && !id.contains(char::is_whitespace);
+    }
+    match rest.split_once(':') {
+        Some((local, server)) => {
+            !local.is_empty() && !server.is_empty() && !id.contains(char::is_whitespace)
+        }
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_users_or_rooms() {
+        let s = MatrixSettings {
+            rooms: [
+                ("me".to_string(), "@me:example.org".to_string()),
+                ("family".to_string(), "!abc:example.org".to_string()),
+                ("bad".to_string(), "#alias:example.org".to_string()),
+            ]
+            .into(),
+            allow_from: vec!["@me:example.org".into()],
+            ..MatrixSettings::default()
+        };
+        assert_eq!(s.target("me"), Some(MatrixTarget::User("@me:example.org")));
+        assert_eq!(
+            s.target("family"),
+            Some(MatrixTarget::Room("!abc:example.org"))
+        );
+        assert_eq!(s.target("bad"), None);
+        assert_eq!(s.target("nope"), None);
+        assert_eq!(s.allowed("@me:example.org"), Some("@me:example.org"));
+        assert_eq!(s.allowed("@Me:example.org"), None);
+        assert!(!is_matrix_id("@:x", '@'));
+        assert!(!is_matrix_id("@a", '@'));
+        assert!(!is_matrix_id("@a b:x", '@'));
+        assert!(is_matrix_id(
+            "!Y3ebo6NXF-l5U11wvWyXlN1TyWFfkj-tm-EepCTWRnk",
+            '!'
+        ));
+        assert!(!is_matrix_id("!", '!'));
+    }
+}
