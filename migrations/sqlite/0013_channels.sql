@@ -19,3 +19,12 @@ CREATE TABLE channel_cursors (
     position   TEXT NOT NULL,
     updated_at TEXT NOT NULL
 );
+-- With several daemons on one database, one node reads a chat channel at a time: the one
+-- named here, while its row in nodes still holds the epoch it claimed the channel under.
+-- Another node takes the channel over once that row is gone (the node lease lapsed).
+CREATE TABLE channel_holders (
+    channel  TEXT PRIMARY KEY,
+    node_id  TEXT NOT NULL,
+    epoch    TEXT NOT NULL,
+    since    TEXT NOT NULL
+);

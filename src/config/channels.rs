@@ -26,7 +26,7 @@ pub struct MatrixSettings {
     /// Delivery targets by name (`matrix:NAME`): a user id (the agent's direct room with
     /// them, created encrypted if absent) or a room id the agent was invited to.
     pub rooms: BTreeMap<String, String>,
-    /// Optional: restores the account's key backup and cross-signs the agent's device.
+    /// Optional: restores the account's key backup and its cross-signing secrets.
     pub recovery_key: String,
     /// Tasks one sender may start per hour; past it messages are recorded and ignored.
     pub max_tasks_per_hour: u32,

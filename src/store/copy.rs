@@ -92,7 +92,7 @@ const TABLES: &[Table] = &[
             ("job_id", Text), ("run_id", Int), ("state", Text), ("attempts", Int),
             ("last_error", Text), ("next_attempt_at", Time), ("created_at", Time),
             ("sent_at", Time), ("token", Text), ("recipient", Text), ("in_reply_to", Text),
-            ("refs", Text),
+            ("refs", Text), ("remote_id", Text),
         ],
         order: "id",
         identity: Some("id"),
@@ -135,10 +135,16 @@ const TABLES: &[Table] = &[
             ("state", Text), ("reason", Text), ("command", Text), ("command_state", Text),
             ("detail", Text), ("notice_id", Int), ("job_id", Text), ("task_id", Text),
             ("context", Text), ("refs", Text), ("reply_notice_id", Int), ("answered_at", Time),
-            ("digest", Text),
+            ("digest", Text), ("channel", Text), ("room", Text), ("thread_root", Text),
         ],
         order: "id",
         identity: Some("id"),
+    },
+    Table {
+        name: "channel_cursors",
+        columns: &[("channel", Text), ("position", Text), ("updated_at", Time)],
+        order: "channel",
+        identity: None,
     },
     Table {
         name: "inbox_watermarks",
@@ -228,9 +234,13 @@ pub const NOT_COPIED: &[(&str, &str)] = &[
         "sessions",
         "dashboard sign-ins; dashboard users sign in again",
     ),
+    (
+        "channel_holders",
+        "which daemon reads a chat channel; the first daemon on the target takes it",
+    ),
 ];
 
-/// Rows a copy statement carries at most (the widest table binds 20 values a row: well under
+/// Rows a copy statement carries at most (the widest table binds 23 values a row: well under
 /// PostgreSQL's 65,535 parameters).
 const CHUNK: usize = 500;
 

@@ -196,6 +196,12 @@ impl Store {
             tx.commit().await?;
             return Ok(Recorded::Seen);
         }
+        // A node that lost the channel to another (its lease lapsed) records nothing more: the
+        // check holds the node's row until the commit on PostgreSQL, so a take-over comes
+        // after this write or refuses it.
+        if let Place::Chat(_) = place {
+            fence_channel(&mut tx, self, mail.channel).await?;
+        }
         // A chat message has no UID: it gets the next number of its account, under the
         // write lock taken above, so that (mailbox, uid_validity, uid) stays unique.
         let (mailbox, uid_validity, uid) = match place {
@@ -379,24 +385,70 @@ impl Store {
         Ok(())
     }
 
-    /// Where `channel`'s intake has read up to, if it ever read.
-    pub(crate) async fn channel_cursor(&self, channel: Channel) -> Result<Option<String>> {
+    /// Take `channel` for this node, or keep it: true when no other live node holds it (its
+    /// holder's row in `nodes` is gone or holds another epoch). Outside a cluster (SQLite, or
+    /// before the daemon joined), always true.
+    pub(crate) async fn hold_channel(&self, channel: Channel) -> Result<bool> {
+        let (Some(node), Some(epoch)) = (self.node().map(str::to_string), self.stamp()) else {
+            return Ok(true);
+        };
+        let mut tx = self.begin_writing(super::Locked::Inbox).await?;
+        let holder: Option<(String, String)> =
+            query_as("SELECT node_id, epoch FROM channel_holders WHERE channel = ?")
+                .pg("SELECT node_id, epoch FROM channel_holders WHERE channel = $1 FOR UPDATE")
+                .bind(channel)
+                .fetch_optional(&mut tx)
+                .await?;
+        if let Some((id, held)) = &holder {
+            if *id == node && *held == epoch {
+                tx.commit().await?;
+                return Ok(true);
+            }
+            let alive: Option<String> =
+                query_scalar("SELECT id FROM nodes WHERE id = ? AND epoch = ?")
+                    .bind(id)
+                    .bind(held)
+                    .fetch_optional(&mut tx)
+                    .await?;
+            if alive.is_some() {
+                tx.rollback().await?;
+                return Ok(false);
+            }
+        }
+        query(
+            "INSERT INTO channel_holders (channel, node_id, epoch, since) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT (channel) DO UPDATE SET node_id = excluded.node_id, \
+             epoch = excluded.epoch, since = excluded.since",
+        )
+        .bind(channel)
+        .bind(&node)
+        .bind(&epoch)
+        .bind(now())
+        .execute(&mut tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Where a chat intake has read up to (`key`: the channel and the device reading it), if
+    /// it ever read.
+    pub(crate) async fn channel_cursor(&self, key: &str) -> Result<Option<String>> {
         Ok(
             query_scalar("SELECT position FROM channel_cursors WHERE channel = ?")
-                .bind(channel)
+                .bind(key)
                 .fetch_optional(self)
                 .await?,
         )
     }
 
-    /// Save `channel`'s cursor: everything before `position` has been recorded.
-    pub(crate) async fn set_channel_cursor(&self, channel: Channel, position: &str) -> Result<()> {
+    /// Save a chat intake's cursor: everything before `position` has been recorded.
+    pub(crate) async fn set_channel_cursor(&self, key: &str, position: &str) -> Result<()> {
         query(
             "INSERT INTO channel_cursors (channel, position, updated_at) VALUES (?1, ?2, ?3) \
              ON CONFLICT (channel) DO UPDATE SET position = excluded.position, \
              updated_at = excluded.updated_at",
         )
-        .bind(channel)
+        .bind(key)
         .bind(position)
         .bind(now())
         .execute(self)
@@ -440,6 +492,16 @@ impl Store {
     pub(crate) async fn inbox_message(&self, id: i64) -> Result<Option<InboxMessage>> {
         self.first(query_as(inbox_select!("WHERE id = ?")).bind(id))
             .await
+    }
+
+    /// Whether any message of `channel` was ever recorded.
+    pub(crate) async fn any_inbox_message(&self, channel: Channel) -> Result<bool> {
+        let found: Option<i64> =
+            query_scalar("SELECT id FROM inbox_messages WHERE channel = ? LIMIT 1")
+                .bind(channel)
+                .fetch_optional(self)
+                .await?;
+        Ok(found.is_some())
     }
 
     /// The message recorded with `message_id` (a chat event id, a mail's Message-ID).
@@ -615,6 +677,31 @@ impl Row {
             task_id: None,
             context: None,
         }
+    }
+}
+
+/// Refused ([`super::Fenced`]) unless this node still holds `channel` under its lease (or no
+/// lease is in play: SQLite, a process outside a cluster).
+async fn fence_channel(tx: &mut Tx, store: &Store, channel: Channel) -> Result<()> {
+    let (Some(node), Some(epoch)) = (store.node(), store.stamp()) else {
+        return Ok(());
+    };
+    let held: Option<String> = query_scalar(
+        "SELECT h.node_id FROM channel_holders h JOIN nodes n ON n.id = h.node_id AND n.epoch = h.epoch \
+         WHERE h.channel = ? AND h.node_id = ? AND h.epoch = ?",
+    )
+    .pg(
+        "SELECT h.node_id FROM channel_holders h JOIN nodes n ON n.id = h.node_id AND n.epoch = h.epoch \
+         WHERE h.channel = $1 AND h.node_id = $2 AND h.epoch = $3 FOR SHARE OF n",
+    )
+    .bind(channel)
+    .bind(node)
+    .bind(&epoch)
+    .fetch_optional(&mut *tx)
+    .await?;
+    match held {
+        Some(_) => Ok(()),
+        None => Err(super::Fenced.into()),
     }
 }
 

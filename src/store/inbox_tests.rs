@@ -1,5 +1,5 @@
 use super::*;
-use crate::store::{NewJob, NoticeFilter, Origin, TaskOutcome};
+use crate::store::{NewJob, NoticeFilter, Origin, StoreError, TaskOutcome};
 
 fn place(uid: u32) -> MailPlace {
     MailPlace {
@@ -487,5 +487,77 @@ on_both_engines!(
         assert_eq!(json["from"], "me@example.org");
         assert_eq!(json["reason"], "not_allowed");
         assert!(json.get("context").is_none() && json.get("mailbox").is_none());
+    }
+);
+
+on_both_engines!(
+    Memory,
+    tokio::test,
+    async fn one_node_holds_a_chat_channel_and_a_node_past_its_lease_records_nothing(store: Store) {
+        let lease = chrono::Duration::seconds(30);
+        let a = store.clone().with_node("node-a");
+        let b = store.clone().with_node("node-b");
+        a.join_cluster("host-a", 1, None, lease).await.unwrap();
+        b.join_cluster("host-b", 2, None, lease).await.unwrap();
+        assert!(a.hold_channel(Channel::Matrix).await.unwrap());
+        assert!(a.hold_channel(Channel::Matrix).await.unwrap(), "kept");
+        assert!(
+            !b.hold_channel(Channel::Matrix).await.unwrap(),
+            "a holds it"
+        );
+        let chat = |event: &str| NewInboxMessage {
+            channel: Channel::Matrix,
+            room: Some("!r:x".into()),
+            thread_root: Some(event.into()),
+            message_id: Some(event.into()),
+            sender: "@me:x".into(),
+            subject: "hi".into(),
+            ..NewInboxMessage::default()
+        };
+        let account = Place::Chat("matrix:@hermes:x");
+        let first = a
+            .record_inbox(account, &chat("$1"), &task_outcome("hi"))
+            .await
+            .unwrap();
+        assert!(matches!(first, Recorded::New { .. }));
+        // b may not record while a holds the channel.
+        let refused = b
+            .record_inbox(account, &chat("$2"), &task_outcome("hi"))
+            .await
+            .unwrap_err();
+        assert!(matches!(refused, StoreError::Fenced(_)), "{refused}");
+        // a falls silent past its lease and is revoked: b takes over, a's records are refused.
+        let since = now() + chrono::Duration::minutes(1);
+        assert!(b.revoke_node("node-a", since).await.unwrap());
+        assert!(b.hold_channel(Channel::Matrix).await.unwrap(), "taken over");
+        let late = a
+            .record_inbox(account, &chat("$3"), &task_outcome("hi"))
+            .await
+            .unwrap_err();
+        assert!(matches!(late, StoreError::Fenced(_)), "{late}");
+        let second = b
+            .record_inbox(account, &chat("$2"), &task_outcome("hi"))
+            .await
+            .unwrap();
+        assert!(matches!(second, Recorded::New { .. }));
+        // Chat rows number themselves per account.
+        let rows = store
+            .list_inbox(&InboxFilter {
+                channel: Some(Channel::Matrix),
+                ..InboxFilter::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 2);
+        assert!(store.any_inbox_message(Channel::Matrix).await.unwrap());
+        assert!(!store.any_inbox_message(Channel::Email).await.unwrap());
+        // The cursor is per key (device).
+        b.set_channel_cursor("matrix/DEV", "s1").await.unwrap();
+        b.set_channel_cursor("matrix/DEV", "s2").await.unwrap();
+        assert_eq!(
+            b.channel_cursor("matrix/DEV").await.unwrap().as_deref(),
+            Some("s2")
+        );
+        assert_eq!(b.channel_cursor("matrix/OTHER").await.unwrap(), None);
     }
 );

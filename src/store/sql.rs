@@ -415,6 +415,14 @@ impl<T: Value> QueryScalar<T> {
         }
     }
 
+    /// PostgreSQL's text of this statement, where the dialects differ.
+    pub(crate) fn pg(self, sql: impl Into<Cow<'static, str>>) -> Self {
+        QueryScalar {
+            query: self.query.pg(sql),
+            value: PhantomData,
+        }
+    }
+
     pub(crate) async fn fetch_all(self, on: impl Into<On<'_>>) -> Result<Vec<T>, sqlx::Error> {
         let rows = self.query.fetch_all(on).await?;
         rows.iter().map(|r| r.get_at(0)).collect()

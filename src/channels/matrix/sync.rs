@@ -43,6 +43,9 @@ const TIMELINE: u32 = 50;
 const BACKFILL_PAGES: usize = 20;
 /// How long an undecryptable event is tried again, waiting for its key.
 const RETRY_DECRYPTION: Duration = Duration::from_secs(600);
+/// How often a node that does not hold the channel (another daemon on the same database reads
+/// it) looks whether it is free.
+const STANDBY_POLL: Duration = Duration::from_secs(5);
 
 /// Why a connection ended.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +57,9 @@ pub(super) enum Ended {
     /// Recording failed: nothing was lost, the batch is read again.
     #[error("cannot record Matrix messages: {0}")]
     Store(#[from] StoreError),
+    /// Another daemon on the same database took the channel over (this one's lease lapsed).
+    #[error("another daemon reads the Matrix channel now")]
+    Elsewhere,
 }
 
 /// An event recorded undecryptable, tried again after each sync.
@@ -99,12 +105,34 @@ pub(super) async fn run(
     tracing::info!("Matrix channel stopped reading");
 }
 
-/// One connection: log in, then sync until something fails.
+/// Wait until this node holds the channel: at once alone; with other daemons on the same
+/// database, when no other live one does.
+async fn hold(inner: &Inner) -> Result<(), Ended> {
+    let mut told = false;
+    while !inner.store.hold_channel(Channel::Matrix).await? {
+        if !told {
+            tracing::info!(
+                "another daemon on this database reads the Matrix channel; this one takes over if that one stops"
+            );
+            inner.update(|s| {
+                s.state = State::Starting;
+                s.error =
+                    Some("standing by: another daemon on this database reads the channel".into());
+            });
+            told = true;
+        }
+        tokio::time::sleep(STANDBY_POLL).await;
+    }
+    Ok(())
+}
+
+/// One connection: hold the channel, log in, then sync until something fails.
 async fn connection(
     inner: &Inner,
     inbox: &Inbox,
     metrics: &crate::metrics::Metrics,
 ) -> Result<std::convert::Infallible, Ended> {
+    hold(inner).await?;
     let client = session::connect(&inner.settings, &inner.dir).await?;
     recover(&client, &inner.settings).await;
     let device = client.device_id().map(|d| d.to_string());
@@ -112,9 +140,12 @@ async fn connection(
         .user_id()
         .map(|u| u.to_string())
         .unwrap_or_else(|| inner.settings.user.trim().to_string());
-    let mut position = match inner.store.channel_cursor(Channel::Matrix).await? {
+    // The position is the device's: a sync token also says which of this device's
+    // to-device messages (room keys) were read.
+    let key = format!("matrix/{}", device.as_deref().unwrap_or(""));
+    let mut position = match inner.store.channel_cursor(&key).await? {
         Some(p) => p,
-        None => first_sync(inner, &client).await?,
+        None => first_sync(inner, inbox, metrics, &client, &own, &key).await?,
     };
     inner.client.send_replace(Some(client.clone()));
     let mut pending: Vec<Pending> = Vec::new();
@@ -124,68 +155,100 @@ async fn connection(
             .timeout(LONG_POLL)
             .filter(filter());
         let response = client.sync_once(settings).await?;
+        if !inner.store.hold_channel(Channel::Matrix).await? {
+            return Err(Ended::Elsewhere);
+        }
         inner.update(|s| {
             s.state = State::Ok;
             s.error = None;
             s.device = device.clone();
         });
-        for (room_id, update) in &response.rooms.joined {
-            let Some(room) = client.get_room(room_id) else {
-                continue;
-            };
-            let mut timeline = update.timeline.events.clone();
-            if update.timeline.limited
-                && let Some(prev) = &update.timeline.prev_batch
-            {
-                let mut earlier = backfill(inner, &room, prev).await;
-                earlier.append(&mut timeline);
-                timeline = earlier;
-            }
-            let direct = is_direct(&room).await;
-            for event in &timeline {
-                take_in(
-                    inner,
-                    inbox,
-                    metrics,
-                    &room,
-                    direct,
-                    &own,
-                    event,
-                    &mut pending,
-                )
-                .await?;
-            }
-        }
-        for room_id in response.rooms.invited.keys() {
-            if let Some(room) = client.get_room(room_id) {
-                answer_invite(&inner.settings, &room).await;
-            }
-        }
+        batch(
+            inner,
+            inbox,
+            metrics,
+            &client,
+            &own,
+            &response,
+            &mut pending,
+        )
+        .await?;
         retry_decryption(inner, inbox, metrics, &client, &own, &mut pending).await?;
         inner
             .store
-            .set_channel_cursor(Channel::Matrix, &response.next_batch)
+            .set_channel_cursor(&key, &response.next_batch)
             .await?;
         position = response.next_batch;
     }
 }
 
-/// The first sync on this database: where the rooms are now, without acting on their history;
-/// invites waiting are answered.
-async fn first_sync(inner: &Inner, client: &Client) -> Result<String, Ended> {
-    let response = client
-        .sync_once(SyncSettings::default().filter(filter()))
-        .await?;
+/// Every room's events of one sync response handed to the inbox (a room with a gap read back
+/// first), and the invites answered.
+async fn batch(
+    inner: &Inner,
+    inbox: &Inbox,
+    metrics: &crate::metrics::Metrics,
+    client: &Client,
+    own: &str,
+    response: &matrix_sdk::sync::SyncResponse,
+    pending: &mut Vec<Pending>,
+) -> Result<(), StoreError> {
+    for (room_id, update) in &response.rooms.joined {
+        let Some(room) = client.get_room(room_id) else {
+            continue;
+        };
+        let mut timeline = update.timeline.events.clone();
+        if update.timeline.limited
+            && let Some(prev) = &update.timeline.prev_batch
+        {
+            let mut earlier = backfill(inner, &room, prev).await;
+            earlier.append(&mut timeline);
+            timeline = earlier;
+        }
+        let direct = is_direct(&room).await;
+        for event in &timeline {
+            take_in(inner, inbox, metrics, &room, direct, own, event, pending).await?;
+        }
+    }
     for room_id in response.rooms.invited.keys() {
         if let Some(room) = client.get_room(room_id) {
             answer_invite(&inner.settings, &room).await;
         }
     }
+    Ok(())
+}
+
+/// The first sync of this device: where the rooms are now. When the channel was never read
+/// from this database, what was said before is history and is not acted on; when it was (by
+/// another daemon, now gone), the rooms are read back to the first event already recorded.
+/// Invites waiting are answered.
+async fn first_sync(
+    inner: &Inner,
+    inbox: &Inbox,
+    metrics: &crate::metrics::Metrics,
+    client: &Client,
+    own: &str,
+    key: &str,
+) -> Result<String, Ended> {
+    let response = client
+        .sync_once(SyncSettings::default().filter(filter()))
+        .await?;
+    if inner.store.any_inbox_message(Channel::Matrix).await? {
+        tracing::info!("first Matrix sync of this device: reading back to what was recorded");
+        let mut pending = Vec::new();
+        batch(inner, inbox, metrics, client, own, &response, &mut pending).await?;
+    } else {
+        for room_id in response.rooms.invited.keys() {
+            if let Some(room) = client.get_room(room_id) {
+                answer_invite(&inner.settings, &room).await;
+            }
+        }
+        tracing::info!("first Matrix sync: what was said before now is not acted on");
+    }
     inner
         .store
-        .set_channel_cursor(Channel::Matrix, &response.next_batch)
+        .set_channel_cursor(key, &response.next_batch)
         .await?;
-    tracing::info!("first Matrix sync: what was said before now is not acted on");
     Ok(response.next_batch)
 }
 

@@ -90,6 +90,10 @@ impl Chat {
     }
 
     fn command(&self, args: &[&str]) -> Command {
+        self.command_in(&self.data(), args)
+    }
+
+    fn command_in(&self, data: &std::path::Path, args: &[&str]) -> Command {
         let mut cmd = Command::new(BIN);
         cmd.current_dir(self.dir.path())
             .env_remove("HERMES_CONFIG")
@@ -101,7 +105,7 @@ impl Chat {
             .arg("--config")
             .arg(self.dir.path().join("settings.yaml"))
             .arg("--data-dir")
-            .arg(self.data())
+            .arg(data)
             .args(args)
             .stdin(Stdio::null());
         cmd
@@ -122,8 +126,18 @@ impl Chat {
 
     /// Start the daemon; wait until it answers and the agent has joined the room.
     pub async fn start(&self) -> Daemon {
-        let _ = std::fs::remove_file(hermes_agent::daemon::addr_path(&self.data()));
-        let log = self.dir.path().join("daemon.log");
+        let d = self.start_node(&self.data(), true).await;
+        self.me
+            .wait_for_join(PATIENCE, self.room(), self.agent_id())
+            .await;
+        d
+    }
+
+    /// Start a daemon on data dir `data` (another node on the same database has another);
+    /// wait until it answers and, with `connected`, until its Matrix channel is.
+    pub async fn start_node(&self, data: &std::path::Path, connected: bool) -> Daemon {
+        let _ = std::fs::remove_file(hermes_agent::daemon::addr_path(data));
+        let log = data.with_extension("log");
         let file = File::options()
             .create(true)
             .append(true)
@@ -131,7 +145,7 @@ impl Chat {
             .expect("log file");
         let err = file.try_clone().expect("log handle");
         let child = self
-            .command(&["serve"])
+            .command_in(data, &["serve"])
             .stdout(Stdio::from(file))
             .stderr(Stdio::from(err))
             .spawn()
@@ -139,14 +153,11 @@ impl Chat {
         let mut d = Daemon {
             child: Some(child),
             base: String::new(),
-            data: self.data(),
+            data: data.to_path_buf(),
             log,
             http: reqwest::Client::new(),
         };
-        d.ready().await;
-        self.me
-            .wait_for_join(PATIENCE, self.room(), self.agent_id())
-            .await;
+        d.ready(connected).await;
         d
     }
 
@@ -198,15 +209,16 @@ impl Daemon {
         }
     }
 
-    /// The address, then `/healthz` until the Matrix channel is connected.
-    async fn ready(&mut self) {
+    /// The address, then `/healthz` until it answers and (with `connected`) the Matrix channel
+    /// is connected.
+    async fn ready(&mut self, connected: bool) {
         let deadline = Instant::now() + PATIENCE;
         loop {
             self.still_running();
             if let Ok(Some(addr)) = read_addr(&self.data) {
                 self.base = format!("http://{addr}");
                 if let Some(h) = self.health().await
-                    && h["matrix"]["state"] == "ok"
+                    && (!connected || h["matrix"]["state"] == "ok")
                 {
                     return;
                 }

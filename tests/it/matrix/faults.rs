@@ -353,3 +353,55 @@ async fn doctor_logs_in_once_and_checks_the_room() {
     let (_, again) = chat.cli(&["doctor"]);
     assert!(again.contains("connected (device"), "{again}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_daemons_on_postgres_one_reads_the_channel_and_the_other_takes_over() {
+    let db = tokio::task::spawn_blocking(|| crate::postgres::cluster::cluster().create_database())
+        .await
+        .expect("the cluster's thread");
+    let url = crate::postgres::cluster::cluster().url(&db);
+    let chat = Chat::new(&format!("storage:\n  url: \"{url}\"\n  node_lease_s: 3\n")).await;
+    let mut a = chat.start_node(&chat.dir.path().join("node-a"), true).await;
+    chat.me
+        .wait_for_join(PATIENCE, chat.room(), chat.agent_id())
+        .await;
+    let b = chat
+        .start_node(&chat.dir.path().join("node-b"), false)
+        .await;
+    b.health_until("node b standing by", |h| {
+        h["matrix"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("standing by"))
+    })
+    .await;
+    let first = chat.say("first question").await;
+    chat.agent_says(|m| m.thread_root.as_ref().map(|r| r.as_str()) == Some(first.as_str()))
+        .await;
+    // A answered; B still stands by, rather than syncing beside it.
+    let (_, health) = b.get("/healthz").await;
+    assert!(
+        health["matrix"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("standing by")),
+        "{health}"
+    );
+
+    // A dies; once its lease lapsed B holds the channel, with a device of its own.
+    a.kill();
+    b.health_until("node b connected", |h| h["matrix"]["state"] == "ok")
+        .await;
+    let second = chat.say("second question").await;
+    let answer = chat
+        .agent_says(|m| m.thread_root.as_ref().map(|r| r.as_str()) == Some(second.as_str()))
+        .await;
+    assert!(answer.encrypted);
+    // Each once: the first was not taken in again by B.
+    for event in [&first, &second] {
+        let n = chat.count_from_agent(|m| {
+            m.thread_root.as_ref().map(|r| r.as_str()) == Some(event.as_str())
+        });
+        assert_eq!(n, 1, "answers to {event}");
+    }
+    let rows = b.inbox().await;
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+}
