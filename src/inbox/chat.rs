@@ -36,6 +36,9 @@ pub struct ChatMessage {
     pub reply_to: Option<String>,
     /// A direct room (the agent and one person), or the agent was mentioned.
     pub addressed: bool,
+    /// A text that came unencrypted in a room that is encrypted: never acted on. (Reactions
+    /// are never encrypted by Matrix clients, so they cannot be held to this.)
+    pub plain_in_encrypted_room: bool,
     pub kind: ChatKind,
 }
 
@@ -139,6 +142,12 @@ impl Inner {
         }
         if !self.chat_allowed(m.channel, &m.sender) {
             return Ok(Some((ignored(IgnoreReason::NotAllowed, None), None)));
+        }
+        // Only encryption vouches for who wrote in an encrypted room; the sender field is the
+        // server's word.
+        if m.plain_in_encrypted_room {
+            tracing::warn!(event = %m.event_id, room = %m.room, sender = %m.sender, "a chat message came unencrypted in an encrypted room; recorded, not acted on");
+            return Ok(Some((ignored(IgnoreReason::Unencrypted, None), None)));
         }
         let (words, notice) = match &m.kind {
             ChatKind::Reaction { key, to } => {

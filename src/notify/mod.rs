@@ -98,6 +98,10 @@ pub trait ChatSend: Send + Sync {
     fn lanes(&self) -> Vec<String>;
     /// The names notices may be queued to by anyone (`matrix:NAME`); replies are the inbox's.
     fn targets(&self) -> Vec<String>;
+    /// Resolves once this daemon can send through the account (logged in here). With
+    /// several daemons only the one that reads the channel logs in, so the others leave its
+    /// notices alone rather than spend attempts on them.
+    fn ready(&self) -> BoxFuture<'_, ()>;
     /// Send `notice` (retried with the same transaction ids, so the server posts it once):
     /// the server's id of its first event, which replies and reactions name.
     fn send<'a>(&'a self, notice: &'a Notice) -> BoxFuture<'a, Result<String, SendError>>;

@@ -90,7 +90,20 @@ impl Notifier {
         let Some(lane) = self.inner.lanes.get(channel) else {
             return;
         };
+        // A chat account's lanes wait for it to be logged in on this daemon (see
+        // `ChatSend::ready`).
+        let chat = self
+            .inner
+            .chat
+            .as_ref()
+            .filter(|c| c.lanes().iter().any(|l| l == channel));
         loop {
+            if let Some(chat) = chat {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = chat.ready() => {}
+                }
+            }
             let sent = self.deliver_lane(channel, cancel).await;
             if sent > 0 {
                 debug!(channel, sent, "outbox pass done");

@@ -188,6 +188,23 @@ impl Store {
         // IMMEDIATE: the write lock is taken before the duplicate check, so the check and the
         // insert see the same database.
         let mut tx = self.begin_writing(super::Locked::Inbox).await?;
+        // A chat event recorded undecryptable whose key came later is read as what it says:
+        // its old record goes in the same transaction as the new one, so a crash between
+        // leaves the one or the other, never neither.
+        let undecryptable = matches!(
+            outcome,
+            InboxOutcome::Ignored {
+                reason: IgnoreReason::Undecryptable,
+                ..
+            }
+        );
+        if matches!(place, Place::Chat(_)) && !undecryptable {
+            query("DELETE FROM inbox_messages WHERE message_id = ? AND reason = ?")
+                .bind(&mail.message_id)
+                .bind(IgnoreReason::Undecryptable)
+                .execute(&mut tx)
+                .await?;
+        }
         let seen = seen_query(place, mail).fetch_optional(&mut tx).await?;
         if seen.is_some() {
             if let Place::Mail(place) = place {
@@ -441,6 +458,19 @@ impl Store {
         )
     }
 
+    /// The most recently saved cursor whose key starts with `prefix` (`matrix/`: any device's),
+    /// so a device reading for the first time knows where the last reader got to.
+    pub(crate) async fn newest_channel_cursor(&self, prefix: &str) -> Result<Option<String>> {
+        // `prefix` is ours (a channel name and a slash), so LIKE's wildcards cannot be in it.
+        Ok(query_scalar(
+            "SELECT position FROM channel_cursors WHERE channel LIKE ? \
+             ORDER BY updated_at DESC LIMIT 1",
+        )
+        .bind(format!("{prefix}%"))
+        .fetch_optional(self)
+        .await?)
+    }
+
     /// Save a chat intake's cursor: everything before `position` has been recorded.
     pub(crate) async fn set_channel_cursor(&self, key: &str, position: &str) -> Result<()> {
         query(
@@ -511,17 +541,6 @@ impl Store {
     ) -> Result<Option<InboxMessage>> {
         self.first(query_as(inbox_select!("WHERE message_id = ?")).bind(message_id))
             .await
-    }
-
-    /// Forget that the chat event `message_id` could not be decrypted (its key came later):
-    /// it is read again as what it says. Only an `undecryptable` record is ever forgotten.
-    pub(crate) async fn forget_undecryptable(&self, message_id: &str) -> Result<()> {
-        query("DELETE FROM inbox_messages WHERE message_id = ? AND reason = ?")
-            .bind(message_id)
-            .bind(IgnoreReason::Undecryptable)
-            .execute(self)
-            .await?;
-        Ok(())
     }
 
     /// The message a task came from (an email task's, or a `run now`'s run).

@@ -559,5 +559,61 @@ on_both_engines!(
             Some("s2")
         );
         assert_eq!(b.channel_cursor("matrix/OTHER").await.unwrap(), None);
+        // A new device reads back to where any device of the channel got.
+        assert_eq!(
+            b.newest_channel_cursor("matrix/").await.unwrap().as_deref(),
+            Some("s2")
+        );
+        assert_eq!(b.newest_channel_cursor("telegram/").await.unwrap(), None);
+    }
+);
+
+on_both_engines!(
+    Memory,
+    tokio::test,
+    async fn a_chat_event_recorded_undecryptable_is_replaced_once_read(store: Store) {
+        let event = NewInboxMessage {
+            channel: Channel::Matrix,
+            room: Some("!r:x".into()),
+            thread_root: Some("$e".into()),
+            message_id: Some("$e".into()),
+            sender: "@me:x".into(),
+            subject: "hi".into(),
+            ..NewInboxMessage::default()
+        };
+        let account = Place::Chat("matrix:@hermes:x");
+        let undecryptable = InboxOutcome::Ignored {
+            reason: IgnoreReason::Undecryptable,
+            notice_id: None,
+            job_id: None,
+            reply: None,
+        };
+        let first = store
+            .record_inbox(account, &event, &undecryptable)
+            .await
+            .unwrap();
+        assert!(matches!(first, Recorded::New { .. }));
+        // Seen again still undecryptable: the same record.
+        let again = store
+            .record_inbox(account, &event, &undecryptable)
+            .await
+            .unwrap();
+        assert!(matches!(again, Recorded::Seen));
+        // Its key came: the record becomes the task, in one write.
+        let read = store
+            .record_inbox(account, &event, &task_outcome("hi"))
+            .await
+            .unwrap();
+        assert!(matches!(read, Recorded::New { .. }));
+        let rows = store.list_inbox(&InboxFilter::default()).await.unwrap();
+        assert_eq!(rows.len(), 1, "{rows:#?}");
+        assert_eq!(rows[0].reason, None);
+        assert!(rows[0].task_id.is_some());
+        // Once acted on, it is never replaced again.
+        let late = store
+            .record_inbox(account, &event, &task_outcome("hi"))
+            .await
+            .unwrap();
+        assert!(matches!(late, Recorded::Seen));
     }
 );

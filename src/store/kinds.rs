@@ -330,6 +330,9 @@ word_enum! {
         /// A chat message in a room of several people that neither mentions the agent nor
         /// answers one of its messages.
         NotAddressed = "not_addressed",
+        /// A chat message sent unencrypted in an encrypted room: the homeserver, or anyone
+        /// who holds it, could have written it in a person's name.
+        Unencrypted = "unencrypted",
     }
 }
 

@@ -68,6 +68,8 @@ pub(super) struct RoomFacts<'a> {
     pub own: &'a str,
     /// At most two members (the agent and one person): what is said there is said to it.
     pub direct: bool,
+    /// The room is encrypted: a message in it must be too.
+    pub encrypted: bool,
 }
 
 /// What an event is, for the inbox: a message, or nothing. `encrypted`: it came encrypted.
@@ -146,6 +148,10 @@ pub(super) fn read(event: &TimelineEvent, facts: &RoomFacts<'_>) -> Option<Read>
             thread_root,
             reply_to,
             addressed: facts.direct || mentioned,
+            // Reactions are exempt: clients (matrix-sdk among them) never encrypt them.
+            plain_in_encrypted_room: facts.encrypted
+                && !encrypted
+                && !matches!(kind, ChatKind::Reaction { .. }),
             kind,
         },
         encrypted,

@@ -115,8 +115,10 @@ pub(crate) struct Inner {
     /// The logged-in client, once there is one; senders wait for it.
     client: tokio::sync::watch::Sender<Option<Client>>,
     status: Mutex<Status>,
-    /// Held while a direct room is looked up or created, so two notices never make two.
-    dm: tokio::sync::Mutex<()>,
+    /// Held while a direct room is looked up or created, so two notices never make two; the
+    /// rooms created since the start, by user, because the SDK learns a new room is direct
+    /// only from a later sync.
+    dm: tokio::sync::Mutex<std::collections::HashMap<String, matrix_sdk::ruma::OwnedRoomId>>,
 }
 
 /// The running sync loop, and the client the outbox sends with.
@@ -142,7 +144,7 @@ impl Matrix {
                 store,
                 client,
                 status: Mutex::new(status),
-                dm: tokio::sync::Mutex::new(()),
+                dm: tokio::sync::Mutex::new(std::collections::HashMap::new()),
             })),
         }
     }

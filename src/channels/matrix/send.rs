@@ -19,9 +19,13 @@ use matrix_sdk::{Client, Room, RoomMemberships};
 use serde_json::json;
 use std::sync::Arc;
 
-/// A part's plain text at most (its HTML about as much again; an event, encrypted, must stay
-/// under 64 KiB).
+/// A part's plain text at most, before its content is measured.
 const PART_BYTES: usize = 12_000;
+
+/// A part's content as sent (body, HTML, relation; JSON-escaped) at most. Encryption grows it
+/// by a third (base64) plus its envelope, and an event must stay under 64 KiB: text full of
+/// `&` or `<` escapes to several times its length, so the content is measured, not guessed.
+const CONTENT_BYTES: usize = 30_000;
 
 /// The outbox's handle on the account.
 pub(super) struct Sender(pub(super) Arc<Inner>);
@@ -40,6 +44,14 @@ impl ChatSend for Sender {
             .keys()
             .map(|name| format!("matrix:{name}"))
             .collect()
+    }
+
+    fn ready(&self) -> BoxFuture<'_, ()> {
+        let mut client = self.0.client.subscribe();
+        Box::pin(async move {
+            // The sender lives as long as `self`: an error here cannot happen.
+            let _ = client.wait_for(Option::is_some).await;
+        })
     }
 
     fn send<'a>(&'a self, notice: &'a Notice) -> BoxFuture<'a, Result<String, SendError>> {
@@ -61,7 +73,7 @@ impl Inner {
             .clone()
             .unwrap_or_else(|| format!("notice{}", notice.id));
         let mut first: Option<String> = None;
-        for (i, part) in split(&text, PART_BYTES).iter().enumerate() {
+        for (i, part) in parts(&text).iter().enumerate() {
             let thread = root.clone().or_else(|| first.clone());
             let txn = OwnedTransactionId::from(format!("hermes-{token}-{i}"));
             let sent = room
@@ -100,7 +112,17 @@ impl Inner {
         }
         let name = q.channel.strip_prefix("matrix:").unwrap_or_default();
         match self.settings.target(name) {
-            Some(MatrixTarget::Room(room_id)) => Ok((self.joined(client, room_id)?, None)),
+            Some(MatrixTarget::Room(room_id)) => {
+                let room = self.joined(client, room_id)?;
+                // Notices carry results and approval requests: never to a room the people
+                // of allow_from all left.
+                if !self.allowed_member(&room).await? {
+                    return Err(SendError::Permanent(format!(
+                        "no one in channels.matrix.allow_from is in room {room_id} (matrix:{name}) any more; invite them back and retry the notice"
+                    )));
+                }
+                Ok((room, None))
+            }
             Some(MatrixTarget::User(user)) => Ok((self.direct_room(client, user).await?, None)),
             None => Err(SendError::Permanent(format!(
                 "channels.matrix.rooms has no room '{name}' any more; add it back and retry the notice"
@@ -135,19 +157,26 @@ impl Inner {
     async fn direct_room(&self, client: &Client, user: &str) -> Result<Room, SendError> {
         let id = UserId::parse(user)
             .map_err(|_| SendError::Permanent(format!("'{user}' is not a Matrix user id")))?;
-        let _one = self.dm.lock().await;
+        let mut made = self.dm.lock().await;
         if let Some(room) = client.get_dm_room(&id) {
             return Ok(room);
         }
+        if let Some(room) = made.get(user).and_then(|r| client.get_room(r)) {
+            return Ok(room);
+        }
         tracing::info!(user = %user, "creating an encrypted direct room");
-        client.create_dm(&id).await.map_err(classify)
+        let room = client.create_dm(&id).await.map_err(classify)?;
+        made.insert(user.to_string(), room.room_id().to_owned());
+        Ok(room)
     }
 }
 
 /// How a failed send counts: a server busy, down or unreachable may pass; a refusal will not.
 fn classify(e: matrix_sdk::Error) -> SendError {
     match e.as_client_api_error().map(|api| api.status_code.as_u16()) {
-        Some(429) | Some(500..=599) | None => SendError::Transient(e.to_string()),
+        // 401: the token was revoked or soft-logged-out; the sync loop logs in again, and the
+        // notice waits for that rather than failing for good.
+        Some(401) | Some(429) | Some(500..=599) | None => SendError::Transient(e.to_string()),
         Some(_) => SendError::Permanent(e.to_string()),
     }
 }
@@ -181,6 +210,28 @@ fn content(part: &str, thread: Option<&str>) -> serde_json::Value {
         });
     }
     c
+}
+
+/// `text` in parts whose content fits an event, in order: [`split`] at [`PART_BYTES`], then
+/// each part whose content is still too big split again at half the size.
+fn parts(text: &str) -> Vec<String> {
+    fn fit(part: String, max: usize, out: &mut Vec<String>) {
+        // A thread relation is the most a part carries beside its text.
+        let size = serde_json::to_vec(&content(&part, Some("$a-thread-root-event-id")))
+            .map_or(usize::MAX, |v| v.len());
+        if size <= CONTENT_BYTES || max < 256 {
+            out.push(part);
+            return;
+        }
+        for smaller in split(&part, max / 2) {
+            fit(smaller, max / 2, out);
+        }
+    }
+    let mut out = Vec::new();
+    for part in split(text, PART_BYTES) {
+        fit(part, PART_BYTES, &mut out);
+    }
+    out
 }
 
 /// `text` in parts of at most `max` bytes, split at the last paragraph break before the limit,
@@ -220,6 +271,23 @@ mod tests {
         assert_eq!(parts.len(), 3, "{parts:?}");
         assert!(parts.iter().all(|p| p.len() <= 2000));
         assert_eq!(parts.join("\n\n"), text.trim());
+    }
+
+    #[test]
+    fn text_that_escapes_long_is_cut_until_each_event_fits() {
+        let text = format!("{}\n\n{}", "<&\"".repeat(6000), "plain ".repeat(1000));
+        let parts = parts(&text);
+        assert!(parts.len() > 2, "{}", parts.len());
+        for p in &parts {
+            let size = serde_json::to_vec(&content(p, Some("$root")))
+                .unwrap()
+                .len();
+            assert!(size <= CONTENT_BYTES, "{size}");
+        }
+        assert_eq!(
+            parts.concat().replace(char::is_whitespace, ""),
+            text.replace(char::is_whitespace, "")
+        );
     }
 
     #[test]

@@ -170,6 +170,7 @@ async fn connection(
             &client,
             &own,
             &response,
+            Some(&position),
             &mut pending,
         )
         .await?;
@@ -183,7 +184,9 @@ async fn connection(
 }
 
 /// Every room's events of one sync response handed to the inbox (a room with a gap read back
-/// first), and the invites answered.
+/// first, to `since`: the position the last batch ended at), and the invites answered. A
+/// read-back that fails ends the batch before its position is saved, so it is read again.
+#[allow(clippy::too_many_arguments)]
 async fn batch(
     inner: &Inner,
     inbox: &Inbox,
@@ -191,8 +194,9 @@ async fn batch(
     client: &Client,
     own: &str,
     response: &matrix_sdk::sync::SyncResponse,
+    since: Option<&str>,
     pending: &mut Vec<Pending>,
-) -> Result<(), StoreError> {
+) -> Result<(), Ended> {
     for (room_id, update) in &response.rooms.joined {
         let Some(room) = client.get_room(room_id) else {
             continue;
@@ -201,7 +205,7 @@ async fn batch(
         if update.timeline.limited
             && let Some(prev) = &update.timeline.prev_batch
         {
-            let mut earlier = backfill(inner, &room, prev).await;
+            let mut earlier = backfill(inner, &room, prev, since).await?;
             earlier.append(&mut timeline);
             timeline = earlier;
         }
@@ -234,9 +238,24 @@ async fn first_sync(
         .sync_once(SyncSettings::default().filter(filter()))
         .await?;
     if inner.store.any_inbox_message(Channel::Matrix).await? {
-        tracing::info!("first Matrix sync of this device: reading back to what was recorded");
+        tracing::info!(
+            "first Matrix sync of this device: reading back to where the last reader got"
+        );
+        // Room events are ordered for the whole server, so another device's position bounds
+        // what this one must read back.
+        let since = inner.store.newest_channel_cursor("matrix/").await?;
         let mut pending = Vec::new();
-        batch(inner, inbox, metrics, client, own, &response, &mut pending).await?;
+        batch(
+            inner,
+            inbox,
+            metrics,
+            client,
+            own,
+            &response,
+            since.as_deref(),
+            &mut pending,
+        )
+        .await?;
     } else {
         for room_id in response.rooms.invited.keys() {
             if let Some(room) = client.get_room(room_id) {
@@ -284,6 +303,7 @@ async fn take_in(
         room: &room_id,
         own,
         direct,
+        encrypted: room.encryption_state().is_encrypted(),
     };
     let Some(read) = events::read(event, &facts) else {
         return Ok(());
@@ -330,7 +350,6 @@ async fn retry_decryption(
                     .map(|e| e.to_string())
                     .unwrap_or_default();
                 tracing::info!(event = %event_id, "a chat message's key arrived; it is read now");
-                inner.store.forget_undecryptable(&event_id).await?;
                 let mut ignore = Vec::new();
                 let direct = is_direct(&room).await;
                 take_in(
@@ -353,29 +372,30 @@ async fn retry_decryption(
     Ok(())
 }
 
-/// Events of `room` before `prev` back to the first one already recorded (at most
-/// [`BACKFILL_PAGES`] pages), oldest first.
-async fn backfill(inner: &Inner, room: &Room, prev: &str) -> Vec<TimelineEvent> {
+/// Events of `room` before `prev`, back to `to` (the last position read) or the first one
+/// already recorded, at most [`BACKFILL_PAGES`] pages; oldest first. What a page cannot be
+/// read for is an error: the caller keeps its position and reads the gap again.
+async fn backfill(
+    inner: &Inner,
+    room: &Room,
+    prev: &str,
+    to: Option<&str>,
+) -> Result<Vec<TimelineEvent>, Ended> {
     let mut found = Vec::new();
     let mut from = prev.to_string();
     for _ in 0..BACKFILL_PAGES {
-        let options = MessagesOptions::backward().from(Some(from.as_str()));
-        let page = match room.messages(options).await {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!(room = %room.room_id(), error = %e, "cannot read back a room's messages after a gap; some may be missed");
-                break;
-            }
-        };
+        let mut options = MessagesOptions::backward().from(Some(from.as_str()));
+        options.to = to.map(str::to_string);
+        let page = room.messages(options).await.inspect_err(|e| {
+            tracing::warn!(room = %room.room_id(), error = %e, "cannot read back a room's messages after a gap; the gap is read again");
+        })?;
         let mut reached = false;
         for event in page.chunk {
             let known = match event.event_id() {
                 Some(id) => inner
                     .store
                     .inbox_message_by_id(id.as_str())
-                    .await
-                    .ok()
-                    .flatten()
+                    .await?
                     .is_some(),
                 None => false,
             };
@@ -391,7 +411,7 @@ async fn backfill(inner: &Inner, room: &Room, prev: &str) -> Vec<TimelineEvent> 
         }
     }
     found.reverse();
-    found
+    Ok(found)
 }
 
 /// Join a room a person in `allow_from` invited the agent to; decline any other invite.

@@ -20,10 +20,16 @@ pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: Header
     // Recall by meaning: its server away means keyword recall only, until it answers.
     let mut embeddings = s.memory.as_ref().and_then(LongTerm::meaning);
     let meaning_away = s.memory.as_ref().and_then(LongTerm::meaning_trouble);
+    // Down, or messages arrive that cannot be decrypted: said, never green.
+    let mut matrix = s.matrix.status();
     // Asked once (a wrong token counts against the sender), and only when there is a place
     // to name.
-    let told =
-        (reading.fault.is_some() || meaning_away.is_some()) && knows_the_token(&s, peer, &headers);
+    // A channel down says why in words that can name the homeserver, the account or the data
+    // dir (standing by names nothing).
+    let matrix_down =
+        matrix.state == crate::channels::matrix::State::Down && matrix.error.is_some();
+    let told = (reading.fault.is_some() || meaning_away.is_some() || matrix_down)
+        && knows_the_token(&s, peer, &headers);
     let storage = match reading.fault {
         None => "ok".to_string(),
         Some(f) if told => format!("{f} at {}: {}", store.path().display(), f.hint()),
@@ -47,8 +53,12 @@ pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: Header
     };
     // The mailbox comes back by itself; meanwhile mail waits there, nothing is lost.
     let inbox = s.inbox.health();
-    // Down, or messages arrive that cannot be decrypted: said, never green.
-    let matrix = s.matrix.status();
+    if matrix_down && !told {
+        matrix.error = Some(
+            "the Matrix channel is not reading; `hermes-agent doctor`, or /healthz with the token, says why"
+                .into(),
+        );
+    }
     let degraded = reading.fault.is_some()
         || index_trouble.is_some()
         || meaning_away.is_some()

@@ -96,7 +96,14 @@ fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
     }
 }
 
-const SECRET_NAMES: &[&str] = &["api_key", "password", "secret", "token"];
+const SECRET_NAMES: &[&str] = &[
+    "api_key",
+    "password",
+    "secret",
+    "token",
+    "bot_token",
+    "recovery_key",
+];
 
 /// The value of `path` as it may be shown.
 fn redact(path: &str, v: &Value) -> String {
@@ -164,12 +171,24 @@ mod tests {
             "server": {"token": "", "public_url": "https://h.example"},
             "mcp": {"servers": {"gh": {"env": {"GH_TOKEN": "ghp_x"}, "headers": {"Authorization": "Bearer y"},
                                        "url": "https://mcp.example/abc?token=z"}}},
+            "channels": {"matrix": {"password": "mx-pw", "recovery_key": "EsTx recovery words"},
+                         "telegram": {"bot_token": "123:bot-secret"}},
         });
         let mut rows = Vec::new();
         flatten("", &v, &mut rows);
         let all = format!("{rows:?}");
         for secret in [
-            "sk-123", "hunter2", "XYZ", "ghp_x", "Bearer y", "token=z", "key=k", "u:p",
+            "sk-123",
+            "hunter2",
+            "XYZ",
+            "ghp_x",
+            "Bearer y",
+            "token=z",
+            "key=k",
+            "u:p",
+            "mx-pw",
+            "EsTx",
+            "bot-secret",
         ] {
             assert!(!all.contains(secret), "{secret} in {all}");
         }

@@ -388,7 +388,14 @@ async fn with_two_daemons_on_postgres_one_reads_the_channel_and_the_other_takes_
 
     // A dies; once its lease lapsed B holds the channel, with a device of its own.
     a.kill();
-    b.health_until("node b connected", |h| h["matrix"]["state"] == "ok")
+    let health = b
+        .health_until("node b connected", |h| h["matrix"]["state"] == "ok")
+        .await;
+    // B logged in as a device of its own: the person's client must know it before what they
+    // say is encrypted for it.
+    let device = health["matrix"]["device"].as_str().unwrap_or_default();
+    chat.me
+        .wait_for_device(PATIENCE, chat.agent_id(), device)
         .await;
     let second = chat.say("second question").await;
     let answer = chat

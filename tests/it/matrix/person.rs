@@ -295,6 +295,26 @@ impl Person {
         .await
     }
 
+    /// Wait until the person's client knows `device` of `user_id` (a device that logged in
+    /// since): what they send from then on is encrypted for it too.
+    pub async fn wait_for_device(&self, timeout: Duration, user_id: &UserId, device: &str) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(devices) = self.client.encryption().get_user_devices(user_id).await
+                && devices.devices().any(|d| d.device_id().as_str() == device)
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} never learned {user_id}'s device {device} within {timeout:?}",
+                self.user_id
+            );
+            // Device lists change through the person's own sync loop: poll.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Wait until the person's client knows `user_id` as joined to `room_id` (say, the bot
     /// accepted the invite).
     pub async fn wait_for_join(&self, timeout: Duration, room_id: &RoomId, user_id: &UserId) {
