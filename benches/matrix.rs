@@ -175,9 +175,11 @@ async fn main() {
     let rss_plain = rss_mib(plain.child.id());
     drop(plain);
 
+    // The default limit (20 tasks an hour per sender) refuses the 21st message, as it should.
     let channels = format!(
         "channels:\n  matrix:\n    homeserver: \"{}\"\n    user: \"{agent}\"\n    \
-         password: ${{MATRIX_PASSWORD}}\n    allow_from: [\"{me_id}\"]\n",
+         password: ${{MATRIX_PASSWORD}}\n    allow_from: [\"{me_id}\"]\n    \
+         max_tasks_per_hour: 1000\n",
         synapse.url()
     );
     let d = daemon(&model.base_url(), &channels, "agent-pw").await;
