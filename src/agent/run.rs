@@ -12,14 +12,22 @@ use super::{Agent, RunOptions, StopReason, prompt, trace};
 use crate::llm::{Gateway, LlmError, Message, ModelReply, ToolCall};
 use crate::memory::{ShortTerm, Summariser, SummaryModel};
 use crate::metrics::ModelOutcome;
-use crate::store::{FailReason, NewStep, StoreError, Task, now};
+use crate::store::{FailReason, NewStep, StorageFault, StoreError, Task, now};
 use crate::tools::{ToolContext, ToolError, ToolOutcome, shape};
-use crate::util::lock;
+use crate::util::{Backoff, lock};
 use futures::future::BoxFuture;
 use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+
+/// How long a step's trace rows wait for a database out of reach (no free connection in the
+/// pool while several busy daemons share one server, a server restarting) before the task fails
+/// for it: the rows are kept and written again, so a moment's saturation does not cost a task
+/// its run. A write after this node lost its lease is still refused by the write itself.
+const STEP_WRITE_PATIENCE: Duration = Duration::from_secs(30);
+const STEP_WRITE_RETRY: Backoff =
+    Backoff::new(Duration::from_millis(200), Duration::from_secs(5)).with_jitter();
 
 /// The model-backed summariser: a short `fast`-profile call through the gateway handle.
 struct GatewaySummary {
@@ -470,10 +478,26 @@ impl Run<'_> {
             return Ok(());
         };
         let inner = &self.agent.inner;
-        inner
-            .store
-            .add_steps(&self.task.id, self.task.node_epoch.as_deref(), &rows)
-            .await?;
+        let give_up = Instant::now() + STEP_WRITE_PATIENCE;
+        let mut retry = 0;
+        loop {
+            let wrote = inner
+                .store
+                .add_steps(&self.task.id, self.task.node_epoch.as_deref(), &rows)
+                .await;
+            match wrote {
+                Err(StoreError::Unavailable {
+                    fault: StorageFault::Unreachable,
+                    detail,
+                }) if Instant::now() < give_up => {
+                    tracing::warn!(task = %self.task.id, error = %detail,
+                        "the task's trace could not be written; trying again");
+                    tokio::time::sleep(STEP_WRITE_RETRY.delay(retry)).await;
+                    retry += 1;
+                }
+                other => break other?,
+            }
+        }
         // No receivers is normal (nobody following).
         let _ = inner.steps.send(super::StepRecorded {
             task_id: self.task.id.clone(),

@@ -74,8 +74,11 @@ async fn on_a_full_disk_postgres_refuses_a_task_with_a_503_and_healthz_says_disk
     };
     let model = ScriptedModel::start_with(echo_model).await;
     let location = disk.path().display().to_string();
-    let db = tokio::task::spawn_blocking(move || {
-        let c = cluster::cluster();
+    // A server of its own: while the tmpfs is full, any backend that evicts a dirty page of
+    // this database fails its own statement with `disk_full`, whatever database it serves, so
+    // on the shared cluster the other tests' daemons would meet this test's full disk.
+    let (own, db) = tokio::task::spawn_blocking(move || {
+        let c = cluster::Cluster::start().unwrap_or_else(|e| panic!("{e}"));
         let n = c.create_database();
         let space = format!("small_{n}");
         c.psql(
@@ -89,11 +92,11 @@ async fn on_a_full_disk_postgres_refuses_a_task_with_a_503_and_healthz_says_disk
             )
         })
         .unwrap_or_else(|e| panic!("{e}"));
-        n
+        (c, n)
     })
     .await
     .expect("the cluster's thread");
-    let site = super::site_on(&model.base_url(), &cluster::cluster().url(&db));
+    let site = super::site_on(&model.base_url(), &own.url(&db));
     let mut d = site.start(&[]);
     d.ready().await;
 

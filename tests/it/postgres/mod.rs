@@ -277,6 +277,52 @@ async fn health_until(d: &crate::daemon::Daemon, pred: impl Fn(&Value) -> bool) 
     }
 }
 
+/// Answers "a task meeting an outage" after 2 s, everything else at once.
+fn outage_model(req: &Value) -> hermes_agent::llm::scripted::Reply {
+    use hermes_agent::llm::scripted::Reply;
+    let answer = Reply::text("answered");
+    if crate::common::task_text(req).contains("outage") {
+        Reply::Delay(Duration::from_secs(2), Box::new(answer))
+    } else {
+        answer
+    }
+}
+
+/// A running task whose trace cannot be written for a moment (the server restarting; the same
+/// error as a pool with no free connection under load) keeps its rows, writes them once the
+/// server is back, and succeeds: a moment out of reach does not cost the task its run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_task_waits_out_a_short_outage_of_the_server_and_succeeds() {
+    let model = ScriptedModel::start_with(outage_model).await;
+    let own =
+        tokio::task::spawn_blocking(|| cluster::Cluster::start().unwrap_or_else(|e| panic!("{e}")))
+            .await
+            .expect("the cluster's thread");
+    let site = site_on(&model.base_url(), &own.url("postgres"));
+    let mut d = site.start(&[]);
+    d.ready().await;
+    let id = d.submit("a task meeting an outage").await;
+    let deadline = Instant::now() + PATIENCE;
+    while model.request_count() == 0 {
+        assert!(Instant::now() < deadline, "the task never called the model");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    own.stop_server();
+    // The model answered meanwhile; its trace row met the stopped server.
+    d.wait_log("the task's trace could not be written; trying again")
+        .await;
+    own.start_server();
+    let t = d.finished(&id).await;
+    assert_eq!(t["state"], "succeeded", "{t}");
+    assert_eq!(t["answer"], "answered", "{t}");
+    let (_, record) = d.get(&format!("/v1/tasks/{id}")).await;
+    let models = record["steps"]
+        .as_array()
+        .map(|s| s.iter().filter(|s| s["kind"] == "model").count());
+    assert_eq!(models, Some(1), "the model call recorded once: {record}");
+    d.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_server_is_reported_by_healthz_and_the_daemon_carries_on_when_it_is_back() {
     let model = ScriptedModel::start_with(echo_model).await;
