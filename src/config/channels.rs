@@ -46,6 +46,11 @@ impl Default for MatrixSettings {
     }
 }
 
+/// Why `channels.matrix` is refused by a build without the cargo feature `matrix`.
+pub const MATRIX_NOT_BUILT: &str = "this hermes-agent was built without the Matrix channel (the \
+     cargo feature `matrix`, on by default); install a build with it (`cargo install --path . \
+     --features matrix`) or remove channels.matrix";
+
 /// What a `channels.matrix.rooms` entry names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MatrixTarget<'a> {

@@ -16,7 +16,7 @@ mod settings;
 mod validate;
 pub mod zone;
 
-pub use channels::{ChannelSettings, MatrixSettings, MatrixTarget, is_matrix_id};
+pub use channels::{ChannelSettings, MATRIX_NOT_BUILT, MatrixSettings, MatrixTarget, is_matrix_id};
 pub use embeddings::EmbeddingSettings;
 pub use inbox::*;
 pub(crate) use locate::line_of_key;

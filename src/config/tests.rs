@@ -488,6 +488,7 @@ fn shipped_example(marker: &str) -> String {
         .collect()
 }
 
+#[cfg(feature = "matrix")]
 #[test]
 fn the_documented_matrix_example_is_valid_and_its_defaults_are_the_real_ones() {
     let text = format!("channels:\n{}", shipped_example("#  matrix:"));
@@ -510,6 +511,7 @@ fn the_documented_matrix_example_is_valid_and_its_defaults_are_the_real_ones() {
     assert!(!shown.contains("pw") && !shown.contains("EsT0"), "{shown}");
 }
 
+#[cfg(feature = "matrix")]
 #[test]
 fn matrix_settings_that_cannot_work_are_refused_with_their_key() {
     let base = "channels:\n  matrix:\n    homeserver: https://m.example.org\n    user: \"@hermes:example.org\"\n";
@@ -566,4 +568,27 @@ fn matrix_settings_that_cannot_work_are_refused_with_their_key() {
     );
     let s = parse(&text, Path::new("s.yaml"), &env(&[])).unwrap();
     s.validate().unwrap();
+}
+
+/// A build without the Matrix channel says so for `channels.matrix`, with what to do; a build
+/// with it takes the same settings.
+#[test]
+fn channels_matrix_is_refused_only_by_a_build_without_the_channel() {
+    let text = "channels:\n  matrix:\n    homeserver: https://m.example.org\n    user: \"@hermes:example.org\"\n    allow_from: [\"@me:example.org\"]\n";
+    let got = parse(text, Path::new("s.yaml"), &env(&[]));
+    if cfg!(feature = "matrix") {
+        assert!(got.is_ok(), "{got:?}");
+        return;
+    }
+    match got {
+        Err(ConfigError::Invalid {
+            key: Some(k),
+            message,
+            ..
+        }) => {
+            assert_eq!(k, "channels.matrix");
+            assert!(message.contains("--features matrix"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -528,6 +528,9 @@ impl Settings {
         let Some(m) = &self.channels.matrix else {
             return Ok(());
         };
+        if !cfg!(feature = "matrix") {
+            return bad("channels.matrix", super::MATRIX_NOT_BUILT);
+        }
         let k = |f: &str| format!("channels.matrix.{f}");
         let Ok(url) = url::Url::parse(m.homeserver.trim()) else {
             return bad(

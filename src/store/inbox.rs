@@ -405,6 +405,8 @@ impl Store {
     /// Take `channel` for this node, or keep it: true when no other live node holds it (its
     /// holder's row in `nodes` is gone or holds another epoch). Outside a cluster (SQLite, or
     /// before the daemon joined), always true.
+    // Used by the chat channels; a build without any (no `matrix` feature) has no caller.
+    #[cfg_attr(not(feature = "matrix"), allow(dead_code))]
     pub(crate) async fn hold_channel(&self, channel: Channel) -> Result<bool> {
         let (Some(node), Some(epoch)) = (self.node().map(str::to_string), self.stamp()) else {
             return Ok(true);
@@ -449,6 +451,7 @@ impl Store {
 
     /// Where a chat intake has read up to (`key`: the channel and the device reading it), if
     /// it ever read.
+    #[cfg_attr(not(feature = "matrix"), allow(dead_code))]
     pub(crate) async fn channel_cursor(&self, key: &str) -> Result<Option<String>> {
         Ok(
             query_scalar("SELECT position FROM channel_cursors WHERE channel = ?")
@@ -460,6 +463,7 @@ impl Store {
 
     /// The most recently saved cursor whose key starts with `prefix` (`matrix/`: any device's),
     /// so a device reading for the first time knows where the last reader got to.
+    #[cfg_attr(not(feature = "matrix"), allow(dead_code))]
     pub(crate) async fn newest_channel_cursor(&self, prefix: &str) -> Result<Option<String>> {
         // `prefix` is ours (a channel name and a slash), so LIKE's wildcards cannot be in it.
         Ok(query_scalar(
@@ -472,6 +476,7 @@ impl Store {
     }
 
     /// Save a chat intake's cursor: everything before `position` has been recorded.
+    #[cfg_attr(not(feature = "matrix"), allow(dead_code))]
     pub(crate) async fn set_channel_cursor(&self, key: &str, position: &str) -> Result<()> {
         query(
             "INSERT INTO channel_cursors (channel, position, updated_at) VALUES (?1, ?2, ?3) \
@@ -525,6 +530,7 @@ impl Store {
     }
 
     /// Whether any message of `channel` was ever recorded.
+    #[cfg_attr(not(feature = "matrix"), allow(dead_code))]
     pub(crate) async fn any_inbox_message(&self, channel: Channel) -> Result<bool> {
         let found: Option<i64> =
             query_scalar("SELECT id FROM inbox_messages WHERE channel = ? LIMIT 1")

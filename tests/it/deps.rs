@@ -28,6 +28,7 @@ const EMBED_SCRIPT: &str = "scripts/ci/embed-deps.sh";
 const BROWSER_SCRIPT: &str = "scripts/ci/browser-deps.sh";
 const IMAP_SCRIPT: &str = "scripts/ci/imap-deps.sh";
 const PROMETHEUS_SCRIPT: &str = "scripts/ci/prometheus-deps.sh";
+#[cfg(feature = "matrix")]
 const SYNAPSE_SCRIPT: &str = "scripts/ci/synapse-deps.sh";
 
 fn test_deps() -> PathBuf {
@@ -234,12 +235,14 @@ fn install_embed() -> Result<Embed, String> {
 /// Synapse, the Matrix homeserver the Matrix channel's tests run a fresh instance of each
 /// (`tests/it/matrix/server.rs`): the venv's Python, which runs `synapse.app.homeserver`, and
 /// `register_new_matrix_user`, which makes users through the shared-secret admin API.
+#[cfg(feature = "matrix")]
 #[derive(Clone)]
 pub struct Synapse {
     pub python: PathBuf,
     pub register: PathBuf,
 }
 
+#[cfg(feature = "matrix")]
 impl Synapse {
     fn at(root: &Path) -> Synapse {
         Synapse {
@@ -256,6 +259,7 @@ impl Synapse {
 /// Synapse, installed first if it is not (or the script changed since). The install takes a
 /// minute and blocks: call it off the runtime's threads (`spawn_blocking`) when a test has
 /// something running there already.
+#[cfg(feature = "matrix")]
 pub fn synapse() -> &'static Synapse {
     static SYNAPSE: OnceLock<Result<Synapse, String>> = OnceLock::new();
     match SYNAPSE.get_or_init(install_synapse) {
@@ -264,6 +268,7 @@ pub fn synapse() -> &'static Synapse {
     }
 }
 
+#[cfg(feature = "matrix")]
 fn install_synapse() -> Result<Synapse, String> {
     let root = test_deps();
     let d = Synapse::at(&root);

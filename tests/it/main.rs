@@ -18,6 +18,7 @@ mod evals;
 mod inbox;
 mod llamacpp_native;
 mod llm_gateway;
+#[cfg(feature = "matrix")]
 mod matrix;
 mod mcp;
 mod meaning;

@@ -17,22 +17,46 @@
 //! read again and every event in it is known. A notice's parts are sent with transaction ids
 //! made of its token, so a retry after a lost answer is the same event to the server.
 
+//!
+//! Built only with the cargo feature `matrix` (on by default): matrix-sdk is most of the
+//! binary's growth (BENCHMARKS.md §18). Without it this module keeps its types — the channel
+//! is always off — and `config check` refuses `channels.matrix`.
+
+#[cfg(feature = "matrix")]
 mod events;
+#[cfg(feature = "matrix")]
 mod probe;
+#[cfg(feature = "matrix")]
 mod send;
+#[cfg(feature = "matrix")]
 mod session;
+#[cfg(feature = "matrix")]
 mod sync;
 
+#[cfg(not(feature = "matrix"))]
+mod absent;
+#[cfg(not(feature = "matrix"))]
+pub use absent::{Inner, Probe, probe};
+#[cfg(feature = "matrix")]
 pub use probe::{Probe, probe};
 
-use crate::config::{MatrixSettings, Settings};
-use crate::inbox::{ChatMessage, Inbox};
+#[cfg(feature = "matrix")]
+use crate::config::MatrixSettings;
+use crate::config::Settings;
+#[cfg(feature = "matrix")]
+use crate::inbox::ChatMessage;
+use crate::inbox::Inbox;
 use crate::notify::ChatSend;
 use crate::store::Store;
+#[cfg(feature = "matrix")]
 use matrix_sdk::Client;
 use serde::Serialize;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+#[cfg(feature = "matrix")]
+use std::path::PathBuf;
+use std::sync::Arc;
+#[cfg(feature = "matrix")]
+use std::sync::Mutex;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -81,7 +105,7 @@ impl State {
 }
 
 impl Status {
-    fn off() -> Status {
+    pub(crate) fn off() -> Status {
         Status {
             state: State::Off,
             error: None,
@@ -107,6 +131,7 @@ pub struct Matrix {
     inner: Option<Arc<Inner>>,
 }
 
+#[cfg(feature = "matrix")]
 pub(crate) struct Inner {
     settings: MatrixSettings,
     /// `DATA_DIR/matrix`: the session file and the SDK's store.
@@ -124,12 +149,15 @@ pub(crate) struct Inner {
 /// The running sync loop, and the client the outbox sends with.
 pub struct Running {
     task: Option<(CancellationToken, JoinHandle<()>)>,
+    // Read only to log the client out at the stop; a build without the SDK has none.
+    #[cfg_attr(not(feature = "matrix"), allow(dead_code))]
     inner: Option<Arc<Inner>>,
 }
 
 impl Matrix {
     /// The channel of `settings` (off without `channels.matrix`), keeping its session under
     /// `data_dir`.
+    #[cfg(feature = "matrix")]
     pub fn new(settings: &Settings, data_dir: &Path, store: Store) -> Matrix {
         let Some(m) = settings.channels.matrix.clone() else {
             return Matrix::off();
@@ -149,6 +177,13 @@ impl Matrix {
         }
     }
 
+    /// Without the `matrix` feature the channel is always off (`config check` refuses
+    /// `channels.matrix`, so a daemon never gets here with one).
+    #[cfg(not(feature = "matrix"))]
+    pub fn new(_settings: &Settings, _data_dir: &Path, _store: Store) -> Matrix {
+        Matrix::off()
+    }
+
     pub fn off() -> Matrix {
         Matrix { inner: None }
     }
@@ -159,7 +194,10 @@ impl Matrix {
 
     pub fn status(&self) -> Status {
         match &self.inner {
+            #[cfg(feature = "matrix")]
             Some(i) => crate::util::lock(&i.status).clone(),
+            #[cfg(not(feature = "matrix"))]
+            Some(i) => match **i {},
             None => Status::off(),
         }
     }
@@ -167,7 +205,10 @@ impl Matrix {
     /// The outbox's way to send through this account (None when off).
     pub fn sender(&self) -> Option<Arc<dyn ChatSend>> {
         let inner = self.inner.clone()?;
-        Some(Arc::new(send::Sender(inner)))
+        #[cfg(feature = "matrix")]
+        return Some(Arc::new(send::Sender(inner)));
+        #[cfg(not(feature = "matrix"))]
+        match *inner {}
     }
 
     /// Log in (or restore the session) and sync in the background, handing messages to
@@ -179,11 +220,19 @@ impl Matrix {
                 inner: None,
             };
         };
-        let stop = CancellationToken::new();
-        let handle = tokio::spawn(sync::run(inner.clone(), inbox, metrics, stop.clone()));
-        Running {
-            task: Some((stop, handle)),
-            inner: Some(inner.clone()),
+        #[cfg(not(feature = "matrix"))]
+        {
+            let _ = (inbox, metrics);
+            match **inner {}
+        }
+        #[cfg(feature = "matrix")]
+        {
+            let stop = CancellationToken::new();
+            let handle = tokio::spawn(sync::run(inner.clone(), inbox, metrics, stop.clone()));
+            Running {
+                task: Some((stop, handle)),
+                inner: Some(inner.clone()),
+            }
         }
     }
 }
@@ -203,12 +252,14 @@ impl Running {
     /// Stop everything: after the outbox's last pass, the client goes too.
     pub async fn stop(mut self) {
         self.stop_intake().await;
+        #[cfg(feature = "matrix")]
         if let Some(inner) = self.inner.take() {
             inner.client.send_replace(None);
         }
     }
 }
 
+#[cfg(feature = "matrix")]
 impl Inner {
     fn update(&self, f: impl FnOnce(&mut Status)) {
         f(&mut crate::util::lock(&self.status));
