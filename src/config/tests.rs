@@ -476,6 +476,7 @@ fn model_change_settings_are_checked() {
 }
 
 /// The commented-out example under `key` in settings.yaml, uncommented.
+#[cfg(feature = "matrix")]
 fn shipped_example(marker: &str) -> String {
     let shipped = include_str!("../../settings.yaml");
     let start = shipped.find(marker).expect("the example");

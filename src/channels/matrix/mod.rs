@@ -36,9 +36,9 @@ mod sync;
 #[cfg(not(feature = "matrix"))]
 mod absent;
 #[cfg(not(feature = "matrix"))]
-pub use absent::{Inner, Probe, probe};
+pub use absent::{Inner, probe};
 #[cfg(feature = "matrix")]
-pub use probe::{Probe, probe};
+pub use probe::probe;
 
 #[cfg(feature = "matrix")]
 use crate::config::MatrixSettings;
@@ -63,6 +63,17 @@ use tokio_util::sync::CancellationToken;
 
 /// The longest a stop waits for the sync loop to end.
 const STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// What `doctor`'s probe found.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    pub user: String,
+    pub device: String,
+    /// This device's keys are on the server, and whether the account cross-signed it.
+    pub encryption: String,
+    /// Per configured room: its name, and what was found or is missing.
+    pub rooms: Vec<(String, Result<String, String>)>,
+}
 
 /// How the channel is doing, for `/healthz`, the dashboard and `doctor`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]

@@ -4,22 +4,11 @@
 //!
 //! With a daemon up the store is the daemon's: `doctor` asks it (`/healthz`) instead.
 
-use super::session;
+use super::{Probe, session};
 use crate::config::{MatrixSettings, MatrixTarget};
 use matrix_sdk::RoomMemberships;
 use matrix_sdk::ruma::{RoomId, UserId};
 use std::path::Path;
-
-/// What the probe found.
-#[derive(Debug, Clone)]
-pub struct Probe {
-    pub user: String,
-    pub device: String,
-    /// This device's keys are on the server, and whether the account cross-signed it.
-    pub encryption: String,
-    /// Per configured room: its name, and what was found or is missing.
-    pub rooms: Vec<(String, Result<String, String>)>,
-}
 
 /// Log in (or reuse the session) under `data_dir` and look; why not, in words.
 pub async fn probe(s: &MatrixSettings, data_dir: &Path) -> Result<Probe, String> {

@@ -277,6 +277,19 @@ async fn health_until(d: &crate::daemon::Daemon, pred: impl Fn(&Value) -> bool) 
     }
 }
 
+/// A server of its own (a test that stops it), and a daemon started on it; the site holds
+/// the daemon's data dir, so the caller keeps it as long as the daemon.
+async fn on_own_server(model: &ScriptedModel) -> (cluster::Cluster, Site, crate::daemon::Daemon) {
+    let own =
+        tokio::task::spawn_blocking(|| cluster::Cluster::start().unwrap_or_else(|e| panic!("{e}")))
+            .await
+            .expect("the cluster's thread");
+    let site = site_on(&model.base_url(), &own.url("postgres"));
+    let mut d = site.start(&[]);
+    d.ready().await;
+    (own, site, d)
+}
+
 /// Answers "a task meeting an outage" after 2 s, everything else at once.
 fn outage_model(req: &Value) -> hermes_agent::llm::scripted::Reply {
     use hermes_agent::llm::scripted::Reply;
@@ -294,13 +307,7 @@ fn outage_model(req: &Value) -> hermes_agent::llm::scripted::Reply {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_task_waits_out_a_short_outage_of_the_server_and_succeeds() {
     let model = ScriptedModel::start_with(outage_model).await;
-    let own =
-        tokio::task::spawn_blocking(|| cluster::Cluster::start().unwrap_or_else(|e| panic!("{e}")))
-            .await
-            .expect("the cluster's thread");
-    let site = site_on(&model.base_url(), &own.url("postgres"));
-    let mut d = site.start(&[]);
-    d.ready().await;
+    let (own, _site, mut d) = on_own_server(&model).await;
     let id = d.submit("a task meeting an outage").await;
     let deadline = Instant::now() + PATIENCE;
     while model.request_count() == 0 {
@@ -326,13 +333,7 @@ async fn a_running_task_waits_out_a_short_outage_of_the_server_and_succeeds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_server_is_reported_by_healthz_and_the_daemon_carries_on_when_it_is_back() {
     let model = ScriptedModel::start_with(echo_model).await;
-    let own =
-        tokio::task::spawn_blocking(|| cluster::Cluster::start().unwrap_or_else(|e| panic!("{e}")))
-            .await
-            .expect("the cluster's thread");
-    let site = site_on(&model.base_url(), &own.url("postgres"));
-    let mut d = site.start(&[]);
-    d.ready().await;
+    let (own, _site, mut d) = on_own_server(&model).await;
     let before = d.submit("before").await;
     assert_eq!(d.finished(&before).await["state"], "succeeded");
 
