@@ -9,7 +9,7 @@
 //! Must not: run tools; the loop (`round.rs`) acts on the verdicts.
 
 use super::guard::{LoopGuard, canonical};
-use super::run::Tally;
+use super::tally::{Counts, Tally, outcome};
 use super::{Agent, AgentError, RunOptions};
 use crate::llm::{Message, ToolCall};
 use crate::memory::ShortTerm;
@@ -31,7 +31,7 @@ impl Agent {
         let cp: Checkpoint = match serde_json::from_str(&hold.checkpoint) {
             Ok(cp) => cp,
             Err(e) => {
-                let out = super::run::outcome(
+                let out = outcome(
                     TaskState::Failed,
                     None,
                     Some(format!(
@@ -85,6 +85,18 @@ pub(super) struct Checkpoint {
     pub limit_ms: u64,
     pub used_ms: u64,
     pub options: SavedOptions,
+}
+
+impl Checkpoint {
+    /// What the held execution had counted, for the [`Tally`] that continues it.
+    pub(super) fn counts(&self) -> Counts {
+        Counts {
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            parse_failures: self.parse_failures,
+            last_seq: self.last_seq,
+        }
+    }
 }
 
 /// The parts of [`super::RunOptions`] that outlive a process (no observer; no resumer: the
@@ -203,12 +215,6 @@ pub(super) fn judge(call: &ToolCall, known: &[Approval], pre_approved: &[String]
         };
     }
     Gate::Ask
-}
-
-/// The arguments as stored in a request: canonical JSON (keys sorted at every level), so the
-/// same call asked twice is one call.
-pub(super) fn canonical_arguments(arguments: &Value) -> String {
-    canonical(arguments)
 }
 
 #[cfg(test)]

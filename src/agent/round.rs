@@ -8,25 +8,16 @@
 //! already ran so that they never run again.
 //! Must not: decide what a person wants (`hold.rs` judges, `approvals.rs` records).
 
-use super::guard::{LoopGuard, Verdict};
-use super::hold::{Checkpoint, Gate, HeldRound, SavedOptions, Slot, canonical_arguments, judge};
-use super::run::{LoopEnd, Run, not_run};
+use super::guard::{LoopGuard, Verdict, canonical};
+use super::hold::{Checkpoint, Gate, HeldRound, SavedOptions, Slot, judge};
+use super::run::{RoundEnd, Run, not_run};
+use super::tally::LoopEnd;
 use super::trace;
-use crate::llm::{Message, ToolCall};
+use crate::llm::ToolCall;
 use crate::memory::ShortTerm;
 use crate::store::StoreError;
 use crate::tools::{Permit, ToolContext, ToolError, ToolOutcome};
 use futures::future::join_all;
-
-/// How a round ended.
-pub(super) enum RoundEnd {
-    /// Every call has its result: the round and its result messages, in the calls' order.
-    Results(HeldRound, Vec<Message>),
-    /// Waiting for a person (directly or through a sub-agent).
-    Held(HeldRound),
-    /// The loop guard stopped the task.
-    End(LoopEnd),
-}
 
 impl Run<'_> {
     /// The tool globs the task's job pre-approved (none for a task no job started).
@@ -220,7 +211,7 @@ impl Run<'_> {
             if gate.as_ref() != Some(&Gate::Ask) {
                 continue;
             }
-            let args = canonical_arguments(&call.arguments);
+            let args = canonical(&call.arguments);
             let key = (call.name.clone(), args.clone());
             if asked.contains(&key) {
                 continue;

@@ -5,9 +5,7 @@
 
 use super::guard::LoopGuard;
 use super::hold::{Checkpoint, HeldRound};
-use super::round::RoundEnd;
-use super::tally::final_outcome;
-pub(super) use super::tally::{LoopEnd, Tally, outcome};
+use super::tally::{LoopEnd, Tally, final_outcome};
 use super::{Agent, RunOptions, StopReason, prompt, trace};
 use crate::llm::{Gateway, LlmError, Message, ModelReply, ToolCall};
 use crate::memory::{ShortTerm, Summariser, SummaryModel};
@@ -110,7 +108,10 @@ impl Agent {
             self.inner.settings.agent.task_timeout_s,
         ));
         let (tally, used_before) = match &resume {
-            Some(cp) => (Tally::restored(cp), Duration::from_millis(cp.used_ms)),
+            Some(cp) => (
+                Tally::restored(cp.counts()),
+                Duration::from_millis(cp.used_ms),
+            ),
             None => (Tally::default(), Duration::ZERO),
         };
         let deadline = tokio::time::Instant::now() + limit.saturating_sub(used_before);
@@ -505,6 +506,16 @@ impl Run<'_> {
         });
         Ok(())
     }
+}
+
+/// How a round of tool calls ended (`round.rs` runs it; the loop here goes on by it).
+pub(super) enum RoundEnd {
+    /// Every call has its result: the round and its result messages, in the calls' order.
+    Results(HeldRound, Vec<Message>),
+    /// Waiting for a person (directly or through a sub-agent).
+    Held(HeldRound),
+    /// The loop guard stopped the task.
+    End(LoopEnd),
 }
 
 /// A call that did not run (the loop guard, a person's no), as the model and the trace see it.

@@ -5,7 +5,6 @@
 //! Owns: the counters, the numbering of trace rows, [`LoopEnd`] and its translation to a
 //! [`TaskOutcome`]. Must not: write to the store (the runner flushes what it takes from here).
 
-use super::hold::Checkpoint;
 use crate::llm::ModelReply;
 use crate::store::{FailReason, NewStep, Step, StoreError, TaskOutcome, TaskState, now};
 use crate::util::lock;
@@ -31,14 +30,15 @@ struct Unwritten {
 }
 
 impl Tally {
-    /// The counters and trace numbering of an execution continued from a checkpoint.
-    pub(super) fn restored(cp: &Checkpoint) -> Tally {
+    /// The counters and trace numbering of an execution continued from a checkpoint's
+    /// [`Tally::counts`].
+    pub(super) fn restored(c: Counts) -> Tally {
         let t = Tally::default();
-        t.prompt_tokens.store(cp.prompt_tokens, Ordering::Relaxed);
+        t.prompt_tokens.store(c.prompt_tokens, Ordering::Relaxed);
         t.completion_tokens
-            .store(cp.completion_tokens, Ordering::Relaxed);
-        t.parse_failures.store(cp.parse_failures, Ordering::Relaxed);
-        lock(&t.trace).last_seq = cp.last_seq;
+            .store(c.completion_tokens, Ordering::Relaxed);
+        t.parse_failures.store(c.parse_failures, Ordering::Relaxed);
+        lock(&t.trace).last_seq = c.last_seq;
         t
     }
 

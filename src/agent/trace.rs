@@ -65,7 +65,7 @@ pub(super) fn approval(
     error: Option<String>,
 ) -> NewStep {
     NewStep {
-        arguments: Some(super::hold::canonical_arguments(&call.arguments)),
+        arguments: Some(super::guard::canonical(&call.arguments)),
         output: Some(output),
         error,
         ..blank(step, StepKind::Approval, &call.name)
