@@ -6,7 +6,7 @@ use crate::config::MatrixSettings;
 use std::path::Path;
 
 /// The connected channel's state; none can exist in this build.
-pub enum Inner {}
+pub(crate) enum Inner {}
 
 /// Why there is nothing to probe.
 pub async fn probe(_s: &MatrixSettings, _data_dir: &Path) -> Result<Probe, String> {

@@ -16,7 +16,6 @@
 //! (`inbox`); the sync position is saved after the whole batch. Killed in between, the batch is
 //! read again and every event in it is known. A notice's parts are sent with transaction ids
 //! made of its token, so a retry after a lost answer is the same event to the server.
-
 //!
 //! Built only with the cargo feature `matrix` (on by default): matrix-sdk is most of the
 //! binary's growth (BENCHMARKS.md §18). Without it this module keeps its types — the channel
@@ -36,7 +35,9 @@ mod sync;
 #[cfg(not(feature = "matrix"))]
 mod absent;
 #[cfg(not(feature = "matrix"))]
-pub use absent::{Inner, probe};
+pub(crate) use absent::Inner;
+#[cfg(not(feature = "matrix"))]
+pub use absent::probe;
 #[cfg(feature = "matrix")]
 pub use probe::probe;
 
