@@ -62,11 +62,13 @@ pub struct App {
     /// The MCP servers of `mcp.servers`, whose tools join the registry once started
     /// (`serve` and `run` start them; commands that run no task do not).
     pub mcp: McpManager,
-    /// The inbox of every channel (off without `inbox.email` and `channels.matrix`); the
-    /// daemon starts it.
+    /// The inbox of every channel (off without `inbox.email` and a chat channel); the daemon
+    /// starts it.
     pub inbox: Inbox,
     /// The Matrix account of `channels.matrix` (off without it); the daemon starts it.
     pub matrix: crate::channels::Matrix,
+    /// The Telegram bot of `channels.telegram` (off without it); the daemon starts it.
+    pub telegram: crate::channels::Telegram,
     /// What the parts count, for `GET /metrics`; named by the data dir's node id.
     pub metrics: Metrics,
 }
@@ -133,11 +135,16 @@ impl App {
             .as_ref()
             .map(|e| e.allow_from.clone())
             .unwrap_or_default();
-        // The Matrix account is built before the notifier, which sends through it; its sync
-        // loop is started by the daemon with the inbox, so neither holds the other.
+        // The chat accounts are built before the notifier, which sends through them; their
+        // intake is started by the daemon with the inbox, so neither holds the other.
         let matrix = crate::channels::Matrix::new(s, &config.data_dir, store.clone());
-        let mut notifier =
-            Notifier::with_chat(s.notify.clone(), store.clone(), &reply_to, matrix.sender())?;
+        let telegram = crate::channels::Telegram::new(s, store.clone());
+        let chats = matrix
+            .sender()
+            .into_iter()
+            .chain(telegram.sender())
+            .collect();
+        let mut notifier = Notifier::with_chat(s.notify.clone(), store.clone(), &reply_to, chats)?;
         if let Some(p) = options.notify_retry {
             notifier = notifier.with_retry(p);
         }
@@ -210,6 +217,7 @@ impl App {
             mcp,
             inbox,
             matrix,
+            telegram,
             metrics,
         })
     }
@@ -267,7 +275,9 @@ impl Handoff for AppHandoff {
                         Some(t)
                             if !matches!(
                                 t.origin,
-                                crate::store::Origin::Email | crate::store::Origin::Matrix
+                                crate::store::Origin::Email
+                                    | crate::store::Origin::Matrix
+                                    | crate::store::Origin::Telegram
                             ) =>
                         {
                             continue;

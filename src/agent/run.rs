@@ -358,7 +358,9 @@ impl Run<'_> {
         };
         // A reply by email continues what it answers: the notice goes into the first message.
         let earlier = match self.task.origin {
-            crate::store::Origin::Email | crate::store::Origin::Matrix => {
+            crate::store::Origin::Email
+            | crate::store::Origin::Matrix
+            | crate::store::Origin::Telegram => {
                 self.agent.inner.store.inbox_context(&self.task.id).await?
             }
             _ => None,

@@ -42,10 +42,12 @@ impl Report {
     }
 }
 
-/// `GET /healthz`'s Matrix part.
+/// `GET /healthz`'s chat channels.
 #[derive(serde::Deserialize)]
-struct MatrixHealth {
+struct ChatHealth {
     matrix: Option<crate::channels::matrix::Status>,
+    #[serde(default)]
+    telegram: Option<crate::channels::telegram::Status>,
 }
 
 /// `GET /v1/mcp`: each MCP server's status as the daemon sees it.
@@ -100,22 +102,23 @@ pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
             report.print_all(doctor::mcp_probe(&config.settings, &crate::config::env_map()).await)
         }
     }
-    // The Matrix account: with a daemon up its session and keys are the daemon's, so its
-    // status is asked for; else the session is reused (or the first login made) here.
+    // The chat accounts: with a daemon up the Matrix session and keys are the daemon's and
+    // the bot's updates are its to read, so their status is asked for; else the Matrix
+    // session is reused (or the first login made) here and the bot is asked who it is.
     match &daemon {
-        Some(d) => match d.get::<MatrixHealth>("/healthz").await {
+        Some(d) => match d.get::<ChatHealth>("/healthz").await {
             Ok(h) => {
-                if let Some(status) = h.matrix {
-                    report.print_all(
-                        doctor::matrix_health(&config.settings, &status)
-                            .into_iter()
-                            .collect(),
-                    );
-                }
+                let s = &config.settings;
+                let matrix = h.matrix.and_then(|m| doctor::matrix_health(s, &m));
+                let telegram = h.telegram.and_then(|t| doctor::telegram_health(s, &t));
+                report.print_all(matrix.into_iter().chain(telegram).collect());
             }
-            Err(e) => report.print(Check::new(Verdict::Warn, "matrix", e.to_string())),
+            Err(e) => report.print(Check::new(Verdict::Warn, "chat channels", e.to_string())),
         },
-        None => report.print_all(doctor::matrix(&config.settings, &config.data_dir).await),
+        None => {
+            report.print_all(doctor::matrix(&config.settings, &config.data_dir).await);
+            report.print_all(doctor::telegram(&config.settings).await);
+        }
     }
     // With a daemon up, the memory index is the daemon's; open the rest only when it is not.
     if daemon.is_some() {

@@ -1,5 +1,5 @@
-//! The `channels` section: chat accounts the agent talks through (`channels.matrix`), with
-//! their defaults. Their secrets are redacted from `Debug` with the others (`settings.rs`).
+//! The `channels` section: chat accounts the agent talks through (`channels.matrix`,
+//! `channels.telegram`), with their defaults. Their secrets are redacted from `Debug` with the others (`settings.rs`).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -9,6 +9,78 @@ use std::collections::BTreeMap;
 pub struct ChannelSettings {
     /// A Matrix account: conversations in its rooms, notices to `matrix:NAME`; `None`: none.
     pub matrix: Option<MatrixSettings>,
+    /// A Telegram bot: private chats (and groups, when mentioned), notices to `telegram:NAME`.
+    pub telegram: Option<TelegramSettings>,
+}
+
+/// The Bot API server a bot talks to unless `api_url` names another.
+pub const TELEGRAM_API: &str = "https://api.telegram.org";
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelegramSettings {
+    /// The token @BotFather gave (`123456789:AA…`): the bot's whole identity, so a secret.
+    pub bot_token: String,
+    /// Telegram user ids who may instruct the agent; empty: nobody.
+    pub allow_from: Vec<i64>,
+    /// Delivery targets by name (`telegram:NAME`): a chat id (a person's id for the private
+    /// chat with them, a negative id for a group).
+    pub chats: BTreeMap<String, i64>,
+    /// The Bot API server (another one: a self-hosted `telegram-bot-api`).
+    pub api_url: String,
+    /// Tasks one sender may start per hour; past it messages are recorded and ignored.
+    pub max_tasks_per_hour: u32,
+}
+
+impl Default for TelegramSettings {
+    fn default() -> Self {
+        TelegramSettings {
+            bot_token: String::new(),
+            allow_from: Vec::new(),
+            chats: BTreeMap::new(),
+            api_url: TELEGRAM_API.to_string(),
+            max_tasks_per_hour: 20,
+        }
+    }
+}
+
+impl TelegramSettings {
+    /// Whether the Telegram user `id` may instruct the agent.
+    pub fn allowed(&self, id: i64) -> bool {
+        self.allow_from.contains(&id)
+    }
+
+    /// The bot's id: the token's part before the colon (not a secret: Telegram shows it).
+    pub fn bot_id(&self) -> &str {
+        self.bot_token
+            .trim()
+            .split_once(':')
+            .map_or("", |(id, _)| id)
+    }
+
+    /// The account as inbox rows record it: `telegram:123456789` (the bot's id).
+    pub fn account(&self) -> String {
+        format!("telegram:{}", self.bot_id())
+    }
+}
+
+/// Why `channels.telegram` is refused by a build without the cargo feature `telegram`.
+pub const TELEGRAM_NOT_BUILT: &str = "this hermes-agent was built without the Telegram channel \
+     (the cargo feature `telegram`, on by default); install a build with it (`cargo install \
+     --path . --features telegram`) or remove channels.telegram";
+
+/// Whether `token` has the shape of a bot token: the bot's numeric id, a colon, and at least
+/// 30 characters of `A-Z a-z 0-9 _ -`.
+pub fn is_bot_token(token: &str) -> bool {
+    let Some((id, secret)) = token.split_once(':') else {
+        return false;
+    };
+    !id.is_empty()
+        && id.chars().all(|c| c.is_ascii_digit())
+        && secret.len() >= 30
+        && secret
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -138,5 +210,20 @@ mod tests {
             '!'
         ));
         assert!(!is_matrix_id("!", '!'));
+    }
+
+    #[test]
+    fn bot_tokens_have_an_id_and_a_secret() {
+        assert!(is_bot_token("123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"));
+        assert!(!is_bot_token("123456789:short"));
+        assert!(!is_bot_token("bot:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"));
+        assert!(!is_bot_token("AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"));
+        let t = TelegramSettings {
+            bot_token: " 42:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw ".into(),
+            allow_from: vec![7],
+            ..TelegramSettings::default()
+        };
+        assert_eq!(t.account(), "telegram:42");
+        assert!(t.allowed(7) && !t.allowed(8));
     }
 }

@@ -8,6 +8,7 @@
 //! Must not: open databases, talk to the network, or hold runtime state.
 
 mod channels;
+mod chat_rules;
 mod embeddings;
 mod inbox;
 mod locate;
@@ -16,7 +17,10 @@ mod settings;
 mod validate;
 pub mod zone;
 
-pub use channels::{ChannelSettings, MATRIX_NOT_BUILT, MatrixSettings, MatrixTarget, is_matrix_id};
+pub use channels::{
+    ChannelSettings, MATRIX_NOT_BUILT, MatrixSettings, MatrixTarget, TELEGRAM_API,
+    TELEGRAM_NOT_BUILT, TelegramSettings, is_bot_token, is_matrix_id,
+};
 pub use embeddings::EmbeddingSettings;
 pub use inbox::*;
 pub(crate) use locate::line_of_key;

@@ -1,7 +1,7 @@
 //! The typed settings tree. Every key is optional; `Default` is the documented default and
 //! must agree with the repository's `settings.yaml`.
 
-use super::channels::{ChannelSettings, MatrixSettings};
+use super::channels::{ChannelSettings, MatrixSettings, TelegramSettings};
 use super::embeddings::EmbeddingSettings;
 use super::inbox::{ImapSettings, InboxSettings};
 use serde::{Deserialize, Serialize};
@@ -200,6 +200,7 @@ debug_without_secrets! {
     EmailSettings: ["password"];
     ImapSettings: ["password"];
     MatrixSettings: ["password", "recovery_key"];
+    TelegramSettings: ["bot_token"];
     WebhookSettings: ["secret"];
     ServerSettings: ["token"];
     McpServer: ["env", "headers"];

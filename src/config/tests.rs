@@ -1,7 +1,7 @@
 use super::*;
 use std::collections::HashMap;
 
-fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+pub(super) fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -476,8 +476,8 @@ fn model_change_settings_are_checked() {
 }
 
 /// The commented-out example under `key` in settings.yaml, uncommented.
-#[cfg(feature = "matrix")]
-fn shipped_example(marker: &str) -> String {
+#[cfg(any(feature = "matrix", feature = "telegram"))]
+pub(super) fn shipped_example(marker: &str) -> String {
     let shipped = include_str!("../../settings.yaml");
     let start = shipped.find(marker).expect("the example");
     shipped[start..]

@@ -4,7 +4,6 @@
 //!
 //! Owns: every semantic rule of settings.yaml. Must not: read files or the environment.
 
-use super::channels::{MatrixTarget, is_matrix_id};
 use super::inbox::ImapSecurity;
 use super::settings::*;
 
@@ -15,14 +14,14 @@ pub struct Violation {
     pub message: String,
 }
 
-fn bad(key: impl Into<String>, message: impl Into<String>) -> Result<(), Violation> {
+pub(super) fn bad(key: impl Into<String>, message: impl Into<String>) -> Result<(), Violation> {
     Err(Violation {
         key: key.into(),
         message: message.into(),
     })
 }
 
-fn positive(key: &str, v: u64) -> Result<(), Violation> {
+pub(super) fn positive(key: &str, v: u64) -> Result<(), Violation> {
     if v == 0 {
         return bad(key, "must be greater than 0");
     }
@@ -87,7 +86,8 @@ impl Settings {
         self.validate_agents()?;
         self.validate_mcp()?;
         self.validate_inbox()?;
-        self.validate_matrix()
+        self.validate_matrix()?;
+        self.validate_telegram()
     }
 
     fn validate_model(&self) -> Result<(), Violation> {
@@ -182,22 +182,14 @@ impl Settings {
         Ok(())
     }
 
-    /// Whether a notice can go to `channel`: `email` when it is set up, a webhook's name, or
-    /// `matrix:NAME` for a room of `channels.matrix.rooms`.
+    /// Whether a notice can go to `channel`: `email` when it is set up, a webhook's name,
+    /// `matrix:NAME` for a room of `channels.matrix.rooms`, or `telegram:NAME` for a chat of
+    /// `channels.telegram.chats`.
     fn is_channel(&self, channel: &str) -> bool {
         let n = &self.notify;
         (channel == "email" && n.email.is_some())
             || n.webhooks.contains_key(channel)
-            || self.matrix_channels().iter().any(|c| c == channel)
-    }
-
-    /// `matrix:NAME` for every room of `channels.matrix.rooms`.
-    pub fn matrix_channels(&self) -> Vec<String> {
-        self.channels
-            .matrix
-            .iter()
-            .flat_map(|m| m.rooms.keys().map(|name| format!("matrix:{name}")))
-            .collect()
+            || self.chat_channels().iter().any(|c| c == channel)
     }
 
     /// `channel` is one a notice can go to: `email` when it is set up, or a webhook's name.
@@ -210,9 +202,11 @@ impl Settings {
         if n.email.is_some() {
             names.insert(0, "email".into());
         }
-        names.extend(self.matrix_channels());
+        names.extend(self.chat_channels());
         let have = if names.is_empty() {
-            "none is configured (notify.email, notify.webhooks, channels.matrix.rooms)".to_string()
+            "none is configured (notify.email, notify.webhooks, channels.matrix.rooms, \
+             channels.telegram.chats)"
+                .to_string()
         } else {
             format!("configured channels: {}", names.join(", "))
         };
@@ -322,7 +316,8 @@ impl Settings {
                     "tools.approval_notify",
                     format!(
                         "'{channel}' is not a configured channel; use \"email\" (with notify.email), a name under \
-                         notify.webhooks, or matrix:NAME for a room under channels.matrix.rooms"
+                         notify.webhooks, matrix:NAME for a room under channels.matrix.rooms, or telegram:NAME for \
+                         a chat under channels.telegram.chats"
                     ),
                 );
             }
@@ -356,6 +351,12 @@ impl Settings {
                 return bad(
                     format!("notify.webhooks.{name}"),
                     "'matrix' and matrix:NAME are the Matrix channel's names; choose another webhook name",
+                );
+            }
+            if name == "telegram" || name.starts_with("telegram:") {
+                return bad(
+                    format!("notify.webhooks.{name}"),
+                    "'telegram' and telegram:NAME are the Telegram channel's names; choose another webhook name",
                 );
             }
             if !(w.url.starts_with("http://") || w.url.starts_with("https://")) {
@@ -524,98 +525,6 @@ impl Settings {
         Ok(())
     }
 
-    fn validate_matrix(&self) -> Result<(), Violation> {
-        let Some(m) = &self.channels.matrix else {
-            return Ok(());
-        };
-        if !cfg!(feature = "matrix") {
-            return bad("channels.matrix", super::MATRIX_NOT_BUILT);
-        }
-        let k = |f: &str| format!("channels.matrix.{f}");
-        let Ok(url) = url::Url::parse(m.homeserver.trim()) else {
-            return bad(
-                k("homeserver"),
-                format!(
-                    "'{}' is not a URL; write the homeserver's client address, e.g. https://matrix.example.org",
-                    m.homeserver
-                ),
-            );
-        };
-        match url.scheme() {
-            "https" => {}
-            "http" if url.host_str().is_some_and(is_loopback) => {}
-            "http" => {
-                return bad(
-                    k("homeserver"),
-                    "plain http sends the password and every message unencrypted, so it is only for a \
-                     homeserver on this machine (127.0.0.1, ::1, localhost); use https",
-                );
-            }
-            other => {
-                return bad(
-                    k("homeserver"),
-                    format!("'{other}' is not http(s); write https://matrix.example.org"),
-                );
-            }
-        }
-        if !is_matrix_id(m.user.trim(), '@') {
-            return bad(
-                k("user"),
-                format!(
-                    "'{}' is not a Matrix user id; write the agent's account as @hermes:example.org",
-                    m.user
-                ),
-            );
-        }
-        if let Some(a) = m.allow_from.iter().find(|a| !is_matrix_id(a.trim(), '@')) {
-            return bad(
-                k("allow_from"),
-                format!("'{a}' is not a Matrix user id (write @me:example.org)"),
-            );
-        }
-        if m.allowed(&m.user).is_some() {
-            return bad(
-                k("allow_from"),
-                "lists the agent's own account; its own messages are never instructions",
-            );
-        }
-        for (name, value) in &m.rooms {
-            let key = format!("channels.matrix.rooms.{name}");
-            if name.is_empty()
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-            {
-                return bad(
-                    key,
-                    "a room's name is letters, digits, '-' and '_' (it is used as matrix:NAME)",
-                );
-            }
-            match m.target(name) {
-                Some(MatrixTarget::User(user)) if m.allowed(user).is_none() => {
-                    return bad(
-                        key,
-                        format!(
-                            "'{user}' is not in channels.matrix.allow_from; the agent opens a direct \
-                             room only with someone who may instruct it"
-                        ),
-                    );
-                }
-                Some(_) => {}
-                None => {
-                    return bad(
-                        key,
-                        format!(
-                            "'{value}' is neither a user id (@me:example.org) nor a room id \
-                             (!abcdef:example.org); a room alias (#room) is not accepted"
-                        ),
-                    );
-                }
-            }
-        }
-        positive(&k("max_tasks_per_hour"), m.max_tasks_per_hour.into())
-    }
-
     fn validate_agents(&self) -> Result<(), Violation> {
         let m = &self.model;
         for (name, a) in &self.agents {
@@ -655,7 +564,7 @@ fn is_address(a: &str) -> bool {
 }
 
 /// A host name or address that can only be this machine.
-fn is_loopback(host: &str) -> bool {
+pub(super) fn is_loopback(host: &str) -> bool {
     let h = host.trim().trim_start_matches('[').trim_end_matches(']');
     h.eq_ignore_ascii_case("localhost")
         || h.parse::<std::net::IpAddr>()

@@ -136,6 +136,7 @@ struct Services {
     sender_stop: CancellationToken,
     inbox: crate::inbox::Running,
     matrix: crate::channels::matrix::Running,
+    telegram: crate::channels::telegram::Running,
 }
 
 impl Services {
@@ -172,6 +173,7 @@ impl Services {
         let inbox = app.inbox.start();
         // Matrix messages go to the inbox like mail; notices to rooms go out through the sender.
         let matrix = app.matrix.start(app.inbox.clone(), app.metrics.clone());
+        let telegram = app.telegram.start(app.inbox.clone());
         Ok(Services {
             tracker,
             stop,
@@ -179,6 +181,7 @@ impl Services {
             sender_stop,
             inbox,
             matrix,
+            telegram,
         })
     }
 
@@ -188,6 +191,7 @@ impl Services {
         // start (the watermark has not passed it).
         self.inbox.stop_intake().await;
         self.matrix.stop_intake().await;
+        self.telegram.stop_intake().await;
         let grace = Duration::from_secs(app.config.settings.agent.shutdown_grace_s);
         tracing::info!(
             running = app.agent.running_count(),
@@ -227,6 +231,7 @@ impl Services {
             tracing::warn!("the outbox sender did not stop in time; pending notices stay queued");
         }
         self.matrix.stop().await;
+        self.telegram.stop().await;
     }
 }
 

@@ -70,6 +70,8 @@ pub struct ApiState {
     pub inbox: crate::inbox::Inbox,
     /// The Matrix channel's health (`/healthz`, the inbox page, doctor).
     pub matrix: crate::channels::Matrix,
+    /// The Telegram channel's health (`/healthz`, the inbox page, doctor).
+    pub telegram: crate::channels::Telegram,
     /// What the parts counted, rendered by `GET /metrics`.
     pub metrics: crate::metrics::Metrics,
 }
@@ -89,6 +91,7 @@ impl ApiState {
             mcp: app.mcp.clone(),
             inbox: app.inbox.clone(),
             matrix: app.matrix.clone(),
+            telegram: app.telegram.clone(),
             metrics: app.metrics.clone(),
         }
     }

@@ -92,12 +92,12 @@ impl Inner {
                     job_id: message.job_id.clone(),
                 }))
             }
-            Channel::Matrix => {
+            Channel::Matrix | Channel::Telegram => {
                 if !self.chat_allowed(message.channel, &message.sender) {
                     return None;
                 }
                 Some(Reply::Chat(ChatThread {
-                    channel: crate::notify::MATRIX.to_string(),
+                    channel: super::chat::reply_lane(message.channel).to_string(),
                     room: message.room.clone()?,
                     root: message
                         .thread_root

@@ -1,4 +1,4 @@
-//! One chat message in (Matrix today; any chat channel): screened, decided through the same
+//! One chat message in (Matrix, Telegram; any chat channel): screened, decided through the same
 //! seam as mail (`converse`), recorded by its event id in one transaction with what it became,
 //! then handed over.
 //!
@@ -9,7 +9,8 @@
 //!   `/inbox` — never silently dropped;
 //! - in a room of several people, neither addressed to the agent nor in a thread of one of its
 //!   messages: recorded, ignored (`not_addressed`);
-//! - a ✅ / ❌ reaction to an approval request's notice: `approve` / `deny`;
+//! - a ✅ / ❌ reaction to an approval request's notice, or its Approve / Deny button:
+//!   `approve` / `deny`;
 //! - anything else from an allowed person: what `converse` decides — a command in a notice's
 //!   thread, or a task answered in the message's thread.
 
@@ -24,11 +25,12 @@ use crate::store::{
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChatMessage {
     pub channel: Channel,
-    /// The server's id of the event (Matrix `$…`): the message's identity, once and for all.
+    /// The server's id of the event (Matrix `$…`, Telegram `CHAT:MESSAGE` or `cb:QUERY`): the
+    /// message's identity, once and for all.
     pub event_id: String,
-    /// Where it was said (Matrix `!…`); answers go back there.
+    /// Where it was said (Matrix `!…`, a Telegram chat id); answers go back there.
     pub room: String,
-    /// Who said it (Matrix `@user:server`).
+    /// Who said it (Matrix `@user:server`, a Telegram user id).
     pub sender: String,
     /// The thread it is in (its root event), if any.
     pub thread_root: Option<String>,
@@ -51,6 +53,9 @@ pub enum ChatKind {
     Reaction { key: String, to: String },
     /// An encrypted message the agent could not decrypt, and why.
     Undecryptable(String),
+    /// A button under the agent's message `to` was pressed; `data` is what the button carries
+    /// (`approve`, `deny`).
+    Pressed { data: String, to: String },
 }
 
 /// Reactions that answer an approval request.
@@ -62,20 +67,57 @@ impl super::Inbox {
     /// recorded before (a sync replayed after a crash) changes nothing. Whether it was new.
     pub async fn take_in_chat(&self, m: &ChatMessage) -> Result<bool, StoreError> {
         match &self.inner {
-            Some(inner) => inner.take_in_chat(m).await,
+            Some(inner) => inner.take_in_chat(m, None).await,
+            None => Ok(false),
+        }
+    }
+
+    /// [`Inbox::take_in_chat`] for a channel read by offset: the channel's cursor `key` moves
+    /// to `position` in the same transaction as the record (or alone, when the message is
+    /// known already or becomes nothing).
+    pub async fn take_in_chat_at(
+        &self,
+        m: &ChatMessage,
+        key: &str,
+        position: &str,
+    ) -> Result<bool, StoreError> {
+        match &self.inner {
+            Some(inner) => inner.take_in_chat(m, Some((key, position))).await,
             None => Ok(false),
         }
     }
 }
 
 impl Inner {
-    async fn take_in_chat(&self, m: &ChatMessage) -> Result<bool, StoreError> {
+    async fn take_in_chat(
+        &self,
+        m: &ChatMessage,
+        cursor: Option<(&str, &str)>,
+    ) -> Result<bool, StoreError> {
         let Some(account) = self.chat_account(m.channel) else {
             return Ok(false);
+        };
+        let place = match cursor {
+            Some((key, position)) => Place::Polled {
+                account: &account,
+                key,
+                position,
+            },
+            None => Place::Chat(&account),
+        };
+        // Nothing to record: only the cursor moves past the message.
+        let skip = || async {
+            match cursor {
+                Some((key, position)) => {
+                    self.store.move_chat_cursor(m.channel, key, position).await
+                }
+                None => Ok(()),
+            }
         };
         let subject = match &m.kind {
             ChatKind::Text(body) => crate::util::text::one_line(body, 300),
             ChatKind::Reaction { key, .. } => format!("reaction {key}"),
+            ChatKind::Pressed { data, .. } => format!("button {data}"),
             ChatKind::Undecryptable(why) => format!("[cannot be decrypted: {why}]"),
         };
         let mut mail = NewInboxMessage {
@@ -88,18 +130,17 @@ impl Inner {
             subject,
             refs: None,
         };
-        if self.store.inbox_seen(Place::Chat(&account), &mail).await? {
+        if self.store.inbox_seen(place, &mail).await? {
             tracing::debug!(event = %m.event_id, "chat message already recorded; skipped");
+            skip().await?;
             return Ok(false);
         }
         let Some((outcome, root)) = self.decide_chat(m).await? else {
+            skip().await?;
             return Ok(false);
         };
         mail.thread_root = root;
-        let recorded = self
-            .store
-            .record_inbox(Place::Chat(&account), &mail, &outcome)
-            .await?;
+        let recorded = self.store.record_inbox(place, &mail, &outcome).await?;
         let new = matches!(recorded, crate::store::Recorded::New { .. });
         self.hand_over(m.channel, &outcome, recorded).await?;
         Ok(new)
@@ -109,6 +150,7 @@ impl Inner {
     fn chat_account(&self, channel: Channel) -> Option<String> {
         match channel {
             Channel::Matrix => self.matrix.as_ref().map(|m| m.account()),
+            Channel::Telegram => self.telegram.as_ref().map(|t| t.account()),
             Channel::Email => None,
         }
     }
@@ -120,6 +162,11 @@ impl Inner {
                 .matrix
                 .as_ref()
                 .is_some_and(|s| s.allowed(sender).is_some()),
+            Channel::Telegram => self
+                .telegram
+                .as_ref()
+                .zip(sender.trim().parse::<i64>().ok())
+                .is_some_and(|(s, id)| s.allowed(id)),
             Channel::Email => false,
         }
     }
@@ -158,12 +205,18 @@ impl Inner {
                 } else {
                     return Ok(None);
                 };
-                let Some(notice) = self.store.notice_by_remote(to).await? else {
+                let Some(notice) = self.approval_notice(to).await? else {
                     return Ok(None);
                 };
-                if self.store.approval_for_notice(notice.id).await?.is_none() {
+                (word.to_string(), Some(notice))
+            }
+            ChatKind::Pressed { data, to } => {
+                let Some(word) = ["approve", "deny"].into_iter().find(|w| w == data) else {
                     return Ok(None);
-                }
+                };
+                let Some(notice) = self.approval_notice(to).await? else {
+                    return Ok(None);
+                };
                 (word.to_string(), Some(notice))
             }
             ChatKind::Text(body) => (body.clone(), self.answered_in_chat(m).await?),
@@ -175,11 +228,11 @@ impl Inner {
         // Answers go in the thread the person wrote in, else in a new one under their message;
         // a reaction's confirmation in the thread of the notice it reacted to.
         let root = match &m.kind {
-            ChatKind::Reaction { to, .. } => to.clone(),
+            ChatKind::Reaction { to, .. } | ChatKind::Pressed { to, .. } => to.clone(),
             _ => m.thread_root.clone().unwrap_or_else(|| m.event_id.clone()),
         };
         let reply = Reply::Chat(ChatThread {
-            channel: crate::notify::MATRIX.to_string(),
+            channel: reply_lane(m.channel).to_string(),
             room: m.room.clone(),
             root: root.clone(),
             job_id: notice.as_ref().and_then(|n| n.queued.job_id.clone()),
@@ -196,6 +249,18 @@ impl Inner {
             })
             .await?;
         Ok(Some((outcome, Some(root))))
+    }
+
+    /// The approval request's notice sent as the chat event `to`, if it is one.
+    async fn approval_notice(&self, to: &str) -> Result<Option<Notice>, StoreError> {
+        let Some(notice) = self.store.notice_by_remote(to).await? else {
+            return Ok(None);
+        };
+        Ok(self
+            .store
+            .approval_for_notice(notice.id)
+            .await?
+            .map(|_| notice))
     }
 
     /// The notice a chat message answers: the one its thread hangs under or it replies to
@@ -217,6 +282,16 @@ impl Inner {
             }
         }
         Ok(None)
+    }
+}
+
+/// The outbox lane a chat channel's answers go out on: the account's own, which sends to the
+/// room and thread each notice names.
+pub(crate) fn reply_lane(channel: Channel) -> &'static str {
+    match channel {
+        Channel::Telegram => crate::notify::TELEGRAM,
+        Channel::Matrix => crate::notify::MATRIX,
+        Channel::Email => crate::notify::EMAIL,
     }
 }
 

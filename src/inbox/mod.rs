@@ -41,7 +41,7 @@ mod service;
 pub use chat::{ChatKind, ChatMessage};
 pub use probe::{Probe, ProbeError, probe};
 
-use crate::config::{ImapSettings, MatrixSettings, Settings};
+use crate::config::{ImapSettings, MatrixSettings, Settings, TelegramSettings};
 use crate::store::{Channel, Job, Store};
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
@@ -128,6 +128,8 @@ pub(crate) struct Inner {
     email_on: bool,
     /// `channels.matrix`, whose messages come in through [`Inbox::take_in_chat`].
     matrix: Option<MatrixSettings>,
+    /// `channels.telegram`, whose messages come in through [`Inbox::take_in_chat`] too.
+    telegram: Option<TelegramSettings>,
     store: Store,
     handoff: Arc<dyn Handoff>,
     /// The account and folder, as recorded with each message: `user@host:port/FOLDER`.
@@ -153,12 +155,13 @@ pub struct Running {
 const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Inbox {
-    /// The inbox of `settings` (off without `inbox.email` and `channels.matrix`), recording
+    /// The inbox of `settings` (off without `inbox.email` and a chat channel), recording
     /// into `store` and handing over through `handoff`.
     pub fn new(settings: &Settings, store: Store, handoff: Arc<dyn Handoff>) -> Inbox {
         let matrix = settings.channels.matrix.clone();
+        let telegram = settings.channels.telegram.clone();
         let email_on = settings.inbox.email.is_some();
-        if !email_on && matrix.is_none() {
+        if !email_on && matrix.is_none() && telegram.is_none() {
             return Inbox::off();
         }
         let s = settings.inbox.email.clone().unwrap_or_default();
@@ -182,6 +185,7 @@ impl Inbox {
             inner: Some(Arc::new(Inner {
                 email_on,
                 matrix,
+                telegram,
                 mailbox,
                 own,
                 profile: settings.model.default_profile.clone(),
@@ -262,6 +266,7 @@ impl Inner {
         match channel {
             Channel::Email => self.settings.max_tasks_per_hour,
             Channel::Matrix => self.matrix.as_ref().map_or(0, |m| m.max_tasks_per_hour),
+            Channel::Telegram => self.telegram.as_ref().map_or(0, |t| t.max_tasks_per_hour),
         }
     }
 

@@ -60,6 +60,9 @@ pub(crate) const EMAIL: &str = "email";
 /// The Matrix account's own lane: replies in the room and thread a person wrote in (the
 /// notice names the room); `matrix:NAME` are the configured rooms.
 pub(crate) const MATRIX: &str = "matrix";
+/// The Telegram bot's own lane: replies in the chat a person wrote in, to their message (the
+/// notice names the chat); `telegram:NAME` are the configured chats.
+pub(crate) const TELEGRAM: &str = "telegram";
 
 /// Longest a `doctor` check of the SMTP server may take.
 const SMTP_CHECK_TIMEOUT: Duration = Duration::from_secs(20);
@@ -90,7 +93,7 @@ fn channel_list(names: &[String]) -> String {
     }
 }
 
-/// A chat account the outbox sends through (the Matrix channel): implemented by the channel,
+/// A chat account the outbox sends through (Matrix, Telegram): implemented by the channel,
 /// handed to the notifier when it is built — the notifier never reaches into the channel.
 pub trait ChatSend: Send + Sync {
     /// The outbox lanes this account serves: its reply lane (`matrix`, the room named by each
@@ -141,8 +144,8 @@ struct Inner {
     email: Option<EmailChannel>,
     /// Webhook channels by name (sorted, so channel lists read the same every time).
     webhooks: BTreeMap<String, WebhookChannel>,
-    /// A chat account (Matrix), when one is configured.
-    chat: Option<Arc<dyn ChatSend>>,
+    /// The chat accounts configured (Matrix, Telegram), each serving its own lanes.
+    chats: Vec<Arc<dyn ChatSend>>,
     /// One lane per channel, so a stalled SMTP server never delays a webhook and a slow
     /// webhook never delays email.
     lanes: BTreeMap<String, Lane>,
@@ -161,13 +164,20 @@ struct Lane {
 }
 
 impl Inner {
+    /// The chat account whose lane `channel` is, if any.
+    fn chat_of(&self, channel: &str) -> Option<&Arc<dyn ChatSend>> {
+        self.chats
+            .iter()
+            .find(|c| c.lanes().iter().any(|l| l == channel))
+    }
+
     fn channel_names(&self) -> Vec<String> {
         self.email
             .as_ref()
             .map(|_| EMAIL.to_string())
             .into_iter()
             .chain(self.webhooks.keys().cloned())
-            .chain(self.chat.iter().flat_map(|c| c.targets()))
+            .chain(self.chats.iter().flat_map(|c| c.targets()))
             .collect()
     }
 }
@@ -186,15 +196,16 @@ impl Notifier {
         store: Store,
         reply_to: &[String],
     ) -> Result<Notifier, NotifyError> {
-        Notifier::with_chat(settings, store, reply_to, None)
+        Notifier::with_chat(settings, store, reply_to, Vec::new())
     }
 
-    /// [`Notifier::answering`], sending chat notices (`matrix`, `matrix:NAME`) through `chat`.
+    /// [`Notifier::answering`], sending chat notices (`matrix`, `matrix:NAME`, `telegram`,
+    /// `telegram:NAME`) through the accounts in `chats`.
     pub fn with_chat(
         settings: NotifySettings,
         store: Store,
         reply_to: &[String],
-        chat: Option<Arc<dyn ChatSend>>,
+        chats: Vec<Arc<dyn ChatSend>>,
     ) -> Result<Notifier, NotifyError> {
         let mut email = settings.email.as_ref().map(EmailChannel::new).transpose()?;
         if let Some(e) = &mut email {
@@ -222,7 +233,7 @@ impl Notifier {
             .iter()
             .map(|_| EMAIL.to_string())
             .chain(webhooks.keys().cloned())
-            .chain(chat.iter().flat_map(|c| c.lanes()))
+            .chain(chats.iter().flat_map(|c| c.lanes()))
             .map(|name| (name, Lane::default()))
             .collect();
         Ok(Notifier {
@@ -230,7 +241,7 @@ impl Notifier {
                 store,
                 email,
                 webhooks,
-                chat,
+                chats,
                 lanes,
                 send_timeout: Duration::from_secs(settings.send_timeout_s.max(1)),
             }),

@@ -92,11 +92,7 @@ impl Notifier {
         };
         // A chat account's lanes wait for it to be logged in on this daemon (see
         // `ChatSend::ready`).
-        let chat = self
-            .inner
-            .chat
-            .as_ref()
-            .filter(|c| c.lanes().iter().any(|l| l == channel));
+        let chat = self.inner.chat_of(channel);
         loop {
             if let Some(chat) = chat {
                 tokio::select! {
@@ -332,9 +328,7 @@ impl Inner {
                 None => None,
             };
             return hook.send(notice, state).await;
-        } else if let Some(chat) = &self.chat
-            && chat.lanes().contains(&notice.queued.channel)
-        {
+        } else if let Some(chat) = self.chat_of(&notice.queued.channel) {
             let remote = chat.send(notice).await?;
             // Recorded before the notice is marked sent: a reply in its thread, or a reaction
             // to it, must find it from the moment the person can see it.

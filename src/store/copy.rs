@@ -98,6 +98,14 @@ const TABLES: &[Table] = &[
         identity: Some("id"),
     },
     Table {
+        name: "chat_parts",
+        columns: &[
+            ("notice_id", Int), ("part", Int), ("remote_id", Text), ("sent_at", Time),
+        ],
+        order: "notice_id, part",
+        identity: None,
+    },
+    Table {
         name: "facts",
         columns: &[
             ("id", Text), ("text", Text), ("norm", Text), ("tags", Text), ("source", Text),

@@ -7,6 +7,7 @@
 //! UID, or under another UID the same Message-ID — or, for mail without one, the same digest
 //! of what it says) changes nothing but the watermark.
 
+use super::chat::{fence_channel, save_cursor};
 use super::outbox::insert_notice_on;
 use super::sql::{QueryAs, QueryScalar};
 use super::{
@@ -78,6 +79,32 @@ pub(crate) enum Place<'a> {
     /// On a chat account (`matrix:@hermes:example.org`): known by its event id; the
     /// channel's cursor is saved after a whole batch ([`Store::set_channel_cursor`]).
     Chat(&'a str),
+    /// On a chat account read by offset (`telegram:123456`): known by its event id, and the
+    /// channel's cursor `key` moves to `position` in the same transaction as the record, so a
+    /// kill between the two can neither lose the update nor act on it twice.
+    Polled {
+        account: &'a str,
+        key: &'a str,
+        position: &'a str,
+    },
+}
+
+impl<'a> Place<'a> {
+    /// The chat account a message was read on; None for mail.
+    fn account(self) -> Option<&'a str> {
+        match self {
+            Place::Mail(_) => None,
+            Place::Chat(account) | Place::Polled { account, .. } => Some(account),
+        }
+    }
+
+    /// Where the cursor moves with this record, if it does.
+    fn cursor(self) -> Option<(&'a str, &'a str)> {
+        match self {
+            Place::Polled { key, position, .. } => Some((key, position)),
+            _ => None,
+        }
+    }
 }
 
 /// A message to record: where it was read and what it says about itself.
@@ -198,7 +225,7 @@ impl Store {
                 ..
             }
         );
-        if matches!(place, Place::Chat(_)) && !undecryptable {
+        if place.account().is_some() && !undecryptable {
             query("DELETE FROM inbox_messages WHERE message_id = ? AND reason = ?")
                 .bind(&mail.message_id)
                 .bind(IgnoreReason::Undecryptable)
@@ -210,24 +237,28 @@ impl Store {
             if let Place::Mail(place) = place {
                 advance_watermark(&mut tx, place).await?;
             }
+            if let Some((key, position)) = place.cursor() {
+                save_cursor(&mut tx, key, position).await?;
+            }
             tx.commit().await?;
             return Ok(Recorded::Seen);
         }
         // A node that lost the channel to another (its lease lapsed) records nothing more: the
         // check holds the node's row until the commit on PostgreSQL, so a take-over comes
         // after this write or refuses it.
-        if let Place::Chat(_) = place {
+        if place.account().is_some() {
             fence_channel(&mut tx, self, mail.channel).await?;
         }
         // A chat message has no UID: it gets the next number of its account, under the
         // write lock taken above, so that (mailbox, uid_validity, uid) stays unique.
-        let (mailbox, uid_validity, uid) = match place {
-            Place::Mail(p) => (
+        let (mailbox, uid_validity, uid) = match (place, place.account()) {
+            (Place::Mail(p), _) => (
                 p.mailbox.clone(),
                 i64::from(p.uid_validity),
                 i64::from(p.uid),
             ),
-            Place::Chat(account) => {
+            (_, account) => {
+                let account = account.unwrap_or_default();
                 let last: Option<i64> = query_scalar(
                     "SELECT MAX(uid) FROM inbox_messages WHERE mailbox = ? AND uid_validity = 0",
                 )
@@ -336,6 +367,9 @@ impl Store {
         if let Place::Mail(place) = place {
             advance_watermark(&mut tx, place).await?;
         }
+        if let Some((key, position)) = place.cursor() {
+            save_cursor(&mut tx, key, position).await?;
+        }
         tx.commit().await?;
         Ok(Recorded::New {
             id,
@@ -385,10 +419,17 @@ impl Store {
             .await
     }
 
-    /// The notice a chat server knows by `remote_id` (the event it was sent as).
+    /// The notice a chat server knows by `remote_id` (the event it was sent as, or any of the
+    /// messages its parts went out as).
     pub(crate) async fn notice_by_remote(&self, remote_id: &str) -> Result<Option<Notice>> {
-        self.first(query_as(select!(outbox, "WHERE remote_id = ?")).bind(remote_id))
-            .await
+        self.first(
+            query_as(select!(
+                outbox,
+                "WHERE remote_id = ?1 OR id = (SELECT notice_id FROM chat_parts WHERE remote_id = ?1 LIMIT 1)"
+            ))
+            .bind(remote_id),
+        )
+        .await
     }
 
     /// Record the id a chat server gave notice `id` (its first event), so that replies in its
@@ -399,95 +440,6 @@ impl Store {
             .bind(id)
             .execute(self)
             .await?;
-        Ok(())
-    }
-
-    /// Take `channel` for this node, or keep it: true when no other live node holds it (its
-    /// holder's row in `nodes` is gone or holds another epoch). Outside a cluster (SQLite, or
-    /// before the daemon joined), always true.
-    // Used by the chat channels; a build without any (no `matrix` feature) has no caller.
-    #[cfg_attr(not(feature = "matrix"), allow(dead_code))]
-    pub(crate) async fn hold_channel(&self, channel: Channel) -> Result<bool> {
-        let (Some(node), Some(epoch)) = (self.node().map(str::to_string), self.stamp()) else {
-            return Ok(true);
-        };
-        let mut tx = self.begin_writing(super::Locked::Inbox).await?;
-        let holder: Option<(String, String)> =
-            query_as("SELECT node_id, epoch FROM channel_holders WHERE channel = ?")
-                .pg("SELECT node_id, epoch FROM channel_holders WHERE channel = $1 FOR UPDATE")
-                .bind(channel)
-                .fetch_optional(&mut tx)
-                .await?;
-        if let Some((id, held)) = &holder {
-            if *id == node && *held == epoch {
-                tx.commit().await?;
-                return Ok(true);
-            }
-            let alive: Option<String> =
-                query_scalar("SELECT id FROM nodes WHERE id = ? AND epoch = ?")
-                    .bind(id)
-                    .bind(held)
-                    .fetch_optional(&mut tx)
-                    .await?;
-            if alive.is_some() {
-                tx.rollback().await?;
-                return Ok(false);
-            }
-        }
-        query(
-            "INSERT INTO channel_holders (channel, node_id, epoch, since) VALUES (?1, ?2, ?3, ?4) \
-             ON CONFLICT (channel) DO UPDATE SET node_id = excluded.node_id, \
-             epoch = excluded.epoch, since = excluded.since",
-        )
-        .bind(channel)
-        .bind(&node)
-        .bind(&epoch)
-        .bind(now())
-        .execute(&mut tx)
-        .await?;
-        tx.commit().await?;
-        Ok(true)
-    }
-
-    /// Where a chat intake has read up to (`key`: the channel and the device reading it), if
-    /// it ever read.
-    #[cfg_attr(not(feature = "matrix"), allow(dead_code))]
-    pub(crate) async fn channel_cursor(&self, key: &str) -> Result<Option<String>> {
-        Ok(
-            query_scalar("SELECT position FROM channel_cursors WHERE channel = ?")
-                .bind(key)
-                .fetch_optional(self)
-                .await?,
-        )
-    }
-
-    /// The most recently saved cursor whose key starts with `prefix` (`matrix/`: any device's),
-    /// so a device reading for the first time knows where the last reader got to.
-    #[cfg_attr(not(feature = "matrix"), allow(dead_code))]
-    pub(crate) async fn newest_channel_cursor(&self, prefix: &str) -> Result<Option<String>> {
-        // `prefix` is ours (a channel name and a slash), so LIKE's wildcards cannot be in it.
-        Ok(query_scalar(
-            "SELECT position FROM channel_cursors WHERE channel LIKE ? \
-             ORDER BY updated_at DESC LIMIT 1",
-        )
-        .bind(format!("{prefix}%"))
-        .fetch_optional(self)
-        .await?)
-    }
-
-    /// Save a chat intake's cursor: everything before `position` has been recorded.
-    #[cfg_attr(not(feature = "matrix"), allow(dead_code))]
-    pub(crate) async fn set_channel_cursor(&self, key: &str, position: &str) -> Result<()> {
-        query(
-            "INSERT INTO channel_cursors (channel, position, updated_at) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (channel) DO UPDATE SET position = excluded.position, \
-             updated_at = excluded.updated_at",
-        )
-        .bind(key)
-        .bind(position)
-        .bind(now())
-        .execute(self)
-        .await?;
         Ok(())
     }
 
@@ -702,31 +654,6 @@ impl Row {
             task_id: None,
             context: None,
         }
-    }
-}
-
-/// Refused ([`super::Fenced`]) unless this node still holds `channel` under its lease (or no
-/// lease is in play: SQLite, a process outside a cluster).
-async fn fence_channel(tx: &mut Tx, store: &Store, channel: Channel) -> Result<()> {
-    let (Some(node), Some(epoch)) = (store.node(), store.stamp()) else {
-        return Ok(());
-    };
-    let held: Option<String> = query_scalar(
-        "SELECT h.node_id FROM channel_holders h JOIN nodes n ON n.id = h.node_id AND n.epoch = h.epoch \
-         WHERE h.channel = ? AND h.node_id = ? AND h.epoch = ?",
-    )
-    .pg(
-        "SELECT h.node_id FROM channel_holders h JOIN nodes n ON n.id = h.node_id AND n.epoch = h.epoch \
-         WHERE h.channel = $1 AND h.node_id = $2 AND h.epoch = $3 FOR SHARE OF n",
-    )
-    .bind(channel)
-    .bind(node)
-    .bind(&epoch)
-    .fetch_optional(&mut *tx)
-    .await?;
-    match held {
-        Some(_) => Ok(()),
-        None => Err(super::Fenced.into()),
     }
 }
 

@@ -232,6 +232,8 @@ word_enum! {
         Email = "email",
         /// A message in a Matrix room (`channels.matrix`).
         Matrix = "matrix",
+        /// A message to the Telegram bot (`channels.telegram`).
+        Telegram = "telegram",
     }
 }
 
@@ -245,6 +247,8 @@ word_enum! {
         Email = "email",
         /// `channels.matrix`: a Matrix account, end-to-end encrypted.
         Matrix = "matrix",
+        /// `channels.telegram`: a Telegram bot, long polling the Bot API.
+        Telegram = "telegram",
     }
 }
 
@@ -254,6 +258,7 @@ impl Channel {
         match self {
             Channel::Email => Origin::Email,
             Channel::Matrix => Origin::Matrix,
+            Channel::Telegram => Origin::Telegram,
         }
     }
 }

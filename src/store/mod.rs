@@ -65,6 +65,7 @@ macro_rules! select {
 pub(crate) mod testing;
 
 mod approvals;
+mod chat;
 mod copy;
 mod dashboard;
 mod error;

@@ -96,25 +96,7 @@ pub struct Status {
     pub messages_out: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum State {
-    Off,
-    Starting,
-    Ok,
-    Down,
-}
-
-impl State {
-    pub fn word(self) -> &'static str {
-        match self {
-            State::Off => "off",
-            State::Starting => "starting",
-            State::Ok => "ok",
-            State::Down => "down",
-        }
-    }
-}
+pub use super::State;
 
 impl Status {
     pub(crate) fn off() -> Status {

@@ -67,7 +67,7 @@ impl Inner {
             ));
         };
         let (room, root) = self.destination(&client, notice).await?;
-        let text = compose(&notice.queued.title, &notice.queued.body);
+        let text = crate::channels::compose(&notice.queued.title, &notice.queued.body);
         let token = notice
             .token
             .clone()
@@ -178,16 +178,6 @@ fn classify(e: matrix_sdk::Error) -> SendError {
         // notice waits for that rather than failing for good.
         Some(401) | Some(429) | Some(500..=599) | None => SendError::Transient(e.to_string()),
         Some(_) => SendError::Permanent(e.to_string()),
-    }
-}
-
-/// The notice as one Markdown text: the title in bold above the body (a reply has none).
-fn compose(title: &str, body: &str) -> String {
-    let title = title.trim();
-    if title.is_empty() {
-        body.trim().to_string()
-    } else {
-        format!("**{title}**\n\n{}", body.trim())
     }
 }
 
@@ -310,7 +300,10 @@ mod tests {
             content("**x**", None)["formatted_body"],
             "<p><strong>x</strong></p>\n"
         );
-        assert_eq!(compose("Digest", " body "), "**Digest**\n\nbody");
-        assert_eq!(compose("", "answer"), "answer");
+        assert_eq!(
+            crate::channels::compose("Digest", " body "),
+            "**Digest**\n\nbody"
+        );
+        assert_eq!(crate::channels::compose("", "answer"), "answer");
     }
 }

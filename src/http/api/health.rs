@@ -28,7 +28,12 @@ pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: Header
     // dir (standing by names nothing).
     let matrix_down =
         matrix.state == crate::channels::matrix::State::Down && matrix.error.is_some();
-    let told = (reading.fault.is_some() || meaning_away.is_some() || matrix_down)
+    // Telegram's network errors can name its API server; a refused token names nothing.
+    let mut telegram = s.telegram.status();
+    let telegram_down = telegram.state == crate::channels::State::Down
+        && telegram.error.is_some()
+        && !telegram.revoked;
+    let told = (reading.fault.is_some() || meaning_away.is_some() || matrix_down || telegram_down)
         && knows_the_token(&s, peer, &headers);
     let storage = match reading.fault {
         None => "ok".to_string(),
@@ -59,11 +64,18 @@ pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: Header
                 .into(),
         );
     }
+    if telegram_down && !told {
+        telegram.error = Some(
+            "the Telegram channel is not reading; `hermes-agent doctor`, or /healthz with the token, says why"
+                .into(),
+        );
+    }
     let degraded = reading.fault.is_some()
         || index_trouble.is_some()
         || meaning_away.is_some()
         || matches!(inbox, crate::inbox::Health::Down { .. })
-        || matrix.degraded();
+        || matrix.degraded()
+        || telegram.degraded();
     Ok(Json(json!({
         "status": if degraded { "degraded" } else { "ok" },
         "storage": storage,
@@ -78,6 +90,8 @@ pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: Header
         "inbox": inbox.word(),
         // null without channels.matrix.
         "matrix": s.matrix.is_on().then_some(matrix),
+        // null without channels.telegram.
+        "telegram": s.telegram.is_on().then_some(telegram),
         "sandbox": sandbox_health(s.agent.settings().tools.sandbox),
     }))
     .into_response())

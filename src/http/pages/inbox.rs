@@ -36,6 +36,7 @@ pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     let body = html! {
         (status(&s.inbox.health()))
         (matrix_status(&s.matrix.status()))
+        (telegram_status(&s.telegram.status()))
         nav.tabs aria-label="Filter by state" {
             @for (value, label) in tabs {
                 @if q.state == value {
@@ -89,6 +90,23 @@ fn matrix_status(st: &crate::channels::matrix::Status) -> Markup {
                     " " (st.undecryptable) " message(s) could not be decrypted since the start (reason undecryptable below)"
                     @if st.decryption_failing { ", the last one included: verify this device from your own session, or set channels.matrix.recovery_key" }
                     "."
+                }
+            }
+        }
+    }
+}
+
+/// The Telegram bot's polling, in a sentence (nothing when it is off).
+fn telegram_status(st: &crate::channels::telegram::Status) -> Markup {
+    use crate::channels::State;
+    html! {
+        @if st.state != State::Off {
+            p #telegram-status data-state=(st.state.word()) {
+                @match st.state {
+                    State::Starting => { "Telegram: connecting…" @if let Some(e) = &st.error { " (" (e) ")" } }
+                    State::Down if st.revoked => { "Telegram: stopped — " (st.error.as_deref().unwrap_or("")) }
+                    State::Down => { "Telegram: not connected — retrying: " (st.error.as_deref().unwrap_or("")) }
+                    _ => { "Telegram: polling" @if let Some(b) = &st.bot { " as " code { (b) } } "." }
                 }
             }
         }

@@ -65,6 +65,7 @@ pub async fn checks(State(s): State<ApiState>) -> Markup {
         mcp: &s.mcp,
         inbox: &s.inbox,
         matrix: &s.matrix,
+        telegram: &s.telegram,
     })
     .await;
     html! {

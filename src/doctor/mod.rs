@@ -6,6 +6,10 @@
 //! Owns: what is checked and how each outcome is judged.
 //! Must not: print, exit, or change anything — every check only probes.
 
+mod chat;
+
+pub use chat::{matrix, matrix_health, telegram, telegram_health};
+
 use crate::agent::prompt;
 use crate::config::{Config, Settings};
 use crate::llm::{Gateway, ToolProbe};
@@ -381,80 +385,6 @@ fn inbox_verdict(
     Check::new(verdict, what, detail)
 }
 
-/// The Matrix account when no daemon runs: its session reused (or the first login made, as
-/// the daemon would make it), this device's encryption, and each configured room.
-pub async fn matrix(s: &Settings, data_dir: &std::path::Path) -> Vec<Check> {
-    let Some(m) = s.channels.matrix.as_ref() else {
-        return Vec::new();
-    };
-    let what = format!("matrix {} on {}", m.user.trim(), m.homeserver.trim());
-    let p = match crate::channels::matrix::probe(m, data_dir).await {
-        Ok(p) => p,
-        Err(why) => return vec![Check::new(Verdict::Fail, what, why)],
-    };
-    let mut checks = Vec::new();
-    let verdict = if m.allow_from.is_empty() {
-        Verdict::Warn
-    } else {
-        Verdict::Ok
-    };
-    let nobody = if m.allow_from.is_empty() {
-        "; but channels.matrix.allow_from is empty, so no one can instruct the agent"
-    } else {
-        ""
-    };
-    checks.push(Check::new(
-        verdict,
-        what,
-        format!("logged in as device {}; {}{nobody}", p.device, p.encryption),
-    ));
-    for (name, found) in p.rooms {
-        checks.push(match found {
-            Ok(detail) => Check::new(Verdict::Ok, format!("matrix:{name}"), detail),
-            Err(why) => Check::new(Verdict::Fail, format!("matrix:{name}"), why),
-        });
-    }
-    checks
-}
-
-/// The running daemon's Matrix channel, as its connection is doing.
-pub fn matrix_health(s: &Settings, status: &crate::channels::matrix::Status) -> Option<Check> {
-    use crate::channels::matrix::State;
-    let m = s.channels.matrix.as_ref()?;
-    let what = format!("matrix {} on {}", m.user.trim(), m.homeserver.trim());
-    let device = status.device.as_deref().unwrap_or("?");
-    Some(match status.state {
-        State::Off => return None,
-        State::Starting => Check::new(Verdict::Warn, what, "connecting"),
-        State::Down => Check::new(
-            Verdict::Fail,
-            what,
-            format!(
-                "down, retrying: {}",
-                status.error.as_deref().unwrap_or("unknown error")
-            ),
-        ),
-        State::Ok if status.decryption_failing => Check::new(
-            Verdict::Fail,
-            what,
-            format!(
-                "connected (device {device}), but the last encrypted message could not be decrypted \
-                 ({} in all since the start; /inbox shows them): verify this device from your own \
-                 session, or set channels.matrix.recovery_key",
-                status.undecryptable
-            ),
-        ),
-        State::Ok => Check::new(
-            Verdict::Ok,
-            what,
-            format!(
-                "connected (device {device}); {} message(s) in, {} sent since the start",
-                status.messages_in, status.messages_out
-            ),
-        ),
-    })
-}
-
 /// The running daemon's mailbox, as its connection is doing.
 pub(crate) fn inbox_health(s: &Settings, health: &crate::inbox::Health) -> Option<Check> {
     use crate::inbox::Health;
@@ -546,6 +476,7 @@ pub(crate) struct Parts<'a> {
     pub mcp: &'a crate::mcp::McpManager,
     pub inbox: &'a crate::inbox::Inbox,
     pub matrix: &'a crate::channels::Matrix,
+    pub telegram: &'a crate::channels::Telegram,
 }
 
 /// Every check, as a running daemon sees them (the dashboard's /settings): the daemon is this
@@ -569,5 +500,6 @@ pub(crate) async fn running_daemon(p: Parts<'_>) -> Vec<Check> {
     checks.extend(mcp_servers(&p.mcp.status()));
     checks.extend(inbox_health(s, &p.inbox.health()));
     checks.extend(matrix_health(s, &p.matrix.status()));
+    checks.extend(telegram_health(s, &p.telegram.status()));
     checks
 }

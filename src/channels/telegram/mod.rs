@@ -1,0 +1,262 @@
+//! The Telegram channel (`channels.telegram`): a bot, through the Bot API (`teloxide-core`'s
+//! typed requests and updates), by long polling — no webhook server, nothing listening.
+//!
+//! Owns: the bot's connection (`client`: the HTTP client, the token, what each Bot API error
+//! means); the polling loop (`poll`: `getUpdates` from the saved offset, one node at a time
+//! with several daemons); reading updates into [`ChatMessage`]s (`events`: private messages,
+//! mentions and replies in groups, bot commands, button presses); sending the outbox's notices
+//! (`send`: Markdown as Telegram HTML, split below 4,096 UTF-16 units, paced per chat, 429s
+//! waited out, a refused formatting sent again as plain text, Approve / Deny buttons under an
+//! approval request); the channel's health for `/healthz`, the dashboard and `doctor`.
+//! Must not: decide what a message means or who may instruct (the inbox does); send to a chat
+//! that is not configured or that no one of `allow_from` wrote in; write the token or a
+//! message's text to a log (teloxide-core hides the token in its network errors).
+//!
+//! Exactly once: each update is recorded by its id in ONE transaction with what it became and
+//! with the channel's offset (`Place::Polled`), so a kill -9 at any point neither loses an
+//! update nor acts on one twice; an update that becomes nothing moves the offset alone. The
+//! first start skips what was said before it (the backlog is history, as on Matrix).
+//! Sends have no idempotency key on Telegram: each part a notice went out as is recorded as it
+//! is sent (`chat_parts`), so a retried notice goes on after the parts already there. A part
+//! whose answer was lost (the connection broke after Telegram took it) is sent again: the
+//! person may see that part twice, never none.
+//!
+//! Built only with the cargo feature `telegram` (on by default). Without it this module keeps
+//! its types — the channel is always off — and `config check` refuses `channels.telegram`.
+
+#[cfg(feature = "telegram")]
+mod client;
+#[cfg(feature = "telegram")]
+mod events;
+#[cfg(feature = "telegram")]
+#[allow(dead_code)]
+pub(crate) mod format;
+#[cfg(feature = "telegram")]
+mod poll;
+#[cfg(feature = "telegram")]
+mod probe;
+#[cfg(feature = "telegram")]
+mod send;
+
+#[cfg(not(feature = "telegram"))]
+mod absent;
+#[cfg(not(feature = "telegram"))]
+pub(crate) use absent::Inner;
+#[cfg(not(feature = "telegram"))]
+pub use absent::probe;
+#[cfg(feature = "telegram")]
+pub use probe::probe;
+
+pub use super::State;
+use crate::config::Settings;
+#[cfg(feature = "telegram")]
+use crate::config::TelegramSettings;
+use crate::inbox::Inbox;
+use crate::notify::ChatSend;
+use crate::store::Store;
+use serde::Serialize;
+use std::sync::Arc;
+#[cfg(feature = "telegram")]
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The longest a stop waits for the polling loop to end.
+const STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// How the channel is doing, for `/healthz`, the dashboard and `doctor`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Status {
+    /// `off`, `starting`, `ok` or `down`.
+    pub state: State,
+    /// Why it is down, or standing by (never a secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The bot's `@username`, once the Bot API accepted its token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bot: Option<String>,
+    /// The token was refused (401): the channel stopped until it is replaced.
+    #[serde(default)]
+    pub revoked: bool,
+    /// Messages taken in and notices sent since the start.
+    pub messages_in: u64,
+    pub messages_out: u64,
+}
+
+impl Status {
+    pub(crate) fn off() -> Status {
+        Status {
+            state: State::Off,
+            error: None,
+            bot: None,
+            revoked: false,
+            messages_in: 0,
+            messages_out: 0,
+        }
+    }
+
+    /// Whether `/healthz` should say `degraded`: the channel is down.
+    pub fn degraded(&self) -> bool {
+        self.state == State::Down
+    }
+}
+
+/// The Telegram channel: a cheap-to-clone handle. Built for every app; does nothing unless
+/// `channels.telegram` is configured and [`Telegram::start`] is called (by the daemon).
+#[derive(Clone)]
+pub struct Telegram {
+    inner: Option<Arc<Inner>>,
+}
+
+#[cfg(feature = "telegram")]
+pub(crate) struct Inner {
+    settings: TelegramSettings,
+    store: Store,
+    /// The bot once the Bot API accepted its token on this daemon (the node that polls); the
+    /// outbox's lanes wait for it.
+    bot: tokio::sync::watch::Sender<Option<client::Bot>>,
+    status: Mutex<Status>,
+    /// When each chat may be written to next: Telegram's per-chat rates (see `send`).
+    pace: tokio::sync::Mutex<std::collections::HashMap<i64, tokio::time::Instant>>,
+}
+
+/// The running polling loop.
+pub struct Running {
+    task: Option<(CancellationToken, JoinHandle<()>)>,
+    // Read only to forget the bot at the stop; a build without the channel has none.
+    #[cfg_attr(not(feature = "telegram"), allow(dead_code))]
+    inner: Option<Arc<Inner>>,
+}
+
+impl Telegram {
+    /// The channel of `settings` (off without `channels.telegram`).
+    #[cfg(feature = "telegram")]
+    pub fn new(settings: &Settings, store: Store) -> Telegram {
+        let Some(t) = settings.channels.telegram.clone() else {
+            return Telegram::off();
+        };
+        let (bot, _) = tokio::sync::watch::channel(None);
+        let mut status = Status::off();
+        status.state = State::Starting;
+        Telegram {
+            inner: Some(Arc::new(Inner {
+                settings: t,
+                store,
+                bot,
+                status: Mutex::new(status),
+                pace: tokio::sync::Mutex::new(std::collections::HashMap::new()),
+            })),
+        }
+    }
+
+    /// Without the `telegram` feature the channel is always off (`config check` refuses
+    /// `channels.telegram`, so a daemon never gets here with one).
+    #[cfg(not(feature = "telegram"))]
+    pub fn new(_settings: &Settings, _store: Store) -> Telegram {
+        Telegram::off()
+    }
+
+    pub fn off() -> Telegram {
+        Telegram { inner: None }
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    pub fn status(&self) -> Status {
+        match &self.inner {
+            #[cfg(feature = "telegram")]
+            Some(i) => crate::util::lock(&i.status).clone(),
+            #[cfg(not(feature = "telegram"))]
+            Some(i) => match **i {},
+            None => Status::off(),
+        }
+    }
+
+    /// The outbox's way to send through this bot (None when off).
+    pub fn sender(&self) -> Option<Arc<dyn ChatSend>> {
+        let inner = self.inner.clone()?;
+        #[cfg(feature = "telegram")]
+        return Some(Arc::new(send::Sender(inner)));
+        #[cfg(not(feature = "telegram"))]
+        match *inner {}
+    }
+
+    /// Poll the Bot API in the background, handing messages to `inbox`. Without
+    /// `channels.telegram`, nothing.
+    pub fn start(&self, inbox: Inbox) -> Running {
+        let Some(inner) = &self.inner else {
+            return Running {
+                task: None,
+                inner: None,
+            };
+        };
+        #[cfg(not(feature = "telegram"))]
+        {
+            let _ = inbox;
+            match **inner {}
+        }
+        #[cfg(feature = "telegram")]
+        {
+            let stop = CancellationToken::new();
+            let handle = tokio::spawn(poll::run(inner.clone(), inbox, stop.clone()));
+            Running {
+                task: Some((stop, handle)),
+                inner: Some(inner.clone()),
+            }
+        }
+    }
+}
+
+impl Running {
+    /// Read no more updates (bounded): the daemon is shutting down. The bot stays, so answers
+    /// of tasks that end in the grace still go out.
+    pub async fn stop_intake(&mut self) {
+        if let Some((stop, handle)) = self.task.take() {
+            stop.cancel();
+            if tokio::time::timeout(STOP_WAIT, handle).await.is_err() {
+                tracing::warn!("the Telegram channel did not stop in time");
+            }
+        }
+    }
+
+    /// Stop everything: after the outbox's last pass, the bot goes too.
+    pub async fn stop(mut self) {
+        self.stop_intake().await;
+        #[cfg(feature = "telegram")]
+        if let Some(inner) = self.inner.take() {
+            inner.bot.send_replace(None);
+        }
+    }
+}
+
+#[cfg(feature = "telegram")]
+impl Inner {
+    fn update(&self, f: impl FnOnce(&mut Status)) {
+        f(&mut crate::util::lock(&self.status));
+    }
+
+    fn set_down(&self, error: String) {
+        self.update(|s| {
+            s.state = State::Down;
+            s.error = Some(error);
+        });
+    }
+
+    /// The bot, if connected on this daemon now.
+    fn bot(&self) -> Option<client::Bot> {
+        self.bot.borrow().clone()
+    }
+
+    /// The token was refused: stop using it (the loop ends, the lanes wait) and say so.
+    fn revoked(&self) {
+        self.bot.send_replace(None);
+        self.update(|s| {
+            s.state = State::Down;
+            s.revoked = true;
+            s.error = Some(client::REVOKED.to_string());
+        });
+    }
+}

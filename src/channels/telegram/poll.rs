@@ -1,0 +1,233 @@
+//! The polling loop: hold the channel, ask the Bot API who the bot is, then `getUpdates` from
+//! the saved offset, long-polling; each update handed to the inbox with the offset after it
+//! (one transaction: see the module doc of `telegram`). When anything fails the channel is
+//! marked down and connects again after a backoff with jitter — except a refused token, which
+//! stops the channel until a person replaces it: retrying a revoked token only hammers the
+//! server. Nothing here ends the daemon.
+//!
+//! First start (no saved offset): `getUpdates` with offset -1 returns only the newest update
+//! and forgets the rest; the loop starts after it, so what was said before the bot's first
+//! start is never acted on.
+
+use super::client::{self, Bot, Failure, LONG_POLL};
+use super::events::{self, Read};
+use super::{Inner, State};
+use crate::inbox::Inbox;
+use crate::store::{Channel, StoreError};
+use crate::util::Backoff;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use teloxide_core::payloads::{AnswerCallbackQuerySetters, GetUpdatesSetters};
+use teloxide_core::requests::Requester;
+use teloxide_core::types::{AllowedUpdate, CallbackQueryId, ChatId, MessageId};
+use tokio_util::sync::CancellationToken;
+
+/// Waits between connection attempts: 1 s doubling to 5 min, jittered.
+const RECONNECT: Backoff =
+    Backoff::new(Duration::from_secs(1), Duration::from_secs(300)).with_jitter();
+/// A connection that lasted this long was healthy: the next failure starts the backoff over.
+const HEALTHY: Duration = Duration::from_secs(60);
+/// How often a node that does not hold the channel (another daemon on the same database
+/// polls it) looks whether it is free.
+const STANDBY_POLL: Duration = Duration::from_secs(5);
+/// How long answering a press (the spinner on the person's button) may take; past it the
+/// loop goes on, since the press itself is recorded.
+const ANSWER_PRESS: Duration = Duration::from_secs(5);
+
+/// Why a connection ended.
+#[derive(Debug, thiserror::Error)]
+enum Ended {
+    #[error(transparent)]
+    Api(#[from] Failure),
+    /// Recording failed: nothing was lost, the update is read again.
+    #[error("cannot record Telegram messages: {0}")]
+    Store(#[from] StoreError),
+    /// The saved offset is not a number: the database was edited by hand.
+    #[error(
+        "the saved Telegram offset '{0}' is not a number; delete the channel_cursors row '{1}' to start after the newest message"
+    )]
+    BadOffset(String, String),
+    /// Another daemon on the same database took the channel over (this one's lease lapsed).
+    #[error("another daemon reads the Telegram channel now")]
+    Elsewhere,
+}
+
+pub(super) async fn run(inner: Arc<Inner>, inbox: Inbox, stop: CancellationToken) {
+    tracing::info!(api = %inner.settings.api_url, bot = inner.settings.bot_id(), "Telegram channel started");
+    let mut failures: u32 = 0;
+    loop {
+        let began = Instant::now();
+        let ended = tokio::select! {
+            _ = stop.cancelled() => break,
+            r = connection(&inner, &inbox) => r,
+        };
+        let Err(e) = ended;
+        inner.bot.send_replace(None);
+        if matches!(e, Ended::Api(Failure::Revoked)) {
+            tracing::error!("{}", client::REVOKED);
+            inner.revoked();
+            break;
+        }
+        if began.elapsed() >= HEALTHY {
+            failures = 0;
+        }
+        let error = e.to_string();
+        tracing::warn!(error = %error, retry = failures + 1, "Telegram channel down; connecting again");
+        inner.set_down(error);
+        let wait = match &e {
+            Ended::Api(Failure::RetryAfter(d)) => *d,
+            Ended::BadOffset(..) | Ended::Api(Failure::Refused(_)) => RECONNECT.delay(u32::MAX),
+            _ => RECONNECT.delay(failures),
+        };
+        failures = failures.saturating_add(1);
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+    tracing::info!("Telegram channel stopped reading");
+}
+
+/// Wait until this node holds the channel: at once alone; with other daemons on the same
+/// database, when no other live one does.
+async fn hold(inner: &Inner) -> Result<(), Ended> {
+    let mut told = false;
+    while !inner.store.hold_channel(Channel::Telegram).await? {
+        if !told {
+            tracing::info!(
+                "another daemon on this database reads the Telegram channel; this one takes over if that one stops"
+            );
+            inner.update(|s| {
+                s.state = State::Starting;
+                s.error =
+                    Some("standing by: another daemon on this database reads the channel".into());
+            });
+            told = true;
+        }
+        tokio::time::sleep(STANDBY_POLL).await;
+    }
+    Ok(())
+}
+
+/// One connection: hold the channel, learn the bot's name, then poll until something fails.
+async fn connection(inner: &Inner, inbox: &Inbox) -> Result<std::convert::Infallible, Ended> {
+    hold(inner).await?;
+    let bot = client::bot(&inner.settings)?;
+    let me = bot.get_me().await.map_err(Failure::from)?;
+    let username = me.username().to_string();
+    let key = format!("telegram/{}", inner.settings.bot_id());
+    let mut offset = match inner.store.channel_cursor(&key).await? {
+        Some(p) => p
+            .parse::<i32>()
+            .map_err(|_| Ended::BadOffset(p, key.clone()))?,
+        None => skip_backlog(inner, &bot, &key).await?,
+    };
+    inner.bot.send_replace(Some(bot.clone()));
+    inner.update(|s| {
+        s.state = State::Ok;
+        s.error = None;
+        s.bot = Some(format!("@{username}"));
+    });
+    tracing::info!(bot = %username, "Telegram channel connected");
+    loop {
+        let updates = bot
+            .get_updates()
+            .offset(offset)
+            .timeout(LONG_POLL.as_secs() as u32)
+            .allowed_updates([AllowedUpdate::Message, AllowedUpdate::CallbackQuery])
+            .await
+            .map_err(Failure::from)?;
+        if !inner.store.hold_channel(Channel::Telegram).await? {
+            return Err(Ended::Elsewhere);
+        }
+        inner.update(|s| {
+            s.state = State::Ok;
+            s.error = None;
+        });
+        for update in &updates {
+            let next = update.id.as_offset();
+            take_in(inner, inbox, &bot, &username, &key, update, next).await?;
+            offset = next;
+        }
+    }
+}
+
+/// The offset a first start begins at: past the newest update, which Telegram then forgets
+/// with everything before it.
+async fn skip_backlog(inner: &Inner, bot: &Bot, key: &str) -> Result<i32, Ended> {
+    let newest = bot
+        .get_updates()
+        .offset(-1)
+        .timeout(0)
+        .await
+        .map_err(Failure::from)?;
+    let offset = newest.last().map_or(0, |u| u.id.as_offset());
+    if !newest.is_empty() {
+        tracing::info!(
+            "Telegram: a first start; messages sent to the bot before it are not acted on"
+        );
+    }
+    inner
+        .store
+        .move_chat_cursor(Channel::Telegram, key, &offset.to_string())
+        .await?;
+    Ok(offset)
+}
+
+/// One update: recorded with the offset after it, then a press answered and its buttons
+/// taken away.
+async fn take_in(
+    inner: &Inner,
+    inbox: &Inbox,
+    bot: &Bot,
+    username: &str,
+    key: &str,
+    update: &teloxide_core::types::Update,
+    next: i32,
+) -> Result<(), Ended> {
+    let position = next.to_string();
+    match events::read(update, username) {
+        Read::Nothing => {
+            inner
+                .store
+                .move_chat_cursor(Channel::Telegram, key, &position)
+                .await?
+        }
+        Read::Message(m) => {
+            inbox.take_in_chat_at(&m, key, &position).await?;
+            inner.update(|s| s.messages_in += 1);
+        }
+        Read::Pressed {
+            message,
+            query,
+            chat,
+            on,
+        } => {
+            inbox.take_in_chat_at(&message, key, &position).await?;
+            inner.update(|s| s.messages_in += 1);
+            answer_press(bot, query, chat, on).await;
+        }
+    }
+    Ok(())
+}
+
+/// Stop the spinner on the person's button and take the buttons away: the answer is decided
+/// once, and the inbox's confirmation says how. Best effort — the press is recorded already.
+async fn answer_press(bot: &Bot, query: String, chat: i64, on: i32) {
+    let answered = bot
+        .answer_callback_query(CallbackQueryId(query))
+        .text("Got it");
+    let removed = bot.edit_message_reply_markup(ChatId(chat), MessageId(on));
+    let done = tokio::time::timeout(ANSWER_PRESS, async {
+        (answered.await.map(|_| ()), removed.await.map(|_| ()))
+    })
+    .await;
+    match done {
+        Ok((a, r)) => {
+            for e in [a.err(), r.err()].into_iter().flatten() {
+                tracing::warn!(error = %Failure::from(e), "cannot answer a button press; it is recorded");
+            }
+        }
+        Err(_) => tracing::warn!("answering a button press took too long; it is recorded"),
+    }
+}
