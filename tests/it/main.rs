@@ -33,6 +33,8 @@ mod sandbox;
 mod scheduler;
 mod storage_faults;
 mod store_round_trips;
+#[cfg(feature = "telegram")]
+mod telegram;
 mod timezone;
 mod tools_registry;
 mod web;
