@@ -129,7 +129,10 @@ fn ms(d: chrono::TimeDelta) -> f64 {
 async fn started(base: &str, event: &str) -> Value {
     let deadline = Instant::now() + PATIENCE;
     loop {
-        assert!(Instant::now() < deadline, "message {event} never started a task");
+        assert!(
+            Instant::now() < deadline,
+            "message {event} never started a task"
+        );
         let inbox = get(base, "/v1/inbox?channel=telegram&limit=5").await;
         let task = inbox["messages"]
             .as_array()
@@ -181,7 +184,11 @@ async fn main() {
         let answer = api.wait_sent(|s| s.reply_to == Some(id), PATIENCE).await;
         // The stand-in's Instant, on the wall clock the daemon stamps tasks with.
         let accepted = Utc::now() - (Instant::now() - answer.at);
-        let task = get(&d.base, &format!("/v1/tasks/{}", task["id"].as_str().unwrap_or(""))).await;
+        let task = get(
+            &d.base,
+            &format!("/v1/tasks/{}", task["id"].as_str().unwrap_or("")),
+        )
+        .await;
         if let Some(done) = time_of(&task["finished_at"]) {
             to_sent.push(ms(accepted - done));
         }

@@ -8,6 +8,7 @@
 //!
 //! The methods themselves are in `standin/methods.rs`.
 
+#[path = "standin/methods.rs"]
 mod methods;
 
 use super::html;
