@@ -2,7 +2,7 @@
 //! JSON with the error code as the HTTP status.
 
 use super::{Answered, BotApi, Call, Edit, Fault, Sent, World, chat_of, kind, now};
-use crate::telegram::html;
+use super::super::html;
 use axum::body::Bytes;
 use axum::extract::State as Shared;
 use axum::http::{StatusCode, Uri};
