@@ -1,8 +1,8 @@
 //! The Bot API methods the stand-in answers, and how it answers: Telegram's result or error
 //! JSON with the error code as the HTTP status.
 
-use super::{Answered, BotApi, Call, Edit, Fault, Sent, World, chat_of, kind, now};
 use super::super::html;
+use super::{Answered, BotApi, Call, Edit, Fault, Sent, World, chat_of, kind, now};
 use axum::body::Bytes;
 use axum::extract::State as Shared;
 use axum::http::{StatusCode, Uri};
