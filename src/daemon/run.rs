@@ -173,7 +173,7 @@ impl Services {
         let inbox = app.inbox.start();
         // Matrix messages go to the inbox like mail; notices to rooms go out through the sender.
         let matrix = app.matrix.start(app.inbox.clone(), app.metrics.clone());
-        let telegram = app.telegram.start(app.inbox.clone());
+        let telegram = app.telegram.start(app.inbox.clone(), app.metrics.clone());
         Ok(Services {
             tracker,
             stop,

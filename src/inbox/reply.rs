@@ -65,10 +65,13 @@ impl ChatThread {
     }
 
     pub(crate) fn answer(&self, task: &Task, public_url: &str) -> NewNotice {
-        self.notice(
-            answer_body(task, public_url, "Write in this thread to try again."),
-            Some(&task.id),
-        )
+        // Telegram has no threads: a reply to the answer is what continues the run.
+        let again = if self.channel == crate::notify::TELEGRAM {
+            "Reply to this message to try again."
+        } else {
+            "Write in this thread to try again."
+        };
+        self.notice(answer_body(task, public_url, again), Some(&task.id))
     }
 }
 

@@ -186,7 +186,7 @@ impl Telegram {
 
     /// Poll the Bot API in the background, handing messages to `inbox`. Without
     /// `channels.telegram`, nothing.
-    pub fn start(&self, inbox: Inbox) -> Running {
+    pub fn start(&self, inbox: Inbox, metrics: crate::metrics::Metrics) -> Running {
         let Some(inner) = &self.inner else {
             return Running {
                 task: None,
@@ -195,13 +195,13 @@ impl Telegram {
         };
         #[cfg(not(feature = "telegram"))]
         {
-            let _ = inbox;
+            let _ = (inbox, metrics);
             match **inner {}
         }
         #[cfg(feature = "telegram")]
         {
             let stop = CancellationToken::new();
-            let handle = tokio::spawn(poll::run(inner.clone(), inbox, stop.clone()));
+            let handle = tokio::spawn(poll::run(inner.clone(), inbox, metrics, stop.clone()));
             Running {
                 task: Some((stop, handle)),
                 inner: Some(inner.clone()),

@@ -52,14 +52,19 @@ enum Ended {
     Elsewhere,
 }
 
-pub(super) async fn run(inner: Arc<Inner>, inbox: Inbox, stop: CancellationToken) {
+pub(super) async fn run(
+    inner: Arc<Inner>,
+    inbox: Inbox,
+    metrics: crate::metrics::Metrics,
+    stop: CancellationToken,
+) {
     tracing::info!(api = %inner.settings.api_url, bot = inner.settings.bot_id(), "Telegram channel started");
     let mut failures: u32 = 0;
     loop {
         let began = Instant::now();
         let ended = tokio::select! {
             _ = stop.cancelled() => break,
-            r = connection(&inner, &inbox) => r,
+            r = connection(&inner, &inbox, &metrics) => r,
         };
         let Err(e) = ended;
         inner.bot.send_replace(None);
@@ -110,7 +115,11 @@ async fn hold(inner: &Inner) -> Result<(), Ended> {
 }
 
 /// One connection: hold the channel, learn the bot's name, then poll until something fails.
-async fn connection(inner: &Inner, inbox: &Inbox) -> Result<std::convert::Infallible, Ended> {
+async fn connection(
+    inner: &Inner,
+    inbox: &Inbox,
+    metrics: &crate::metrics::Metrics,
+) -> Result<std::convert::Infallible, Ended> {
     hold(inner).await?;
     let bot = client::bot(&inner.settings)?;
     let me = bot.get_me().await.map_err(Failure::from)?;
@@ -146,7 +155,9 @@ async fn connection(inner: &Inner, inbox: &Inbox) -> Result<std::convert::Infall
         });
         for update in &updates {
             let next = update.id.as_offset();
-            take_in(inner, inbox, &bot, &username, &key, update, next).await?;
+            if take_in(inner, inbox, &bot, &username, &key, update, next).await? {
+                metrics.observe_message_in(Channel::Telegram.as_str());
+            }
             offset = next;
         }
     }
@@ -175,7 +186,7 @@ async fn skip_backlog(inner: &Inner, bot: &Bot, key: &str) -> Result<i32, Ended>
 }
 
 /// One update: recorded with the offset after it, then a press answered and its buttons
-/// taken away.
+/// taken away. Whether it was new (not recorded before).
 async fn take_in(
     inner: &Inner,
     inbox: &Inbox,
@@ -184,18 +195,22 @@ async fn take_in(
     key: &str,
     update: &teloxide_core::types::Update,
     next: i32,
-) -> Result<(), Ended> {
+) -> Result<bool, Ended> {
     let position = next.to_string();
     match events::read(update, username) {
         Read::Nothing => {
             inner
                 .store
                 .move_chat_cursor(Channel::Telegram, key, &position)
-                .await?
+                .await?;
+            Ok(false)
         }
         Read::Message(m) => {
-            inbox.take_in_chat_at(&m, key, &position).await?;
-            inner.update(|s| s.messages_in += 1);
+            let new = inbox.take_in_chat_at(&m, key, &position).await?;
+            if new {
+                inner.update(|s| s.messages_in += 1);
+            }
+            Ok(new)
         }
         Read::Pressed {
             message,
@@ -203,12 +218,16 @@ async fn take_in(
             chat,
             on,
         } => {
-            inbox.take_in_chat_at(&message, key, &position).await?;
-            inner.update(|s| s.messages_in += 1);
+            let new = inbox.take_in_chat_at(&message, key, &position).await?;
+            if new {
+                inner.update(|s| s.messages_in += 1);
+            }
+            // A press replayed after a crash is answered again: the person's spinner may
+            // still turn, and a query answered twice is only refused.
             answer_press(bot, query, chat, on).await;
+            Ok(new)
         }
     }
-    Ok(())
 }
 
 /// Stop the spinner on the person's button and take the buttons away: the answer is decided

@@ -756,3 +756,30 @@ async fn config_check_accepts_the_settings_and_refuses_a_name_in_allow_from() {
     assert_eq!(out.status.code(), Some(2), "{said}");
     assert!(said.contains("channels.telegram.allow_from"), "{said}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_asks_the_bot_api_whose_token_it_is_or_the_daemon_how_it_polls() {
+    let w = World::new().await;
+    let out = w.cli(&["doctor"]);
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        said.contains("telegram bot 123456789") && said.contains("the bot @hermes_bot"),
+        "{said}"
+    );
+    assert!(
+        !said.contains(SECRET),
+        "the bot token is in doctor's output"
+    );
+    let d = w.start().await;
+    let out = w.cli(&["doctor"]);
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(said.contains("polling as @hermes_bot"), "{said}");
+    drop(d);
+    w.bot.revoke();
+    let out = w.cli(&["doctor"]);
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        said.contains("401") && said.contains("@BotFather"),
+        "{said}"
+    );
+}
