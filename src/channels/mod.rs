@@ -11,6 +11,20 @@
 pub mod matrix;
 pub mod telegram;
 
+use crate::store::{Channel, Store, StoreError};
+use std::future::Future;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The longest a stop waits for a channel's intake loop to end.
+const STOP_WAIT: Duration = Duration::from_secs(5);
+/// How often a node that does not hold a channel (another daemon on the same database reads
+/// it) looks whether it is free.
+// Used by the chat channels; a build without any has no caller.
+#[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
+const STANDBY_POLL: Duration = Duration::from_secs(5);
+
 pub use matrix::Matrix;
 pub use telegram::Telegram;
 
@@ -45,4 +59,64 @@ pub(crate) fn compose(title: &str, body: &str) -> String {
     } else {
         format!("**{title}**\n\n{}", body.trim())
     }
+}
+
+/// A channel's intake loop, running in the background until [`Intake::stop`].
+pub(crate) struct Intake {
+    task: Option<(CancellationToken, JoinHandle<()>)>,
+    /// The channel's name, for the log.
+    name: &'static str,
+}
+
+impl Intake {
+    /// No loop: the channel is off.
+    pub(crate) fn none(name: &'static str) -> Intake {
+        Intake { task: None, name }
+    }
+
+    /// Run `body` (given the token that stops it) in the background.
+    #[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
+    pub(crate) fn spawn<F>(name: &'static str, body: impl FnOnce(CancellationToken) -> F) -> Intake
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let stop = CancellationToken::new();
+        let handle = tokio::spawn(body(stop.clone()));
+        Intake {
+            task: Some((stop, handle)),
+            name,
+        }
+    }
+
+    /// Read no more (bounded): what was recorded stays.
+    pub(crate) async fn stop(&mut self) {
+        if let Some((stop, handle)) = self.task.take() {
+            stop.cancel();
+            if tokio::time::timeout(STOP_WAIT, handle).await.is_err() {
+                tracing::warn!(channel = self.name, "a chat channel did not stop in time");
+            }
+        }
+    }
+}
+
+/// Wait until this node holds `channel`: at once alone; with other daemons on the same
+/// database, when no other live one does. `standing_by` is told once, when another holds it.
+#[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
+pub(crate) async fn hold(
+    store: &Store,
+    channel: Channel,
+    standing_by: impl FnOnce(),
+) -> Result<(), StoreError> {
+    let mut standing_by = Some(standing_by);
+    while !store.hold_channel(channel).await? {
+        if let Some(tell) = standing_by.take() {
+            tracing::info!(
+                %channel,
+                "another daemon on this database reads this channel; this one takes over if that one stops"
+            );
+            tell();
+        }
+        tokio::time::sleep(STANDBY_POLL).await;
+    }
+    Ok(())
 }

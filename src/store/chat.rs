@@ -7,6 +7,11 @@
 
 use super::{Channel, Result, Store, Tx, now, query, query_as, query_scalar};
 
+/// Where a chat intake has read up to, saved (a key, its position, when).
+const SAVE_CURSOR: &str = "INSERT INTO channel_cursors (channel, position, updated_at) \
+     VALUES (?1, ?2, ?3) ON CONFLICT (channel) DO UPDATE SET position = excluded.position, \
+     updated_at = excluded.updated_at";
+
 impl Store {
     /// Take `channel` for this node, or keep it: true when no other live node holds it (its
     /// holder's row in `nodes` is gone or holds another epoch). Outside a cluster (SQLite, or
@@ -84,16 +89,12 @@ impl Store {
     /// Save a chat intake's cursor: everything before `position` has been recorded.
     #[cfg_attr(not(feature = "matrix"), allow(dead_code))]
     pub(crate) async fn set_channel_cursor(&self, key: &str, position: &str) -> Result<()> {
-        query(
-            "INSERT INTO channel_cursors (channel, position, updated_at) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (channel) DO UPDATE SET position = excluded.position, \
-             updated_at = excluded.updated_at",
-        )
-        .bind(key)
-        .bind(position)
-        .bind(now())
-        .execute(self)
-        .await?;
+        query(SAVE_CURSOR)
+            .bind(key)
+            .bind(position)
+            .bind(now())
+            .execute(self)
+            .await?;
         Ok(())
     }
 
@@ -145,16 +146,12 @@ impl Store {
 
 /// Move a chat intake's cursor inside a record's transaction (see `Place::Polled`).
 pub(super) async fn save_cursor(tx: &mut Tx, key: &str, position: &str) -> Result<()> {
-    query(
-        "INSERT INTO channel_cursors (channel, position, updated_at) VALUES (?1, ?2, ?3) \
-         ON CONFLICT (channel) DO UPDATE SET position = excluded.position, \
-         updated_at = excluded.updated_at",
-    )
-    .bind(key)
-    .bind(position)
-    .bind(now())
-    .execute(&mut *tx)
-    .await?;
+    query(SAVE_CURSOR)
+        .bind(key)
+        .bind(position)
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
     Ok(())
 }
 

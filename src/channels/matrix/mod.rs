@@ -41,6 +41,7 @@ pub use absent::probe;
 #[cfg(feature = "matrix")]
 pub use probe::probe;
 
+use super::Intake;
 #[cfg(feature = "matrix")]
 use crate::config::MatrixSettings;
 use crate::config::Settings;
@@ -58,12 +59,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 #[cfg(feature = "matrix")]
 use std::sync::Mutex;
-use std::time::Duration;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
-/// The longest a stop waits for the sync loop to end.
-const STOP_WAIT: Duration = Duration::from_secs(5);
+/// The channel's name in the log.
+const NAME: &str = "matrix";
 
 /// What `doctor`'s probe found.
 #[derive(Debug, Clone)]
@@ -142,7 +140,7 @@ pub(crate) struct Inner {
 
 /// The running sync loop, and the client the outbox sends with.
 pub struct Running {
-    task: Option<(CancellationToken, JoinHandle<()>)>,
+    intake: Intake,
     // Read only to log the client out at the stop; a build without the SDK has none.
     #[cfg_attr(not(feature = "matrix"), allow(dead_code))]
     inner: Option<Arc<Inner>>,
@@ -210,7 +208,7 @@ impl Matrix {
     pub fn start(&self, inbox: Inbox, metrics: crate::metrics::Metrics) -> Running {
         let Some(inner) = &self.inner else {
             return Running {
-                task: None,
+                intake: Intake::none(NAME),
                 inner: None,
             };
         };
@@ -221,10 +219,9 @@ impl Matrix {
         }
         #[cfg(feature = "matrix")]
         {
-            let stop = CancellationToken::new();
-            let handle = tokio::spawn(sync::run(inner.clone(), inbox, metrics, stop.clone()));
+            let synced = inner.clone();
             Running {
-                task: Some((stop, handle)),
+                intake: Intake::spawn(NAME, |stop| sync::run(synced, inbox, metrics, stop)),
                 inner: Some(inner.clone()),
             }
         }
@@ -235,12 +232,7 @@ impl Running {
     /// Read no more messages (bounded): the daemon is shutting down. What was recorded stays;
     /// the client stays logged in, so answers of tasks that end in the grace still go out.
     pub async fn stop_intake(&mut self) {
-        if let Some((stop, handle)) = self.task.take() {
-            stop.cancel();
-            if tokio::time::timeout(STOP_WAIT, handle).await.is_err() {
-                tracing::warn!("the Matrix channel did not stop in time");
-            }
-        }
+        self.intake.stop().await;
     }
 
     /// Stop everything: after the outbox's last pass, the client goes too.

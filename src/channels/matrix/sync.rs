@@ -43,9 +43,6 @@ const TIMELINE: u32 = 50;
 const BACKFILL_PAGES: usize = 20;
 /// How long an undecryptable event is tried again, waiting for its key.
 const RETRY_DECRYPTION: Duration = Duration::from_secs(600);
-/// How often a node that does not hold the channel (another daemon on the same database reads
-/// it) looks whether it is free.
-const STANDBY_POLL: Duration = Duration::from_secs(5);
 
 /// Why a connection ended.
 #[derive(Debug, thiserror::Error)]
@@ -105,24 +102,15 @@ pub(super) async fn run(
     tracing::info!("Matrix channel stopped reading");
 }
 
-/// Wait until this node holds the channel: at once alone; with other daemons on the same
-/// database, when no other live one does.
+/// Wait until this node holds the channel (see [`crate::channels::hold`]).
 async fn hold(inner: &Inner) -> Result<(), Ended> {
-    let mut told = false;
-    while !inner.store.hold_channel(Channel::Matrix).await? {
-        if !told {
-            tracing::info!(
-                "another daemon on this database reads the Matrix channel; this one takes over if that one stops"
-            );
-            inner.update(|s| {
-                s.state = State::Starting;
-                s.error =
-                    Some("standing by: another daemon on this database reads the channel".into());
-            });
-            told = true;
-        }
-        tokio::time::sleep(STANDBY_POLL).await;
-    }
+    crate::channels::hold(&inner.store, Channel::Matrix, || {
+        inner.update(|s| {
+            s.state = State::Starting;
+            s.error = Some("standing by: another daemon on this database reads the channel".into());
+        })
+    })
+    .await?;
     Ok(())
 }
 

@@ -47,6 +47,7 @@ pub use absent::probe;
 #[cfg(feature = "telegram")]
 pub use probe::probe;
 
+use super::Intake;
 pub use super::State;
 use crate::config::Settings;
 #[cfg(feature = "telegram")]
@@ -58,12 +59,9 @@ use serde::Serialize;
 use std::sync::Arc;
 #[cfg(feature = "telegram")]
 use std::sync::Mutex;
-use std::time::Duration;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
-/// The longest a stop waits for the polling loop to end.
-const STOP_WAIT: Duration = Duration::from_secs(5);
+/// The channel's name in the log.
+const NAME: &str = "telegram";
 
 /// How the channel is doing, for `/healthz`, the dashboard and `doctor`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -123,7 +121,7 @@ pub(crate) struct Inner {
 
 /// The running polling loop.
 pub struct Running {
-    task: Option<(CancellationToken, JoinHandle<()>)>,
+    intake: Intake,
     // Read only to forget the bot at the stop; a build without the channel has none.
     #[cfg_attr(not(feature = "telegram"), allow(dead_code))]
     inner: Option<Arc<Inner>>,
@@ -189,7 +187,7 @@ impl Telegram {
     pub fn start(&self, inbox: Inbox, metrics: crate::metrics::Metrics) -> Running {
         let Some(inner) = &self.inner else {
             return Running {
-                task: None,
+                intake: Intake::none(NAME),
                 inner: None,
             };
         };
@@ -200,10 +198,9 @@ impl Telegram {
         }
         #[cfg(feature = "telegram")]
         {
-            let stop = CancellationToken::new();
-            let handle = tokio::spawn(poll::run(inner.clone(), inbox, metrics, stop.clone()));
+            let polled = inner.clone();
             Running {
-                task: Some((stop, handle)),
+                intake: Intake::spawn(NAME, |stop| poll::run(polled, inbox, metrics, stop)),
                 inner: Some(inner.clone()),
             }
         }
@@ -214,12 +211,7 @@ impl Running {
     /// Read no more updates (bounded): the daemon is shutting down. The bot stays, so answers
     /// of tasks that end in the grace still go out.
     pub async fn stop_intake(&mut self) {
-        if let Some((stop, handle)) = self.task.take() {
-            stop.cancel();
-            if tokio::time::timeout(STOP_WAIT, handle).await.is_err() {
-                tracing::warn!("the Telegram channel did not stop in time");
-            }
-        }
+        self.intake.stop().await;
     }
 
     /// Stop everything: after the outbox's last pass, the bot goes too.

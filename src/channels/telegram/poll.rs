@@ -27,9 +27,6 @@ const RECONNECT: Backoff =
     Backoff::new(Duration::from_secs(1), Duration::from_secs(300)).with_jitter();
 /// A connection that lasted this long was healthy: the next failure starts the backoff over.
 const HEALTHY: Duration = Duration::from_secs(60);
-/// How often a node that does not hold the channel (another daemon on the same database
-/// polls it) looks whether it is free.
-const STANDBY_POLL: Duration = Duration::from_secs(5);
 /// How long answering a press (the spinner on the person's button) may take; past it the
 /// loop goes on, since the press itself is recorded.
 const ANSWER_PRESS: Duration = Duration::from_secs(5);
@@ -93,24 +90,15 @@ pub(super) async fn run(
     tracing::info!("Telegram channel stopped reading");
 }
 
-/// Wait until this node holds the channel: at once alone; with other daemons on the same
-/// database, when no other live one does.
+/// Wait until this node holds the channel (see [`crate::channels::hold`]).
 async fn hold(inner: &Inner) -> Result<(), Ended> {
-    let mut told = false;
-    while !inner.store.hold_channel(Channel::Telegram).await? {
-        if !told {
-            tracing::info!(
-                "another daemon on this database reads the Telegram channel; this one takes over if that one stops"
-            );
-            inner.update(|s| {
-                s.state = State::Starting;
-                s.error =
-                    Some("standing by: another daemon on this database reads the channel".into());
-            });
-            told = true;
-        }
-        tokio::time::sleep(STANDBY_POLL).await;
-    }
+    crate::channels::hold(&inner.store, Channel::Telegram, || {
+        inner.update(|s| {
+            s.state = State::Starting;
+            s.error = Some("standing by: another daemon on this database reads the channel".into());
+        })
+    })
+    .await?;
     Ok(())
 }
 
