@@ -5,7 +5,9 @@
 //! - answer queued → visible to the person (the notice's `created_at` to the person's client
 //!   holding the decrypted event);
 //! - the daemon's resident memory with the channel connected and idle, against the same daemon
-//!   without `channels.matrix`.
+//!   without `channels.matrix`;
+//! - with the `telegram` feature too: the daemon's resident memory with both chat channels
+//!   connected and idle (Telegram polling the tests' Bot API stand-in).
 //!
 //! The person is the tests' second matrix-sdk client (`tests/it/matrix/person.rs`), the server
 //! the tests' Synapse (`tests/it/matrix/server.rs`); the daemon is this build's binary with a
@@ -20,6 +22,12 @@
 mod person;
 #[path = "../tests/it/matrix/server.rs"]
 mod server;
+#[cfg(feature = "telegram")]
+#[path = "../tests/it/telegram/html.rs"]
+mod html;
+#[cfg(feature = "telegram")]
+#[path = "../tests/it/telegram/standin.rs"]
+mod standin;
 
 /// What `server.rs` needs of the tests' installer: Synapse's programs, installed by
 /// `scripts/ci/synapse-deps.sh` when missing.
@@ -63,6 +71,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hermes-agent");
+const TELEGRAM_TOKEN: &str = "123456789:BENCH-token_abcdefghijklmnopqrstuvwxyz";
 const MESSAGES: usize = 50;
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -111,6 +120,7 @@ async fn daemon(model: &str, channels: &str, password: &str) -> Daemon {
     let data = dir.path().join("data");
     let child = Command::new(BIN)
         .env("MATRIX_PASSWORD", password)
+        .env("TELEGRAM_BOT_TOKEN", TELEGRAM_TOKEN)
         .env("RUST_LOG", "warn")
         .env("XDG_CONFIG_HOME", dir.path().join("xdg"))
         .arg("--config")
@@ -137,7 +147,8 @@ async fn daemon(model: &str, channels: &str, password: &str) -> Daemon {
             let base = format!("http://{addr}");
             if let Ok(r) = http.get(format!("{base}/healthz")).send().await
                 && let Ok(h) = r.json::<Value>().await
-                && (channels.is_empty() || h["matrix"]["state"] == "ok")
+                && (!channels.contains("matrix:") || h["matrix"]["state"] == "ok")
+                && (!channels.contains("telegram:") || h["telegram"]["state"] == "ok")
             {
                 d.base = base;
                 return d;
@@ -241,4 +252,20 @@ async fn main() {
     println!(
         "  daemon RSS idle: {rss_plain:.1} MiB without channels.matrix, {rss_matrix:.1} MiB with it connected (after {MESSAGES} messages)"
     );
+    drop(d);
+    #[cfg(feature = "telegram")]
+    {
+        let api = standin::BotApi::start(TELEGRAM_TOKEN).await;
+        let both = format!(
+            "{channels}  telegram:\n    bot_token: ${{TELEGRAM_BOT_TOKEN}}\n    allow_from: [111]\n    \
+             api_url: \"{}\"\n",
+            api.url()
+        );
+        let d = daemon(&model.base_url(), &both, "agent-pw").await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        println!(
+            "  daemon RSS idle with both chat channels connected (Matrix, Telegram polling the stand-in): {:.1} MiB",
+            rss_mib(d.child.id())
+        );
+    }
 }
