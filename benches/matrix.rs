@@ -18,13 +18,13 @@
     reason = "the tests' fixtures have more than the benchmark uses"
 )]
 
+#[cfg(feature = "telegram")]
+#[path = "../tests/it/telegram/html.rs"]
+mod html;
 #[path = "../tests/it/matrix/person.rs"]
 mod person;
 #[path = "../tests/it/matrix/server.rs"]
 mod server;
-#[cfg(feature = "telegram")]
-#[path = "../tests/it/telegram/html.rs"]
-mod html;
 #[cfg(feature = "telegram")]
 #[path = "../tests/it/telegram/standin.rs"]
 mod standin;

@@ -179,3 +179,137 @@ pub(super) async fn fence_channel(tx: &mut Tx, store: &Store, channel: Channel) 
         None => Err(super::Fenced.into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{
+        InboxOutcome, NewInboxMessage, NewNotice, NewTask, Origin, Place, Recorded, StoreError,
+    };
+
+    fn update(event: &str) -> NewInboxMessage {
+        NewInboxMessage {
+            channel: Channel::Telegram,
+            room: Some("111".into()),
+            message_id: Some(event.into()),
+            sender: "111".into(),
+            subject: "hi".into(),
+            ..NewInboxMessage::default()
+        }
+    }
+
+    fn task() -> InboxOutcome {
+        InboxOutcome::Task {
+            task: NewTask {
+                task: "hi".into(),
+                origin: Origin::Telegram,
+                profile: "fast".into(),
+                ..NewTask::default()
+            },
+            context: None,
+            notice_id: None,
+            job_id: None,
+        }
+    }
+
+    on_both_engines!(
+        Memory,
+        tokio::test,
+        async fn an_update_and_its_offset_are_one_write_fenced_by_the_lease(store: Store) {
+            let key = "telegram/42";
+            let at = |position| Place::Polled {
+                account: "telegram:42",
+                key,
+                position,
+            };
+            let new = store
+                .record_inbox(at("8"), &update("111:5"), &task())
+                .await
+                .unwrap();
+            assert!(matches!(
+                new,
+                Recorded::New {
+                    task_id: Some(_),
+                    ..
+                }
+            ));
+            assert_eq!(
+                store.channel_cursor(key).await.unwrap().as_deref(),
+                Some("8")
+            );
+            // Read again (a kill before the next poll): known, only the offset moves.
+            let again = store
+                .record_inbox(at("9"), &update("111:5"), &task())
+                .await
+                .unwrap();
+            assert!(matches!(again, Recorded::Seen));
+            assert_eq!(
+                store.channel_cursor(key).await.unwrap().as_deref(),
+                Some("9")
+            );
+
+            let lease = chrono::Duration::seconds(30);
+            let a = store.clone().with_node("node-a");
+            let b = store.clone().with_node("node-b");
+            a.join_cluster("host-a", 1, None, lease).await.unwrap();
+            b.join_cluster("host-b", 2, None, lease).await.unwrap();
+            assert!(a.hold_channel(Channel::Telegram).await.unwrap());
+            a.move_chat_cursor(Channel::Telegram, key, "10")
+                .await
+                .unwrap();
+            let since = now() + chrono::Duration::minutes(1);
+            assert!(b.revoke_node("node-a", since).await.unwrap());
+            assert!(
+                b.hold_channel(Channel::Telegram).await.unwrap(),
+                "taken over"
+            );
+            // Past its lease, node a can neither record nor move the offset.
+            let late = a
+                .record_inbox(at("11"), &update("111:6"), &task())
+                .await
+                .unwrap_err();
+            assert!(matches!(late, StoreError::Fenced(_)), "{late}");
+            let late = a
+                .move_chat_cursor(Channel::Telegram, key, "12")
+                .await
+                .unwrap_err();
+            assert!(matches!(late, StoreError::Fenced(_)), "{late}");
+            assert_eq!(
+                store.channel_cursor(key).await.unwrap().as_deref(),
+                Some("10")
+            );
+        }
+    );
+
+    on_both_engines!(
+        Memory,
+        tokio::test,
+        async fn a_notice_is_found_by_any_part_it_went_out_as(store: Store) {
+            let id = store
+                .enqueue_notice(&NewNotice {
+                    channel: "telegram:me".into(),
+                    title: String::new(),
+                    body: "long".into(),
+                    task_id: None,
+                    job_id: None,
+                    run_id: None,
+                    recipient: None,
+                    in_reply_to: None,
+                    refs: None,
+                })
+                .await
+                .unwrap();
+            store.add_chat_part(id, 0, "111:20").await.unwrap();
+            store.add_chat_part(id, 1, "111:21").await.unwrap();
+            assert_eq!(
+                store.chat_parts(id).await.unwrap(),
+                [(0, "111:20".to_string()), (1, "111:21".to_string())]
+            );
+            for part in ["111:20", "111:21"] {
+                let found = store.notice_by_remote(part).await.unwrap();
+                assert_eq!(found.map(|n| n.id), Some(id), "{part}");
+            }
+            assert!(store.notice_by_remote("111:22").await.unwrap().is_none());
+        }
+    );
+}

@@ -54,6 +54,11 @@ impl World {
 
     /// A world whose model is `model`; `tools`: the lines under `tools:`.
     async fn with(model: ScriptedModel, tools: &str) -> World {
+        World::with_extra(model, tools, "").await
+    }
+
+    /// [`World::with`], `extra` appended to the settings' top level.
+    async fn with_extra(model: ScriptedModel, tools: &str, extra: &str) -> World {
         let bot = BotApi::start(TOKEN).await;
         let dir = tempfile::tempdir().expect("temp dir");
         let yaml = format!(
@@ -64,7 +69,7 @@ impl World {
              server:\n  port: 0\n\
              agent:\n  workers: 2\n\
              channels:\n  telegram:\n    bot_token: ${{TELEGRAM_BOT_TOKEN}}\n    \
-             allow_from: [111]\n    chats: {{me: 111}}\n    api_url: \"{api}\"\n",
+             allow_from: [111]\n    chats: {{me: 111}}\n    api_url: \"{api}\"\n{extra}",
             model = model.base_url(),
             api = bot.url(),
         );
@@ -77,6 +82,10 @@ impl World {
     }
 
     fn command(&self, args: &[&str]) -> Command {
+        self.command_on(&self.data(), args)
+    }
+
+    fn command_on(&self, data: &Path, args: &[&str]) -> Command {
         let mut cmd = Command::new(BIN);
         cmd.current_dir(self.dir.path())
             .env_remove("HERMES_CONFIG")
@@ -88,7 +97,7 @@ impl World {
             .arg("--config")
             .arg(self.dir.path().join("settings.yaml"))
             .arg("--data-dir")
-            .arg(self.data())
+            .arg(data)
             .args(args)
             .stdin(Stdio::null());
         cmd
@@ -100,7 +109,12 @@ impl World {
 
     /// Start the daemon; wait until it answers and its Telegram channel is `ok`.
     async fn start(&self) -> Daemon {
-        let data = self.data();
+        self.start_on(self.data(), true).await
+    }
+
+    /// Start a daemon on data dir `data` (another node on the same database has another);
+    /// wait until it answers and, with `polling`, until its Telegram channel is `ok`.
+    async fn start_on(&self, data: PathBuf, polling: bool) -> Daemon {
         let _ = std::fs::remove_file(addr_path(&data));
         let log = data.with_extension("log");
         let file = File::options()
@@ -110,7 +124,7 @@ impl World {
             .expect("log file");
         let err = file.try_clone().expect("log handle");
         let child = self
-            .command(&["serve"])
+            .command_on(&data, &["serve"])
             .stdout(Stdio::from(file))
             .stderr(Stdio::from(err))
             .spawn()
@@ -125,7 +139,7 @@ impl World {
                 .build()
                 .expect("an HTTP client"),
         };
-        d.ready().await;
+        d.ready(polling).await;
         d
     }
 
@@ -172,14 +186,14 @@ impl Daemon {
         }
     }
 
-    async fn ready(&mut self) {
+    async fn ready(&mut self, polling: bool) {
         let deadline = Instant::now() + PATIENCE;
         loop {
             self.still_running();
             if let Ok(Some(addr)) = read_addr(&self.data) {
                 self.base = format!("http://{addr}");
                 if let Some(h) = self.health().await
-                    && h["telegram"]["state"] == "ok"
+                    && (!polling || h["telegram"]["state"] == "ok")
                 {
                     return;
                 }
@@ -782,4 +796,42 @@ async fn doctor_asks_the_bot_api_whose_token_it_is_or_the_daemon_how_it_polls() 
         said.contains("401") && said.contains("@BotFather"),
         "{said}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_daemons_on_postgres_one_polls_and_the_other_takes_over_once_its_lease_lapsed() {
+    let db = tokio::task::spawn_blocking(|| crate::postgres::cluster::cluster().create_database())
+        .await
+        .expect("the cluster's thread");
+    let url = crate::postgres::cluster::cluster().url(&db);
+    let model = ScriptedModel::start_with(echo_model).await;
+    let storage = format!("storage:\n  url: \"{url}\"\n  node_lease_s: 3\n");
+    let w = World::with_extra(model, NO_TOOLS, &storage).await;
+    let mut a = w.start_on(w.dir.path().join("node-a"), true).await;
+    let b = w.start_on(w.dir.path().join("node-b"), false).await;
+    let standing_by = |h: &Value| {
+        h["telegram"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("standing by"))
+    };
+    b.health_until("node b standing by", standing_by).await;
+    let first = w.bot.say(&me(), "first question");
+    w.answer_to(first).await;
+    // A answered; B still stands by rather than polling beside it (two pollers of one bot
+    // are a 409 on Telegram).
+    let h = b.health().await.expect("node b answers");
+    assert!(standing_by(&h), "{h}");
+
+    // A dies; once its lease lapsed B holds the channel and polls from the saved offset.
+    a.kill();
+    b.health_until("node b polling", |h| h["telegram"]["state"] == "ok")
+        .await;
+    let second = w.bot.say(&me(), "second question");
+    w.answer_to(second).await;
+    // Each once: the first was not taken in again by B.
+    for said in [first, second] {
+        assert_eq!(w.replies_to(said).len(), 1, "answers to {said}");
+    }
+    let rows = b.inbox().await;
+    assert_eq!(rows.len(), 2, "{rows:#?}");
 }
