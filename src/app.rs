@@ -194,10 +194,10 @@ impl App {
         let registry = tools.build();
         let mcp = McpManager::with_sandbox(&s.mcp, registry.clone(), env, s.tools.sandbox);
         let agent = Agent::new(s.clone(), store.clone(), gateway, registry, memory.clone())
-            .with_metrics(metrics.clone());
+            .with_metrics(metrics.clone())
+            .with_notifier(notifier.clone());
         delegate.bind(&agent);
         runner.bind(&agent);
-        agent.bind_notifier(notifier.clone());
         let inbox = Inbox::new(
             s,
             store.clone(),

@@ -80,11 +80,6 @@ impl Agent {
             agent: self.clone(),
         }
     }
-
-    /// Send new requests' notices through `notifier` (`tools.approval_notify`); set once.
-    pub fn bind_notifier(&self, notifier: crate::notify::Notifier) {
-        let _ = self.inner.notifier.set(notifier);
-    }
 }
 
 impl Approvals {
@@ -242,7 +237,7 @@ impl Approvals {
             .create_approval(&task.id, tool, arguments, expires)
             .await?;
         tracing::info!(approval = %approval.id, task = %task.id, tool, "waiting for approval");
-        let Some(notifier) = self.agent.inner.notifier.get() else {
+        let Some(notifier) = &self.agent.inner.notifier else {
             return Ok(approval);
         };
         let goal = self.goal(task).await;

@@ -168,8 +168,9 @@ struct Inner {
     queued: Notify,
     /// Whether a worker should look for held tasks ready to go on (`pool.rs`).
     holds: pool::HoldWatch,
-    /// Where new approval requests are announced (`tools.approval_notify`); set once.
-    notifier: std::sync::OnceLock<crate::notify::Notifier>,
+    /// Where new approval requests are announced (`tools.approval_notify`), given at
+    /// construction ([`Agent::with_notifier`]); none: requests are only listed.
+    notifier: Option<crate::notify::Notifier>,
     /// Set when the daemon begins to shut down: no new task is queued from then on (one
     /// would only wait, pending, for the next start).
     closed: std::sync::atomic::AtomicBool,
@@ -210,6 +211,15 @@ impl Agent {
 
     /// Count task ends and model calls in `metrics`. Call right after construction, before
     /// the agent is cloned (a clone keeps what it had).
+    /// Announce new approval requests through `notifier` (`tools.approval_notify`). Called
+    /// while building, before the agent is shared.
+    pub fn with_notifier(mut self, notifier: crate::notify::Notifier) -> Agent {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.notifier = Some(notifier);
+        }
+        self
+    }
+
     pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Agent {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.metrics = metrics;
