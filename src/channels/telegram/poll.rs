@@ -1,9 +1,9 @@
-//! The polling loop: hold the channel, ask the Bot API who the bot is, then `getUpdates` from
-//! the saved offset, long-polling; each update handed to the inbox with the offset after it
-//! (one transaction: see the module doc of `telegram`). When anything fails the channel is
-//! marked down and connects again after a backoff with jitter — except a refused token, which
-//! stops the channel until a person replaces it: retrying a revoked token only hammers the
-//! server. Nothing here ends the daemon.
+//! The polling loop: hold the channel, ask the Bot API who the bot is (and clear a webhook left
+//! on it, which would refuse polling), then `getUpdates` from the saved offset, long-polling;
+//! each update handed to the inbox with the offset after it (one transaction: see the module
+//! doc of `telegram`). When anything fails the channel is marked down and connects again after
+//! a backoff with jitter — except a refused token, which stops the channel until a person
+//! replaces it: retrying a revoked token only hammers the server. Nothing here ends the daemon.
 //!
 //! First start (no saved offset): `getUpdates` with offset -1 returns only the newest update
 //! and forgets the rest; the loop starts after it, so what was said before the bot's first
@@ -112,6 +112,10 @@ async fn connection(
     let bot = client::bot(&inner.settings)?;
     let me = bot.get_me().await.map_err(Failure::from)?;
     let username = me.username().to_string();
+    // A webhook left set on the bot (by another program, or an earlier setup) makes every
+    // getUpdates a 409: polling is this channel's one way in, so it is cleared. Updates queued
+    // meanwhile are kept.
+    bot.delete_webhook().await.map_err(Failure::from)?;
     let key = format!("telegram/{}", inner.settings.bot_id());
     let mut offset = match inner.store.channel_cursor(&key).await? {
         Some(p) => p

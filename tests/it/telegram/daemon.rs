@@ -360,6 +360,8 @@ async fn a_private_message_becomes_a_task_answered_in_html_as_a_reply_to_it() {
         })
         .await;
     assert_eq!(h["telegram"]["bot"], "@hermes_bot", "{h}");
+    // A webhook left on the bot would refuse polling: cleared once, at the connection.
+    assert_eq!(w.bot.calls("deleteWebhook").len(), 1);
     assert!(!d.log().contains(SECRET), "the bot token is in the log");
     assert!(
         !h.to_string().contains(SECRET),
