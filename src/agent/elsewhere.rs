@@ -123,8 +123,8 @@ impl Agent {
         let jitter = Duration::from_millis(spread % SHARED_POLL.as_millis() as u64);
         self.inner
             .store
-            .is_postgres()
-            .then_some(SHARED_POLL + jitter)
+            .shared()
+            .map(|_| SHARED_POLL + jitter)
     }
 }
 

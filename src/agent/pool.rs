@@ -47,7 +47,7 @@ impl Agent {
             }
             match self.inner.store.claim_next_pending().await {
                 Ok(Some(task)) => {
-                    if self.inner.store.is_postgres() {
+                    if self.inner.store.shared().is_some() {
                         // Another daemon's queueing wakes one worker here (a burst is one
                         // notification): each that finds work wakes the next, until one
                         // finds none — not every idle worker at once for every task.

@@ -52,7 +52,7 @@ impl Membership {
         app: &App,
         api: SocketAddr,
     ) -> Result<Option<Membership>, DaemonError> {
-        if !app.store.is_postgres() || app.store.node().is_none() {
+        if app.store.shared().is_none() || app.store.node().is_none() {
             return Ok(None);
         }
         let lease = app.agent.node_lease();

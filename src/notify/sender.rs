@@ -253,7 +253,7 @@ impl Notifier {
     /// the lease if this one dies mid-send. One daemon alone needs no lease. False: leave it.
     async fn lease(&self, notice: &Notice) -> bool {
         let store = &self.inner.store;
-        if !store.is_postgres() {
+        if store.shared().is_none() {
             return true;
         }
         // The attempt ends within the send timeout; the margin covers recording it.

@@ -48,7 +48,7 @@ impl Scheduler {
     /// followed to its end, delivered and recorded as if the daemon had never stopped. Then
     /// the due times missed while down are handled (one catch-up at most per job).
     pub(crate) async fn restore(&self) -> Result<(), SchedulerError> {
-        if self.inner.store.is_postgres() {
+        if self.inner.store.shared().is_some() {
             self.restore_node().await?;
         } else {
             self.restore_alone().await?;

@@ -122,6 +122,10 @@ use std::time::{Duration, Instant};
 
 /// SQLite's schema. The files are never edited once released: sqlx keeps each one's checksum
 /// in the database and refuses a database whose applied files changed.
+/// The capability [`Store::shared`] hands out: this database may have other daemons on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shared(());
+
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 /// PostgreSQL's schema: the same tables and meaning as SQLite's, version for version.
 static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -264,6 +268,14 @@ impl Store {
     /// Whether this store is on PostgreSQL.
     pub fn is_postgres(&self) -> bool {
         matches!(self.engine, Engine::Postgres(_))
+    }
+
+    /// `Some` when several daemons may share this database (PostgreSQL: each takes work under
+    /// a lease, follows the others' changes and polls for their news); `None` when this
+    /// process is alone with it (SQLite: one file, one daemon by the data-dir lock). The
+    /// domain asks this, never which engine it is.
+    pub fn shared(&self) -> Option<Shared> {
+        self.is_postgres().then_some(Shared(()))
     }
 
     fn migrator(&self) -> &'static sqlx::migrate::Migrator {

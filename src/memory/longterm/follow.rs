@@ -99,7 +99,7 @@ impl LongTerm {
     /// A database of one daemon needs no following: every change goes through this handle,
     /// and changes made while it was closed are caught up by [`LongTerm::open`].
     pub fn spawn_follow(&self, tracker: &TaskTracker, stop: CancellationToken) {
-        if !self.inner.store.is_postgres() {
+        if self.inner.store.shared().is_none() {
             return;
         }
         let me = self.clone();
