@@ -121,10 +121,7 @@ impl Agent {
             .bytes()
             .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
         let jitter = Duration::from_millis(spread % SHARED_POLL.as_millis() as u64);
-        self.inner
-            .store
-            .shared()
-            .map(|_| SHARED_POLL + jitter)
+        self.inner.store.shared().map(|_| SHARED_POLL + jitter)
     }
 }
 

@@ -46,6 +46,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, broadcast, mpsc};
 
+/// How long a cancel waits for the running task to notice and end, reporting the state it
+/// ends in.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
+
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     #[error("the task text is empty; say what the agent should do")]
@@ -464,7 +468,7 @@ impl Agent {
         let rx = self.subscribe();
         if self.stop_running(&task.id, StopReason::Cancelled) {
             // The loop notices the stop at its next await; report the state it ends in.
-            return self.wait(&task.id, rx, Duration::from_secs(5)).await;
+            return self.wait(&task.id, rx, CANCEL_WAIT).await;
         }
         if task.waiting {
             return self.cancel_waiting(&task).await;

@@ -31,10 +31,15 @@ pub(super) struct Membership {
     app: App,
 }
 
+/// The bounds of a node's beat: often enough to notice a dead node soon under a short lease,
+/// seldom enough not to load the database under a long one.
+const BEAT_MIN: Duration = Duration::from_secs(1);
+const BEAT_MAX: Duration = Duration::from_secs(10);
+
 /// How often a node beats and looks for silent ones: a third of the lease, so one late beat
-/// never makes a live node look dead, within 1–10 s.
+/// never makes a live node look dead, within [`BEAT_MIN`]–[`BEAT_MAX`].
 fn beat_every(lease: Duration) -> Duration {
-    (lease / 3).clamp(Duration::from_secs(1), Duration::from_secs(10))
+    (lease / 3).clamp(BEAT_MIN, BEAT_MAX)
 }
 
 /// The machine's name, for `nodes` rows and messages (Linux: the kernel's hostname).

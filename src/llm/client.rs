@@ -30,6 +30,8 @@ use crate::util::{Backoff, RetryPolicy};
 /// Cap for the TCP connect phase, separate from the profile's whole-request timeout so that an
 /// unreachable remote host fails fast even when a slow local model is given minutes.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The whole of `doctor`'s `GET /models`: a server that takes longer is as good as away.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The gateway's retries by default: three, from half a second, with jitter so that workers
 /// that failed together do not all come back at the same instant.
@@ -177,7 +179,7 @@ impl Gateway {
             .get(profile_name)
             .ok_or_else(|| ProbeError::UnknownProfile(profile_name.to_string()))?;
         let url = format!("{}/models", profile.base_url.trim_end_matches('/'));
-        let mut req = self.client.get(&url).timeout(Duration::from_secs(5));
+        let mut req = self.client.get(&url).timeout(PROBE_TIMEOUT);
         if !profile.api_key.is_empty() {
             req = req.bearer_auth(&profile.api_key);
         }
