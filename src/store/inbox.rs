@@ -7,14 +7,16 @@
 //! UID, or under another UID the same Message-ID — or, for mail without one, the same digest
 //! of what it says) changes nothing but the watermark.
 
-use super::chat::{fence_channel, save_cursor};
+use super::chat::fence_channel;
+use super::inbox_write::{
+    advance_watermark, insert_row, move_past, numbers, seen_query, write_outcome,
+};
 use super::outbox::insert_notice_on;
-use super::sql::{QueryAs, QueryScalar};
 use super::{
     Channel, CommandState, IgnoreReason, InboxCommand, InboxState, NewNotice, NewTask, Notice,
-    Result, Store, Task, TaskState, limit_or, new_id, now,
+    Result, Store, Task, limit_or, now,
 };
-use super::{Tx, query, query_as, query_scalar};
+use super::{query, query_as, query_scalar};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -91,7 +93,7 @@ pub(crate) enum Place<'a> {
 
 impl<'a> Place<'a> {
     /// The chat account a message was read on; None for mail.
-    fn account(self) -> Option<&'a str> {
+    pub(super) fn account(self) -> Option<&'a str> {
         match self {
             Place::Mail(_) => None,
             Place::Chat(account) | Place::Polled { account, .. } => Some(account),
@@ -99,7 +101,7 @@ impl<'a> Place<'a> {
     }
 
     /// Where the cursor moves with this record, if it does.
-    fn cursor(self) -> Option<(&'a str, &'a str)> {
+    pub(super) fn cursor(self) -> Option<(&'a str, &'a str)> {
         match self {
             Place::Polled { key, position, .. } => Some((key, position)),
             _ => None,
@@ -234,12 +236,7 @@ impl Store {
         }
         let seen = seen_query(place, mail).fetch_optional(&mut tx).await?;
         if seen.is_some() {
-            if let Place::Mail(place) = place {
-                advance_watermark(&mut tx, place).await?;
-            }
-            if let Some((key, position)) = place.cursor() {
-                save_cursor(&mut tx, key, position).await?;
-            }
+            move_past(&mut tx, place).await?;
             tx.commit().await?;
             return Ok(Recorded::Seen);
         }
@@ -249,127 +246,10 @@ impl Store {
         if place.account().is_some() {
             fence_channel(&mut tx, self, mail.channel).await?;
         }
-        // A chat message has no UID: it gets the next number of its account, under the
-        // write lock taken above, so that (mailbox, uid_validity, uid) stays unique.
-        let (mailbox, uid_validity, uid) = match (place, place.account()) {
-            (Place::Mail(p), _) => (
-                p.mailbox.clone(),
-                i64::from(p.uid_validity),
-                i64::from(p.uid),
-            ),
-            (_, account) => {
-                let account = account.unwrap_or_default();
-                let last: Option<i64> = query_scalar(
-                    "SELECT MAX(uid) FROM inbox_messages WHERE mailbox = ? AND uid_validity = 0",
-                )
-                .bind(account)
-                .fetch_one(&mut tx)
-                .await?;
-                (account.to_string(), 0, last.unwrap_or(0) + 1)
-            }
-        };
-        let t = now();
-        let mut row = Row::acted();
-        let mut reply = None;
-        match outcome {
-            InboxOutcome::Ignored {
-                reason,
-                notice_id,
-                job_id,
-                reply: answer,
-            } => {
-                row.state = InboxState::Ignored;
-                row.reason = Some(*reason);
-                row.notice_id = *notice_id;
-                row.job_id = job_id.clone();
-                if let Some(n) = answer {
-                    reply = Some(insert_notice_on(&mut tx, n).await?);
-                }
-            }
-            InboxOutcome::Task {
-                task: new,
-                context,
-                notice_id,
-                job_id,
-            } => {
-                let created = insert_task(new).fetch_one(&mut tx).await?;
-                row.task_id = Some(created.id.clone());
-                row.context = context.clone();
-                row.notice_id = *notice_id;
-                row.job_id = job_id.clone();
-            }
-            InboxOutcome::Command {
-                command,
-                state,
-                notice_id,
-                job_id,
-                change,
-                detail,
-                reply: answer,
-            } => {
-                if let Some(c) = change {
-                    // Paused by a person (a reply), or resumed: whatever held it is cleared.
-                    let paused = (!c.enabled).then_some(super::PauseReason::Person);
-                    query(
-                        "UPDATE jobs SET enabled = ?, pause_reason = ?, next_run_at = ? WHERE id = ?",
-                    )
-                    .bind(c.enabled)
-                    .bind(paused)
-                    .bind(c.next_run_at)
-                        .bind(job_id)
-                        .execute(&mut tx)
-                        .await?;
-                }
-                row.command = Some(*command);
-                row.command_state = Some(*state);
-                row.detail = Some(detail.clone());
-                row.notice_id = Some(*notice_id);
-                row.job_id = job_id.clone();
-                if let Some(n) = answer {
-                    reply = Some(insert_notice_on(&mut tx, n).await?);
-                }
-            }
-        }
-        // A reply queued with the record is the message's answer: nothing more goes out later.
-        let answered = reply.map(|_| t);
-        let id: i64 = query_scalar(
-            "INSERT INTO inbox_messages (mailbox, uid_validity, uid, message_id, digest, sender, \
-             subject, received_at, state, reason, command, command_state, detail, notice_id, \
-             job_id, task_id, context, refs, reply_notice_id, answered_at, channel, room, \
-             thread_root) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-        )
-        .bind(&mailbox)
-        .bind(uid_validity)
-        .bind(uid)
-        .bind(&mail.message_id)
-        .bind(&mail.digest)
-        .bind(&mail.sender)
-        .bind(&mail.subject)
-        .bind(t)
-        .bind(row.state)
-        .bind(row.reason)
-        .bind(row.command)
-        .bind(row.command_state)
-        .bind(&row.detail)
-        .bind(row.notice_id)
-        .bind(&row.job_id)
-        .bind(&row.task_id)
-        .bind(&row.context)
-        .bind(&mail.refs)
-        .bind(reply)
-        .bind(answered)
-        .bind(mail.channel)
-        .bind(&mail.room)
-        .bind(&mail.thread_root)
-        .fetch_one(&mut tx)
-        .await?;
-        if let Place::Mail(place) = place {
-            advance_watermark(&mut tx, place).await?;
-        }
-        if let Some((key, position)) = place.cursor() {
-            save_cursor(&mut tx, key, position).await?;
-        }
+        let numbers = numbers(&mut tx, place).await?;
+        let (row, reply) = write_outcome(&mut tx, outcome).await?;
+        let id = insert_row(&mut tx, &numbers, mail, &row, reply).await?;
+        move_past(&mut tx, place).await?;
         tx.commit().await?;
         Ok(Recorded::New {
             id,
@@ -626,93 +506,6 @@ impl Store {
         tx.commit().await?;
         Ok(true)
     }
-}
-
-/// The columns of a message row that depend on what it became.
-struct Row {
-    state: InboxState,
-    reason: Option<IgnoreReason>,
-    command: Option<InboxCommand>,
-    command_state: Option<CommandState>,
-    detail: Option<String>,
-    notice_id: Option<i64>,
-    job_id: Option<String>,
-    task_id: Option<String>,
-    context: Option<String>,
-}
-
-impl Row {
-    fn acted() -> Row {
-        Row {
-            state: InboxState::Acted,
-            reason: None,
-            command: None,
-            command_state: None,
-            detail: None,
-            notice_id: None,
-            job_id: None,
-            task_id: None,
-            context: None,
-        }
-    }
-}
-
-/// The id of the row that records `mail` at `place` already, if any.
-fn seen_query(place: Place<'_>, mail: &NewInboxMessage) -> QueryScalar<i64> {
-    let Place::Mail(place) = place else {
-        // A chat message is known by its event id alone.
-        return query_scalar("SELECT id FROM inbox_messages WHERE message_id = ? LIMIT 1")
-            .bind(&mail.message_id);
-    };
-    query_scalar(
-        "SELECT id FROM inbox_messages WHERE (mailbox = ?1 AND uid_validity = ?2 AND uid = ?3) \
-         OR (?4 IS NOT NULL AND message_id = ?4) OR (?5 IS NOT NULL AND digest = ?5) LIMIT 1",
-    )
-    .bind(&place.mailbox)
-    .bind(place.uid_validity)
-    .bind(place.uid)
-    .bind(&mail.message_id)
-    .bind(&mail.digest)
-}
-
-/// Move the mailbox's watermark up to `place.uid` (never down).
-async fn advance_watermark(tx: &mut Tx, place: &MailPlace) -> Result<()> {
-    query(
-        "INSERT INTO inbox_watermarks (mailbox, uid_validity, last_uid, updated_at) \
-         VALUES (?1, ?2, ?3, ?4) ON CONFLICT (mailbox, uid_validity) DO UPDATE SET \
-         last_uid = MAX(last_uid, excluded.last_uid), updated_at = excluded.updated_at",
-    )
-    // PostgreSQL's two-argument maximum is GREATEST (its MAX is only the aggregate).
-    .pg(
-        "INSERT INTO inbox_watermarks (mailbox, uid_validity, last_uid, updated_at) \
-         VALUES ($1, $2, $3, $4) ON CONFLICT (mailbox, uid_validity) DO UPDATE SET \
-         last_uid = GREATEST(inbox_watermarks.last_uid, excluded.last_uid), \
-         updated_at = excluded.updated_at",
-    )
-    .bind(&place.mailbox)
-    .bind(place.uid_validity)
-    .bind(place.uid)
-    .bind(now())
-    .execute(tx)
-    .await?;
-    Ok(())
-}
-
-/// A new pending task, as `Store::create_task` writes it, for a transaction that writes more.
-fn insert_task(new: &NewTask) -> QueryAs<Task> {
-    query_as(concat!(
-        "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING ",
-        columns!(tasks)
-    ))
-    .bind(new_id())
-    .bind(TaskState::Pending)
-    .bind(new.origin)
-    .bind(&new.parent_id)
-    .bind(&new.job_id)
-    .bind(&new.profile)
-    .bind(&new.task)
-    .bind(now())
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 use super::*;
-use crate::store::{NewJob, NoticeFilter, Origin, StoreError, TaskOutcome};
+use crate::store::{NewJob, NoticeFilter, Origin, StoreError, TaskOutcome, TaskState};
 
 fn place(uid: u32) -> MailPlace {
     MailPlace {
