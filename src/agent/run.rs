@@ -91,17 +91,7 @@ impl Agent {
         opts: RunOptions,
         resume: Option<Checkpoint>,
     ) -> Result<Task, super::AgentError> {
-        let store = &self.inner.store;
-        let token = CancellationToken::new();
-        let why = Arc::new(Mutex::new(None));
-        lock(&self.inner.running).insert(
-            task.id.clone(),
-            super::Running {
-                stop: token.clone(),
-                why: why.clone(),
-                epoch: task.node_epoch.clone(),
-            },
-        );
+        let (token, why) = self.register_running(&task);
         tracing::info!(task = %task.id, origin = %task.origin, profile = %task.profile, "task started");
         let started = Instant::now();
         let limit = opts.timeout.unwrap_or(Duration::from_secs(
@@ -127,49 +117,58 @@ impl Agent {
                 started,
             },
         };
-        let end = tokio::select! {
-            r = tokio::time::timeout_at(deadline, run.run_loop(resume)) => match r {
-                Ok(Ok(end)) => Ok(end),
-                Ok(Err(e)) => Err(e),
-                Err(_) => Ok(LoopEnd::Failed {
-                    reason: FailReason::Timeout,
-                    error: format!(
-                        "the task ran longer than its limit of {} s (agent.task_timeout_s)",
-                        limit.as_secs()
-                    ),
-                }),
-            },
-            _ = token.cancelled() => match *lock(&why) {
-                Some(StopReason::Shutdown) => Ok(LoopEnd::Failed {
-                    reason: FailReason::Shutdown,
-                    error: "the daemon stopped before the task finished".into(),
-                }),
-                Some(StopReason::Fenced) => Err(StoreError::Fenced(crate::store::Fenced)),
-                _ => Ok(LoopEnd::Failed { reason: FailReason::Cancelled, error: "cancelled".into() }),
-            },
-        };
-        {
-            // Only our own entry: once held, a worker may already continue the task.
-            let mut running = lock(&self.inner.running);
-            if running
-                .get(&task.id)
-                .is_some_and(|r| Arc::ptr_eq(&r.why, &why))
-            {
-                running.remove(&task.id);
-            }
-        }
+        let end = run.bounded(resume, &token, &why).await;
+        self.unregister_running(&task.id, &why);
         if let Err(StoreError::Fenced(_)) = end {
             // Declared dead meanwhile: what was not written stays unwritten, and the end is
             // the one the other nodes wrote.
             tracing::warn!(task = %task.id,
                 "fenced: this node lost its lease on the database while running the task; the other nodes ended it, and it does nothing more for it here");
-            return Ok(store.task(&task.id).await?);
+            return Ok(self.inner.store.task(&task.id).await?);
         }
         // Rows the loop recorded before it was cut off (a model call whose tools were running).
         let end = match run.flush().await {
             Ok(()) => end,
             Err(e) => end.and(Err(e)),
         };
+        self.conclude(&task, end, &tally, started).await
+    }
+
+    /// Make `task` stoppable (cancel, shutdown, fencing) while it runs here: its token, and
+    /// where the reason for a stop is left.
+    fn register_running(&self, task: &Task) -> (CancellationToken, Arc<Mutex<Option<StopReason>>>) {
+        let token = CancellationToken::new();
+        let why = Arc::new(Mutex::new(None));
+        lock(&self.inner.running).insert(
+            task.id.clone(),
+            super::Running {
+                stop: token.clone(),
+                why: why.clone(),
+                epoch: task.node_epoch.clone(),
+            },
+        );
+        (token, why)
+    }
+
+    /// Forget the running entry of `id` — only our own: once held, a worker may already
+    /// continue the task under an entry of its own.
+    fn unregister_running(&self, id: &str, why: &Arc<Mutex<Option<StopReason>>>) {
+        let mut running = lock(&self.inner.running);
+        if running.get(id).is_some_and(|r| Arc::ptr_eq(&r.why, why)) {
+            running.remove(id);
+        }
+    }
+
+    /// Record how the loop ended: held for a person (no end yet), or the task's final row —
+    /// kept and retried in the background when the database will not take it now.
+    async fn conclude(
+        &self,
+        task: &Task,
+        end: Result<LoopEnd, StoreError>,
+        tally: &Tally,
+        started: Instant,
+    ) -> Result<Task, super::AgentError> {
+        let store = &self.inner.store;
         if let Ok(LoopEnd::Held) = end {
             let now = store.task(&task.id).await?;
             tracing::info!(task = %task.id, ms = started.elapsed().as_millis() as u64,
@@ -177,7 +176,7 @@ impl Agent {
             self.announce(&now.id, now.state, Some(&now));
             return Ok(now);
         }
-        let out = final_outcome(end, &tally);
+        let out = final_outcome(end, tally);
         let done = match store.finish_task_row(&task.id, &out).await {
             Ok(Some(done)) => done,
             // Finished already, by someone else (the shutdown marking every running task).
@@ -193,7 +192,7 @@ impl Agent {
                     error = %e,
                     "task finished, but its end could not be written; retrying in the background"
                 );
-                let shown = self.keep_unsaved(&task, out, &e);
+                let shown = self.keep_unsaved(task, out, &e);
                 self.announce(&task.id, shown.state, Some(&shown));
                 return Err(e.into());
             }
@@ -261,6 +260,36 @@ impl Budget {
 }
 
 impl Run<'_> {
+    /// The loop under the task's limits: its deadline, and a stop (cancel, shutdown, fencing)
+    /// with the reason left in `why`.
+    async fn bounded(
+        &self,
+        resume: Option<Checkpoint>,
+        token: &CancellationToken,
+        why: &Mutex<Option<StopReason>>,
+    ) -> Result<LoopEnd, StoreError> {
+        tokio::select! {
+            r = tokio::time::timeout_at(self.deadline, self.run_loop(resume)) => match r {
+                Ok(end) => end,
+                Err(_) => Ok(LoopEnd::Failed {
+                    reason: FailReason::Timeout,
+                    error: format!(
+                        "the task ran longer than its limit of {} s (agent.task_timeout_s)",
+                        self.budget.limit.as_secs()
+                    ),
+                }),
+            },
+            _ = token.cancelled() => match *lock(why) {
+                Some(StopReason::Shutdown) => Ok(LoopEnd::Failed {
+                    reason: FailReason::Shutdown,
+                    error: "the daemon stopped before the task finished".into(),
+                }),
+                Some(StopReason::Fenced) => Err(StoreError::Fenced(crate::store::Fenced)),
+                _ => Ok(LoopEnd::Failed { reason: FailReason::Cancelled, error: "cancelled".into() }),
+            },
+        }
+    }
+
     async fn run_loop(&self, resume: Option<Checkpoint>) -> Result<LoopEnd, StoreError> {
         let inner = &self.agent.inner;
         let ctx = ToolContext {
