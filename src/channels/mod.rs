@@ -12,13 +12,23 @@ pub mod matrix;
 pub mod telegram;
 
 use crate::store::{Channel, Store, StoreError};
+use crate::util::Backoff;
+use std::convert::Infallible;
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// The longest a stop waits for a channel's intake loop to end.
 const STOP_WAIT: Duration = Duration::from_secs(5);
+/// Waits between a channel's connection attempts: 1 s doubling to 5 min, jittered.
+// Used by the chat channels; a build without any has no caller.
+#[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
+pub(crate) const RECONNECT: Backoff =
+    Backoff::new(Duration::from_secs(1), Duration::from_secs(300)).with_jitter();
+/// A connection that lasted this long was healthy: the next failure starts the backoff over.
+#[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
+const HEALTHY: Duration = Duration::from_secs(60);
 /// How often a node that does not hold a channel (another daemon on the same database reads
 /// it) looks whether it is free.
 // Used by the chat channels; a build without any has no caller.
@@ -119,4 +129,38 @@ pub(crate) async fn hold(
         tokio::time::sleep(STANDBY_POLL).await;
     }
     Ok(())
+}
+
+/// Keep a channel connected until `stop`: `connect` runs one connection until it fails; then
+/// `ended` is told why and how many failures came before in a row (a connection that lasted
+/// [`HEALTHY`] starts the count over), and says how long to wait before the next — or `None`:
+/// stop for good (a setting only a person can fix).
+#[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
+pub(crate) async fn keep_connected<E, C, F>(
+    stop: &CancellationToken,
+    mut connect: C,
+    mut ended: impl FnMut(&E, u32) -> Option<Duration>,
+) where
+    C: FnMut() -> F,
+    F: Future<Output = Result<Infallible, E>>,
+{
+    let mut failures: u32 = 0;
+    loop {
+        let began = Instant::now();
+        let Err(e) = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = connect() => r,
+        };
+        if began.elapsed() >= HEALTHY {
+            failures = 0;
+        }
+        let Some(wait) = ended(&e, failures) else {
+            return;
+        };
+        failures = failures.saturating_add(1);
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
 }

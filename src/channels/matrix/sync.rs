@@ -15,10 +15,10 @@
 use super::events::{self, RoomFacts};
 use super::session::{self, SessionError};
 use super::{Inner, State};
+use crate::channels::RECONNECT;
 use crate::config::MatrixSettings;
 use crate::inbox::{ChatKind, Inbox};
 use crate::store::{Channel, StoreError};
-use crate::util::Backoff;
 use matrix_sdk::config::SyncSettings;
 use matrix_sdk::deserialized_responses::{TimelineEvent, TimelineEventKind};
 use matrix_sdk::room::MessagesOptions;
@@ -30,11 +30,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-/// Waits between connection attempts: 1 s doubling to 5 min, jittered.
-const RECONNECT: Backoff =
-    Backoff::new(Duration::from_secs(1), Duration::from_secs(300)).with_jitter();
-/// A connection that lasted this long was healthy: the next failure starts the backoff over.
-const HEALTHY: Duration = Duration::from_secs(60);
 /// How long a sync waits on the server for something to happen.
 const LONG_POLL: Duration = Duration::from_secs(30);
 /// Events per room one sync brings; more since the position are read back by pages.
@@ -73,32 +68,19 @@ pub(super) async fn run(
     stop: CancellationToken,
 ) {
     tracing::info!(homeserver = %inner.settings.homeserver, user = %inner.settings.user, "Matrix channel started");
-    let mut failures: u32 = 0;
-    loop {
-        let began = Instant::now();
-        let ended = tokio::select! {
-            _ = stop.cancelled() => break,
-            r = connection(&inner, &inbox, &metrics) => r,
-        };
-        let Err(e) = ended;
-        if began.elapsed() >= HEALTHY {
-            failures = 0;
-        }
+    let connect = || connection(&inner, &inbox, &metrics);
+    crate::channels::keep_connected(&stop, connect, |e, failures| {
         let error = e.to_string();
         tracing::warn!(error = %error, retry = failures + 1, "Matrix channel down; connecting again");
         inner.set_down(error);
         inner.client.send_replace(None);
         // A setting that is wrong will not fix itself: wait long before trying again.
-        let wait = match &e {
+        Some(match e {
             Ended::Session(s) if !s.is_transient() => RECONNECT.delay(u32::MAX),
             _ => RECONNECT.delay(failures),
-        };
-        failures = failures.saturating_add(1);
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tokio::time::sleep(wait) => {}
-        }
-    }
+        })
+    })
+    .await;
     tracing::info!("Matrix channel stopped reading");
 }
 

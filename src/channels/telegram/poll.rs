@@ -12,21 +12,16 @@
 use super::client::{self, Bot, Failure, LONG_POLL};
 use super::events::{self, Read};
 use super::{Inner, State};
+use crate::channels::RECONNECT;
 use crate::inbox::Inbox;
 use crate::store::{Channel, StoreError};
-use crate::util::Backoff;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use teloxide_core::payloads::{AnswerCallbackQuerySetters, GetUpdatesSetters};
 use teloxide_core::requests::Requester;
 use teloxide_core::types::{AllowedUpdate, CallbackQueryId, ChatId, MessageId};
 use tokio_util::sync::CancellationToken;
 
-/// Waits between connection attempts: 1 s doubling to 5 min, jittered.
-const RECONNECT: Backoff =
-    Backoff::new(Duration::from_secs(1), Duration::from_secs(300)).with_jitter();
-/// A connection that lasted this long was healthy: the next failure starts the backoff over.
-const HEALTHY: Duration = Duration::from_secs(60);
 /// How long answering a press (the spinner on the person's button) may take; past it the
 /// loop goes on, since the press itself is recorded.
 const ANSWER_PRESS: Duration = Duration::from_secs(5);
@@ -56,37 +51,24 @@ pub(super) async fn run(
     stop: CancellationToken,
 ) {
     tracing::info!(api = %inner.settings.api_url, bot = inner.settings.bot_id(), "Telegram channel started");
-    let mut failures: u32 = 0;
-    loop {
-        let began = Instant::now();
-        let ended = tokio::select! {
-            _ = stop.cancelled() => break,
-            r = connection(&inner, &inbox, &metrics) => r,
-        };
-        let Err(e) = ended;
+    let connect = || connection(&inner, &inbox, &metrics);
+    crate::channels::keep_connected(&stop, connect, |e, failures| {
         inner.bot.send_replace(None);
         if matches!(e, Ended::Api(Failure::Revoked)) {
             tracing::error!("{}", client::REVOKED);
             inner.revoked();
-            break;
-        }
-        if began.elapsed() >= HEALTHY {
-            failures = 0;
+            return None;
         }
         let error = e.to_string();
         tracing::warn!(error = %error, retry = failures + 1, "Telegram channel down; connecting again");
         inner.set_down(error);
-        let wait = match &e {
+        Some(match e {
             Ended::Api(Failure::RetryAfter(d)) => *d,
             Ended::BadOffset(..) | Ended::Api(Failure::Refused(_)) => RECONNECT.delay(u32::MAX),
             _ => RECONNECT.delay(failures),
-        };
-        failures = failures.saturating_add(1);
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tokio::time::sleep(wait) => {}
-        }
-    }
+        })
+    })
+    .await;
     tracing::info!("Telegram channel stopped reading");
 }
 
