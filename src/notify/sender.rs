@@ -26,6 +26,10 @@ const BATCH: i64 = 50;
 /// Longest sleep with nothing due: notices queued by another process (the CLI writing to the
 /// same database) are picked up within this.
 const IDLE_POLL: Duration = Duration::from_secs(60);
+/// The same for a chat account's lane on a database several daemons share: only the node
+/// holding the account sends its notices, while any node may queue them (its worker ran the
+/// task), and a person in a chat waits for the answer.
+const SHARED_CHAT_POLL: Duration = Duration::from_secs(2);
 /// At a stop, how long a send in flight may still take to finish and be recorded.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 /// Shortest sleep between passes, so a notice that cannot even be recorded (a database error)
@@ -93,6 +97,10 @@ impl Notifier {
         // A chat account's lanes wait for it to be logged in on this daemon (see
         // `ChatSend::ready`).
         let chat = self.inner.chat_of(channel);
+        let idle = match (chat, self.inner.store.shared()) {
+            (Some(_), Some(_)) => SHARED_CHAT_POLL,
+            _ => IDLE_POLL,
+        };
         loop {
             if let Some(chat) = chat {
                 tokio::select! {
@@ -109,13 +117,13 @@ impl Notifier {
             }
             let sleep = match self.inner.store.next_notice_due(Some(channel)).await {
                 Ok(Some(at)) => (at - Utc::now()).to_std().unwrap_or(Duration::ZERO),
-                Ok(None) => IDLE_POLL,
+                Ok(None) => idle,
                 Err(e) => {
                     error!(channel, error = %e, "cannot read the outbox; retrying later");
-                    IDLE_POLL
+                    idle
                 }
             }
-            .clamp(MIN_SLEEP, IDLE_POLL);
+            .clamp(MIN_SLEEP, idle);
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = lane.wake.notified() => {}
