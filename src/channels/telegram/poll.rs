@@ -196,9 +196,16 @@ async fn take_in(
             if new {
                 inner.update(|s| s.messages_in += 1);
             }
-            // A press replayed after a crash is answered again: the person's spinner may
-            // still turn, and a query answered twice is only refused.
-            answer_press(bot, query, chat, on).await;
+            // A stranger's press is recorded and left unanswered, and the buttons stay for
+            // the people who may answer. A press replayed after a crash is answered again:
+            // the person's spinner may still turn, and a query answered twice is only refused.
+            let allowed = message
+                .sender
+                .parse::<i64>()
+                .is_ok_and(|id| inner.settings.allowed(id));
+            if allowed {
+                answer_press(bot, query, chat, on).await;
+            }
             Ok(new)
         }
     }

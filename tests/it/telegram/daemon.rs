@@ -499,6 +499,31 @@ async fn approve_by_button_runs_the_tool_once_and_a_second_press_changes_nothing
     assert!(request.shown.contains("mark"), "{request:?}");
     assert!(marks(&mark_file).is_empty(), "ran before approval");
 
+    // A stranger's press (the request in a group, say) is recorded and changes nothing: no
+    // answer, the buttons stay, the request stays open.
+    let stranger = w
+        .bot
+        .press(&Person::new(222, "Eve"), request.message_id, "deny");
+    d.inbox_until("the stranger's press recorded", |r| {
+        r.iter()
+            .any(|m| m["from"] == "222" && m["reason"] == "not_allowed")
+    })
+    .await;
+    assert!(
+        !w.bot.answered_callbacks().iter().any(|a| a.id == stranger),
+        "a stranger's press was answered"
+    );
+    assert!(
+        w.bot.edits().is_empty(),
+        "a stranger's press took the buttons"
+    );
+    let open = d.get("/v1/approvals?state=open").await;
+    assert_eq!(
+        open["approvals"].as_array().map(Vec::len),
+        Some(1),
+        "{open}"
+    );
+
     let query = w.bot.press(&me(), request.message_id, "approve");
     let answered = |q: &str| w.bot.answered_callbacks().iter().any(|a| a.id == q);
     until("the press answered", || answered(&query)).await;
