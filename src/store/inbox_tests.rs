@@ -1,5 +1,5 @@
 use super::*;
-use crate::store::{NewJob, NoticeFilter, Origin, StoreError, TaskOutcome, TaskState};
+use crate::store::{NewJob, NewTask, NoticeFilter, Origin, StoreError, TaskOutcome, TaskState};
 
 fn place(uid: u32) -> MailPlace {
     MailPlace {

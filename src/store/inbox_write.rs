@@ -6,7 +6,7 @@
 //! transaction of its own.
 
 use super::chat::save_cursor;
-use super::inbox::{InboxOutcome, MailPlace, NewInboxMessage, Place};
+use super::inbox_kinds::{InboxOutcome, MailPlace, NewInboxMessage, Place};
 use super::outbox::insert_notice_on;
 use super::sql::{QueryAs, QueryScalar};
 use super::{

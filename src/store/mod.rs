@@ -74,6 +74,7 @@ mod facts;
 mod feed;
 mod health;
 mod inbox;
+mod inbox_kinds;
 mod inbox_write;
 mod jobs;
 mod kinds;
