@@ -7,7 +7,6 @@
 
 pub use crate::agent::JobExecution;
 use crate::agent::{Agent, DelegateTools, JobRunner};
-use crate::config::{Config, env_map};
 use crate::inbox::{Finished, Handoff, Inbox};
 use crate::llm::{Gateway, RetryPolicy};
 use crate::mcp::McpManager;
@@ -15,16 +14,17 @@ use crate::memory::LongTerm;
 use crate::metrics::Metrics;
 use crate::notify::{Notifier, NotifyError};
 use crate::scheduler::{Deliver, DeliverError, Scheduler};
-use crate::store::{Job, NewNotice, Store};
 use crate::tools::{RegistryBuilder, Tool, builtin, manifest};
 use futures::future::BoxFuture;
+use hermes_config::{Config, env_map};
+use hermes_store::{Job, NewNotice, Store};
 use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
     #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
+    Store(#[from] hermes_store::StoreError),
     #[error("model settings: {0}")]
     Llm(#[from] crate::llm::LlmError),
     #[error("notify settings: {0}")]
@@ -42,7 +42,7 @@ pub enum AppError {
 
 /// The embedder and its similarity floor, when `memory.embeddings` is set.
 pub(crate) fn embeddings(
-    m: &crate::config::MemorySettings,
+    m: &hermes_config::MemorySettings,
 ) -> Result<Option<(crate::llm::Embedder, f32)>, crate::llm::EmbedError> {
     m.embeddings
         .as_ref()
@@ -82,7 +82,7 @@ pub struct BuildOptions {
     /// Registered after the built-ins and manifests.
     pub extra_tools: Vec<Arc<dyn Tool>>,
     /// How the database is opened.
-    pub store: crate::store::StoreOptions,
+    pub store: hermes_store::StoreOptions,
     /// The memory index, already open in this process (it can be opened only once at a time).
     pub memory: Option<LongTerm>,
 }
@@ -260,7 +260,7 @@ impl Handoff for AppHandoff {
         id: &'a str,
         decision: crate::agent::Decision,
         by: &'a str,
-    ) -> BoxFuture<'a, Result<crate::store::Approval, crate::agent::ApprovalError>> {
+    ) -> BoxFuture<'a, Result<hermes_store::Approval, crate::agent::ApprovalError>> {
         Box::pin(async move { self.agent.approvals().decide(id, decision, by).await })
     }
 
@@ -275,9 +275,9 @@ impl Handoff for AppHandoff {
                         Some(t)
                             if !matches!(
                                 t.origin,
-                                crate::store::Origin::Email
-                                    | crate::store::Origin::Matrix
-                                    | crate::store::Origin::Telegram
+                                hermes_store::Origin::Email
+                                    | hermes_store::Origin::Matrix
+                                    | hermes_store::Origin::Telegram
                             ) =>
                         {
                             continue;

@@ -5,11 +5,11 @@
 use anyhow::{Context, Result};
 use futures::future::BoxFuture;
 use hermes_agent::app::{App, BuildOptions, JobExecution};
-use hermes_agent::config::{Config, Settings};
 use hermes_agent::llm::RetryPolicy;
 use hermes_agent::llm::scripted::Reply;
 use hermes_agent::tools::{Tool, ToolContext, ToolError, ToolInfo};
-use hermes_agent::util::Backoff;
+use hermes_config::{Config, Settings};
+use hermes_store::util::Backoff;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::Path;

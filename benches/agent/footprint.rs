@@ -16,9 +16,7 @@ use crate::common::{self, figure, percentile};
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
-use hermes_agent::store::{
-    NewStep, NewTask, StepKind, Store, StoreOptions, TaskOutcome, TaskState,
-};
+use hermes_store::{NewStep, NewTask, StepKind, Store, StoreOptions, TaskOutcome, TaskState};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -343,7 +341,7 @@ async fn pool_cost() -> Result<()> {
                 let t = store
                     .create_task(&NewTask {
                         task: "benchmark".into(),
-                        origin: hermes_agent::store::Origin::Cli,
+                        origin: hermes_store::Origin::Cli,
                         profile: "fast".into(),
                         ..Default::default()
                     })
@@ -494,7 +492,7 @@ async fn fill_history(dir: &Path) -> Result<()> {
                 let t = store
                     .create_task(&NewTask {
                         task: format!("History task {c}-{i}: summarise the morning news."),
-                        origin: hermes_agent::store::Origin::Api,
+                        origin: hermes_store::Origin::Api,
                         profile: "fast".into(),
                         ..Default::default()
                     })

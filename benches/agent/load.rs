@@ -19,7 +19,7 @@ use futures::future::join_all;
 use hermes_agent::agent::{Agent, RunOptions, Submit};
 use hermes_agent::app::JobExecution;
 use hermes_agent::llm::scripted::ScriptedModel;
-use hermes_agent::store::{Task, TaskState};
+use hermes_store::{Task, TaskState};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -210,7 +210,7 @@ async fn level(c: usize, mode: Waiting) -> Result<LevelResult> {
                                 task: format!(
                                     "Benchmark task nonce={nonce}: call noop twice, then answer."
                                 ),
-                                origin: hermes_agent::store::Origin::Api,
+                                origin: hermes_store::Origin::Api,
                                 ..Default::default()
                             })
                             .await?;
@@ -221,7 +221,7 @@ async fn level(c: usize, mode: Waiting) -> Result<LevelResult> {
                             task: format!(
                                 "Benchmark task nonce={nonce}: call noop twice, then answer."
                             ),
-                            origin: hermes_agent::store::Origin::Api,
+                            origin: hermes_store::Origin::Api,
                             ..Default::default()
                         })
                         .await?;

@@ -18,7 +18,7 @@ use hermes_agent::agent::Submit;
 use hermes_agent::app::{App, JobExecution};
 use hermes_agent::llm::scripted::ScriptedModel;
 use hermes_agent::scheduler::JobRequest;
-use hermes_agent::store::{Origin, TaskState};
+use hermes_store::{Origin, TaskState};
 use sqlx::Connection;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;

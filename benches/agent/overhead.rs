@@ -20,7 +20,7 @@ use hermes_agent::agent::{RunOptions, Submit};
 use hermes_agent::app::JobExecution;
 use hermes_agent::llm::scripted::ScriptedModel;
 use hermes_agent::llm::{Message, ToolCall};
-use hermes_agent::store::TaskState;
+use hermes_store::TaskState;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -84,7 +84,7 @@ pub async fn run() -> Result<()> {
             .agent
             .create_claimed(Submit {
                 task: format!("Benchmark task nonce={nonce}: call noop three times, then answer."),
-                origin: hermes_agent::store::Origin::Cli,
+                origin: hermes_store::Origin::Cli,
                 ..Default::default()
             })
             .await?;

@@ -7,9 +7,7 @@ use futures::future::join_all;
 use hermes_agent::app::JobExecution;
 use hermes_agent::llm::scripted::ScriptedModel;
 use hermes_agent::scheduler::JobRequest;
-use hermes_agent::store::{
-    NewStep, NewTask, RunOutcome, StepKind, Store, StoreOptions, TaskFilter,
-};
+use hermes_store::{NewStep, NewTask, RunOutcome, StepKind, Store, StoreOptions, TaskFilter};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -92,7 +90,7 @@ async fn fire_error() -> Result<()> {
                     schedule: due.clone(),
                     ..Default::default()
                 },
-                hermes_agent::store::Origin::Api,
+                hermes_store::Origin::Api,
             )
             .await
             .with_context(|| format!("adding job {i}"))?;
@@ -211,7 +209,7 @@ async fn step_writes(opts: StoreOptions, label: &str) -> Result<()> {
                 store
                     .create_task(&NewTask {
                         task: "benchmark".into(),
-                        origin: hermes_agent::store::Origin::Cli,
+                        origin: hermes_store::Origin::Cli,
                         profile: "fast".into(),
                         ..Default::default()
                     })

@@ -11,10 +11,10 @@ use anyhow::{Result, bail};
 use hermes_agent::agent::prompt::{fixed_overhead_tokens, system_prompt};
 use hermes_agent::agent::{RunOptions, Submit};
 use hermes_agent::app::JobExecution;
-use hermes_agent::config::Settings;
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::llm::{Toolset, estimate_tokens};
-use hermes_agent::store::{StepKind, TaskState};
+use hermes_config::Settings;
+use hermes_store::{StepKind, TaskState};
 use std::time::Duration;
 
 /// Model calls of the large-result task: five tool rounds, then the answer.
@@ -100,7 +100,7 @@ async fn fixed_part() -> Result<()> {
         .agent
         .create_claimed(Submit {
             task: "What is 17 * 23? Answer with the number.".into(),
-            origin: hermes_agent::store::Origin::Cli,
+            origin: hermes_store::Origin::Cli,
             ..Default::default()
         })
         .await?;
@@ -158,7 +158,7 @@ async fn big_task(rounds: u32, cap: u32, summary: bool) -> Result<(Vec<i64>, Vec
         .create_claimed(Submit {
             task: "Benchmark task nonce=big: read the quarterly report five times, then answer."
                 .into(),
-            origin: hermes_agent::store::Origin::Cli,
+            origin: hermes_store::Origin::Cli,
             ..Default::default()
         })
         .await?;

@@ -5,7 +5,7 @@
 # package's own service is not used. Idempotent: does nothing when initdb is already there.
 # Runs as root (CI), or `sudo bash scripts/ci/postgres-deps.sh`. The tests run it themselves
 # when PostgreSQL is missing and they are root or have passwordless sudo
-# (src/store/test_postgres.rs).
+# (crates/store/src/test_postgres.rs).
 set -euo pipefail
 
 have_initdb() { compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; }

@@ -7,7 +7,7 @@
 //! Must not: be reachable from a tool: no tool holds this handle, so no model can answer.
 
 use super::Agent;
-use crate::store::{Approval, ApprovalState, NewNotice, StoreError, Task};
+use hermes_store::{Approval, ApprovalState, NewNotice, StoreError, Task};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -95,12 +95,12 @@ impl Approvals {
     /// The request in its state as of now (open past its time: expired).
     pub async fn get(&self, id: &str) -> Result<Approval, ApprovalError> {
         let a = self.agent.store().approval(id).await?;
-        Ok(a.as_of(crate::store::now()))
+        Ok(a.as_of(hermes_store::now()))
     }
 
     /// The requests of one task (its page shows them with their buttons), as of now.
     pub async fn of_task(&self, task_id: &str) -> Result<Vec<Approval>, ApprovalError> {
-        let at = crate::store::now();
+        let at = hermes_store::now();
         let all = self.agent.store().task_approvals(task_id).await?;
         Ok(all.into_iter().map(|a| a.as_of(at)).collect())
     }
@@ -167,7 +167,7 @@ impl Approvals {
         let ids = self
             .agent
             .store()
-            .expire_approvals(crate::store::now())
+            .expire_approvals(hermes_store::now())
             .await?;
         if !ids.is_empty() {
             tracing::info!(count = ids.len(), "approval requests expired unanswered");
@@ -208,7 +208,7 @@ impl Approvals {
         let adopted = self
             .agent
             .store()
-            .adopt_silent_holds(crate::store::now() - lease)
+            .adopt_silent_holds(hermes_store::now() - lease)
             .await?;
         for task in &adopted {
             tracing::warn!(%task, "the `run` that held this task is gone; the daemon's workers continue it");
@@ -228,7 +228,7 @@ impl Approvals {
         arguments: &str,
     ) -> Result<Approval, StoreError> {
         let settings = self.agent.settings();
-        let expires = crate::store::now()
+        let expires = hermes_store::now()
             + chrono::Duration::seconds(
                 i64::try_from(settings.tools.approval_expire_s).unwrap_or(i64::MAX / 1000),
             );

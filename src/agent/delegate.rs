@@ -5,9 +5,9 @@
 
 use super::{Agent, Inner, RunOptions, Submit};
 use crate::llm::ToolCall;
-use crate::store::{FailReason, Origin, Task, TaskState};
 use crate::tools::{Tool, ToolContext, ToolError, ToolInfo, tool_with};
 use futures::future::join_all;
+use hermes_store::{FailReason, Origin, Task, TaskState};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::sync::{Arc, OnceLock, Weak};
@@ -33,7 +33,7 @@ impl DelegateTools {
     }
 
     /// The two tools, or none when no sub-agents are configured.
-    pub fn tools(&self, settings: &crate::config::Settings) -> Vec<Arc<dyn Tool>> {
+    pub fn tools(&self, settings: &hermes_config::Settings) -> Vec<Arc<dyn Tool>> {
         if settings.agents.is_empty() {
             return Vec::new();
         }
@@ -176,7 +176,7 @@ pub(super) async fn resumed(
 
 /// The `delegate` and `delegate_parallel` infos: the configured agents listed, and a timeout
 /// longer than the longest sub-agent's own.
-fn infos(settings: &crate::config::Settings) -> (ToolInfo, ToolInfo) {
+fn infos(settings: &hermes_config::Settings) -> (ToolInfo, ToolInfo) {
     let names: Vec<String> = settings.agents.keys().cloned().collect();
     let listing: Vec<String> = settings
         .agents

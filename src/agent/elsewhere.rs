@@ -7,8 +7,8 @@
 //! runners announce everything on `finished` and `steps`).
 
 use super::{Agent, AgentError};
-use crate::store::{StoreError, Task};
-use crate::util::lock;
+use hermes_store::util::lock;
+use hermes_store::{StoreError, Task};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -8,8 +8,8 @@
 //! end through `elsewhere.rs` —, so the store is also looked at every [`POLL`].
 
 use super::{Agent, AgentError};
-use crate::store::{Step, Task};
 use futures::Stream;
+use hermes_store::{Step, Task};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 

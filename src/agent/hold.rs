@@ -13,17 +13,17 @@ use super::tally::{Counts, Tally, outcome};
 use super::{Agent, AgentError, RunOptions};
 use crate::llm::{Message, ToolCall};
 use crate::memory::ShortTerm;
-use crate::store::{Approval, ApprovalState, FailReason, Step, Task, TaskState};
+use hermes_store::{Approval, ApprovalState, FailReason, Step, Task, TaskState};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::time::Duration;
 
 impl Agent {
-    /// Continue a held task whose hold this process took ([`crate::store::Store::take_ready_hold`])
+    /// Continue a held task whose hold this process took ([`hermes_store::Store::take_ready_hold`])
     /// from its checkpoint; `observer` follows it (a `run` continuing its own task).
     pub(super) async fn resume(
         &self,
-        hold: crate::store::Hold,
+        hold: hermes_store::Hold,
         observer: Option<tokio::sync::mpsc::UnboundedSender<Step>>,
     ) -> Result<Task, AgentError> {
         let store = &self.inner.store;
@@ -182,7 +182,7 @@ impl Gate {
 pub(super) fn judge(call: &ToolCall, known: &[Approval], pre_approved: &[String]) -> Gate {
     if pre_approved
         .iter()
-        .any(|g| crate::util::glob_matches(g, &call.name))
+        .any(|g| hermes_store::util::glob_matches(g, &call.name))
     {
         return Gate::PreApproved;
     }

@@ -10,9 +10,9 @@
 use super::{Agent, AgentError, Claimed, Inner, RunOptions, Submit};
 use crate::llm::ToolCall;
 use crate::scheduler::{CreatedMany, JobTask, RunnerError, TaskRunner};
-use crate::store::{Job, Origin, Task};
 use crate::tools::ToolContext;
 use futures::future::BoxFuture;
+use hermes_store::{Job, Origin, Task};
 use serde_json::Value;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;

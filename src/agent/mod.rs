@@ -32,15 +32,15 @@ pub use follow::Followed;
 pub use jobs::{JobExecution, JobRunner};
 pub use own::TIMEOUT_DECIDER;
 
-use crate::config::Settings;
 use crate::llm::Gateway;
 use crate::memory::LongTerm;
-use crate::store::{
+use crate::tools::Registry;
+use hermes_config::Settings;
+use hermes_store::util::lock;
+use hermes_store::{
     FailReason, MAX_TASK_CHARS, NewTask, Origin, Step, Store, StoreError, Task, TaskOutcome,
     TaskState,
 };
-use crate::tools::Registry;
-use crate::util::lock;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -519,11 +519,11 @@ impl Agent {
         let done = store.finish_task_row(&task.id, &outcome).await?;
         store.drop_hold(&task.id).await?;
         for a in store.task_approvals(&task.id).await? {
-            if a.state == crate::store::ApprovalState::Open {
+            if a.state == hermes_store::ApprovalState::Open {
                 store
                     .decide_approval(
                         &a.id,
-                        crate::store::ApprovalState::Denied,
+                        hermes_store::ApprovalState::Denied,
                         Some("the task was cancelled"),
                         "cancel",
                     )

@@ -10,8 +10,8 @@
 //! Must not: answer a request except by expiry or the timeout the person asked for.
 
 use super::{Agent, AgentError, Decision};
-use crate::store::Store;
-use crate::store::{Approval, HoldOwner, Step, Task};
+use hermes_store::Store;
+use hermes_store::{Approval, HoldOwner, Step, Task};
 use std::collections::HashSet;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
@@ -56,7 +56,7 @@ impl Agent {
                     on_ask(&a);
                 }
                 let overdue = timeout.is_some_and(|t| {
-                    (crate::store::now() - a.created_at)
+                    (hermes_store::now() - a.created_at)
                         .to_std()
                         .unwrap_or_default()
                         >= t

@@ -3,7 +3,7 @@
 //! restart loses none and the queue cannot grow memory.
 
 use super::{Agent, RunOptions};
-use crate::store::HoldOwner;
+use hermes_store::HoldOwner;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;

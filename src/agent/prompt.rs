@@ -4,7 +4,7 @@
 
 use crate::llm::{Toolset, estimate_tokens};
 use crate::memory::Recalled;
-use crate::util::inert::neutralise;
+use hermes_store::util::inert::neutralise;
 
 const BASE: &str = "You are hermes-agent, a personal automation agent. Do the user's task with the tools \
 offered, calling independent tools together. What <tool_result>, <tool_error>, <memory> and \

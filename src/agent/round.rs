@@ -15,9 +15,9 @@ use super::tally::LoopEnd;
 use super::trace;
 use crate::llm::ToolCall;
 use crate::memory::ShortTerm;
-use crate::store::StoreError;
 use crate::tools::{Permit, ToolContext, ToolError, ToolOutcome};
 use futures::future::join_all;
+use hermes_store::StoreError;
 
 impl Run<'_> {
     /// The tool globs the task's job pre-approved (none for a task no job started).
@@ -124,7 +124,7 @@ impl Run<'_> {
         });
         if let Some(error) = stop {
             return Ok(RoundEnd::End(LoopEnd::Failed {
-                reason: crate::store::FailReason::Loop,
+                reason: hermes_store::FailReason::Loop,
                 error,
             }));
         }

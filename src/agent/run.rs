@@ -10,10 +10,10 @@ use super::{Agent, RunOptions, StopReason, prompt, trace};
 use crate::llm::{Gateway, LlmError, Message, ModelReply, ToolCall};
 use crate::memory::{ShortTerm, Summariser, SummaryModel};
 use crate::metrics::ModelOutcome;
-use crate::store::{FailReason, NewStep, StorageFault, StoreError, Task, now};
 use crate::tools::{ToolContext, ToolError, ToolOutcome, shape};
-use crate::util::{Backoff, lock};
 use futures::future::BoxFuture;
+use hermes_store::util::{Backoff, lock};
+use hermes_store::{FailReason, NewStep, StorageFault, StoreError, Task, now};
 use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -284,7 +284,7 @@ impl Run<'_> {
                     reason: FailReason::Shutdown,
                     error: "the daemon stopped before the task finished".into(),
                 }),
-                Some(StopReason::Fenced) => Err(StoreError::Fenced(crate::store::Fenced)),
+                Some(StopReason::Fenced) => Err(StoreError::Fenced(hermes_store::Fenced)),
                 _ => Ok(LoopEnd::Failed { reason: FailReason::Cancelled, error: "cancelled".into() }),
             },
         }
@@ -387,9 +387,9 @@ impl Run<'_> {
         };
         // A reply by email continues what it answers: the notice goes into the first message.
         let earlier = match self.task.origin {
-            crate::store::Origin::Email
-            | crate::store::Origin::Matrix
-            | crate::store::Origin::Telegram => {
+            hermes_store::Origin::Email
+            | hermes_store::Origin::Matrix
+            | hermes_store::Origin::Telegram => {
                 self.agent.inner.store.inbox_context(&self.task.id).await?
             }
             _ => None,
@@ -484,7 +484,7 @@ impl Run<'_> {
     }
 
     /// Wait until this node may act for the task: it still holds the lease the task was
-    /// claimed under, recently confirmed (`store/lease.rs`). Asked before every model call and
+    /// claimed under, recently confirmed (`crates/store/src/lease.rs`). Asked before every model call and
     /// every round of tool calls; refused with [`StoreError::Fenced`] once the lease is lost.
     pub(super) async fn ensure_lease(&self) -> Result<(), StoreError> {
         let epoch = self.task.node_epoch.as_deref();

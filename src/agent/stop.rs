@@ -1,10 +1,10 @@
 //! Stopping running tasks from outside: a cancel, the daemon's shutdown after its grace, a lease
-//! this node lost (`store/lease.rs`). Each running task has a switch and the reason it was
+//! this node lost (`crates/store/src/lease.rs`). Each running task has a switch and the reason it was
 //! pulled; the task's own loop (`run.rs`) turns the reason into its end.
 //! Must not: write a task's end itself (the task's runner does, or, fenced, nobody here).
 
 use super::Agent;
-use crate::util::lock;
+use hermes_store::util::lock;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
@@ -21,7 +21,7 @@ pub(super) enum StopReason {
 pub(super) struct Running {
     pub(super) stop: CancellationToken,
     pub(super) why: Arc<Mutex<Option<StopReason>>>,
-    /// The lease epoch it was claimed under (`store/lease.rs`), if any.
+    /// The lease epoch it was claimed under (`crates/store/src/lease.rs`), if any.
     pub(super) epoch: Option<String>,
 }
 

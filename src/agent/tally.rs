@@ -6,8 +6,8 @@
 //! [`TaskOutcome`]. Must not: write to the store (the runner flushes what it takes from here).
 
 use crate::llm::ModelReply;
-use crate::store::{FailReason, NewStep, Step, StoreError, TaskOutcome, TaskState, now};
-use crate::util::lock;
+use hermes_store::util::lock;
+use hermes_store::{FailReason, NewStep, Step, StoreError, TaskOutcome, TaskState, now};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
 

@@ -2,8 +2,8 @@
 //! says what happened; these say how it is written down.
 
 use crate::llm::{ModelReply, ToolCall};
-use crate::store::{NewStep, StepKind};
 use crate::tools::ToolOutcome;
+use hermes_store::{NewStep, StepKind};
 
 /// A model call that answered: named by the profile that answered (a fallback's, when the
 /// chain moved on), with the model id the server reported (else the one asked for), its

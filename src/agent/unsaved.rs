@@ -8,8 +8,8 @@
 //! row shown says that it is not saved, and why.
 
 use super::{Agent, Inner};
-use crate::store::{FailReason, Store, StoreError, Task, TaskFilter, TaskOutcome, TaskRecord, now};
-use crate::util::{Backoff, lock};
+use hermes_store::util::{Backoff, lock};
+use hermes_store::{FailReason, Store, StoreError, Task, TaskFilter, TaskOutcome, TaskRecord, now};
 use std::sync::Weak;
 use std::time::Duration;
 

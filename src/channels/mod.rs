@@ -11,8 +11,8 @@
 pub mod matrix;
 pub mod telegram;
 
-use crate::store::{Channel, Store, StoreError};
-use crate::util::Backoff;
+use hermes_store::util::Backoff;
+use hermes_store::{Channel, Store, StoreError};
 use std::convert::Infallible;
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -7,7 +7,7 @@ use super::ApprovalsCmd;
 use super::render::{self, print_json};
 use crate::agent::Decision;
 use crate::client::Backend;
-use crate::store::ApprovalState;
+use hermes_store::ApprovalState;
 use serde_json::json;
 use std::process::ExitCode;
 

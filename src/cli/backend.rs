@@ -4,8 +4,8 @@
 
 use crate::app::{App, BuildOptions, JobExecution};
 use crate::client::{Backend, BuildParts, ClientError, Local, Parts, Remote};
-use crate::config::Config;
-use crate::store::Origin;
+use hermes_config::Config;
+use hermes_store::Origin;
 use std::sync::Arc;
 
 pub use crate::client::{DELIVER_NOW, Fired, FoundFact};

@@ -5,8 +5,8 @@
 //! Must not: open the data dir or reach the network: checking a config changes nothing.
 
 use super::EXIT_CONFIG;
-use crate::config::{Config, Sources, env_map};
 use crate::tools::manifest;
+use hermes_config::{Config, Sources, env_map};
 use std::process::ExitCode;
 
 pub(crate) fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
@@ -77,8 +77,8 @@ pub(crate) fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
     );
     for (name, server) in &s.mcp.servers {
         let how = match server.transport() {
-            crate::config::McpTransport::Stdio => server.command.join(" "),
-            crate::config::McpTransport::Http => server.url.clone(),
+            hermes_config::McpTransport::Stdio => server.command.join(" "),
+            hermes_config::McpTransport::Http => server.url.clone(),
         };
         outln!("mcp server {name}: {how}");
     }

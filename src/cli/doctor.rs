@@ -6,8 +6,8 @@
 
 use crate::app::{App, JobExecution};
 use crate::client::Remote;
-use crate::config::Config;
 use crate::doctor::{self, Check, Verdict};
+use hermes_config::Config;
 use std::process::ExitCode;
 
 /// The verdicts printed so far; any failure makes the exit code 1.
@@ -99,7 +99,7 @@ pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
             Err(e) => report.print(Check::new(Verdict::Warn, "mcp servers", e.to_string())),
         },
         None => {
-            report.print_all(doctor::mcp_probe(&config.settings, &crate::config::env_map()).await)
+            report.print_all(doctor::mcp_probe(&config.settings, &hermes_config::env_map()).await)
         }
     }
     // The chat accounts: with a daemon up the Matrix session and keys are the daemon's and
@@ -134,19 +134,19 @@ pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
 }
 
 /// The data dir's database for reading, when there is one.
-async fn open_read_only(config: &Config) -> Option<crate::store::Store> {
+async fn open_read_only(config: &Config) -> Option<hermes_store::Store> {
     if !config.settings.storage.url.trim().is_empty() {
         return None;
     }
-    if !config.data_dir.join(crate::store::DB_FILE).is_file() {
+    if !config.data_dir.join(hermes_store::DB_FILE).is_file() {
         return None;
     }
-    let options = crate::store::StoreOptions {
+    let options = hermes_store::StoreOptions {
         read_only: true,
         max_connections: 1,
         ..Default::default()
     };
-    crate::store::Store::open_with(&config.data_dir, options)
+    hermes_store::Store::open_with(&config.data_dir, options)
         .await
         .ok()
 }

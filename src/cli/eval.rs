@@ -9,10 +9,10 @@
 use super::EvalArgs;
 use super::render::print_json;
 use super::table::{Table, cell};
-use crate::config::Config;
 use crate::eval::{self, EvalRequest};
 use crate::llm::Gateway;
-use crate::store::{EvalResult, EvalTrigger, EvalVerdict, Store};
+use hermes_config::Config;
+use hermes_store::{EvalResult, EvalTrigger, EvalVerdict, Store};
 use std::process::ExitCode;
 
 pub async fn eval(config: Config, args: EvalArgs) -> anyhow::Result<ExitCode> {

@@ -109,7 +109,7 @@ async fn run(backend: &dyn Backend, id: &str) -> anyhow::Result<ExitCode> {
         Fired::OnDaemon { base, task_id } => {
             errln!("job {id} fired on the daemon at {base}: task {task_id}");
             // Live, as `run` shows a task: each step on stderr, the outcome below.
-            let print = |step: &crate::store::Step| errln!("{}", render::step_line(step));
+            let print = |step: &hermes_store::Step| errln!("{}", render::step_line(step));
             backend.watch(&task_id, &print).await?;
             backend.task(&task_id).await?
         }

@@ -6,8 +6,8 @@
 //! stderr through `tracing`.
 
 use super::backend;
-use crate::config::Config;
-use crate::store::Origin;
+use hermes_config::Config;
+use hermes_store::Origin;
 use std::process::ExitCode;
 use std::sync::Arc;
 

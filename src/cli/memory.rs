@@ -8,9 +8,9 @@
 use super::MemoryCmd;
 use super::render::{self, print_json};
 use crate::client::Backend;
-use crate::config::Config;
 use crate::memory::{LongTerm, MeaningError};
-use crate::store::{Store, StoreOptions};
+use hermes_config::Config;
+use hermes_store::{Store, StoreOptions};
 use serde_json::json;
 use std::process::ExitCode;
 

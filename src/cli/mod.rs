@@ -7,26 +7,26 @@
 //! Must not: hold business logic; each command is a thin call into a part or a backend.
 
 /// `println!` for what a person reads: the line goes through
-/// [`for_terminal`](crate::util::text::for_terminal), so text from a model, a server, an MCP
+/// [`for_terminal`](hermes_store::util::text::for_terminal), so text from a model, a server, an MCP
 /// server or a fact cannot drive the terminal (retitle it, clear it, plant links, reverse text).
 /// `--json` output is printed by `render::print_json` instead, unchanged.
 macro_rules! outln {
     ($($arg:tt)*) => {
-        println!("{}", $crate::util::text::for_terminal(&format!($($arg)*)))
+        println!("{}", ::hermes_store::util::text::for_terminal(&format!($($arg)*)))
     };
 }
 
 /// [`outln!`] without the newline: for tables and timelines that end in their own.
 macro_rules! out {
     ($($arg:tt)*) => {
-        print!("{}", $crate::util::text::for_terminal(&format!($($arg)*)))
+        print!("{}", ::hermes_store::util::text::for_terminal(&format!($($arg)*)))
     };
 }
 
 /// [`outln!`] on stderr: the live timeline, errors, progress.
 macro_rules! errln {
     ($($arg:tt)*) => {
-        eprintln!("{}", $crate::util::text::for_terminal(&format!($($arg)*)))
+        eprintln!("{}", ::hermes_store::util::text::for_terminal(&format!($($arg)*)))
     };
 }
 
@@ -46,9 +46,9 @@ mod table;
 mod tasks;
 mod usage;
 
-use crate::config::{Config, ConfigError, Sources};
-use crate::store::TaskState;
 use clap::{Args, Parser, Subcommand};
+use hermes_config::{Config, ConfigError, Sources};
+use hermes_store::TaskState;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -126,8 +126,8 @@ pub struct EvalArgs {
 #[derive(Debug, Args)]
 pub struct UsageArgs {
     /// The last this many days, today included (days in scheduler.timezone).
-    #[arg(long, default_value_t = crate::store::DEFAULT_USAGE_DAYS,
-          value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::store::MAX_USAGE_DAYS)))]
+    #[arg(long, default_value_t = hermes_store::DEFAULT_USAGE_DAYS,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(hermes_store::MAX_USAGE_DAYS)))]
     pub days: u32,
     /// Print the figures as JSON (`GET /v1/usage`'s shape) instead of the tables.
     #[arg(long)]
@@ -200,7 +200,7 @@ pub enum ApprovalsCmd {
     List {
         /// Only requests in this state (open, approved, denied, expired).
         #[arg(long)]
-        state: Option<crate::store::ApprovalState>,
+        state: Option<hermes_store::ApprovalState>,
         /// Every request, whatever its state.
         #[arg(long, conflicts_with = "state")]
         all: bool,
@@ -274,7 +274,7 @@ pub(crate) const EXIT_CONFIG: u8 = 2;
 
 /// Parse the process arguments and run the command.
 pub fn main() -> ExitCode {
-    crate::util::tune_allocator();
+    hermes_store::util::tune_allocator();
     let cli = Cli::parse();
     // The daemon logs its work; one-shot commands print their own output and only warn.
     // rmcp narrates every MCP session at info; the daemon says what matters itself.
@@ -345,7 +345,7 @@ fn init_tracing(default: &str) {
         .try_init();
 }
 
-/// Log lines to stderr through [`for_terminal`](crate::util::text::for_terminal), like every
+/// Log lines to stderr through [`for_terminal`](hermes_store::util::text::for_terminal), like every
 /// other line a person reads: a logged error may quote a model server's body or an MCP server's
 /// stderr, and tracing-subscriber escapes nothing when it writes without colours.
 struct LogWriter;
@@ -354,7 +354,7 @@ impl std::io::Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         // The formatter writes each event whole, so no character is split between two writes.
         let line = String::from_utf8_lossy(buf);
-        std::io::stderr().write_all(crate::util::text::for_terminal(&line).as_bytes())?;
+        std::io::stderr().write_all(hermes_store::util::text::for_terminal(&line).as_bytes())?;
         Ok(buf.len())
     }
 

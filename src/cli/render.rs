@@ -7,9 +7,9 @@
 use super::backend::FoundFact;
 use super::table::{Table, cell};
 use crate::scheduler::JobView;
-use crate::store::{Notice, NoticeState, PauseReason, Step, StepKind, Task, TaskRecord, TaskState};
-use crate::util::text;
 use chrono::{DateTime, SecondsFormat, Utc};
+use hermes_store::util::text;
+use hermes_store::{Notice, NoticeState, PauseReason, Step, StepKind, Task, TaskRecord, TaskState};
 use serde::Serialize;
 use std::fmt::Write;
 use std::process::ExitCode;
@@ -107,14 +107,14 @@ pub(crate) fn task_table(tasks: &[Task]) -> String {
     table.render()
 }
 
-pub fn approval_table(list: &[crate::store::Approval]) -> String {
+pub fn approval_table(list: &[hermes_store::Approval]) -> String {
     if list.is_empty() {
         return "no approval requests\n".into();
     }
     let mut table = Table::new(&["ID", "STATE", "TASK", "CREATED (UTC)", "TOOL", "ARGUMENTS"]);
     for a in list {
         let state = match (&a.reason, a.state) {
-            (Some(r), crate::store::ApprovalState::Denied) => format!("denied: {r}"),
+            (Some(r), hermes_store::ApprovalState::Denied) => format!("denied: {r}"),
             _ => a.state.to_string(),
         };
         table.row(vec![
@@ -321,7 +321,7 @@ pub(crate) fn fact_list(facts: &[FoundFact]) -> String {
 mod tests {
     use super::*;
     use crate::scheduler::JobView;
-    use crate::store::{Job, Origin};
+    use hermes_store::{Job, Origin};
     use unicode_width::UnicodeWidthStr;
 
     fn task(id: &str, state: TaskState, origin: Origin, text: &str) -> Task {

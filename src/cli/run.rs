@@ -11,8 +11,8 @@ use super::render::{self, print_outcome};
 use crate::agent::{RunOptions, Submit};
 use crate::app::{App, JobExecution};
 use crate::client::Remote;
-use crate::config::Config;
-use crate::store::Origin;
+use hermes_config::Config;
+use hermes_store::Origin;
 use std::process::ExitCode;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -52,7 +52,7 @@ async fn run_task(app: &App, args: RunArgs, daemon_up: bool) -> anyhow::Result<E
         if !done.waiting {
             return Ok::<_, crate::agent::AgentError>(done);
         }
-        let on_ask = |a: &crate::store::Approval| {
+        let on_ask = |a: &hermes_store::Approval| {
             errln!(
                 "waiting for approval: {} ({} {}) — answer with `hermes-agent approvals approve|deny {}`, the dashboard or the API",
                 a.id,

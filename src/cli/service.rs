@@ -2,8 +2,8 @@
 //!
 //! Must not: start, enable or reload anything: it writes the unit and says what to run next.
 
-use crate::config::Config;
 use anyhow::Context;
+use hermes_config::Config;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -74,8 +74,8 @@ pub(crate) fn service_install(config: &Config) -> anyhow::Result<ExitCode> {
     let data_dir = std::fs::canonicalize(&config.data_dir)
         .with_context(|| format!("cannot resolve the data dir {}", config.data_dir.display()))?;
     let config_file: Option<PathBuf> = match &config.source {
-        crate::config::ConfigSource::File(p) => Some(std::fs::canonicalize(p).unwrap_or(p.clone())),
-        crate::config::ConfigSource::Defaults { .. } => None,
+        hermes_config::ConfigSource::File(p) => Some(std::fs::canonicalize(p).unwrap_or(p.clone())),
+        hermes_config::ConfigSource::Defaults { .. } => None,
     };
     let unit = render_unit(&exe, config_file.as_deref(), &data_dir);
     let path = unit_dir.join("hermes-agent.service");

@@ -3,14 +3,14 @@
 //!
 //! Must not: change the data dir's database (it stays as it was, a backup), or start anything.
 
-use crate::config::Config;
-use crate::store::{Store, StoreOptions, redact_url};
 use anyhow::{Context as _, bail};
+use hermes_config::Config;
+use hermes_store::{Store, StoreOptions, redact_url};
 use std::process::ExitCode;
 
 pub async fn migrate(config: Config, to: &str) -> anyhow::Result<ExitCode> {
     let to = to.trim();
-    crate::store::parse_url(to)?;
+    hermes_store::parse_url(to)?;
     if !config.settings.storage.url.trim().is_empty() {
         bail!(
             "storage.url is already set ({}): this daemon's data is in PostgreSQL; `storage migrate` copies a data dir's SQLite database (empty the setting to migrate from {})",
@@ -18,7 +18,7 @@ pub async fn migrate(config: Config, to: &str) -> anyhow::Result<ExitCode> {
             config.data_dir.display()
         );
     }
-    let db = config.data_dir.join(crate::store::DB_FILE);
+    let db = config.data_dir.join(hermes_store::DB_FILE);
     if !db.is_file() {
         bail!(
             "no database to migrate: {} does not exist (choose the data dir with --data-dir)",
@@ -51,7 +51,7 @@ pub async fn migrate(config: Config, to: &str) -> anyhow::Result<ExitCode> {
         started.elapsed().as_secs_f64()
     );
     outln!("not copied (each starts afresh on the target):");
-    for (table, why) in crate::store::NOT_COPIED {
+    for (table, why) in hermes_store::NOT_COPIED {
         outln!("  {table:<16} {why}");
     }
     outln!(

@@ -4,7 +4,7 @@
 //!
 //! Must not: know what a task or a job is; `render` fills the cells.
 
-use crate::util::text;
+use hermes_store::util::text;
 use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 /// Between two columns.

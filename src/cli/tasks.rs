@@ -20,7 +20,7 @@ pub async fn tasks(backend: &dyn Backend, cmd: TasksCmd) -> anyhow::Result<ExitC
             }
         }
         TasksCmd::Watch { id } => {
-            let print = |step: &crate::store::Step| outln!("{}", render::step_line(step));
+            let print = |step: &hermes_store::Step| outln!("{}", render::step_line(step));
             let task = backend.watch(&id, &print).await?;
             let record = backend.task(&task.id).await?;
             return render::print_outcome(&record, false);

@@ -9,8 +9,8 @@ use super::UsageArgs;
 use super::render::print_json;
 use super::table::{Table, cell};
 use crate::client::Backend;
-use crate::store::{Figures, JobUsage, Usage};
-use crate::util::text::{duration_ms, grouped};
+use hermes_store::util::text::{duration_ms, grouped};
+use hermes_store::{Figures, JobUsage, Usage};
 use std::process::ExitCode;
 
 pub async fn usage(backend: &dyn Backend, args: UsageArgs) -> anyhow::Result<ExitCode> {
@@ -92,8 +92,8 @@ fn job_name(j: &JobUsage) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{DayUsage, Origin, ProfileUsage};
     use chrono::{NaiveDate, TimeZone, Utc};
+    use hermes_store::{DayUsage, Origin, ProfileUsage};
 
     fn figures(calls: i64, prompt: i64, completion: i64, ms: i64) -> Figures {
         Figures {

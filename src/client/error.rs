@@ -3,7 +3,7 @@
 use crate::agent::AgentError;
 use crate::memory::MemoryError;
 use crate::scheduler::SchedulerError;
-use crate::store::StoreError;
+use hermes_store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {

@@ -9,16 +9,16 @@
 
 use super::{Backend, ClientError, DELIVER_NOW, Fired, FoundFact, OnStep, Remembered, Reply};
 use crate::agent::{Agent, Decision, Followed, RunOptions, Submit};
-use crate::config::Config;
 use crate::memory::LongTerm;
 use crate::notify::Notifier;
 use crate::scheduler::{JobRequest, JobView, Scheduler};
-use crate::store::{
+use crate::tools::ToolSources;
+use futures::future::BoxFuture;
+use hermes_config::Config;
+use hermes_store::{
     Approval, ApprovalState, Origin, Store, Task, TaskFilter, TaskRecord, TaskState, Upsert, Usage,
     UsageWindow,
 };
-use crate::tools::ToolSources;
-use futures::future::BoxFuture;
 use std::sync::Arc;
 use tokio::sync::OnceCell;
 

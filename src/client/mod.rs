@@ -21,9 +21,9 @@ pub(crate) use remote::Remote;
 
 use crate::agent::Decision;
 use crate::scheduler::{JobRequest, JobView};
-use crate::store::{Approval, ApprovalState, JobRun, Step, Task, TaskRecord, TaskState, Usage};
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
+use hermes_store::{Approval, ApprovalState, JobRun, Step, Task, TaskRecord, TaskState, Usage};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 

@@ -6,9 +6,9 @@
 
 use super::{Backend, ClientError, Fired, FoundFact, OnStep, Remembered, Reply};
 use crate::agent::{Decision, VIA_HEADER};
-use crate::config::Config;
 use crate::scheduler::{JobRequest, JobView};
-use crate::store::{Approval, ApprovalState, Task, TaskRecord, TaskState, Usage};
+use hermes_config::Config;
+use hermes_store::{Approval, ApprovalState, Task, TaskRecord, TaskState, Usage};
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -422,7 +422,7 @@ fn form_urlencode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Settings;
+    use hermes_config::Settings;
 
     fn config(host: &str, port: u16, data_dir: &std::path::Path) -> Config {
         let mut s = Settings::default();

@@ -17,10 +17,10 @@ pub(crate) use lock::lock_data_dir;
 pub use run::run;
 
 use crate::app::{App, AppError, JobExecution};
-use crate::config::Config;
 use crate::http;
 use crate::scheduler::SchedulerError;
-use crate::store::StoreError;
+use hermes_config::Config;
+use hermes_store::StoreError;
 use std::path::PathBuf;
 use tokio::net::TcpListener;
 
@@ -71,7 +71,7 @@ pub enum DaemonError {
     #[error("cannot write the database {}: {fault}; {}", path.display(), fault.hint())]
     Unwritable {
         path: PathBuf,
-        fault: crate::store::StorageFault,
+        fault: hermes_store::StorageFault,
     },
     #[error(transparent)]
     Store(#[from] StoreError),

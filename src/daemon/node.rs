@@ -4,7 +4,7 @@
 //! run locks its firings held are freed, and the job runs it was following are followed to
 //! their end and delivered here. Nothing waits for the silent node to come back.
 //!
-//! Each join draws a new lease epoch (a fencing token, `store/lease.rs`); a node swept is
+//! Each join draws a new lease epoch (a fencing token, `crates/store/src/lease.rs`); a node swept is
 //! revoked before anything of it is taken, so when it continues (a stopped process, a
 //! suspended laptop) its heartbeat finds the lease lost, its tasks are stopped first, nothing
 //! it writes under the old lease is taken, and it joins again under a new one. A node judges
@@ -18,7 +18,7 @@
 use super::DaemonError;
 use crate::agent::Heard;
 use crate::app::App;
-use crate::store::{Change, FailReason, StoreError, now};
+use hermes_store::{Change, FailReason, StoreError, now};
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -208,7 +208,7 @@ fn beat_apart(
     }
 }
 
-async fn beat(store: crate::store::Store, lease: Duration, stop: CancellationToken) {
+async fn beat(store: hermes_store::Store, lease: Duration, stop: CancellationToken) {
     loop {
         match store.beat().await {
             Ok(true) => {}
@@ -285,7 +285,7 @@ const FEED_RETRY: Duration = Duration::from_secs(2);
 /// This node's row is gone: the others took it for dead (it was silent past the lease — a
 /// stalled machine, a lost database) and ended what it was running; its lease is lost, so the
 /// keeper stops those tasks here. It joins again, under a new lease.
-async fn rejoin(store: &crate::store::Store, lease: Duration) {
+async fn rejoin(store: &hermes_store::Store, lease: Duration) {
     tracing::error!(
         "the other nodes took this one for dead (no heartbeat for storage.node_lease_s = {} s): the tasks it was running were ended as interrupted; joining again",
         lease.as_secs()
@@ -300,7 +300,7 @@ async fn rejoin(store: &crate::store::Store, lease: Duration) {
 
 /// End and take over what every node silent for longer than the lease left. The node is
 /// revoked first — its row and with it its lease deleted — so that whatever it still tries
-/// under that lease is refused (`store/lease.rs`); each step is one conditional statement, so
+/// under that lease is refused (`crates/store/src/lease.rs`); each step is one conditional statement, so
 /// nodes sweeping at once do each thing once.
 async fn sweep(app: &App, lease: Duration, reach: &mut Reach) -> Result<(), SweepError> {
     let at = now();

@@ -8,8 +8,8 @@ use super::node::Membership;
 use super::{AddrFile, DaemonError};
 use crate::app::App;
 use crate::http::{self, ApiState};
-use crate::store::StoreError;
-use crate::store::{FailReason, Origin, TaskState};
+use hermes_store::StoreError;
+use hermes_store::{FailReason, Origin, TaskState};
 use std::future::Future;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -240,7 +240,7 @@ fn spawn_pruner(app: &App, tracker: &TaskTracker, stop: CancellationToken) {
     let days = i64::from(app.config.settings.memory.working_retention_days);
     tracker.spawn(async move {
         loop {
-            let before = crate::store::now() - chrono::Duration::days(days);
+            let before = hermes_store::now() - chrono::Duration::days(days);
             match store.prune_working(before).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(rows = n, "pruned old working memory"),

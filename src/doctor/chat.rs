@@ -3,7 +3,7 @@
 //! daemon's connection is doing.
 
 use super::{Check, Verdict};
-use crate::config::Settings;
+use hermes_config::Settings;
 
 /// The Matrix account when no daemon runs: its session reused (or the first login made, as
 /// the daemon would make it), this device's encryption, and each configured room.

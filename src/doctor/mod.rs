@@ -11,13 +11,13 @@ mod chat;
 pub use chat::{matrix, matrix_health, telegram, telegram_health};
 
 use crate::agent::prompt;
-use crate::config::{Config, Settings};
 use crate::llm::{Gateway, ToolProbe};
 use crate::mcp::{ServerState, ServerStatus};
 use crate::memory::LongTerm;
 use crate::notify::Notifier;
-use crate::store::Store;
 use crate::tools::Registry;
+use hermes_config::{Config, Settings};
+use hermes_store::Store;
 use serde::Serialize;
 
 /// How a check came out.
@@ -192,12 +192,12 @@ pub async fn database(config: &Config) -> (Check, Option<Store>) {
     if url.is_empty() {
         let detail = format!(
             "SQLite, {} (schema v{} in this build)",
-            config.data_dir.join(crate::store::DB_FILE).display(),
+            config.data_dir.join(hermes_store::DB_FILE).display(),
             Store::schema_version()
         );
         return (Check::new(Verdict::Ok, "database", detail), None);
     }
-    let opts = crate::store::StoreOptions {
+    let opts = hermes_store::StoreOptions {
         max_connections: 1,
         ..Default::default()
     };
@@ -211,7 +211,7 @@ pub async fn database(config: &Config) -> (Check, Option<Store>) {
             "database",
             format!(
                 "PostgreSQL at {}: reachable, schema v{v} (this build knows v{})",
-                crate::store::redact_url(url),
+                hermes_store::redact_url(url),
                 Store::schema_version()
             ),
         ),
@@ -355,7 +355,7 @@ pub async fn inbox(s: &Settings) -> Option<Check> {
 
 fn inbox_verdict(
     what: String,
-    e: &crate::config::ImapSettings,
+    e: &hermes_config::ImapSettings,
     found: Result<&crate::inbox::Probe, String>,
 ) -> Check {
     let p = match found {

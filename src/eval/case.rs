@@ -4,7 +4,7 @@
 //!
 //! Owns: the case format, its checks, and filling `{page_url}`. Must not: run anything.
 
-use crate::store::TaskState;
+use hermes_store::TaskState;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -119,7 +119,7 @@ impl EvalCase {
         env: &HashMap<String, String>,
     ) -> Result<EvalCase, CaseError> {
         let mut case: EvalCase =
-            crate::config::read_yaml(text, env).map_err(|e| CaseError::Invalid {
+            hermes_config::read_yaml(text, env).map_err(|e| CaseError::Invalid {
                 path: path.to_path_buf(),
                 line: e.line,
                 field: e.key,
@@ -129,7 +129,7 @@ impl EvalCase {
         case.check()
             .map_err(|(field, message)| CaseError::Invalid {
                 path: path.to_path_buf(),
-                line: crate::config::line_of_key(text, &field.split('.').collect::<Vec<_>>()),
+                line: hermes_config::line_of_key(text, &field.split('.').collect::<Vec<_>>()),
                 field: Some(field.to_string()),
                 message,
             })?;

@@ -5,7 +5,7 @@
 //! Owns: judging one task record against one case. Must not: run anything.
 
 use super::case::{EvalCase, ToolExpect};
-use crate::store::{StepKind, TaskRecord, TaskState};
+use hermes_store::{StepKind, TaskRecord, TaskState};
 use serde_json::Value;
 
 /// The reasons the task did not meet the case; empty when it did.
@@ -15,7 +15,7 @@ pub fn judge(case: &EvalCase, record: &TaskRecord) -> Vec<String> {
     let expected = case.expect.state.unwrap_or(TaskState::Succeeded);
     if t.state != expected {
         let detail = match (&t.reason, &t.error) {
-            (Some(r), Some(e)) => format!(" ({r}: {})", crate::util::text::one_line(e, 160)),
+            (Some(r), Some(e)) => format!(" ({r}: {})", hermes_store::util::text::one_line(e, 160)),
             (Some(r), None) => format!(" ({r})"),
             _ => String::new(),
         };
@@ -67,7 +67,7 @@ fn quoted(answer: &str) -> String {
     if answer.trim().is_empty() {
         " (there is no answer)".into()
     } else {
-        format!(": \"{}\"", crate::util::text::one_line(answer, 120))
+        format!(": \"{}\"", hermes_store::util::text::one_line(answer, 120))
     }
 }
 
@@ -137,7 +137,7 @@ fn contains(actual: &Value, wanted: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{FailReason, NewStep, Origin, Step, Task};
+    use hermes_store::{FailReason, NewStep, Origin, Step, Task};
     use serde_json::json;
 
     fn case(yaml: &str) -> EvalCase {

@@ -62,12 +62,12 @@ impl FixtureServer {
 
     /// Serve `body` at `path` from now on (and nothing else); the page's URL.
     pub fn set_page(&self, path: &str, body: &str) -> String {
-        *crate::util::lock(&self.page) = Some((path.to_string(), body.to_string()));
+        *hermes_store::util::lock(&self.page) = Some((path.to_string(), body.to_string()));
         format!("{}{path}", self.base)
     }
 
     pub fn clear_page(&self) {
-        *crate::util::lock(&self.page) = None;
+        *hermes_store::util::lock(&self.page) = None;
     }
 
     pub async fn stop(mut self) {
@@ -89,7 +89,7 @@ impl Drop for FixtureServer {
 }
 
 async fn serve_page(State(page): State<Page>, req: Request) -> Response {
-    let served = crate::util::lock(&page).clone();
+    let served = hermes_store::util::lock(&page).clone();
     match served {
         Some((path, body)) if req.uri().path() == path => {
             ([(header::CONTENT_TYPE, content_type(&body))], body).into_response()

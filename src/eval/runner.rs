@@ -14,10 +14,10 @@ use super::fixture::FixtureServer;
 use super::suite::eval_tools;
 use crate::agent::{RunOptions, Submit};
 use crate::app::{App, BuildOptions, JobExecution};
-use crate::config::{Config, Settings, SubAgent, WebhookSettings};
 use crate::llm::{Gateway, Identity, RetryPolicy};
 use crate::scheduler::Scheduler;
-use crate::store::{
+use hermes_config::{Config, Settings, SubAgent, WebhookSettings};
+use hermes_store::{
     EvalResult, EvalRun, EvalTrigger, EvalVerdict, Origin, PauseReason, StepKind, Store,
 };
 use std::collections::BTreeMap;
@@ -47,7 +47,7 @@ pub enum EvalError {
     #[error("the eval manifest tools: {0}")]
     Tools(#[from] crate::tools::manifest::ManifestError),
     #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
+    Store(#[from] hermes_store::StoreError),
 }
 
 /// A run to make.
@@ -208,7 +208,7 @@ async fn verify(
                     }
                 }
                 None => {
-                    let next = crate::scheduler::next_after_pause(&job, crate::store::now());
+                    let next = crate::scheduler::next_after_pause(&job, hermes_store::now());
                     req.store.set_job_enabled(&job.id, None, next).await?;
                 }
             }
@@ -280,7 +280,7 @@ async fn run_task(
     case: &EvalCase,
     profile: &str,
     fixtures: &FixtureServer,
-) -> Result<crate::store::TaskRecord, String> {
+) -> Result<hermes_store::TaskRecord, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("cannot make a temporary data dir: {e}"))?;
     let settings = eval_settings(req.config, fixtures.base());
     let mut config = Config::from_settings(settings, dir.path().to_path_buf());
@@ -304,7 +304,7 @@ async fn drive(
     app: &App,
     case: &EvalCase,
     profile: &str,
-) -> Result<crate::store::TaskRecord, String> {
+) -> Result<hermes_store::TaskRecord, String> {
     if !case.fixtures.remember.is_empty() {
         let memory = app
             .memory

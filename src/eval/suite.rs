@@ -49,7 +49,7 @@ pub const FIXTURES_VAR: &str = "HERMES_EVAL_FIXTURES";
 
 /// The starter cases, then those in `user_dir` (a missing directory holds none), by name.
 pub fn load(user_dir: Option<&Path>) -> Result<Vec<EvalCase>, CaseError> {
-    let env = crate::config::env_map();
+    let env = hermes_config::env_map();
     let mut cases: Vec<EvalCase> = Vec::new();
     for (file, text) in STARTER {
         let path = Path::new("evals").join(file);
@@ -112,7 +112,11 @@ pub fn choose(cases: Vec<EvalCase>, globs: &[String]) -> Vec<EvalCase> {
     }
     cases
         .into_iter()
-        .filter(|c| globs.iter().any(|g| crate::util::glob_matches(g, &c.name)))
+        .filter(|c| {
+            globs
+                .iter()
+                .any(|g| hermes_store::util::glob_matches(g, &c.name))
+        })
         .collect()
 }
 

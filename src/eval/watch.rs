@@ -14,9 +14,9 @@
 use super::runner::{self, EvalRequest};
 use super::suite;
 use crate::app::App;
-use crate::config::OnChange;
 use crate::llm::Identity;
-use crate::store::{EvalTrigger, ModelAction, ModelChange, NewModelChange, NewNotice, PauseReason};
+use hermes_config::OnChange;
+use hermes_store::{EvalTrigger, ModelAction, ModelChange, NewModelChange, NewNotice, PauseReason};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -122,7 +122,7 @@ impl ModelWatch {
         &self,
         profile: &str,
         identity: &Identity,
-    ) -> Result<Option<ModelChange>, crate::store::StoreError> {
+    ) -> Result<Option<ModelChange>, hermes_store::StoreError> {
         let store = &self.app.store;
         let key = identity.key();
         let before = store.model_status(profile).await?;
@@ -153,7 +153,7 @@ impl ModelWatch {
         let told = store.last_told_change(profile).await?;
         let window = flap_window(self.app.config.settings.model.identity_check_s);
         let within = told.as_ref().filter(|c| {
-            (crate::store::now() - c.seen_at)
+            (hermes_store::now() - c.seen_at)
                 .to_std()
                 .is_ok_and(|age| age < window)
         });
@@ -226,7 +226,7 @@ impl ModelWatch {
 
     /// Run the suite on the profile in the background and tell its verdict.
     fn evaluate(&self, change: ModelChange) {
-        if !crate::util::lock(&self.evaluating).insert(change.profile.clone()) {
+        if !hermes_store::util::lock(&self.evaluating).insert(change.profile.clone()) {
             tracing::info!(profile = %change.profile, "an eval of this profile is running already");
             return;
         }
@@ -238,7 +238,7 @@ impl ModelWatch {
                 // runs it again.
                 _ = watch.stop.cancelled() => None,
             };
-            crate::util::lock(&watch.evaluating).remove(&change.profile);
+            hermes_store::util::lock(&watch.evaluating).remove(&change.profile);
             if let Some(mut verdict) = verdict {
                 // The changes that came while it ran were told in no notice of their own.
                 match flap_of(&watch.app.store, &change).await {
@@ -326,9 +326,9 @@ struct Flap {
 
 /// The flap recorded as part of the told change `head`: `None` when it has none.
 async fn flap_of(
-    store: &crate::store::Store,
+    store: &hermes_store::Store,
     head: &ModelChange,
-) -> Result<Option<Flap>, crate::store::StoreError> {
+) -> Result<Option<Flap>, hermes_store::StoreError> {
     let members = store.flap_changes(head.id).await?;
     if members.is_empty() {
         return Ok(None);
@@ -477,7 +477,7 @@ mod tests {
             action: ModelAction::Eval,
             paused_jobs: Vec::new(),
             eval_run_id: None,
-            seen_at: crate::store::now(),
+            seen_at: hermes_store::now(),
             flap_of: None,
         }
     }
@@ -485,7 +485,7 @@ mod tests {
     #[test]
     fn a_change_after_a_flap_says_the_profile_answers_alternately() {
         let flap = Flap {
-            since: crate::store::now(),
+            since: hermes_store::now(),
             changes: 9,
             identities: vec!["A".into(), "B".into()],
         };

@@ -55,7 +55,7 @@ const WARN_EVERY: Duration = Duration::from_secs(60);
 impl Limits {
     /// The limits of `server.*` in this process: the cap bounded by this process's open-file
     /// limit. Says at start what it derived, and warns when the setting asks for more.
-    pub fn for_process(s: &crate::config::ServerSettings) -> Limits {
+    pub fn for_process(s: &hermes_config::ServerSettings) -> Limits {
         let files = open_file_limit();
         let limits = Limits::from_settings(s, files);
         let files_text = files.map_or("unlimited".to_string(), |f| f.to_string());
@@ -76,7 +76,7 @@ impl Limits {
     }
 
     /// The limits of `server.*`, the cap bounded by half the open-file limit `files`.
-    pub fn from_settings(s: &crate::config::ServerSettings, files: Option<u64>) -> Limits {
+    pub fn from_settings(s: &hermes_config::ServerSettings, files: Option<u64>) -> Limits {
         Limits {
             header_timeout: Duration::from_secs(s.header_timeout_s),
             idle_timeout: Duration::from_secs(s.idle_timeout_s),

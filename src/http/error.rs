@@ -13,7 +13,7 @@ pub struct ApiError {
     pub message: String,
     /// Set when the database could not be written; the router then names the file in the
     /// message and health reports it (see `http::note_storage_faults`).
-    pub storage: Option<crate::store::StorageFault>,
+    pub storage: Option<hermes_store::StorageFault>,
 }
 
 impl ApiError {
@@ -59,9 +59,9 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<crate::store::StoreError> for ApiError {
-    fn from(e: crate::store::StoreError) -> ApiError {
-        use crate::store::StoreError;
+impl From<hermes_store::StoreError> for ApiError {
+    fn from(e: hermes_store::StoreError) -> ApiError {
+        use hermes_store::StoreError;
         match e {
             StoreError::NotFound { .. } => ApiError::not_found(e.to_string()),
             StoreError::Conflict(m) => ApiError::conflict(m),

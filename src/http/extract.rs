@@ -58,13 +58,13 @@ where
 /// the set is a 400 that lists the set's words.
 pub(crate) fn state_filter<T>(v: Option<&str>) -> Result<Option<T>, ApiError>
 where
-    T: std::str::FromStr<Err = crate::store::UnknownWord>,
+    T: std::str::FromStr<Err = hermes_store::UnknownWord>,
 {
     match v.map(str::trim) {
         None | Some("") => Ok(None),
         Some(word) => word
             .parse()
             .map(Some)
-            .map_err(|e: crate::store::UnknownWord| ApiError::bad_request(e.to_string())),
+            .map_err(|e: hermes_store::UnknownWord| ApiError::bad_request(e.to_string())),
     }
 }

@@ -32,7 +32,6 @@ pub use session::{Session, Sessions};
 
 use crate::agent::Agent;
 use crate::app::App;
-use crate::config::Config;
 use crate::memory::LongTerm;
 use crate::notify::Notifier;
 use crate::scheduler::Scheduler;
@@ -40,6 +39,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::routing::{delete, get, post};
+use hermes_config::Config;
 use std::sync::Arc;
 
 /// Largest request body accepted (a task text is capped well below this).
@@ -230,7 +230,7 @@ async fn note_storage_faults(
     let resp = next.run(req).await;
     let Some(fault) = resp
         .extensions()
-        .get::<crate::store::StorageFault>()
+        .get::<hermes_store::StorageFault>()
         .copied()
     else {
         return resp;

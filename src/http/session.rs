@@ -20,9 +20,9 @@
 //!   about how close a guessed cookie was. Their number is bounded, the oldest going first.
 
 use super::ApiError;
-use crate::store::{Store, StoreError};
 use axum::http::header::{COOKIE, HOST, ORIGIN};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use hermes_store::{Store, StoreError};
 use sha2::{Digest, Sha256};
 use std::time::Duration;
 
@@ -85,7 +85,7 @@ impl Sessions {
         let id = random_hex();
         let csrf = random_hex();
         let lifetime = chrono::TimeDelta::seconds(LIFETIME.as_secs() as i64);
-        let expires = crate::store::now() + lifetime;
+        let expires = hermes_store::now() + lifetime;
         self.store
             .add_session(&id_hash(&id), &csrf, expires, MAX_SESSIONS)
             .await?;

@@ -17,12 +17,12 @@
 //! Must not: compare tokens (the callers do, in constant time) or keep anything else about a
 //! client.
 
-use crate::util::lock;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::header::RETRY_AFTER;
 use axum::http::request::Parts;
 use axum::http::{Extensions, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use hermes_store::util::lock;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -159,7 +159,7 @@ impl LoginThrottle {
     }
 
     /// From `server.max_login_failures` and `server.login_window_s`.
-    pub fn from_settings(s: &crate::config::ServerSettings) -> LoginThrottle {
+    pub fn from_settings(s: &hermes_config::ServerSettings) -> LoginThrottle {
         LoginThrottle::new(s.max_login_failures, Duration::from_secs(s.login_window_s))
     }
 

@@ -7,8 +7,8 @@
 use super::converse::Reply;
 use super::reply::{ChatThread, Thread};
 use super::{Finished, Inner};
-use crate::store::{Channel, CommandState, InboxCommand, InboxMessage, StoreError};
 use futures::StreamExt;
+use hermes_store::{Channel, CommandState, InboxCommand, InboxMessage, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;

@@ -17,7 +17,7 @@
 use super::Inner;
 use super::converse::{Reply, Said};
 use super::reply::ChatThread;
-use crate::store::{
+use hermes_store::{
     Channel, IgnoreReason, InboxOutcome, MAX_TASK_CHARS, NewInboxMessage, Notice, Place, StoreError,
 };
 
@@ -115,7 +115,7 @@ impl Inner {
             }
         };
         let subject = match &m.kind {
-            ChatKind::Text(body) => crate::util::text::one_line(body, 300),
+            ChatKind::Text(body) => hermes_store::util::text::one_line(body, 300),
             ChatKind::Reaction { key, .. } => format!("reaction {key}"),
             ChatKind::Pressed { data, .. } => format!("button {data}"),
             ChatKind::Undecryptable(why) => format!("[cannot be decrypted: {why}]"),
@@ -141,7 +141,7 @@ impl Inner {
         };
         mail.thread_root = root;
         let recorded = self.store.record_inbox(place, &mail, &outcome).await?;
-        let new = matches!(recorded, crate::store::Recorded::New { .. });
+        let new = matches!(recorded, hermes_store::Recorded::New { .. });
         self.hand_over(m.channel, &outcome, recorded).await?;
         Ok(new)
     }

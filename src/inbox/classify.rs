@@ -5,8 +5,8 @@
 //! Pure functions over a parsed message and the settings: no store, no network.
 
 use super::parse::Inbound;
-use crate::config::ImapSettings;
-use crate::store::{IgnoreReason, InboxCommand};
+use hermes_config::ImapSettings;
+use hermes_store::{IgnoreReason, InboxCommand};
 
 /// The allowed sender's entry in `allow_from` (an address of the settings, where answers go),
 /// or why the message is left alone. `own` are the agent's own addresses.

@@ -10,7 +10,7 @@
 use super::Inner;
 use super::reply::{ChatThread, Thread};
 use crate::agent::{ApprovalError, Decision};
-use crate::store::{
+use hermes_store::{
     ApprovalState, Channel, CommandState, IgnoreReason, InboxCommand, InboxOutcome, Job, JobChange,
     NewNotice, NewTask, Notice, Recorded, StoreError, Task,
 };
@@ -91,7 +91,7 @@ impl Inner {
         if said.task.trim().is_empty() {
             return Ok(ignored(IgnoreReason::Empty, notice));
         }
-        let since = crate::store::now() - RATE_WINDOW;
+        let since = hermes_store::now() - RATE_WINDOW;
         let started = self
             .store
             .inbox_tasks_since(said.channel, &said.sender, since)
@@ -273,7 +273,7 @@ fn deny_reason(text: &str) -> Option<String> {
         .skip(1)
         .filter(|l| !l.is_empty())
         .collect();
-    (!rest.is_empty()).then(|| crate::util::text::one_line(&rest.join(" "), 300))
+    (!rest.is_empty()).then(|| hermes_store::util::text::one_line(&rest.join(" "), 300))
 }
 
 /// "next run 2026-12-02 08:00 CET", or why there is none.

@@ -6,11 +6,11 @@
 //! Must not: decide what a message means, or write anything (the mailbox is opened with
 //! EXAMINE and bodies are fetched with BODY.PEEK: the person's flags are left as they were).
 
-use crate::config::{ImapSecurity, ImapSettings};
 use async_imap::extensions::idle::IdleResponse;
 use async_imap::types::UnsolicitedResponse;
 use async_imap::{Client, Session};
 use futures::TryStreamExt;
+use hermes_config::{ImapSecurity, ImapSettings};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -211,7 +211,7 @@ async fn tls(
     TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
         .await
-        .map_err(|e| fail(crate::util::error_chain(&e)))
+        .map_err(|e| fail(hermes_store::util::error_chain(&e)))
 }
 
 fn protocol(label: &str, e: impl std::fmt::Display) -> ImapError {

@@ -15,7 +15,7 @@ use super::parse::{self, Inbound};
 use super::reply::{self, Thread};
 use super::{Inner, classify};
 use crate::notify::{EMAIL, thread};
-use crate::store::{
+use hermes_store::{
     Channel, IgnoreReason, InboxOutcome, MAX_TASK_CHARS, MailPlace, NewInboxMessage, Notice, Place,
     Recorded, StoreError,
 };
@@ -52,7 +52,7 @@ impl Inner {
                     // only in it are two mails.
                     digest: m.message_id.is_none().then(|| m.digest.clone()),
                     sender: m.from.clone().unwrap_or_default(),
-                    subject: crate::util::text::one_line(&m.subject, 300),
+                    subject: hermes_store::util::text::one_line(&m.subject, 300),
                     refs: reply::refs_of(&m.references, m.message_id.as_deref()),
                 };
                 if self.store.inbox_seen(Place::Mail(place), &mail).await? {

@@ -41,11 +41,11 @@ mod service;
 pub use chat::{ChatKind, ChatMessage};
 pub use probe::{Probe, ProbeError, probe};
 
-use crate::config::{ImapSettings, MatrixSettings, Settings, TelegramSettings};
-use crate::store::{Channel, Job, Store};
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
+use hermes_config::{ImapSettings, MatrixSettings, Settings, TelegramSettings};
+use hermes_store::{Channel, Job, Store};
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
 use tokio::task::JoinHandle;
@@ -74,7 +74,7 @@ pub trait Handoff: Send + Sync {
         id: &'a str,
         decision: crate::agent::Decision,
         by: &'a str,
-    ) -> BoxFuture<'a, Result<crate::store::Approval, crate::agent::ApprovalError>>;
+    ) -> BoxFuture<'a, Result<hermes_store::Approval, crate::agent::ApprovalError>>;
     /// Announcements of finished tasks (subscribed at the call).
     fn finished(&self) -> BoxStream<'static, Finished>;
 }
@@ -206,7 +206,7 @@ impl Inbox {
     /// How the mailbox is doing (`off` without `inbox.email`).
     pub fn health(&self) -> Health {
         match &self.inner {
-            Some(i) if i.email_on => crate::util::lock(&i.health).clone(),
+            Some(i) if i.email_on => hermes_store::util::lock(&i.health).clone(),
             _ => Health::Off,
         }
     }
@@ -271,7 +271,7 @@ impl Inner {
     }
 
     fn set_health(&self, h: Health) {
-        let mut current = crate::util::lock(&self.health);
+        let mut current = hermes_store::util::lock(&self.health);
         if *current != h {
             *current = h;
         }

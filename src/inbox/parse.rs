@@ -16,7 +16,7 @@
 
 use super::{html, quote, scan};
 use crate::notify::thread;
-use crate::store::IgnoreReason;
+use hermes_store::IgnoreReason;
 use mail_parser::{MessageParser, MimeHeaders, PartType};
 use sha2::{Digest, Sha256};
 

@@ -200,7 +200,7 @@ fn hidden_html_is_no_command() {
     assert_eq!(m.text, "approve");
     assert_eq!(
         super::super::classify::command(&m.text),
-        Some(crate::store::InboxCommand::Approve)
+        Some(hermes_store::InboxCommand::Approve)
     );
 }
 

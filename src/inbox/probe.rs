@@ -2,7 +2,7 @@
 //! offers IDLE — changing nothing.
 
 use super::imap::{self, ImapError};
-use crate::config::ImapSettings;
+use hermes_config::ImapSettings;
 use serde::Serialize;
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! under its Message-ID; in a chat room, in the thread of the message answered.
 
 use crate::notify::{EMAIL, thread};
-use crate::store::{FailReason, NewNotice, Task, TaskState};
+use hermes_store::{FailReason, NewNotice, Task, TaskState};
 
 /// How many ids an answer's References keeps (the newest).
 const KEEP_REFS: usize = 20;
@@ -117,7 +117,7 @@ fn answer_body(task: &Task, public_url: &str, again: &str) -> String {
                 _ => task
                     .error
                     .as_deref()
-                    .map(|e| crate::util::text::one_line(e, 300))
+                    .map(|e| hermes_store::util::text::one_line(e, 300))
                     .unwrap_or_else(|| task.state.to_string()),
             };
             format!("I could not finish this: {why}. {again}")
@@ -149,7 +149,7 @@ pub(crate) fn context(title: &str, body: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Origin;
+    use hermes_store::Origin;
 
     fn thread() -> Thread {
         Thread {

@@ -6,8 +6,8 @@
 use super::imap::{self, Connection, ImapError, Woken};
 use super::intake::IntakeError;
 use super::{Health, Inner};
-use crate::store::{MailPlace, StoreError};
-use crate::util::Backoff;
+use hermes_store::util::Backoff;
+use hermes_store::{MailPlace, StoreError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;

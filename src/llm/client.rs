@@ -23,9 +23,9 @@ use super::{
     LlmError, Message, ModelReply, Served, ToolCall, ToolSpec, Toolset, Usage, estimate_tokens,
     parse,
 };
-use crate::config::{ConfigSource, ModelSettings, Profile, ToolMode};
-use crate::util::lock;
-use crate::util::{Backoff, RetryPolicy};
+use hermes_config::{ConfigSource, ModelSettings, Profile, ToolMode};
+use hermes_store::util::lock;
+use hermes_store::util::{Backoff, RetryPolicy};
 
 /// Cap for the TCP connect phase, separate from the profile's whole-request timeout so that an
 /// unreachable remote host fails fast even when a slow local model is given minutes.

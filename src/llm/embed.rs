@@ -7,7 +7,7 @@
 //! worker backs off), or put an input's text or the key in an error: errors are logged, and a
 //! fact's text must not reach a log.
 
-use crate::config::EmbeddingSettings;
+use hermes_config::EmbeddingSettings;
 use serde::Deserialize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

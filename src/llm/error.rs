@@ -5,7 +5,7 @@
 //! has already been redacted.
 
 use super::kind::{FailureKind, StatusCause};
-use crate::config::ConfigSource;
+use hermes_config::ConfigSource;
 
 /// Why `doctor`'s look at a profile's server (`GET /models`) failed; each names the server
 /// and the setting to change.
@@ -295,7 +295,7 @@ pub(crate) fn body_detail(body: &str, cap: usize) -> String {
     if text.is_empty() {
         return "(empty body)".to_string();
     }
-    let kept = crate::util::text::prefix(&text, cap);
+    let kept = hermes_store::util::text::prefix(&text, cap);
     if kept.len() == text.len() {
         text
     } else {

@@ -9,7 +9,7 @@
 use super::LlmError;
 use super::error::{body_detail, connect_hint, redact, status_hint};
 use super::kind::StatusCause;
-use crate::config::Profile;
+use hermes_config::Profile;
 use std::time::Duration;
 
 /// A `Retry-After` is read up to this; anything longer is as good as "not today".
@@ -132,7 +132,7 @@ impl Failure {
 
 /// The innermost cause of a transport error, worded plainly ("connection refused").
 fn root_cause(e: &reqwest::Error, connecting: bool) -> String {
-    if let Some(io) = crate::util::find_cause::<std::io::Error>(e) {
+    if let Some(io) = hermes_store::util::find_cause::<std::io::Error>(e) {
         return match io.kind() {
             std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
             std::io::ErrorKind::ConnectionReset => "connection reset by the server".to_string(),

@@ -11,7 +11,7 @@
 //! `client.rs`'s) or decide on error text (only on [`FailureKind`]).
 
 use super::{Gateway, LlmError, Message, ModelReply, Toolset};
-use crate::util::lock;
+use hermes_store::util::lock;
 use std::time::{Duration, Instant};
 
 /// A profile of the chain, in the order it is asked.

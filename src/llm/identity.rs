@@ -88,7 +88,7 @@ impl Gateway {
 
     /// What the server's own endpoints say about the weights; `None` when it has no such
     /// endpoint (or does not answer it).
-    async fn told_by_server(&self, profile: &crate::config::Profile) -> Option<Told> {
+    async fn told_by_server(&self, profile: &hermes_config::Profile) -> Option<Told> {
         let base = profile.base_url.trim().trim_end_matches('/');
         let root = base.strip_suffix("/v1")?;
         let tags = self.get_plain(profile, &format!("{root}/api/tags")).await;
@@ -161,7 +161,7 @@ impl Gateway {
     async fn get_json(
         &self,
         profile_name: &str,
-        profile: &crate::config::Profile,
+        profile: &hermes_config::Profile,
         url: &str,
     ) -> Result<Option<Value>, LlmError> {
         let mut req = self.client.get(url).timeout(ENDPOINT_TIMEOUT);
@@ -191,7 +191,7 @@ impl Gateway {
     }
 
     /// [`Gateway::get_json`] for a probe whose failure only means "not this kind of server".
-    async fn get_plain(&self, profile: &crate::config::Profile, url: &str) -> Option<Value> {
+    async fn get_plain(&self, profile: &hermes_config::Profile, url: &str) -> Option<Value> {
         self.get_json("", profile, url).await.ok().flatten()
     }
 }

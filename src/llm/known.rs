@@ -3,7 +3,7 @@
 //! check established and the model id the replies report. A leaf: the gateway holds a
 //! tracker, and the checks (`identity.rs`) fill it.
 
-use crate::util::lock;
+use hermes_store::util::lock;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
@@ -56,7 +56,7 @@ impl Identity {
 }
 
 fn short(s: &str, n: usize) -> &str {
-    crate::util::text::prefix(s, n)
+    hermes_store::util::text::prefix(s, n)
 }
 
 /// The first 12 hex digits of the SHA-256 of `parts`, each followed by a NUL.

@@ -9,7 +9,7 @@
 //! the gateway's own evidence during real calls does that, for `auto`).
 
 use super::{Gateway, LlmError, Message, ModelReply, ToolCall, ToolSpec, Toolset, wire};
-use crate::config::{Profile, ToolMode};
+use hermes_config::{Profile, ToolMode};
 use serde_json::json;
 
 /// What a profile's server and model did with one offered tool.
@@ -111,7 +111,7 @@ impl Gateway {
             Some(_) if reply.native_calls => {}
             Some(_) => return Ok(ToolProbe::WroteText),
             None => {
-                let said = crate::util::text::one_line(&reply.content, 80);
+                let said = hermes_store::util::text::one_line(&reply.content, 80);
                 return Ok(ToolProbe::NoCall(said));
             }
         }
@@ -204,7 +204,7 @@ impl Gateway {
         Ok((!reply.content.to_lowercase().contains(WORD)).then(|| {
             format!(
                 "the answer to a tool result did not use it (it said: {}): the server may drop `tool` messages",
-                crate::util::text::one_line(&reply.content, 80)
+                hermes_store::util::text::one_line(&reply.content, 80)
             )
         }))
     }

@@ -177,7 +177,7 @@ struct Shared {
 impl Shared {
     fn received(&self) -> MutexGuard<'_, Received> {
         // A panic while holding the lock (a test's handler) leaves plain data behind; keep it.
-        crate::util::lock(&self.received)
+        hermes_store::util::lock(&self.received)
     }
 }
 
@@ -281,30 +281,30 @@ impl ScriptedModel {
 
     /// From now on the replies report `model` as the model that answered.
     pub fn report_model(&self, model: &str) {
-        crate::util::lock(&self.shared.served).model = model.to_string();
+        hermes_store::util::lock(&self.shared.served).model = model.to_string();
     }
 
     /// From now on the replies carry this `system_fingerprint` (or none).
     pub fn report_fingerprint(&self, fingerprint: Option<&str>) {
-        crate::util::lock(&self.shared.served).fingerprint = fingerprint.map(str::to_string);
+        hermes_store::util::lock(&self.shared.served).fingerprint = fingerprint.map(str::to_string);
     }
 
     /// `GET /v1/models` lists these ids from now on (`None`: the route answers 404, as at
     /// the start).
     pub fn list_models(&self, ids: Option<&[&str]>) {
-        crate::util::lock(&self.shared.served).listed =
+        hermes_store::util::lock(&self.shared.served).listed =
             ids.map(|ids| ids.iter().map(|s| s.to_string()).collect());
     }
 
     /// `GET /props` names this model file, as llama.cpp's server does (`None`: 404, as
     /// llama-cpp-python and hosted APIs). At the start: `/models/scripted.gguf`.
     pub fn serve_model_file(&self, path: Option<&str>) {
-        crate::util::lock(&self.shared.served).model_file = path.map(str::to_string);
+        hermes_store::util::lock(&self.shared.served).model_file = path.map(str::to_string);
     }
 
     /// `GET /api/tags` lists `name` with `digest`, as Ollama does (`None`: 404, as at the start).
     pub fn serve_digest(&self, tag: Option<(&str, &str)>) {
-        crate::util::lock(&self.shared.served).digest =
+        hermes_store::util::lock(&self.shared.served).digest =
             tag.map(|(n, d)| (n.to_string(), d.to_string()));
     }
 
@@ -381,7 +381,7 @@ async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, raw: Bytes)
     let mut reply = match &shared.source {
         Source::Handler(handler) => handler(&request),
         Source::Script(queue) => {
-            let next = crate::util::lock(queue).pop_front();
+            let next = hermes_store::util::lock(queue).pop_front();
             match next {
                 Some(reply) => reply,
                 None => Reply::Status {
@@ -400,7 +400,7 @@ async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, raw: Bytes)
             }
             Reply::Body(mut body) => {
                 fill_prompt_tokens(&mut body, &text);
-                fill_served(&mut body, &crate::util::lock(&shared.served));
+                fill_served(&mut body, &hermes_store::util::lock(&shared.served));
                 return axum::Json(body).into_response();
             }
             Reply::Status {
@@ -422,7 +422,7 @@ fn fill_served(body: &mut Value, served: &Served) {
 }
 
 async fn models(State(shared): State<Arc<Shared>>) -> Response {
-    let listed = crate::util::lock(&shared.served).listed.clone();
+    let listed = hermes_store::util::lock(&shared.served).listed.clone();
     match listed {
         Some(ids) => {
             let data: Vec<Value> = ids
@@ -436,7 +436,7 @@ async fn models(State(shared): State<Arc<Shared>>) -> Response {
 }
 
 async fn props(State(shared): State<Arc<Shared>>) -> Response {
-    let file = crate::util::lock(&shared.served).model_file.clone();
+    let file = hermes_store::util::lock(&shared.served).model_file.clone();
     match file {
         Some(path) => {
             axum::Json(json!({"model_path": path, "chat_template": "", "total_slots": 1}))
@@ -447,7 +447,7 @@ async fn props(State(shared): State<Arc<Shared>>) -> Response {
 }
 
 async fn tags(State(shared): State<Arc<Shared>>) -> Response {
-    let digest = crate::util::lock(&shared.served).digest.clone();
+    let digest = hermes_store::util::lock(&shared.served).digest.clone();
     match digest {
         Some((name, digest)) => {
             axum::Json(json!({"models": [{"name": name, "model": name, "digest": digest}]}))

@@ -14,7 +14,7 @@
 //! Must not: decide which mode a profile uses (the gateway does) or know what a tool does.
 
 use super::{LlmError, Message, ModelReply, Role, ToolSpec, Toolset, Usage};
-use crate::config::Profile;
+use hermes_config::Profile;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;

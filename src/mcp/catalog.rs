@@ -5,7 +5,7 @@
 //! Owns: the specs and the typed arguments they are read into.
 //! Must not: do anything; `server.rs` runs the calls.
 
-use crate::store::TaskState;
+use hermes_store::TaskState;
 use serde::Deserialize;
 use serde_json::{Value, json};
 

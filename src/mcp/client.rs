@@ -12,7 +12,7 @@
 use super::McpError;
 use super::child::ChildTransport;
 use super::limits::HANDSHAKE_TIMEOUT;
-use crate::config::{McpServer, McpTransport};
+use hermes_config::{McpServer, McpTransport};
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::{ClientCacheConfig, MaybeSendFuture, NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -69,16 +69,16 @@ impl LastWords {
     }
 
     fn push(&self, line: &str) {
-        let mut lines = crate::util::lock(&self.lines);
+        let mut lines = hermes_store::util::lock(&self.lines);
         if lines.len() == LAST_WORDS_LINES {
             lines.pop_front();
         }
-        lines.push_back(crate::util::text::cut(line.trim(), LAST_WORDS_CHARS).into_owned());
+        lines.push_back(hermes_store::util::text::cut(line.trim(), LAST_WORDS_CHARS).into_owned());
     }
 
     /// `; it said: LINE` with its last non-empty line, or nothing.
     pub(crate) fn suffix(&self) -> String {
-        let lines = crate::util::lock(&self.lines);
+        let lines = hermes_store::util::lock(&self.lines);
         match lines.iter().rev().find(|l| !l.is_empty()) {
             Some(l) => format!("; it said: {l}"),
             None => String::new(),
@@ -273,7 +273,7 @@ fn read_stderr(
         let mut lines = tokio::io::BufReader::new(stderr).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             let line = last_words.redact(&line);
-            tracing::debug!(server = %name, "mcp server stderr: {}", crate::util::text::for_terminal(&line));
+            tracing::debug!(server = %name, "mcp server stderr: {}", hermes_store::util::text::for_terminal(&line));
             last_words.push(&line);
         }
     })
@@ -360,20 +360,20 @@ fn init_error_text(e: &rmcp::service::ClientInitializeError) -> String {
             )
         }
         E::ConnectionClosed(_) => "it closed the connection (did the program exit?)".into(),
-        other => crate::util::error_chain(other),
+        other => hermes_store::util::error_chain(other),
     }
 }
 
 /// A transport error's cause chain, without the wrapper that names rmcp's types.
 pub(super) fn transport_error_text(e: &rmcp::transport::DynamicTransportError) -> String {
-    crate::util::error_chain(&*e.error as &(dyn std::error::Error + 'static))
+    hermes_store::util::error_chain(&*e.error as &(dyn std::error::Error + 'static))
 }
 
 /// A failed request in words (see [`transport_error_text`]).
 pub(super) fn service_error_text(e: &rmcp::service::ServiceError) -> String {
     match e {
         rmcp::service::ServiceError::TransportSend(t) => transport_error_text(t),
-        other => crate::util::error_chain(other),
+        other => hermes_store::util::error_chain(other),
     }
 }
 
@@ -416,7 +416,7 @@ mod tests {
             w.push(&format!("line {i}"));
         }
         w.push(&"x".repeat(1000));
-        assert_eq!(crate::util::lock(&w.lines).len(), LAST_WORDS_LINES);
+        assert_eq!(hermes_store::util::lock(&w.lines).len(), LAST_WORDS_LINES);
         assert!(w.suffix().len() < LAST_WORDS_CHARS + 20);
         w.push("   ");
         assert!(w.suffix().starts_with("; it said: xxx"));

@@ -10,7 +10,7 @@ use super::McpError;
 use super::client::{self, Handler};
 use super::limits::{HANDSHAKE_TIMEOUT, STOP_WAIT};
 use super::names::tool_names;
-use crate::config::{McpServer, McpSettings};
+use hermes_config::{McpServer, McpSettings};
 use rmcp::model::{PaginatedRequestParams, Tool};
 use rmcp::{Peer, RoleClient};
 use std::collections::HashMap;

@@ -16,10 +16,10 @@ use super::listing::list_tools;
 use super::status::{ServerState, ServerStatus, transport_word};
 use super::tool::{McpTool, PeerSlot};
 use super::{McpError, SEPARATOR};
-use crate::config::{McpServer, McpSettings};
 use crate::tools::sandbox::Mode;
 use crate::tools::{Registry, RegistryError, SourceStart};
-use crate::util::{Backoff, lock};
+use hermes_config::{McpServer, McpSettings};
+use hermes_store::util::{Backoff, lock};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -87,7 +87,7 @@ impl McpManager {
     ) -> Self {
         if sandbox == Mode::Warn {
             for (name, s) in &settings.servers {
-                if s.transport() == crate::config::McpTransport::Stdio {
+                if s.transport() == hermes_config::McpTransport::Stdio {
                     tracing::warn!(server = %name, "tools.sandbox is warn: this MCP server runs unconfined");
                 }
             }

@@ -51,7 +51,7 @@ pub(crate) async fn serve_stdio(backend: Arc<dyn Backend>) -> Result<(), ServeEr
     let session = Hermes::new(backend)
         .serve(io)
         .await
-        .map_err(|e| ServeError::Handshake(crate::util::error_chain(&e)))?;
+        .map_err(|e| ServeError::Handshake(hermes_store::util::error_chain(&e)))?;
     session
         .waiting()
         .await
@@ -231,6 +231,6 @@ enum CallError {
     Arguments(String),
     #[error("unknown tool '{0}'")]
     UnknownTool(String),
-    #[error("{}", crate::util::error_chain(.0))]
+    #[error("{}", hermes_store::util::error_chain(.0))]
     Backend(#[from] ClientError),
 }

@@ -4,8 +4,8 @@
 //! Owns: the status types and their text and JSON forms.
 //! Must not: carry env values, header values or the URL's query (they may hold secrets).
 
-use crate::config::McpTransport;
 use chrono::{DateTime, Utc};
+use hermes_config::McpTransport;
 use serde::Serialize;
 
 /// Where a server is in its life.

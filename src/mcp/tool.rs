@@ -93,12 +93,14 @@ impl McpTool {
     }
 
     async fn run(&self, args: Value) -> Result<Value, ToolError> {
-        let peer = crate::util::lock(&self.peer).clone().ok_or_else(|| {
-            ToolError::Network(format!(
-                "MCP server '{}' is not connected (it is starting or restarting)",
-                self.server
-            ))
-        })?;
+        let peer = hermes_store::util::lock(&self.peer)
+            .clone()
+            .ok_or_else(|| {
+                ToolError::Network(format!(
+                    "MCP server '{}' is not connected (it is starting or restarting)",
+                    self.server
+                ))
+            })?;
         let mut params = CallToolRequestParams::new(self.remote.clone());
         if let Value::Object(map) = args {
             params = params.with_arguments(map);

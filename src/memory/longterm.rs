@@ -15,7 +15,7 @@
 //! one process that opened it.
 
 use crate::llm::Embedder;
-use crate::store::{Fact, Store, StoreError, Upsert};
+use hermes_store::{Fact, Store, StoreError, Upsert};
 use index::{Fields, Opened, close_writer, document, open_index, open_writer};
 use meaning::Meaning;
 pub use meaning::{MeaningError, MeaningStatus, ServerState};
@@ -34,7 +34,7 @@ use tokio_util::task::TaskTracker;
 pub(crate) const INDEX_DIR: &str = "memory-index";
 
 /// Retries of a failed index repair: soon at first, then every minute at most.
-const REPAIR_BACKOFF: crate::util::Backoff = crate::util::Backoff::new(
+const REPAIR_BACKOFF: hermes_store::util::Backoff = hermes_store::util::Backoff::new(
     std::time::Duration::from_secs(1),
     std::time::Duration::from_secs(60),
 );
@@ -360,7 +360,7 @@ impl LongTerm {
 
     /// Why the index is not used right now, if it is not (recall then reads the database).
     pub(crate) fn trouble(&self) -> Option<String> {
-        crate::util::lock(&self.inner.trouble).clone()
+        hermes_store::util::lock(&self.inner.trouble).clone()
     }
 
     /// After a write to the index: on failure, note the trouble and start a repair.
@@ -369,7 +369,7 @@ impl LongTerm {
             return;
         };
         tracing::warn!(error = %e, "memory index write failed; facts stay saved, recall reads the database until the index is rebuilt");
-        *crate::util::lock(&self.inner.trouble) = Some(e.to_string());
+        *hermes_store::util::lock(&self.inner.trouble) = Some(e.to_string());
         if !self.inner.repairing.swap(true, Ordering::SeqCst) {
             let me = self.clone();
             tokio::spawn(async move { me.repair().await });
@@ -396,7 +396,7 @@ impl LongTerm {
             match result {
                 Ok(n) => {
                     tracing::info!(facts = n, "memory index rebuilt; recall uses it again");
-                    *crate::util::lock(&self.inner.trouble) = None;
+                    *hermes_store::util::lock(&self.inner.trouble) = None;
                     self.inner.repairing.store(false, Ordering::SeqCst);
                     return;
                 }
@@ -404,7 +404,7 @@ impl LongTerm {
                     let delay = REPAIR_BACKOFF.delay(attempt);
                     attempt = attempt.saturating_add(1);
                     tracing::warn!(error = %e, retry_in_s = delay.as_secs(), "memory index repair failed");
-                    *crate::util::lock(&self.inner.trouble) = Some(e.to_string());
+                    *hermes_store::util::lock(&self.inner.trouble) = Some(e.to_string());
                     tokio::time::sleep(delay).await;
                 }
             }
@@ -435,7 +435,7 @@ impl Inner {
     fn lock_index(&self) -> MutexGuard<'_, Opened> {
         // A panic while holding the lock drops the write's writer on the way out, and with it
         // its uncommitted operations.
-        crate::util::lock(&self.index)
+        hermes_store::util::lock(&self.index)
     }
 
     /// Open the index afresh (its directory recreated if it went away) and fill it with

@@ -8,8 +8,8 @@
 //! summary grow past `summary_max_chars` whatever the model returns.
 
 use crate::llm::{LlmError, Message, ToolCall};
-use crate::util::text::{collapse, one_line, prefix};
 use futures::future::BoxFuture;
+use hermes_store::util::text::{collapse, one_line, prefix};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -182,7 +182,7 @@ impl ShortTerm {
                 }
             }
         };
-        let inert = crate::util::inert::neutralise(&summary);
+        let inert = hermes_store::util::inert::neutralise(&summary);
         self.summary = prefix(&inert, self.summary_max_chars).to_string();
     }
 

@@ -395,7 +395,7 @@ impl Metrics {
     /// Every family in the Prometheus text format, the scrape-time gauges set from `reading`.
     pub fn render(&self, reading: &Reading) -> String {
         let i = &self.inner;
-        let _turn = crate::util::lock(&i.scrape);
+        let _turn = hermes_store::util::lock(&i.scrape);
         // A state with no tasks left must not keep its last count.
         i.tasks.clear();
         for &(state, origin, n) in reading.tasks.iter().flatten() {

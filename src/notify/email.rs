@@ -12,8 +12,8 @@ use super::NotifyError;
 use super::markdown::email_html;
 use super::sender::SendError;
 use super::thread;
-use crate::config::{EmailSettings, SmtpSecurity};
-use crate::store::Notice;
+use hermes_config::{EmailSettings, SmtpSecurity};
+use hermes_store::Notice;
 use lettre::message::{Mailbox, Mailboxes, MultiPart, header};
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
@@ -227,26 +227,26 @@ fn classify(e: &lettre::transport::smtp::Error, label: &str) -> SendError {
         return SendError::Permanent(format!(
             "TLS with SMTP server {label} failed ({}); check notify.email.security and smtp_port \
              (starttls is usually port 587, tls port 465)",
-            crate::util::error_chain(e)
+            hermes_store::util::error_chain(e)
         ));
     }
     if e.is_client() {
         return SendError::Permanent(format!(
             "cannot talk to SMTP server {label}: {}; check notify.email",
-            crate::util::error_chain(e)
+            hermes_store::util::error_chain(e)
         ));
     }
     // Connection, network, timeout, a garbled reply: the relay may be back later.
     SendError::Transient(format!(
         "cannot reach SMTP server {label}: {}",
-        crate::util::error_chain(e)
+        hermes_store::util::error_chain(e)
     ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{NewNotice, NoticeState};
+    use hermes_store::{NewNotice, NoticeState};
 
     fn settings() -> EmailSettings {
         EmailSettings {

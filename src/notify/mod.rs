@@ -39,16 +39,16 @@ mod sender;
 pub mod thread;
 mod webhook;
 
-pub use crate::util::RetryPolicy;
+pub use hermes_store::util::RetryPolicy;
 pub(crate) use markdown::render_markdown;
 pub use sender::SendError;
 pub use webhook::{SIGNATURE_HEADER, signature};
 
-use crate::config::NotifySettings;
-use crate::store::{NewNotice, Notice, Store, StoreError};
-use crate::util::Backoff;
 use email::EmailChannel;
 use futures::future::{BoxFuture, join_all};
+use hermes_config::NotifySettings;
+use hermes_store::util::Backoff;
+use hermes_store::{NewNotice, Notice, Store, StoreError};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -11,10 +11,10 @@
 
 use super::{Inner, Notifier};
 use crate::metrics::DeliveryFailure;
-use crate::store::Notice;
 use chrono::Utc;
 use futures::FutureExt;
 use futures::future::join_all;
+use hermes_store::Notice;
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
@@ -257,7 +257,7 @@ impl Notifier {
     }
 
     /// On a database several daemons share, take the notice for this attempt first (see
-    /// [`crate::store::Store::lease_notice`]): each notice is sent by one of them, and by another after
+    /// [`hermes_store::Store::lease_notice`]): each notice is sent by one of them, and by another after
     /// the lease if this one dies mid-send. One daemon alone needs no lease. False: leave it.
     async fn lease(&self, notice: &Notice) -> bool {
         let store = &self.inner.store;
@@ -282,7 +282,7 @@ impl Notifier {
         notice: &Notice,
         attempt: u32,
         outcome: Result<(), SendError>,
-    ) -> Result<(), crate::store::StoreError> {
+    ) -> Result<(), hermes_store::StoreError> {
         let (id, channel) = (notice.id, &notice.queued.channel);
         let store = &self.inner.store;
         let failed = |kind| self.metrics.observe_delivery_failure(channel, kind);
@@ -358,9 +358,9 @@ impl Inner {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{NotifySettings, WebhookSettings};
     use crate::notify::Notifier;
-    use crate::store::Store;
+    use hermes_config::{NotifySettings, WebhookSettings};
+    use hermes_store::Store;
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
     use tokio_util::sync::CancellationToken;
@@ -371,7 +371,7 @@ mod tests {
 
     impl std::io::Write for Logs {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            crate::util::lock(&self.0).extend_from_slice(buf);
+            hermes_store::util::lock(&self.0).extend_from_slice(buf);
             Ok(buf.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
@@ -392,7 +392,7 @@ mod tests {
         }
 
         fn text(&self) -> String {
-            String::from_utf8_lossy(&crate::util::lock(&self.0)).into_owned()
+            String::from_utf8_lossy(&hermes_store::util::lock(&self.0)).into_owned()
         }
     }
 

@@ -9,9 +9,9 @@
 //! a webhook's full URL (chat webhooks carry their token in the path), touch the outbox.
 
 use super::sender::SendError;
-use crate::config::WebhookSettings;
-use crate::store::Notice;
 use chrono::{DateTime, Utc};
+use hermes_config::WebhookSettings;
+use hermes_store::Notice;
 use hmac::{Hmac, KeyInit, Mac};
 use reqwest::StatusCode;
 use serde::Serialize;
@@ -117,7 +117,7 @@ impl WebhookChannel {
         }
         let text =
             String::from_utf8_lossy(&read_capped(response, MAX_ERROR_BODY).await).into_owned();
-        let excerpt = crate::util::text::prefix(text.trim(), EXCERPT_CHARS);
+        let excerpt = hermes_store::util::text::prefix(text.trim(), EXCERPT_CHARS);
         let what = format!(
             "webhook '{}' ({label}) answered HTTP {status}{}",
             self.name,
@@ -187,10 +187,10 @@ fn describe(e: reqwest::Error) -> String {
     } else if e.is_connect() {
         "connection failed"
     } else {
-        return crate::util::error_chain(&e);
+        return hermes_store::util::error_chain(&e);
     };
     match std::error::Error::source(&e) {
-        Some(cause) => format!("{what}: {}", crate::util::error_chain(cause)),
+        Some(cause) => format!("{what}: {}", hermes_store::util::error_chain(cause)),
         None => what.to_string(),
     }
 }

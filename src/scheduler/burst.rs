@@ -10,8 +10,8 @@
 use super::Scheduler;
 use super::fire::{LOOP_SLACK, Started, firing_token};
 use super::schedule::ZonedSchedule;
-use crate::store::{BurstClaim, Job, StoreError};
 use chrono::{DateTime, Utc};
+use hermes_store::{BurstClaim, Job, StoreError};
 use std::time::{Duration, Instant};
 
 /// How long the pass took before the burst: reading the due jobs, choosing the burst.
@@ -132,7 +132,7 @@ impl Scheduler {
             };
             tracing::info!(job = %job.id, outcome = "fired", task = %task.id(), run = run_id,
                 reason = "schedule", "job firing");
-            self.count_firing(crate::store::RunOutcome::Fired, 1, Some(claim.due));
+            self.count_firing(hermes_store::RunOutcome::Fired, 1, Some(claim.due));
             let me = self.clone();
             let started = Started {
                 job,

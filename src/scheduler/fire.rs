@@ -4,8 +4,8 @@
 
 use super::schedule::{ScheduleError, ZonedSchedule, parse_timezone};
 use super::{JobTask, RunnerError, Scheduler, SchedulerError};
-use crate::store::{Delivery, Job, NewNotice, RunOutcome, StoreError, Task, TaskState, new_id};
 use chrono::{DateTime, Duration, Utc};
+use hermes_store::{Delivery, Job, NewNotice, RunOutcome, StoreError, Task, TaskState, new_id};
 use serde_json::Value;
 
 /// Counting missed due times stops here (a per-minute job down for months).
@@ -488,7 +488,7 @@ impl Scheduler {
     async fn run_to_end(&self, task: Box<dyn JobTask>) -> Option<Result<Task, RunnerError>> {
         let id = task.id().to_string();
         let mut run = task.run();
-        let Some(stopping) = crate::util::lock(&self.inner.stopping).clone() else {
+        let Some(stopping) = hermes_store::util::lock(&self.inner.stopping).clone() else {
             return Some(run.await);
         };
         tokio::select! {
@@ -550,7 +550,7 @@ impl Scheduler {
 /// firing releases only its own hold, and naming the node, so the placeholders of a node that
 /// died can be freed by the others (see `store::placeholder_prefix`).
 pub(super) fn firing_token(node: Option<&str>) -> String {
-    format!("{}{}", crate::store::placeholder_prefix(node), new_id())
+    format!("{}{}", hermes_store::placeholder_prefix(node), new_id())
 }
 
 /// The date of `t` in the job's zone (UTC if the zone no longer parses).

@@ -3,8 +3,8 @@
 
 use super::schedule::ZonedSchedule;
 use super::{JobRequest, JobView, Scheduler, SchedulerError, words};
-use crate::store::{Job, JobRun, MAX_TASK_CHARS, NewJob, Origin, PauseReason};
 use chrono::{DateTime, Utc};
+use hermes_store::{Job, JobRun, MAX_TASK_CHARS, NewJob, Origin, PauseReason};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -340,7 +340,7 @@ fn check_precheck(p: &Value) -> Result<(), SchedulerError> {
 /// A job without a name is named after the start of its task.
 fn default_name(task: &str) -> String {
     const MAX: usize = 48;
-    crate::util::text::one_line(task.lines().next().unwrap_or(task), MAX)
+    hermes_store::util::text::one_line(task.lines().next().unwrap_or(task), MAX)
 }
 
 /// A job's `pre_approved` globs, trimmed, without empty entries or repeats.

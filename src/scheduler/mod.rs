@@ -52,11 +52,11 @@ pub(crate) use jobs::{PREVIEW_FIRINGS, describe_job, upcoming};
 pub use jobs::{SchedulePreview, next_after_pause};
 pub use schedule::{Schedule, ScheduleError, ZonedSchedule, parse_timezone};
 
-use crate::config::SchedulerSettings;
-use crate::store::{Job, JobRun, NewNotice, Store, StoreError, Task};
-use crate::util::lock;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
+use hermes_config::SchedulerSettings;
+use hermes_store::util::lock;
+use hermes_store::{Job, JobRun, NewNotice, Store, StoreError, Task};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::{Arc, Mutex};

@@ -8,8 +8,8 @@
 //! through the job's channels.
 
 use super::Scheduler;
-use crate::store::{Delivery, FailReason, Job, JobRun, RunOutcome, StepKind};
-use crate::util::text::one_line;
+use hermes_store::util::text::one_line;
+use hermes_store::{Delivery, FailReason, Job, JobRun, RunOutcome, StepKind};
 use std::fmt::Write;
 
 /// Runs looked at to count a streak; a job failing longer than this is reported as "at least".
@@ -131,7 +131,7 @@ fn streak_of(runs: &[JobRun], run_id: i64) -> u32 {
 }
 
 /// The model errors, the tool errors and the step the task stopped at, from its trace.
-fn trace_causes(steps: &[crate::store::Step]) -> String {
+fn trace_causes(steps: &[hermes_store::Step]) -> String {
     let mut out = String::new();
     let errors = |kind: StepKind| {
         steps

@@ -4,7 +4,7 @@
 
 use super::fire::Started;
 use super::{RESCAN, Scheduler, SchedulerError};
-use crate::store::{RunOutcome, StoreError};
+use hermes_store::{RunOutcome, StoreError};
 use std::time::Duration;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;

@@ -95,7 +95,7 @@ impl Breakers {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Record>> {
-        crate::util::lock(&self.records)
+        hermes_store::util::lock(&self.records)
     }
 }
 

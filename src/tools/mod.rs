@@ -17,7 +17,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, Default)]
 pub struct ToolContext {
     pub task_id: String,
-    pub origin: crate::store::Origin,
+    pub origin: hermes_store::Origin,
     pub job_id: Option<String>,
     /// Sub-agent nesting depth: 0 for a top-level task.
     pub depth: u32,
@@ -38,11 +38,11 @@ pub struct Waiting(std::sync::Arc<std::sync::Mutex<Vec<Value>>>);
 
 impl Waiting {
     pub fn set(&self, entries: Vec<Value>) {
-        *crate::util::lock(&self.0) = entries;
+        *hermes_store::util::lock(&self.0) = entries;
     }
 
     pub fn take(&self) -> Vec<Value> {
-        std::mem::take(&mut *crate::util::lock(&self.0))
+        std::mem::take(&mut *hermes_store::util::lock(&self.0))
     }
 }
 

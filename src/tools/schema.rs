@@ -25,7 +25,7 @@ pub(super) fn violation(e: &jsonschema::ValidationError<'_>) -> String {
     let path = e.instance_path().as_str();
     let path = if path.is_empty() { "(root)" } else { path };
     let msg = format!("{path}: {e}");
-    crate::util::text::cut(&msg, MAX_VIOLATION_CHARS).into_owned()
+    hermes_store::util::text::cut(&msg, MAX_VIOLATION_CHARS).into_owned()
 }
 
 /// Keywords left out of the schema the model sees; validation keeps them.

@@ -140,9 +140,9 @@ pub(crate) fn cut_with_note(text: &str, max_tokens: u32, rest: &Rest<'_>) -> Str
     out
 }
 
-/// Tool data made inert: see [`crate::util::inert`].
+/// Tool data made inert: see [`hermes_store::util::inert`].
 pub(crate) fn neutralise(text: &str) -> Cow<'_, str> {
-    crate::util::inert::neutralise(text)
+    hermes_store::util::inert::neutralise(text)
 }
 
 /// A tool name safe inside the `tool="…"` attribute (names from the model may be anything).

@@ -4,11 +4,11 @@
 use crate::common;
 
 use hermes_agent::agent::{Followed, RunOptions, Submit};
-use hermes_agent::config::WebhookSettings;
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
-use hermes_agent::store::{FailReason, Origin};
-use hermes_agent::store::{StepKind, TaskState};
 use hermes_agent::tools::{Tool, ToolInfo, tool_fn};
+use hermes_config::WebhookSettings;
+use hermes_store::{FailReason, Origin};
+use hermes_store::{StepKind, TaskState};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

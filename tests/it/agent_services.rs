@@ -3,10 +3,10 @@
 
 use crate::common;
 
-use hermes_agent::config::{SubAgent, WebhookSettings};
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
-use hermes_agent::store::{Delivery, Origin};
-use hermes_agent::store::{RunOutcome, TaskState};
+use hermes_config::{SubAgent, WebhookSettings};
+use hermes_store::{Delivery, Origin};
+use hermes_store::{RunOutcome, TaskState};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -224,7 +224,7 @@ async fn delegate_parallel_reports_success_failure_and_timeout_per_sub_agent() {
     let subs = t
         .app
         .store
-        .list_tasks(&hermes_agent::store::TaskFilter {
+        .list_tasks(&hermes_store::TaskFilter {
             limit: 10,
             ..Default::default()
         })

@@ -557,16 +557,16 @@ async fn a_huge_url_gets_a_json_error_on_a_real_socket() {
 
 /// An API over a store opened with `opts` (a size cap standing in for a full disk, or
 /// read-only), the facts index off.
-async fn api_over(opts: hermes_agent::store::StoreOptions) -> (Router, TestApp, ScriptedModel) {
+async fn api_over(opts: hermes_store::StoreOptions) -> (Router, TestApp, ScriptedModel) {
     let model = ScriptedModel::start_with(echo_model).await;
     let dir = tempfile::tempdir().expect("temp dir");
     // Created first at full size, so the schema exists before the cap or the read-only mode.
-    hermes_agent::store::Store::open(dir.path())
+    hermes_store::Store::open(dir.path())
         .await
         .expect("fresh store")
         .close()
         .await;
-    let config = hermes_agent::config::Config::from_settings(
+    let config = hermes_config::Config::from_settings(
         common::settings(&model.base_url()),
         dir.path().to_path_buf(),
     );
@@ -602,7 +602,7 @@ fn post_task(text: &str) -> Request<Body> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_is_a_503_naming_the_cause_and_health_says_degraded() {
-    use hermes_agent::store::StoreOptions;
+    use hermes_store::StoreOptions;
     let (router, _t, _model) = api_over(StoreOptions {
         max_pages: Some(60),
         ..StoreOptions::default()
@@ -643,7 +643,7 @@ async fn a_full_disk_is_a_503_naming_the_cause_and_health_says_degraded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_only_database_is_a_503_naming_the_file() {
-    use hermes_agent::store::StoreOptions;
+    use hermes_store::StoreOptions;
     let (router, t, _model) = api_over(StoreOptions {
         read_only: true,
         ..StoreOptions::default()
@@ -668,7 +668,7 @@ async fn a_read_only_database_is_a_503_naming_the_file() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_refuses_to_start_on_a_database_it_cannot_write() {
-    use hermes_agent::store::StoreOptions;
+    use hermes_store::StoreOptions;
     let (_router, t, _model) = api_over(StoreOptions {
         read_only: true,
         ..StoreOptions::default()
@@ -937,7 +937,7 @@ async fn schedules_are_previewed_and_jobs_paused_and_resumed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_are_listed_and_retried() {
-    use hermes_agent::store::NewNotice;
+    use hermes_store::NewNotice;
     let api = api("").await;
     let store = &api.t.app.store;
     let queue = |title: &str| NewNotice {
@@ -1161,7 +1161,7 @@ async fn the_dashboard_signs_in_with_the_token_and_guards_changes_with_csrf() {
     let t = api.t.app.store.task(id).await.expect("stored");
     assert_eq!(
         (t.task.as_str(), t.origin),
-        ("from a form", hermes_agent::store::Origin::Web)
+        ("from a form", hermes_store::Origin::Web)
     );
 
     // Signing out ends the session at once.
@@ -1193,7 +1193,7 @@ async fn every_page_is_html_under_a_strict_policy_and_cross_site_changes_are_ref
                 schedule: "0 8 * * *".into(),
                 ..Default::default()
             },
-            hermes_agent::store::Origin::Api,
+            hermes_store::Origin::Api,
         )
         .await
         .expect("a job");

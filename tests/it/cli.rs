@@ -159,7 +159,7 @@ fn tasks_list_and_show_over_an_empty_store() {
 
 #[test]
 fn tasks_show_renders_a_stored_trace_as_a_timeline_and_json() {
-    use hermes_agent::store::*;
+    use hermes_store::*;
     let dir = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let id = rt.block_on(async {
@@ -230,7 +230,7 @@ fn tasks_show_renders_a_stored_trace_as_a_timeline_and_json() {
 
 #[test]
 fn usage_sums_the_model_calls_of_the_data_dir() {
-    use hermes_agent::store::*;
+    use hermes_store::*;
     let dir = tempfile::tempdir().unwrap();
     let out = hermes(dir.path(), &["usage"]);
     assert!(out.status.success(), "{}", text(&out.stderr));

@@ -2,11 +2,11 @@
 //! loopback, and an [`App`] on a temporary data dir.
 
 use hermes_agent::app::{App, BuildOptions, JobExecution};
-use hermes_agent::config::{Config, Settings};
 use hermes_agent::llm::RetryPolicy;
-use hermes_agent::store::Origin;
 use hermes_agent::tools::Tool;
-use hermes_agent::util::Backoff;
+use hermes_config::{Config, Settings};
+use hermes_store::Origin;
+use hermes_store::util::Backoff;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,7 +89,7 @@ pub async fn webhook_receiver() -> (String, Arc<std::sync::Mutex<Vec<serde_json:
 }
 
 /// Create a task from the CLI and run it in this process; the stored record with its trace.
-pub async fn run_task(t: &TestApp, text: &str) -> hermes_agent::store::TaskRecord {
+pub async fn run_task(t: &TestApp, text: &str) -> hermes_store::TaskRecord {
     let task = t
         .app
         .agent
@@ -167,7 +167,7 @@ pub async fn run_evals(
     profile: Option<&str>,
     names: &[&str],
     retry: Option<RetryPolicy>,
-    on_result: &(dyn Fn(&hermes_agent::store::EvalResult) + Send + Sync),
+    on_result: &(dyn Fn(&hermes_store::EvalResult) + Send + Sync),
 ) -> hermes_agent::eval::EvalReport {
     use hermes_agent::eval;
     let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
@@ -178,7 +178,7 @@ pub async fn run_evals(
             gateway: app.agent.gateway(),
             profile: profile.map(str::to_string),
             cases: eval::choose(eval::load(None).expect("the built-in suite"), &names),
-            trigger: hermes_agent::store::EvalTrigger::Cli,
+            trigger: hermes_store::EvalTrigger::Cli,
             scheduler: Some(&app.scheduler),
             model_retry: retry,
         },

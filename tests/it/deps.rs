@@ -630,7 +630,7 @@ fn install_prometheus() -> Result<PathBuf, String> {
 
 /// Debian's PostgreSQL programs (`/usr/lib/postgresql/N/bin`), for the PostgreSQL tests,
 /// installed first if missing by `scripts/ci/postgres-deps.sh`. The install lives with the
-/// test cluster (`src/store/test_postgres.rs`), which the store's unit tests use too.
+/// test cluster (`crates/store/src/test_postgres.rs`), which the store's unit tests use too.
 #[allow(dead_code)]
 pub fn postgres() -> PathBuf {
     crate::postgres::cluster::bin_dir().unwrap_or_else(|why| panic!("{why}"))

@@ -7,7 +7,7 @@ use hermes_agent::eval::ModelWatch;
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::llm::{Identity, Told};
 use hermes_agent::scheduler::JobRequest;
-use hermes_agent::store::{Origin, PauseReason, Store};
+use hermes_store::{Origin, PauseReason, Store};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;

@@ -15,11 +15,11 @@
 
 use crate::common;
 
-use hermes_agent::config::Config;
 use hermes_agent::doctor::Verdict;
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::llm::{Gateway, ToolProbe, estimate_tokens};
-use hermes_agent::store::TaskState;
+use hermes_config::Config;
+use hermes_store::TaskState;
 use serde_json::{Value, json};
 
 /// The server's answer to a native request whose model chose "message:".

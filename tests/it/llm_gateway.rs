@@ -6,12 +6,12 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hermes_agent::config::{ModelSettings, Profile};
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::llm::{
     Gateway, LlmError, Message, RetryPolicy, ToolCall, ToolSpec, estimate_tokens,
 };
-use hermes_agent::util::Backoff;
+use hermes_config::{ModelSettings, Profile};
+use hermes_store::util::Backoff;
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-test-7f3a9c2e5b1d";
@@ -362,7 +362,7 @@ async fn client_error_is_not_retried_and_quotes_the_body() {
     // Native on purpose: `auto` would switch to text mode on this answer (tested below).
     let mut s = settings(&model.base_url(), "", 10);
     if let Some(p) = s.profiles.get_mut("fast") {
-        p.tool_mode = hermes_agent::config::ToolMode::Native;
+        p.tool_mode = hermes_config::ToolMode::Native;
     }
     let gw = Gateway::new(&s).unwrap().with_retry(quick_retry(3));
     let err = gw.chat("fast", &ask("hi"), &tools()).await.unwrap_err();
@@ -788,7 +788,7 @@ async fn a_text_profile_never_sends_tools() {
     let model = ScriptedModel::start(vec![Reply::text("ok")]).await;
     let mut s = settings(&model.base_url(), "", 10);
     if let Some(p) = s.profiles.get_mut("fast") {
-        p.tool_mode = hermes_agent::config::ToolMode::Text;
+        p.tool_mode = hermes_config::ToolMode::Text;
     }
     let gw = Gateway::new(&s).unwrap().with_retry(quick_retry(3));
     let reply = gw.chat("fast", &ask("hi"), &tools()).await.unwrap();

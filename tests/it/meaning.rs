@@ -6,10 +6,10 @@
 //! another model, and a fact forgotten.
 
 use crate::deps;
-use hermes_agent::config::EmbeddingSettings;
 use hermes_agent::llm::Embedder;
 use hermes_agent::memory::LongTerm;
-use hermes_agent::store::{Store, VectorModel};
+use hermes_config::EmbeddingSettings;
+use hermes_store::{Store, VectorModel};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};

@@ -4,7 +4,7 @@
 use futures::future::BoxFuture;
 use hermes_agent::llm::{LlmError, Message, Role, ToolCall};
 use hermes_agent::memory::{LongTerm, ShortTerm, Summariser, SummaryModel};
-use hermes_agent::store::{Store, Upsert};
+use hermes_store::{Store, Upsert};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -5,16 +5,14 @@
 
 use crate::common;
 use futures::future::BoxFuture;
-use hermes_agent::config::{ModelSettings, OnChange, Profile, WebhookSettings};
 use hermes_agent::eval::ModelWatch;
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::llm::{Gateway, LlmError, Message, RetryPolicy};
 use hermes_agent::scheduler::JobRequest;
-use hermes_agent::store::{
-    EvalVerdict, ModelAction, NoticeFilter, Origin, PauseReason, StepKind, Store,
-};
 use hermes_agent::tools::{Tool, ToolContext, ToolError, ToolInfo};
-use hermes_agent::util::Backoff;
+use hermes_config::{ModelSettings, OnChange, Profile, WebhookSettings};
+use hermes_store::util::Backoff;
+use hermes_store::{EvalVerdict, ModelAction, NoticeFilter, Origin, PauseReason, StepKind, Store};
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -9,13 +9,13 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use base64::Engine;
-use hermes_agent::config::{EmailSettings, NotifySettings, SmtpSecurity, WebhookSettings};
 use hermes_agent::notify::{Notifier, NotifyError, RetryPolicy};
-use hermes_agent::store::Origin;
-use hermes_agent::store::{NewNotice, NewTask, NoticeState, Store};
 use hermes_agent::tools::builtin::notify::tools;
 use hermes_agent::tools::{ToolContext, ToolError};
-use hermes_agent::util::Backoff;
+use hermes_config::{EmailSettings, NotifySettings, SmtpSecurity, WebhookSettings};
+use hermes_store::Origin;
+use hermes_store::util::Backoff;
+use hermes_store::{NewNotice, NewTask, NoticeState, Store};
 use hmac::{Hmac, KeyInit, Mac};
 use mailin_embedded::{AuthMechanism, Handler, Response, response};
 use serde_json::{Value, json};
@@ -409,11 +409,7 @@ fn notice(channel: &str, title: &str, body: &str) -> NewNotice {
 }
 
 /// Run passes until the notice leaves `pending` (retry delays are milliseconds).
-async fn deliver_until_settled(
-    n: &Notifier,
-    store: &Store,
-    id: i64,
-) -> hermes_agent::store::Notice {
+async fn deliver_until_settled(n: &Notifier, store: &Store, id: i64) -> hermes_store::Notice {
     tokio::time::timeout(WAIT, async {
         loop {
             n.deliver_due().await;

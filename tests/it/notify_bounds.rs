@@ -1,9 +1,9 @@
 //! What a hostile or broken receiver cannot do to the notifier: a webhook answering an error
 //! with a body of hundreds of megabytes is read only up to a cap, and the connection dropped.
 
-use hermes_agent::config::{NotifySettings, WebhookSettings};
 use hermes_agent::notify::Notifier;
-use hermes_agent::store::{NewNotice, NoticeState, Store};
+use hermes_config::{NotifySettings, WebhookSettings};
+use hermes_store::{NewNotice, NoticeState, Store};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

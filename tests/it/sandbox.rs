@@ -444,13 +444,13 @@ async fn a_thousand_calls() {
         assert!(out.is_ok(), "call {i}: {out:?}");
     }
     let data = tempfile::tempdir().expect("tempdir");
-    let store = hermes_agent::store::Store::open(data.path())
+    let store = hermes_store::Store::open(data.path())
         .await
         .expect("the database still opens for writing");
     let task = store
-        .create_task(&hermes_agent::store::NewTask {
+        .create_task(&hermes_store::NewTask {
             task: "after a thousand calls".into(),
-            origin: hermes_agent::store::Origin::Api,
+            origin: hermes_store::Origin::Api,
             profile: "fast".into(),
             ..Default::default()
         })

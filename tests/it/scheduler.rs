@@ -4,17 +4,17 @@
 
 use chrono::{DateTime, Duration as CDuration, Utc};
 use futures::future::BoxFuture;
-use hermes_agent::config::SchedulerSettings;
 use hermes_agent::scheduler::{
     Clock, Deliver, DeliverError, JobRequest, JobTask, JobView, RunnerError, ScheduleError,
     Scheduler, SchedulerError, TaskRunner,
 };
-use hermes_agent::store::{Delivery, FailReason, Origin};
-use hermes_agent::store::{
-    Job, JobRun, NewNotice, NewTask, RunOutcome, Store, Task, TaskFilter, TaskOutcome, TaskState,
-};
 use hermes_agent::tools::builtin::schedule::tools;
 use hermes_agent::tools::{Tool, ToolContext, ToolError};
+use hermes_config::SchedulerSettings;
+use hermes_store::{Delivery, FailReason, Origin};
+use hermes_store::{
+    Job, JobRun, NewNotice, NewTask, RunOutcome, Store, Task, TaskFilter, TaskOutcome, TaskState,
+};
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -859,7 +859,7 @@ async fn a_run_lock_whose_release_was_lost_is_freed_at_the_next_firing() {
         .await
         .unwrap();
     assert!(c.store.lock_job(&job.id, &task_id).await.unwrap());
-    let end = hermes_agent::store::TaskOutcome {
+    let end = hermes_store::TaskOutcome {
         state: TaskState::Succeeded,
         answer: Some("done".into()),
         error: None,
@@ -1380,7 +1380,7 @@ async fn a_failing_job_reports_once_with_its_causes_then_stays_quiet_until_it_re
 
 /// Refuses every new run row, as a full disk would, through another connection to the file.
 async fn refuse_run_rows(c: &Ctx) -> sqlx::SqlitePool {
-    let file = c.dir.path().join(hermes_agent::store::DB_FILE);
+    let file = c.dir.path().join(hermes_store::DB_FILE);
     let options = sqlx::sqlite::SqliteConnectOptions::new().filename(file);
     let db = sqlx::SqlitePool::connect_with(options).await.unwrap();
     sqlx::query(

@@ -13,8 +13,8 @@ use crate::common;
 
 use hermes_agent::agent::{RunOptions, Submit};
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
-use hermes_agent::store::{Origin, TaskState};
 use hermes_agent::tools::{ToolInfo, tool_fn};
+use hermes_store::{Origin, TaskState};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -11,8 +11,8 @@ use crate::common;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use hermes_agent::app::{App, BuildOptions, JobExecution};
-use hermes_agent::config::{Config, Settings, WebhookSettings};
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_config::{Config, Settings, WebhookSettings};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -149,7 +149,7 @@ impl Daemon {
             tool_backoff: Some(Duration::from_millis(5)),
             notify_retry: Some(hermes_agent::notify::RetryPolicy {
                 max_retries: 1,
-                backoff: hermes_agent::util::Backoff::new(
+                backoff: hermes_store::util::Backoff::new(
                     Duration::from_millis(50),
                     Duration::from_millis(50),
                 ),
@@ -370,7 +370,7 @@ async fn start_a_task_and_watch_it(c: &Client, d: &Daemon) -> String {
     );
     shot(c, "task-done").await;
     let t = d.app.store.task(&id).await.expect("the task");
-    assert_eq!(t.origin, hermes_agent::store::Origin::Web);
+    assert_eq!(t.origin, hermes_store::Origin::Web);
     id
 }
 

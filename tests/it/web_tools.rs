@@ -7,10 +7,10 @@ use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use hermes_agent::config::WebFetchSettings;
-use hermes_agent::store::Store;
 use hermes_agent::tools::builtin::web::tools;
 use hermes_agent::tools::{Tool, ToolContext, ToolError};
+use hermes_config::WebFetchSettings;
+use hermes_store::Store;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -676,7 +676,7 @@ async fn read_feed_atom() {
 // The circuit breaker and the web tools
 
 async fn web_registry(allow_private: bool) -> hermes_agent::tools::Registry {
-    use hermes_agent::config::ToolSettings;
+    use hermes_config::ToolSettings;
     let store = Store::open_in_memory().await.expect("store");
     let settings = ToolSettings {
         circuit_breaker_threshold: 2,

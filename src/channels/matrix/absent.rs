@@ -2,7 +2,7 @@
 //! a handle that can never hold a connected channel.
 
 use super::Probe;
-use crate::config::MatrixSettings;
+use hermes_config::MatrixSettings;
 use std::path::Path;
 
 /// The connected channel's state; none can exist in this build.
@@ -10,5 +10,5 @@ pub(crate) enum Inner {}
 
 /// Why there is nothing to probe.
 pub async fn probe(_s: &MatrixSettings, _data_dir: &Path) -> Result<Probe, String> {
-    Err(crate::config::MATRIX_NOT_BUILT.to_string())
+    Err(hermes_config::MATRIX_NOT_BUILT.to_string())
 }

@@ -6,7 +6,7 @@
 //! inbox needs, so an unusual event is at worst no message, never an error.
 
 use crate::inbox::{ChatKind, ChatMessage};
-use crate::store::Channel;
+use hermes_store::Channel;
 use matrix_sdk::deserialized_responses::{TimelineEvent, TimelineEventKind};
 use serde::Deserialize;
 

@@ -43,13 +43,13 @@ pub use probe::probe;
 
 use super::Intake;
 #[cfg(feature = "matrix")]
-use crate::config::MatrixSettings;
-use crate::config::Settings;
-#[cfg(feature = "matrix")]
 use crate::inbox::ChatMessage;
 use crate::inbox::Inbox;
 use crate::notify::ChatSend;
-use crate::store::Store;
+#[cfg(feature = "matrix")]
+use hermes_config::MatrixSettings;
+use hermes_config::Settings;
+use hermes_store::Store;
 #[cfg(feature = "matrix")]
 use matrix_sdk::Client;
 use serde::Serialize;
@@ -187,7 +187,7 @@ impl Matrix {
     pub fn status(&self) -> Status {
         match &self.inner {
             #[cfg(feature = "matrix")]
-            Some(i) => crate::util::lock(&i.status).clone(),
+            Some(i) => hermes_store::util::lock(&i.status).clone(),
             #[cfg(not(feature = "matrix"))]
             Some(i) => match **i {},
             None => Status::off(),
@@ -248,7 +248,7 @@ impl Running {
 #[cfg(feature = "matrix")]
 impl Inner {
     fn update(&self, f: impl FnOnce(&mut Status)) {
-        f(&mut crate::util::lock(&self.status));
+        f(&mut hermes_store::util::lock(&self.status));
     }
 
     fn set_down(&self, error: String) {

@@ -5,7 +5,7 @@
 //! With a daemon up the store is the daemon's: `doctor` asks it (`/healthz`) instead.
 
 use super::{Probe, session};
-use crate::config::{MatrixSettings, MatrixTarget};
+use hermes_config::{MatrixSettings, MatrixTarget};
 use matrix_sdk::RoomMemberships;
 use matrix_sdk::ruma::{RoomId, UserId};
 use std::path::Path;

@@ -10,10 +10,10 @@
 //! homeserver — it posts once.
 
 use super::Inner;
-use crate::config::MatrixTarget;
 use crate::notify::{ChatSend, SendError};
-use crate::store::Notice;
 use futures::future::BoxFuture;
+use hermes_config::MatrixTarget;
+use hermes_store::Notice;
 use matrix_sdk::ruma::{OwnedTransactionId, RoomId, UserId};
 use matrix_sdk::{Client, Room, RoomMemberships};
 use serde_json::json;

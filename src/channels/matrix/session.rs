@@ -7,7 +7,7 @@
 //! server no longer accepts) sets the old store aside first (`store.old-<time>`), because
 //! the SDK refuses a store whose keys are another device's.
 
-use crate::config::MatrixSettings;
+use hermes_config::MatrixSettings;
 use matrix_sdk::Client;
 use matrix_sdk::authentication::matrix::MatrixSession;
 use matrix_sdk::config::RequestConfig;

@@ -4,7 +4,7 @@
 //! server is never cut short by our own clock. Errors are sorted once into [`Failure`]: the
 //! sender and the polling loop act on that enum, never on an error's text.
 
-use crate::config::TelegramSettings;
+use hermes_config::TelegramSettings;
 use std::time::Duration;
 use teloxide_core::{ApiError, RequestError};
 

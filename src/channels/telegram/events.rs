@@ -6,7 +6,7 @@
 //! `/run_now@hermes_bot` is `run now`, `/pause` is `pause`.
 
 use crate::inbox::{ChatKind, ChatMessage};
-use crate::store::Channel;
+use hermes_store::Channel;
 use teloxide_core::types::{Message, Update, UpdateKind};
 
 /// What the polling loop takes from an update.

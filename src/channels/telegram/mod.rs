@@ -49,12 +49,12 @@ pub use probe::probe;
 
 use super::Intake;
 pub use super::State;
-use crate::config::Settings;
-#[cfg(feature = "telegram")]
-use crate::config::TelegramSettings;
 use crate::inbox::Inbox;
 use crate::notify::ChatSend;
-use crate::store::Store;
+use hermes_config::Settings;
+#[cfg(feature = "telegram")]
+use hermes_config::TelegramSettings;
+use hermes_store::Store;
 use serde::Serialize;
 use std::sync::Arc;
 #[cfg(feature = "telegram")]
@@ -166,7 +166,7 @@ impl Telegram {
     pub fn status(&self) -> Status {
         match &self.inner {
             #[cfg(feature = "telegram")]
-            Some(i) => crate::util::lock(&i.status).clone(),
+            Some(i) => hermes_store::util::lock(&i.status).clone(),
             #[cfg(not(feature = "telegram"))]
             Some(i) => match **i {},
             None => Status::off(),
@@ -227,7 +227,7 @@ impl Running {
 #[cfg(feature = "telegram")]
 impl Inner {
     fn update(&self, f: impl FnOnce(&mut Status)) {
-        f(&mut crate::util::lock(&self.status));
+        f(&mut hermes_store::util::lock(&self.status));
     }
 
     fn set_down(&self, error: String) {

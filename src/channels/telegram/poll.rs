@@ -14,7 +14,7 @@ use super::events::{self, Read};
 use super::{Inner, State};
 use crate::channels::RECONNECT;
 use crate::inbox::Inbox;
-use crate::store::{Channel, StoreError};
+use hermes_store::{Channel, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 use teloxide_core::payloads::{AnswerCallbackQuerySetters, GetUpdatesSetters};

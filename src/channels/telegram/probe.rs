@@ -2,7 +2,7 @@
 //! (`getMe`). Nothing is sent and no update is read, so a running daemon's offset is untouched.
 
 use super::client::{self, Failure};
-use crate::config::TelegramSettings;
+use hermes_config::TelegramSettings;
 use teloxide_core::requests::Requester;
 
 /// Whose token it is, in words; why not, in words.

@@ -5,12 +5,12 @@
 use crate::agent::{ApprovalError, Decision, VIA_HEADER, answered_via};
 use crate::http::extract::{Id, Query, bounded};
 use crate::http::{ApiError, ApiResult, ApiState};
-use crate::store::ApprovalState;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
+use hermes_store::ApprovalState;
 use serde::Deserialize;
 use serde_json::json;
 

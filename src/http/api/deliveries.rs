@@ -3,10 +3,10 @@
 
 use crate::http::extract::{Id, Query, bounded, state_filter};
 use crate::http::{ApiError, ApiState};
-use crate::store::NoticeFilter;
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use hermes_store::NoticeFilter;
 use serde::Deserialize;
 use serde_json::json;
 

@@ -4,10 +4,10 @@
 
 use crate::http::extract::{Query, bounded, state_filter};
 use crate::http::{ApiError, ApiState};
-use crate::store::InboxFilter;
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use hermes_store::InboxFilter;
 use serde::Deserialize;
 use serde_json::json;
 

@@ -63,7 +63,7 @@ pub(crate) async fn add_memory(
         ));
     }
     let (fact, how) = memory(&s)?.remember(&req.text, &req.tags, "api").await?;
-    let merged = matches!(how, crate::store::Upsert::Merged);
+    let merged = matches!(how, hermes_store::Upsert::Merged);
     Ok((
         StatusCode::CREATED,
         Json(json!({"id": fact.id, "merged": merged})),

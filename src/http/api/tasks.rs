@@ -4,12 +4,12 @@
 use crate::agent::Submit;
 use crate::http::extract::{Id, Query, bounded};
 use crate::http::{ApiError, ApiResult, ApiState};
-use crate::store::{Origin, TaskFilter, TaskState};
 use axum::Json;
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
+use hermes_store::{Origin, TaskFilter, TaskState};
 use serde::Deserialize;
 use serde_json::json;
 use std::time::Duration;

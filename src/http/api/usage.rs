@@ -4,10 +4,10 @@
 
 use crate::http::extract::{Query, bounded};
 use crate::http::{ApiError, ApiState};
-use crate::store::{DEFAULT_USAGE_DAYS, MAX_USAGE_DAYS, UsageWindow};
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use hermes_store::{DEFAULT_USAGE_DAYS, MAX_USAGE_DAYS, UsageWindow};
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]

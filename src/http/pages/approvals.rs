@@ -10,9 +10,9 @@ use super::layout::{Ctx, PageResult, render, short, when, when_opt};
 use crate::agent::{ApprovalError, Decision};
 use crate::http::extract::Id;
 use crate::http::{ApiError, ApiState};
-use crate::store::{Approval, ApprovalState};
 use axum::extract::State;
 use axum::response::IntoResponse;
+use hermes_store::{Approval, ApprovalState};
 use maud::{Markup, html};
 use serde::Deserialize;
 

@@ -10,9 +10,9 @@ use crate::http::ApiState;
 use crate::http::api::deliveries::notice_id;
 use crate::http::extract::Id;
 use crate::http::extract::state_filter;
-use crate::store::{Notice, NoticeFilter, NoticeState};
 use axum::extract::State;
 use axum::response::IntoResponse;
+use hermes_store::{Notice, NoticeFilter, NoticeState};
 use maud::{Markup, html};
 use serde::Deserialize;
 

@@ -6,8 +6,8 @@
 
 use super::layout::{Ctx, PageResult, Shown, badge, render, short, when, when_opt};
 use crate::doctor::Verdict;
-use crate::store::{EvalRun, EvalVerdict, ModelStatus};
 use axum::response::IntoResponse;
+use hermes_store::{EvalRun, EvalVerdict, ModelStatus};
 use maud::{Markup, html};
 
 pub async fn page(ctx: Ctx) -> PageResult {

@@ -10,7 +10,6 @@
 use super::layout::{PageError, error_page};
 use crate::http::ApiState;
 use crate::http::session::{self, Session};
-use crate::store::StoreError;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::header::{LOCATION, SET_COOKIE};
@@ -18,6 +17,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use hermes_store::StoreError;
 use maud::html;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;

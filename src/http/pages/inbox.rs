@@ -9,8 +9,8 @@ use super::guard::PageQuery;
 use super::layout::{Ctx, PageResult, Shown, badge, render, short, when};
 use crate::http::extract::state_filter;
 use crate::inbox::Health;
-use crate::store::{InboxFilter, InboxMessage, InboxState};
 use axum::response::IntoResponse;
+use hermes_store::{InboxFilter, InboxMessage, InboxState};
 use maud::{Markup, html};
 use serde::Deserialize;
 

@@ -13,9 +13,9 @@ use crate::doctor::Verdict;
 use crate::http::extract::Id;
 use crate::http::{ApiError, ApiState};
 use crate::scheduler::{JobRequest, PREVIEW_FIRINGS, describe_job, upcoming};
-use crate::store::{Notice, NoticeFilter, Origin, PauseReason};
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
+use hermes_store::{Notice, NoticeFilter, Origin, PauseReason};
 use maud::{Markup, html};
 use serde::Deserialize;
 
@@ -278,7 +278,7 @@ fn action(ctx: &Ctx, id: &str, what: &str, label: &str) -> Markup {
     }
 }
 
-fn runs_table(runs: &[crate::store::JobRun], notices: &[Notice], tz: chrono_tz::Tz) -> Markup {
+fn runs_table(runs: &[hermes_store::JobRun], notices: &[Notice], tz: chrono_tz::Tz) -> Markup {
     html! {
         @if runs.is_empty() {
             p.muted { "No runs yet." }

@@ -6,13 +6,13 @@
 use super::assets;
 use crate::doctor::Verdict;
 use crate::http::{ApiError, ApiState, Session};
-use crate::store::{InboxState, NoticeState, RunOutcome, TaskState};
 use axum::extract::FromRequestParts;
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
+use hermes_store::{InboxState, NoticeState, RunOutcome, TaskState};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 /// The navigation: path and label.
@@ -173,7 +173,7 @@ macro_rules! page_error_from {
     )*};
 }
 page_error_from!(
-    crate::store::StoreError,
+    hermes_store::StoreError,
     crate::agent::AgentError,
     crate::agent::ApprovalError,
     crate::scheduler::SchedulerError
@@ -290,7 +290,7 @@ pub fn badge(state: Shown) -> Markup {
 
 /// `text` on one line, cut to `max` characters with a mark.
 pub fn short(text: &str, max: usize) -> String {
-    crate::util::text::one_line(text, max)
+    hermes_store::util::text::one_line(text, max)
 }
 
 /// Text as it was written, long text folded into `<details>` (its first line as the summary).

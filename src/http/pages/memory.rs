@@ -9,9 +9,9 @@ use super::layout::{Ctx, PageError, PageResult, render, when};
 use crate::http::extract::Id;
 use crate::http::{ApiError, ApiState};
 use crate::memory::{LongTerm, Recalled, ServerState};
-use crate::store::Fact;
 use axum::extract::State;
 use axum::response::IntoResponse;
+use hermes_store::Fact;
 use maud::html;
 use serde::Deserialize;
 
@@ -98,7 +98,7 @@ pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<SearchQuery>) -> PageResult 
                     form.inline method="post" action={"/memory/" (f.id) "/forget"} {
                         (ctx.csrf())
                         input type="hidden" name="back" value=(q.q);
-                        button.danger type="submit" aria-label={"Forget: " (crate::util::text::one_line(&f.text, 40))} { "Forget" }
+                        button.danger type="submit" aria-label={"Forget: " (hermes_store::util::text::one_line(&f.text, 40))} { "Forget" }
                     }
                 }
             } }
@@ -132,7 +132,7 @@ pub async fn add(State(s): State<ApiState>, CsrfForm(f): CsrfForm<AddForm>) -> P
         .await
         .map_err(ApiError::from)?;
     let done = match how {
-        crate::store::Upsert::Merged => Flash::FactMerged,
+        hermes_store::Upsert::Merged => Flash::FactMerged,
         _ => Flash::FactRemembered,
     };
     Ok(see_other(&format!(

@@ -7,11 +7,11 @@ use super::layout::{Ctx, PageResult, Shown, badge, firing, render, short, when, 
 use crate::http::ApiState;
 use crate::scheduler::JobView;
 use crate::scheduler::{describe_job, upcoming};
-use crate::store::{Backlog, JobRun, Task, TaskFilter, TaskState, Tokens};
 use axum::response::IntoResponse;
 use chrono::DateTime;
 use chrono::{Duration, TimeZone, Utc};
 use chrono_tz::Tz;
+use hermes_store::{Backlog, JobRun, Task, TaskFilter, TaskState, Tokens};
 use maud::{Markup, html};
 
 /// Rows per list on the overview; the full lists are a click away.
@@ -58,7 +58,7 @@ pub async fn page(ctx: Ctx) -> PageResult {
     let open = s
         .agent
         .approvals()
-        .list(Some(crate::store::ApprovalState::Open), ROWS)
+        .list(Some(hermes_store::ApprovalState::Open), ROWS)
         .await?;
     // The profiles answering with a model no eval verified: the badge of a model change.
     let changed: Vec<_> = store

@@ -14,9 +14,9 @@ use super::timeline::timeline;
 use crate::agent::Submit;
 use crate::http::extract::Id;
 use crate::http::{ApiError, ApiState};
-use crate::store::{Origin, TaskSearch, TaskState};
 use axum::extract::State;
 use axum::response::IntoResponse;
+use hermes_store::{Origin, TaskSearch, TaskState};
 use maud::{Markup, html};
 use serde::Deserialize;
 
@@ -181,7 +181,7 @@ pub async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<ShowQuery>) -> P
         record
             .steps
             .iter()
-            .filter(|s| s.row.kind == crate::store::StepKind::Model)
+            .filter(|s| s.row.kind == hermes_store::StepKind::Model)
             .fold((0, 0), |(i, o), s| {
                 (i + s.row.request_tokens, o + s.row.result_tokens)
             })
@@ -191,8 +191,8 @@ pub async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<ShowQuery>) -> P
     // The profiles (and models) that answered, in order, each once: a fallback shows here.
     let mut answered_by: Vec<String> = Vec::new();
     // A failed call's row has no reply: no model, no output, no calls.
-    let replied = |s: &&crate::store::Step| {
-        s.row.kind == crate::store::StepKind::Model
+    let replied = |s: &&hermes_store::Step| {
+        s.row.kind == hermes_store::StepKind::Model
             && (s.row.model.is_some() || s.row.output.is_some() || s.row.arguments.is_some())
     };
     for step in record.steps.iter().filter(replied) {
@@ -208,7 +208,7 @@ pub async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<ShowQuery>) -> P
     let requests = s.agent.approvals().of_task(&t.id).await?;
     let (open, answered): (Vec<_>, Vec<_>) = requests
         .into_iter()
-        .partition(|a| a.state == crate::store::ApprovalState::Open);
+        .partition(|a| a.state == hermes_store::ApprovalState::Open);
     let back = format!("/tasks/{}", t.id);
     let body = html! {
         (super::flash::flash(q.done.as_deref()))

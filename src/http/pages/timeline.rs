@@ -5,7 +5,7 @@
 //! stream; a change here is a change there.
 
 use super::layout::long_text;
-use crate::store::{Step, StepKind};
+use hermes_store::{Step, StepKind};
 use maud::{Markup, html};
 
 /// The whole timeline; the list the live script appends to.

@@ -8,11 +8,11 @@
 use super::guard::PageQuery;
 use super::layout::{Ctx, PageResult, render};
 use crate::http::extract::bounded;
-use crate::store::{
+use axum::response::IntoResponse;
+use hermes_store::util::text::{duration_ms, grouped};
+use hermes_store::{
     DEFAULT_USAGE_DAYS, DayUsage, Figures, JobUsage, MAX_USAGE_DAYS, Usage, UsageWindow,
 };
-use crate::util::text::{duration_ms, grouped};
-use axum::response::IntoResponse;
 use maud::{Markup, html};
 use serde::Deserialize;
 

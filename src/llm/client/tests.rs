@@ -100,7 +100,7 @@ fn bad_base_url_is_rejected() {
 
 /// A gateway with one profile, `fast`, on `base_url`, that never waits between retries.
 fn scripted_gateway(base_url: &str) -> Gateway {
-    let mut settings = crate::config::ModelSettings::default();
+    let mut settings = hermes_config::ModelSettings::default();
     settings.profiles.insert(
         "fast".into(),
         Profile {
@@ -114,7 +114,10 @@ fn scripted_gateway(base_url: &str) -> Gateway {
         .expect("a gateway")
         .with_retry(RetryPolicy {
             max_retries: 3,
-            backoff: crate::util::Backoff::new(Duration::from_millis(1), Duration::from_millis(2)),
+            backoff: hermes_store::util::Backoff::new(
+                Duration::from_millis(1),
+                Duration::from_millis(2),
+            ),
         })
 }
 

@@ -499,8 +499,8 @@ fn tidy(text: &str) -> String {
 }
 
 fn excerpt(text: &str) -> String {
-    let flat = crate::util::text::collapse(text);
-    crate::util::text::cut(&flat, EXCERPT_CHARS).into_owned()
+    let flat = hermes_store::util::text::collapse(text);
+    hermes_store::util::text::cut(&flat, EXCERPT_CHARS).into_owned()
 }
 
 /// Some servers omit call ids; the agent needs one to pair each tool result with its call.

@@ -11,7 +11,7 @@
 //! `write_gate` held.
 
 use super::{LongTerm, MemoryError, document};
-use crate::store::StoreError;
+use hermes_store::StoreError;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -24,8 +24,8 @@ const BATCH: i64 = 256;
 /// How often a node looks for changes other nodes made, when nobody wakes it sooner.
 const FOLLOW_EVERY: Duration = Duration::from_secs(1);
 /// Retries after a failed catch-up (the database away): soon at first, then every minute.
-const FOLLOW_BACKOFF: crate::util::Backoff =
-    crate::util::Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
+const FOLLOW_BACKOFF: hermes_store::util::Backoff =
+    hermes_store::util::Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
 /// How long changes stay in the sequence. A node whose index is older than that (stopped
 /// for longer) rebuilds it from the facts instead, which takes a moment.
 const CHANGES_KEPT_DAYS: i64 = 7;
@@ -256,7 +256,7 @@ impl LongTerm {
 
     /// Drop changes older than [`CHANGES_KEPT_DAYS`]; a failure only leaves them a while.
     pub(super) async fn prune_changes(&self) {
-        let before = crate::store::now() - chrono::Duration::days(CHANGES_KEPT_DAYS);
+        let before = hermes_store::now() - chrono::Duration::days(CHANGES_KEPT_DAYS);
         match self.inner.store.prune_fact_changes(before).await {
             Ok(0) => {}
             Ok(rows) => tracing::debug!(rows, "pruned old fact changes"),

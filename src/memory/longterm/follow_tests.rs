@@ -9,10 +9,10 @@ use tokio_util::sync::CancellationToken;
 
 /// A second store on the same database as the first: another node.
 async fn two_stores() -> (Store, Store) {
-    let url = tokio::task::spawn_blocking(crate::store::test_postgres::fresh_url)
+    let url = tokio::task::spawn_blocking(hermes_store::test_postgres::fresh_url)
         .await
         .expect("the cluster's thread");
-    let open = || crate::store::Store::open_postgres(&url, crate::store::StoreOptions::default());
+    let open = || hermes_store::Store::open_postgres(&url, hermes_store::StoreOptions::default());
     (
         open().await.expect("store of node A"),
         open().await.expect("store of node B"),
@@ -185,7 +185,7 @@ async fn a_node_reopened_after_changes_it_missed_catches_up_without_a_rebuild() 
     a.remember("the bird is called Kiwi", &[], "test")
         .await
         .unwrap();
-    let future = crate::store::now() + chrono::Duration::days(1);
+    let future = hermes_store::now() + chrono::Duration::days(1);
     assert!(store_b.prune_fact_changes(future).await.unwrap() > 0);
     let b = LongTerm::open(dir_b.path(), store_b).await.unwrap();
     assert_eq!(b.rebuilds(), 1);

@@ -6,7 +6,7 @@
 
 use super::super::tokenize::{self, ANALYZER_NAME};
 use super::MemoryError;
-use crate::store::Fact;
+use hermes_store::Fact;
 use std::path::{Path, PathBuf};
 use tantivy::directory::error::LockError;
 use tantivy::directory::{Directory, DirectoryLock, Lock};

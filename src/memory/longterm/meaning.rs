@@ -15,8 +15,8 @@
 
 use super::vectors::{self, VectorSet};
 use crate::llm::{EmbedError, Embedder};
-use crate::store::{Store, StoreError, VectorModel};
 use chrono::{DateTime, Utc};
+use hermes_store::{Store, StoreError, VectorModel};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -25,8 +25,8 @@ use tokio_util::sync::CancellationToken;
 /// the server counts as away until the worker hears from it again.
 pub(crate) const QUERY_WAIT: Duration = Duration::from_secs(1);
 /// Retries of an away server: soon at first, then every minute at most.
-const RETRY_BACKOFF: crate::util::Backoff =
-    crate::util::Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
+const RETRY_BACKOFF: hermes_store::util::Backoff =
+    hermes_store::util::Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
 /// With nothing to embed, how often the worker looks again (facts written by another process,
 /// vectors by `memory reindex --embeddings`); a fact remembered here wakes it at once.
 const IDLE_EVERY: Duration = Duration::from_secs(60);
@@ -135,12 +135,12 @@ impl Meaning {
     }
 
     fn model(&self) -> Option<VectorModel> {
-        crate::util::read(&self.set).model().cloned()
+        hermes_store::util::read(&self.set).model().cloned()
     }
 
     pub(crate) fn status(&self) -> MeaningStatus {
         let (model, len, bytes) = {
-            let set = crate::util::read(&self.set);
+            let set = hermes_store::util::read(&self.set);
             (set.model().cloned(), set.len(), set.bytes())
         };
         MeaningStatus {
@@ -161,12 +161,12 @@ impl Meaning {
     }
 
     pub(crate) fn server(&self) -> Server {
-        crate::util::lock(&self.server).clone()
+        hermes_store::util::lock(&self.server).clone()
     }
 
     /// Notes what the server did; a change is said once in the log.
     fn heard(&self, now: Server) {
-        let before = std::mem::replace(&mut *crate::util::lock(&self.server), now.clone());
+        let before = std::mem::replace(&mut *hermes_store::util::lock(&self.server), now.clone());
         match (&before, &now) {
             (Server::Away(_), Server::Up) => {
                 tracing::info!(url = %self.embedder.url(), "embedding server answers again; recall is by meaning and keyword")
@@ -188,7 +188,7 @@ impl Meaning {
         let mut loaded = 0;
         loop {
             let (model, after) = {
-                let set = crate::util::read(&self.set);
+                let set = hermes_store::util::read(&self.set);
                 match set.model() {
                     Some(m) => (m.clone(), set.loaded),
                     None => return Ok(loaded),
@@ -202,7 +202,7 @@ impl Meaning {
                 return Ok(loaded);
             };
             let n = rows.len();
-            let mut set = crate::util::write(&self.set);
+            let mut set = hermes_store::util::write(&self.set);
             // The model changed while the rows were read: they are the old one's.
             if set.model() != Some(&model) {
                 continue;
@@ -225,7 +225,7 @@ impl Meaning {
 
     /// Forget a fact's vector (the fact was forgotten, here or on another node).
     pub(crate) fn drop_fact(&self, id: &str) {
-        crate::util::write(&self.set).remove(id);
+        hermes_store::util::write(&self.set).remove(id);
     }
 
     /// Start holding `model`'s vectors (the server answers another model or dimension), and
@@ -239,7 +239,7 @@ impl Meaning {
             dims = model.dims,
             "embedding model changed; facts are embedded again in the background, and recall by meaning uses the new vectors as they come (the old ones are kept until replaced)"
         );
-        *crate::util::write(&self.set) = VectorSet::for_model(model);
+        *hermes_store::util::write(&self.set) = VectorSet::for_model(model);
         self.prune_due
             .store(true, std::sync::atomic::Ordering::SeqCst);
         self.load().await.map(|_| ())
@@ -255,7 +255,7 @@ impl Meaning {
         if matches!(self.server(), Server::Away(_)) {
             return None;
         }
-        let held = crate::util::read(&self.set).len();
+        let held = hermes_store::util::read(&self.set).len();
         if held == 0 {
             return None;
         }
@@ -287,12 +287,14 @@ impl Meaning {
         }
         let floor = self.min_similarity;
         if held <= SEARCH_INLINE_MAX {
-            return Some(crate::util::read(&self.set).nearest(&query, n, floor));
+            return Some(hermes_store::util::read(&self.set).nearest(&query, n, floor));
         }
         let me = Arc::clone(self);
-        tokio::task::spawn_blocking(move || crate::util::read(&me.set).nearest(&query, n, floor))
-            .await
-            .ok()
+        tokio::task::spawn_blocking(move || {
+            hermes_store::util::read(&me.set).nearest(&query, n, floor)
+        })
+        .await
+        .ok()
     }
 
     /// Embed facts until none is left, then wait to be woken; the server's failures are
@@ -347,7 +349,7 @@ impl Meaning {
             _ => self.probe().await?,
         };
         self.load().await?;
-        let after = match crate::util::lock(&self.cursor).clone() {
+        let after = match hermes_store::util::lock(&self.cursor).clone() {
             Some((m, at, id)) if m == model && !from_start => Some((at, id)),
             _ => None,
         };
@@ -364,7 +366,8 @@ impl Meaning {
             if after.is_none() {
                 // Nothing older is missing: later walks start from the newest fact.
                 let newest = self.store.newest_fact().await?;
-                *crate::util::lock(&self.cursor) = newest.map(|(at, id)| (model.clone(), at, id));
+                *hermes_store::util::lock(&self.cursor) =
+                    newest.map(|(at, id)| (model.clone(), at, id));
             }
             if after.is_none()
                 || self
@@ -406,14 +409,14 @@ impl Meaning {
             .map(|(f, v)| (f.id.clone(), vectors::encode(v)))
             .collect();
         self.store.put_fact_vectors(&model, &rows).await?;
-        *crate::util::lock(&self.cursor) = Some(next);
+        *hermes_store::util::lock(&self.cursor) = Some(next);
         self.load().await?;
         Ok(Step::Embedded(rows.len()))
     }
 
     /// A batch the server refused, fact by fact, each cut shorter while it is refused; a fact
     /// refused even cut short gets an empty vector (recorded, so it is not sent again).
-    async fn one_by_one(&self, todo: &[crate::store::Unembedded]) -> Result<Vec<Vec<f32>>, Worker> {
+    async fn one_by_one(&self, todo: &[hermes_store::Unembedded]) -> Result<Vec<Vec<f32>>, Worker> {
         let mut made = Vec::with_capacity(todo.len());
         for fact in todo {
             match self.embedder.embed_one_cutting(&fact.text).await {

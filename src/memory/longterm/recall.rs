@@ -6,7 +6,7 @@
 
 use super::{LongTerm, MemoryError, Recalled, vectors};
 use crate::memory::tokenize;
-use crate::store::{Fact, StoreError};
+use hermes_store::{Fact, StoreError};
 
 /// Extra hits fetched beyond `k` so ties at the cut can be broken by recency.
 const TIE_SLACK: usize = 8;

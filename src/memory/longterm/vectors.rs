@@ -5,7 +5,7 @@
 //! Owns: pure computation on data it is handed. Must not: reach the store, the index or the
 //! network (`meaning` around it does).
 
-use crate::store::VectorModel;
+use hermes_store::VectorModel;
 use std::collections::HashMap;
 
 /// Reciprocal rank fusion's constant (Cormack et al., 2009): a result's score is the sum over

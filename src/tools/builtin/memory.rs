@@ -5,8 +5,8 @@
 //! Must not: reach the index or the facts table except through the [`LongTerm`] handle.
 
 use crate::memory::longterm::{LongTerm, MAX_FACT_CHARS, MemoryError};
-use crate::store::Upsert;
 use crate::tools::{IdArgs, Tool, ToolContext, ToolError, ToolInfo, tool_with};
+use hermes_store::Upsert;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -166,7 +166,7 @@ async fn forget_fact(memory: &LongTerm, id: &str) -> Result<Value, ToolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Store;
+    use hermes_store::Store;
 
     async fn setup() -> (tempfile::TempDir, Store, Vec<Arc<dyn Tool>>) {
         let dir = tempfile::tempdir().expect("temp dir");

@@ -6,8 +6,8 @@
 //! where that channel goes; send anything itself (the notifier's sender does, with retries).
 
 use crate::notify::Notifier;
-use crate::store::NewNotice;
 use crate::tools::{Tool, ToolContext, ToolError, ToolInfo, tool_with};
+use hermes_store::NewNotice;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;

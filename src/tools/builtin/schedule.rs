@@ -3,8 +3,8 @@
 //! channels, the nesting guard) is the scheduler's.
 
 use crate::scheduler::{JobRequest, Scheduler, SchedulerError};
-use crate::store::Origin;
 use crate::tools::{IdArgs, NoArgs, Tool, ToolContext, ToolError, ToolInfo, tool_with};
+use hermes_store::Origin;
 use serde_json::{Value, json};
 use std::sync::Arc;
 

@@ -4,8 +4,8 @@
 //! Owns: the tool's schema and paging. Reads through [`Store::read_working`] only.
 //! Must not: write working memory (the registry does that when it truncates a result).
 
-use crate::store::{Store, StoreError};
 use crate::tools::{Fit, Tool, ToolContext, ToolError, ToolInfo, TypedTool};
+use hermes_store::{Store, StoreError};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;

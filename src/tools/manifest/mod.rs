@@ -239,18 +239,18 @@ mod tests {
     fn env_expansion_in_quoted_values() {
         let env = HashMap::from([("TOKEN".to_string(), "s3cret".to_string())]);
         assert_eq!(
-            crate::config::expand_vars("Bearer ${TOKEN}", &env).as_deref(),
+            hermes_config::expand_vars("Bearer ${TOKEN}", &env).as_deref(),
             Ok("Bearer s3cret")
         );
         assert_eq!(
-            crate::config::expand_vars("${NOPE:-x}-${TOKEN}", &env).as_deref(),
+            hermes_config::expand_vars("${NOPE:-x}-${TOKEN}", &env).as_deref(),
             Ok("x-s3cret")
         );
         assert_eq!(
-            crate::config::expand_vars("{{a}} ${ not a var } $5", &env).as_deref(),
+            hermes_config::expand_vars("{{a}} ${ not a var } $5", &env).as_deref(),
             Ok("{{a}} ${ not a var } $5")
         );
-        let e = crate::config::expand_vars("${MISSING}", &env).unwrap_err();
+        let e = hermes_config::expand_vars("${MISSING}", &env).unwrap_err();
         assert!(e.to_string().contains("MISSING is not set"), "{e}");
     }
 

@@ -186,7 +186,7 @@ fn read_raw(
     path: &Path,
     env: &HashMap<String, String>,
 ) -> Result<RawManifest, ManifestError> {
-    crate::config::read_yaml::<RawManifest>(text, env).map_err(|e| ManifestError::Invalid {
+    hermes_config::read_yaml::<RawManifest>(text, env).map_err(|e| ManifestError::Invalid {
         path: path.to_path_buf(),
         line: e.line,
         field: e.key.map(|p| clean_path(&p)),
@@ -277,7 +277,7 @@ fn command(
     let field = "command.argv";
     let mut argv = Vec::with_capacity(c.argv.value.len());
     for a in &c.argv.value {
-        let a = crate::config::expand_vars(a, env)
+        let a = hermes_config::expand_vars(a, env)
             .map_err(|e| site.invalid(line, field, e.to_string()))?;
         argv.push(Template::parse(&a));
     }
@@ -331,7 +331,7 @@ fn http(
         }
     };
     let url_line = h.url.referenced.line();
-    let url = crate::config::expand_vars(&h.url.value, env)
+    let url = hermes_config::expand_vars(&h.url.value, env)
         .map_err(|e| site.invalid(url_line, "http.url", e.to_string()))?;
     let url = Template::parse(&url);
     check_placeholders(&url, url_line, "http.url", properties, site)?;
@@ -371,7 +371,7 @@ fn headers(
     for (k, v) in raw {
         let field = format!("http.headers.{k}");
         let line = v.referenced.line();
-        let v = crate::config::expand_vars(&v.value, env)
+        let v = hermes_config::expand_vars(&v.value, env)
             .map_err(|e| site.invalid(line, &field, e.to_string()))?;
         let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
             .map_err(|e| site.invalid(line, &field, format!("not a valid header name: {e}")))?;

@@ -285,7 +285,7 @@ pub(super) fn request_error(e: reqwest::Error) -> ToolError {
         return ToolError::Failed(refusal.to_string());
     }
     let builder = e.is_builder();
-    let msg = crate::util::error_chain(&e.without_url());
+    let msg = hermes_store::util::error_chain(&e.without_url());
     if builder {
         ToolError::Failed(msg)
     } else {
@@ -294,8 +294,8 @@ pub(super) fn request_error(e: reqwest::Error) -> ToolError {
 }
 
 pub(super) fn excerpt(body: &str) -> String {
-    let collapsed = crate::util::text::collapse(body);
-    crate::util::text::cut(&collapsed, BODY_EXCERPT_CHARS).into_owned()
+    let collapsed = hermes_store::util::text::collapse(body);
+    hermes_store::util::text::cut(&collapsed, BODY_EXCERPT_CHARS).into_owned()
 }
 
 impl Tool for ManifestTool {

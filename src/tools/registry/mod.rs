@@ -15,11 +15,11 @@ use super::schema::{self, violation};
 use super::shape::{self, Rest};
 use super::starting::{SOURCE_START_WAIT, Starting};
 use super::{Tool, ToolContext, ToolError};
-use crate::config::ToolSettings;
 use crate::llm::{ToolCall, ToolSpec, Toolset, estimate_tokens};
 use crate::metrics::Metrics;
-use crate::store::Store;
-use crate::util::Backoff;
+use hermes_config::ToolSettings;
+use hermes_store::Store;
+use hermes_store::util::Backoff;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -83,7 +83,7 @@ impl RegistryBuilder {
             settings,
             store,
             backoff: DEFAULT_BACKOFF,
-            working_max_bytes: crate::config::MemorySettings::default().working_max_bytes as usize,
+            working_max_bytes: hermes_config::MemorySettings::default().working_max_bytes as usize,
             entries: BTreeMap::new(),
             metrics: Metrics::default(),
         }
@@ -204,7 +204,7 @@ impl Entry {
         // A runtime source's (an MCP server's) descriptions are someone else's text: inert.
         // Built-ins and manifests are ours and the person's, and may name our delimiters.
         let description = match source {
-            Some(_) => crate::util::inert::neutralise(&info.description).into_owned(),
+            Some(_) => hermes_store::util::inert::neutralise(&info.description).into_owned(),
             None => info.description.clone(),
         };
         let spec = ToolSpec {
@@ -414,7 +414,7 @@ impl Registry {
 
     pub(super) fn allowed(&self, name: &str, restrict: Option<&[String]>) -> bool {
         self.0.settings.allows(name)
-            && restrict.is_none_or(|r| r.iter().any(|a| crate::util::glob_matches(a, name)))
+            && restrict.is_none_or(|r| r.iter().any(|a| hermes_store::util::glob_matches(a, name)))
     }
 
     async fn run(
@@ -530,7 +530,7 @@ impl Registry {
             // A tool without parameters is often called with nothing at all.
             Value::Null => Value::Object(Map::new()),
             Value::String(s) => {
-                let excerpt = crate::util::text::prefix(s, 200);
+                let excerpt = hermes_store::util::text::prefix(s, 200);
                 let msg = format!(
                     "the arguments must be a JSON object, but they arrived as a string that is not valid JSON ({excerpt:?}); call again with an object matching the schema"
                 );

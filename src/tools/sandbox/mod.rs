@@ -16,7 +16,7 @@ mod policy;
 
 pub use policy::{Confinement, Policy, SandboxError};
 // What a person writes about the box is settings, so it lives in `config`, below this part.
-pub use crate::config::sandbox::{DEFAULT_MEMORY_MB, DEFAULT_PROCESSES, Mode, Network, Widening};
+pub use hermes_config::sandbox::{DEFAULT_MEMORY_MB, DEFAULT_PROCESSES, Mode, Network, Widening};
 
 use std::sync::OnceLock;
 

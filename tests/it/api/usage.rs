@@ -10,7 +10,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use hermes_agent::agent::{RunOptions, Submit};
 use hermes_agent::http::{ApiState, router};
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
-use hermes_agent::store::{Origin, StepKind};
+use hermes_store::{Origin, StepKind};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tower::ServiceExt;
@@ -224,7 +224,7 @@ async fn usage_shows_what_each_job_and_profile_cost_per_day() {
     assert_eq!(summed(jobs), figures(&u["totals"]), "{u}");
 
     // The CLI's remote backend reads this answer back as the store's type, losing nothing.
-    let typed: hermes_agent::store::Usage =
+    let typed: hermes_store::Usage =
         serde_json::from_value(u.clone()).expect("the answer reads as `Usage`");
     assert_eq!(serde_json::to_value(&typed).expect("serialises"), u);
 

@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use hermes_agent::http::{ApiState, router};
 use hermes_agent::llm::scripted::ScriptedModel;
-use hermes_agent::store::{ApprovalState, TaskState};
+use hermes_store::{ApprovalState, TaskState};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 

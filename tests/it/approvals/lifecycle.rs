@@ -4,9 +4,9 @@
 
 use super::{PATIENCE, Pool, Ran, gated_settings, model};
 use hermes_agent::agent::{ApprovalError, Decision};
-use hermes_agent::config::SubAgent;
 use hermes_agent::llm::scripted::ScriptedModel;
-use hermes_agent::store::{ApprovalState, Origin, TaskState};
+use hermes_config::SubAgent;
+use hermes_store::{ApprovalState, Origin, TaskState};
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,7 +51,7 @@ async fn a_job_firing_waits_unless_its_person_pre_approved_the_tool() {
         .expect("the firing ends")
         .unwrap()
         .unwrap();
-    assert_eq!(run.outcome, hermes_agent::store::RunOutcome::Fired);
+    assert_eq!(run.outcome, hermes_store::RunOutcome::Fired);
     assert_eq!(ran.sends().len(), 1);
 
     // The model cannot pre-approve: schedule_task offers no such field, and the scheduler
@@ -94,7 +94,7 @@ async fn a_job_firing_waits_unless_its_person_pre_approved_the_tool() {
         .await
         .expect("ends")
         .unwrap();
-    assert_eq!(run.outcome, hermes_agent::store::RunOutcome::Fired);
+    assert_eq!(run.outcome, hermes_store::RunOutcome::Fired);
     assert_eq!(ran.sends().len(), 2);
     assert_eq!(p.open().await.len(), 0);
     p.stop().await;
@@ -179,7 +179,7 @@ async fn each_request_is_noticed_once_with_goal_tool_arguments_and_link_and_a_re
     let mut s = gated_settings(&model.base_url());
     s.notify.webhooks.insert(
         "ops".into(),
-        hermes_agent::config::WebhookSettings {
+        hermes_config::WebhookSettings {
             url: "http://127.0.0.1:9/hook".into(),
             secret: String::new(),
         },

@@ -8,10 +8,10 @@ use crate::common;
 
 use hermes_agent::agent::{Decision, Submit};
 use hermes_agent::app::App;
-use hermes_agent::config::{Settings, SubAgent, ToolMode};
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
-use hermes_agent::store::{ApprovalState, Origin, StepKind, Task, TaskState};
 use hermes_agent::tools::{Tool, ToolInfo, tool_fn};
+use hermes_config::{Settings, SubAgent, ToolMode};
+use hermes_store::{ApprovalState, Origin, StepKind, Task, TaskState};
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -190,7 +190,7 @@ impl Pool {
         t
     }
 
-    async fn open(&self) -> Vec<hermes_agent::store::Approval> {
+    async fn open(&self) -> Vec<hermes_store::Approval> {
         self.app()
             .agent
             .approvals()

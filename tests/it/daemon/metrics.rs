@@ -215,7 +215,7 @@ async fn a_real_prometheus_scrapes_the_daemon_with_its_token_and_answers_promql(
 /// `GET path` on the router of an app whose settings went through `adjust`, with `token`
 /// as the bearer token when given: the status and the body.
 async fn get(
-    adjust: impl FnOnce(&mut hermes_agent::config::Settings),
+    adjust: impl FnOnce(&mut hermes_config::Settings),
     path: &str,
     token: Option<&str>,
 ) -> (StatusCode, String, String) {
@@ -248,7 +248,7 @@ async fn get(
 
 #[tokio::test]
 async fn metrics_need_the_token_unless_metrics_public_is_set() {
-    let guarded = |_: &mut hermes_agent::config::Settings| {};
+    let guarded = |_: &mut hermes_config::Settings| {};
     let (status, _, body) = get(guarded, "/metrics", None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
     assert!(!body.contains("hermes_"), "{body}");
@@ -259,7 +259,7 @@ async fn metrics_need_the_token_unless_metrics_public_is_set() {
     assert_eq!(kind, "text/plain; version=0.0.4; charset=utf-8");
     assert!(body.contains("# TYPE hermes_node_info gauge"), "{body}");
 
-    let public = |s: &mut hermes_agent::config::Settings| s.server.metrics_public = true;
+    let public = |s: &mut hermes_config::Settings| s.server.metrics_public = true;
     let (status, _, body) = get(public, "/metrics", None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert!(body.contains("hermes_node_info{node_id=\""), "{body}");

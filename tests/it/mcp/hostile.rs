@@ -5,12 +5,12 @@
 
 use super::{PATIENCE, call, common, deps, running, settings_with, status_of, stdio};
 use hermes_agent::agent::{RunOptions, Submit};
-use hermes_agent::config::McpServer;
 use hermes_agent::llm::ToolCall;
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::mcp::ServerState;
-use hermes_agent::store::{NewTask, Origin, TaskState};
 use hermes_agent::tools::{ToolContext, ToolError};
+use hermes_config::McpServer;
+use hermes_store::{NewTask, Origin, TaskState};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -33,7 +33,7 @@ fn hostile(mode: &str, gate: Option<&Path>) -> McpServer {
 }
 
 /// Create a task and run it in this process, as a worker would; the stored record.
-async fn run_task(app: &hermes_agent::app::App, text: &str) -> hermes_agent::store::TaskRecord {
+async fn run_task(app: &hermes_agent::app::App, text: &str) -> hermes_store::TaskRecord {
     let submit = Submit::new(text, Origin::Api, None);
     let task = app.agent.create(submit).await.expect("task created");
     app.agent

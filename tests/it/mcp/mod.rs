@@ -17,12 +17,12 @@ mod http;
 mod serve;
 
 use hermes_agent::app::App;
-use hermes_agent::config::{McpServer, McpSettings, Settings};
 use hermes_agent::llm::ToolCall;
 use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::mcp::{ServerState, ServerStatus};
-use hermes_agent::store::{StepKind, TaskState};
 use hermes_agent::tools::{ToolContext, ToolError, ToolOutcome};
+use hermes_config::{McpServer, McpSettings, Settings};
+use hermes_store::{StepKind, TaskState};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 

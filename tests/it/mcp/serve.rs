@@ -4,9 +4,9 @@
 
 use super::{Deps, NO_MODEL, PATIENCE, common, deps};
 use hermes_agent::app::{App, JobExecution};
-use hermes_agent::config::{Config, Sources};
 use hermes_agent::llm::scripted::ScriptedModel;
-use hermes_agent::store::TaskState;
+use hermes_config::{Config, Sources};
+use hermes_store::TaskState;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -124,7 +124,7 @@ async fn hermes_mcp_works_on_the_data_dir_without_a_daemon() {
     check_session(&seen, "mcp");
     // Everything it did is in the data dir, for the CLI and the next daemon.
     let config = Config::load(&site).expect("the site's settings load");
-    let store = hermes_agent::store::Store::open(&config.data_dir)
+    let store = hermes_store::Store::open(&config.data_dir)
         .await
         .expect("store opens");
     let id = seen["run"]["task_id"].as_str().expect("a task id");

@@ -14,7 +14,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-#[path = "../../../src/store/test_postgres.rs"]
+#[path = "../../../crates/store/src/test_postgres.rs"]
 pub(crate) mod cluster;
 
 mod faults;

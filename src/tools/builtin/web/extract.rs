@@ -208,7 +208,7 @@ fn collapse(text: &str) -> String {
 }
 
 fn truncate_chars(text: &str, max: usize) -> String {
-    crate::util::text::cut(text, max).into_owned()
+    hermes_store::util::text::cut(text, max).into_owned()
 }
 
 fn title_of(doc: &Html) -> Option<String> {

@@ -43,7 +43,7 @@ pub(crate) fn looks_like_feed(body: &[u8]) -> bool {
 }
 
 fn short(text: &str, max: usize) -> String {
-    crate::util::text::cut(text, max).into_owned()
+    hermes_store::util::text::cut(text, max).into_owned()
 }
 
 /// Parse raw feed bytes (feed-rs honours the XML encoding declaration itself, so bytes, not

@@ -7,9 +7,9 @@
 //! Must not: interpret page content beyond decoding it (that is `extract` and `feed`).
 
 use super::guard::{self, GuardResolver};
-use crate::config::WebFetchSettings;
 use crate::tools::ToolError;
 use encoding_rs::{Encoding, UTF_8};
+use hermes_config::WebFetchSettings;
 use reqwest::Url;
 use reqwest::header::{CONTENT_TYPE, LOCATION};
 use std::time::Duration;
@@ -181,7 +181,7 @@ fn send_error(url: &Url, err: reqwest::Error) -> ToolError {
     if let Some(refusal) = guard::find_refusal(&err) {
         return ToolError::Failed(refusal.to_string());
     }
-    let detail = crate::util::error_chain(&err);
+    let detail = hermes_store::util::error_chain(&err);
     if err.is_timeout() {
         ToolError::Network(format!("fetching {url} timed out ({detail})"))
     } else if err.is_connect() {

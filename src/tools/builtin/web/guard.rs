@@ -336,7 +336,7 @@ impl Resolve for GuardResolver {
 
 /// The refusal somewhere in an error's source chain, if the guard caused the error.
 pub(crate) fn find_refusal<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a Refusal> {
-    crate::util::find_cause::<Refusal>(err)
+    hermes_store::util::find_cause::<Refusal>(err)
 }
 
 #[cfg(test)]

@@ -15,12 +15,12 @@ mod feed;
 mod fetch;
 pub mod guard;
 
-use crate::config::WebFetchSettings;
-use crate::store::Store;
 use crate::tools::{Tool, ToolContext, ToolError, ToolInfo, TypedTool};
-use crate::util::text;
 use chrono::{DateTime, Utc};
 use fetch::Fetcher;
+use hermes_config::WebFetchSettings;
+use hermes_store::Store;
+use hermes_store::util::text;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -161,7 +161,7 @@ fn non_blank(s: &Option<String>) -> Option<&str> {
     s.as_deref().map(str::trim).filter(|s| !s.is_empty())
 }
 
-fn store_error(what: &str, e: crate::store::StoreError) -> ToolError {
+fn store_error(what: &str, e: hermes_store::StoreError) -> ToolError {
     ToolError::Failed(format!("cannot {what}: {e}"))
 }
 

@@ -1,0 +1,532 @@
+//! Tasks and their trace (`tasks`, `task_steps`).
+
+use super::{Builder, query, query_as};
+use super::{
+    FailReason, Origin, Result, StepKind, Store, StoreError, TaskState, found, limit_or, new_id,
+    now,
+};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// The longest task text accepted from any way in (API, CLI, a job), in characters: far more
+/// than an instruction needs, far less than would crowd the model's context.
+pub const MAX_TASK_CHARS: usize = 20_000;
+
+/// A task as stored. `steps` are loaded separately ([`Store::steps`]).
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
+pub struct Task {
+    pub id: String,
+    pub state: TaskState,
+    pub origin: Origin,
+    pub parent_id: Option<String>,
+    pub job_id: Option<String>,
+    pub profile: String,
+    pub task: String,
+    pub answer: Option<String>,
+    pub error: Option<String>,
+    pub reason: Option<FailReason>,
+    pub parse_failures: i64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Running, but waiting for a person's approval (directly, or through a sub-agent): no
+    /// worker is held meanwhile.
+    #[serde(default)]
+    pub waiting: bool,
+    /// The lease epoch of the node that claimed it (`lease.rs`); its steps and its end are
+    /// written only while that node still holds it. Internal: never in an answer.
+    #[serde(skip)]
+    pub node_epoch: Option<String>,
+}
+
+/// What a new task needs; everything else starts empty.
+#[derive(Debug, Clone, Default)]
+pub struct NewTask {
+    pub task: String,
+    pub origin: Origin,
+    pub profile: String,
+    pub parent_id: Option<String>,
+    pub job_id: Option<String>,
+    /// Create it already `running`, owned by the creating process: no worker may take it.
+    pub claimed: bool,
+}
+
+/// How a task ended.
+#[derive(Debug, Clone)]
+pub struct TaskOutcome {
+    pub state: TaskState,
+    pub answer: Option<String>,
+    pub error: Option<String>,
+    pub reason: Option<FailReason>,
+    pub parse_failures: i64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+}
+
+/// One row of a task's trace: what was appended, numbered and dated by the store. Serialised
+/// flat (`{seq, step, kind, …, created_at}`), as the API has always shown it.
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
+pub struct Step {
+    pub seq: i64,
+    #[serde(flatten)]
+    #[sqlx(flatten)]
+    pub row: NewStep,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A trace row to append; `seq` and `created_at` are assigned by the store.
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
+pub struct NewStep {
+    pub step: i64,
+    pub kind: StepKind,
+    pub name: String,
+    pub request_tokens: i64,
+    pub result_tokens: i64,
+    pub arguments: Option<String>,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    pub duration_ms: i64,
+    /// A model row: the model id the server reported for the call (the profile that
+    /// answered is `name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// A model row: the reply's `system_fingerprint`, when the server sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// A model row: the profile's identity as last checked (see `llm::Identity`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
+}
+
+impl NewStep {
+    /// The row as stored, once the store gave it its `seq` and time.
+    pub fn into_step(self, seq: i64, created_at: DateTime<Utc>) -> Step {
+        Step {
+            seq,
+            row: self,
+            created_at,
+        }
+    }
+}
+
+/// Filters for [`Store::list_tasks`].
+#[derive(Debug, Clone, Default)]
+pub struct TaskFilter {
+    pub state: Option<TaskState>,
+    pub job_id: Option<String>,
+    pub limit: i64,
+}
+
+impl Store {
+    pub async fn create_task(&self, new: &NewTask) -> Result<Task> {
+        let id = new_id();
+        let created = now();
+        let (state, started) = if new.claimed {
+            (TaskState::Running, Some(created))
+        } else {
+            (TaskState::Pending, None)
+        };
+        // The row comes back from the insert itself: one round trip, not an insert and a read.
+        let insert = query_as(concat!(
+            "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at, node_id, \
+             node_epoch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ",
+            columns!(tasks)
+        ))
+        .bind(&id)
+        .bind(state)
+        .bind(new.origin)
+        .bind(&new.parent_id)
+        .bind(&new.job_id)
+        .bind(&new.profile)
+        .bind(&new.task)
+        .bind(created)
+        .bind(started)
+        .bind(new.claimed.then(|| self.node()).flatten())
+        .bind(new.claimed.then(|| self.stamp()).flatten());
+        self.inserted(insert).await
+    }
+
+    /// Several new tasks in one statement (a burst of job firings); the rows as stored, in the
+    /// order given.
+    pub async fn create_tasks(&self, new: &[NewTask]) -> Result<Vec<Task>> {
+        let mut created = Vec::with_capacity(new.len());
+        // 11 bound values a row, well under SQLite's 32,766-variable limit.
+        let epoch = self.stamp();
+        for chunk in new.chunks(500) {
+            let at = now();
+            let mut insert = Builder::new(
+                "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at, node_id, \
+                 node_epoch) ",
+            );
+            let ids: Vec<String> = chunk.iter().map(|_| new_id()).collect();
+            insert.push_values(chunk.iter().zip(&ids), |b, (n, id)| {
+                let (state, started) = if n.claimed {
+                    (TaskState::Running, Some(at))
+                } else {
+                    (TaskState::Pending, None)
+                };
+                b.push_bind(id)
+                    .push_bind(state)
+                    .push_bind(n.origin)
+                    .push_bind(&n.parent_id)
+                    .push_bind(&n.job_id)
+                    .push_bind(&n.profile)
+                    .push_bind(&n.task)
+                    .push_bind(at)
+                    .push_bind(started)
+                    .push_bind(n.claimed.then(|| self.node()).flatten())
+                    .push_bind(n.claimed.then_some(epoch.as_deref()).flatten());
+            });
+            insert.push(concat!(" RETURNING ", columns!(tasks)));
+            // Sized by the burst, so not kept in the statement cache (see `claim_burst`).
+            let mut rows: Vec<Task> = self
+                .returning(insert.build_query_as().persistent(false))
+                .await?;
+            // RETURNING promises no order: put the rows back in the caller's.
+            let order: std::collections::HashMap<&str, usize> = ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (id.as_str(), i))
+                .collect();
+            rows.sort_by_key(|t| order.get(t.id.as_str()).copied());
+            created.extend(rows);
+        }
+        Ok(created)
+    }
+
+    pub async fn task(&self, id: &str) -> Result<Task> {
+        found(self.find_task(id).await?, "task", id)
+    }
+
+    /// A task by its full id, or by a prefix that matches exactly one task (typing 6 of 16
+    /// hex characters in a terminal is enough).
+    pub async fn find_task(&self, id: &str) -> Result<Option<Task>> {
+        let exact = query_as(select!(tasks, "WHERE id = ?")).bind(id);
+        if let Some(t) = self.first(exact).await? {
+            return Ok(Some(t));
+        }
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Ok(None);
+        }
+        let sql = select!(tasks, "WHERE id LIKE ? || '%' LIMIT 2");
+        let mut rows = self.all(query_as(sql).bind(id)).await?;
+        match rows.len() {
+            1 => Ok(rows.pop()),
+            0 => Ok(None),
+            _ => Err(StoreError::Conflict(format!(
+                "task id prefix '{id}' matches several tasks; type more of the id"
+            ))),
+        }
+    }
+
+    /// Newest first.
+    pub async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
+        let sql = select!(
+            tasks,
+            "WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR job_id = ?2) \
+             ORDER BY created_at DESC, id LIMIT ?3"
+        );
+        self.all(
+            query_as(sql)
+                .bind(filter.state)
+                .bind(&filter.job_id)
+                .bind(limit_or(filter.limit, 50)),
+        )
+        .await
+    }
+
+    /// Oldest pending tasks first: the order workers take them in.
+    pub async fn pending_tasks(&self, limit: i64) -> Result<Vec<Task>> {
+        let sql = select!(
+            tasks,
+            "WHERE state = 'pending' ORDER BY created_at, id LIMIT ?"
+        );
+        self.all(query_as(sql).bind(limit)).await
+    }
+
+    /// Take the oldest pending task and mark it running, in one statement: workers never race
+    /// each other for the same row, and no read-then-claim window exists. On PostgreSQL claimers
+    /// run truly at once: each skips the rows another is claiming (`SKIP LOCKED`) instead of
+    /// picking the same one and coming back empty while tasks are pending.
+    pub async fn claim_next_pending(&self) -> Result<Option<Task>> {
+        // Claimed only under a lease the node's row still holds (`lease.rs`): a node taken
+        // for dead that does not know it yet takes nothing.
+        let sql = concat!(
+            "UPDATE tasks SET state = 'running', started_at = ?1, node_id = ?2, node_epoch = ?3 WHERE id = \
+             (SELECT id FROM tasks WHERE state = 'pending' ORDER BY created_at, id LIMIT 1) \
+             AND state = 'pending' \
+             AND (?3 IS NULL OR EXISTS (SELECT 1 FROM nodes WHERE id = ?2 AND epoch = ?3)) RETURNING ",
+            columns!(tasks)
+        );
+        let pg = concat!(
+            "UPDATE tasks SET state = 'running', started_at = $1, node_id = $2, node_epoch = $3 WHERE id = \
+             (SELECT id FROM tasks WHERE state = 'pending' ORDER BY created_at, id LIMIT 1 \
+             FOR UPDATE SKIP LOCKED) AND state = 'pending' \
+             AND ($3::text IS NULL OR EXISTS (SELECT 1 FROM nodes WHERE id = $2 AND epoch = $3 FOR SHARE)) \
+             RETURNING ",
+            columns!(tasks)
+        );
+        let epoch = self.stamp();
+        self.returning_one(
+            query_as(sql)
+                .pg(pg)
+                .bind(now())
+                .bind(self.node())
+                .bind(epoch),
+        )
+        .await
+    }
+
+    /// pending → running. Returns false when the task was not pending (taken or cancelled).
+    pub async fn start_task(&self, id: &str) -> Result<bool> {
+        Ok(self.start_task_row(id).await?.is_some())
+    }
+
+    /// [`Store::start_task`], returning the started row; `None` when it was not pending.
+    pub async fn start_task_row(&self, id: &str) -> Result<Option<Task>> {
+        let start = query_as(concat!(
+            "UPDATE tasks SET state = 'running', started_at = ?1, node_id = ?2, node_epoch = ?3 \
+             WHERE id = ?4 AND state = 'pending' \
+             AND (?3 IS NULL OR EXISTS (SELECT 1 FROM nodes WHERE id = ?2 AND epoch = ?3)) RETURNING ",
+            columns!(tasks)
+        ))
+        .bind(now())
+        .bind(self.node())
+        .bind(self.stamp())
+        .bind(id);
+        self.returning_one(start).await
+    }
+
+    /// running|pending → a final state. A task already finished keeps its first outcome
+    /// (a cancel racing a success must not overwrite it); returns whether this call won.
+    pub async fn finish_task(&self, id: &str, outcome: &TaskOutcome) -> Result<bool> {
+        Ok(self.finish_task_row(id, outcome).await?.is_some())
+    }
+
+    /// [`Store::finish_task`], returning the finished row when this call won: one round trip
+    /// for the runner, which reports the row it ended.
+    pub async fn finish_task_row(&self, id: &str, outcome: &TaskOutcome) -> Result<Option<Task>> {
+        let finish = query_as(concat!(
+            "UPDATE tasks SET state = ?, answer = ?, error = ?, reason = ?, parse_failures = ?, \
+             prompt_tokens = ?, completion_tokens = ?, finished_at = ?, waiting = FALSE \
+             WHERE id = ? AND state IN ('pending', 'running') AND ",
+            fenced!(),
+            " RETURNING ",
+            columns!(tasks)
+        ))
+        .pg(concat!(
+            "UPDATE tasks SET state = $1, answer = $2, error = $3, reason = $4, parse_failures = $5, \
+             prompt_tokens = $6, completion_tokens = $7, finished_at = $8, waiting = FALSE \
+             WHERE id = $9 AND state IN ('pending', 'running') AND ",
+            fenced!(pg),
+            " RETURNING ",
+            columns!(tasks)
+        ))
+        .bind(outcome.state)
+        .bind(&outcome.answer)
+        .bind(&outcome.error)
+        .bind(outcome.reason)
+        .bind(outcome.parse_failures)
+        .bind(outcome.prompt_tokens)
+        .bind(outcome.completion_tokens)
+        .bind(now())
+        .bind(id);
+        self.returning_one(finish).await
+    }
+
+    /// pending → cancelled; false when the task is no longer pending (it started somewhere).
+    pub async fn cancel_pending(&self, id: &str, error: &str) -> Result<bool> {
+        let cancel = query(
+            "UPDATE tasks SET state = 'cancelled', reason = 'cancelled', error = ?, finished_at = ? \
+             WHERE id = ? AND state = 'pending'",
+        )
+        .bind(error)
+        .bind(now())
+        .bind(id);
+        self.one_row(cancel).await
+    }
+
+    /// Fail the pending tasks of one origin (at daemon start: job tasks queued by a previous
+    /// daemon, whose firing is over and whose answer would have nowhere to go).
+    pub async fn fail_pending_of_origin(&self, origin: Origin, reason: FailReason) -> Result<u64> {
+        let fail = query(
+            "UPDATE tasks SET state = 'failed', reason = ?, \
+             error = 'task was pending when the daemon stopped (' || ? || ')', finished_at = ? \
+             WHERE state = 'pending' AND origin = ?",
+        )
+        .bind(reason)
+        .bind(reason.as_str())
+        .bind(now())
+        .bind(origin);
+        self.rows(fail).await
+    }
+
+    /// Mark every task still `running` or `pending` as failed with `reason`, except those
+    /// waiting for a person (they continue from their checkpoint once answered). Used at start-up
+    /// (`interrupted`: the previous process died) and at shutdown (`shutdown`).
+    pub async fn fail_unfinished(&self, states: &[TaskState], reason: FailReason) -> Result<u64> {
+        let mut total = 0;
+        for state in states {
+            let fail = query(
+                "UPDATE tasks SET state = 'failed', reason = ?, \
+                 error = COALESCE(error, ?), finished_at = ? WHERE state = ? AND waiting = FALSE",
+            )
+            .bind(reason)
+            .bind(format!(
+                "task was {state} when the daemon stopped ({reason})"
+            ))
+            .bind(now())
+            .bind(*state);
+            total += self.rows(fail).await?;
+        }
+        Ok(total)
+    }
+
+    /// Append a trace row; `seq` continues from the task's last row.
+    pub async fn add_step(&self, task_id: &str, step: &NewStep) -> Result<i64> {
+        let insert = query_as(
+            "INSERT INTO task_steps (task_id, seq, step, kind, name, request_tokens, result_tokens, \
+             arguments, output, error, duration_ms, created_at, model, fingerprint, identity) \
+             VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM task_steps WHERE task_id = ?1), \
+             ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) RETURNING seq",
+        )
+        .bind(task_id)
+        .bind(step.step)
+        .bind(step.kind)
+        .bind(&step.name)
+        .bind(step.request_tokens)
+        .bind(step.result_tokens)
+        .bind(&step.arguments)
+        .bind(&step.output)
+        .bind(&step.error)
+        .bind(step.duration_ms)
+        .bind(now())
+        .bind(&step.model)
+        .bind(&step.fingerprint)
+        .bind(&step.identity);
+        let (seq,): (i64,) = self.inserted(insert).await?;
+        Ok(seq)
+    }
+
+    /// Append trace rows numbered by their writer (the task's runner, the only one writing its
+    /// trace) in one multi-row insert: a model call and the tool calls it asked for cost one
+    /// round trip. A `seq` already taken is a conflict, never an overwrite.
+    /// `epoch`: the lease the task was claimed under, if any; refused with
+    /// [`StoreError::Fenced`] once this node no longer holds it.
+    pub async fn add_steps(&self, task_id: &str, epoch: Option<&str>, rows: &[Step]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut insert = Builder::new(
+            "INSERT INTO task_steps (task_id, seq, step, kind, name, request_tokens, result_tokens, \
+             arguments, output, error, duration_ms, created_at, model, fingerprint, identity) ",
+        );
+        if epoch.is_some() {
+            insert.push("SELECT * FROM (");
+        }
+        insert.push_values(rows, |b, r| {
+            b.push_bind(task_id)
+                .push_bind(r.seq)
+                .push_bind(r.row.step)
+                .push_bind(r.row.kind)
+                .push_bind(&r.row.name)
+                .push_bind(r.row.request_tokens)
+                .push_bind(r.row.result_tokens)
+                .push_bind(&r.row.arguments)
+                .push_bind(&r.row.output)
+                .push_bind(&r.row.error)
+                .push_bind(r.row.duration_ms)
+                .push_bind(r.created_at)
+                .push_bind(&r.row.model)
+                .push_bind(&r.row.fingerprint)
+                .push_bind(&r.row.identity);
+        });
+        let Some(epoch) = epoch else {
+            insert.build().execute(self).await?;
+            return Ok(());
+        };
+        // Under a lease: the rows go in only while the node's row still holds it, in the same
+        // statement — on PostgreSQL with the row locked against a take-over's delete until the
+        // rows are in (`lease.rs`).
+        insert.push(") AS v WHERE EXISTS (SELECT 1 FROM nodes WHERE id = ");
+        insert.push_bind(self.node().unwrap_or_default());
+        insert.push(" AND epoch = ");
+        insert.push_bind(epoch);
+        insert.push(if self.is_postgres() {
+            " FOR SHARE)"
+        } else {
+            ")"
+        });
+        if insert.build().execute(self).await? == 0 {
+            return Err(StoreError::Fenced(super::Fenced));
+        }
+        Ok(())
+    }
+
+    pub async fn steps(&self, task_id: &str) -> Result<Vec<Step>> {
+        self.steps_after(task_id, 0).await
+    }
+
+    /// The task's trace rows with `seq` above `after`, in order: what a follower has not seen.
+    pub async fn steps_after(&self, task_id: &str, after: i64) -> Result<Vec<Step>> {
+        self.all(query_as(
+            "SELECT seq, step, kind, name, request_tokens, result_tokens, arguments, output, error, \
+             duration_ms, model, fingerprint, identity, created_at FROM task_steps \
+             WHERE task_id = ? AND seq > ? ORDER BY seq",
+        )
+        .bind(task_id)
+        .bind(after))
+        .await
+    }
+
+    /// Tasks waiting for a worker, for `/healthz`: read from the `tasks_by_state` index, so
+    /// it costs what the queue holds, not the history (a test checks the plan).
+    pub(crate) async fn pending_count(&self) -> Result<i64> {
+        self.count(PENDING_COUNT).await
+    }
+
+    /// Count of tasks per state, for `doctor` (a scan of every task: not for `/healthz`).
+    pub async fn task_counts(&self) -> Result<Vec<(TaskState, i64)>> {
+        self.all(query_as("SELECT state, COUNT(*) FROM tasks GROUP BY state"))
+            .await
+    }
+
+    /// Count of tasks per state and origin, for `/metrics`.
+    pub async fn task_counts_by_origin(&self) -> Result<Vec<(TaskState, Origin, i64)>> {
+        self.all(query_as(
+            "SELECT state, origin, COUNT(*) FROM tasks GROUP BY state, origin",
+        ))
+        .await
+    }
+}
+
+/// The pending count's statement, one place for the store and the test of its plan.
+pub(crate) const PENDING_COUNT: &str = "SELECT COUNT(*) FROM tasks WHERE state = 'pending'";
+
+/// A task with its trace and the delivery state of the notices it queued: the shape of
+/// `GET /v1/tasks/{id}` and `tasks show --json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskRecord {
+    #[serde(flatten)]
+    pub task: Task,
+    pub steps: Vec<Step>,
+    #[serde(default)]
+    pub notices: Vec<super::Notice>,
+}
+
+impl Store {
+    pub async fn task_record(&self, id: &str) -> Result<Option<TaskRecord>> {
+        let Some(task) = self.find_task(id).await? else {
+            return Ok(None);
+        };
+        let steps = self.steps(&task.id).await?;
+        let notices = self.notices_for_task(&task.id).await?;
+        Ok(Some(TaskRecord {
+            task,
+            steps,
+            notices,
+        }))
+    }
+}

@@ -1,0 +1,67 @@
+//! Stores for tests on either engine, and [`on_both_engines!`], which runs one test body on
+//! each: the store's tests are written once, so the engines cannot drift apart untested.
+
+/// A store test run on each engine: `NAME::sqlite` (in memory with `Memory`, in a fresh data
+/// dir with `Disk`) and `NAME::postgres` (a fresh database on the test process's PostgreSQL
+/// cluster, see `test_postgres.rs`). One body, so the engines cannot drift apart untested.
+macro_rules! on_both_engines {
+    ($sqlite:ident, $test:meta, async fn $name:ident($store:ident: Store) $body:block) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            async fn body($store: crate::Store) $body
+
+            #[$test]
+            async fn sqlite() {
+                let (_dir, store) =
+                    crate::testing::sqlite(crate::testing::Sqlite::$sqlite).await;
+                body(store).await;
+            }
+
+            #[$test]
+            async fn postgres() {
+                body(crate::testing::postgres().await).await;
+            }
+        }
+    };
+}
+
+use super::*;
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Sqlite {
+    /// One connection to an in-memory database.
+    Memory,
+    /// A database file in a fresh data dir (a pool of connections, WAL).
+    Disk,
+}
+
+/// A SQLite store; the data dir, if any, lives as long as the returned guard.
+pub(crate) async fn sqlite(kind: Sqlite) -> (Option<tempfile::TempDir>, Store) {
+    match kind {
+        Sqlite::Memory => (
+            None,
+            Store::open_in_memory().await.expect("in-memory store"),
+        ),
+        Sqlite::Disk => {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let store = Store::open(dir.path()).await.expect("store on disk");
+            (Some(dir), store)
+        }
+    }
+}
+
+/// A store on a fresh PostgreSQL database.
+pub(crate) async fn postgres() -> Store {
+    postgres_with(StoreOptions::default()).await
+}
+
+pub(crate) async fn postgres_with(opts: StoreOptions) -> Store {
+    let url = tokio::task::spawn_blocking(test_postgres::fresh_url)
+        .await
+        .expect("the cluster's thread");
+    Store::open_postgres(&url, opts)
+        .await
+        .expect("a store on the test cluster")
+}

@@ -1,0 +1,152 @@
+//! Small helpers every part uses alike: cutting text for messages and traces and making it safe
+//! to print on a terminal, walking an error's causes, the one backoff arithmetic, and the one
+//! policy for poisoned mutexes.
+//!
+//! Owns: nothing with state. Must not: depend on any other part of the crate, so that every
+//! part may depend on it.
+
+mod backoff;
+pub mod inert;
+pub mod text;
+
+pub use backoff::{Backoff, RetryPolicy};
+
+use std::sync::{Mutex, MutexGuard};
+
+/// An error and its causes on one line, `outer: inner: innermost`, skipping a cause whose
+/// text the line already carries (many errors quote their source, and printing it again
+/// only makes the line longer).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line
+}
+
+/// The first error of type `T` in `e`'s cause chain (`e` itself included).
+pub fn find_cause<'a, T: std::error::Error + 'static>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut current = Some(e);
+    while let Some(err) = current {
+        if let Some(found) = err.downcast_ref::<T>() {
+            return Some(found);
+        }
+        current = err.source();
+    }
+    None
+}
+
+/// Makes glibc's allocator give large blocks back. By default a freed block raises the size
+/// from which blocks are mapped on their own (up to 32 MiB), so the next large buffers —
+/// tantivy's 15 MB indexing arena for each remembered fact, an embedding answer — come from
+/// heaps that keep them: a daemon idle after 1,000 facts remembered held 83 MiB where a
+/// restarted one holds 22. A fixed threshold maps every block of 1 MiB or more and unmaps it
+/// on free: 29 MiB (BENCHMARKS.md §17). Fewer arenas would keep less still, but two cost 12 %
+/// of the pool's throughput at C = 100. Once, at start, before any thread exists.
+pub fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        const MMAP_FROM_BYTES: libc::c_int = 1 << 20;
+        // SAFETY: mallopt takes two integers; called before any other thread runs.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_FROM_BYTES);
+        }
+    }
+}
+
+/// Lock a mutex, taking the data even when another thread panicked while holding it.
+///
+/// The one policy for poisoned locks in this crate: every mutex here guards plain maps and
+/// counters whose updates are single stores, so a panic cannot leave them half-written, and
+/// skipping the work instead (the old `if let Ok(..)`) silently lost cancellations.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Read a [`std::sync::RwLock`]'s data, with [`lock`]'s policy for a poisoned lock.
+pub fn read<T>(l: &std::sync::RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Write a [`std::sync::RwLock`]'s data, with [`lock`]'s policy for a poisoned lock.
+pub fn write<T>(l: &std::sync::RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A name matching an allowlist pattern: `*` matches any run of characters (`*` alone allows
+/// everything, `time__*` every tool of the MCP server `time`); anything else is literal.
+pub fn glob_matches(pattern: &str, name: &str) -> bool {
+    let Some((head, rest)) = pattern.split_once('*') else {
+        return pattern == name;
+    };
+    let Some(mut tail) = name.strip_prefix(head) else {
+        return false;
+    };
+    let parts: Vec<&str> = rest.split('*').collect();
+    let (middle, last) = parts.split_at(parts.len() - 1);
+    for part in middle {
+        match tail.find(part) {
+            Some(at) => tail = &tail[at + part.len()..],
+            None => return false,
+        }
+    }
+    tail.ends_with(last[0])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer failed")]
+    struct Outer(#[source] std::io::Error);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("wrapper: {0}")]
+    struct Quoting(#[source] std::io::Error);
+
+    #[test]
+    fn chains_causes_once() {
+        let io = || std::io::Error::other("disk on fire");
+        assert_eq!(error_chain(&Outer(io())), "outer failed: disk on fire");
+        assert_eq!(error_chain(&Quoting(io())), "wrapper: disk on fire");
+        assert!(find_cause::<std::io::Error>(&Outer(io())).is_some());
+        assert!(find_cause::<std::fmt::Error>(&Outer(io())).is_none());
+    }
+
+    #[test]
+    fn a_poisoned_lock_still_yields_its_data() {
+        let m = std::sync::Arc::new(Mutex::new(1));
+        let m2 = m.clone();
+        let _ = std::thread::spawn(move || {
+            let _g = m2.lock();
+            panic!("poison it");
+        })
+        .join();
+        assert!(m.is_poisoned());
+        *lock(&m) += 1;
+        assert_eq!(*lock(&m), 2);
+    }
+
+    #[test]
+    fn allowlist_patterns() {
+        assert!(glob_matches("*", "web_fetch"));
+        assert!(glob_matches("web_fetch", "web_fetch"));
+        assert!(!glob_matches("web_fetch", "web_fetch2"));
+        assert!(glob_matches("time__*", "time__get_current_time"));
+        assert!(!glob_matches("time__*", "timer__x"));
+        assert!(glob_matches("*__get_*", "time__get_current_time"));
+        assert!(glob_matches("a*b*c", "a-x-b-y-c"));
+        assert!(!glob_matches("a*b*c", "a-x-c-y-b"));
+        assert!(glob_matches("read_*", "read_feed"));
+        assert!(!glob_matches("", "x"));
+    }
+}

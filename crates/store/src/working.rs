@@ -1,0 +1,83 @@
+//! Working memory (large intermediate results by key, per task) and page/feed snapshots.
+
+use super::{Result, Store, found, new_id, now};
+use super::{query, query_as, query_scalar};
+use chrono::{DateTime, Utc};
+
+/// A slice of a working-memory entry, counted in characters (not bytes) so a page boundary
+/// never splits a multi-byte character.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WorkingSlice {
+    pub key: String,
+    pub offset: usize,
+    pub text: String,
+    pub total_chars: usize,
+    /// Where the next page starts, when there is one.
+    pub next_offset: Option<usize>,
+}
+
+impl Store {
+    /// Store `content` for `task_id`; returns the key the model can read it back by.
+    pub async fn put_working(&self, task_id: &str, content: &str) -> Result<String> {
+        let key = format!("wm_{}", new_id());
+        query("INSERT INTO working_memory (key, task_id, content, created_at) VALUES (?, ?, ?, ?)")
+            .bind(&key)
+            .bind(task_id)
+            .bind(content)
+            .bind(now())
+            .execute(self)
+            .await?;
+        Ok(key)
+    }
+
+    pub async fn read_working(
+        &self,
+        key: &str,
+        offset: usize,
+        length: usize,
+    ) -> Result<WorkingSlice> {
+        let content: Option<String> =
+            query_scalar("SELECT content FROM working_memory WHERE key = ?")
+                .bind(key)
+                .fetch_optional(self)
+                .await?;
+        let content = found(content, "working-memory key", key)?;
+        let total_chars = content.chars().count();
+        let text: String = content.chars().skip(offset).take(length).collect();
+        let end = offset.saturating_add(text.chars().count());
+        Ok(WorkingSlice {
+            key: key.to_string(),
+            offset,
+            text,
+            total_chars,
+            next_offset: (end < total_chars).then_some(end),
+        })
+    }
+
+    /// Drop entries created before `before`; returns how many went.
+    pub async fn prune_working(&self, before: DateTime<Utc>) -> Result<u64> {
+        let done = query("DELETE FROM working_memory WHERE created_at < ?")
+            .bind(before)
+            .execute(self)
+            .await?;
+        Ok(done)
+    }
+
+    pub async fn snapshot(&self, key: &str) -> Result<Option<(String, DateTime<Utc>)>> {
+        self.first(query_as("SELECT content, updated_at FROM snapshots WHERE key = ?").bind(key))
+            .await
+    }
+
+    pub async fn put_snapshot(&self, key: &str, content: &str) -> Result<()> {
+        query(
+            "INSERT INTO snapshots (key, content, updated_at) VALUES (?, ?, ?) \
+             ON CONFLICT(key) DO UPDATE SET content = excluded.content, updated_at = excluded.updated_at",
+        )
+        .bind(key)
+        .bind(content)
+        .bind(now())
+        .execute(self)
+        .await?;
+        Ok(())
+    }
+}
