@@ -62,7 +62,7 @@ mod deps {
     }
 }
 
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use matrix_sdk::ruma::UserId;
 use person::Person;
 use serde_json::Value;

@@ -17,9 +17,9 @@
 //! `cargo bench --bench recall` runs both (several minutes on 2 cores); without the embedding
 //! model installed the meaning part is skipped with a note (named, it fails).
 
-use hermes_agent::llm::Embedder;
-use hermes_agent::memory::LongTerm;
 use hermes_config::EmbeddingSettings;
+use hermes_engine::llm::Embedder;
+use hermes_engine::memory::LongTerm;
 use hermes_store::Store;
 use sqlx::Connection;
 use std::io::{BufRead, BufReader, Read, Seek};

@@ -5,7 +5,7 @@
 //! `cargo bench --bench sandbox` (or `--profile dev` for a quick look); the MCP half needs
 //! `scripts/ci/mcp-deps.sh` to have run.
 
-use hermes_agent::tools::sandbox::{Mode, Policy, Widening};
+use hermes_engine::tools::sandbox::{Mode, Policy, Widening};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

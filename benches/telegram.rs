@@ -21,7 +21,7 @@ mod html;
 mod standin;
 
 use chrono::{DateTime, Utc};
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use serde_json::Value;
 use standin::{BotApi, Person};
 use std::process::{Child, Command, Stdio};

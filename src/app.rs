@@ -5,18 +5,18 @@
 //! scheduler reach the notifier without depending on it (the agent's side of the scheduler is
 //! `agent::JobRunner`).
 
-pub use crate::agent::JobExecution;
-use crate::agent::{Agent, DelegateTools, JobRunner};
-use crate::inbox::{Finished, Handoff, Inbox};
-use crate::llm::{Gateway, RetryPolicy};
 use crate::mcp::McpManager;
-use crate::memory::LongTerm;
-use crate::metrics::Metrics;
-use crate::notify::{Notifier, NotifyError};
-use crate::scheduler::{Deliver, DeliverError, Scheduler};
-use crate::tools::{RegistryBuilder, Tool, builtin, manifest};
 use futures::future::BoxFuture;
 use hermes_config::{Config, env_map};
+pub use hermes_engine::agent::JobExecution;
+use hermes_engine::agent::{Agent, DelegateTools, JobRunner};
+use hermes_engine::inbox::{Finished, Handoff, Inbox};
+use hermes_engine::llm::{Gateway, RetryPolicy};
+use hermes_engine::memory::LongTerm;
+use hermes_engine::metrics::Metrics;
+use hermes_engine::notify::{Notifier, NotifyError};
+use hermes_engine::scheduler::{Deliver, DeliverError, Scheduler};
+use hermes_engine::tools::{RegistryBuilder, Tool, builtin, manifest};
 use hermes_store::{Job, NewNotice, Store};
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,27 +26,27 @@ pub enum AppError {
     #[error(transparent)]
     Store(#[from] hermes_store::StoreError),
     #[error("model settings: {0}")]
-    Llm(#[from] crate::llm::LlmError),
+    Llm(#[from] hermes_engine::llm::LlmError),
     #[error("notify settings: {0}")]
-    Notify(#[from] crate::notify::NotifyError),
+    Notify(#[from] hermes_engine::notify::NotifyError),
     #[error("tool manifests in {dir}: {source}")]
     Manifest {
         dir: std::path::PathBuf,
-        source: crate::tools::manifest::ManifestError,
+        source: hermes_engine::tools::manifest::ManifestError,
     },
     #[error("tools: {0}")]
-    Registry(#[from] crate::tools::RegistryError),
+    Registry(#[from] hermes_engine::tools::RegistryError),
     #[error("memory.embeddings: {0}")]
-    Embeddings(#[from] crate::llm::EmbedError),
+    Embeddings(#[from] hermes_engine::llm::EmbedError),
 }
 
 /// The embedder and its similarity floor, when `memory.embeddings` is set.
 pub(crate) fn embeddings(
     m: &hermes_config::MemorySettings,
-) -> Result<Option<(crate::llm::Embedder, f32)>, crate::llm::EmbedError> {
+) -> Result<Option<(hermes_engine::llm::Embedder, f32)>, hermes_engine::llm::EmbedError> {
     m.embeddings
         .as_ref()
-        .map(|e| Ok((crate::llm::Embedder::new(e)?, e.min_similarity)))
+        .map(|e| Ok((hermes_engine::llm::Embedder::new(e)?, e.min_similarity)))
         .transpose()
 }
 
@@ -66,9 +66,9 @@ pub struct App {
     /// starts it.
     pub inbox: Inbox,
     /// The Matrix account of `channels.matrix` (off without it); the daemon starts it.
-    pub matrix: crate::channels::Matrix,
+    pub matrix: hermes_engine::channels::Matrix,
     /// The Telegram bot of `channels.telegram` (off without it); the daemon starts it.
-    pub telegram: crate::channels::Telegram,
+    pub telegram: hermes_engine::channels::Telegram,
     /// What the parts count, for `GET /metrics`; named by the data dir's node id.
     pub metrics: Metrics,
 }
@@ -78,7 +78,7 @@ pub struct App {
 pub struct BuildOptions {
     pub model_retry: Option<RetryPolicy>,
     pub tool_backoff: Option<Duration>,
-    pub notify_retry: Option<crate::notify::RetryPolicy>,
+    pub notify_retry: Option<hermes_engine::notify::RetryPolicy>,
     /// Registered after the built-ins and manifests.
     pub extra_tools: Vec<Arc<dyn Tool>>,
     /// How the database is opened.
@@ -106,7 +106,7 @@ impl App {
         .await?;
         // The data dir's node id names this process's work in a database other daemons may
         // share (the tasks it claims, the runs it fires) and its metrics.
-        let node = crate::metrics::node_id(&config.data_dir);
+        let node = hermes_engine::metrics::node_id(&config.data_dir);
         let store = store.with_node(&node);
         let metrics = Metrics::new(&node);
         let mut gateway = Gateway::new(&s.model)?.with_settings_source(&config.source);
@@ -137,8 +137,8 @@ impl App {
             .unwrap_or_default();
         // The chat accounts are built before the notifier, which sends through them; their
         // intake is started by the daemon with the inbox, so neither holds the other.
-        let matrix = crate::channels::Matrix::new(s, &config.data_dir, store.clone());
-        let telegram = crate::channels::Telegram::new(s, store.clone());
+        let matrix = hermes_engine::channels::Matrix::new(s, &config.data_dir, store.clone());
+        let telegram = hermes_engine::channels::Telegram::new(s, store.clone());
         let chats = matrix
             .sender()
             .into_iter()
@@ -180,7 +180,7 @@ impl App {
         }
         all.extend(delegate.tools(s));
         let env = env_map();
-        crate::tools::sandbox::announce(s.tools.sandbox);
+        hermes_engine::tools::sandbox::announce(s.tools.sandbox);
         let manifests = manifest::load_dir_with(&config.manifests_dir, &env, s.tools.sandbox)
             .map_err(|source| AppError::Manifest {
                 dir: config.manifests_dir.clone(),
@@ -251,16 +251,16 @@ impl Handoff for AppHandoff {
     fn run_now<'a>(
         &'a self,
         job_id: &'a str,
-    ) -> BoxFuture<'a, Result<String, crate::scheduler::SchedulerError>> {
+    ) -> BoxFuture<'a, Result<String, hermes_engine::scheduler::SchedulerError>> {
         Box::pin(async move { self.scheduler.run_now(job_id).await })
     }
 
     fn decide_approval<'a>(
         &'a self,
         id: &'a str,
-        decision: crate::agent::Decision,
+        decision: hermes_engine::agent::Decision,
         by: &'a str,
-    ) -> BoxFuture<'a, Result<hermes_store::Approval, crate::agent::ApprovalError>> {
+    ) -> BoxFuture<'a, Result<hermes_store::Approval, hermes_engine::agent::ApprovalError>> {
         Box::pin(async move { self.agent.approvals().decide(id, decision, by).await })
     }
 

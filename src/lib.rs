@@ -6,20 +6,11 @@
 //! `agent` → `tools` / `memory` / `llm`; `scheduler`, `notify` and `inbox` are services
 //! reached through narrow handles; `store` holds all SQL; `config` all settings.
 
-pub mod agent;
 pub mod app;
-pub mod channels;
 pub mod cli;
 pub mod client;
 pub mod daemon;
 pub mod doctor;
 pub mod eval;
 pub mod http;
-pub mod inbox;
-pub mod llm;
 pub mod mcp;
-pub mod memory;
-pub mod metrics;
-pub mod notify;
-pub mod scheduler;
-pub mod tools;

@@ -5,10 +5,10 @@
 use anyhow::{Context, Result};
 use futures::future::BoxFuture;
 use hermes_agent::app::{App, BuildOptions, JobExecution};
-use hermes_agent::llm::RetryPolicy;
-use hermes_agent::llm::scripted::Reply;
-use hermes_agent::tools::{Tool, ToolContext, ToolError, ToolInfo};
 use hermes_config::{Config, Settings};
+use hermes_engine::llm::RetryPolicy;
+use hermes_engine::llm::scripted::Reply;
+use hermes_engine::tools::{Tool, ToolContext, ToolError, ToolInfo};
 use hermes_store::util::Backoff;
 use serde_json::{Value, json};
 use std::collections::HashMap;

@@ -15,7 +15,7 @@
 use crate::common::{self, figure, percentile};
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use hermes_store::{NewStep, NewTask, StepKind, Store, StoreOptions, TaskOutcome, TaskState};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};

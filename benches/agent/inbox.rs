@@ -18,7 +18,7 @@ use crate::common::{figure, percentile};
 use crate::footprint::{self, Daemon, memory_parts};
 use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Utc};
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -14,10 +14,10 @@
 use crate::common::{self, Echo, StepScript, figure, percentile};
 use anyhow::{Context, Result, bail};
 use futures::future::join_all;
-use hermes_agent::agent::Submit;
 use hermes_agent::app::{App, JobExecution};
-use hermes_agent::llm::scripted::ScriptedModel;
-use hermes_agent::scheduler::JobRequest;
+use hermes_engine::agent::Submit;
+use hermes_engine::llm::scripted::ScriptedModel;
+use hermes_engine::scheduler::JobRequest;
 use hermes_store::{Origin, TaskState};
 use sqlx::Connection;
 use std::time::{Duration, Instant};

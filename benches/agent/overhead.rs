@@ -16,10 +16,10 @@
 
 use crate::common::{self, Echo, StepScript, figure, percentile};
 use anyhow::{Context, Result, bail};
-use hermes_agent::agent::{RunOptions, Submit};
 use hermes_agent::app::JobExecution;
-use hermes_agent::llm::scripted::ScriptedModel;
-use hermes_agent::llm::{Message, ToolCall};
+use hermes_engine::agent::{RunOptions, Submit};
+use hermes_engine::llm::scripted::ScriptedModel;
+use hermes_engine::llm::{Message, ToolCall};
 use hermes_store::TaskState;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -210,7 +210,7 @@ async fn raw_http(base_url: &str, body: &Value) -> Result<Vec<f64>> {
 }
 
 async fn gateway_calls(app: &hermes_agent::app::App) -> Result<Vec<f64>> {
-    let gateway = hermes_agent::llm::Gateway::new(&app.config.settings.model)?;
+    let gateway = hermes_engine::llm::Gateway::new(&app.config.settings.model)?;
     let tools = app.agent.registry().offered(None);
     let call = |k: u64| ToolCall {
         id: format!("call_{k}"),
@@ -218,7 +218,7 @@ async fn gateway_calls(app: &hermes_agent::app::App) -> Result<Vec<f64>> {
         arguments: json!({"nonce": "g", "step": k}),
     };
     let messages = vec![
-        Message::system(hermes_agent::agent::prompt::system_prompt("", None)),
+        Message::system(hermes_engine::agent::prompt::system_prompt("", None)),
         Message::user("Benchmark task nonce=g: call noop three times, then answer."),
         Message::assistant("", vec![call(1)]),
         Message::tool(

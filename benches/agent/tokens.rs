@@ -8,12 +8,12 @@
 
 use crate::common::{self, Echo, StepScript, figure};
 use anyhow::{Result, bail};
-use hermes_agent::agent::prompt::{fixed_overhead_tokens, system_prompt};
-use hermes_agent::agent::{RunOptions, Submit};
 use hermes_agent::app::JobExecution;
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
-use hermes_agent::llm::{Toolset, estimate_tokens};
 use hermes_config::Settings;
+use hermes_engine::agent::prompt::{fixed_overhead_tokens, system_prompt};
+use hermes_engine::agent::{RunOptions, Submit};
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::llm::{Toolset, estimate_tokens};
 use hermes_store::{StepKind, TaskState};
 use std::time::Duration;
 

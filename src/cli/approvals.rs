@@ -5,8 +5,8 @@
 
 use super::ApprovalsCmd;
 use super::render::{self, print_json};
-use crate::agent::Decision;
 use crate::client::Backend;
+use hermes_engine::agent::Decision;
 use hermes_store::ApprovalState;
 use serde_json::json;
 use std::process::ExitCode;

@@ -5,8 +5,8 @@
 //! Must not: open the data dir or reach the network: checking a config changes nothing.
 
 use super::EXIT_CONFIG;
-use crate::tools::manifest;
 use hermes_config::{Config, Sources, env_map};
+use hermes_engine::tools::manifest;
 use std::process::ExitCode;
 
 pub(crate) fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {

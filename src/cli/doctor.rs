@@ -45,9 +45,9 @@ impl Report {
 /// `GET /healthz`'s chat channels.
 #[derive(serde::Deserialize)]
 struct ChatHealth {
-    matrix: Option<crate::channels::matrix::Status>,
+    matrix: Option<hermes_engine::channels::matrix::Status>,
     #[serde(default)]
-    telegram: Option<crate::channels::telegram::Status>,
+    telegram: Option<hermes_engine::channels::telegram::Status>,
 }
 
 /// `GET /v1/mcp`: each MCP server's status as the daemon sees it.

@@ -10,8 +10,8 @@ use super::EvalArgs;
 use super::render::print_json;
 use super::table::{Table, cell};
 use crate::eval::{self, EvalRequest};
-use crate::llm::Gateway;
 use hermes_config::Config;
+use hermes_engine::llm::Gateway;
 use hermes_store::{EvalResult, EvalTrigger, EvalVerdict, Store};
 use std::process::ExitCode;
 

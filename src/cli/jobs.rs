@@ -7,7 +7,7 @@ use super::JobsCmd;
 use super::backend::Fired;
 use super::render::{self, print_json, print_outcome};
 use crate::client::Backend;
-use crate::scheduler::JobRequest;
+use hermes_engine::scheduler::JobRequest;
 use serde_json::{Value, json};
 use std::process::ExitCode;
 

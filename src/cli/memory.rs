@@ -8,8 +8,8 @@
 use super::MemoryCmd;
 use super::render::{self, print_json};
 use crate::client::Backend;
-use crate::memory::{LongTerm, MeaningError};
 use hermes_config::Config;
+use hermes_engine::memory::{LongTerm, MeaningError};
 use hermes_store::{Store, StoreOptions};
 use serde_json::json;
 use std::process::ExitCode;

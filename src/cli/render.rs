@@ -6,8 +6,8 @@
 
 use super::backend::FoundFact;
 use super::table::{Table, cell};
-use crate::scheduler::JobView;
 use chrono::{DateTime, SecondsFormat, Utc};
+use hermes_engine::scheduler::JobView;
 use hermes_store::util::text;
 use hermes_store::{Notice, NoticeState, PauseReason, Step, StepKind, Task, TaskRecord, TaskState};
 use serde::Serialize;
@@ -320,7 +320,7 @@ pub(crate) fn fact_list(facts: &[FoundFact]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::JobView;
+    use hermes_engine::scheduler::JobView;
     use hermes_store::{Job, Origin};
     use unicode_width::UnicodeWidthStr;
 

@@ -8,10 +8,10 @@
 use super::RunArgs;
 use super::backend::DELIVER_NOW;
 use super::render::{self, print_outcome};
-use crate::agent::{RunOptions, Submit};
 use crate::app::{App, JobExecution};
 use crate::client::Remote;
 use hermes_config::Config;
+use hermes_engine::agent::{RunOptions, Submit};
 use hermes_store::Origin;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -50,7 +50,7 @@ async fn run_task(app: &App, args: RunArgs, daemon_up: bool) -> anyhow::Result<E
     let exec = async {
         let done = app.agent.run_claimed(claimed, opts).await?;
         if !done.waiting {
-            return Ok::<_, crate::agent::AgentError>(done);
+            return Ok::<_, hermes_engine::agent::AgentError>(done);
         }
         let on_ask = |a: &hermes_store::Approval| {
             errln!(

@@ -1,8 +1,8 @@
 //! What can go wrong on either side of the client, in words that say what to do.
 
-use crate::agent::AgentError;
-use crate::memory::MemoryError;
-use crate::scheduler::SchedulerError;
+use hermes_engine::agent::AgentError;
+use hermes_engine::memory::MemoryError;
+use hermes_engine::scheduler::SchedulerError;
 use hermes_store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +51,7 @@ pub enum ClientError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
-    Approval(#[from] crate::agent::ApprovalError),
+    Approval(#[from] hermes_engine::agent::ApprovalError),
 }
 
 /// A 401 from the daemon means the two sides disagree on the token.

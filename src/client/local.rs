@@ -8,13 +8,13 @@
 //! daemon holds the memory index, and its scheduler would not see changes made here at once.
 
 use super::{Backend, ClientError, DELIVER_NOW, Fired, FoundFact, OnStep, Remembered, Reply};
-use crate::agent::{Agent, Decision, Followed, RunOptions, Submit};
-use crate::memory::LongTerm;
-use crate::notify::Notifier;
-use crate::scheduler::{JobRequest, JobView, Scheduler};
-use crate::tools::ToolSources;
 use futures::future::BoxFuture;
 use hermes_config::Config;
+use hermes_engine::agent::{Agent, Decision, Followed, RunOptions, Submit};
+use hermes_engine::memory::LongTerm;
+use hermes_engine::notify::Notifier;
+use hermes_engine::scheduler::{JobRequest, JobView, Scheduler};
+use hermes_engine::tools::ToolSources;
 use hermes_store::{
     Approval, ApprovalState, Origin, Store, Task, TaskFilter, TaskRecord, TaskState, Upsert, Usage,
     UsageWindow,

@@ -19,10 +19,10 @@ pub(crate) use error::ClientError;
 pub(crate) use local::{BuildParts, Local, Parts};
 pub(crate) use remote::Remote;
 
-use crate::agent::Decision;
-use crate::scheduler::{JobRequest, JobView};
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
+use hermes_engine::agent::Decision;
+use hermes_engine::scheduler::{JobRequest, JobView};
 use hermes_store::{Approval, ApprovalState, JobRun, Step, Task, TaskRecord, TaskState, Usage};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;

@@ -5,9 +5,9 @@
 //! Must not: fall back to the data dir — `connect` decides that, before any call.
 
 use super::{Backend, ClientError, Fired, FoundFact, OnStep, Remembered, Reply};
-use crate::agent::{Decision, VIA_HEADER};
-use crate::scheduler::{JobRequest, JobView};
 use hermes_config::Config;
+use hermes_engine::agent::{Decision, VIA_HEADER};
+use hermes_engine::scheduler::{JobRequest, JobView};
 use hermes_store::{Approval, ApprovalState, Task, TaskRecord, TaskState, Usage};
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;

@@ -18,8 +18,8 @@ pub use run::run;
 
 use crate::app::{App, AppError, JobExecution};
 use crate::http;
-use crate::scheduler::SchedulerError;
 use hermes_config::Config;
+use hermes_engine::scheduler::SchedulerError;
 use hermes_store::StoreError;
 use std::path::PathBuf;
 use tokio::net::TcpListener;

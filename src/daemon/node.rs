@@ -16,8 +16,8 @@
 //! Must not: run tasks or fire jobs itself (the workers and the scheduler do), or hold SQL.
 
 use super::DaemonError;
-use crate::agent::Heard;
 use crate::app::App;
+use hermes_engine::agent::Heard;
 use hermes_store::{Change, FailReason, StoreError, now};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -355,7 +355,7 @@ enum SweepError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
-    Scheduler(#[from] crate::scheduler::SchedulerError),
+    Scheduler(#[from] hermes_engine::scheduler::SchedulerError),
 }
 
 #[cfg(test)]

@@ -134,9 +134,9 @@ struct Services {
     stop: CancellationToken,
     sender: JoinHandle<()>,
     sender_stop: CancellationToken,
-    inbox: crate::inbox::Running,
-    matrix: crate::channels::matrix::Running,
-    telegram: crate::channels::telegram::Running,
+    inbox: hermes_engine::inbox::Running,
+    matrix: hermes_engine::channels::matrix::Running,
+    telegram: hermes_engine::channels::telegram::Running,
 }
 
 impl Services {

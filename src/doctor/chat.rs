@@ -12,7 +12,7 @@ pub async fn matrix(s: &Settings, data_dir: &std::path::Path) -> Vec<Check> {
         return Vec::new();
     };
     let what = format!("matrix {} on {}", m.user.trim(), m.homeserver.trim());
-    let p = match crate::channels::matrix::probe(m, data_dir).await {
+    let p = match hermes_engine::channels::matrix::probe(m, data_dir).await {
         Ok(p) => p,
         Err(why) => return vec![Check::new(Verdict::Fail, what, why)],
     };
@@ -42,8 +42,11 @@ pub async fn matrix(s: &Settings, data_dir: &std::path::Path) -> Vec<Check> {
 }
 
 /// The running daemon's Matrix channel, as its connection is doing.
-pub fn matrix_health(s: &Settings, status: &crate::channels::matrix::Status) -> Option<Check> {
-    use crate::channels::matrix::State;
+pub fn matrix_health(
+    s: &Settings,
+    status: &hermes_engine::channels::matrix::Status,
+) -> Option<Check> {
+    use hermes_engine::channels::matrix::State;
     let m = s.channels.matrix.as_ref()?;
     let what = format!("matrix {} on {}", m.user.trim(), m.homeserver.trim());
     let device = status.device.as_deref().unwrap_or("?");
@@ -85,7 +88,7 @@ pub async fn telegram(s: &Settings) -> Vec<Check> {
         return Vec::new();
     };
     let what = format!("telegram bot {} via {}", t.bot_id(), t.api_url.trim());
-    match crate::channels::telegram::probe(t).await {
+    match hermes_engine::channels::telegram::probe(t).await {
         Err(why) => vec![Check::new(Verdict::Fail, what, why)],
         Ok(found) if t.allow_from.is_empty() => vec![Check::new(
             Verdict::Warn,
@@ -99,8 +102,11 @@ pub async fn telegram(s: &Settings) -> Vec<Check> {
 }
 
 /// The running daemon's Telegram bot, as its polling is doing.
-pub fn telegram_health(s: &Settings, status: &crate::channels::telegram::Status) -> Option<Check> {
-    use crate::channels::State;
+pub fn telegram_health(
+    s: &Settings,
+    status: &hermes_engine::channels::telegram::Status,
+) -> Option<Check> {
+    use hermes_engine::channels::State;
     let t = s.channels.telegram.as_ref()?;
     let what = format!("telegram bot {} via {}", t.bot_id(), t.api_url.trim());
     let why = status.error.as_deref().unwrap_or("unknown error");

@@ -10,13 +10,13 @@ mod chat;
 
 pub use chat::{matrix, matrix_health, telegram, telegram_health};
 
-use crate::agent::prompt;
-use crate::llm::{Gateway, ToolProbe};
 use crate::mcp::{ServerState, ServerStatus};
-use crate::memory::LongTerm;
-use crate::notify::Notifier;
-use crate::tools::Registry;
 use hermes_config::{Config, Settings};
+use hermes_engine::agent::prompt;
+use hermes_engine::llm::{Gateway, ToolProbe};
+use hermes_engine::memory::LongTerm;
+use hermes_engine::notify::Notifier;
+use hermes_engine::tools::Registry;
 use hermes_store::Store;
 use serde::Serialize;
 
@@ -222,7 +222,7 @@ pub async fn database(config: &Config) -> (Check, Option<Store>) {
 
 /// How tools are confined (`tools.sandbox`), and what this kernel cannot enforce.
 pub fn sandbox(config: &Config) -> Check {
-    use crate::tools::sandbox::{Mode, Support};
+    use hermes_engine::tools::sandbox::{Mode, Support};
     let support = Support::get();
     let missing = support.missing();
     let (verdict, detail) = match config.settings.tools.sandbox {
@@ -315,7 +315,7 @@ pub async fn notify(notifier: &Notifier) -> Vec<Check> {
 pub async fn embeddings(s: &Settings) -> Option<Check> {
     let e = s.memory.embeddings.as_ref()?;
     let what = "embeddings";
-    let embedder = match crate::llm::Embedder::new(e) {
+    let embedder = match hermes_engine::llm::Embedder::new(e) {
         Ok(embedder) => embedder,
         Err(why) => return Some(Check::new(Verdict::Fail, what, why.to_string())),
     };
@@ -347,7 +347,7 @@ pub async fn embeddings(s: &Settings) -> Option<Check> {
 pub async fn inbox(s: &Settings) -> Option<Check> {
     let e = s.inbox.email.as_ref()?;
     let what = format!("inbox {}", e.label());
-    Some(match crate::inbox::probe(e).await {
+    Some(match hermes_engine::inbox::probe(e).await {
         Ok(p) => inbox_verdict(what, e, Ok(&p)),
         Err(why) => inbox_verdict(what, e, Err(why.to_string())),
     })
@@ -356,7 +356,7 @@ pub async fn inbox(s: &Settings) -> Option<Check> {
 fn inbox_verdict(
     what: String,
     e: &hermes_config::ImapSettings,
-    found: Result<&crate::inbox::Probe, String>,
+    found: Result<&hermes_engine::inbox::Probe, String>,
 ) -> Check {
     let p = match found {
         Ok(p) => p,
@@ -386,8 +386,8 @@ fn inbox_verdict(
 }
 
 /// The running daemon's mailbox, as its connection is doing.
-pub(crate) fn inbox_health(s: &Settings, health: &crate::inbox::Health) -> Option<Check> {
-    use crate::inbox::Health;
+pub(crate) fn inbox_health(s: &Settings, health: &hermes_engine::inbox::Health) -> Option<Check> {
+    use hermes_engine::inbox::Health;
     let e = s.inbox.email.as_ref()?;
     let what = format!("inbox {}", e.label());
     Some(match health {
@@ -474,9 +474,9 @@ pub(crate) struct Parts<'a> {
     pub registry: &'a Registry,
     pub notifier: &'a Notifier,
     pub mcp: &'a crate::mcp::McpManager,
-    pub inbox: &'a crate::inbox::Inbox,
-    pub matrix: &'a crate::channels::Matrix,
-    pub telegram: &'a crate::channels::Telegram,
+    pub inbox: &'a hermes_engine::inbox::Inbox,
+    pub matrix: &'a hermes_engine::channels::Matrix,
+    pub telegram: &'a hermes_engine::channels::Telegram,
 }
 
 /// Every check, as a running daemon sees them (the dashboard's /settings): the daemon is this

@@ -12,11 +12,11 @@ use super::case::EvalCase;
 use super::check;
 use super::fixture::FixtureServer;
 use super::suite::eval_tools;
-use crate::agent::{RunOptions, Submit};
 use crate::app::{App, BuildOptions, JobExecution};
-use crate::llm::{Gateway, Identity, RetryPolicy};
-use crate::scheduler::Scheduler;
 use hermes_config::{Config, Settings, SubAgent, WebhookSettings};
+use hermes_engine::agent::{RunOptions, Submit};
+use hermes_engine::llm::{Gateway, Identity, RetryPolicy};
+use hermes_engine::scheduler::Scheduler;
 use hermes_store::{
     EvalResult, EvalRun, EvalTrigger, EvalVerdict, Origin, PauseReason, StepKind, Store,
 };
@@ -45,7 +45,7 @@ pub enum EvalError {
     #[error("cannot start the eval fixture server on 127.0.0.1: {0}")]
     Fixtures(std::io::Error),
     #[error("the eval manifest tools: {0}")]
-    Tools(#[from] crate::tools::manifest::ManifestError),
+    Tools(#[from] hermes_engine::tools::manifest::ManifestError),
     #[error(transparent)]
     Store(#[from] hermes_store::StoreError),
 }
@@ -208,7 +208,8 @@ async fn verify(
                     }
                 }
                 None => {
-                    let next = crate::scheduler::next_after_pause(&job, hermes_store::now());
+                    let next =
+                        hermes_engine::scheduler::next_after_pause(&job, hermes_store::now());
                     req.store.set_job_enabled(&job.id, None, next).await?;
                 }
             }

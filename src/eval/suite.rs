@@ -7,7 +7,7 @@
 //! (`evals/tools/`). Must not: run a case.
 
 use super::case::{CaseError, EvalCase};
-use crate::tools::Tool;
+use hermes_engine::tools::Tool;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -123,14 +123,15 @@ pub fn choose(cases: Vec<EvalCase>, globs: &[String]) -> Vec<EvalCase> {
 /// The eval-only manifest tools, their URLs pointing at the fixture server at `fixtures`.
 pub fn eval_tools(
     fixtures: &str,
-) -> Result<Vec<Arc<dyn Tool>>, crate::tools::manifest::ManifestError> {
+) -> Result<Vec<Arc<dyn Tool>>, hermes_engine::tools::manifest::ManifestError> {
     let env: HashMap<String, String> =
         HashMap::from([(FIXTURES_VAR.to_string(), fixtures.to_string())]);
     EVAL_TOOLS
         .iter()
         .map(|(file, text)| {
             let path = Path::new("evals/tools").join(file);
-            crate::tools::manifest::parse(text, &path, &env).map(|t| Arc::new(t) as Arc<dyn Tool>)
+            hermes_engine::tools::manifest::parse(text, &path, &env)
+                .map(|t| Arc::new(t) as Arc<dyn Tool>)
         })
         .collect()
 }

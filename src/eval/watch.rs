@@ -14,8 +14,8 @@
 use super::runner::{self, EvalRequest};
 use super::suite;
 use crate::app::App;
-use crate::llm::Identity;
 use hermes_config::OnChange;
+use hermes_engine::llm::Identity;
 use hermes_store::{EvalTrigger, ModelAction, ModelChange, NewModelChange, NewNotice, PauseReason};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};

@@ -81,9 +81,9 @@ impl From<hermes_store::StoreError> for ApiError {
     }
 }
 
-impl From<crate::agent::AgentError> for ApiError {
-    fn from(e: crate::agent::AgentError) -> ApiError {
-        use crate::agent::AgentError;
+impl From<hermes_engine::agent::AgentError> for ApiError {
+    fn from(e: hermes_engine::agent::AgentError) -> ApiError {
+        use hermes_engine::agent::AgentError;
         match e {
             AgentError::EmptyTask | AgentError::UnknownProfile { .. } => {
                 ApiError::bad_request(e.to_string())
@@ -101,9 +101,9 @@ impl From<crate::agent::AgentError> for ApiError {
     }
 }
 
-impl From<crate::memory::MemoryError> for ApiError {
-    fn from(e: crate::memory::MemoryError) -> ApiError {
-        use crate::memory::MemoryError;
+impl From<hermes_engine::memory::MemoryError> for ApiError {
+    fn from(e: hermes_engine::memory::MemoryError) -> ApiError {
+        use hermes_engine::memory::MemoryError;
         match e {
             MemoryError::Store(s) => s.into(),
             MemoryError::EmptyFact | MemoryError::FactTooLong(_) => {
@@ -156,9 +156,9 @@ impl From<axum::extract::rejection::JsonRejection> for ApiError {
 /// A scheduler error's status and code: 400 for a request to fix, 413 for a task too long,
 /// 403 for nesting, 404, 409 for a busy job; a failure inside is a 500 whose details are
 /// logged, not sent.
-impl From<crate::scheduler::SchedulerError> for ApiError {
-    fn from(e: crate::scheduler::SchedulerError) -> ApiError {
-        use crate::scheduler::{RunnerError, SchedulerError as E};
+impl From<hermes_engine::scheduler::SchedulerError> for ApiError {
+    fn from(e: hermes_engine::scheduler::SchedulerError) -> ApiError {
+        use hermes_engine::scheduler::{RunnerError, SchedulerError as E};
         // A storage fault is one whatever part met it (503 with what to do).
         let e = match e {
             E::Store(s) | E::Runner(RunnerError::Store(s)) => return s.into(),

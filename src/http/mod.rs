@@ -30,16 +30,16 @@ pub use error::ApiError;
 pub(crate) use guard::token_matches;
 pub use session::{Session, Sessions};
 
-use crate::agent::Agent;
 use crate::app::App;
-use crate::memory::LongTerm;
-use crate::notify::Notifier;
-use crate::scheduler::Scheduler;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::routing::{delete, get, post};
 use hermes_config::Config;
+use hermes_engine::agent::Agent;
+use hermes_engine::memory::LongTerm;
+use hermes_engine::notify::Notifier;
+use hermes_engine::scheduler::Scheduler;
 use std::sync::Arc;
 
 /// Largest request body accepted (a task text is capped well below this).
@@ -67,13 +67,13 @@ pub struct ApiState {
     /// The MCP servers, for their status (`GET /v1/mcp`, doctor, /settings).
     pub mcp: crate::mcp::McpManager,
     /// The mailbox's health (`/healthz`).
-    pub inbox: crate::inbox::Inbox,
+    pub inbox: hermes_engine::inbox::Inbox,
     /// The Matrix channel's health (`/healthz`, the inbox page, doctor).
-    pub matrix: crate::channels::Matrix,
+    pub matrix: hermes_engine::channels::Matrix,
     /// The Telegram channel's health (`/healthz`, the inbox page, doctor).
-    pub telegram: crate::channels::Telegram,
+    pub telegram: hermes_engine::channels::Telegram,
     /// What the parts counted, rendered by `GET /metrics`.
-    pub metrics: crate::metrics::Metrics,
+    pub metrics: hermes_engine::metrics::Metrics,
 }
 
 impl ApiState {

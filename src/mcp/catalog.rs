@@ -139,7 +139,7 @@ mod tests {
         for s in &specs {
             assert_eq!(s.schema["type"], "object", "{}", s.name);
             assert!(
-                crate::tools::schema::is_grammar_friendly(&s.schema),
+                hermes_engine::tools::schema::is_grammar_friendly(&s.schema),
                 "{}",
                 s.name
             );

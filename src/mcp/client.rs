@@ -114,7 +114,7 @@ pub(super) async fn connect(
     name: &str,
     server: &McpServer,
     env: &HashMap<String, String>,
-    sandbox: crate::tools::sandbox::Mode,
+    sandbox: hermes_engine::tools::sandbox::Mode,
     handler: Handler,
 ) -> Result<Connection, McpError> {
     match server.transport() {
@@ -137,7 +137,7 @@ async fn connect_stdio(
     name: &str,
     server: &McpServer,
     env: &HashMap<String, String>,
-    sandbox: crate::tools::sandbox::Mode,
+    sandbox: hermes_engine::tools::sandbox::Mode,
     handler: Handler,
 ) -> Result<Connection, McpError> {
     let mut command = build_command(name, server, env)?;
@@ -182,9 +182,9 @@ fn confine(
     name: &str,
     server: &McpServer,
     env: &HashMap<String, String>,
-    sandbox: crate::tools::sandbox::Mode,
-) -> Result<Option<crate::tools::sandbox::Confinement>, McpError> {
-    let mut policy = crate::tools::sandbox::Policy::new(
+    sandbox: hermes_engine::tools::sandbox::Mode,
+) -> Result<Option<hermes_engine::tools::sandbox::Confinement>, McpError> {
+    let mut policy = hermes_engine::tools::sandbox::Policy::new(
         sandbox,
         &server.sandbox,
         false,

@@ -15,7 +15,7 @@ pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long `run` (and any task that starts meanwhile) waits for servers on their first
 /// start: enough for a local server (about a second here), short enough that a slow one (a
 /// first `uvx` download) does not hold the task; its tools join from the next step on.
-pub(crate) const RUN_START_WAIT: Duration = crate::tools::SOURCE_START_WAIT;
+pub(crate) const RUN_START_WAIT: Duration = hermes_engine::tools::SOURCE_START_WAIT;
 
 /// The orderly stop of one server: close its stdin, wait 3 s, SIGTERM, wait 3 s, kill; this
 /// bounds the whole.

@@ -83,7 +83,7 @@ pub async fn probe(
         name,
         server,
         env,
-        crate::tools::sandbox::Mode::Enforce,
+        hermes_engine::tools::sandbox::Mode::Enforce,
         handler,
     )
     .await?;

@@ -16,9 +16,9 @@ use super::listing::list_tools;
 use super::status::{ServerState, ServerStatus, transport_word};
 use super::tool::{McpTool, PeerSlot};
 use super::{McpError, SEPARATOR};
-use crate::tools::sandbox::Mode;
-use crate::tools::{Registry, RegistryError, SourceStart};
 use hermes_config::{McpServer, McpSettings};
+use hermes_engine::tools::sandbox::Mode;
+use hermes_engine::tools::{Registry, RegistryError, SourceStart};
 use hermes_store::util::{Backoff, lock};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -189,7 +189,7 @@ impl McpManager {
     }
 }
 
-impl crate::tools::ToolSources for McpManager {
+impl hermes_engine::tools::ToolSources for McpManager {
     fn start(&self) {
         McpManager::start(self)
     }

@@ -11,8 +11,8 @@
 
 use super::catalog::{self, MAX_LIST, Spec};
 use crate::client::{Backend, ClientError};
-use crate::scheduler::JobRequest;
-use crate::tools::{IdArgs, NoArgs, parse_args};
+use hermes_engine::scheduler::JobRequest;
+use hermes_engine::tools::{IdArgs, NoArgs, parse_args};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,

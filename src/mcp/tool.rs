@@ -14,8 +14,8 @@
 use super::child::TOO_LARGE;
 use super::limits::{MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES};
 use super::names::tool_names;
-use crate::tools::{Tool, ToolContext, ToolError, ToolInfo};
 use futures::future::BoxFuture;
+use hermes_engine::tools::{Tool, ToolContext, ToolError, ToolInfo};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ErrorCode};
 use rmcp::service::ServiceError;
 use rmcp::{Peer, RoleClient};

@@ -3,10 +3,10 @@
 
 use crate::common;
 
-use hermes_agent::agent::{Followed, RunOptions, Submit};
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
-use hermes_agent::tools::{Tool, ToolInfo, tool_fn};
 use hermes_config::WebhookSettings;
+use hermes_engine::agent::{Followed, RunOptions, Submit};
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::tools::{Tool, ToolInfo, tool_fn};
 use hermes_store::{FailReason, Origin};
 use hermes_store::{StepKind, TaskState};
 use serde_json::{Value, json};
@@ -514,7 +514,7 @@ async fn a_task_running_in_another_process_is_not_marked_cancelled() {
 
 /// Collect a follow stream to its end, with a bound so a bug cannot hang the suite.
 async fn followed(
-    stream: impl futures::Stream<Item = Result<Followed, hermes_agent::agent::AgentError>>,
+    stream: impl futures::Stream<Item = Result<Followed, hermes_engine::agent::AgentError>>,
 ) -> Vec<Followed> {
     use futures::StreamExt;
     tokio::time::timeout(
@@ -583,7 +583,7 @@ async fn a_follower_sees_every_step_once_then_the_end_live_or_late() {
 
 #[tokio::test]
 async fn the_schemas_sent_to_the_model_carry_no_grammar_bounds() {
-    use hermes_agent::tools::schema::is_grammar_friendly;
+    use hermes_engine::tools::schema::is_grammar_friendly;
     let model = ScriptedModel::start(vec![Reply::text("ok")]).await;
     let mut s = common::settings(&model.base_url());
     // Every built-in, the sub-agent tools and the shipped manifests.
@@ -628,7 +628,7 @@ async fn the_schemas_sent_to_the_model_carry_no_grammar_bounds() {
         .agent
         .registry()
         .execute(
-            &hermes_agent::llm::ToolCall {
+            &hermes_engine::llm::ToolCall {
                 id: "c".into(),
                 name: "remember".into(),
                 arguments: json!({ "text": too_long }),
@@ -640,7 +640,7 @@ async fn the_schemas_sent_to_the_model_carry_no_grammar_bounds() {
     assert!(
         matches!(
             outcome.error,
-            Some(hermes_agent::tools::ToolError::InvalidArguments(_))
+            Some(hermes_engine::tools::ToolError::InvalidArguments(_))
         ),
         "{:?}",
         outcome.error

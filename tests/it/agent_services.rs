@@ -3,8 +3,8 @@
 
 use crate::common;
 
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_config::{SubAgent, WebhookSettings};
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use hermes_store::{Delivery, Origin};
 use hermes_store::{RunOutcome, TaskState};
 use serde_json::{Value, json};
@@ -141,7 +141,7 @@ async fn a_fact_remembered_in_one_task_reaches_a_later_jobs_task_in_either_langu
         .app
         .scheduler
         .add(
-            hermes_agent::scheduler::JobRequest {
+            hermes_engine::scheduler::JobRequest {
                 task: "Write the morning digest; suggest a drink (乌龙茶 or coffee?)".into(),
                 schedule: "0 8 * * *".into(),
                 ..Default::default()
@@ -257,7 +257,7 @@ async fn a_job_naming_an_unknown_profile_is_refused_when_made() {
         .app
         .scheduler
         .add(
-            hermes_agent::scheduler::JobRequest {
+            hermes_engine::scheduler::JobRequest {
                 task: "digest".into(),
                 schedule: "0 8 * * *".into(),
                 profile: Some("turbo".into()),

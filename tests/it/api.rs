@@ -10,7 +10,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use hermes_agent::http::{ApiState, BODY_LIMIT, router};
-use hermes_agent::llm::scripted::ScriptedModel;
+use hermes_engine::llm::scripted::ScriptedModel;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -795,7 +795,7 @@ fn get_req(path: &str) -> Request<Body> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_event_stream_sends_steps_live_then_the_state_and_replays_for_late_subscribers() {
-    use hermes_agent::llm::scripted::Reply;
+    use hermes_engine::llm::scripted::Reply;
     // A tool call, then the answer after a pause: the first steps are out before the end.
     let model = ScriptedModel::start(vec![
         Reply::tool_calls(&[("recall", json!({"query": "tea"}))]),
@@ -810,7 +810,7 @@ async fn the_event_stream_sends_steps_live_then_the_state_and_replays_for_late_s
     let task = t
         .app
         .agent
-        .create(hermes_agent::agent::Submit {
+        .create(hermes_engine::agent::Submit {
             task: "look it up".into(),
             ..Default::default()
         })
@@ -1188,7 +1188,7 @@ async fn every_page_is_html_under_a_strict_policy_and_cross_site_changes_are_ref
         .app
         .scheduler
         .add(
-            hermes_agent::scheduler::JobRequest {
+            hermes_engine::scheduler::JobRequest {
                 task: "digest".into(),
                 schedule: "0 8 * * *".into(),
                 ..Default::default()

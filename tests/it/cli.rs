@@ -394,7 +394,7 @@ fn hermes_with(dir: &Path, config: &Path, args: &[&str]) -> Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_sequences_in_answers_errors_and_tasks_reach_the_terminal_escaped() {
-    use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+    use hermes_engine::llm::scripted::{Reply, ScriptedModel};
     let answering = ScriptedModel::start_with(|_| Reply::text(EVIL)).await;
     // A 500 first: its retry is logged (a log line quoting the body), then a 400 fails the task.
     let failing = |status| Reply::Status {
@@ -516,7 +516,7 @@ async fn hostile_models_server() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_escapes_model_ids_answers_and_mcp_servers_last_words() {
-    use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+    use hermes_engine::llm::scripted::{Reply, ScriptedModel};
     let answering = ScriptedModel::start_with(|_| Reply::text(EVIL)).await;
     let listing = hostile_models_server().await;
     let dir = tempfile::tempdir().unwrap();

@@ -2,9 +2,9 @@
 //! loopback, and an [`App`] on a temporary data dir.
 
 use hermes_agent::app::{App, BuildOptions, JobExecution};
-use hermes_agent::llm::RetryPolicy;
-use hermes_agent::tools::Tool;
 use hermes_config::{Config, Settings};
+use hermes_engine::llm::RetryPolicy;
+use hermes_engine::tools::Tool;
 use hermes_store::Origin;
 use hermes_store::util::Backoff;
 use std::sync::Arc;
@@ -93,7 +93,7 @@ pub async fn run_task(t: &TestApp, text: &str) -> hermes_store::TaskRecord {
     let task = t
         .app
         .agent
-        .create(hermes_agent::agent::Submit {
+        .create(hermes_engine::agent::Submit {
             task: text.into(),
             origin: Origin::Cli,
             ..Default::default()
@@ -102,7 +102,7 @@ pub async fn run_task(t: &TestApp, text: &str) -> hermes_store::TaskRecord {
         .expect("task created");
     t.app
         .agent
-        .execute(&task.id, hermes_agent::agent::RunOptions::default())
+        .execute(&task.id, hermes_engine::agent::RunOptions::default())
         .await
         .expect("task ran");
     t.app
@@ -132,8 +132,8 @@ pub fn task_text(req: &serde_json::Value) -> String {
 }
 
 /// A model that echoes its task, waits long on tasks that say `slow`, a little on `quick`.
-pub fn echo_model(req: &serde_json::Value) -> hermes_agent::llm::scripted::Reply {
-    use hermes_agent::llm::scripted::Reply;
+pub fn echo_model(req: &serde_json::Value) -> hermes_engine::llm::scripted::Reply {
+    use hermes_engine::llm::scripted::Reply;
     let task = task_text(req);
     let answer = Reply::text(&format!("answer to: {task}"));
     if task.contains("slow") {

@@ -11,7 +11,7 @@ use crate::common;
 
 use crate::common::{echo_model, error_of, task_text, text};
 use hermes_agent::daemon::{addr_path, read_addr};
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use std::fs::File;

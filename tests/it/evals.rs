@@ -4,9 +4,9 @@
 
 use crate::common;
 use hermes_agent::eval::ModelWatch;
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
-use hermes_agent::llm::{Identity, Told};
-use hermes_agent::scheduler::JobRequest;
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::llm::{Identity, Told};
+use hermes_engine::scheduler::JobRequest;
 use hermes_store::{Origin, PauseReason, Store};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;

@@ -8,7 +8,7 @@
 
 use crate::common::echo_model;
 use hermes_agent::daemon::read_addr;
-use hermes_agent::llm::scripted::ScriptedModel;
+use hermes_engine::llm::scripted::ScriptedModel;
 use imap_server::Dovecot;
 use reqwest::StatusCode;
 use serde_json::{Value, json};

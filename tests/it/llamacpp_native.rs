@@ -16,9 +16,9 @@
 use crate::common;
 
 use hermes_agent::doctor::Verdict;
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
-use hermes_agent::llm::{Gateway, ToolProbe, estimate_tokens};
 use hermes_config::Config;
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::llm::{Gateway, ToolProbe, estimate_tokens};
 use hermes_store::TaskState;
 use serde_json::{Value, json};
 

@@ -6,11 +6,11 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
-use hermes_agent::llm::{
+use hermes_config::{ModelSettings, Profile};
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::llm::{
     Gateway, LlmError, Message, RetryPolicy, ToolCall, ToolSpec, estimate_tokens,
 };
-use hermes_config::{ModelSettings, Profile};
 use hermes_store::util::Backoff;
 use serde_json::{Value, json};
 
@@ -65,7 +65,7 @@ fn ask(text: &str) -> Vec<Message> {
     vec![Message::system("You are a test."), Message::user(text)]
 }
 
-async fn one_reply(reply: Reply) -> (hermes_agent::llm::ModelReply, ScriptedModel) {
+async fn one_reply(reply: Reply) -> (hermes_engine::llm::ModelReply, ScriptedModel) {
     let model = ScriptedModel::start(vec![reply]).await;
     let gw = gateway_for(&model);
     let out = gw.chat("fast", &ask("hi"), &tools()).await.unwrap();
@@ -806,7 +806,7 @@ async fn a_text_profile_never_sends_tools() {
 
 #[tokio::test]
 async fn the_tool_probe_names_the_mode_a_profile_needs() {
-    use hermes_agent::llm::ToolProbe;
+    use hermes_engine::llm::ToolProbe;
     let counted = |content: Value, prompt: u32| {
         Reply::Body(json!({
             "choices": [{"message": content}],

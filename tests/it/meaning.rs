@@ -6,9 +6,9 @@
 //! another model, and a fact forgotten.
 
 use crate::deps;
-use hermes_agent::llm::Embedder;
-use hermes_agent::memory::LongTerm;
 use hermes_config::EmbeddingSettings;
+use hermes_engine::llm::Embedder;
+use hermes_engine::memory::LongTerm;
 use hermes_store::{Store, VectorModel};
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -518,7 +518,7 @@ async fn vectors_in_healthz(d: &crate::daemon::Daemon, n: u64) -> serde_json::Va
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_recalls_by_meaning_through_the_api_the_cli_and_healthz_says_how() {
     let model =
-        hermes_agent::llm::scripted::ScriptedModel::start_with(crate::common::echo_model).await;
+        hermes_engine::llm::scripted::ScriptedModel::start_with(crate::common::echo_model).await;
     let server = EmbedServer::start(&[]);
     let port = server
         .base_url
@@ -689,7 +689,7 @@ async fn input_the_server_refuses_is_cut_until_taken_and_a_fact_refused_even_so_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_names_an_away_embedding_server_only_to_who_has_the_token() {
     let model =
-        hermes_agent::llm::scripted::ScriptedModel::start_with(crate::common::echo_model).await;
+        hermes_engine::llm::scripted::ScriptedModel::start_with(crate::common::echo_model).await;
     let server = EmbedServer::start(&[]);
     let port = server
         .base_url

@@ -2,8 +2,8 @@
 //! real on-disk store and index (Chinese, English, mixed), its repair and its persistence.
 
 use futures::future::BoxFuture;
-use hermes_agent::llm::{LlmError, Message, Role, ToolCall};
-use hermes_agent::memory::{LongTerm, ShortTerm, Summariser, SummaryModel};
+use hermes_engine::llm::{LlmError, Message, Role, ToolCall};
+use hermes_engine::memory::{LongTerm, ShortTerm, Summariser, SummaryModel};
 use hermes_store::{Store, Upsert};
 use std::path::Path;
 use std::sync::Arc;

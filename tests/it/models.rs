@@ -6,11 +6,11 @@
 use crate::common;
 use futures::future::BoxFuture;
 use hermes_agent::eval::ModelWatch;
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
-use hermes_agent::llm::{Gateway, LlmError, Message, RetryPolicy};
-use hermes_agent::scheduler::JobRequest;
-use hermes_agent::tools::{Tool, ToolContext, ToolError, ToolInfo};
 use hermes_config::{ModelSettings, OnChange, Profile, WebhookSettings};
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::llm::{Gateway, LlmError, Message, RetryPolicy};
+use hermes_engine::scheduler::JobRequest;
+use hermes_engine::tools::{Tool, ToolContext, ToolError, ToolInfo};
 use hermes_store::util::Backoff;
 use hermes_store::{EvalVerdict, ModelAction, NoticeFilter, Origin, PauseReason, StepKind, Store};
 use serde_json::{Value, json};

@@ -9,10 +9,10 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use base64::Engine;
-use hermes_agent::notify::{Notifier, NotifyError, RetryPolicy};
-use hermes_agent::tools::builtin::notify::tools;
-use hermes_agent::tools::{ToolContext, ToolError};
 use hermes_config::{EmailSettings, NotifySettings, SmtpSecurity, WebhookSettings};
+use hermes_engine::notify::{Notifier, NotifyError, RetryPolicy};
+use hermes_engine::tools::builtin::notify::tools;
+use hermes_engine::tools::{ToolContext, ToolError};
 use hermes_store::Origin;
 use hermes_store::util::Backoff;
 use hermes_store::{NewNotice, NewTask, NoticeState, Store};
@@ -1100,7 +1100,7 @@ async fn a_stalled_smtp_server_is_a_temporary_failure_after_the_send_deadline() 
 
 #[tokio::test]
 async fn deliveries_and_failed_attempts_are_counted_by_channel_and_kind() {
-    use hermes_agent::metrics::{Metrics, Reading};
+    use hermes_engine::metrics::{Metrics, Reading};
     // `flaky` fails once then takes the notice; `gone` refuses for good; `down` never answers
     // well, so its notice is given up after two attempts.
     let flaky = start_hook(&[500, 200]).await;

@@ -1,8 +1,8 @@
 //! What a hostile or broken receiver cannot do to the notifier: a webhook answering an error
 //! with a body of hundreds of megabytes is read only up to a cap, and the connection dropped.
 
-use hermes_agent::notify::Notifier;
 use hermes_config::{NotifySettings, WebhookSettings};
+use hermes_engine::notify::Notifier;
 use hermes_store::{NewNotice, NoticeState, Store};
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -15,8 +15,8 @@
 
 use crate::common;
 use hermes_agent::eval::ModelWatch;
-use hermes_agent::llm::{Gateway, Identity};
 use hermes_config::{ModelSettings, Profile};
+use hermes_engine::llm::{Gateway, Identity};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 

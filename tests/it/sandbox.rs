@@ -9,9 +9,9 @@
 //! on a lesser kernel the first test says what is missing and fails, rather than passing
 //! unconfined.
 
-use hermes_agent::tools::manifest;
-use hermes_agent::tools::sandbox::{Mode, Support};
-use hermes_agent::tools::{Tool, ToolContext, ToolError};
+use hermes_engine::tools::manifest;
+use hermes_engine::tools::sandbox::{Mode, Support};
+use hermes_engine::tools::{Tool, ToolContext, ToolError};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -460,8 +460,8 @@ async fn a_thousand_calls() {
         store.task(&task.id).await.expect("read back").task,
         task.task
     );
-    let model = hermes_agent::llm::scripted::ScriptedModel::start(vec![
-        hermes_agent::llm::scripted::Reply::text("still here"),
+    let model = hermes_engine::llm::scripted::ScriptedModel::start(vec![
+        hermes_engine::llm::scripted::Reply::text("still here"),
     ])
     .await;
     let reply = reqwest::Client::new()

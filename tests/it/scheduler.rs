@@ -4,13 +4,13 @@
 
 use chrono::{DateTime, Duration as CDuration, Utc};
 use futures::future::BoxFuture;
-use hermes_agent::scheduler::{
+use hermes_config::SchedulerSettings;
+use hermes_engine::scheduler::{
     Clock, Deliver, DeliverError, JobRequest, JobTask, JobView, RunnerError, ScheduleError,
     Scheduler, SchedulerError, TaskRunner,
 };
-use hermes_agent::tools::builtin::schedule::tools;
-use hermes_agent::tools::{Tool, ToolContext, ToolError};
-use hermes_config::SchedulerSettings;
+use hermes_engine::tools::builtin::schedule::tools;
+use hermes_engine::tools::{Tool, ToolContext, ToolError};
 use hermes_store::{Delivery, FailReason, Origin};
 use hermes_store::{
     Job, JobRun, NewNotice, NewTask, RunOutcome, Store, Task, TaskFilter, TaskOutcome, TaskState,
@@ -1454,7 +1454,7 @@ async fn a_burst_whose_runs_cannot_be_recorded_runs_none_of_its_tasks() {
 
 #[tokio::test]
 async fn firings_are_counted_by_outcome_with_their_lateness() {
-    use hermes_agent::metrics::{Metrics, Reading};
+    use hermes_engine::metrics::{Metrics, Reading};
     let clock = ManualClock::at("2026-06-01T07:59:00Z");
     let c = setup(settings(), clock.clone()).await;
     let metrics = Metrics::default();

@@ -11,9 +11,9 @@
 
 use crate::common;
 
-use hermes_agent::agent::{RunOptions, Submit};
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
-use hermes_agent::tools::{ToolInfo, tool_fn};
+use hermes_engine::agent::{RunOptions, Submit};
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::tools::{ToolInfo, tool_fn};
 use hermes_store::{Origin, TaskState};
 use serde_json::{Value, json};
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! test process's environment is never changed.
 
 use crate::common::text;
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use serde_json::Value;
 use std::path::Path;
 

@@ -3,13 +3,13 @@
 //! and talking to a real HTTP server on 127.0.0.1:0.
 
 use futures::future::BoxFuture;
-use hermes_agent::llm::{ToolCall, estimate_tokens};
-use hermes_agent::tools::builtin::working;
-use hermes_agent::tools::manifest::{self, ManifestError};
-use hermes_agent::tools::{
+use hermes_config::ToolSettings;
+use hermes_engine::llm::{ToolCall, estimate_tokens};
+use hermes_engine::tools::builtin::working;
+use hermes_engine::tools::manifest::{self, ManifestError};
+use hermes_engine::tools::{
     Registry, RegistryBuilder, RegistryError, Tool, ToolContext, ToolError, ToolInfo, ToolOutcome,
 };
-use hermes_config::ToolSettings;
 use hermes_store::Origin;
 use hermes_store::{NewTask, Store};
 use serde_json::{Value, json};

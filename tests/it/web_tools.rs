@@ -7,9 +7,9 @@ use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use hermes_agent::tools::builtin::web::tools;
-use hermes_agent::tools::{Tool, ToolContext, ToolError};
 use hermes_config::WebFetchSettings;
+use hermes_engine::tools::builtin::web::tools;
+use hermes_engine::tools::{Tool, ToolContext, ToolError};
 use hermes_store::Store;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
@@ -675,7 +675,7 @@ async fn read_feed_atom() {
 // ---------------------------------------------------------------------------------------------
 // The circuit breaker and the web tools
 
-async fn web_registry(allow_private: bool) -> hermes_agent::tools::Registry {
+async fn web_registry(allow_private: bool) -> hermes_engine::tools::Registry {
     use hermes_config::ToolSettings;
     let store = Store::open_in_memory().await.expect("store");
     let settings = ToolSettings {
@@ -688,15 +688,15 @@ async fn web_registry(allow_private: bool) -> hermes_agent::tools::Registry {
         },
         ..ToolSettings::default()
     };
-    let mut b = hermes_agent::tools::RegistryBuilder::new(settings.clone(), store.clone());
+    let mut b = hermes_engine::tools::RegistryBuilder::new(settings.clone(), store.clone());
     for t in tools(settings.web_fetch, store) {
         b.register(t).expect("register");
     }
     b.build()
 }
 
-async fn fetch(r: &hermes_agent::tools::Registry, url: &str) -> Option<ToolError> {
-    let call = hermes_agent::llm::ToolCall {
+async fn fetch(r: &hermes_engine::tools::Registry, url: &str) -> Option<ToolError> {
+    let call = hermes_engine::llm::ToolCall {
         id: "c".into(),
         name: "web_fetch".into(),
         arguments: json!({ "url": url }),
@@ -704,7 +704,7 @@ async fn fetch(r: &hermes_agent::tools::Registry, url: &str) -> Option<ToolError
     r.execute(&call, &ToolContext::default(), None).await.error
 }
 
-fn offered(r: &hermes_agent::tools::Registry) -> bool {
+fn offered(r: &hermes_engine::tools::Registry) -> bool {
     r.offered(None).iter().any(|t| t.name == "web_fetch")
 }
 

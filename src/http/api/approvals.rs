@@ -2,7 +2,6 @@
 //! `POST /v1/approvals/{id}/approve`, `POST /v1/approvals/{id}/deny` (optional `{"reason"}`).
 //! Each answer goes through the one door, `Approvals::decide`.
 
-use crate::agent::{ApprovalError, Decision, VIA_HEADER, answered_via};
 use crate::http::extract::{Id, Query, bounded};
 use crate::http::{ApiError, ApiResult, ApiState};
 use axum::Json;
@@ -10,6 +9,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
+use hermes_engine::agent::{ApprovalError, Decision, VIA_HEADER, answered_via};
 use hermes_store::ApprovalState;
 use serde::Deserialize;
 use serde_json::json;

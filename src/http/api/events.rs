@@ -7,7 +7,6 @@
 //! Owns: the wire format only. Following (store reads, announcements, the poll) is
 //! `Agent::follow`'s.
 
-use crate::agent::Followed;
 use crate::http::extract::Id;
 use crate::http::{ApiError, ApiState};
 use axum::extract::State;
@@ -15,6 +14,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
+use hermes_engine::agent::Followed;
 use serde_json::json;
 
 pub(crate) async fn task_events(

@@ -4,11 +4,11 @@
 use crate::http::guard::bearer_token;
 use crate::http::throttle::{Door, Peer};
 use crate::http::{ApiResult, ApiState, token_matches};
-use crate::memory::LongTerm;
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
+use hermes_engine::memory::LongTerm;
 use serde_json::json;
 
 /// `/healthz` is open to anyone who reaches the port (monitors send no token): without the
@@ -27,10 +27,10 @@ pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: Header
     // A channel down says why in words that can name the homeserver, the account or the data
     // dir (standing by names nothing).
     let matrix_down =
-        matrix.state == crate::channels::matrix::State::Down && matrix.error.is_some();
+        matrix.state == hermes_engine::channels::matrix::State::Down && matrix.error.is_some();
     // Telegram's network errors can name its API server; a refused token names nothing.
     let mut telegram = s.telegram.status();
-    let telegram_down = telegram.state == crate::channels::State::Down
+    let telegram_down = telegram.state == hermes_engine::channels::State::Down
         && telegram.error.is_some()
         && !telegram.revoked;
     let told = (reading.fault.is_some() || meaning_away.is_some() || matrix_down || telegram_down)
@@ -73,7 +73,7 @@ pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: Header
     let degraded = reading.fault.is_some()
         || index_trouble.is_some()
         || meaning_away.is_some()
-        || matches!(inbox, crate::inbox::Health::Down { .. })
+        || matches!(inbox, hermes_engine::inbox::Health::Down { .. })
         || matrix.degraded()
         || telegram.degraded();
     Ok(Json(json!({
@@ -124,8 +124,8 @@ fn knows_the_token(s: &ApiState, peer: Option<std::net::IpAddr>, headers: &Heade
 }
 
 /// `tools.sandbox` and what of it this kernel cannot enforce (empty: nothing).
-fn sandbox_health(mode: crate::tools::sandbox::Mode) -> serde_json::Value {
-    let support = crate::tools::sandbox::Support::get();
+fn sandbox_health(mode: hermes_engine::tools::sandbox::Mode) -> serde_json::Value {
+    let support = hermes_engine::tools::sandbox::Support::get();
     json!({
         "mode": mode,
         "landlock_abi": support.landlock_abi,

@@ -3,12 +3,12 @@
 
 use crate::http::extract::{Id, Query, bounded};
 use crate::http::{ApiError, ApiResult, ApiState};
-use crate::scheduler::JobRequest;
 use axum::Json;
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use hermes_engine::scheduler::JobRequest;
 use hermes_store::Origin;
 use serde::Deserialize;
 use serde_json::json;

@@ -2,12 +2,12 @@
 
 use crate::http::extract::{Id, Query, bounded};
 use crate::http::{ApiError, ApiResult, ApiState};
-use crate::memory::LongTerm;
 use axum::Json;
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
+use hermes_engine::memory::LongTerm;
 use serde::Deserialize;
 use serde_json::{Value, json};
 

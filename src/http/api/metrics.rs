@@ -4,10 +4,10 @@
 //! `server.metrics_public`.
 
 use crate::http::{ApiResult, ApiState};
-use crate::metrics::{CONTENT_TYPE, Reading};
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
+use hermes_engine::metrics::{CONTENT_TYPE, Reading};
 
 pub async fn metrics(State(s): State<ApiState>) -> ApiResult {
     let store = s.agent.store();

@@ -1,7 +1,6 @@
 //! Tasks: `POST /v1/tasks` (optionally waiting), `GET /v1/tasks`, `GET /v1/tasks/{id}`,
 //! `POST /v1/tasks/{id}/cancel`. The live stream of one task is in `events`.
 
-use crate::agent::Submit;
 use crate::http::extract::{Id, Query, bounded};
 use crate::http::{ApiError, ApiResult, ApiState};
 use axum::Json;
@@ -9,6 +8,7 @@ use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
+use hermes_engine::agent::Submit;
 use hermes_store::{Origin, TaskFilter, TaskState};
 use serde::Deserialize;
 use serde_json::json;

@@ -7,11 +7,11 @@
 use super::flash::{Flash, flash};
 use super::guard::{CsrfForm, PageQuery, see_other};
 use super::layout::{Ctx, PageResult, render, short, when, when_opt};
-use crate::agent::{ApprovalError, Decision};
 use crate::http::extract::Id;
 use crate::http::{ApiError, ApiState};
 use axum::extract::State;
 use axum::response::IntoResponse;
+use hermes_engine::agent::{ApprovalError, Decision};
 use hermes_store::{Approval, ApprovalState};
 use maud::{Markup, html};
 use serde::Deserialize;

@@ -8,8 +8,8 @@
 use super::guard::PageQuery;
 use super::layout::{Ctx, PageResult, Shown, badge, render, short, when};
 use crate::http::extract::state_filter;
-use crate::inbox::Health;
 use axum::response::IntoResponse;
+use hermes_engine::inbox::Health;
 use hermes_store::{InboxFilter, InboxMessage, InboxState};
 use maud::{Markup, html};
 use serde::Deserialize;
@@ -76,8 +76,8 @@ fn status(h: &Health) -> Markup {
 }
 
 /// The Matrix channel's connection and decryption, in a sentence (nothing when it is off).
-fn matrix_status(st: &crate::channels::matrix::Status) -> Markup {
-    use crate::channels::matrix::State;
+fn matrix_status(st: &hermes_engine::channels::matrix::Status) -> Markup {
+    use hermes_engine::channels::matrix::State;
     html! {
         @if st.state != State::Off {
             p #matrix-status data-state=(st.state.word()) data-decryption-failing=(st.decryption_failing) {
@@ -97,8 +97,8 @@ fn matrix_status(st: &crate::channels::matrix::Status) -> Markup {
 }
 
 /// The Telegram bot's polling, in a sentence (nothing when it is off).
-fn telegram_status(st: &crate::channels::telegram::Status) -> Markup {
-    use crate::channels::State;
+fn telegram_status(st: &hermes_engine::channels::telegram::Status) -> Markup {
+    use hermes_engine::channels::State;
     html! {
         @if st.state != State::Off {
             p #telegram-status data-state=(st.state.word()) {

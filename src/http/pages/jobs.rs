@@ -12,9 +12,9 @@ use super::layout::{Ctx, PageError, PageResult, Shown, badge, firing, long_text,
 use crate::doctor::Verdict;
 use crate::http::extract::Id;
 use crate::http::{ApiError, ApiState};
-use crate::scheduler::{JobRequest, PREVIEW_FIRINGS, describe_job, upcoming};
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
+use hermes_engine::scheduler::{JobRequest, PREVIEW_FIRINGS, describe_job, upcoming};
 use hermes_store::{Notice, NoticeFilter, Origin, PauseReason};
 use maud::{Markup, html};
 use serde::Deserialize;

@@ -174,9 +174,9 @@ macro_rules! page_error_from {
 }
 page_error_from!(
     hermes_store::StoreError,
-    crate::agent::AgentError,
-    crate::agent::ApprovalError,
-    crate::scheduler::SchedulerError
+    hermes_engine::agent::AgentError,
+    hermes_engine::agent::ApprovalError,
+    hermes_engine::scheduler::SchedulerError
 );
 
 impl From<ApiError> for PageError {
@@ -312,5 +312,5 @@ pub(crate) fn long_text(text: &str, class: &str) -> Markup {
 
 /// Markdown written by the model, as safe HTML (raw HTML shown as text, unsafe links dropped).
 pub(crate) fn markdown(md: &str) -> Markup {
-    PreEscaped(crate::notify::render_markdown(md))
+    PreEscaped(hermes_engine::notify::render_markdown(md))
 }

@@ -5,12 +5,12 @@
 
 use super::layout::{Ctx, PageResult, Shown, badge, firing, render, short, when, when_opt};
 use crate::http::ApiState;
-use crate::scheduler::JobView;
-use crate::scheduler::{describe_job, upcoming};
 use axum::response::IntoResponse;
 use chrono::DateTime;
 use chrono::{Duration, TimeZone, Utc};
 use chrono_tz::Tz;
+use hermes_engine::scheduler::JobView;
+use hermes_engine::scheduler::{describe_job, upcoming};
 use hermes_store::{Backlog, JobRun, Task, TaskFilter, TaskState, Tokens};
 use maud::{Markup, html};
 

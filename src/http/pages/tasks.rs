@@ -11,11 +11,11 @@ use super::layout::{
 };
 use super::overview::task_table;
 use super::timeline::timeline;
-use crate::agent::Submit;
 use crate::http::extract::Id;
 use crate::http::{ApiError, ApiState};
 use axum::extract::State;
 use axum::response::IntoResponse;
+use hermes_engine::agent::Submit;
 use hermes_store::{Origin, TaskSearch, TaskState};
 use maud::{Markup, html};
 use serde::Deserialize;
@@ -276,7 +276,7 @@ pub async fn cancel(State(s): State<ApiState>, Id(id): Id, CsrfForm(_): CsrfForm
     match s.agent.cancel(&id).await {
         Ok(t) => Ok(see_other(&format!("/tasks/{}", t.id))),
         // Finished meanwhile: its page shows how.
-        Err(crate::agent::AgentError::AlreadyFinished { id, .. }) => {
+        Err(hermes_engine::agent::AgentError::AlreadyFinished { id, .. }) => {
             Ok(see_other(&format!("/tasks/{id}")))
         }
         Err(e) => Err(e.into()),

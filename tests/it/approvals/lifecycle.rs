@@ -3,9 +3,9 @@
 //! a waiting task.
 
 use super::{PATIENCE, Pool, Ran, gated_settings, model};
-use hermes_agent::agent::{ApprovalError, Decision};
-use hermes_agent::llm::scripted::ScriptedModel;
 use hermes_config::SubAgent;
+use hermes_engine::agent::{ApprovalError, Decision};
+use hermes_engine::llm::scripted::ScriptedModel;
 use hermes_store::{ApprovalState, Origin, TaskState};
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ async fn a_job_firing_waits_unless_its_person_pre_approved_the_tool() {
     let sched = &p.app().scheduler;
     let plain = sched
         .add(
-            hermes_agent::scheduler::JobRequest {
+            hermes_engine::scheduler::JobRequest {
                 task: "[send] the daily note".into(),
                 schedule: "0 8 * * *".into(),
                 ..Default::default()
@@ -68,7 +68,7 @@ async fn a_job_firing_waits_unless_its_person_pre_approved_the_tool() {
     );
     let refused = sched
         .add(
-            hermes_agent::scheduler::JobRequest {
+            hermes_engine::scheduler::JobRequest {
                 task: "[send] x".into(),
                 schedule: "0 8 * * *".into(),
                 pre_approved: vec!["send".into()],
@@ -80,7 +80,7 @@ async fn a_job_firing_waits_unless_its_person_pre_approved_the_tool() {
     assert!(refused.is_err());
     let trusted = sched
         .add(
-            hermes_agent::scheduler::JobRequest {
+            hermes_engine::scheduler::JobRequest {
                 task: "[send] the trusted note".into(),
                 schedule: "0 8 * * *".into(),
                 pre_approved: vec!["se*".into()],

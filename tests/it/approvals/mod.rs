@@ -6,11 +6,11 @@
 
 use crate::common;
 
-use hermes_agent::agent::{Decision, Submit};
 use hermes_agent::app::App;
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
-use hermes_agent::tools::{Tool, ToolInfo, tool_fn};
 use hermes_config::{Settings, SubAgent, ToolMode};
+use hermes_engine::agent::{Decision, Submit};
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::tools::{Tool, ToolInfo, tool_fn};
 use hermes_store::{ApprovalState, Origin, StepKind, Task, TaskState};
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
@@ -427,7 +427,7 @@ async fn a_precheck_and_any_other_caller_cannot_run_a_gated_tool() {
         .agent
         .registry()
         .execute(
-            &hermes_agent::llm::ToolCall {
+            &hermes_engine::llm::ToolCall {
                 id: "c".into(),
                 name: "send".into(),
                 arguments: json!({"to": "bob", "text": "hi"}),
@@ -439,7 +439,7 @@ async fn a_precheck_and_any_other_caller_cannot_run_a_gated_tool() {
     assert!(
         matches!(
             o.error,
-            Some(hermes_agent::tools::ToolError::NeedsApproval(_))
+            Some(hermes_engine::tools::ToolError::NeedsApproval(_))
         ),
         "{o:?}"
     );
@@ -448,7 +448,7 @@ async fn a_precheck_and_any_other_caller_cannot_run_a_gated_tool() {
         .app
         .scheduler
         .add(
-            hermes_agent::scheduler::JobRequest {
+            hermes_engine::scheduler::JobRequest {
                 task: "watch".into(),
                 schedule: "0 8 * * *".into(),
                 precheck: Some(json!({"tool": "send", "arguments": {"to": "bob", "text": "hi"}})),

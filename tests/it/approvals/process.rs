@@ -5,7 +5,7 @@
 use super::results_seen;
 use crate::common::text;
 use crate::daemon::{PATIENCE, Site};
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};

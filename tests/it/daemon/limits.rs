@@ -4,7 +4,7 @@
 
 use super::{BIN, Daemon, PATIENCE, Site, clean_command};
 use crate::common::echo_model;
-use hermes_agent::llm::scripted::ScriptedModel;
+use hermes_engine::llm::scripted::ScriptedModel;
 use reqwest::StatusCode;
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -8,7 +8,7 @@ use crate::common;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use hermes_agent::http::{ApiState, router};
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use serde_json::{Value, json};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -270,9 +270,9 @@ async fn metrics_need_the_token_unless_metrics_public_is_set() {
 
 #[tokio::test]
 async fn tool_names_a_model_invents_are_counted_as_one_unknown_series() {
-    use hermes_agent::llm::ToolCall;
-    use hermes_agent::metrics::Reading;
-    use hermes_agent::tools::ToolContext;
+    use hermes_engine::llm::ToolCall;
+    use hermes_engine::metrics::Reading;
+    use hermes_engine::tools::ToolContext;
     let model = ScriptedModel::start_with(common::echo_model).await;
     let t = common::app(common::settings(&model.base_url()), vec![]).await;
     let registry = t.app.agent.registry();

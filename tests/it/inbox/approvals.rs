@@ -3,7 +3,7 @@
 //! second answer to a decided request changes nothing.
 
 use super::{ME, Site, reply};
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@ use super::person::{Message, Person};
 use super::server::Synapse;
 use crate::common::echo_model;
 use hermes_agent::daemon::read_addr;
-use hermes_agent::llm::scripted::ScriptedModel;
+use hermes_engine::llm::scripted::ScriptedModel;
 use matrix_sdk::ruma::{OwnedRoomId, RoomId, UserId};
 use reqwest::StatusCode;
 use serde_json::{Value, json};

@@ -3,7 +3,7 @@
 
 use super::daemon::{Chat, PATIENCE, job_to_room};
 use super::person::Person;
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use http_body_util::BodyExt;
 use matrix_sdk::ruma::events::room::member::MembershipState;
 use serde_json::{Value, json};

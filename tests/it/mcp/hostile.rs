@@ -4,12 +4,12 @@
 //! sizes, the offered set's size, a working-memory row), not by RSS.
 
 use super::{PATIENCE, call, common, deps, running, settings_with, status_of, stdio};
-use hermes_agent::agent::{RunOptions, Submit};
-use hermes_agent::llm::ToolCall;
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::mcp::ServerState;
-use hermes_agent::tools::{ToolContext, ToolError};
 use hermes_config::McpServer;
+use hermes_engine::agent::{RunOptions, Submit};
+use hermes_engine::llm::ToolCall;
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::tools::{ToolContext, ToolError};
 use hermes_store::{NewTask, Origin, TaskState};
 use serde_json::{Value, json};
 use std::path::Path;

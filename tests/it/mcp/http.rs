@@ -2,8 +2,8 @@
 //! port, reached through `mcp.servers.NAME.url` with a header.
 
 use super::{Deps, NO_MODEL, PATIENCE, call, common, deps, running, settings_with};
-use hermes_agent::tools::ToolError;
 use hermes_config::McpServer;
+use hermes_engine::tools::ToolError;
 use serde_json::json;
 use std::time::{Duration, Instant};
 

@@ -17,11 +17,11 @@ mod http;
 mod serve;
 
 use hermes_agent::app::App;
-use hermes_agent::llm::ToolCall;
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
 use hermes_agent::mcp::{ServerState, ServerStatus};
-use hermes_agent::tools::{ToolContext, ToolError, ToolOutcome};
 use hermes_config::{McpServer, McpSettings, Settings};
+use hermes_engine::llm::ToolCall;
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::tools::{ToolContext, ToolError, ToolOutcome};
 use hermes_store::{StepKind, TaskState};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -41,7 +41,7 @@ fn stdio(command: &[&str]) -> McpServer {
         command: command.iter().map(|s| s.to_string()).collect(),
         // The servers run confined (tools.sandbox: enforce); node resolves its modules up the
         // whole install tree, so the tree is declared, as a person would for an npm install.
-        sandbox: hermes_agent::tools::sandbox::Widening {
+        sandbox: hermes_engine::tools::sandbox::Widening {
             read: vec![deps_dir()],
             ..Default::default()
         },

@@ -4,8 +4,8 @@
 
 use super::{Deps, NO_MODEL, PATIENCE, common, deps};
 use hermes_agent::app::{App, JobExecution};
-use hermes_agent::llm::scripted::ScriptedModel;
 use hermes_config::{Config, Sources};
+use hermes_engine::llm::scripted::ScriptedModel;
 use hermes_store::TaskState;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -59,7 +59,7 @@ fn check_session(seen: &Value, origin: &str) {
     assert_eq!(seen["tools"], json!(hermes_agent::mcp::TOOL_NAMES));
     for (name, schema) in seen["schemas"].as_object().expect("schemas") {
         assert!(
-            hermes_agent::tools::schema::is_grammar_friendly(schema),
+            hermes_engine::tools::schema::is_grammar_friendly(schema),
             "{name}: {schema}"
         );
     }

@@ -6,7 +6,7 @@
 
 use super::{accepted, cluster, health_until};
 use crate::common::echo_model;
-use hermes_agent::llm::scripted::ScriptedModel;
+use hermes_engine::llm::scripted::ScriptedModel;
 use reqwest::StatusCode;
 use serde_json::json;
 use std::path::{Path, PathBuf};

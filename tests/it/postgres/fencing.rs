@@ -6,7 +6,7 @@
 use super::{cluster, fresh_database, psql};
 use crate::common::task_text;
 use crate::daemon::{Daemon, PATIENCE, Site};
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 use super::cluster;
 use crate::common::echo_model;
 use crate::daemon::{Daemon, PATIENCE, Site};
-use hermes_agent::llm::scripted::ScriptedModel;
+use hermes_engine::llm::scripted::ScriptedModel;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 

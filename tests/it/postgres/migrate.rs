@@ -8,7 +8,7 @@
 use super::{cluster, fired_run, psql, site_on};
 use crate::common::echo_model;
 use crate::daemon::Site;
-use hermes_agent::llm::scripted::ScriptedModel;
+use hermes_engine::llm::scripted::ScriptedModel;
 use reqwest::StatusCode;
 use serde_json::json;
 

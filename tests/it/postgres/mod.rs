@@ -9,7 +9,7 @@
 
 use crate::common::echo_model;
 use crate::daemon::{PATIENCE, Site};
-use hermes_agent::llm::scripted::ScriptedModel;
+use hermes_engine::llm::scripted::ScriptedModel;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -110,8 +110,8 @@ async fn a_daemon_on_postgres_runs_a_task_and_a_job_and_a_second_node_joins_it()
     let other = site_on(&model.base_url(), &c.url_without_password(&db));
     std::fs::create_dir_all(other.data()).expect("data dir");
     std::fs::copy(
-        site.data().join(hermes_agent::metrics::NODE_ID_FILE),
-        other.data().join(hermes_agent::metrics::NODE_ID_FILE),
+        site.data().join(hermes_engine::metrics::NODE_ID_FILE),
+        other.data().join(hermes_engine::metrics::NODE_ID_FILE),
     )
     .expect("the node id copied");
     let mut second = other.start(&[("PGPASSWORD", cluster::PASSWORD)]);
@@ -125,7 +125,7 @@ async fn a_daemon_on_postgres_runs_a_task_and_a_job_and_a_second_node_joins_it()
     );
     // With a node id of its own, it joins: two nodes on one database, the first one untouched
     // (its tasks were not marked interrupted).
-    std::fs::remove_file(other.data().join(hermes_agent::metrics::NODE_ID_FILE))
+    std::fs::remove_file(other.data().join(hermes_engine::metrics::NODE_ID_FILE))
         .expect("the copied node id removed");
     let mut third = other.start(&[("PGPASSWORD", cluster::PASSWORD)]);
     third.ready().await;
@@ -291,8 +291,8 @@ async fn on_own_server(model: &ScriptedModel) -> (cluster::Cluster, Site, crate:
 }
 
 /// Answers "a task meeting an outage" after 2 s, everything else at once.
-fn outage_model(req: &Value) -> hermes_agent::llm::scripted::Reply {
-    use hermes_agent::llm::scripted::Reply;
+fn outage_model(req: &Value) -> hermes_engine::llm::scripted::Reply {
+    use hermes_engine::llm::scripted::Reply;
     let answer = Reply::text("answered");
     if crate::common::task_text(req).contains("outage") {
         Reply::Delay(Duration::from_secs(2), Box::new(answer))

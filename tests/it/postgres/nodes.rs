@@ -8,7 +8,7 @@ use super::{cluster, fresh_database, psql, site_on};
 use crate::common::task_text;
 use crate::daemon::{Daemon, PATIENCE, Site};
 use futures::StreamExt;
-use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -347,7 +347,7 @@ async fn a_task_running_on_one_node_is_followed_live_from_another() {
     let running = format!("SELECT COUNT(*) FROM tasks WHERE id = '{id}' AND node_id IS NOT NULL");
     until(&db, &running, PATIENCE, |n| n == 1).await;
     let runner = psql(&db, &format!("SELECT node_id FROM tasks WHERE id = '{id}'")).await;
-    let a_id = std::fs::read_to_string(site_a.data().join(hermes_agent::metrics::NODE_ID_FILE))
+    let a_id = std::fs::read_to_string(site_a.data().join(hermes_engine::metrics::NODE_ID_FILE))
         .expect("A's node id");
     // Followed from the node that is not running it.
     let follower = if runner.trim() == a_id.trim() { &b } else { &a };

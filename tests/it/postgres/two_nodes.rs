@@ -7,7 +7,7 @@
 use super::{cluster, fresh_database};
 use crate::common::echo_model;
 use crate::daemon::{Daemon, Site};
-use hermes_agent::llm::scripted::ScriptedModel;
+use hermes_engine::llm::scripted::ScriptedModel;
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
 use serde_json::json;

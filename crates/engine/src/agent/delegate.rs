@@ -14,12 +14,12 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 /// Sub-agents may not delegate beyond this depth (a top-level task is depth 0).
-pub(crate) const MAX_DEPTH: u32 = 2;
+pub const MAX_DEPTH: u32 = 2;
 
 /// The delegate tools. They are registered before the agent exists (the agent holds the
 /// registry), so they hold a weak link set once with [`DelegateTools::bind`].
 #[derive(Clone, Default)]
-pub(crate) struct DelegateTools {
+pub struct DelegateTools {
     agent: Arc<OnceLock<Weak<Inner>>>,
 }
 
@@ -290,7 +290,7 @@ impl SubResult {
 /// `{agent, task}`: one sub-task.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct SubTask {
+pub struct SubTask {
     agent: String,
     task: String,
 }
@@ -298,6 +298,6 @@ pub(crate) struct SubTask {
 /// `{tasks: [{agent, task}, …]}`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct SubTasks {
+pub struct SubTasks {
     tasks: Vec<SubTask>,
 }

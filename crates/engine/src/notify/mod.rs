@@ -40,7 +40,7 @@ pub mod thread;
 mod webhook;
 
 pub use hermes_store::util::RetryPolicy;
-pub(crate) use markdown::render_markdown;
+pub use markdown::render_markdown;
 pub use sender::SendError;
 pub use webhook::{SIGNATURE_HEADER, signature};
 

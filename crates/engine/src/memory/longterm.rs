@@ -359,7 +359,7 @@ impl LongTerm {
     }
 
     /// Why the index is not used right now, if it is not (recall then reads the database).
-    pub(crate) fn trouble(&self) -> Option<String> {
+    pub fn trouble(&self) -> Option<String> {
         hermes_store::util::lock(&self.inner.trouble).clone()
     }
 

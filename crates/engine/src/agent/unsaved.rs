@@ -34,7 +34,7 @@ impl Agent {
 
     /// `task` as this process knows it: the end it could not write yet, while the stored row
     /// is unfinished.
-    pub(crate) fn as_known(&self, task: Task) -> Task {
+    pub fn as_known(&self, task: Task) -> Task {
         if task.state.is_finished() {
             return task;
         }

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 /// How many firings a preview lists.
-pub(crate) const PREVIEW_FIRINGS: usize = 5;
+pub const PREVIEW_FIRINGS: usize = 5;
 
 /// A schedule checked as a new job's would be, without creating anything: the answer of
 /// `GET /v1/schedule` and the dashboard's preview as you type.
@@ -269,7 +269,7 @@ impl Scheduler {
     /// The next due time of `job` if it were resumed now (see [`next_after_pause`]). Written by
     /// [`Scheduler::resume`], and by whoever resumes a job in a transaction of its own (a
     /// reply by email); either then calls [`Scheduler::wake`].
-    pub(crate) fn resumed_next_run(&self, job: &Job) -> Option<DateTime<Utc>> {
+    pub fn resumed_next_run(&self, job: &Job) -> Option<DateTime<Utc>> {
         next_after_pause(job, self.inner.clock.now())
     }
 
@@ -305,7 +305,7 @@ pub fn next_after_pause(job: &Job, now: DateTime<Utc>) -> Option<DateTime<Utc>> 
 
 /// A job's next `n` firings from its stored next due time, in UTC; none while it is paused
 /// or when its schedule no longer parses.
-pub(crate) fn upcoming(job: &Job, n: usize) -> Vec<DateTime<Utc>> {
+pub fn upcoming(job: &Job, n: usize) -> Vec<DateTime<Utc>> {
     let (Some(first), true) = (job.next_run_at, job.enabled) else {
         return Vec::new();
     };
@@ -315,7 +315,7 @@ pub(crate) fn upcoming(job: &Job, n: usize) -> Vec<DateTime<Utc>> {
 }
 
 /// A stored job's schedule in words with its zone, e.g. "every day at 08:00 (Europe/Berlin)".
-pub(crate) fn describe_job(job: &Job) -> String {
+pub fn describe_job(job: &Job) -> String {
     match ZonedSchedule::parse(&job.schedule, &job.timezone, job.created_at) {
         Ok(s) => format!("{} ({})", words::describe(&job.schedule, &s), s.zone()),
         Err(_) => format!("'{}' ({})", job.schedule, job.timezone),

@@ -48,7 +48,7 @@ pub mod schedule;
 mod timer;
 pub mod words;
 
-pub(crate) use jobs::{PREVIEW_FIRINGS, describe_job, upcoming};
+pub use jobs::{PREVIEW_FIRINGS, describe_job, upcoming};
 pub use jobs::{SchedulePreview, next_after_pause};
 pub use schedule::{Schedule, ScheduleError, ZonedSchedule, parse_timezone};
 
@@ -338,7 +338,7 @@ impl Scheduler {
 
     /// Check the `profile` of new jobs against these names, so a typo is refused when the job
     /// is made instead of failing every firing. Call right after construction.
-    pub(crate) fn with_profiles(mut self, names: Vec<String>) -> Scheduler {
+    pub fn with_profiles(mut self, names: Vec<String>) -> Scheduler {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.profiles = names;
         }
@@ -347,7 +347,7 @@ impl Scheduler {
 
     /// Link digests to the dashboard at `url` (`server.public_url`); empty: no links. Call
     /// right after construction.
-    pub(crate) fn with_public_url(mut self, url: &str) -> Scheduler {
+    pub fn with_public_url(mut self, url: &str) -> Scheduler {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.public_url = url.trim().to_string();
         }

@@ -26,7 +26,7 @@ mod unsaved;
 use stop::{Running, StopReason};
 
 pub use approvals::{ApprovalError, Approvals, Decision, EXPIRY_SWEEP, VIA_HEADER, answered_via};
-pub(crate) use delegate::{DelegateTools, MAX_DEPTH};
+pub use delegate::{DelegateTools, MAX_DEPTH};
 pub use elsewhere::Heard;
 pub use follow::Followed;
 pub use jobs::{JobExecution, JobRunner};
@@ -236,7 +236,7 @@ impl Agent {
     }
 
     /// `storage.node_lease_s`: how long a process holding work may stay silent.
-    pub(crate) fn node_lease(&self) -> Duration {
+    pub fn node_lease(&self) -> Duration {
         Duration::from_secs(self.inner.settings.storage.node_lease_s.max(1))
     }
 
@@ -348,25 +348,25 @@ impl Agent {
     }
 
     /// Take no new tasks through [`Agent::submit`] from now on (the daemon is shutting down).
-    pub(crate) fn close_intake(&self) {
+    pub fn close_intake(&self) {
         self.inner
             .closed
             .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Wake an idle worker (a task was created some other way, e.g. by a job firing).
-    pub(crate) fn wake_workers(&self) {
+    pub fn wake_workers(&self) {
         self.inner.queued.notify_one();
     }
 
     /// Wake every idle worker: work was queued elsewhere, perhaps a burst of it.
-    pub(crate) fn wake_all_workers(&self) {
+    pub fn wake_all_workers(&self) {
         self.inner.queued.notify_waiters();
     }
 
     /// A held task may be ready to go on (its requests answered or expired, its hold taken
     /// after an answer came, news from another daemon): a worker looks, and is woken to.
-    pub(crate) fn wake_for_holds(&self) {
+    pub fn wake_for_holds(&self) {
         self.inner.holds.raise();
         self.inner.queued.notify_one();
     }

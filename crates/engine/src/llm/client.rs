@@ -152,7 +152,7 @@ impl Gateway {
 
     /// Name the settings file in use (or where to create one) in the errors' hints: a person
     /// told to set `model.profiles.fast.base_url` should not have to find out where.
-    pub(crate) fn with_settings_source(mut self, source: &ConfigSource) -> Gateway {
+    pub fn with_settings_source(mut self, source: &ConfigSource) -> Gateway {
         self.settings_place = settings_place(source).into();
         self
     }

@@ -12,7 +12,7 @@ use pulldown_cmark::{CowStr, Event, Options, Parser, Tag, TagEnd, html};
 
 /// Render Markdown to an HTML fragment. Raw HTML in `md` is escaped (model output is untrusted)
 /// and images are links (see the module doc).
-pub(crate) fn render_markdown(md: &str) -> String {
+pub fn render_markdown(md: &str) -> String {
     let options =
         Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
     let mut parser = Parser::new_ext(md, options).peekable();

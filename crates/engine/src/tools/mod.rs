@@ -231,7 +231,7 @@ impl<T: TypedTool> Tool for T {
 
 /// Arguments as a typed struct. The schema was checked first, so an error here names what the
 /// schema could not say (a wrong type deep inside, an unknown field) and where.
-pub(crate) fn parse_args<A: DeserializeOwned>(args: Value) -> Result<A, ToolError> {
+pub fn parse_args<A: DeserializeOwned>(args: Value) -> Result<A, ToolError> {
     // A tool without parameters is often called with nothing at all.
     let args = if args.is_null() {
         Value::Object(Default::default())
@@ -252,12 +252,12 @@ pub(crate) fn parse_args<A: DeserializeOwned>(args: Value) -> Result<A, ToolErro
 /// Arguments of a tool that takes none (`{}`).
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct NoArgs {}
+pub struct NoArgs {}
 
 /// `{id}`: the arguments of tools that act on one stored thing.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct IdArgs {
+pub struct IdArgs {
     pub id: String,
 }
 
@@ -333,4 +333,4 @@ mod starting;
 
 pub use permit::Permit;
 pub use registry::{Registry, RegistryBuilder, RegistryError, ToolOutcome};
-pub(crate) use starting::{SOURCE_START_WAIT, SourceStart, ToolSources};
+pub use starting::{SOURCE_START_WAIT, SourceStart, ToolSources};

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Why a running task was stopped from outside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum StopReason {
+pub enum StopReason {
     Cancelled,
     Shutdown,
     /// This node lost the lease the task was claimed under: the task is the others' now.
@@ -28,7 +28,7 @@ pub(super) struct Running {
 impl Agent {
     /// Stop every running task (daemon shutdown after the grace period): each ends `failed`
     /// with reason `shutdown`. Returns how many were stopped.
-    pub(crate) fn stop_all_running(&self) -> usize {
+    pub fn stop_all_running(&self) -> usize {
         let ids: Vec<String> = lock(&self.inner.running).keys().cloned().collect();
         ids.iter()
             .filter(|id| self.stop_running(id, StopReason::Shutdown))

@@ -238,7 +238,7 @@ impl Inbox {
 
 impl Running {
     /// Read no more mail (bounded): the daemon is shutting down.
-    pub(crate) async fn stop_intake(&mut self) {
+    pub async fn stop_intake(&mut self) {
         if let Some((stop, handle)) = self.intake.take() {
             stop.cancel();
             if tokio::time::timeout(STOP_WAIT, handle).await.is_err() {

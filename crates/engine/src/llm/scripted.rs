@@ -13,7 +13,7 @@
 //!
 //! ```no_run
 //! # async fn demo() {
-//! use hermes_agent::llm::scripted::{Reply, ScriptedModel};
+//! use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 //! let model = ScriptedModel::start(vec![Reply::text("hello")]).await;
 //! // point a profile's base_url at model.base_url(), call the gateway, then:
 //! assert!(model.request_count() <= 1);

@@ -17,12 +17,12 @@ use tokio::sync::watch;
 /// The longest a task waits for sources on their first start before its first model call:
 /// enough for a local MCP server (about a second here), short enough that a slow one (a first
 /// `uvx` download) does not hold the task; its tools join from the next step on.
-pub(crate) const SOURCE_START_WAIT: Duration = Duration::from_secs(5);
+pub const SOURCE_START_WAIT: Duration = Duration::from_secs(5);
 
 /// Tool sources started and stopped as one (the MCP servers of the config): the handle of code
 /// that runs tasks in its own process (the client's data-dir side) without knowing what the
 /// sources are.
-pub(crate) trait ToolSources: Send + Sync {
+pub trait ToolSources: Send + Sync {
     /// Start every source in the background; later calls do nothing. A task's first model
     /// call waits (bounded) for those still starting.
     fn start(&self);
@@ -36,7 +36,7 @@ pub struct Starting(Arc<watch::Sender<BTreeSet<String>>>);
 
 impl Starting {
     /// `source` is on its first start until the guard is dropped.
-    pub(crate) fn begin(&self, source: &str) -> SourceStart {
+    pub fn begin(&self, source: &str) -> SourceStart {
         self.0.send_modify(|names| {
             names.insert(source.to_string());
         });
@@ -61,7 +61,7 @@ impl Starting {
 
 /// A source's first start, in progress until this is dropped (whether the source came up,
 /// failed, or the daemon stopped first).
-pub(crate) struct SourceStart {
+pub struct SourceStart {
     starting: Starting,
     source: String,
 }
