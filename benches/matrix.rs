@@ -143,7 +143,7 @@ async fn daemon(model: &str, channels: &str, password: &str) -> Daemon {
     let deadline = Instant::now() + PATIENCE;
     loop {
         assert!(Instant::now() < deadline, "the daemon did not come up");
-        if let Ok(Some(addr)) = hermes_agent::daemon::read_addr(&data) {
+        if let Ok(Some(addr)) = hermes_surfaces::daemon::read_addr(&data) {
             let base = format!("http://{addr}");
             if let Ok(r) = http.get(format!("{base}/healthz")).send().await
                 && let Ok(h) = r.json::<Value>().await

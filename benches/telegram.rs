@@ -98,7 +98,7 @@ async fn daemon(model: &str, channels: &str) -> Daemon {
     let deadline = Instant::now() + PATIENCE;
     loop {
         assert!(Instant::now() < deadline, "the daemon did not come up");
-        if let Ok(Some(addr)) = hermes_agent::daemon::read_addr(&data) {
+        if let Ok(Some(addr)) = hermes_surfaces::daemon::read_addr(&data) {
             let base = format!("http://{addr}");
             let h = get(&base, "/healthz").await;
             if channels.is_empty() || h["telegram"]["state"] == "ok" {

@@ -14,11 +14,11 @@
 use crate::common::{self, Echo, StepScript, figure, percentile};
 use anyhow::{Context, Result, bail};
 use futures::future::join_all;
-use hermes_agent::app::{App, JobExecution};
 use hermes_engine::agent::Submit;
 use hermes_engine::llm::scripted::ScriptedModel;
 use hermes_engine::scheduler::JobRequest;
 use hermes_store::{Origin, TaskState};
+use hermes_surfaces::app::{App, JobExecution};
 use sqlx::Connection;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -70,7 +70,7 @@ async fn fresh(base: &str) -> Result<String> {
 struct Node {
     app: App,
     stop: oneshot::Sender<()>,
-    running: tokio::task::JoinHandle<Result<(), hermes_agent::daemon::DaemonError>>,
+    running: tokio::task::JoinHandle<Result<(), hermes_surfaces::daemon::DaemonError>>,
     _dir: tempfile::TempDir,
 }
 
@@ -91,7 +91,7 @@ async fn start_nodes(model_url: &str, db: &str, n: usize, workers: u32) -> Resul
         .await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let (stop, stopped) = oneshot::channel::<()>();
-        let running = tokio::spawn(hermes_agent::daemon::run(app.clone(), listener, async {
+        let running = tokio::spawn(hermes_surfaces::daemon::run(app.clone(), listener, async {
             let _ = stopped.await;
         }));
         nodes.push(Node {

@@ -16,11 +16,11 @@
 
 use crate::common::{self, Echo, StepScript, figure, percentile};
 use anyhow::{Context, Result, bail};
-use hermes_agent::app::JobExecution;
 use hermes_engine::agent::{RunOptions, Submit};
 use hermes_engine::llm::scripted::ScriptedModel;
 use hermes_engine::llm::{Message, ToolCall};
 use hermes_store::TaskState;
+use hermes_surfaces::app::JobExecution;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -209,7 +209,7 @@ async fn raw_http(base_url: &str, body: &Value) -> Result<Vec<f64>> {
     Ok(out)
 }
 
-async fn gateway_calls(app: &hermes_agent::app::App) -> Result<Vec<f64>> {
+async fn gateway_calls(app: &hermes_surfaces::app::App) -> Result<Vec<f64>> {
     let gateway = hermes_engine::llm::Gateway::new(&app.config.settings.model)?;
     let tools = app.agent.registry().offered(None);
     let call = |k: u64| ToolCall {

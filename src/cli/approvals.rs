@@ -5,9 +5,9 @@
 
 use super::ApprovalsCmd;
 use super::render::{self, print_json};
-use crate::client::Backend;
 use hermes_engine::agent::Decision;
 use hermes_store::ApprovalState;
+use hermes_surfaces::client::Backend;
 use serde_json::json;
 use std::process::ExitCode;
 

@@ -2,13 +2,13 @@
 //! else the data dir in this process, with the parts built here (by `app::App`, which the
 //! client module cannot name).
 
-use crate::app::{App, BuildOptions, JobExecution};
-use crate::client::{Backend, BuildParts, ClientError, Local, Parts, Remote};
 use hermes_config::Config;
 use hermes_store::Origin;
+use hermes_surfaces::app::{App, BuildOptions, JobExecution};
+use hermes_surfaces::client::{Backend, BuildParts, ClientError, Local, Parts, Remote};
 use std::sync::Arc;
 
-pub use crate::client::{DELIVER_NOW, Fired, FoundFact};
+pub use hermes_surfaces::client::{DELIVER_NOW, Fired, FoundFact};
 
 /// The daemon if one answers, else the data dir in this process.
 pub async fn connect(config: Config) -> Box<dyn Backend> {

@@ -1,13 +1,13 @@
 //! `doctor`: each dependency — the config, the model endpoints, the daemon, the data dir,
 //! memory, tools, SMTP and webhooks — with a verdict. Exits 1 if any check failed. The checks
-//! are `crate::doctor`'s; this prints them as they come.
+//! are `hermes_surfaces::doctor`'s; this prints them as they come.
 //!
 //! Must not: change anything: it probes, and with a daemon up it leaves the data dir alone.
 
-use crate::app::{App, JobExecution};
-use crate::client::Remote;
-use crate::doctor::{self, Check, Verdict};
 use hermes_config::Config;
+use hermes_surfaces::app::{App, JobExecution};
+use hermes_surfaces::client::Remote;
+use hermes_surfaces::doctor::{self, Check, Verdict};
 use std::process::ExitCode;
 
 /// The verdicts printed so far; any failure makes the exit code 1.
@@ -53,7 +53,7 @@ struct ChatHealth {
 /// `GET /v1/mcp`: each MCP server's status as the daemon sees it.
 #[derive(serde::Deserialize)]
 struct McpServers {
-    servers: Vec<crate::mcp::ServerStatus>,
+    servers: Vec<hermes_surfaces::mcp::ServerStatus>,
 }
 
 pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {

@@ -4,15 +4,15 @@
 //! (shown by `GET /v1/evals` and the dashboard's `/evals`); a profile whose every case passed
 //! has the model it served verified, and the jobs held for a change to it resume.
 //!
-//! Must not: hold the run's logic (`crate::eval` has it); it chooses, prints and exits.
+//! Must not: hold the run's logic (`hermes_surfaces::eval` has it); it chooses, prints and exits.
 
 use super::EvalArgs;
 use super::render::print_json;
 use super::table::{Table, cell};
-use crate::eval::{self, EvalRequest};
 use hermes_config::Config;
 use hermes_engine::llm::Gateway;
 use hermes_store::{EvalResult, EvalTrigger, EvalVerdict, Store};
+use hermes_surfaces::eval::{self, EvalRequest};
 use std::process::ExitCode;
 
 pub async fn eval(config: Config, args: EvalArgs) -> anyhow::Result<ExitCode> {

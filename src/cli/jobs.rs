@@ -6,8 +6,8 @@
 use super::JobsCmd;
 use super::backend::Fired;
 use super::render::{self, print_json, print_outcome};
-use crate::client::Backend;
 use hermes_engine::scheduler::JobRequest;
+use hermes_surfaces::client::Backend;
 use serde_json::{Value, json};
 use std::process::ExitCode;
 

@@ -12,13 +12,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 pub async fn mcp(config: Config) -> anyhow::Result<ExitCode> {
-    let backend: Arc<dyn crate::client::Backend> =
+    let backend: Arc<dyn hermes_surfaces::client::Backend> =
         Arc::from(backend::connect_as(config, Origin::Mcp).await);
     match backend.daemon() {
         Some(base) => tracing::info!("MCP on stdio: working through the daemon at {base}"),
         None => tracing::info!("MCP on stdio: no daemon answers; working on the data dir"),
     }
-    let served = crate::mcp::serve_stdio(backend.clone()).await;
+    let served = hermes_surfaces::mcp::serve_stdio(backend.clone()).await;
     backend.close().await;
     served?;
     Ok(ExitCode::SUCCESS)

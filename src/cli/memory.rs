@@ -7,10 +7,10 @@
 
 use super::MemoryCmd;
 use super::render::{self, print_json};
-use crate::client::Backend;
 use hermes_config::Config;
 use hermes_engine::memory::{LongTerm, MeaningError};
 use hermes_store::{Store, StoreOptions};
+use hermes_surfaces::client::Backend;
 use serde_json::json;
 use std::process::ExitCode;
 
@@ -56,7 +56,7 @@ pub async fn reindex(config: &Config, embeddings: bool) -> anyhow::Result<ExitCo
         store.close().await;
         return Ok(ExitCode::SUCCESS);
     }
-    let Some((embedder, _)) = crate::app::embeddings(&s.memory)? else {
+    let Some((embedder, _)) = hermes_surfaces::app::embeddings(&s.memory)? else {
         anyhow::bail!(MeaningError::Off);
     };
     let mut bar = Progress::new();

@@ -2,7 +2,7 @@
 //! and prints. This is the binary edge: errors become `anyhow` messages and exit codes here.
 //! One file per command group; `tasks`, `jobs`, `memory`, `approvals` and `usage` are written once against
 //! `client::Backend`, answered by the running daemon or by the data dir in this process
-//! (`backend` picks); `mcp` (the MCP server in `crate::mcp`) is built on the same trait.
+//! (`backend` picks); `mcp` (the MCP server in `hermes_surfaces::mcp`) is built on the same trait.
 //!
 //! Must not: hold business logic; each command is a thin call into a part or a backend.
 
@@ -378,7 +378,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let config = Config::load(&src)?;
     match cli.command {
         Command::Config(ConfigCmd::Check) => config::config_check(&src),
-        Command::Serve => crate::daemon::serve(config)
+        Command::Serve => hermes_surfaces::daemon::serve(config)
             .await
             .map(|()| ExitCode::SUCCESS)
             .map_err(Into::into),

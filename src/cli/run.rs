@@ -8,11 +8,11 @@
 use super::RunArgs;
 use super::backend::DELIVER_NOW;
 use super::render::{self, print_outcome};
-use crate::app::{App, JobExecution};
-use crate::client::Remote;
 use hermes_config::Config;
 use hermes_engine::agent::{RunOptions, Submit};
 use hermes_store::Origin;
+use hermes_surfaces::app::{App, JobExecution};
+use hermes_surfaces::client::Remote;
 use std::process::ExitCode;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -21,7 +21,9 @@ pub async fn run(config: Config, args: RunArgs) -> anyhow::Result<ExitCode> {
     let daemon_up = Remote::detect(&config).await.is_some();
     let app = App::build(config, JobExecution::Direct).await?;
     app.mcp.start();
-    app.mcp.wait_started(crate::mcp::RUN_START_WAIT).await;
+    app.mcp
+        .wait_started(hermes_surfaces::mcp::RUN_START_WAIT)
+        .await;
     let outcome = run_task(&app, args, daemon_up).await;
     app.mcp.stop().await;
     outcome

@@ -26,7 +26,7 @@ pub async fn migrate(config: Config, to: &str) -> anyhow::Result<ExitCode> {
         );
     }
     // Held while copying: a daemon writing meanwhile would leave rows behind.
-    let _data_dir = crate::daemon::lock_data_dir(&config.data_dir).context(
+    let _data_dir = hermes_surfaces::daemon::lock_data_dir(&config.data_dir).context(
         "stop the daemon first (`systemctl --user stop hermes-agent`); the copy must see every row",
     )?;
     let source = Store::open(&config.data_dir).await?;

@@ -5,7 +5,7 @@
 
 use super::TasksCmd;
 use super::render::{self, print_json};
-use crate::client::Backend;
+use hermes_surfaces::client::Backend;
 use serde_json::json;
 use std::process::ExitCode;
 

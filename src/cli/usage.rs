@@ -8,9 +8,9 @@
 use super::UsageArgs;
 use super::render::print_json;
 use super::table::{Table, cell};
-use crate::client::Backend;
 use hermes_store::util::text::{duration_ms, grouped};
 use hermes_store::{Figures, JobUsage, Usage};
+use hermes_surfaces::client::Backend;
 use std::process::ExitCode;
 
 pub async fn usage(backend: &dyn Backend, args: UsageArgs) -> anyhow::Result<ExitCode> {

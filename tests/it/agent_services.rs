@@ -269,5 +269,8 @@ async fn a_job_naming_an_unknown_profile_is_refused_when_made() {
         .unwrap_err();
     let text = err.to_string();
     assert!(text.contains("turbo") && text.contains("fast"), "{text}");
-    assert_eq!(hermes_agent::http::ApiError::from(err).status.as_u16(), 400);
+    assert_eq!(
+        hermes_surfaces::http::ApiError::from(err).status.as_u16(),
+        400
+    );
 }

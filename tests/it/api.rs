@@ -1,5 +1,5 @@
 //! The HTTP API in-process: `server::router` driven with `tower::ServiceExt::oneshot` on an
-//! [`App`](hermes_agent::app::App) over a temporary data dir, talking to a scripted model on
+//! [`App`](hermes_surfaces::app::App) over a temporary data dir, talking to a scripted model on
 //! loopback. Everything about the API's requests and answers that needs no process is here;
 //! tests/daemon.rs keeps what does (signals, restarts, the data-dir lock, the CLI).
 
@@ -9,8 +9,8 @@ use crate::common::{TestApp, echo_model, error_of};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
-use hermes_agent::http::{ApiState, BODY_LIMIT, router};
 use hermes_engine::llm::scripted::ScriptedModel;
+use hermes_surfaces::http::{ApiState, BODY_LIMIT, router};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -523,8 +523,8 @@ async fn a_huge_url_gets_a_json_error_on_a_real_socket() {
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let state = ApiState::new(&a.t.app);
-    let limits = hermes_agent::http::Limits::for_process(&a.t.app.config.settings.server);
-    tokio::spawn(hermes_agent::http::serve(
+    let limits = hermes_surfaces::http::Limits::for_process(&a.t.app.config.settings.server);
+    tokio::spawn(hermes_surfaces::http::serve(
         listener,
         state,
         limits,
@@ -570,10 +570,10 @@ async fn api_over(opts: hermes_store::StoreOptions) -> (Router, TestApp, Scripte
         common::settings(&model.base_url()),
         dir.path().to_path_buf(),
     );
-    let app = hermes_agent::app::App::build_with(
+    let app = hermes_surfaces::app::App::build_with(
         config,
-        hermes_agent::app::JobExecution::Direct,
-        hermes_agent::app::BuildOptions {
+        hermes_surfaces::app::JobExecution::Direct,
+        hermes_surfaces::app::BuildOptions {
             store: opts,
             ..Default::default()
         },
@@ -679,7 +679,7 @@ async fn a_daemon_refuses_to_start_on_a_database_it_cannot_write() {
         .expect("bind");
     let err = tokio::time::timeout(
         PATIENCE,
-        hermes_agent::daemon::run(t.app.clone(), listener, std::future::pending()),
+        hermes_surfaces::daemon::run(t.app.clone(), listener, std::future::pending()),
     )
     .await
     .expect("it returns at once")

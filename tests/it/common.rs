@@ -1,12 +1,12 @@
 //! Shared set-up for the integration tests: settings pointing at a scripted model server on
 //! loopback, and an [`App`] on a temporary data dir.
 
-use hermes_agent::app::{App, BuildOptions, JobExecution};
 use hermes_config::{Config, Settings};
 use hermes_engine::llm::RetryPolicy;
 use hermes_engine::tools::Tool;
 use hermes_store::Origin;
 use hermes_store::util::Backoff;
+use hermes_surfaces::app::{App, BuildOptions, JobExecution};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -168,8 +168,8 @@ pub async fn run_evals(
     names: &[&str],
     retry: Option<RetryPolicy>,
     on_result: &(dyn Fn(&hermes_store::EvalResult) + Send + Sync),
-) -> hermes_agent::eval::EvalReport {
-    use hermes_agent::eval;
+) -> hermes_surfaces::eval::EvalReport {
+    use hermes_surfaces::eval;
     let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
     eval::run(
         eval::EvalRequest {

@@ -10,8 +10,8 @@
 use crate::common;
 
 use crate::common::{echo_model, error_of, task_text, text};
-use hermes_agent::daemon::{addr_path, read_addr};
 use hermes_engine::llm::scripted::{Reply, ScriptedModel};
+use hermes_surfaces::daemon::{addr_path, read_addr};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use std::fs::File;
@@ -1039,7 +1039,7 @@ async fn run_writes_the_bound_address_and_removes_it_at_a_clean_exit() {
         .expect("a loopback port");
     let bound = listener.local_addr().expect("its address");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(hermes_agent::daemon::run(
+    let daemon = tokio::spawn(hermes_surfaces::daemon::run(
         t.app.clone(),
         listener,
         async move {

@@ -3,11 +3,11 @@
 //! what the API and the dashboard show of runs, verified models and the model a job last used.
 
 use crate::common;
-use hermes_agent::eval::ModelWatch;
 use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use hermes_engine::llm::{Identity, Told};
 use hermes_engine::scheduler::JobRequest;
 use hermes_store::{Origin, PauseReason, Store};
+use hermes_surfaces::eval::ModelWatch;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -46,7 +46,7 @@ async fn the_api_and_dashboard_show_runs_verified_models_and_what_answered_a_job
     model.report_model("qwen-test");
     let t = common::app(common::settings(&model.base_url()), vec![]).await;
     let app = &t.app;
-    let router = hermes_agent::http::router(hermes_agent::http::ApiState::new(app));
+    let router = hermes_surfaces::http::router(hermes_surfaces::http::ApiState::new(app));
     let job = app
         .scheduler
         .add(

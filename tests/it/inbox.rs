@@ -7,8 +7,8 @@
 //! the daemon's health), never a fixed sleep.
 
 use crate::common::echo_model;
-use hermes_agent::daemon::read_addr;
 use hermes_engine::llm::scripted::ScriptedModel;
+use hermes_surfaces::daemon::read_addr;
 use imap_server::Dovecot;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -112,7 +112,7 @@ impl Site {
     /// Start the daemon and wait until it answers and its mailbox is connected.
     async fn start(&self) -> Daemon {
         // A daemon killed by SIGKILL leaves its address file behind.
-        let _ = std::fs::remove_file(hermes_agent::daemon::addr_path(&self.data()));
+        let _ = std::fs::remove_file(hermes_surfaces::daemon::addr_path(&self.data()));
         let log = self.dir.path().join("daemon.log");
         let file = File::options()
             .create(true)

@@ -15,11 +15,11 @@
 
 use crate::common;
 
-use hermes_agent::doctor::Verdict;
 use hermes_config::Config;
 use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use hermes_engine::llm::{Gateway, ToolProbe, estimate_tokens};
 use hermes_store::TaskState;
+use hermes_surfaces::doctor::Verdict;
 use serde_json::{Value, json};
 
 /// The server's answer to a native request whose model chose "message:".
@@ -166,7 +166,7 @@ async fn doctor_gives_the_docs_verdict_for_llama_cpp_pythons_chatml_function_cal
     let model = ScriptedModel::start_with(|req| imitate(CHATML_FUNCTION_CALLING, req)).await;
     let dir = tempfile::tempdir().unwrap();
     let config = Config::from_settings(common::settings(&model.base_url()), dir.path().into());
-    let checks = hermes_agent::doctor::models(&config, None).await;
+    let checks = hermes_surfaces::doctor::models(&config, None).await;
     let tools = checks
         .iter()
         .find(|c| c.what == "model profile fast tools")

@@ -5,7 +5,6 @@
 
 use crate::common;
 use futures::future::BoxFuture;
-use hermes_agent::eval::ModelWatch;
 use hermes_config::{ModelSettings, OnChange, Profile, WebhookSettings};
 use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use hermes_engine::llm::{Gateway, LlmError, Message, RetryPolicy};
@@ -13,6 +12,7 @@ use hermes_engine::scheduler::JobRequest;
 use hermes_engine::tools::{Tool, ToolContext, ToolError, ToolInfo};
 use hermes_store::util::Backoff;
 use hermes_store::{EvalVerdict, ModelAction, NoticeFilter, Origin, PauseReason, StepKind, Store};
+use hermes_surfaces::eval::ModelWatch;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

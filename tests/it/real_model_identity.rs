@@ -14,9 +14,9 @@
 //! `HERMES_REAL_MODEL_NAME` is the alias both serve (default `smollm2`).
 
 use crate::common;
-use hermes_agent::eval::ModelWatch;
 use hermes_config::{ModelSettings, Profile};
 use hermes_engine::llm::{Gateway, Identity};
+use hermes_surfaces::eval::ModelWatch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 

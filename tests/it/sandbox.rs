@@ -1,4 +1,4 @@
-//! Confinement (src/tools/sandbox), against real escapes: manifest tools in a temp tools dir
+//! Confinement (crates/engine/src/tools/sandbox), against real escapes: manifest tools in a temp tools dir
 //! run small shell and python programs that try to read planted secrets, write outside their
 //! work dir, reach the test process (standing in for the daemon: it spawned them) through
 //! /proc, signals, ptrace and TCP, and to grow past their limits or into new namespaces.

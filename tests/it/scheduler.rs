@@ -502,7 +502,10 @@ async fn an_overlapping_firing_is_recorded_skipped() {
     // "Run now" on a busy job is refused, and recorded too.
     let e = c.sched.run_now(&job.id).await.unwrap_err();
     assert!(matches!(e, SchedulerError::Busy { .. }), "{e}");
-    assert_eq!(hermes_agent::http::ApiError::from(e).status.as_u16(), 409);
+    assert_eq!(
+        hermes_surfaces::http::ApiError::from(e).status.as_u16(),
+        409
+    );
 
     gate.add_permits(10);
     idle(&c.sched).await;
@@ -975,7 +978,10 @@ async fn validation_errors_are_precise() {
         .await
         .unwrap_err();
     assert!(matches!(e, SchedulerError::Invalid(_)));
-    assert_eq!(hermes_agent::http::ApiError::from(e).status.as_u16(), 400);
+    assert_eq!(
+        hermes_surfaces::http::ApiError::from(e).status.as_u16(),
+        400
+    );
 
     // Limits: * * * * * is fine at the default minimum of 60 s; max_jobs counts.
     c.sched

@@ -10,9 +10,9 @@
 use crate::common;
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use hermes_agent::app::{App, BuildOptions, JobExecution};
 use hermes_config::{Config, Settings, WebhookSettings};
 use hermes_engine::llm::scripted::{Reply, ScriptedModel};
+use hermes_surfaces::app::{App, BuildOptions, JobExecution};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -169,7 +169,7 @@ impl Daemon {
             let shutdown = async {
                 let _ = stopped.await;
             };
-            if let Err(e) = hermes_agent::daemon::run(running, listener, shutdown).await {
+            if let Err(e) = hermes_surfaces::daemon::run(running, listener, shutdown).await {
                 panic!("the daemon failed: {e}");
             }
         });

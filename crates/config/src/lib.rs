@@ -1,11 +1,12 @@
-//! Configuration: the typed form of `settings.yaml`, where it is found, and whether it is valid.
+//! hermes-config, the layer above the store. Configuration: the typed form of `settings.yaml`, where it is found, and whether it is valid.
 //!
 //! Owns: locating the file (`--config`, `HERMES_CONFIG`, the XDG config dir, else built-in
 //! defaults), `${VAR}` expansion from the environment, parsing with precise `file:line: key`
 //! errors, semantic validation, and resolving the data dir, the person's regression cases'
-//! directory and the time zone (`TZ`, see [`zone`]). This is the only module that reads
+//! directory and the time zone (`TZ`, see [`zone`]). This is the only crate that reads
 //! environment variables (the entry layer passes the CLI's values in through [`Sources`]).
-//! Must not: open databases, talk to the network, or hold runtime state.
+//! Must not: open databases, talk to the network, or hold runtime state; depend on any crate of
+//! the workspace but `hermes-store` (for its URL parser and `util`).
 
 mod channels;
 mod chat_rules;

@@ -1,9 +1,12 @@
-//! The store: one sqlx SQLite pool, the embedded migrations, and typed queries per table.
+//! hermes-store, the bottom layer: the database on either engine (a SQLite file, or PostgreSQL
+//! shared by several daemons), the embedded migrations, and typed queries per table; and
+//! [`util`], the small helpers every layer shares.
 //!
 //! Owns: the database file (`hermes.db` in the data dir), its pragmas (WAL, foreign keys, busy
-//! timeout), schema migrations and refusing a database written by a newer schema. Every SQL
-//! statement in the program lives under this module; other parts call typed functions.
-//! Must not: know about the agent loop, the model, or HTTP.
+//! timeout), schema migrations and refusing a database written by a newer schema, the node lease
+//! that fences a node's writes. Every SQL statement of the program lives in this crate; the
+//! layers above call typed functions. Must not: depend on any other crate of the workspace, or
+//! know about the agent loop, the model, or HTTP.
 
 /// The columns each table's row type is read from, in one place for every query that reads
 /// whole rows (a column added to a table is added here once).

@@ -5,7 +5,7 @@
 
 use super::api;
 use super::wire::{QUICK, serve_state};
-use hermes_agent::http::ApiState;
+use hermes_surfaces::http::ApiState;
 use reqwest::StatusCode;
 use reqwest::header::RETRY_AFTER;
 use serde_json::Value;

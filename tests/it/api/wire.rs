@@ -3,7 +3,7 @@
 //! before any handler runs — each answered with the API's JSON error, or closed.
 
 use super::{PATIENCE, api};
-use hermes_agent::http::{ApiState, Limits};
+use hermes_surfaces::http::{ApiState, Limits};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ pub(super) async fn serve_state(state: ApiState, limits: Limits) -> SocketAddr {
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    tokio::spawn(hermes_agent::http::serve(
+    tokio::spawn(hermes_surfaces::http::serve(
         listener,
         state,
         limits,

@@ -5,9 +5,9 @@
 use super::{Pool, Ran, gated_settings, model};
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use hermes_agent::http::{ApiState, router};
 use hermes_engine::llm::scripted::ScriptedModel;
 use hermes_store::{ApprovalState, TaskState};
+use hermes_surfaces::http::{ApiState, router};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 

@@ -6,12 +6,12 @@
 
 use crate::common;
 
-use hermes_agent::app::App;
 use hermes_config::{Settings, SubAgent, ToolMode};
 use hermes_engine::agent::{Decision, Submit};
 use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use hermes_engine::tools::{Tool, ToolInfo, tool_fn};
 use hermes_store::{ApprovalState, Origin, StepKind, Task, TaskState};
+use hermes_surfaces::app::App;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -8,8 +8,8 @@
 use super::person::{Message, Person};
 use super::server::Synapse;
 use crate::common::echo_model;
-use hermes_agent::daemon::read_addr;
 use hermes_engine::llm::scripted::ScriptedModel;
+use hermes_surfaces::daemon::read_addr;
 use matrix_sdk::ruma::{OwnedRoomId, RoomId, UserId};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -136,7 +136,7 @@ impl Chat {
     /// Start a daemon on data dir `data` (another node on the same database has another);
     /// wait until it answers and, with `connected`, until its Matrix channel is.
     pub async fn start_node(&self, data: &std::path::Path, connected: bool) -> Daemon {
-        let _ = std::fs::remove_file(hermes_agent::daemon::addr_path(data));
+        let _ = std::fs::remove_file(hermes_surfaces::daemon::addr_path(data));
         let log = data.with_extension("log");
         let file = File::options()
             .create(true)

@@ -4,13 +4,13 @@
 //! sizes, the offered set's size, a working-memory row), not by RSS.
 
 use super::{PATIENCE, call, common, deps, running, settings_with, status_of, stdio};
-use hermes_agent::mcp::ServerState;
 use hermes_config::McpServer;
 use hermes_engine::agent::{RunOptions, Submit};
 use hermes_engine::llm::ToolCall;
 use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use hermes_engine::tools::{ToolContext, ToolError};
 use hermes_store::{NewTask, Origin, TaskState};
+use hermes_surfaces::mcp::ServerState;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -33,7 +33,7 @@ fn hostile(mode: &str, gate: Option<&Path>) -> McpServer {
 }
 
 /// Create a task and run it in this process, as a worker would; the stored record.
-async fn run_task(app: &hermes_agent::app::App, text: &str) -> hermes_store::TaskRecord {
+async fn run_task(app: &hermes_surfaces::app::App, text: &str) -> hermes_store::TaskRecord {
     let submit = Submit::new(text, Origin::Api, None);
     let task = app.agent.create(submit).await.expect("task created");
     app.agent
@@ -48,7 +48,7 @@ async fn run_task(app: &hermes_agent::app::App, text: &str) -> hermes_store::Tas
 }
 
 /// The number of `tools/list` requests the server got so far.
-async fn lists(app: &hermes_agent::app::App) -> u64 {
+async fn lists(app: &hermes_surfaces::app::App) -> u64 {
     let stats = call(app, "hostile__stats", json!({})).await;
     assert_eq!(stats.error, None, "{stats:?}");
     let body = stats
@@ -223,7 +223,7 @@ async fn a_task_that_starts_while_a_server_starts_waits_for_its_tools() {
     let registry = t.app.agent.registry().clone();
     t.app.mcp.start();
     assert_eq!(registry.starting().names(), ["hostile"]);
-    let doctor = hermes_agent::doctor::mcp_server(&status_of(&t.app, "hostile"));
+    let doctor = hermes_surfaces::doctor::mcp_server(&status_of(&t.app, "hostile"));
     assert!(doctor.detail.starts_with("starting"), "{}", doctor.detail);
 
     // A task submitted now (as through the API, or a job's catch-up at start).
@@ -267,7 +267,7 @@ async fn a_task_that_starts_while_a_server_starts_waits_for_its_tools() {
         .await;
     assert!(restarting, "{:#?}", t.app.mcp.status());
     assert!(registry.starting().names().is_empty());
-    let doctor = hermes_agent::doctor::mcp_server(&status_of(&t.app, "hostile"));
+    let doctor = hermes_surfaces::doctor::mcp_server(&status_of(&t.app, "hostile"));
     assert!(doctor.detail.starts_with("restarting"), "{}", doctor.detail);
     std::fs::write(&gate, "open").expect("open the gate again");
     running(&t.app, &["hostile"]).await;

@@ -16,13 +16,13 @@ mod http;
 /// `hermes-agent mcp` driven by MCP clients.
 mod serve;
 
-use hermes_agent::app::App;
-use hermes_agent::mcp::{ServerState, ServerStatus};
 use hermes_config::{McpServer, McpSettings, Settings};
 use hermes_engine::llm::ToolCall;
 use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use hermes_engine::tools::{ToolContext, ToolError, ToolOutcome};
 use hermes_store::{StepKind, TaskState};
+use hermes_surfaces::app::App;
+use hermes_surfaces::mcp::{ServerState, ServerStatus};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -391,16 +391,16 @@ async fn probe_says_whether_a_server_works_and_leaves_nothing_running() {
     let d = deps();
     let env: std::collections::HashMap<String, String> = std::env::vars().collect();
     let limits = McpSettings::default();
-    let names = hermes_agent::mcp::probe("time", &time_server(&d), &limits, &env)
+    let names = hermes_surfaces::mcp::probe("time", &time_server(&d), &limits, &env)
         .await
         .expect("the time server works");
     assert_eq!(names, ["time__convert_time", "time__get_current_time"]);
     let missing =
-        hermes_agent::mcp::probe("gone", &stdio(&["hermes-no-such-program"]), &limits, &env)
+        hermes_surfaces::mcp::probe("gone", &stdio(&["hermes-no-such-program"]), &limits, &env)
             .await
             .expect_err("no such program");
     assert!(
-        matches!(&missing, hermes_agent::mcp::McpError::NotFound { program, .. } if program == "hermes-no-such-program"),
+        matches!(&missing, hermes_surfaces::mcp::McpError::NotFound { program, .. } if program == "hermes-no-such-program"),
         "{missing}"
     );
 }

@@ -3,10 +3,10 @@
 //! carries nothing else.
 
 use super::{Deps, NO_MODEL, PATIENCE, common, deps};
-use hermes_agent::app::{App, JobExecution};
 use hermes_config::{Config, Sources};
 use hermes_engine::llm::scripted::ScriptedModel;
 use hermes_store::TaskState;
+use hermes_surfaces::app::{App, JobExecution};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -56,7 +56,7 @@ async fn drive_with_python(d: &Deps, dir: &Path, site: &Sources) -> Value {
 /// What the Python client must have seen, whichever backend answered.
 fn check_session(seen: &Value, origin: &str) {
     assert_eq!(seen["server"], "hermes-agent");
-    assert_eq!(seen["tools"], json!(hermes_agent::mcp::TOOL_NAMES));
+    assert_eq!(seen["tools"], json!(hermes_surfaces::mcp::TOOL_NAMES));
     for (name, schema) in seen["schemas"].as_object().expect("schemas") {
         assert!(
             hermes_engine::tools::schema::is_grammar_friendly(schema),
@@ -88,12 +88,12 @@ async fn hermes_mcp_works_through_a_running_daemon() {
         .await
         .expect("a loopback port");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(hermes_agent::daemon::run(app, listener, async move {
+    let daemon = tokio::spawn(hermes_surfaces::daemon::run(app, listener, async move {
         let _ = stopped.await;
     }));
     // The CLI finds a daemon on port 0 through the address file it writes first thing.
     let deadline = Instant::now() + PATIENCE;
-    while hermes_agent::daemon::read_addr(&data)
+    while hermes_surfaces::daemon::read_addr(&data)
         .ok()
         .flatten()
         .is_none()

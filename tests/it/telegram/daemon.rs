@@ -7,8 +7,8 @@
 
 use super::standin::{BotApi, Fault, Person, Sent};
 use crate::common::{echo_model, task_text, text};
-use hermes_agent::daemon::{addr_path, read_addr};
 use hermes_engine::llm::scripted::{Reply, ScriptedModel};
+use hermes_surfaces::daemon::{addr_path, read_addr};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::fs::File;

@@ -2,8 +2,8 @@
 //! to print on a terminal, walking an error's causes, the one backoff arithmetic, and the one
 //! policy for poisoned mutexes.
 //!
-//! Owns: nothing with state. Must not: depend on any other part of the crate, so that every
-//! part may depend on it.
+//! Owns: nothing with state. Must not: depend on any other part of the workspace (the store
+//! beside it included), so that every part may depend on it.
 
 mod backoff;
 pub mod inert;

@@ -15,9 +15,9 @@ mod error;
 mod local;
 mod remote;
 
-pub(crate) use error::ClientError;
-pub(crate) use local::{BuildParts, Local, Parts};
-pub(crate) use remote::Remote;
+pub use error::ClientError;
+pub use local::{BuildParts, Local, Parts};
+pub use remote::Remote;
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
@@ -32,12 +32,12 @@ use std::time::Duration;
 pub const DELIVER_NOW: Duration = Duration::from_secs(60);
 
 /// What `watch` calls for each trace row.
-pub(crate) type OnStep = dyn Fn(&Step) + Send + Sync;
+pub type OnStep = dyn Fn(&Step) + Send + Sync;
 
 /// What a backend call gives back: boxed so the trait can be used as `dyn Backend`.
 pub type Reply<'a, T> = BoxFuture<'a, Result<T, ClientError>>;
 
-pub(crate) trait Backend: Send + Sync {
+pub trait Backend: Send + Sync {
     /// The daemon's base URL when the work happens there; `None` in this process.
     fn daemon(&self) -> Option<&str>;
 

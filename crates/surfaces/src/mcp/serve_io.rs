@@ -28,7 +28,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::FramedRead;
 
 /// `hermes-agent mcp`'s end of a stdio session.
-pub(super) struct ServeIo<R, W> {
+pub struct ServeIo<R, W> {
     read: FramedRead<R, BoundedLines>,
     write: LineWriter<W>,
 }

@@ -29,11 +29,11 @@ mod server;
 mod status;
 mod tool;
 
-pub(crate) use limits::RUN_START_WAIT;
+pub use limits::RUN_START_WAIT;
 pub use listing::probe;
 pub(crate) use manager::McpManager;
 pub(crate) use names::SEPARATOR;
-pub(crate) use server::serve_stdio;
+pub use server::serve_stdio;
 pub use server::{ServeError, TOOL_NAMES};
 pub use status::{ServerState, ServerStatus};
 

@@ -24,7 +24,7 @@ use tokio::sync::OnceCell;
 
 /// Every part a job or a task needs, connected.
 #[derive(Clone)]
-pub(crate) struct Parts {
+pub struct Parts {
     pub store: Store,
     pub agent: Agent,
     pub scheduler: Scheduler,
@@ -36,14 +36,14 @@ pub(crate) struct Parts {
 /// Builds the parts on a data dir, with the memory index already open here (an index opens
 /// once at a time: `hermes-agent mcp` both remembers and runs tasks in one process). The CLI
 /// builds them with `app::App`, which this module cannot name without a cycle.
-pub(crate) type BuildParts = Box<
+pub type BuildParts = Box<
     dyn Fn(Config, Option<LongTerm>) -> BoxFuture<'static, Result<Parts, ClientError>>
         + Send
         + Sync,
 >;
 
 /// The data dir in this process; each part is opened on first use.
-pub(crate) struct Local {
+pub struct Local {
     config: Config,
     /// On whose behalf: the origin of the jobs, tasks and facts it creates.
     origin: Origin,
@@ -66,7 +66,7 @@ impl Local {
     }
 
     /// The same backend, creating things with `origin` (`hermes-agent mcp`: `mcp`).
-    pub(crate) fn acting_for(mut self, origin: Origin) -> Local {
+    pub fn acting_for(mut self, origin: Origin) -> Local {
         self.origin = origin;
         self
     }

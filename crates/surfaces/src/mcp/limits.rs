@@ -15,7 +15,7 @@ pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long `run` (and any task that starts meanwhile) waits for servers on their first
 /// start: enough for a local server (about a second here), short enough that a slow one (a
 /// first `uvx` download) does not hold the task; its tools join from the next step on.
-pub(crate) const RUN_START_WAIT: Duration = hermes_engine::tools::SOURCE_START_WAIT;
+pub const RUN_START_WAIT: Duration = hermes_engine::tools::SOURCE_START_WAIT;
 
 /// The orderly stop of one server: close its stdin, wait 3 s, SIGTERM, wait 3 s, kill; this
 /// bounds the whole.
@@ -37,7 +37,7 @@ pub(crate) const MAX_SERVER_LINE: usize = 16 * 1024 * 1024;
 
 /// The longest line `hermes-agent mcp` reads from its client: its requests are tool calls
 /// with a task's text, far below this; a longer one is answered with an error, never held.
-pub(crate) const MAX_CLIENT_LINE: usize = 1024 * 1024;
+pub const MAX_CLIENT_LINE: usize = 1024 * 1024;
 
 /// A server's `notifications/tools/list_changed` leads to at most one `tools/list` per this
 /// long: a server that sends them in a burst costs one re-list, not one per notification.

@@ -15,7 +15,7 @@ pub(crate) const LOCK_FILE: &str = "daemon.lock";
 /// A second daemon would take the first one's running tasks for leftovers of a crash and mark
 /// them failed, and run the same jobs twice. The OS releases the lock when the process ends,
 /// however it ends, so a crash leaves nothing to clean up.
-pub(crate) fn lock_data_dir(data_dir: &Path) -> Result<File, DaemonError> {
+pub fn lock_data_dir(data_dir: &Path) -> Result<File, DaemonError> {
     std::fs::create_dir_all(data_dir).map_err(|source| DaemonError::CreateDataDir {
         path: data_dir.to_path_buf(),
         source,

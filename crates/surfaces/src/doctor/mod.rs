@@ -64,7 +64,7 @@ pub fn config(config: &Config) -> Check {
 }
 
 /// The zone jobs that name none fire in and tasks are told the time in, and where it came from.
-pub(crate) fn time_zone(config: &Config) -> Check {
+pub fn time_zone(config: &Config) -> Check {
     let verdict = match config.timezone.ignored_tz {
         Some(_) => Verdict::Warn,
         None => Verdict::Ok,
@@ -408,7 +408,7 @@ pub(crate) fn inbox_health(s: &Settings, health: &hermes_engine::inbox::Health) 
 }
 
 /// Each MCP server as the running daemon sees it: its state and its tools.
-pub(crate) fn mcp_servers(statuses: &[ServerStatus]) -> Vec<Check> {
+pub fn mcp_servers(statuses: &[ServerStatus]) -> Vec<Check> {
     statuses.iter().map(mcp_server).collect()
 }
 
@@ -447,7 +447,7 @@ pub fn mcp_server(st: &ServerStatus) -> Check {
 }
 
 /// Each MCP server started, asked for its tools and stopped: `doctor` with no daemon up.
-pub(crate) async fn mcp_probe(
+pub async fn mcp_probe(
     s: &Settings,
     env: &std::collections::HashMap<String, String>,
 ) -> Vec<Check> {

@@ -41,7 +41,7 @@ pub enum AppError {
 }
 
 /// The embedder and its similarity floor, when `memory.embeddings` is set.
-pub(crate) fn embeddings(
+pub fn embeddings(
     m: &hermes_config::MemorySettings,
 ) -> Result<Option<(hermes_engine::llm::Embedder, f32)>, hermes_engine::llm::EmbedError> {
     m.embeddings

@@ -169,7 +169,7 @@ impl McpManager {
     }
 
     /// Wait (at most `bound`) until no server is still on its first start; whether none is.
-    pub(crate) async fn wait_started(&self, bound: Duration) -> bool {
+    pub async fn wait_started(&self, bound: Duration) -> bool {
         self.wait_until(bound, |all| {
             all.iter().all(|s| s.state != ServerState::Starting)
         })

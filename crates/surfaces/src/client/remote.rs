@@ -24,7 +24,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_millis(700);
 const CALL_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A daemon that answered `/healthz`.
-pub(crate) struct Remote {
+pub struct Remote {
     base: String,
     token: String,
     http: reqwest::Client,
@@ -36,7 +36,7 @@ pub(crate) struct Remote {
 impl Remote {
     /// Look for a daemon: at the configured address (unless `server.port` is 0), then at the
     /// address the daemon on this data dir wrote; `None` when nothing answers quickly.
-    pub(crate) async fn detect(config: &Config) -> Option<Remote> {
+    pub async fn detect(config: &Config) -> Option<Remote> {
         let http = reqwest::Client::builder()
             .timeout(CALL_TIMEOUT)
             .build()

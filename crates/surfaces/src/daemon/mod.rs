@@ -13,7 +13,7 @@ mod node;
 mod run;
 
 pub use crate::client::addr::{ADDR_FILE, AddrFile, AddrFileError, addr_path, read_addr};
-pub(crate) use lock::lock_data_dir;
+pub use lock::lock_data_dir;
 pub use run::run;
 
 use crate::app::{App, AppError, JobExecution};

@@ -46,7 +46,7 @@ pub enum ServeError {
 }
 
 /// Serve MCP on stdin/stdout through `backend` until the client closes stdin.
-pub(crate) async fn serve_stdio(backend: Arc<dyn Backend>) -> Result<(), ServeError> {
+pub async fn serve_stdio(backend: Arc<dyn Backend>) -> Result<(), ServeError> {
     let io = super::serve_io::ServeIo::new(tokio::io::stdin(), tokio::io::stdout());
     let session = Hermes::new(backend)
         .serve(io)

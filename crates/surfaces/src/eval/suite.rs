@@ -16,32 +16,44 @@ use std::sync::Arc;
 const STARTER: [(&str, &str); 10] = [
     (
         "plain-answer.yaml",
-        include_str!("../../evals/plain-answer.yaml"),
+        include_str!("../../../../evals/plain-answer.yaml"),
     ),
-    ("web-fetch.yaml", include_str!("../../evals/web-fetch.yaml")),
-    ("read-feed.yaml", include_str!("../../evals/read-feed.yaml")),
+    (
+        "web-fetch.yaml",
+        include_str!("../../../../evals/web-fetch.yaml"),
+    ),
+    (
+        "read-feed.yaml",
+        include_str!("../../../../evals/read-feed.yaml"),
+    ),
     (
         "schedule-job.yaml",
-        include_str!("../../evals/schedule-job.yaml"),
+        include_str!("../../../../evals/schedule-job.yaml"),
     ),
     (
         "list-schedules.yaml",
-        include_str!("../../evals/list-schedules.yaml"),
+        include_str!("../../../../evals/list-schedules.yaml"),
     ),
-    ("notify.yaml", include_str!("../../evals/notify.yaml")),
-    ("remember.yaml", include_str!("../../evals/remember.yaml")),
-    ("recall.yaml", include_str!("../../evals/recall.yaml")),
+    ("notify.yaml", include_str!("../../../../evals/notify.yaml")),
+    (
+        "remember.yaml",
+        include_str!("../../../../evals/remember.yaml"),
+    ),
+    ("recall.yaml", include_str!("../../../../evals/recall.yaml")),
     (
         "manifest-tool.yaml",
-        include_str!("../../evals/manifest-tool.yaml"),
+        include_str!("../../../../evals/manifest-tool.yaml"),
     ),
-    ("delegate.yaml", include_str!("../../evals/delegate.yaml")),
+    (
+        "delegate.yaml",
+        include_str!("../../../../evals/delegate.yaml"),
+    ),
 ];
 
 /// The manifest tools only evals have, served by the runner's fixture server.
 const EVAL_TOOLS: [(&str, &str); 1] = [(
     "eval_order_status.yaml",
-    include_str!("../../evals/tools/eval_order_status.yaml"),
+    include_str!("../../../../evals/tools/eval_order_status.yaml"),
 )];
 
 /// The variable the eval tools' URLs name the fixture server by.
@@ -142,7 +154,7 @@ mod tests {
 
     #[test]
     fn every_starter_case_is_compiled_in_and_valid() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("evals");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../evals");
         let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
             .expect("evals/")
             .filter_map(Result::ok)
