@@ -14,7 +14,7 @@ pub struct ChannelSettings {
 }
 
 /// The Bot API server a bot talks to unless `api_url` names another.
-pub const TELEGRAM_API: &str = "https://api.telegram.org";
+pub(crate) const TELEGRAM_API: &str = "https://api.telegram.org";
 
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -71,7 +71,7 @@ pub const TELEGRAM_NOT_BUILT: &str = "this hermes-agent was built without the Te
 
 /// Whether `token` has the shape of a bot token: the bot's numeric id, a colon, and at least
 /// 30 characters of `A-Z a-z 0-9 _ -`.
-pub fn is_bot_token(token: &str) -> bool {
+pub(crate) fn is_bot_token(token: &str) -> bool {
     let Some((id, secret)) = token.split_once(':') else {
         return false;
     };
@@ -162,7 +162,7 @@ impl MatrixSettings {
 /// Whether `id` is a Matrix identifier with `sigil` (`@user:server`, `!room:server`): the
 /// sigil, a non-empty local part, a colon, a non-empty server name, no spaces. A room id of
 /// room version 12 and later has no server name (`!` and the room's hash).
-pub fn is_matrix_id(id: &str, sigil: char) -> bool {
+pub(crate) fn is_matrix_id(id: &str, sigil: char) -> bool {
     let Some(rest) = id.strip_prefix(sigil) else {
         return false;
     };

@@ -10,7 +10,7 @@ use super::validate::{Violation, bad, is_loopback, positive};
 
 impl Settings {
     /// `matrix:NAME` for every room of `channels.matrix.rooms`.
-    pub fn matrix_channels(&self) -> Vec<String> {
+    pub(crate) fn matrix_channels(&self) -> Vec<String> {
         self.channels
             .matrix
             .iter()
@@ -19,7 +19,7 @@ impl Settings {
     }
 
     /// `telegram:NAME` for every chat of `channels.telegram.chats`.
-    pub fn telegram_channels(&self) -> Vec<String> {
+    pub(crate) fn telegram_channels(&self) -> Vec<String> {
         self.channels
             .telegram
             .iter()

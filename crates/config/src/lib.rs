@@ -18,9 +18,10 @@ mod settings;
 mod validate;
 pub mod zone;
 
+pub(crate) use channels::TELEGRAM_API;
 pub use channels::{
-    ChannelSettings, MATRIX_NOT_BUILT, MatrixSettings, MatrixTarget, TELEGRAM_API,
-    TELEGRAM_NOT_BUILT, TelegramSettings, is_bot_token, is_matrix_id,
+    ChannelSettings, MATRIX_NOT_BUILT, MatrixSettings, MatrixTarget, TELEGRAM_NOT_BUILT,
+    TelegramSettings,
 };
 pub use embeddings::EmbeddingSettings;
 pub use inbox::*;
@@ -175,7 +176,7 @@ pub(crate) fn xdg_config_file() -> Option<PathBuf> {
 }
 
 /// The person's regression cases: `~/.config/hermes-agent/evals` on Linux.
-pub fn xdg_evals_dir() -> Option<PathBuf> {
+pub(crate) fn xdg_evals_dir() -> Option<PathBuf> {
     directories::ProjectDirs::from("", "", "hermes-agent").map(|d| d.config_dir().join("evals"))
 }
 

@@ -375,11 +375,6 @@ impl Store {
         self.run(query("DELETE FROM task_holds WHERE task_id = ?").bind(task_id))
             .await
     }
-
-    /// How many tasks wait for a person, for the overview and `/healthz`.
-    pub async fn waiting_count(&self) -> Result<i64> {
-        self.count("SELECT COUNT(*) FROM task_holds").await
-    }
 }
 
 #[cfg(test)]

@@ -262,7 +262,7 @@ pub struct Copied {
 
 impl Store {
     /// The first table of this store that has rows, with its count: `None` when it is empty.
-    pub async fn first_nonempty_table(&self) -> Result<Option<(&'static str, i64)>> {
+    pub(crate) async fn first_nonempty_table(&self) -> Result<Option<(&'static str, i64)>> {
         for t in TABLES {
             let n = self.rows_in(t.name).await?;
             if n > 0 {

@@ -21,7 +21,7 @@ pub(super) struct Reading {
 /// How long a request for health waits for the probe, write and count together: well under
 /// the 700 ms the CLI gives `/healthz` as a whole, and a round trip on an open connection takes
 /// far less. A probe that takes longer goes on; the request answers with what is known.
-pub const PROBE_WAIT: Duration = Duration::from_millis(400);
+pub(crate) const PROBE_WAIT: Duration = Duration::from_millis(400);
 /// A server whose probe has not answered for this long is reported unreachable.
 const SILENT_AS_DOWN: Duration = Duration::from_secs(2);
 /// A probe gives up after this long (its connection's wait, its statements): the server is
@@ -31,7 +31,7 @@ pub(crate) const PROBE_GIVE_UP: Duration = Duration::from_secs(5);
 const READING_FRESH: Duration = Duration::from_millis(500);
 /// How long a storage fault a request met keeps health `degraded` when the probe cannot
 /// prove it over (a full disk takes the probe's one-row write and still refuses a task).
-pub const FAULT_MEMORY: Duration = Duration::from_secs(60);
+pub(crate) const FAULT_MEMORY: Duration = Duration::from_secs(60);
 
 /// What the health probe found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -274,12 +274,6 @@ impl Store {
             .await
     }
 
-    /// The message a task came from (an email task's, or a `run now`'s run).
-    pub async fn inbox_message_of_task(&self, task_id: &str) -> Result<Option<InboxMessage>> {
-        self.first(query_as(inbox_select!("WHERE task_id = ? LIMIT 1")).bind(task_id))
-            .await
-    }
-
     /// What a task from the inbox holds in its first message besides what the person wrote:
     /// the notice answered.
     pub async fn inbox_context(&self, task_id: &str) -> Result<Option<String>> {

@@ -44,7 +44,7 @@ impl Row {
 }
 
 /// The id of the row that records `mail` at `place` already, if any.
-pub fn seen_query(place: Place<'_>, mail: &NewInboxMessage) -> QueryScalar<i64> {
+pub(crate) fn seen_query(place: Place<'_>, mail: &NewInboxMessage) -> QueryScalar<i64> {
     let Place::Mail(place) = place else {
         // A chat message is known by its event id alone.
         return query_scalar("SELECT id FROM inbox_messages WHERE message_id = ? LIMIT 1")
@@ -63,7 +63,7 @@ pub fn seen_query(place: Place<'_>, mail: &NewInboxMessage) -> QueryScalar<i64> 
 
 /// Move the mailbox's watermark, or the chat channel's cursor, past a message just recorded
 /// (or found recorded already).
-pub async fn move_past(tx: &mut Tx, place: Place<'_>) -> Result<()> {
+pub(crate) async fn move_past(tx: &mut Tx, place: Place<'_>) -> Result<()> {
     if let Place::Mail(place) = place {
         advance_watermark(tx, place).await?;
     }
@@ -95,7 +95,10 @@ pub async fn numbers(tx: &mut Tx, place: Place<'_>) -> Result<(String, i64, i64)
 
 /// Write what a message became (its task, its job's change, its reply) and say how its row
 /// reads; the reply's id, if one was queued.
-pub async fn write_outcome(tx: &mut Tx, outcome: &InboxOutcome) -> Result<(Row, Option<i64>)> {
+pub(crate) async fn write_outcome(
+    tx: &mut Tx,
+    outcome: &InboxOutcome,
+) -> Result<(Row, Option<i64>)> {
     let mut row = Row::acted();
     let mut reply = None;
     match outcome {
@@ -161,7 +164,7 @@ pub async fn write_outcome(tx: &mut Tx, outcome: &InboxOutcome) -> Result<(Row, 
 }
 
 /// The message's row; its id.
-pub async fn insert_row(
+pub(crate) async fn insert_row(
     tx: &mut Tx,
     (mailbox, uid_validity, uid): &(String, i64, i64),
     mail: &NewInboxMessage,
@@ -206,7 +209,7 @@ pub async fn insert_row(
 }
 
 /// Move the mailbox's watermark up to `place.uid` (never down).
-pub async fn advance_watermark(tx: &mut Tx, place: &MailPlace) -> Result<()> {
+pub(crate) async fn advance_watermark(tx: &mut Tx, place: &MailPlace) -> Result<()> {
     query(
         "INSERT INTO inbox_watermarks (mailbox, uid_validity, last_uid, updated_at) \
          VALUES (?1, ?2, ?3, ?4) ON CONFLICT (mailbox, uid_validity) DO UPDATE SET \

@@ -161,21 +161,9 @@ impl Store {
         self.one_row(claim).await
     }
 
-    pub async fn set_job_next_run(&self, id: &str, next: Option<DateTime<Utc>>) -> Result<()> {
-        let set = query("UPDATE jobs SET next_run_at = ? WHERE id = ?")
-            .bind(next)
-            .bind(id);
-        self.run(set).await
-    }
-
     /// Take the job's run lock for `task_id`; false when a run is already in progress.
     pub async fn lock_job(&self, id: &str, task_id: &str) -> Result<bool> {
         self.move_job_lock(id, None, Some(task_id)).await
-    }
-
-    pub async fn unlock_job(&self, id: &str) -> Result<()> {
-        self.run(query("UPDATE jobs SET running_task_id = NULL WHERE id = ?").bind(id))
-            .await
     }
 
     /// At start-up no run can be in progress: clear locks a crash left behind.

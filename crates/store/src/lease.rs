@@ -58,7 +58,7 @@ impl Default for Lease {
 impl Lease {
     /// A new epoch to join under: random, so no earlier join of this node (nor any other
     /// node) ever held it.
-    pub fn draw() -> Arc<str> {
+    pub(crate) fn draw() -> Arc<str> {
         Arc::from(uuid::Uuid::new_v4().simple().to_string())
     }
 

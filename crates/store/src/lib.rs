@@ -105,7 +105,9 @@ pub use error::*;
 pub use evals::*;
 pub use facts::*;
 pub use feed::{Change, ChangeFeed};
-pub use health::{FAULT_MEMORY, Health, PROBE_WAIT};
+#[cfg(test)]
+use health::FAULT_MEMORY;
+pub use health::Health;
 use health::{PROBE_GIVE_UP, Reading};
 pub use inbox::*;
 pub use jobs::*;

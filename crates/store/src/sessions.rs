@@ -90,7 +90,8 @@ impl Store {
     }
 
     /// How many sessions are stored (live or not yet pruned).
-    pub async fn session_count(&self) -> Result<i64> {
+    #[cfg(test)]
+    async fn session_count(&self) -> Result<i64> {
         self.count("SELECT COUNT(*) FROM sessions").await
     }
 }

@@ -469,7 +469,7 @@ impl Builder {
     }
 
     /// One bound value outside a `VALUES` list (a condition after it).
-    pub fn push_bind(&mut self, value: impl Bind) -> &mut Builder {
+    pub(crate) fn push_bind(&mut self, value: impl Bind) -> &mut Builder {
         self.args.push(value.arg());
         self.sql.push('?');
         self
