@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// How often the daemon looks for requests past their time: well within the promised 15 s.
-pub const EXPIRY_SWEEP: Duration = Duration::from_secs(5);
+pub(crate) const EXPIRY_SWEEP: Duration = Duration::from_secs(5);
 
 /// The request header a client of the API sets to say through which tool a person answered
 /// (`cli`), so the record names it rather than `api`. Only names from [`answered_via`] count: it
@@ -202,7 +202,7 @@ impl Approvals {
 
     /// Held tasks whose `run` died (no heartbeat for `storage.node_lease_s`) go to the daemon's
     /// workers: once answered they continue here, rather than wait for a process that is gone.
-    pub async fn adopt_orphans(&self) -> Result<(), StoreError> {
+    pub(crate) async fn adopt_orphans(&self) -> Result<(), StoreError> {
         let lease =
             chrono::Duration::from_std(self.agent.node_lease()).unwrap_or(chrono::Duration::MAX);
         let adopted = self

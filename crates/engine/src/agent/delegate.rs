@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 /// Sub-agents may not delegate beyond this depth (a top-level task is depth 0).
-pub const MAX_DEPTH: u32 = 2;
+pub(crate) const MAX_DEPTH: u32 = 2;
 
 /// The delegate tools. They are registered before the agent exists (the agent holds the
 /// registry), so they hold a weak link set once with [`DelegateTools::bind`].

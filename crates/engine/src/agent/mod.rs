@@ -25,12 +25,12 @@ mod unsaved;
 
 use stop::{Running, StopReason};
 
-pub use approvals::{ApprovalError, Approvals, Decision, EXPIRY_SWEEP, VIA_HEADER, answered_via};
-pub use delegate::{DelegateTools, MAX_DEPTH};
+pub use approvals::{ApprovalError, Approvals, Decision, VIA_HEADER, answered_via};
+pub use delegate::DelegateTools;
+pub(crate) use delegate::MAX_DEPTH;
 pub use elsewhere::Heard;
 pub use follow::Followed;
 pub use jobs::{JobExecution, JobRunner};
-pub use own::TIMEOUT_DECIDER;
 
 use crate::llm::Gateway;
 use crate::memory::LongTerm;

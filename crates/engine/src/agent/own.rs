@@ -21,7 +21,7 @@ use tokio_util::task::AbortOnDropHandle;
 const POLL: Duration = Duration::from_millis(250);
 
 /// Who denied a request whose `run --approval-timeout` ran out.
-pub const TIMEOUT_DECIDER: &str = "run --approval-timeout";
+pub(crate) const TIMEOUT_DECIDER: &str = "run --approval-timeout";
 
 impl Agent {
     /// Wait for the answers to `root`'s requests and continue it (and its sub-tasks) here

@@ -65,7 +65,8 @@ const DENY: &[&str] = &["❌", "✖️", "👎"];
 impl super::Inbox {
     /// Take in one chat message: decide, record (by event id, once), hand over. A message
     /// recorded before (a sync replayed after a crash) changes nothing. Whether it was new.
-    pub async fn take_in_chat(&self, m: &ChatMessage) -> Result<bool, StoreError> {
+    #[cfg_attr(not(feature = "matrix"), allow(dead_code))]
+    pub(crate) async fn take_in_chat(&self, m: &ChatMessage) -> Result<bool, StoreError> {
         match &self.inner {
             Some(inner) => inner.take_in_chat(m, None).await,
             None => Ok(false),
@@ -75,7 +76,8 @@ impl super::Inbox {
     /// [`Inbox::take_in_chat`] for a channel read by offset: the channel's cursor `key` moves
     /// to `position` in the same transaction as the record (or alone, when the message is
     /// known already or becomes nothing).
-    pub async fn take_in_chat_at(
+    #[cfg_attr(not(feature = "telegram"), allow(dead_code))]
+    pub(crate) async fn take_in_chat_at(
         &self,
         m: &ChatMessage,
         key: &str,

@@ -9,7 +9,7 @@
 /// The deepest nesting of containers (multipart and message/rfc822 parts) read. A person's
 /// mail, even a forward of a forward, nests 4–6 deep (mixed > rfc822 > mixed > alternative);
 /// 10 leaves room for that and keeps any recursive walk over the parts short.
-pub const MAX_DEPTH: usize = 10;
+pub(crate) const MAX_DEPTH: usize = 10;
 /// The most parts read. Hundreds of attachments are not an instruction a person writes, and
 /// the parser's work (and the list of attachment names) grows with the count.
 pub(crate) const MAX_PARTS: usize = 500;

@@ -161,11 +161,6 @@ impl Gateway {
         self.profiles.contains_key(name)
     }
 
-    /// The model name a profile uses, for traces and reports.
-    pub fn model_of(&self, profile: &str) -> Option<&str> {
-        self.profiles.get(profile).map(|p| p.model.as_str())
-    }
-
     /// How many replies so far carried output that looked like a tool call but could not be read.
     pub fn parse_failures(&self) -> u64 {
         self.parse_failures.load(Ordering::Relaxed)

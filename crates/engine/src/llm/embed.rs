@@ -47,7 +47,7 @@ pub enum EmbedError {
 impl EmbedError {
     /// The server refused these inputs (HTTP 4xx other than auth, rate and model problems):
     /// the input, not the server, is what to change.
-    pub fn input_refused(&self) -> bool {
+    pub(crate) fn input_refused(&self) -> bool {
         matches!(self, EmbedError::Status { status, .. }
             if (400..500).contains(status) && !matches!(status, 401 | 403 | 404 | 408 | 429))
     }
@@ -187,7 +187,7 @@ impl Embedder {
 
     /// [`Embedder::embed`] for one input the server may refuse as too long: cut by half and
     /// sent again, up to [`MAX_CUTS`] times; a cut it accepts becomes the limit for all input.
-    pub async fn embed_one_cutting(&self, input: &str) -> Result<Vec<f32>, EmbedError> {
+    pub(crate) async fn embed_one_cutting(&self, input: &str) -> Result<Vec<f32>, EmbedError> {
         let mut limit = self
             .max_chars
             .load(Ordering::Relaxed)

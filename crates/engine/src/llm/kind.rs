@@ -75,7 +75,7 @@ impl FailureKind {
     /// May a different server fix it? Everything that is about *this* server — down, slow,
     /// failing, overloaded, its key, its model, its limits — may; a reply given on purpose, a
     /// request any server would reject, and our own faults may not.
-    pub fn falls_back(self) -> bool {
+    pub(crate) fn falls_back(self) -> bool {
         match self {
             FailureKind::Unreachable
             | FailureKind::Timeout
@@ -92,7 +92,7 @@ impl FailureKind {
     }
 
     /// The kind of an HTTP status, given what its body said.
-    pub fn of_status(status: u16, cause: StatusCause, tools_rejected: bool) -> FailureKind {
+    pub(crate) fn of_status(status: u16, cause: StatusCause, tools_rejected: bool) -> FailureKind {
         match (status, cause) {
             (429, _) => FailureKind::RateLimited,
             (500..=599, _) => FailureKind::ServerError,

@@ -42,7 +42,7 @@ mod webhook;
 pub use hermes_store::util::RetryPolicy;
 pub use markdown::render_markdown;
 pub use sender::SendError;
-pub use webhook::{SIGNATURE_HEADER, signature};
+pub use webhook::signature;
 
 use email::EmailChannel;
 use futures::future::{BoxFuture, join_all};

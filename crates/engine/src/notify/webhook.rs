@@ -19,7 +19,7 @@ use sha2::Sha256;
 use std::time::Duration;
 
 /// The signature header's name.
-pub const SIGNATURE_HEADER: &str = "X-Hermes-Signature";
+pub(crate) const SIGNATURE_HEADER: &str = "X-Hermes-Signature";
 /// Whole-request timeout for a delivery.
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Timeout for `doctor`'s reachability probe.

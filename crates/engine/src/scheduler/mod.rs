@@ -50,7 +50,8 @@ pub mod words;
 
 pub use jobs::{PREVIEW_FIRINGS, describe_job, upcoming};
 pub use jobs::{SchedulePreview, next_after_pause};
-pub use schedule::{Schedule, ScheduleError, ZonedSchedule, parse_timezone};
+pub(crate) use schedule::parse_timezone;
+pub use schedule::{Schedule, ScheduleError, ZonedSchedule};
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;

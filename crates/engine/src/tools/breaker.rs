@@ -65,7 +65,7 @@ impl Breakers {
     }
 
     /// How many circuits are open now (half-open ones are not: they let a call through).
-    pub fn open_count(&self) -> usize {
+    pub(crate) fn open_count(&self) -> usize {
         let now = Instant::now();
         self.lock()
             .values()

@@ -36,13 +36,18 @@ impl Registry {
     /// Would this task's call pass the checks before running (it exists, is allowed here —
     /// `restrict` is a sub-agent's own list — and its arguments fit)? Only such a call is
     /// worth a person's time.
-    pub fn would_run(&self, name: &str, arguments: &Value, restrict: Option<&[String]>) -> bool {
+    pub(crate) fn would_run(
+        &self,
+        name: &str,
+        arguments: &Value,
+        restrict: Option<&[String]>,
+    ) -> bool {
         self.allowed(name, restrict) && self.check_call(name, arguments).is_ok()
     }
 
     /// [`Registry::execute`] for a call a person approved (or a job's `pre_approved` covers):
     /// the [`Permit`] is made only by the agent's approval gate.
-    pub async fn execute_approved(
+    pub(crate) async fn execute_approved(
         &self,
         call: &ToolCall,
         ctx: &ToolContext,

@@ -143,12 +143,6 @@ impl ToolInfo {
         }
     }
 
-    /// Every call of this tool waits for a person's approval.
-    pub fn with_approval_required(mut self) -> Self {
-        self.approval_required = true;
-        self
-    }
-
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self

@@ -86,7 +86,7 @@ impl LongTerm {
     }
 
     /// The last change of the fact change sequence this index has applied.
-    pub fn applied_seq(&self) -> i64 {
+    pub(crate) fn applied_seq(&self) -> i64 {
         self.inner.applied.load(Ordering::SeqCst)
     }
 
@@ -108,7 +108,7 @@ impl LongTerm {
 
     /// Catch up every second, and at once when [`LongTerm::wake`] is called, until `stop` is
     /// cancelled; prune old changes hourly. A failure is logged and retried with backoff.
-    pub async fn follow_changes(&self, stop: CancellationToken) {
+    pub(crate) async fn follow_changes(&self, stop: CancellationToken) {
         self.follow_every(FOLLOW_EVERY, stop).await;
     }
 
@@ -151,7 +151,7 @@ impl LongTerm {
     }
 
     /// Apply the changes made since the index's last applied one; how many were applied.
-    pub async fn catch_up(&self) -> Result<usize, MemoryError> {
+    pub(crate) async fn catch_up(&self) -> Result<usize, MemoryError> {
         let _gate = self.inner.write_gate.lock().await;
         self.catch_up_locked().await
     }

@@ -103,7 +103,7 @@ pub enum Schedule {
 }
 
 /// An IANA zone name → zone.
-pub fn parse_timezone(name: &str) -> Result<Tz, ScheduleError> {
+pub(crate) fn parse_timezone(name: &str) -> Result<Tz, ScheduleError> {
     name.trim()
         .parse::<Tz>()
         .map_err(|_| ScheduleError::UnknownZone(name.to_string()))
@@ -190,7 +190,7 @@ impl Schedule {
     /// The shortest gap between two consecutive firings from `from` on (None for a one-shot).
     /// For cron this samples the next firings, enough to see any pattern's shortest gap
     /// within a day or a month; it stops early once a gap below `stop_below` is seen.
-    pub fn shortest_gap(
+    pub(crate) fn shortest_gap(
         &self,
         tz: Tz,
         from: DateTime<Utc>,

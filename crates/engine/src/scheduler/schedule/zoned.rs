@@ -3,7 +3,7 @@
 //! so a zone is never parsed apart from its schedule, nor a schedule evaluated in the wrong zone.
 
 use super::{Schedule, ScheduleError, parse_timezone};
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
 /// A parsed schedule and its zone. Cheap to clone.
@@ -84,11 +84,6 @@ impl ZonedSchedule {
         self.schedule.previous_before(self.tz, t)
     }
 
-    /// See [`Schedule::shortest_gap`].
-    pub fn shortest_gap(&self, from: DateTime<Utc>, stop_below: Duration) -> Option<Duration> {
-        self.schedule.shortest_gap(self.tz, from, stop_below)
-    }
-
     /// `first` and the firings after it, `n` in all (only `first` for a one-shot).
     pub fn firings(&self, first: DateTime<Utc>, n: usize) -> Vec<DateTime<Utc>> {
         std::iter::successors(Some(first), |t| self.next_after(*t))
@@ -105,7 +100,7 @@ impl ZonedSchedule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::TimeZone;
+    use chrono::{Duration, TimeZone};
 
     fn at(s: &str) -> DateTime<Utc> {
         s.parse().expect("a time")

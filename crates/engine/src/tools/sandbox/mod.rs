@@ -118,7 +118,7 @@ pub fn announce(mode: Mode) {
 
 /// The end of a tool error when the sandbox may be why it failed: what refused it and where
 /// to widen it. `None` when the output shows no refusal.
-pub fn refusal_note(output: &str, signal: Option<i32>, widen_at: &str) -> Option<String> {
+pub(crate) fn refusal_note(output: &str, signal: Option<i32>, widen_at: &str) -> Option<String> {
     // A shell reports its child's signal in words and as exit 128+N, not as its own signal.
     let signal = match signal {
         None if output.contains("File size limit exceeded") => Some(libc::SIGXFSZ),

@@ -107,7 +107,7 @@ impl Policy {
         }
     }
 
-    pub fn set_mode(&mut self, mode: Mode) {
+    pub(crate) fn set_mode(&mut self, mode: Mode) {
         self.mode = mode;
     }
 
@@ -115,7 +115,7 @@ impl Policy {
         self.mode
     }
 
-    pub fn widen_at(&self) -> &str {
+    pub(crate) fn widen_at(&self) -> &str {
         &self.widen_at
     }
 
