@@ -5,29 +5,73 @@
 //! Must not: open the data dir or reach the network: checking a config changes nothing.
 
 use super::EXIT_CONFIG;
-use hermes_config::{Config, Sources, env_map};
-use hermes_engine::tools::manifest;
+use hermes_config::{Config, ImapSettings, Settings, Sources, env_map};
+use hermes_engine::tools::{Tool, manifest};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 pub(crate) fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
-    let config = match Config::load(src) {
-        Ok(c) => c,
-        Err(e) => {
-            errln!("error: {e}");
-            return Ok(ExitCode::from(EXIT_CONFIG));
-        }
-    };
-    // `serve` refuses a bad manifest; so does the check, rather than say valid.
-    let manifests = match manifest::load_dir(&config.manifests_dir, &env_map()) {
-        Ok(m) => m,
-        Err(e) => {
-            errln!("error: {e}");
-            return Ok(ExitCode::from(EXIT_CONFIG));
-        }
+    let Some((config, manifests)) = load_checked(src) else {
+        return Ok(ExitCode::from(EXIT_CONFIG));
     };
     let s = &config.settings;
     outln!("config: {} — valid", config.source);
     outln!("data dir: {}", config.data_dir.display());
+    print_model(s);
+    outln!(
+        "agent: max_steps {}, {} workers, task timeout {} s",
+        s.agent.max_steps,
+        s.agent.workers,
+        s.agent.task_timeout_s
+    );
+    print_tools(&config, &manifests);
+    print_notify(s);
+    if let Some(i) = &s.inbox.email {
+        print_inbox(i);
+    }
+    outln!(
+        "server: {}:{}{}",
+        s.server.host,
+        s.server.port,
+        if s.server.token.is_empty() {
+            " (no token)"
+        } else {
+            " (token set)"
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The configuration and its manifest tools; `None` when either is invalid, the error
+/// printed.
+fn load_checked(src: &Sources) -> Option<(Config, Vec<Arc<dyn Tool>>)> {
+    let config = match Config::load(src) {
+        Ok(c) => c,
+        Err(e) => {
+            errln!("error: {e}");
+            return None;
+        }
+    };
+    // `serve` refuses a bad manifest; so does the check, rather than say valid.
+    match manifest::load_dir(&config.manifests_dir, &env_map()) {
+        Ok(m) => Some((config, m)),
+        Err(e) => {
+            errln!("error: {e}");
+            None
+        }
+    }
+}
+
+fn key_mark(api_key: &str) -> &'static str {
+    if api_key.is_empty() {
+        ""
+    } else {
+        " (with key)"
+    }
+}
+
+/// The model profiles and the embeddings' model.
+fn print_model(s: &Settings) {
     for (name, p) in &s.model.profiles {
         let mark = if *name == s.model.default_profile {
             " (default)"
@@ -38,11 +82,7 @@ pub(crate) fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
             "profile {name}{mark}: model {} at {}{}",
             p.model,
             p.base_url,
-            if p.api_key.is_empty() {
-                ""
-            } else {
-                " (with key)"
-            }
+            key_mark(&p.api_key)
         );
     }
     if let Some(e) = &s.memory.embeddings {
@@ -50,19 +90,14 @@ pub(crate) fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
             "memory: recall by meaning and keyword, embeddings by model {} at {}{}",
             e.model,
             e.base_url,
-            if e.api_key.is_empty() {
-                ""
-            } else {
-                " (with key)"
-            }
+            key_mark(&e.api_key)
         );
     }
-    outln!(
-        "agent: max_steps {}, {} workers, task timeout {} s",
-        s.agent.max_steps,
-        s.agent.workers,
-        s.agent.task_timeout_s
-    );
+}
+
+/// The allowlist, the manifest tools and the MCP servers.
+fn print_tools(config: &Config, manifests: &[Arc<dyn Tool>]) {
+    let s = &config.settings;
     let names: Vec<&str> = manifests.iter().map(|t| t.info().name.as_str()).collect();
     outln!(
         "tools: allowlist [{}], {} manifest tool(s) in {}{}",
@@ -82,6 +117,9 @@ pub(crate) fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
         };
         outln!("mcp server {name}: {how}");
     }
+}
+
+fn print_notify(s: &Settings) {
     let email = match &s.notify.email {
         Some(e) => format!(
             "email via {}:{} to {} recipient(s)",
@@ -92,37 +130,26 @@ pub(crate) fn config_check(src: &Sources) -> anyhow::Result<ExitCode> {
         None => "no email".into(),
     };
     outln!("notify: {email}, {} webhook(s)", s.notify.webhooks.len());
-    if let Some(i) = &s.inbox.email {
-        outln!(
-            "inbox: {} mailbox {}, {} allowed sender(s){}",
-            i.label(),
-            i.mailbox,
-            i.allow_from.len(),
-            if i.trusted_authserv_id.is_empty() {
-                ""
-            } else {
-                ", authenticated by the server"
-            }
-        );
-        if i.allow_from.is_empty() {
-            errln!(
-                "warning: inbox.email.allow_from is empty: the agent reads mail but acts on none"
-            );
-        } else if i.trusted_authserv_id.is_empty() {
-            errln!(
-                "warning: inbox.email.trusted_authserv_id is empty: a forged From of an allowed address starts tasks; set it to your mail server's id"
-            );
-        }
-    }
+}
+
+/// The mailbox read for tasks, with a warning when it lets no one or anyone in.
+fn print_inbox(i: &ImapSettings) {
     outln!(
-        "server: {}:{}{}",
-        s.server.host,
-        s.server.port,
-        if s.server.token.is_empty() {
-            " (no token)"
+        "inbox: {} mailbox {}, {} allowed sender(s){}",
+        i.label(),
+        i.mailbox,
+        i.allow_from.len(),
+        if i.trusted_authserv_id.is_empty() {
+            ""
         } else {
-            " (token set)"
+            ", authenticated by the server"
         }
     );
-    Ok(ExitCode::SUCCESS)
+    if i.allow_from.is_empty() {
+        errln!("warning: inbox.email.allow_from is empty: the agent reads mail but acts on none");
+    } else if i.trusted_authserv_id.is_empty() {
+        errln!(
+            "warning: inbox.email.trusted_authserv_id is empty: a forged From of an allowed address starts tasks; set it to your mail server's id"
+        );
+    }
 }

@@ -7,7 +7,7 @@
 
 use crate::mcp::McpManager;
 use futures::future::BoxFuture;
-use hermes_config::{Config, env_map};
+use hermes_config::{Config, Settings, env_map};
 pub use hermes_engine::agent::JobExecution;
 use hermes_engine::agent::{Agent, DelegateTools, JobRunner};
 use hermes_engine::inbox::{Finished, Handoff, Inbox};
@@ -16,8 +16,9 @@ use hermes_engine::memory::LongTerm;
 use hermes_engine::metrics::Metrics;
 use hermes_engine::notify::{Notifier, NotifyError};
 use hermes_engine::scheduler::{Deliver, DeliverError, Scheduler};
-use hermes_engine::tools::{RegistryBuilder, Tool, builtin, manifest};
+use hermes_engine::tools::{Registry, RegistryBuilder, Tool, builtin, manifest};
 use hermes_store::{Job, NewNotice, Store};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,100 +99,26 @@ impl App {
         options: BuildOptions,
     ) -> Result<App, AppError> {
         let s = &config.settings;
-        let store = Store::open_configured(
-            &config.data_dir,
-            &config.settings.storage.url,
-            options.store,
-        )
-        .await?;
-        // The data dir's node id names this process's work in a database other daemons may
-        // share (the tasks it claims, the runs it fires) and its metrics.
-        let node = hermes_engine::metrics::node_id(&config.data_dir);
-        let store = store.with_node(&node);
-        let metrics = Metrics::new(&node);
+        let (store, metrics) = open_store(&config, options.store).await?;
         let mut gateway = Gateway::new(&s.model)?.with_settings_source(&config.source);
         if let Some(p) = options.model_retry {
             gateway = gateway.with_retry(p);
         }
-        // Memory is an aid, not a prerequisite: without its index the agent still works.
-        let memory = match options.memory {
-            Some(m) => Some(m),
-            None => {
-                match LongTerm::open_with(&config.data_dir, store.clone(), embeddings(&s.memory)?)
-                    .await
-                {
-                    Ok(m) => Some(m),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "long-term memory unavailable; continuing without it");
-                        None
-                    }
-                }
-            }
-        };
-        // Replies to mail go to the allowed senders who wrote, besides notify.email.to.
-        let reply_to = s
-            .inbox
-            .email
-            .as_ref()
-            .map(|e| e.allow_from.clone())
-            .unwrap_or_default();
+        let memory = open_memory(&config, &store, options.memory).await?;
         // The chat accounts are built before the notifier, which sends through them; their
         // intake is started by the daemon with the inbox, so neither holds the other.
         let matrix = hermes_engine::channels::Matrix::new(s, &config.data_dir, store.clone());
         let telegram = hermes_engine::channels::Telegram::new(s, store.clone());
-        let chats = matrix
-            .sender()
-            .into_iter()
-            .chain(telegram.sender())
-            .collect();
-        let mut notifier = Notifier::with_chat(s.notify.clone(), store.clone(), &reply_to, chats)?;
-        if let Some(p) = options.notify_retry {
-            notifier = notifier.with_retry(p);
-        }
-        let notifier = notifier.with_metrics(metrics.clone());
-        let runner = JobRunner::new(mode);
-        let scheduler = Scheduler::new(
-            s.scheduler.clone(),
-            store.clone(),
-            runner.clone(),
-            Arc::new(OutboxDeliver(notifier.clone())),
-        )
-        .with_profiles(s.model.profiles.keys().cloned().collect())
-        .with_public_url(&s.server.public_url)
-        .with_metrics(metrics.clone());
-
-        let mut tools = RegistryBuilder::new(s.tools.clone(), store.clone())
-            .with_working_max_bytes(s.memory.working_max_bytes)
+        let notifier = notifier(s, &store, &matrix, &telegram, options.notify_retry)?
             .with_metrics(metrics.clone());
-        if let Some(b) = options.tool_backoff {
-            tools = tools.with_retry_backoff(b);
-        }
+        let runner = JobRunner::new(mode);
+        let scheduler = scheduler(s, &store, &runner, &notifier, &metrics);
         let delegate = DelegateTools::new();
-        let mut all = Vec::new();
-        all.extend(builtin::working::tools(store.clone()));
-        all.extend(builtin::web::tools(
-            s.tools.web_fetch.clone(),
-            store.clone(),
-        ));
-        all.extend(builtin::notify::tools(notifier.clone()));
-        all.extend(builtin::schedule::tools(scheduler.clone()));
-        if let Some(m) = &memory {
-            all.extend(builtin::memory::tools(m.clone()));
-        }
-        all.extend(delegate.tools(s));
+        let mut all = builtin_tools(s, &store, &notifier, &scheduler, memory.as_ref(), &delegate);
         let env = env_map();
-        hermes_engine::tools::sandbox::announce(s.tools.sandbox);
-        let manifests = manifest::load_dir_with(&config.manifests_dir, &env, s.tools.sandbox)
-            .map_err(|source| AppError::Manifest {
-                dir: config.manifests_dir.clone(),
-                source,
-            })?;
-        all.extend(manifests);
+        all.extend(manifest_tools(&config, &env)?);
         all.extend(options.extra_tools);
-        for t in all {
-            tools.register(t)?;
-        }
-        let registry = tools.build();
+        let registry = tool_registry(s, &store, &metrics, options.tool_backoff, all)?;
         let mcp = McpManager::with_sandbox(&s.mcp, registry.clone(), env, s.tools.sandbox);
         let agent = Agent::new(s.clone(), store.clone(), gateway, registry, memory.clone())
             .with_metrics(metrics.clone())
@@ -221,6 +148,141 @@ impl App {
             metrics,
         })
     }
+}
+
+/// The database, labelled with this node, and the metrics named after the same node.
+async fn open_store(
+    config: &Config,
+    options: hermes_store::StoreOptions,
+) -> Result<(Store, Metrics), AppError> {
+    let store =
+        Store::open_configured(&config.data_dir, &config.settings.storage.url, options).await?;
+    // The data dir's node id names this process's work in a database other daemons may
+    // share (the tasks it claims, the runs it fires) and its metrics.
+    let node = hermes_engine::metrics::node_id(&config.data_dir);
+    Ok((store.with_node(&node), Metrics::new(&node)))
+}
+
+/// The long-term memory given in the options, or else the one in the data dir.
+async fn open_memory(
+    config: &Config,
+    store: &Store,
+    given: Option<LongTerm>,
+) -> Result<Option<LongTerm>, AppError> {
+    if given.is_some() {
+        return Ok(given);
+    }
+    let embedder = embeddings(&config.settings.memory)?;
+    // Memory is an aid, not a prerequisite: without its index the agent still works.
+    match LongTerm::open_with(&config.data_dir, store.clone(), embedder).await {
+        Ok(m) => Ok(Some(m)),
+        Err(e) => {
+            tracing::warn!(error = %e, "long-term memory unavailable; continuing without it");
+            Ok(None)
+        }
+    }
+}
+
+fn notifier(
+    s: &Settings,
+    store: &Store,
+    matrix: &hermes_engine::channels::Matrix,
+    telegram: &hermes_engine::channels::Telegram,
+    retry: Option<hermes_engine::notify::RetryPolicy>,
+) -> Result<Notifier, AppError> {
+    // Replies to mail go to the allowed senders who wrote, besides notify.email.to.
+    let reply_to = s
+        .inbox
+        .email
+        .as_ref()
+        .map(|e| e.allow_from.clone())
+        .unwrap_or_default();
+    let chats = matrix
+        .sender()
+        .into_iter()
+        .chain(telegram.sender())
+        .collect();
+    let notifier = Notifier::with_chat(s.notify.clone(), store.clone(), &reply_to, chats)?;
+    Ok(match retry {
+        Some(p) => notifier.with_retry(p),
+        None => notifier,
+    })
+}
+
+fn scheduler(
+    s: &Settings,
+    store: &Store,
+    runner: &Arc<JobRunner>,
+    notifier: &Notifier,
+    metrics: &Metrics,
+) -> Scheduler {
+    Scheduler::new(
+        s.scheduler.clone(),
+        store.clone(),
+        runner.clone(),
+        Arc::new(OutboxDeliver(notifier.clone())),
+    )
+    .with_profiles(s.model.profiles.keys().cloned().collect())
+    .with_public_url(&s.server.public_url)
+    .with_metrics(metrics.clone())
+}
+
+/// The tools built into the program; memory's only when its index is open.
+fn builtin_tools(
+    s: &Settings,
+    store: &Store,
+    notifier: &Notifier,
+    scheduler: &Scheduler,
+    memory: Option<&LongTerm>,
+    delegate: &DelegateTools,
+) -> Vec<Arc<dyn Tool>> {
+    let mut all = Vec::new();
+    all.extend(builtin::working::tools(store.clone()));
+    all.extend(builtin::web::tools(
+        s.tools.web_fetch.clone(),
+        store.clone(),
+    ));
+    all.extend(builtin::notify::tools(notifier.clone()));
+    all.extend(builtin::schedule::tools(scheduler.clone()));
+    if let Some(m) = memory {
+        all.extend(builtin::memory::tools(m.clone()));
+    }
+    all.extend(delegate.tools(s));
+    all
+}
+
+/// The tools of the manifests in the manifests dir, run under the configured sandbox.
+fn manifest_tools(
+    config: &Config,
+    env: &HashMap<String, String>,
+) -> Result<Vec<Arc<dyn Tool>>, AppError> {
+    let sandbox = config.settings.tools.sandbox;
+    hermes_engine::tools::sandbox::announce(sandbox);
+    manifest::load_dir_with(&config.manifests_dir, env, sandbox).map_err(|source| {
+        AppError::Manifest {
+            dir: config.manifests_dir.clone(),
+            source,
+        }
+    })
+}
+
+fn tool_registry(
+    s: &Settings,
+    store: &Store,
+    metrics: &Metrics,
+    backoff: Option<Duration>,
+    all: Vec<Arc<dyn Tool>>,
+) -> Result<Registry, AppError> {
+    let mut tools = RegistryBuilder::new(s.tools.clone(), store.clone())
+        .with_working_max_bytes(s.memory.working_max_bytes)
+        .with_metrics(metrics.clone());
+    if let Some(b) = backoff {
+        tools = tools.with_retry_backoff(b);
+    }
+    for t in all {
+        tools.register(t)?;
+    }
+    Ok(tools.build())
 }
 
 /// The inbox's way to hand tasks and commands over: the agent's workers, the scheduler and

@@ -24,7 +24,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -158,23 +158,50 @@ pub struct Metrics {
 struct Inner {
     /// Every family below, registered once; encoded by `render`.
     registry: Registry,
+    work: WorkFamilies,
+    tools: ToolFamilies,
+    jobs: JobFamilies,
+    outbox: OutboxFamilies,
+    inbox_messages: Family<ChannelLabel, Counter>,
+    /// Two scrapes at once would interleave one's reset of the scrape-time gauges with the
+    /// other's encoding; scrapes are rare, so they take turns.
+    scrape: Mutex<()>,
+}
+
+/// The agent's work: its tasks and their model calls.
+struct WorkFamilies {
     /// Tasks per state and origin, set from the database at each scrape.
     tasks: Family<TaskLabels, Gauge>,
     task_duration: Histograms<TaskLabels>,
     model_duration: Histograms<ModelLabels>,
     tokens_in: Family<ProfileLabel, Counter>,
     tokens_out: Family<ProfileLabel, Counter>,
-    tool_calls: Family<ToolLabels, Counter>,
+}
+
+/// The tool registry's calls and its circuit breakers.
+struct ToolFamilies {
+    calls: Family<ToolLabels, Counter>,
     open_circuits: Gauge,
-    job_firings: Family<OutcomeLabel, Counter>,
-    job_lateness: Histogram,
-    outbox_pending: Optional,
-    outbox_failures: Family<DeliveryLabels, Counter>,
-    outbox_sent: Family<ChannelLabel, Counter>,
-    inbox_messages: Family<ChannelLabel, Counter>,
-    /// Two scrapes at once would interleave one's reset of the scrape-time gauges with the
-    /// other's encoding; scrapes are rare, so they take turns.
-    scrape: Mutex<()>,
+}
+
+/// The scheduler's firings of jobs.
+struct JobFamilies {
+    firings: Family<OutcomeLabel, Counter>,
+    lateness: Histogram,
+}
+
+/// The notifier's outbox.
+struct OutboxFamilies {
+    pending: Optional,
+    failures: Family<DeliveryLabels, Counter>,
+    sent: Family<ChannelLabel, Counter>,
+}
+
+/// Registers `metric` and returns it: a clone shares its values, so the one kept counts into
+/// the one the registry encodes.
+fn register<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
 }
 
 impl Default for Metrics {
@@ -191,6 +218,108 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
+// Each group registers its families in its fields' order, which is the order a scrape lists
+// them in.
+impl WorkFamilies {
+    fn register(registry: &mut Registry) -> WorkFamilies {
+        WorkFamilies {
+            tasks: register(
+                registry,
+                "tasks",
+                "Tasks in the database by state and origin, read at scrape time",
+                Family::default(),
+            ),
+            task_duration: register(
+                registry,
+                "task_duration_seconds",
+                "Run time of the tasks this node ran, from start to end, by final state and origin",
+                Family::new_with_constructor(|| Histogram::new(TASK_BUCKETS)),
+            ),
+            model_duration: register(
+                registry,
+                "model_call_duration_seconds",
+                "Duration of the agent's model calls (retries included) by profile and outcome",
+                Family::new_with_constructor(|| Histogram::new(MODEL_BUCKETS)),
+            ),
+            tokens_in: register(
+                registry,
+                "tokens_in",
+                "Prompt tokens sent to the model, as the server counted them, by profile",
+                Family::default(),
+            ),
+            tokens_out: register(
+                registry,
+                "tokens_out",
+                "Completion tokens the model wrote, as the server counted them, by profile",
+                Family::default(),
+            ),
+        }
+    }
+}
+
+impl ToolFamilies {
+    fn register(registry: &mut Registry) -> ToolFamilies {
+        ToolFamilies {
+            calls: register(
+                registry,
+                "tool_calls",
+                "Tool calls by tool (a name no tool has: unknown) and outcome (ok, or the error's kind)",
+                Family::default(),
+            ),
+            open_circuits: register(
+                registry,
+                "circuit_breakers_open",
+                "Circuits (a tool, or a tool on one host) open after repeated failures",
+                Gauge::default(),
+            ),
+        }
+    }
+}
+
+impl JobFamilies {
+    fn register(registry: &mut Registry) -> JobFamilies {
+        JobFamilies {
+            firings: register(
+                registry,
+                "job_firings",
+                "Job firings by outcome (fired, skipped, failed, missed)",
+                Family::default(),
+            ),
+            lateness: register(
+                registry,
+                "job_firing_lateness_seconds",
+                "How long after its scheduled time a job's task was created (fired at minus due)",
+                Histogram::new(LATENESS_BUCKETS),
+            ),
+        }
+    }
+}
+
+impl OutboxFamilies {
+    fn register(registry: &mut Registry) -> OutboxFamilies {
+        OutboxFamilies {
+            pending: register(
+                registry,
+                "outbox_pending",
+                "Notices waiting in the outbox to be sent, read at scrape time",
+                Optional::default(),
+            ),
+            failures: register(
+                registry,
+                "outbox_delivery_failures",
+                "Failed delivery attempts by channel and kind (retry, permanent, gave_up, channel_removed)",
+                Family::default(),
+            ),
+            sent: register(
+                registry,
+                "outbox_sent",
+                "Notices delivered, by channel",
+                Family::default(),
+            ),
+        }
+    }
+}
+
 impl Metrics {
     /// The families of one node, registered under the `hermes_` prefix; `node_id` names the
     /// node (see [`node_id`]).
@@ -204,101 +333,25 @@ impl Metrics {
                 version: env!("CARGO_PKG_VERSION"),
             }),
         );
-        let tasks = Family::<TaskLabels, Gauge>::default();
-        registry.register(
-            "tasks",
-            "Tasks in the database by state and origin, read at scrape time",
-            tasks.clone(),
-        );
-        let task_duration: Histograms<TaskLabels> =
-            Family::new_with_constructor(|| Histogram::new(TASK_BUCKETS));
-        registry.register(
-            "task_duration_seconds",
-            "Run time of the tasks this node ran, from start to end, by final state and origin",
-            task_duration.clone(),
-        );
-        let model_duration: Histograms<ModelLabels> =
-            Family::new_with_constructor(|| Histogram::new(MODEL_BUCKETS));
-        registry.register(
-            "model_call_duration_seconds",
-            "Duration of the agent's model calls (retries included) by profile and outcome",
-            model_duration.clone(),
-        );
-        let tokens_in = Family::<ProfileLabel, Counter>::default();
-        registry.register(
-            "tokens_in",
-            "Prompt tokens sent to the model, as the server counted them, by profile",
-            tokens_in.clone(),
-        );
-        let tokens_out = Family::<ProfileLabel, Counter>::default();
-        registry.register(
-            "tokens_out",
-            "Completion tokens the model wrote, as the server counted them, by profile",
-            tokens_out.clone(),
-        );
-        let tool_calls = Family::<ToolLabels, Counter>::default();
-        registry.register(
-            "tool_calls",
-            "Tool calls by tool (a name no tool has: unknown) and outcome (ok, or the error's kind)",
-            tool_calls.clone(),
-        );
-        let open_circuits = Gauge::default();
-        registry.register(
-            "circuit_breakers_open",
-            "Circuits (a tool, or a tool on one host) open after repeated failures",
-            open_circuits.clone(),
-        );
-        let job_firings = Family::<OutcomeLabel, Counter>::default();
-        registry.register(
-            "job_firings",
-            "Job firings by outcome (fired, skipped, failed, missed)",
-            job_firings.clone(),
-        );
-        let job_lateness = Histogram::new(LATENESS_BUCKETS);
-        registry.register(
-            "job_firing_lateness_seconds",
-            "How long after its scheduled time a job's task was created (fired at minus due)",
-            job_lateness.clone(),
-        );
-        let outbox_pending = Optional::default();
-        registry.register(
-            "outbox_pending",
-            "Notices waiting in the outbox to be sent, read at scrape time",
-            outbox_pending.clone(),
-        );
-        let outbox_failures = Family::<DeliveryLabels, Counter>::default();
-        registry.register(
-            "outbox_delivery_failures",
-            "Failed delivery attempts by channel and kind (retry, permanent, gave_up, channel_removed)",
-            outbox_failures.clone(),
-        );
-        let outbox_sent = Family::<ChannelLabel, Counter>::default();
-        registry.register(
-            "outbox_sent",
-            "Notices delivered, by channel",
-            outbox_sent.clone(),
-        );
-        let inbox_messages = Family::<ChannelLabel, Counter>::default();
-        registry.register(
+        // A scrape lists the families in the order they were registered: the statements
+        // below keep it.
+        let work = WorkFamilies::register(&mut registry);
+        let tools = ToolFamilies::register(&mut registry);
+        let jobs = JobFamilies::register(&mut registry);
+        let outbox = OutboxFamilies::register(&mut registry);
+        let inbox_messages = register(
+            &mut registry,
             "inbox_messages",
             "Messages read and recorded, by channel (email, matrix)",
-            inbox_messages.clone(),
+            Family::default(),
         );
         Metrics {
             inner: Arc::new(Inner {
                 registry,
-                tasks,
-                task_duration,
-                model_duration,
-                tokens_in,
-                tokens_out,
-                tool_calls,
-                open_circuits,
-                job_firings,
-                job_lateness,
-                outbox_pending,
-                outbox_failures,
-                outbox_sent,
+                work,
+                tools,
+                jobs,
+                outbox,
                 inbox_messages,
                 scrape: Mutex::new(()),
             }),
@@ -308,6 +361,7 @@ impl Metrics {
     /// A task this node ran ended in `state` (its stored word) after `took`.
     pub fn observe_task(&self, state: &'static str, origin: &'static str, took: Duration) {
         self.inner
+            .work
             .task_duration
             .get_or_create(&TaskLabels { state, origin })
             .observe(took.as_secs_f64());
@@ -323,7 +377,8 @@ impl Metrics {
         tokens_out: u64,
     ) {
         let i = &self.inner;
-        i.model_duration
+        i.work
+            .model_duration
             .get_or_create(&ModelLabels {
                 profile: profile.to_string(),
                 outcome: outcome.as_str(),
@@ -333,15 +388,16 @@ impl Metrics {
             let p = ProfileLabel {
                 profile: profile.to_string(),
             };
-            i.tokens_in.get_or_create(&p).inc_by(tokens_in);
-            i.tokens_out.get_or_create(&p).inc_by(tokens_out);
+            i.work.tokens_in.get_or_create(&p).inc_by(tokens_in);
+            i.work.tokens_out.get_or_create(&p).inc_by(tokens_out);
         }
     }
 
     /// One tool call. `tool` is a registered tool's name, or `None` for a name no tool has.
     pub fn observe_tool_call(&self, tool: Option<&str>, outcome: &'static str) {
         self.inner
-            .tool_calls
+            .tools
+            .calls
             .get_or_create(&ToolLabels {
                 tool: tool.unwrap_or(UNKNOWN_TOOL).to_string(),
                 outcome,
@@ -353,18 +409,20 @@ impl Metrics {
     /// created its task at a scheduled time says how late that was.
     pub fn observe_job_firing(&self, outcome: &'static str, count: u64, late: Option<Duration>) {
         self.inner
-            .job_firings
+            .jobs
+            .firings
             .get_or_create(&OutcomeLabel { outcome })
             .inc_by(count);
         if let Some(late) = late {
-            self.inner.job_lateness.observe(late.as_secs_f64());
+            self.inner.jobs.lateness.observe(late.as_secs_f64());
         }
     }
 
     /// A notice was delivered on `channel`.
     pub fn observe_delivery_sent(&self, channel: &str) {
         self.inner
-            .outbox_sent
+            .outbox
+            .sent
             .get_or_create(&ChannelLabel {
                 channel: channel.to_string(),
             })
@@ -384,7 +442,8 @@ impl Metrics {
     /// An attempt to deliver a notice on `channel` (a configured channel's name) failed.
     pub fn observe_delivery_failure(&self, channel: &str, kind: DeliveryFailure) {
         self.inner
-            .outbox_failures
+            .outbox
+            .failures
             .get_or_create(&DeliveryLabels {
                 channel: channel.to_string(),
                 kind: kind.as_str(),
@@ -397,15 +456,19 @@ impl Metrics {
         let i = &self.inner;
         let _turn = hermes_store::util::lock(&i.scrape);
         // A state with no tasks left must not keep its last count.
-        i.tasks.clear();
+        i.work.tasks.clear();
         for &(state, origin, n) in reading.tasks.iter().flatten() {
-            i.tasks.get_or_create(&TaskLabels { state, origin }).set(n);
+            i.work
+                .tasks
+                .get_or_create(&TaskLabels { state, origin })
+                .set(n);
         }
-        i.outbox_pending.clear();
+        i.outbox.pending.clear();
         if let Some(n) = reading.outbox_pending {
-            i.outbox_pending.get_or_create(&[]).set(n);
+            i.outbox.pending.get_or_create(&[]).set(n);
         }
-        i.open_circuits
+        i.tools
+            .open_circuits
             .set(i64::try_from(reading.open_circuits).unwrap_or(i64::MAX));
         let mut out = String::new();
         // Writing into a String cannot fail, and the registry's own encoders return no error
