@@ -40,81 +40,17 @@ impl Run<'_> {
         guard: &mut LoopGuard,
         pre_approved: &[String],
     ) -> Result<RoundEnd, StoreError> {
-        let registry = self.agent.registry();
-        let restrict = self.opts.restrict.as_deref();
         let calls: Vec<ToolCall> = round.calls().to_vec();
-        // Sub-tasks waited for have all finished (the hold was not taken before).
-        for (i, call) in calls.iter().enumerate() {
-            if let Slot::Sub { entries } = &round.slots[i] {
-                let result = super::delegate::resumed(self.agent, call, entries).await;
-                let o = registry.shape(call, result, ctx).await;
-                self.record(trace::tool(step, call, &o));
-                round.slots[i] = Slot::Done { content: o.content };
-            }
-        }
-        let gated: Vec<bool> = calls
-            .iter()
-            .zip(&round.slots)
-            .map(|(c, s)| {
-                matches!(s, Slot::ToRun)
-                    && registry.needs_approval(&c.name)
-                    && registry.would_run(&c.name, &c.arguments, restrict)
-            })
-            .collect();
-        let known = if gated.contains(&true) {
-            self.agent.store().task_approvals(&self.task.id).await?
-        } else {
-            Vec::new()
-        };
-        let gates: Vec<Option<Gate>> = calls
-            .iter()
-            .zip(&round.slots)
-            .zip(&gated)
-            .map(|((c, s), g)| match (s, g) {
-                (Slot::ToRun, true) => Some(judge(c, &known, pre_approved)),
-                (Slot::ToRun, false) => Some(Gate::Free),
-                _ => None,
-            })
-            .collect();
+        self.finish_waited_subs(ctx, step, &calls, &mut round).await;
+        let gates = self.gates(&calls, &round.slots, pre_approved).await?;
         if gates.iter().flatten().any(Gate::waits) {
             self.ask(step, &calls, &gates).await?;
             return Ok(RoundEnd::Held(round));
         }
-        let verdicts: Vec<Option<Verdict>> = calls
-            .iter()
-            .zip(&gates)
-            .map(|(c, g)| match g {
-                Some(Gate::Free | Gate::PreApproved | Gate::Approved { .. }) => {
-                    Some(guard.check(c))
-                }
-                _ => None,
-            })
-            .collect();
-        let contexts: Vec<ToolContext> = calls
-            .iter()
-            .map(|_| ToolContext {
-                waiting: Default::default(),
-                ..ctx.clone()
-            })
-            .collect();
-        self.ensure_lease().await?;
-        let outcomes = join_all(calls.iter().zip(&gates).zip(&verdicts).zip(&contexts).map(
-            |(((c, g), v), ctx)| self.run_call(step, c, g.as_ref(), v.as_ref(), ctx, restrict),
-        ))
-        .await;
-        let mut waits = false;
-        for (i, (call, o)) in calls.iter().zip(outcomes).enumerate() {
-            let Some(o) = o else { continue };
-            let entries = contexts[i].waiting.take();
-            if entries.is_empty() {
-                self.record(trace::tool(step, call, &o));
-                round.slots[i] = Slot::Done { content: o.content };
-            } else {
-                waits = true;
-                round.slots[i] = Slot::Sub { entries };
-            }
-        }
-        self.flush().await?;
+        let verdicts = verdicts(&calls, &gates, guard);
+        let waits = self
+            .run_calls(ctx, step, &calls, &gates, &verdicts, &mut round)
+            .await?;
         if waits {
             return Ok(RoundEnd::Held(round));
         }
@@ -134,6 +70,103 @@ impl Run<'_> {
                 "a tool round ended with a call that has no result".into(),
             )),
         }
+    }
+
+    /// Sub-tasks waited for have all finished (the hold was not taken before): their results
+    /// fill their slots before the gate is judged.
+    async fn finish_waited_subs(
+        &self,
+        ctx: &ToolContext,
+        step: i64,
+        calls: &[ToolCall],
+        round: &mut HeldRound,
+    ) {
+        let registry = self.agent.registry();
+        for (i, call) in calls.iter().enumerate() {
+            if let Slot::Sub { entries } = &round.slots[i] {
+                let result = super::delegate::resumed(self.agent, call, entries).await;
+                let o = registry.shape(call, result, ctx).await;
+                self.record(trace::tool(step, call, &o));
+                round.slots[i] = Slot::Done { content: o.content };
+            }
+        }
+    }
+
+    /// Each call's gate; `None` for a call that already has its result. The task's approvals
+    /// are read only when some call needs one.
+    async fn gates(
+        &self,
+        calls: &[ToolCall],
+        slots: &[Slot],
+        pre_approved: &[String],
+    ) -> Result<Vec<Option<Gate>>, StoreError> {
+        let registry = self.agent.registry();
+        let restrict = self.opts.restrict.as_deref();
+        let gated: Vec<bool> = calls
+            .iter()
+            .zip(slots)
+            .map(|(c, s)| {
+                matches!(s, Slot::ToRun)
+                    && registry.needs_approval(&c.name)
+                    && registry.would_run(&c.name, &c.arguments, restrict)
+            })
+            .collect();
+        let known = if gated.contains(&true) {
+            self.agent.store().task_approvals(&self.task.id).await?
+        } else {
+            Vec::new()
+        };
+        Ok(calls
+            .iter()
+            .zip(slots)
+            .zip(&gated)
+            .map(|((c, s), g)| match (s, g) {
+                (Slot::ToRun, true) => Some(judge(c, &known, pre_approved)),
+                (Slot::ToRun, false) => Some(Gate::Free),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Runs the round's calls concurrently and fills their slots; `true` when a delegate's
+    /// sub-agent waits for a person, so the round must be held with what already ran.
+    async fn run_calls(
+        &self,
+        ctx: &ToolContext,
+        step: i64,
+        calls: &[ToolCall],
+        gates: &[Option<Gate>],
+        verdicts: &[Option<Verdict>],
+        round: &mut HeldRound,
+    ) -> Result<bool, StoreError> {
+        let restrict = self.opts.restrict.as_deref();
+        // One context per call, so that each call's waiting sub-tasks are told apart.
+        let contexts: Vec<ToolContext> = calls
+            .iter()
+            .map(|_| ToolContext {
+                waiting: Default::default(),
+                ..ctx.clone()
+            })
+            .collect();
+        self.ensure_lease().await?;
+        let outcomes = join_all(calls.iter().zip(gates).zip(verdicts).zip(&contexts).map(
+            |(((c, g), v), ctx)| self.run_call(step, c, g.as_ref(), v.as_ref(), ctx, restrict),
+        ))
+        .await;
+        let mut waits = false;
+        for (i, (call, o)) in calls.iter().zip(outcomes).enumerate() {
+            let Some(o) = o else { continue };
+            let entries = contexts[i].waiting.take();
+            if entries.is_empty() {
+                self.record(trace::tool(step, call, &o));
+                round.slots[i] = Slot::Done { content: o.content };
+            } else {
+                waits = true;
+                round.slots[i] = Slot::Sub { entries };
+            }
+        }
+        self.flush().await?;
+        Ok(waits)
     }
 
     /// One call that may run now, as its gate and the loop guard say; `None` for a call that
@@ -260,4 +293,20 @@ impl Run<'_> {
         self.agent.wake_for_holds();
         Ok(())
     }
+}
+
+/// The loop guard's verdict on each call that may run; `None` for one that may not.
+fn verdicts(
+    calls: &[ToolCall],
+    gates: &[Option<Gate>],
+    guard: &mut LoopGuard,
+) -> Vec<Option<Verdict>> {
+    calls
+        .iter()
+        .zip(gates)
+        .map(|(c, g)| match g {
+            Some(Gate::Free | Gate::PreApproved | Gate::Approved { .. }) => Some(guard.check(c)),
+            _ => None,
+        })
+        .collect()
 }

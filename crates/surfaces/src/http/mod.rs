@@ -116,18 +116,49 @@ impl ApiState {
 /// The whole router, assembled here: the API and the dashboard's pages side by side on one
 /// state, behind the same outer checks.
 pub fn router(state: ApiState) -> Router {
-    use api::{
-        approvals, deliveries, evals, events, health, inbox, jobs, memory, metrics, tasks, usage,
-    };
     // Behind the token like the API, unless `server.metrics_public` opens it to a scraper
     // that cannot send one.
-    let scrape = Router::new().route("/metrics", get(metrics::metrics));
+    let scrape = Router::new().route("/metrics", get(api::metrics::metrics));
     let (open, guarded) = if state.config.settings.server.metrics_public {
         (scrape, Router::new())
     } else {
         (Router::new(), scrape)
     };
-    let api = Router::new()
+    let api = api_routes(&state, guarded);
+    let dashboard = dashboard_routes(&state);
+    Router::new()
+        .route("/healthz", get(api::health::health))
+        .route("/login", get(pages::login::page).post(pages::login::submit))
+        .route("/assets/{name}", get(pages::assets::serve))
+        .merge(open)
+        .merge(api)
+        .merge(dashboard)
+        // After the routes: it is set on each route present, and keeps axum's `Allow` header.
+        .method_not_allowed_fallback(fallback::method_not_allowed)
+        .fallback(fallback::not_found)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            note_storage_faults,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            guard::require_same_origin,
+        ))
+        .layer(middleware::from_fn(headers::security_headers))
+        // Outermost: a request for a foreign host is refused before anything else runs.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            guard::require_known_host,
+        ))
+        .with_state(state)
+}
+
+/// The JSON API, with `guarded` (the scrape endpoint when it is not public), behind the token.
+/// The token check is a route layer, so it covers only what is added before it here.
+fn api_routes(state: &ApiState, guarded: Router<ApiState>) -> Router<ApiState> {
+    use api::{approvals, deliveries, evals, events, health, inbox, jobs, memory, tasks, usage};
+    Router::new()
         .route("/v1/tasks", post(tasks::create_task).get(tasks::list_tasks))
         .route("/v1/tasks/{id}", get(tasks::get_task))
         .route("/v1/tasks/{id}/events", get(events::task_events))
@@ -160,64 +191,40 @@ pub fn router(state: ApiState) -> Router {
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             guard::require_token,
-        ));
-    let dashboard = {
-        use pages::{
-            approvals, deliveries, evals, guard, inbox, jobs, login, memory, overview, settings,
-            tasks, usage,
-        };
-        Router::new()
-            .route("/", get(overview::page))
-            .route("/tasks", get(tasks::list).post(tasks::start))
-            .route("/tasks/{id}", get(tasks::show))
-            .route("/tasks/{id}/cancel", post(tasks::cancel))
-            .route("/jobs", get(jobs::list).post(jobs::create))
-            .route("/jobs/{id}", get(jobs::show))
-            .route("/jobs/{id}/{action}", post(jobs::act))
-            .route("/approvals", get(approvals::page))
-            .route("/approvals/{id}/approve", post(approvals::approve))
-            .route("/approvals/{id}/deny", post(approvals::deny))
-            .route("/deliveries", get(deliveries::list))
-            .route("/inbox", get(inbox::list))
-            .route("/usage", get(usage::page))
-            .route("/evals", get(evals::page))
-            .route("/deliveries/{id}/retry", post(deliveries::retry))
-            .route("/memory", get(memory::page).post(memory::add))
-            .route("/memory/{id}/forget", post(memory::forget))
-            .route("/settings", get(settings::page))
-            .route("/settings/checks", get(settings::checks))
-            .route("/logout", post(login::logout))
-            .route_layer(middleware::from_fn_with_state(
-                state.clone(),
-                guard::require_session,
-            ))
+        ))
+}
+
+/// The dashboard's pages behind a signed-in session; the login page itself stays outside.
+fn dashboard_routes(state: &ApiState) -> Router<ApiState> {
+    use pages::{
+        approvals, deliveries, evals, guard, inbox, jobs, login, memory, overview, settings, tasks,
+        usage,
     };
     Router::new()
-        .route("/healthz", get(health::health))
-        .route("/login", get(pages::login::page).post(pages::login::submit))
-        .route("/assets/{name}", get(pages::assets::serve))
-        .merge(open)
-        .merge(api)
-        .merge(dashboard)
-        // After the routes: it is set on each route present, and keeps axum's `Allow` header.
-        .method_not_allowed_fallback(fallback::method_not_allowed)
-        .fallback(fallback::not_found)
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .layer(middleware::from_fn_with_state(
+        .route("/", get(overview::page))
+        .route("/tasks", get(tasks::list).post(tasks::start))
+        .route("/tasks/{id}", get(tasks::show))
+        .route("/tasks/{id}/cancel", post(tasks::cancel))
+        .route("/jobs", get(jobs::list).post(jobs::create))
+        .route("/jobs/{id}", get(jobs::show))
+        .route("/jobs/{id}/{action}", post(jobs::act))
+        .route("/approvals", get(approvals::page))
+        .route("/approvals/{id}/approve", post(approvals::approve))
+        .route("/approvals/{id}/deny", post(approvals::deny))
+        .route("/deliveries", get(deliveries::list))
+        .route("/inbox", get(inbox::list))
+        .route("/usage", get(usage::page))
+        .route("/evals", get(evals::page))
+        .route("/deliveries/{id}/retry", post(deliveries::retry))
+        .route("/memory", get(memory::page).post(memory::add))
+        .route("/memory/{id}/forget", post(memory::forget))
+        .route("/settings", get(settings::page))
+        .route("/settings/checks", get(settings::checks))
+        .route("/logout", post(login::logout))
+        .route_layer(middleware::from_fn_with_state(
             state.clone(),
-            note_storage_faults,
+            guard::require_session,
         ))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            guard::require_same_origin,
-        ))
-        .layer(middleware::from_fn(headers::security_headers))
-        // Outermost: a request for a foreign host is refused before anything else runs.
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            guard::require_known_host,
-        ))
-        .with_state(state)
 }
 
 /// A request that failed for want of storage: name the database file in the answer (errors

@@ -36,18 +36,7 @@ impl ManifestTool {
         env: &[(String, String)],
         args: &Map<String, Value>,
     ) -> Result<Value, ToolError> {
-        let mut cmd = tokio::process::Command::new(program);
-        cmd.args(render_argv(templates, args))
-            .env_clear()
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // A timed-out call drops this future; the child must die with it.
-            .kill_on_drop(true);
-        // Its own process group, so that everything it starts can be ended with it.
-        #[cfg(unix)]
-        cmd.process_group(0);
+        let mut cmd = command(program, templates, env, args);
         // Kept to the end: the work dir is removed when the call is over.
         let confinement = self
             .sandbox
@@ -82,26 +71,29 @@ impl ManifestTool {
             return Ok(output_value(&out, truncated));
         }
         let err = err.unwrap_or_default();
-        let mut tail = String::from_utf8_lossy(&err).trim().to_string();
-        if tail.is_empty() {
-            // Some programs report errors on stdout; better than saying nothing.
-            let out = String::from_utf8_lossy(&out);
-            let start = out.len().saturating_sub(STDERR_TAIL_BYTES);
-            let start = (start..=out.len())
-                .find(|i| out.is_char_boundary(*i))
-                .unwrap_or(out.len());
-            tail = out[start..].trim().to_string();
-        }
-        #[cfg(unix)]
-        let signal = {
-            use std::os::unix::process::ExitStatusExt;
-            status.signal()
+        Err(ToolError::Failed(self.failure_message(
+            status,
+            &out,
+            &err,
+            confinement.is_some(),
+        )))
+    }
+
+    /// What a failed command says: how it ended, then the tail of what it reported, with the
+    /// sandbox's note when `confined` and its limits are the likely cause.
+    fn failure_message(
+        &self,
+        status: std::process::ExitStatus,
+        out: &[u8],
+        err: &[u8],
+        confined: bool,
+    ) -> String {
+        let mut tail = report_tail(out, err);
+        let note = if confined {
+            crate::tools::sandbox::refusal_note(&tail, exit_signal(status), self.sandbox.widen_at())
+        } else {
+            None
         };
-        #[cfg(not(unix))]
-        let signal = None;
-        let note = confinement.as_ref().and_then(|_| {
-            crate::tools::sandbox::refusal_note(&tail, signal, self.sandbox.widen_at())
-        });
         if let Some(note) = note {
             tail = if tail.is_empty() {
                 note
@@ -109,28 +101,12 @@ impl ManifestTool {
                 format!("{tail} {note}")
             };
         }
-        let how = match status.code() {
-            Some(code) => format!("exit {code}"),
-            None => {
-                #[cfg(unix)]
-                {
-                    use std::os::unix::process::ExitStatusExt;
-                    match status.signal() {
-                        Some(sig) => format!("killed by signal {sig}"),
-                        None => "ended abnormally".to_string(),
-                    }
-                }
-                #[cfg(not(unix))]
-                {
-                    "ended abnormally".to_string()
-                }
-            }
-        };
-        Err(ToolError::Failed(if tail.is_empty() {
+        let how = how_it_ended(status);
+        if tail.is_empty() {
             how
         } else {
             format!("{how}: {tail}")
-        }))
+        }
     }
 
     async fn run_http(
@@ -186,6 +162,64 @@ impl ManifestTool {
         } else {
             Err(ToolError::Failed(msg))
         }
+    }
+}
+
+/// The command of one call: no shell, a clean environment, output captured.
+fn command(
+    program: &str,
+    templates: &[Template],
+    env: &[(String, String)],
+    args: &Map<String, Value>,
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(render_argv(templates, args))
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // A timed-out call drops this future; the child must die with it.
+        .kill_on_drop(true);
+    // Its own process group, so that everything it starts can be ended with it.
+    #[cfg(unix)]
+    cmd.process_group(0);
+    cmd
+}
+
+/// The end of what a failed command reported, trimmed; empty when it said nothing.
+fn report_tail(out: &[u8], err: &[u8]) -> String {
+    let tail = String::from_utf8_lossy(err).trim().to_string();
+    if !tail.is_empty() {
+        return tail;
+    }
+    // Some programs report errors on stdout; better than saying nothing.
+    let out = String::from_utf8_lossy(out);
+    let start = out.len().saturating_sub(STDERR_TAIL_BYTES);
+    let start = (start..=out.len())
+        .find(|i| out.is_char_boundary(*i))
+        .unwrap_or(out.len());
+    out[start..].trim().to_string()
+}
+
+/// The signal that ended the command, if one did.
+#[cfg(unix)]
+fn exit_signal(status: std::process::ExitStatus) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal()
+}
+
+#[cfg(not(unix))]
+fn exit_signal(_status: std::process::ExitStatus) -> Option<i32> {
+    None
+}
+
+/// How a failed command ended: its exit code, or the signal that killed it.
+fn how_it_ended(status: std::process::ExitStatus) -> String {
+    match (status.code(), exit_signal(status)) {
+        (Some(code), _) => format!("exit {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        (None, None) => "ended abnormally".to_string(),
     }
 }
 

@@ -15,8 +15,12 @@ use crate::http::extract::Id;
 use crate::http::{ApiError, ApiState};
 use axum::extract::State;
 use axum::response::IntoResponse;
+use chrono_tz::Tz;
 use hermes_engine::agent::Submit;
-use hermes_store::{Origin, TaskSearch, TaskState};
+use hermes_store::{
+    Approval, ApprovalState, Notice, Origin, Step, StepKind, Task, TaskRecord, TaskSearch,
+    TaskState,
+};
 use maud::{Markup, html};
 use serde::Deserialize;
 
@@ -174,28 +178,70 @@ pub async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<ShowQuery>) -> P
         ))));
     };
     let t = &record.task;
-    let tz = ctx.tz();
     let live = !t.state.is_finished();
-    // A task's totals are written when it ends; until then, its model calls so far.
-    let tokens = if live {
+    let tokens = token_totals(&record, live);
+    let answered_by = answered_by(&record.steps);
+    let events = format!("/v1/tasks/{}/events", t.id);
+    let requests = s.agent.approvals().of_task(&t.id).await?;
+    let (open, answered): (Vec<_>, Vec<_>) = requests
+        .into_iter()
+        .partition(|a| a.state == ApprovalState::Open);
+    let back = format!("/tasks/{}", t.id);
+    let body = html! {
+        (super::flash::flash(q.done.as_deref()))
+        div.task-text { (long_text(&t.task, "task")) }
+        (facts(t, &answered_by, tokens, ctx.tz()))
+        @if live {
+            form #cancel method="post" action={"/tasks/" (t.id) "/cancel"} {
+                (ctx.csrf())
+                button.danger type="submit" { "Cancel this task" }
+            }
+        }
+        (approvals_section(&ctx, &open, &answered, &back))
+        section aria-labelledby="h-steps" {
+            h2 #h-steps { "Timeline" }
+            (timeline(&record.steps, live.then_some(events.as_str())))
+        }
+        @if let Some(e) = &t.error {
+            p.error #task-error role="alert" { (e) }
+        }
+        @if let Some(a) = &t.answer {
+            section aria-labelledby="h-answer" {
+                h2 #h-answer { "Answer" }
+                div.answer #answer { (markdown(a)) }
+            }
+        }
+        (deliveries_section(&record.notices))
+    };
+    Ok(render(&ctx, &format!("Task {}", t.id), body).into_response())
+}
+
+/// Tokens in and out: a task's totals are written when it ends; until then, its model calls
+/// so far.
+fn token_totals(record: &TaskRecord, live: bool) -> (i64, i64) {
+    let t = &record.task;
+    if live {
         record
             .steps
             .iter()
-            .filter(|s| s.row.kind == hermes_store::StepKind::Model)
+            .filter(|s| s.row.kind == StepKind::Model)
             .fold((0, 0), |(i, o), s| {
                 (i + s.row.request_tokens, o + s.row.result_tokens)
             })
     } else {
         (t.prompt_tokens, t.completion_tokens)
-    };
-    // The profiles (and models) that answered, in order, each once: a fallback shows here.
+    }
+}
+
+/// The profiles (and models) that answered, in order, each once: a fallback shows here.
+fn answered_by(steps: &[Step]) -> Vec<String> {
     let mut answered_by: Vec<String> = Vec::new();
     // A failed call's row has no reply: no model, no output, no calls.
-    let replied = |s: &&hermes_store::Step| {
-        s.row.kind == hermes_store::StepKind::Model
+    let replied = |s: &&Step| {
+        s.row.kind == StepKind::Model
             && (s.row.model.is_some() || s.row.output.is_some() || s.row.arguments.is_some())
     };
-    for step in record.steps.iter().filter(replied) {
+    for step in steps.iter().filter(replied) {
         let who = match &step.row.model {
             Some(m) => format!("{} ({m})", step.row.name),
             None => step.row.name.clone(),
@@ -204,15 +250,12 @@ pub async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<ShowQuery>) -> P
             answered_by.push(who);
         }
     }
-    let events = format!("/v1/tasks/{}/events", t.id);
-    let requests = s.agent.approvals().of_task(&t.id).await?;
-    let (open, answered): (Vec<_>, Vec<_>) = requests
-        .into_iter()
-        .partition(|a| a.state == hermes_store::ApprovalState::Open);
-    let back = format!("/tasks/{}", t.id);
-    let body = html! {
-        (super::flash::flash(q.done.as_deref()))
-        div.task-text { (long_text(&t.task, "task")) }
+    answered_by
+}
+
+/// The task's facts: state, where it came from, who answered, when, and what it cost.
+fn facts(t: &Task, answered_by: &[String], tokens: (i64, i64), tz: Tz) -> Markup {
+    html! {
         dl.facts {
             dt { "State" } dd #task-state {
                 (badge(Shown::Task(t.state)))
@@ -228,36 +271,29 @@ pub async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<ShowQuery>) -> P
             dt { "Finished" } dd { (when_opt(t.finished_at, tz)) }
             dt { "Tokens" } dd { (tokens.0) " in · " (tokens.1) " out" }
         }
-        @if live {
-            form #cancel method="post" action={"/tasks/" (t.id) "/cancel"} {
-                (ctx.csrf())
-                button.danger type="submit" { "Cancel this task" }
-            }
-        }
+    }
+}
+
+/// The task's approval requests, open and answered; nothing when it asked for none.
+fn approvals_section(ctx: &Ctx, open: &[Approval], answered: &[Approval], back: &str) -> Markup {
+    html! {
         @if !open.is_empty() || !answered.is_empty() {
             section aria-labelledby="h-approvals" {
                 h2 #h-approvals { "Approvals" }
-                @if !open.is_empty() { (super::approvals::open_list(&ctx, &open, &back)) }
-                @if !answered.is_empty() { (super::approvals::answered_table(&ctx, &answered)) }
+                @if !open.is_empty() { (super::approvals::open_list(ctx, open, back)) }
+                @if !answered.is_empty() { (super::approvals::answered_table(ctx, answered)) }
             }
         }
-        section aria-labelledby="h-steps" {
-            h2 #h-steps { "Timeline" }
-            (timeline(&record.steps, live.then_some(events.as_str())))
-        }
-        @if let Some(e) = &t.error {
-            p.error #task-error role="alert" { (e) }
-        }
-        @if let Some(a) = &t.answer {
-            section aria-labelledby="h-answer" {
-                h2 #h-answer { "Answer" }
-                div.answer #answer { (markdown(a)) }
-            }
-        }
-        @if !record.notices.is_empty() {
+    }
+}
+
+/// The notices the task queued and how their delivery went; nothing when it queued none.
+fn deliveries_section(notices: &[Notice]) -> Markup {
+    html! {
+        @if !notices.is_empty() {
             section aria-labelledby="h-notices" {
                 h2 #h-notices { "Deliveries" }
-                ul.notices { @for n in &record.notices {
+                ul.notices { @for n in notices {
                     li {
                         (badge(Shown::Notice(n.state))) " "
                         b { (n.queued.channel) } " · " (n.queued.title)
@@ -268,8 +304,7 @@ pub async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<ShowQuery>) -> P
                 } }
             }
         }
-    };
-    Ok(render(&ctx, &format!("Task {}", t.id), body).into_response())
+    }
 }
 
 pub async fn cancel(State(s): State<ApiState>, Id(id): Id, CsrfForm(_): CsrfForm) -> PageResult {
