@@ -19,23 +19,7 @@ on_both_engines!(
                     .await?;
                 for s in 0..3 {
                     store
-                        .add_step(
-                            &t.id,
-                            &NewStep {
-                                step: s,
-                                kind: StepKind::Note,
-                                name: String::new(),
-                                request_tokens: 0,
-                                result_tokens: 0,
-                                arguments: None,
-                                output: Some(format!("{s}")),
-                                error: None,
-                                duration_ms: 0,
-                                model: None,
-                                fingerprint: None,
-                                identity: None,
-                            },
-                        )
+                        .add_step(&t.id, &crate::testing::note(s, format!("{s}")))
                         .await?;
                 }
             }

@@ -93,7 +93,7 @@ mod tests {
     /// rows are not sent (the next notification is its end).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_task_queued_started_and_ended_elsewhere_is_heard() {
-        use crate::{NewStep, NewTask, Origin, StepKind, TaskOutcome, TaskState};
+        use crate::{NewTask, Origin, TaskOutcome, TaskState};
         let store = crate::testing::postgres().await;
         let mut feed = store
             .change_feed()
@@ -116,20 +116,7 @@ mod tests {
         assert_eq!(next().await, Change::Pending);
         let claimed = store.claim_next_pending().await.unwrap().unwrap();
         assert_eq!(claimed.id, task.id);
-        let step = NewStep {
-            step: 1,
-            kind: StepKind::Note,
-            name: String::new(),
-            request_tokens: 0,
-            result_tokens: 0,
-            arguments: None,
-            output: Some("hi".into()),
-            error: None,
-            duration_ms: 0,
-            model: None,
-            fingerprint: None,
-            identity: None,
-        };
+        let step = crate::testing::note(1, "hi");
         store.add_step(&task.id, &step).await.unwrap();
         let outcome = TaskOutcome {
             state: TaskState::Succeeded,

@@ -394,3 +394,11 @@ impl Store {
 #[cfg(test)]
 #[path = "inbox_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "inbox_reply_tests.rs"]
+mod reply_tests;
+
+#[cfg(test)]
+#[path = "inbox_chat_tests.rs"]
+mod chat_tests;

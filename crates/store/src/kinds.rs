@@ -70,6 +70,33 @@ pub struct UnknownWord {
 /// Serialise and store a type as its text form (`Display`), and read it back with `FromStr`,
 /// on both engines (a TEXT column on each).
 macro_rules! as_text {
+    // First: a `ty` fragment cannot back out, so `@on …` must not reach the rule below.
+    (@on $db:ident, $name:ty) => {
+        impl sqlx::Type<$db> for $name {
+            fn type_info() -> <$db as sqlx::Database>::TypeInfo {
+                <String as sqlx::Type<$db>>::type_info()
+            }
+            fn compatible(ty: &<$db as sqlx::Database>::TypeInfo) -> bool {
+                <String as sqlx::Type<$db>>::compatible(ty)
+            }
+        }
+
+        impl<'q> sqlx::Encode<'q, $db> for $name {
+            fn encode_by_ref(
+                &self,
+                buf: &mut <$db as sqlx::Database>::ArgumentBuffer,
+            ) -> Result<IsNull, BoxDynError> {
+                <String as sqlx::Encode<'q, $db>>::encode(self.to_string(), buf)
+            }
+        }
+
+        impl<'r> sqlx::Decode<'r, $db> for $name {
+            fn decode(value: <$db as sqlx::Database>::ValueRef<'r>) -> Result<Self, BoxDynError> {
+                let text = <&str as sqlx::Decode<'r, $db>>::decode(value)?;
+                text.parse::<$name>().map_err(Into::into)
+            }
+        }
+    };
     ($name:ty) => {
         impl Serialize for $name {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -84,55 +111,8 @@ macro_rules! as_text {
             }
         }
 
-        impl sqlx::Type<Sqlite> for $name {
-            fn type_info() -> sqlx::sqlite::SqliteTypeInfo {
-                <String as sqlx::Type<Sqlite>>::type_info()
-            }
-            fn compatible(ty: &sqlx::sqlite::SqliteTypeInfo) -> bool {
-                <String as sqlx::Type<Sqlite>>::compatible(ty)
-            }
-        }
-
-        impl<'q> sqlx::Encode<'q, Sqlite> for $name {
-            fn encode_by_ref(
-                &self,
-                buf: &mut <Sqlite as sqlx::Database>::ArgumentBuffer,
-            ) -> Result<IsNull, BoxDynError> {
-                <String as sqlx::Encode<'q, Sqlite>>::encode(self.to_string(), buf)
-            }
-        }
-
-        impl<'r> sqlx::Decode<'r, Sqlite> for $name {
-            fn decode(value: sqlx::sqlite::SqliteValueRef<'r>) -> Result<Self, BoxDynError> {
-                let text = <&str as sqlx::Decode<'r, Sqlite>>::decode(value)?;
-                text.parse::<$name>().map_err(Into::into)
-            }
-        }
-
-        impl sqlx::Type<Postgres> for $name {
-            fn type_info() -> sqlx::postgres::PgTypeInfo {
-                <String as sqlx::Type<Postgres>>::type_info()
-            }
-            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
-                <String as sqlx::Type<Postgres>>::compatible(ty)
-            }
-        }
-
-        impl<'q> sqlx::Encode<'q, Postgres> for $name {
-            fn encode_by_ref(
-                &self,
-                buf: &mut <Postgres as sqlx::Database>::ArgumentBuffer,
-            ) -> Result<IsNull, BoxDynError> {
-                <String as sqlx::Encode<'q, Postgres>>::encode(self.to_string(), buf)
-            }
-        }
-
-        impl<'r> sqlx::Decode<'r, Postgres> for $name {
-            fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, BoxDynError> {
-                let text = <&str as sqlx::Decode<'r, Postgres>>::decode(value)?;
-                text.parse::<$name>().map_err(Into::into)
-            }
-        }
+        as_text!(@on Sqlite, $name);
+        as_text!(@on Postgres, $name);
 
         impl crate::sql::Bind for $name {
             fn arg(&self) -> crate::sql::Arg {

@@ -298,12 +298,7 @@ mod tests {
             task: "say hello".into(),
             schedule: "0 8 * * *".into(),
             timezone: "UTC".into(),
-            notify: vec![],
-            profile: None,
-            origin: Origin::Cli,
-            precheck: None,
-            next_run_at: None,
-            pre_approved: vec![],
+            ..NewJob::default()
         };
         store.create_job(&new).await.unwrap().id
     }
@@ -415,23 +410,7 @@ mod tests {
             let mine = claimed_task(&a).await;
             let task = store.task(&mine).await.unwrap();
             let epoch = task.node_epoch.clone().expect("claimed under a's lease");
-            let row = |seq| {
-                crate::NewStep {
-                    step: 1,
-                    kind: crate::StepKind::Note,
-                    name: String::new(),
-                    request_tokens: 0,
-                    result_tokens: 0,
-                    arguments: None,
-                    output: Some("a note".into()),
-                    error: None,
-                    duration_ms: 0,
-                    model: None,
-                    fingerprint: None,
-                    identity: None,
-                }
-                .into_step(seq, now())
-            };
+            let row = |seq| crate::testing::note(1, "a note").into_step(seq, now());
             // Under its lease a's steps are taken.
             a.add_steps(&mine, Some(&epoch), &[row(1)]).await.unwrap();
             // b declares a dead (a stopped process): a does not know yet.

@@ -11,7 +11,7 @@
 use chrono::{DateTime, SubsecRound as _, Utc};
 use sqlx::postgres::{PgArguments, PgPool, PgRow};
 use sqlx::sqlite::{SqliteArguments, SqlitePool, SqliteRow};
-use sqlx::{Arguments as _, AssertSqlSafe, Postgres, Row as _, Sqlite};
+use sqlx::{AssertSqlSafe, Postgres, Row as _, Sqlite};
 use std::borrow::Cow;
 use std::marker::PhantomData;
 
@@ -230,8 +230,13 @@ pub(crate) fn query_scalar<T>(sql: impl Into<Cow<'static, str>>) -> QueryScalar<
 }
 
 impl Query {
-    pub(crate) fn bind(mut self, value: impl Bind) -> Query {
-        self.args.push(value.arg());
+    pub(crate) fn bind(self, value: impl Bind) -> Query {
+        self.bind_arg(value.arg())
+    }
+
+    /// A value already in its neutral form (see [`Values::push_arg`]).
+    pub(crate) fn bind_arg(mut self, value: Arg) -> Query {
+        self.args.push(value);
         self
     }
 
@@ -250,34 +255,12 @@ impl Query {
     fn on_sqlite(
         self,
     ) -> Result<sqlx::query::Query<'static, Sqlite, SqliteArguments>, sqlx::Error> {
-        let mut args = SqliteArguments::default();
-        for a in self.args {
-            match a {
-                Arg::Text(v) => args.add(v),
-                Arg::Int(v) => args.add(v),
-                Arg::Real(v) => args.add(v),
-                Arg::Bool(v) => args.add(v),
-                Arg::Time(v) => args.add(v),
-                Arg::Bytes(v) => args.add(v),
-            }
-            .map_err(sqlx::Error::Encode)?;
-        }
+        let args: SqliteArguments = arguments(self.args)?;
         Ok(sqlx::query_with(AssertSqlSafe(self.sql), args).persistent(self.persistent))
     }
 
     fn on_pg(self) -> Result<sqlx::query::Query<'static, Postgres, PgArguments>, sqlx::Error> {
-        let mut args = PgArguments::default();
-        for a in self.args {
-            match a {
-                Arg::Text(v) => args.add(v),
-                Arg::Int(v) => args.add(v),
-                Arg::Real(v) => args.add(v),
-                Arg::Bool(v) => args.add(v),
-                Arg::Time(v) => args.add(v),
-                Arg::Bytes(v) => args.add(v),
-            }
-            .map_err(sqlx::Error::Encode)?;
-        }
+        let args: PgArguments = arguments(self.args)?;
         let sql = match self.pg {
             Some(pg) => pg,
             None => Cow::Owned(numbered(&self.sql)),
@@ -341,6 +324,36 @@ impl Query {
     }
 }
 
+/// A value each engine can bind.
+trait Encodes<DB: sqlx::Database>: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB> {}
+impl<DB: sqlx::Database, T: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>> Encodes<DB> for T {}
+
+/// The bound values as one engine's arguments.
+fn arguments<A>(values: Vec<Arg>) -> Result<A, sqlx::Error>
+where
+    A: sqlx::Arguments,
+    Option<String>: Encodes<A::Database>,
+    Option<i64>: Encodes<A::Database>,
+    Option<f64>: Encodes<A::Database>,
+    Option<bool>: Encodes<A::Database>,
+    Option<DateTime<Utc>>: Encodes<A::Database>,
+    Option<Vec<u8>>: Encodes<A::Database>,
+{
+    let mut args = A::default();
+    for a in values {
+        match a {
+            Arg::Text(v) => args.add(v),
+            Arg::Int(v) => args.add(v),
+            Arg::Real(v) => args.add(v),
+            Arg::Bool(v) => args.add(v),
+            Arg::Time(v) => args.add(v),
+            Arg::Bytes(v) => args.add(v),
+        }
+        .map_err(sqlx::Error::Encode)?;
+    }
+    Ok(args)
+}
+
 fn wrap<R>(rows: Vec<R>, f: fn(R) -> DbRow) -> Vec<DbRow> {
     rows.into_iter().map(f).collect()
 }
@@ -355,6 +368,13 @@ impl<T: Record> QueryAs<T> {
     pub(crate) fn bind(self, value: impl Bind) -> Self {
         QueryAs {
             query: self.query.bind(value),
+            row: PhantomData,
+        }
+    }
+
+    pub(crate) fn bind_arg(self, value: Arg) -> Self {
+        QueryAs {
+            query: self.query.bind_arg(value),
             row: PhantomData,
         }
     }

@@ -1,5 +1,6 @@
 //! Tasks and their trace (`tasks`, `task_steps`).
 
+use super::sql::{Arg, Bind as _};
 use super::{Builder, query, query_as};
 use super::{
     FailReason, Origin, Result, StepKind, Store, StoreError, TaskState, found, limit_or, new_id,
@@ -7,6 +8,15 @@ use super::{
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+
+/// The columns a new task is inserted with, one statement for one task or for a burst, so
+/// that both write the same row.
+macro_rules! insert_tasks {
+    () => {
+        "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at, node_id, \
+         node_epoch) "
+    };
+}
 
 /// The longest task text accepted from any way in (API, CLI, a job), in characters: far more
 /// than an instruction needs, far less than would crowd the model's context.
@@ -122,29 +132,16 @@ pub struct TaskFilter {
 impl Store {
     pub async fn create_task(&self, new: &NewTask) -> Result<Task> {
         let id = new_id();
-        let created = now();
-        let (state, started) = if new.claimed {
-            (TaskState::Running, Some(created))
-        } else {
-            (TaskState::Pending, None)
-        };
+        let epoch = self.stamp();
         // The row comes back from the insert itself: one round trip, not an insert and a read.
-        let insert = query_as(concat!(
-            "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at, node_id, \
-             node_epoch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ",
+        let mut insert = query_as(concat!(
+            insert_tasks!(),
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ",
             columns!(tasks)
-        ))
-        .bind(&id)
-        .bind(state)
-        .bind(new.origin)
-        .bind(&new.parent_id)
-        .bind(&new.job_id)
-        .bind(&new.profile)
-        .bind(&new.task)
-        .bind(created)
-        .bind(started)
-        .bind(new.claimed.then(|| self.node()).flatten())
-        .bind(new.claimed.then(|| self.stamp()).flatten());
+        ));
+        for value in self.task_row(&id, new, now(), epoch.as_deref()) {
+            insert = insert.bind_arg(value);
+        }
         self.inserted(insert).await
     }
 
@@ -156,28 +153,12 @@ impl Store {
         let epoch = self.stamp();
         for chunk in new.chunks(500) {
             let at = now();
-            let mut insert = Builder::new(
-                "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at, node_id, \
-                 node_epoch) ",
-            );
+            let mut insert = Builder::new(insert_tasks!());
             let ids: Vec<String> = chunk.iter().map(|_| new_id()).collect();
             insert.push_values(chunk.iter().zip(&ids), |b, (n, id)| {
-                let (state, started) = if n.claimed {
-                    (TaskState::Running, Some(at))
-                } else {
-                    (TaskState::Pending, None)
-                };
-                b.push_bind(id)
-                    .push_bind(state)
-                    .push_bind(n.origin)
-                    .push_bind(&n.parent_id)
-                    .push_bind(&n.job_id)
-                    .push_bind(&n.profile)
-                    .push_bind(&n.task)
-                    .push_bind(at)
-                    .push_bind(started)
-                    .push_bind(n.claimed.then(|| self.node()).flatten())
-                    .push_bind(n.claimed.then_some(epoch.as_deref()).flatten());
+                for value in self.task_row(id, n, at, epoch.as_deref()) {
+                    b.push_arg(value);
+                }
             });
             insert.push(concat!(" RETURNING ", columns!(tasks)));
             // Sized by the burst, so not kept in the statement cache (see `claim_burst`).
@@ -194,6 +175,35 @@ impl Store {
             created.extend(rows);
         }
         Ok(created)
+    }
+
+    /// The values of [`insert_tasks!`] for a new task made at `at`; a task claimed as it is
+    /// made is running already, under this node's lease `epoch`.
+    fn task_row(
+        &self,
+        id: &str,
+        new: &NewTask,
+        at: DateTime<Utc>,
+        epoch: Option<&str>,
+    ) -> [Arg; 11] {
+        let (state, started) = if new.claimed {
+            (TaskState::Running, Some(at))
+        } else {
+            (TaskState::Pending, None)
+        };
+        [
+            id.arg(),
+            state.arg(),
+            new.origin.arg(),
+            new.parent_id.arg(),
+            new.job_id.arg(),
+            new.profile.arg(),
+            new.task.arg(),
+            at.arg(),
+            started.arg(),
+            new.claimed.then(|| self.node()).flatten().arg(),
+            new.claimed.then_some(epoch).flatten().arg(),
+        ]
     }
 
     pub async fn task(&self, id: &str) -> Result<Task> {

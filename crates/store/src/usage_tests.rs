@@ -122,12 +122,7 @@ on_both_engines!(
                 task: "summarise my feeds".into(),
                 schedule: "0 8 * * *".into(),
                 timezone: "America/New_York".into(),
-                notify: vec![],
-                profile: None,
-                origin: Origin::Cli,
-                precheck: None,
-                next_run_at: None,
-                pre_approved: vec![],
+                ..NewJob::default()
             })
             .await
             .expect("job");

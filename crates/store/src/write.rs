@@ -64,43 +64,36 @@ mod tests {
         store
     }
 
+    fn new_task() -> NewTask {
+        NewTask {
+            task: "t".into(),
+            profile: "fast".into(),
+            ..Default::default()
+        }
+    }
+
+    /// The failed write left no task behind.
+    async fn assert_no_task(store: &Store) {
+        let tasks = store.list_tasks(&TaskFilter::default()).await.unwrap();
+        assert!(tasks.is_empty(), "{tasks:?}");
+    }
+
     #[tokio::test]
     async fn a_task_whose_insert_fails_at_commit_is_an_error_not_a_row() {
         let store = failing_at_commit().await;
         let orphan = NewTask {
-            task: "t".into(),
-            profile: "fast".into(),
             parent_id: Some("no-such-parent".into()),
-            ..Default::default()
+            ..new_task()
         };
         let made = store.create_task(&orphan).await;
         assert!(made.is_err(), "{made:?}");
-        assert!(
-            store
-                .list_tasks(&TaskFilter::default())
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        assert_no_task(&store).await;
     }
 
     #[tokio::test]
     async fn a_trace_row_whose_insert_fails_at_commit_is_an_error() {
         let store = failing_at_commit().await;
-        let step = NewStep {
-            step: 1,
-            kind: StepKind::Note,
-            name: String::new(),
-            request_tokens: 0,
-            result_tokens: 0,
-            arguments: None,
-            output: Some("x".into()),
-            error: None,
-            duration_ms: 0,
-            model: None,
-            fingerprint: None,
-            identity: None,
-        };
+        let step = crate::testing::note(1, "x");
         let added = store.add_step("no-such-task", &step).await;
         assert!(added.is_err(), "{added:?}");
         assert!(store.steps("no-such-task").await.unwrap().is_empty());
@@ -119,29 +112,11 @@ mod tests {
         ] {
             query(sql).execute(&store).await.unwrap();
         }
-        let made = store
-            .create_task(&NewTask {
-                task: "t".into(),
-                profile: "fast".into(),
-                ..Default::default()
-            })
-            .await;
+        let made = store.create_task(&new_task()).await;
         assert!(made.is_err(), "{made:?}");
-        let many = store
-            .create_tasks(&[NewTask {
-                task: "t".into(),
-                profile: "fast".into(),
-                ..Default::default()
-            }])
-            .await;
+        let many = store.create_tasks(&[new_task()]).await;
         assert!(many.is_err(), "{many:?}");
-        assert!(
-            store
-                .list_tasks(&TaskFilter::default())
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        assert_no_task(&store).await;
     }
 
     /// A full disk fails SQLite's `COMMIT` and SQLite rolls the transaction back by itself;
