@@ -83,49 +83,52 @@ fn observations_land_in_their_series() {
     m.observe_tool_call(Some("web_fetch"), "timeout");
     m.observe_job_firing("missed", 12, None);
     let text = m.render(&Reading::default());
-    let at = |series: &str| sample(&text, series).unwrap_or_else(|| panic!("{series}:\n{text}"));
-    assert_eq!(
-        at("hermes_task_duration_seconds_count{state=\"succeeded\",origin=\"api\"}"),
-        1.0
-    );
-    assert_eq!(
-        at("hermes_task_duration_seconds_bucket{state=\"succeeded\",origin=\"api\",le=\"2.5\"}"),
-        1.0
-    );
-    assert_eq!(
-        at("hermes_task_duration_seconds_bucket{state=\"succeeded\",origin=\"api\",le=\"1\"}"),
-        0.0
-    );
-    assert_eq!(
-        at("hermes_model_call_duration_seconds_count{profile=\"default\",outcome=\"ok\"}"),
-        2.0
-    );
-    assert_eq!(
-        at("hermes_model_call_duration_seconds_count{profile=\"default\",outcome=\"error\"}"),
-        1.0
-    );
-    assert_eq!(at("hermes_tokens_in_total{profile=\"default\"}"), 200.0);
-    assert_eq!(at("hermes_tokens_out_total{profile=\"default\"}"), 10.0);
-    assert_eq!(
-        at("hermes_tool_calls_total{tool=\"web_fetch\",outcome=\"ok\"}"),
-        1.0
-    );
-    assert_eq!(
-        at("hermes_tool_calls_total{tool=\"web_fetch\",outcome=\"timeout\"}"),
-        1.0
-    );
-    assert_eq!(at("hermes_job_firings_total{outcome=\"fired\"}"), 1.0);
-    assert_eq!(at("hermes_job_firings_total{outcome=\"missed\"}"), 12.0);
-    assert_eq!(at("hermes_job_firing_lateness_seconds_count"), 1.0);
-    assert_eq!(
-        at("hermes_job_firing_lateness_seconds_bucket{le=\"0.05\"}"),
-        1.0
-    );
-    assert_eq!(at("hermes_outbox_sent_total{channel=\"email\"}"), 1.0);
-    assert_eq!(
-        at("hermes_outbox_delivery_failures_total{channel=\"email\",kind=\"retry\"}"),
-        1.0
-    );
+    for (series, want) in [
+        (
+            "hermes_task_duration_seconds_count{state=\"succeeded\",origin=\"api\"}",
+            1.0,
+        ),
+        (
+            "hermes_task_duration_seconds_bucket{state=\"succeeded\",origin=\"api\",le=\"2.5\"}",
+            1.0,
+        ),
+        (
+            "hermes_task_duration_seconds_bucket{state=\"succeeded\",origin=\"api\",le=\"1\"}",
+            0.0,
+        ),
+        (
+            "hermes_model_call_duration_seconds_count{profile=\"default\",outcome=\"ok\"}",
+            2.0,
+        ),
+        (
+            "hermes_model_call_duration_seconds_count{profile=\"default\",outcome=\"error\"}",
+            1.0,
+        ),
+        ("hermes_tokens_in_total{profile=\"default\"}", 200.0),
+        ("hermes_tokens_out_total{profile=\"default\"}", 10.0),
+        (
+            "hermes_tool_calls_total{tool=\"web_fetch\",outcome=\"ok\"}",
+            1.0,
+        ),
+        (
+            "hermes_tool_calls_total{tool=\"web_fetch\",outcome=\"timeout\"}",
+            1.0,
+        ),
+        ("hermes_job_firings_total{outcome=\"fired\"}", 1.0),
+        ("hermes_job_firings_total{outcome=\"missed\"}", 12.0),
+        ("hermes_job_firing_lateness_seconds_count", 1.0),
+        (
+            "hermes_job_firing_lateness_seconds_bucket{le=\"0.05\"}",
+            1.0,
+        ),
+        ("hermes_outbox_sent_total{channel=\"email\"}", 1.0),
+        (
+            "hermes_outbox_delivery_failures_total{channel=\"email\",kind=\"retry\"}",
+            1.0,
+        ),
+    ] {
+        assert_eq!(sample(&text, series), Some(want), "{series}:\n{text}");
+    }
 }
 
 #[test]

@@ -4,7 +4,8 @@
 
 use super::fire::Started;
 use super::{RESCAN, Scheduler, SchedulerError};
-use hermes_store::{RunOutcome, StoreError};
+use chrono::{DateTime, Utc};
+use hermes_store::{Job, RunOutcome, StoreError};
 use std::time::Duration;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
@@ -105,22 +106,20 @@ impl Scheduler {
                 Err(StoreError::NotFound { .. }) => continue,
                 Err(e) => return Err(e.into()),
             };
-            let task = match self.inner.runner.follow(&open.task_id) {
-                Ok(t) => t,
-                Err(e) => {
-                    tracing::error!(job = %job.id, task = %open.task_id, error = %e, "cannot follow a job run taken over");
-                    store.release_job_lock(&job.id, &open.task_id).await?;
-                    continue;
-                }
+            let Some(started) = self
+                .follow_held(
+                    job,
+                    open.run_id,
+                    &open.task_id,
+                    open.scheduled_at,
+                    "a job run taken over",
+                )
+                .await?
+            else {
+                continue;
             };
-            tracing::info!(job = %job.id, task = %open.task_id, run = open.run_id, from = node,
+            tracing::info!(job = %started.job.id, task = %open.task_id, run = open.run_id, from = node,
                 "job run taken over: followed to its end here");
-            let started = Started {
-                job,
-                run_id: open.run_id,
-                task,
-                scheduled_at: open.scheduled_at,
-            };
             let me = self.clone();
             self.spawn(async move { me.finish(started).await });
             taken += 1;
@@ -171,21 +170,19 @@ impl Scheduler {
             if !store.lock_job(&job.id, &task_id).await? {
                 continue;
             }
-            let task = match self.inner.runner.follow(&task_id) {
-                Ok(t) => t,
-                Err(e) => {
-                    tracing::error!(job = %job.id, task = %task_id, error = %e, "cannot follow the job's held run");
-                    store.release_job_lock(&job.id, &task_id).await?;
-                    continue;
-                }
+            let Some(started) = self
+                .follow_held(
+                    job,
+                    run.id,
+                    &task_id,
+                    run.scheduled_at,
+                    "the job's held run",
+                )
+                .await?
+            else {
+                continue;
             };
-            tracing::info!(job = %job.id, task = %task_id, "job run still waits for a person; followed");
-            let started = Started {
-                job,
-                run_id: run.id,
-                task,
-                scheduled_at: run.scheduled_at,
-            };
+            tracing::info!(job = %started.job.id, task = %task_id, "job run still waits for a person; followed");
             let me = self.clone();
             self.spawn(async move { me.finish(started).await });
         }
@@ -193,5 +190,30 @@ impl Scheduler {
             tracing::warn!(count = cleared, "cleared job run locks left by a crash");
         }
         Ok(())
+    }
+
+    /// A run whose lock this node holds, ready to be followed here. A task this node cannot
+    /// follow gives the lock back, else the job could never fire again; `None` then.
+    async fn follow_held(
+        &self,
+        job: Job,
+        run_id: i64,
+        task_id: &str,
+        scheduled_at: DateTime<Utc>,
+        what: &str,
+    ) -> Result<Option<Started>, SchedulerError> {
+        match self.inner.runner.follow(task_id) {
+            Ok(task) => Ok(Some(Started {
+                job,
+                run_id,
+                task,
+                scheduled_at,
+            })),
+            Err(e) => {
+                tracing::error!(job = %job.id, task = %task_id, error = %e, "cannot follow {what}");
+                self.inner.store.release_job_lock(&job.id, task_id).await?;
+                Ok(None)
+            }
+        }
     }
 }

@@ -19,6 +19,29 @@ async fn two_stores() -> (Store, Store) {
     )
 }
 
+/// Nodes A and B of one database, each on its own data dir. The fields drop in order: the
+/// indexes close before their dirs go.
+struct TwoNodes {
+    a: LongTerm,
+    b: LongTerm,
+    /// B's store, to reopen B on.
+    store_b: Store,
+    _dir_a: tempfile::TempDir,
+    dir_b: tempfile::TempDir,
+}
+
+async fn two_nodes() -> TwoNodes {
+    let (store_a, store_b) = two_stores().await;
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    TwoNodes {
+        a: LongTerm::open(dir_a.path(), store_a).await.unwrap(),
+        b: LongTerm::open(dir_b.path(), store_b.clone()).await.unwrap(),
+        store_b,
+        _dir_a: dir_a,
+        dir_b,
+    }
+}
+
 /// Documents in the index (recall skips a document whose fact is gone, so only this shows a
 /// stale one).
 fn documents(memory: &LongTerm) -> u64 {
@@ -46,39 +69,37 @@ async fn until(
 
 #[tokio::test]
 async fn a_fact_remembered_or_forgotten_through_one_node_is_caught_up_by_the_other() {
-    let (store_a, store_b) = two_stores().await;
-    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = LongTerm::open(dir_a.path(), store_a).await.unwrap();
-    let b = LongTerm::open(dir_b.path(), store_b).await.unwrap();
+    let n = two_nodes().await;
+    let (a, b) = (&n.a, &n.b);
 
     let (fact, _) = a
         .remember("The user's dentist is Dr. Ng", &[], "test")
         .await
         .unwrap();
     // B's index has not seen it yet.
-    assert!(ids(&b, "dentist").await.is_empty());
+    assert!(ids(b, "dentist").await.is_empty());
     assert_eq!(b.catch_up().await.unwrap(), 1);
-    assert_eq!(ids(&b, "dentist").await, vec![fact.id.clone()]);
+    assert_eq!(ids(b, "dentist").await, vec![fact.id.clone()]);
     assert_eq!(b.applied_seq(), a.applied_seq());
 
     // A new tag is a change too.
     a.remember("the user's dentist is Dr. Ng.", &["health".into()], "test")
         .await
         .unwrap();
-    assert!(ids(&b, "health").await.is_empty());
+    assert!(ids(b, "health").await.is_empty());
     assert_eq!(b.catch_up().await.unwrap(), 1);
-    assert_eq!(ids(&b, "health").await, vec![fact.id.clone()]);
-    assert_eq!(documents(&b), 1);
+    assert_eq!(ids(b, "health").await, vec![fact.id.clone()]);
+    assert_eq!(documents(b), 1);
 
     assert!(a.forget(&fact.id).await.unwrap());
     assert_eq!(
-        documents(&b),
+        documents(b),
         1,
         "B still holds the document until it catches up"
     );
     assert_eq!(b.catch_up().await.unwrap(), 1);
-    assert_eq!(documents(&b), 0);
-    assert!(ids(&b, "dentist").await.is_empty());
+    assert_eq!(documents(b), 0);
+    assert!(ids(b, "dentist").await.is_empty());
     // Nothing new: nothing applied, and no rebuild on either side.
     assert_eq!(b.catch_up().await.unwrap(), 0);
     assert_eq!((a.rebuilds(), b.rebuilds()), (1, 1), "only each first open");
@@ -86,10 +107,8 @@ async fn a_fact_remembered_or_forgotten_through_one_node_is_caught_up_by_the_oth
 
 #[tokio::test]
 async fn a_following_node_recalls_another_nodes_fact_within_two_seconds_and_stops_when_told() {
-    let (store_a, store_b) = two_stores().await;
-    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = LongTerm::open(dir_a.path(), store_a).await.unwrap();
-    let b = LongTerm::open(dir_b.path(), store_b).await.unwrap();
+    let n = two_nodes().await;
+    let (a, b) = (&n.a, &n.b);
     let stop = CancellationToken::new();
     let follower = {
         let (b, stop) = (b.clone(), stop.clone());
@@ -98,16 +117,13 @@ async fn a_following_node_recalls_another_nodes_fact_within_two_seconds_and_stop
 
     let (fact, _) = a.remember("喜欢喝乌龙茶", &[], "test").await.unwrap();
     let wanted = vec![fact.id.clone()];
-    until(
-        &b,
-        Duration::from_secs(2),
-        "B recalls A's fact",
-        async |b| ids(b, "乌龙茶").await == wanted,
-    )
+    until(b, Duration::from_secs(2), "B recalls A's fact", async |b| {
+        ids(b, "乌龙茶").await == wanted
+    })
     .await;
     assert!(a.forget(&fact.id).await.unwrap());
     until(
-        &b,
+        b,
         Duration::from_secs(2),
         "B drops A's forgotten fact",
         async |b| documents(b) == 0,
@@ -123,10 +139,8 @@ async fn a_following_node_recalls_another_nodes_fact_within_two_seconds_and_stop
 
 #[tokio::test]
 async fn a_wake_catches_up_at_once() {
-    let (store_a, store_b) = two_stores().await;
-    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = LongTerm::open(dir_a.path(), store_a).await.unwrap();
-    let b = LongTerm::open(dir_b.path(), store_b).await.unwrap();
+    let n = two_nodes().await;
+    let (a, b) = (&n.a, &n.b);
     // The loop's first look, then a long wait that only a wake cuts short.
     let stop = CancellationToken::new();
     let follower = {
@@ -138,7 +152,7 @@ async fn a_wake_catches_up_at_once() {
         .unwrap();
     b.wake();
     until(
-        &b,
+        b,
         Duration::from_secs(20),
         "B catches up when woken",
         async |b| ids(b, "Miso").await.len() == 1,
@@ -150,14 +164,12 @@ async fn a_wake_catches_up_at_once() {
 
 #[tokio::test]
 async fn a_node_reopened_after_changes_it_missed_catches_up_without_a_rebuild() {
-    let (store_a, store_b) = two_stores().await;
-    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = LongTerm::open(dir_a.path(), store_a).await.unwrap();
-    let b = LongTerm::open(dir_b.path(), store_b.clone()).await.unwrap();
+    let n = two_nodes().await;
+    let (a, store_b) = (&n.a, &n.store_b);
     let (kept, _) = a.remember("tea is oolong", &[], "test").await.unwrap();
     let (gone, _) = a.remember("coffee is black", &[], "test").await.unwrap();
-    b.catch_up().await.unwrap();
-    drop(b);
+    n.b.catch_up().await.unwrap();
+    drop(n.b);
 
     // While B is closed: a new fact, a new tag, a forgotten fact.
     let (new, _) = a
@@ -169,7 +181,9 @@ async fn a_node_reopened_after_changes_it_missed_catches_up_without_a_rebuild() 
         .unwrap();
     assert!(a.forget(&gone.id).await.unwrap());
 
-    let b = LongTerm::open(dir_b.path(), store_b.clone()).await.unwrap();
+    let b = LongTerm::open(n.dir_b.path(), store_b.clone())
+        .await
+        .unwrap();
     assert_eq!(b.rebuilds(), 0, "caught up from the changes, not rebuilt");
     assert_eq!(b.applied_seq(), store_b.fact_change_seq().await.unwrap());
     assert_eq!(documents(&b), 2);
@@ -187,7 +201,9 @@ async fn a_node_reopened_after_changes_it_missed_catches_up_without_a_rebuild() 
         .unwrap();
     let future = hermes_store::now() + chrono::Duration::days(1);
     assert!(store_b.prune_fact_changes(future).await.unwrap() > 0);
-    let b = LongTerm::open(dir_b.path(), store_b).await.unwrap();
+    let b = LongTerm::open(n.dir_b.path(), store_b.clone())
+        .await
+        .unwrap();
     assert_eq!(b.rebuilds(), 1);
     assert_eq!(documents(&b), 4);
     assert_eq!(ids(&b, "Rex").await.len(), 1);
