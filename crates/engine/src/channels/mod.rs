@@ -11,10 +11,15 @@
 pub mod matrix;
 pub mod telegram;
 
-use hermes_store::util::Backoff;
+use crate::inbox::Inbox;
+use crate::metrics::Metrics;
+use crate::notify::ChatSend;
+use hermes_store::util::{Backoff, lock};
 use hermes_store::{Channel, Store, StoreError};
 use std::convert::Infallible;
 use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -71,6 +76,170 @@ pub(crate) fn compose(title: &str, body: &str) -> String {
     }
 }
 
+/// What every chat channel's status has, whatever its protocol adds to it.
+pub(crate) trait Health: Clone {
+    /// Nothing configured, nothing counted.
+    fn off() -> Self;
+    /// Say how the connection is doing, and why it is not `ok` (never a secret).
+    fn set_state(&mut self, state: State, error: Option<String>);
+}
+
+/// A channel's status: written by its intake loop and its sender, read through its handle.
+pub(crate) struct StatusCell<S>(Mutex<S>);
+
+// A build without any chat channel never makes one.
+#[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
+impl<S: Health> StatusCell<S> {
+    /// Configured, not connected yet.
+    pub(crate) fn starting() -> StatusCell<S> {
+        let mut status = S::off();
+        status.set_state(State::Starting, None);
+        StatusCell(Mutex::new(status))
+    }
+
+    pub(crate) fn get(&self) -> S {
+        lock(&self.0).clone()
+    }
+
+    pub(crate) fn update(&self, f: impl FnOnce(&mut S)) {
+        f(&mut lock(&self.0));
+    }
+
+    pub(crate) fn set_down(&self, error: String) {
+        self.update(|s| s.set_state(State::Down, Some(error)));
+    }
+}
+
+/// A configured chat channel's protocol, as its handle drives it.
+pub(crate) trait Protocol: Send + Sync + Sized + 'static {
+    type Status: Health;
+    fn status(&self) -> &StatusCell<Self::Status>;
+    /// The outbox's way to send through the channel.
+    fn sender(self: Arc<Self>) -> Arc<dyn ChatSend>;
+    /// The intake loop: connect, hand messages to `inbox`, until `stop`.
+    fn intake(
+        self: Arc<Self>,
+        inbox: Inbox,
+        metrics: Metrics,
+        stop: CancellationToken,
+    ) -> impl Future<Output = ()> + Send + 'static;
+    /// Forget the connection the outbox sends with: the channel is stopping.
+    fn disconnect(&self);
+}
+
+/// The protocol of a channel built without its cargo feature: none can exist, so the
+/// channel's handle is always off.
+// With every channel built, no protocol is absent.
+#[cfg_attr(all(feature = "matrix", feature = "telegram"), allow(dead_code))]
+pub(crate) struct Absent<S>(Infallible, PhantomData<fn() -> S>);
+
+impl<S: Health + 'static> Protocol for Absent<S> {
+    type Status = S;
+
+    fn status(&self) -> &StatusCell<S> {
+        match self.0 {}
+    }
+
+    fn sender(self: Arc<Self>) -> Arc<dyn ChatSend> {
+        match self.0 {}
+    }
+
+    async fn intake(self: Arc<Self>, _inbox: Inbox, _metrics: Metrics, _stop: CancellationToken) {
+        match self.0 {}
+    }
+
+    fn disconnect(&self) {
+        match self.0 {}
+    }
+}
+
+/// A chat channel's handle, cheap to clone: off, or its configured protocol's state, shared
+/// with the intake loop and the outbox's sender.
+pub(crate) struct Handle<P> {
+    /// The channel's name, for the log.
+    name: &'static str,
+    protocol: Option<Arc<P>>,
+}
+
+impl<P> Clone for Handle<P> {
+    fn clone(&self) -> Self {
+        Handle {
+            name: self.name,
+            protocol: self.protocol.clone(),
+        }
+    }
+}
+
+impl<P: Protocol> Handle<P> {
+    pub(crate) fn off(name: &'static str) -> Handle<P> {
+        Handle {
+            name,
+            protocol: None,
+        }
+    }
+
+    // A build without any chat channel never makes one.
+    #[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
+    pub(crate) fn on(name: &'static str, protocol: P) -> Handle<P> {
+        Handle {
+            name,
+            protocol: Some(Arc::new(protocol)),
+        }
+    }
+
+    pub(crate) fn is_on(&self) -> bool {
+        self.protocol.is_some()
+    }
+
+    pub(crate) fn status(&self) -> P::Status {
+        self.protocol
+            .as_ref()
+            .map_or_else(P::Status::off, |p| p.status().get())
+    }
+
+    pub(crate) fn sender(&self) -> Option<Arc<dyn ChatSend>> {
+        self.protocol.clone().map(Protocol::sender)
+    }
+
+    pub(crate) fn start(&self, inbox: Inbox, metrics: Metrics) -> Running {
+        let Some(protocol) = &self.protocol else {
+            return Running {
+                intake: Intake::none(self.name),
+                disconnect: None,
+            };
+        };
+        let looped = protocol.clone();
+        let kept = protocol.clone();
+        Running {
+            intake: Intake::spawn(self.name, |stop| looped.intake(inbox, metrics, stop)),
+            disconnect: Some(Box::new(move || kept.disconnect())),
+        }
+    }
+}
+
+/// A chat channel's running intake loop, and the connection the outbox sends with.
+pub struct Running {
+    intake: Intake,
+    /// Forgets that connection (none when the channel is off).
+    disconnect: Option<Box<dyn FnOnce() + Send + Sync>>,
+}
+
+impl Running {
+    /// Read no more messages (bounded): the daemon is shutting down. What was recorded stays;
+    /// the connection stays, so answers of tasks that end in the grace still go out.
+    pub async fn stop_intake(&mut self) {
+        self.intake.stop().await;
+    }
+
+    /// Stop everything: after the outbox's last pass, the connection goes too.
+    pub async fn stop(mut self) {
+        self.stop_intake().await;
+        if let Some(disconnect) = self.disconnect.take() {
+            disconnect();
+        }
+    }
+}
+
 /// A channel's intake loop, running in the background until [`Intake::stop`].
 pub(crate) struct Intake {
     task: Option<(CancellationToken, JoinHandle<()>)>,
@@ -85,7 +254,6 @@ impl Intake {
     }
 
     /// Run `body` (given the token that stops it) in the background.
-    #[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
     pub(crate) fn spawn<F>(name: &'static str, body: impl FnOnce(CancellationToken) -> F) -> Intake
     where
         F: Future<Output = ()> + Send + 'static,
@@ -110,21 +278,27 @@ impl Intake {
 }
 
 /// Wait until this node holds `channel`: at once alone; with other daemons on the same
-/// database, when no other live one does. `standing_by` is told once, when another holds it.
+/// database, when no other live one does. Meanwhile `status` says it stands by.
 #[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
-pub(crate) async fn hold(
+pub(crate) async fn hold<S: Health>(
     store: &Store,
     channel: Channel,
-    standing_by: impl FnOnce(),
+    status: &StatusCell<S>,
 ) -> Result<(), StoreError> {
-    let mut standing_by = Some(standing_by);
+    let mut told = false;
     while !store.hold_channel(channel).await? {
-        if let Some(tell) = standing_by.take() {
+        if !told {
             tracing::info!(
                 %channel,
                 "another daemon on this database reads this channel; this one takes over if that one stops"
             );
-            tell();
+            status.update(|s| {
+                s.set_state(
+                    State::Starting,
+                    Some("standing by: another daemon on this database reads the channel".into()),
+                )
+            });
+            told = true;
         }
         tokio::time::sleep(STANDBY_POLL).await;
     }

@@ -41,7 +41,10 @@ pub use absent::probe;
 #[cfg(feature = "matrix")]
 pub use probe::probe;
 
-use super::Intake;
+#[cfg(feature = "matrix")]
+use super::StatusCell;
+use super::{Handle, Health};
+pub use super::{Running, State};
 #[cfg(feature = "matrix")]
 use crate::inbox::ChatMessage;
 use crate::inbox::Inbox;
@@ -57,8 +60,6 @@ use std::path::Path;
 #[cfg(feature = "matrix")]
 use std::path::PathBuf;
 use std::sync::Arc;
-#[cfg(feature = "matrix")]
-use std::sync::Mutex;
 
 /// The channel's name in the log.
 const NAME: &str = "matrix";
@@ -94,10 +95,8 @@ pub struct Status {
     pub messages_out: u64,
 }
 
-pub use super::State;
-
-impl Status {
-    pub(crate) fn off() -> Status {
+impl Health for Status {
+    fn off() -> Status {
         Status {
             state: State::Off,
             error: None,
@@ -109,6 +108,13 @@ impl Status {
         }
     }
 
+    fn set_state(&mut self, state: State, error: Option<String>) {
+        self.state = state;
+        self.error = error;
+    }
+}
+
+impl Status {
     /// Whether `/healthz` should say `degraded`: the channel is down, or messages fail to
     /// decrypt.
     pub fn degraded(&self) -> bool {
@@ -119,9 +125,7 @@ impl Status {
 /// The Matrix channel: a cheap-to-clone handle. Built for every app; does nothing unless
 /// `channels.matrix` is configured and [`Matrix::start`] is called (by the daemon).
 #[derive(Clone)]
-pub struct Matrix {
-    inner: Option<Arc<Inner>>,
-}
+pub struct Matrix(Handle<Inner>);
 
 #[cfg(feature = "matrix")]
 pub(crate) struct Inner {
@@ -131,19 +135,11 @@ pub(crate) struct Inner {
     store: Store,
     /// The logged-in client, once there is one; senders wait for it.
     client: tokio::sync::watch::Sender<Option<Client>>,
-    status: Mutex<Status>,
+    status: StatusCell<Status>,
     /// Held while a direct room is looked up or created, so two notices never make two; the
     /// rooms created since the start, by user, because the SDK learns a new room is direct
     /// only from a later sync.
     dm: tokio::sync::Mutex<std::collections::HashMap<String, matrix_sdk::ruma::OwnedRoomId>>,
-}
-
-/// The running sync loop, and the client the outbox sends with.
-pub struct Running {
-    intake: Intake,
-    // Read only to log the client out at the stop; a build without the SDK has none.
-    #[cfg_attr(not(feature = "matrix"), allow(dead_code))]
-    inner: Option<Arc<Inner>>,
 }
 
 impl Matrix {
@@ -155,18 +151,17 @@ impl Matrix {
             return Matrix::off();
         };
         let (client, _) = tokio::sync::watch::channel(None);
-        let mut status = Status::off();
-        status.state = State::Starting;
-        Matrix {
-            inner: Some(Arc::new(Inner {
+        Matrix(Handle::on(
+            NAME,
+            Inner {
                 settings: m,
                 dir: data_dir.join("matrix"),
                 store,
                 client,
-                status: Mutex::new(status),
+                status: StatusCell::starting(),
                 dm: tokio::sync::Mutex::new(std::collections::HashMap::new()),
-            })),
-        }
+            },
+        ))
     }
 
     /// Without the `matrix` feature the channel is always off (`config check` refuses
@@ -177,87 +172,58 @@ impl Matrix {
     }
 
     pub fn off() -> Matrix {
-        Matrix { inner: None }
+        Matrix(Handle::off(NAME))
     }
 
     pub fn is_on(&self) -> bool {
-        self.inner.is_some()
+        self.0.is_on()
     }
 
     pub fn status(&self) -> Status {
-        match &self.inner {
-            #[cfg(feature = "matrix")]
-            Some(i) => hermes_store::util::lock(&i.status).clone(),
-            #[cfg(not(feature = "matrix"))]
-            Some(i) => match **i {},
-            None => Status::off(),
-        }
+        self.0.status()
     }
 
     /// The outbox's way to send through this account (None when off).
     pub fn sender(&self) -> Option<Arc<dyn ChatSend>> {
-        let inner = self.inner.clone()?;
-        #[cfg(feature = "matrix")]
-        return Some(Arc::new(send::Sender(inner)));
-        #[cfg(not(feature = "matrix"))]
-        match *inner {}
+        self.0.sender()
     }
 
     /// Log in (or restore the session) and sync in the background, handing messages to
-    /// `inbox`. Without `channels.matrix`, nothing.
+    /// `inbox`. Without `channels.matrix`, nothing. Stopped, the client goes after the
+    /// outbox's last pass.
     pub fn start(&self, inbox: Inbox, metrics: crate::metrics::Metrics) -> Running {
-        let Some(inner) = &self.inner else {
-            return Running {
-                intake: Intake::none(NAME),
-                inner: None,
-            };
-        };
-        #[cfg(not(feature = "matrix"))]
-        {
-            let _ = (inbox, metrics);
-            match **inner {}
-        }
-        #[cfg(feature = "matrix")]
-        {
-            let synced = inner.clone();
-            Running {
-                intake: Intake::spawn(NAME, |stop| sync::run(synced, inbox, metrics, stop)),
-                inner: Some(inner.clone()),
-            }
-        }
+        self.0.start(inbox, metrics)
     }
 }
 
-impl Running {
-    /// Read no more messages (bounded): the daemon is shutting down. What was recorded stays;
-    /// the client stays logged in, so answers of tasks that end in the grace still go out.
-    pub async fn stop_intake(&mut self) {
-        self.intake.stop().await;
+#[cfg(feature = "matrix")]
+impl super::Protocol for Inner {
+    type Status = Status;
+
+    fn status(&self) -> &StatusCell<Status> {
+        &self.status
     }
 
-    /// Stop everything: after the outbox's last pass, the client goes too.
-    pub async fn stop(mut self) {
-        self.stop_intake().await;
-        #[cfg(feature = "matrix")]
-        if let Some(inner) = self.inner.take() {
-            inner.client.send_replace(None);
-        }
+    fn sender(self: Arc<Self>) -> Arc<dyn ChatSend> {
+        Arc::new(send::Sender(self))
+    }
+
+    fn intake(
+        self: Arc<Self>,
+        inbox: Inbox,
+        metrics: crate::metrics::Metrics,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        sync::run(self, inbox, metrics, stop)
+    }
+
+    fn disconnect(&self) {
+        self.client.send_replace(None);
     }
 }
 
 #[cfg(feature = "matrix")]
 impl Inner {
-    fn update(&self, f: impl FnOnce(&mut Status)) {
-        f(&mut hermes_store::util::lock(&self.status));
-    }
-
-    fn set_down(&self, error: String) {
-        self.update(|s| {
-            s.state = State::Down;
-            s.error = Some(error);
-        });
-    }
-
     /// The client, if logged in now.
     fn client(&self) -> Option<Client> {
         self.client.borrow().clone()
@@ -266,7 +232,7 @@ impl Inner {
     /// Count one message taken in; an encrypted one says whether decryption works now.
     fn took_in(&self, m: &ChatMessage, encrypted: bool) {
         let failed = matches!(m.kind, crate::inbox::ChatKind::Undecryptable(_));
-        self.update(|s| {
+        self.status.update(|s| {
             s.messages_in += 1;
             if failed {
                 s.undecryptable += 1;

@@ -85,7 +85,7 @@ impl Inner {
                 first = Some(sent.response.event_id.to_string());
             }
         }
-        self.update(|s| s.messages_out += 1);
+        self.status.update(|s| s.messages_out += 1);
         first.ok_or_else(|| SendError::Permanent("the notice is empty".into()))
     }
 

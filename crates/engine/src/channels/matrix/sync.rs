@@ -72,7 +72,7 @@ pub(super) async fn run(
     crate::channels::keep_connected(&stop, connect, |e, failures| {
         let error = e.to_string();
         tracing::warn!(error = %error, retry = failures + 1, "Matrix channel down; connecting again");
-        inner.set_down(error);
+        inner.status.set_down(error);
         inner.client.send_replace(None);
         // A setting that is wrong will not fix itself: wait long before trying again.
         Some(match e {
@@ -84,25 +84,13 @@ pub(super) async fn run(
     tracing::info!("Matrix channel stopped reading");
 }
 
-/// Wait until this node holds the channel (see [`crate::channels::hold`]).
-async fn hold(inner: &Inner) -> Result<(), Ended> {
-    crate::channels::hold(&inner.store, Channel::Matrix, || {
-        inner.update(|s| {
-            s.state = State::Starting;
-            s.error = Some("standing by: another daemon on this database reads the channel".into());
-        })
-    })
-    .await?;
-    Ok(())
-}
-
 /// One connection: hold the channel, log in, then sync until something fails.
 async fn connection(
     inner: &Inner,
     inbox: &Inbox,
     metrics: &crate::metrics::Metrics,
 ) -> Result<std::convert::Infallible, Ended> {
-    hold(inner).await?;
+    crate::channels::hold(&inner.store, Channel::Matrix, &inner.status).await?;
     let client = session::connect(&inner.settings, &inner.dir).await?;
     recover(&client, &inner.settings).await;
     let device = client.device_id().map(|d| d.to_string());
@@ -128,7 +116,7 @@ async fn connection(
         if !inner.store.hold_channel(Channel::Matrix).await? {
             return Err(Ended::Elsewhere);
         }
-        inner.update(|s| {
+        inner.status.update(|s| {
             s.state = State::Ok;
             s.error = None;
             s.device = device.clone();

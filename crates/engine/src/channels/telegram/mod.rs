@@ -47,8 +47,10 @@ pub use absent::probe;
 #[cfg(feature = "telegram")]
 pub use probe::probe;
 
-use super::Intake;
-pub use super::State;
+#[cfg(feature = "telegram")]
+use super::StatusCell;
+use super::{Handle, Health};
+pub use super::{Running, State};
 use crate::inbox::Inbox;
 use crate::notify::ChatSend;
 use hermes_config::Settings;
@@ -57,8 +59,6 @@ use hermes_config::TelegramSettings;
 use hermes_store::Store;
 use serde::Serialize;
 use std::sync::Arc;
-#[cfg(feature = "telegram")]
-use std::sync::Mutex;
 
 /// The channel's name in the log.
 const NAME: &str = "telegram";
@@ -82,8 +82,8 @@ pub struct Status {
     pub messages_out: u64,
 }
 
-impl Status {
-    pub(crate) fn off() -> Status {
+impl Health for Status {
+    fn off() -> Status {
         Status {
             state: State::Off,
             error: None,
@@ -94,6 +94,13 @@ impl Status {
         }
     }
 
+    fn set_state(&mut self, state: State, error: Option<String>) {
+        self.state = state;
+        self.error = error;
+    }
+}
+
+impl Status {
     /// Whether `/healthz` should say `degraded`: the channel is down.
     pub fn degraded(&self) -> bool {
         self.state == State::Down
@@ -103,9 +110,7 @@ impl Status {
 /// The Telegram channel: a cheap-to-clone handle. Built for every app; does nothing unless
 /// `channels.telegram` is configured and [`Telegram::start`] is called (by the daemon).
 #[derive(Clone)]
-pub struct Telegram {
-    inner: Option<Arc<Inner>>,
-}
+pub struct Telegram(Handle<Inner>);
 
 #[cfg(feature = "telegram")]
 pub(crate) struct Inner {
@@ -114,17 +119,9 @@ pub(crate) struct Inner {
     /// The bot once the Bot API accepted its token on this daemon (the node that polls); the
     /// outbox's lanes wait for it.
     bot: tokio::sync::watch::Sender<Option<client::Bot>>,
-    status: Mutex<Status>,
+    status: StatusCell<Status>,
     /// When each chat may be written to next: Telegram's per-chat rates (see `send`).
     pace: tokio::sync::Mutex<std::collections::HashMap<i64, tokio::time::Instant>>,
-}
-
-/// The running polling loop.
-pub struct Running {
-    intake: Intake,
-    // Read only to forget the bot at the stop; a build without the channel has none.
-    #[cfg_attr(not(feature = "telegram"), allow(dead_code))]
-    inner: Option<Arc<Inner>>,
 }
 
 impl Telegram {
@@ -135,17 +132,16 @@ impl Telegram {
             return Telegram::off();
         };
         let (bot, _) = tokio::sync::watch::channel(None);
-        let mut status = Status::off();
-        status.state = State::Starting;
-        Telegram {
-            inner: Some(Arc::new(Inner {
+        Telegram(Handle::on(
+            NAME,
+            Inner {
                 settings: t,
                 store,
                 bot,
-                status: Mutex::new(status),
+                status: StatusCell::starting(),
                 pace: tokio::sync::Mutex::new(std::collections::HashMap::new()),
-            })),
-        }
+            },
+        ))
     }
 
     /// Without the `telegram` feature the channel is always off (`config check` refuses
@@ -156,87 +152,57 @@ impl Telegram {
     }
 
     pub fn off() -> Telegram {
-        Telegram { inner: None }
+        Telegram(Handle::off(NAME))
     }
 
     pub fn is_on(&self) -> bool {
-        self.inner.is_some()
+        self.0.is_on()
     }
 
     pub fn status(&self) -> Status {
-        match &self.inner {
-            #[cfg(feature = "telegram")]
-            Some(i) => hermes_store::util::lock(&i.status).clone(),
-            #[cfg(not(feature = "telegram"))]
-            Some(i) => match **i {},
-            None => Status::off(),
-        }
+        self.0.status()
     }
 
     /// The outbox's way to send through this bot (None when off).
     pub fn sender(&self) -> Option<Arc<dyn ChatSend>> {
-        let inner = self.inner.clone()?;
-        #[cfg(feature = "telegram")]
-        return Some(Arc::new(send::Sender(inner)));
-        #[cfg(not(feature = "telegram"))]
-        match *inner {}
+        self.0.sender()
     }
 
     /// Poll the Bot API in the background, handing messages to `inbox`. Without
-    /// `channels.telegram`, nothing.
+    /// `channels.telegram`, nothing. Stopped, the bot goes after the outbox's last pass.
     pub fn start(&self, inbox: Inbox, metrics: crate::metrics::Metrics) -> Running {
-        let Some(inner) = &self.inner else {
-            return Running {
-                intake: Intake::none(NAME),
-                inner: None,
-            };
-        };
-        #[cfg(not(feature = "telegram"))]
-        {
-            let _ = (inbox, metrics);
-            match **inner {}
-        }
-        #[cfg(feature = "telegram")]
-        {
-            let polled = inner.clone();
-            Running {
-                intake: Intake::spawn(NAME, |stop| poll::run(polled, inbox, metrics, stop)),
-                inner: Some(inner.clone()),
-            }
-        }
+        self.0.start(inbox, metrics)
     }
 }
 
-impl Running {
-    /// Read no more updates (bounded): the daemon is shutting down. The bot stays, so answers
-    /// of tasks that end in the grace still go out.
-    pub async fn stop_intake(&mut self) {
-        self.intake.stop().await;
+#[cfg(feature = "telegram")]
+impl super::Protocol for Inner {
+    type Status = Status;
+
+    fn status(&self) -> &StatusCell<Status> {
+        &self.status
     }
 
-    /// Stop everything: after the outbox's last pass, the bot goes too.
-    pub async fn stop(mut self) {
-        self.stop_intake().await;
-        #[cfg(feature = "telegram")]
-        if let Some(inner) = self.inner.take() {
-            inner.bot.send_replace(None);
-        }
+    fn sender(self: Arc<Self>) -> Arc<dyn ChatSend> {
+        Arc::new(send::Sender(self))
+    }
+
+    fn intake(
+        self: Arc<Self>,
+        inbox: Inbox,
+        metrics: crate::metrics::Metrics,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        poll::run(self, inbox, metrics, stop)
+    }
+
+    fn disconnect(&self) {
+        self.bot.send_replace(None);
     }
 }
 
 #[cfg(feature = "telegram")]
 impl Inner {
-    fn update(&self, f: impl FnOnce(&mut Status)) {
-        f(&mut hermes_store::util::lock(&self.status));
-    }
-
-    fn set_down(&self, error: String) {
-        self.update(|s| {
-            s.state = State::Down;
-            s.error = Some(error);
-        });
-    }
-
     /// The bot, if connected on this daemon now.
     fn bot(&self) -> Option<client::Bot> {
         self.bot.borrow().clone()
@@ -245,7 +211,7 @@ impl Inner {
     /// The token was refused: stop using it (the loop ends, the lanes wait) and say so.
     fn revoked(&self) {
         self.bot.send_replace(None);
-        self.update(|s| {
+        self.status.update(|s| {
             s.state = State::Down;
             s.revoked = true;
             s.error = Some(client::REVOKED.to_string());

@@ -61,7 +61,7 @@ pub(super) async fn run(
         }
         let error = e.to_string();
         tracing::warn!(error = %error, retry = failures + 1, "Telegram channel down; connecting again");
-        inner.set_down(error);
+        inner.status.set_down(error);
         Some(match e {
             Ended::Api(Failure::RetryAfter(d)) => *d,
             Ended::BadOffset(..) | Ended::Api(Failure::Refused(_)) => RECONNECT.delay(u32::MAX),
@@ -72,25 +72,13 @@ pub(super) async fn run(
     tracing::info!("Telegram channel stopped reading");
 }
 
-/// Wait until this node holds the channel (see [`crate::channels::hold`]).
-async fn hold(inner: &Inner) -> Result<(), Ended> {
-    crate::channels::hold(&inner.store, Channel::Telegram, || {
-        inner.update(|s| {
-            s.state = State::Starting;
-            s.error = Some("standing by: another daemon on this database reads the channel".into());
-        })
-    })
-    .await?;
-    Ok(())
-}
-
 /// One connection: hold the channel, learn the bot's name, then poll until something fails.
 async fn connection(
     inner: &Inner,
     inbox: &Inbox,
     metrics: &crate::metrics::Metrics,
 ) -> Result<std::convert::Infallible, Ended> {
-    hold(inner).await?;
+    crate::channels::hold(&inner.store, Channel::Telegram, &inner.status).await?;
     let bot = client::bot(&inner.settings)?;
     let me = bot.get_me().await.map_err(Failure::from)?;
     let username = me.username().to_string();
@@ -106,7 +94,7 @@ async fn connection(
         None => skip_backlog(inner, &bot, &key).await?,
     };
     inner.bot.send_replace(Some(bot.clone()));
-    inner.update(|s| {
+    inner.status.update(|s| {
         s.state = State::Ok;
         s.error = None;
         s.bot = Some(format!("@{username}"));
@@ -123,7 +111,7 @@ async fn connection(
         if !inner.store.hold_channel(Channel::Telegram).await? {
             return Err(Ended::Elsewhere);
         }
-        inner.update(|s| {
+        inner.status.update(|s| {
             s.state = State::Ok;
             s.error = None;
         });
@@ -182,7 +170,7 @@ async fn take_in(
         Read::Message(m) => {
             let new = inbox.take_in_chat_at(&m, key, &position).await?;
             if new {
-                inner.update(|s| s.messages_in += 1);
+                inner.status.update(|s| s.messages_in += 1);
             }
             Ok(new)
         }
@@ -194,7 +182,7 @@ async fn take_in(
         } => {
             let new = inbox.take_in_chat_at(&message, key, &position).await?;
             if new {
-                inner.update(|s| s.messages_in += 1);
+                inner.status.update(|s| s.messages_in += 1);
             }
             // A stranger's press is recorded and left unanswered, and the buttons stay for
             // the people who may answer. A press replayed after a crash is answered again:

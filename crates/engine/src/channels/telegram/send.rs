@@ -119,7 +119,7 @@ impl Inner {
                 .map_err(|e| SendError::Transient(format!("sent, but cannot record it: {e}")))?;
             first.get_or_insert(remote);
         }
-        self.update(|s| s.messages_out += 1);
+        self.status.update(|s| s.messages_out += 1);
         first.ok_or_else(|| SendError::Permanent("the notice is empty".into()))
     }
 
