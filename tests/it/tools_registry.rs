@@ -1142,7 +1142,7 @@ fn load_error(file: &str, text: &str, env: &HashMap<String, String>) -> String {
     write(dir.path(), file, text);
     match manifest::load_dir(dir.path(), env) {
         Ok(_) => panic!("{file} should not load"),
-        Err(e @ ManifestError::Invalid { .. }) => e.to_string(),
+        Err(e @ ManifestError::Invalid(_)) => e.to_string(),
         Err(other) => panic!("unexpected error kind: {other}"),
     }
 }

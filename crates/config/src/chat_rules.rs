@@ -265,17 +265,19 @@ mod tests {
         for (extra, key) in refused {
             let text = format!("{base}{extra}");
             match parse(&text, Path::new("s.yaml"), &env(&[])) {
-                Err(ConfigError::Invalid { key: Some(k), .. }) => assert_eq!(k, key, "{extra}"),
+                Err(ConfigError::Invalid(crate::InvalidAt { key: Some(k), .. })) => {
+                    assert_eq!(k, key, "{extra}")
+                }
                 other => panic!("{extra}: {other:?}"),
             }
         }
         let bad_token = "channels:\n  telegram:\n    bot_token: \"123:short\"\n";
         match parse(bad_token, Path::new("s.yaml"), &env(&[])) {
-            Err(ConfigError::Invalid {
+            Err(ConfigError::Invalid(crate::InvalidAt {
                 key: Some(k),
                 message,
                 ..
-            }) => {
+            })) => {
                 assert_eq!(k, "channels.telegram.bot_token");
                 assert!(!message.contains("short"), "the token is echoed: {message}");
             }
@@ -289,7 +291,7 @@ mod tests {
         let clash =
             format!("{base}notify:\n  webhooks:\n    telegram: {{url: \"https://h.example/x\"}}\n");
         match parse(&clash, Path::new("s.yaml"), &env(&[])) {
-            Err(ConfigError::Invalid { key: Some(k), .. }) => {
+            Err(ConfigError::Invalid(crate::InvalidAt { key: Some(k), .. })) => {
                 assert_eq!(k, "notify.webhooks.telegram")
             }
             other => panic!("{other:?}"),

@@ -68,13 +68,8 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{}:{}: {}{message}", path.display(), line.map(|l| l.to_string()).unwrap_or_else(|| "?".into()), key.as_deref().map(|k| format!("{k}: ")).unwrap_or_default())]
-    Invalid {
-        path: PathBuf,
-        line: Option<u64>,
-        key: Option<String>,
-        message: String,
-    },
+    #[error(transparent)]
+    Invalid(InvalidAt),
     #[error(
         "no usable data directory: set storage.data_dir in the config, pass --data-dir, or set HERMES_DATA_DIR"
     )]
@@ -248,12 +243,7 @@ pub fn parse(
         // An empty file (or one holding only comments) means "all defaults".
         Ok(s) => s.unwrap_or_default(),
         Err(e) => {
-            return Err(ConfigError::Invalid {
-                path: path.to_path_buf(),
-                line: e.line,
-                key: e.key,
-                message: e.message,
-            });
+            return Err(ConfigError::Invalid(e.at(path)));
         }
     };
     let settings = expand_quoted(settings, env).and_then(|s| s.validate().map(|()| s));
@@ -261,15 +251,28 @@ pub fn parse(
         Ok(s) => s,
         Err(v) => {
             let keys: Vec<&str> = v.key.split('.').collect();
-            return Err(ConfigError::Invalid {
+            return Err(ConfigError::Invalid(InvalidAt {
                 path: path.to_path_buf(),
                 line: locate::line_of_key(text, &keys),
                 key: (!v.key.is_empty()).then_some(v.key),
                 message: v.message,
-            });
+            }));
         }
     };
     Ok(settings)
+}
+
+/// What is wrong at a place of a YAML file a person wrote — the settings, a tool manifest, a
+/// regression case — said the same way for all three: `file:line: key: message` (`?` for a
+/// line not known).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}:{}: {}{message}", path.display(), line.map(|l| l.to_string()).unwrap_or_else(|| "?".into()), key.as_deref().map(|k| format!("{k}: ")).unwrap_or_default())]
+pub struct InvalidAt {
+    pub path: PathBuf,
+    pub line: Option<u64>,
+    /// The key or field path (`a.b[0].c`), when known.
+    pub key: Option<String>,
+    pub message: String,
 }
 
 /// Why YAML text did not read as the type asked for, in the user's terms.
@@ -278,6 +281,18 @@ pub struct YamlError {
     /// The failing field's path (`a.b[0].c`), when serde got that far.
     pub key: Option<String>,
     pub message: String,
+}
+
+impl YamlError {
+    /// This error, at `path`.
+    pub fn at(self, path: &Path) -> InvalidAt {
+        InvalidAt {
+            path: path.to_path_buf(),
+            line: self.line,
+            key: self.key,
+            message: self.message,
+        }
+    }
 }
 
 /// YAML text as `T`, with `${VAR}` expanded from `env` in plain scalars. Settings files and

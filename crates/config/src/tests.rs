@@ -10,9 +10,9 @@ pub(super) fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
 
 fn parse_err(text: &str) -> (Option<u64>, Option<String>, String) {
     match parse(text, Path::new("s.yaml"), &env(&[])) {
-        Err(ConfigError::Invalid {
+        Err(ConfigError::Invalid(InvalidAt {
             line, key, message, ..
-        }) => (line, key, message),
+        })) => (line, key, message),
         other => panic!("expected an invalid-config error, got {other:?}"),
     }
 }
@@ -545,7 +545,9 @@ fn matrix_settings_that_cannot_work_are_refused_with_their_key() {
     for (extra, key) in refused {
         let text = format!("{base}{extra}");
         match parse(&text, Path::new("s.yaml"), &env(&[])) {
-            Err(ConfigError::Invalid { key: Some(k), .. }) => assert_eq!(k, key, "{extra}"),
+            Err(ConfigError::Invalid(InvalidAt { key: Some(k), .. })) => {
+                assert_eq!(k, key, "{extra}")
+            }
             other => panic!("{extra}: {other:?}"),
         }
     }
@@ -582,11 +584,11 @@ fn channels_matrix_is_refused_only_by_a_build_without_the_channel() {
         return;
     }
     match got {
-        Err(ConfigError::Invalid {
+        Err(ConfigError::Invalid(InvalidAt {
             key: Some(k),
             message,
             ..
-        }) => {
+        })) => {
             assert_eq!(k, "channels.matrix");
             assert!(message.contains("--features matrix"), "{message}");
         }

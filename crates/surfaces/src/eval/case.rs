@@ -4,6 +4,7 @@
 //!
 //! Owns: the case format, its checks, and filling `{page_url}`. Must not: run anything.
 
+use hermes_config::InvalidAt;
 use hermes_store::TaskState;
 use serde::Deserialize;
 use serde_json::Value;
@@ -93,13 +94,8 @@ pub enum CaseError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{}:{}: {}{message}", path.display(), line.map(|l| l.to_string()).unwrap_or_else(|| "?".into()), field.as_deref().map(|k| format!("{k}: ")).unwrap_or_default())]
-    Invalid {
-        path: PathBuf,
-        line: Option<u64>,
-        field: Option<String>,
-        message: String,
-    },
+    #[error(transparent)]
+    Invalid(InvalidAt),
     #[error(
         "{}: the case name '{name}' is also used by {}; names must be unique in a suite",
         path.display(), first.display()
@@ -119,20 +115,16 @@ impl EvalCase {
         env: &HashMap<String, String>,
     ) -> Result<EvalCase, CaseError> {
         let mut case: EvalCase =
-            hermes_config::read_yaml(text, env).map_err(|e| CaseError::Invalid {
-                path: path.to_path_buf(),
-                line: e.line,
-                field: e.key,
-                message: e.message,
-            })?;
+            hermes_config::read_yaml(text, env).map_err(|e| CaseError::Invalid(e.at(path)))?;
         case.source = path.to_path_buf();
-        case.check()
-            .map_err(|(field, message)| CaseError::Invalid {
+        case.check().map_err(|(field, message)| {
+            CaseError::Invalid(InvalidAt {
                 path: path.to_path_buf(),
                 line: hermes_config::line_of_key(text, &field.split('.').collect::<Vec<_>>()),
-                field: Some(field.to_string()),
+                key: Some(field.to_string()),
                 message,
-            })?;
+            })
+        })?;
         Ok(case)
     }
 

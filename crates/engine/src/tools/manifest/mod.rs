@@ -9,6 +9,7 @@
 
 use super::{Tool, ToolContext, ToolError, ToolInfo};
 use futures::future::BoxFuture;
+use hermes_config::InvalidAt;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -47,13 +48,8 @@ pub enum ManifestError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{}:{}: {}{message}", path.display(), line.map(|l| l.to_string()).unwrap_or_else(|| "?".into()), field.as_deref().map(|k| format!("{k}: ")).unwrap_or_default())]
-    Invalid {
-        path: PathBuf,
-        line: Option<u64>,
-        field: Option<String>,
-        message: String,
-    },
+    #[error(transparent)]
+    Invalid(InvalidAt),
 }
 
 /// Load every `*.yaml` / `*.yml` in `dir`, in file-name order. A missing directory holds no
@@ -114,15 +110,15 @@ pub fn load_dir_with(
         }
         let name = tool.info.name.clone();
         if let Some(first) = seen.get(&name) {
-            return Err(ManifestError::Invalid {
+            return Err(ManifestError::Invalid(InvalidAt {
                 line: Some(tool.name_line),
                 path,
-                field: Some("name".into()),
+                key: Some("name".into()),
                 message: format!(
                     "the tool name '{name}' is already used by {}; names must be unique",
                     first.display()
                 ),
-            });
+            }));
         }
         seen.insert(name, path);
         tools.push(Arc::new(tool));

@@ -6,6 +6,7 @@ use super::template::{Piece, Template};
 use super::{Action, INHERITED_ENV, ManifestError, ManifestTool};
 use crate::tools::ToolInfo;
 use crate::tools::sandbox::{Mode, Policy, Widening};
+use hermes_config::InvalidAt;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use serde_saphyr::Spanned;
@@ -86,12 +87,12 @@ struct Site<'a> {
 
 impl Site<'_> {
     fn invalid(&self, line: u64, field: &str, message: impl Into<String>) -> ManifestError {
-        ManifestError::Invalid {
+        ManifestError::Invalid(InvalidAt {
             path: self.path.to_path_buf(),
             line: Some(line),
-            field: Some(field.to_string()),
+            key: Some(field.to_string()),
             message: message.into(),
-        }
+        })
     }
 }
 
@@ -186,11 +187,10 @@ fn read_raw(
     path: &Path,
     env: &HashMap<String, String>,
 ) -> Result<RawManifest, ManifestError> {
-    hermes_config::read_yaml::<RawManifest>(text, env).map_err(|e| ManifestError::Invalid {
-        path: path.to_path_buf(),
-        line: e.line,
-        field: e.key.map(|p| clean_path(&p)),
-        message: e.message,
+    hermes_config::read_yaml::<RawManifest>(text, env).map_err(|e| {
+        let mut at = e.at(path);
+        at.key = at.key.map(|p| clean_path(&p));
+        ManifestError::Invalid(at)
     })
 }
 
