@@ -15,7 +15,7 @@ use super::{
 };
 
 /// The columns of a message row that depend on what it became.
-pub struct Row {
+pub(crate) struct Row {
     pub(super) state: InboxState,
     pub(super) reason: Option<IgnoreReason>,
     pub(super) command: Option<InboxCommand>,
