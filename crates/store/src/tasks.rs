@@ -132,7 +132,8 @@ pub struct TaskFilter {
 impl Store {
     pub async fn create_task(&self, new: &NewTask) -> Result<Task> {
         let id = new_id();
-        let epoch = self.stamp();
+        // The lease epoch is read only for a task claimed as it is made: most are not.
+        let epoch = if new.claimed { self.stamp() } else { None };
         // The row comes back from the insert itself: one round trip, not an insert and a read.
         let mut insert = query_as(concat!(
             insert_tasks!(),
