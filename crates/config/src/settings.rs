@@ -251,7 +251,7 @@ pub struct ToolSettings {
     pub approval_expire_s: u64,
     /// Channels each new request is sent to, once ("email" or webhook names).
     pub approval_notify: Vec<String>,
-    /// Whether manifest commands and stdio MCP servers run confined (src/tools/sandbox).
+    /// Whether manifest commands and stdio MCP servers run confined (crates/engine/src/tools/sandbox).
     pub sandbox: super::sandbox::Mode,
 }
 

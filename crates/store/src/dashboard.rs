@@ -1,4 +1,4 @@
-//! Queries behind the dashboard (`src/http/pages`) and the API endpoints it uses: task search, the
+//! Queries behind the dashboard (`crates/surfaces/src/http/pages`) and the API endpoints it uses: task search, the
 //! overview's counts (recent failures, the outbox backlog, tokens spent), pausing a job and
 //! retrying a notice. They read the same tables as everything else; nothing here is cached.
 

@@ -135,7 +135,7 @@ pub struct ManifestTool {
     action: Action,
     /// The file it came from, for messages.
     source: PathBuf,
-    /// The box its command runs in (src/tools/sandbox); unused by HTTP tools.
+    /// The box its command runs in (crates/engine/src/tools/sandbox); unused by HTTP tools.
     sandbox: crate::tools::sandbox::Policy,
 }
 

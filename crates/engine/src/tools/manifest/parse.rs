@@ -29,7 +29,7 @@ struct RawManifest {
     /// `required`: every call waits for a person's approval.
     #[serde(default)]
     approval: Option<Spanned<Approval>>,
-    /// `required`, or a widening of the box (src/tools/sandbox).
+    /// `required`, or a widening of the box (crates/engine/src/tools/sandbox).
     #[serde(default)]
     sandbox: Option<Spanned<RawSandbox>>,
 }
