@@ -41,6 +41,7 @@ fn build_parts() -> BuildParts {
                 scheduler: app.scheduler.clone(),
                 notifier: app.notifier.clone(),
                 sources: Arc::new(app.mcp.clone()),
+                serving: app.serving.clone(),
             })
         })
     })

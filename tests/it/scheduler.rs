@@ -97,11 +97,16 @@ impl TestRunner {
 
 impl TaskRunner for TestRunner {
     /// The tests' prechecks all use watch_page; anything else is a typo to refuse.
-    fn check_precheck(&self, tool: &str, _arguments: &Value) -> Result<(), RunnerError> {
-        match tool {
+    fn check_precheck<'a>(
+        &'a self,
+        tool: &'a str,
+        _arguments: &'a Value,
+    ) -> BoxFuture<'a, Result<(), RunnerError>> {
+        let checked = match tool {
             "watch_page" => Ok(()),
             other => Err(RunnerError::Tool(format!("unknown tool '{other}'"))),
-        }
+        };
+        Box::pin(std::future::ready(checked))
     }
 
     /// Its tasks never wait for a person, so no firing outlives its process.

@@ -1,6 +1,10 @@
 //! Wiring: builds the parts from a [`Config`] and connects them through their handles. The
 //! one place that knows every part; used by the CLI (`serve`, `run`, `jobs run`, ...) and tests.
 //!
+//! The scheduler's job runner and the delegate tools are built before the agent (the agent's
+//! tool registry holds them), so they get the agent's task queue, made first; the agent serves
+//! it once built, and the [`App`] keeps the guard that keeps it serving.
+//!
 //! Must not: hold behaviour of its own beyond construction and the adapter that lets the
 //! scheduler reach the notifier without depending on it (the agent's side of the scheduler is
 //! `agent::JobRunner`).
@@ -9,7 +13,7 @@ use crate::mcp::McpManager;
 use futures::future::BoxFuture;
 use hermes_config::{Config, Settings, env_map};
 pub use hermes_engine::agent::JobExecution;
-use hermes_engine::agent::{Agent, DelegateTools, JobRunner};
+use hermes_engine::agent::{Agent, DelegateTools, JobRunner, Serving, TaskQueue};
 use hermes_engine::inbox::{Finished, Handoff, Inbox};
 use hermes_engine::llm::{Gateway, RetryPolicy};
 use hermes_engine::memory::LongTerm;
@@ -72,6 +76,11 @@ pub struct App {
     pub telegram: hermes_engine::channels::Telegram,
     /// What the parts count, for `GET /metrics`; named by the data dir's node id.
     pub metrics: Metrics,
+    /// Keeps the agent serving its task queue, the only way the scheduler's job runner and the
+    /// delegate tools reach it. The serving loop holds the agent, so it must end with the App:
+    /// dropping the last clone stops it and lets the agent go (and with it the memory index's
+    /// lock). Whoever keeps parts of the App beyond it keeps a clone of this too.
+    pub serving: Serving,
 }
 
 /// Adjustments to the defaults, for tests and benchmarks (short retry delays, extra tools).
@@ -111,9 +120,11 @@ impl App {
         let telegram = hermes_engine::channels::Telegram::new(s, store.clone());
         let notifier = notifier(s, &store, &matrix, &telegram, options.notify_retry)?
             .with_metrics(metrics.clone());
-        let runner = JobRunner::new(mode);
+        // Made before the agent, for the parts its own registry holds; served once it exists.
+        let (queue, desk) = TaskQueue::new();
+        let runner = JobRunner::new(mode, queue.clone());
         let scheduler = scheduler(s, &store, &runner, &notifier, &metrics);
-        let delegate = DelegateTools::new();
+        let delegate = DelegateTools::new(queue);
         let mut all = builtin_tools(s, &store, &notifier, &scheduler, memory.as_ref(), &delegate);
         let env = env_map();
         all.extend(manifest_tools(&config, &env)?);
@@ -123,8 +134,7 @@ impl App {
         let agent = Agent::new(s.clone(), store.clone(), gateway, registry, memory.clone())
             .with_metrics(metrics.clone())
             .with_notifier(notifier.clone());
-        delegate.bind(&agent);
-        runner.bind(&agent);
+        let serving = agent.serve(desk);
         let inbox = Inbox::new(
             s,
             store.clone(),
@@ -146,6 +156,7 @@ impl App {
             matrix,
             telegram,
             metrics,
+            serving,
         })
     }
 }

@@ -3,33 +3,43 @@
 //! time limit. Results are tagged `success`, `failed` or `timeout` so the parent can reason
 //! over partial failure.
 
-use super::{Agent, Inner, RunOptions, Submit};
+use super::queue::{QueueError, TaskQueue};
+use super::{Agent, RunOptions, Submit};
 use crate::llm::ToolCall;
 use crate::tools::{Tool, ToolContext, ToolError, ToolInfo, tool_with};
 use futures::future::join_all;
+use hermes_config::SubAgent;
 use hermes_store::{FailReason, Origin, Task, TaskState};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use std::sync::{Arc, OnceLock, Weak};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Sub-agents may not delegate beyond this depth (a top-level task is depth 0).
 pub(crate) const MAX_DEPTH: u32 = 2;
 
+/// What a sub-agent's caller hears when no agent serves the queue any more.
+const SHUTTING_DOWN: &str = "the agent is shutting down";
+
 /// The delegate tools. They are registered before the agent exists (the agent holds the
-/// registry), so they hold a weak link set once with [`DelegateTools::bind`].
-#[derive(Clone, Default)]
+/// registry), so they reach it through the agent's [`TaskQueue`].
+#[derive(Clone)]
 pub struct DelegateTools {
-    agent: Arc<OnceLock<Weak<Inner>>>,
+    queue: TaskQueue,
+}
+
+/// The tools' state: the queue, and the sub-agents they were made with (the ones their
+/// descriptions list).
+#[derive(Clone)]
+struct Delegation {
+    queue: TaskQueue,
+    agents: Arc<BTreeMap<String, SubAgent>>,
 }
 
 impl DelegateTools {
-    pub fn new() -> DelegateTools {
-        DelegateTools::default()
-    }
-
-    pub fn bind(&self, agent: &Agent) {
-        let _ = self.agent.set(Arc::downgrade(&agent.inner));
+    pub fn new(queue: TaskQueue) -> DelegateTools {
+        DelegateTools { queue }
     }
 
     /// The two tools, or none when no sub-agents are configured.
@@ -38,8 +48,12 @@ impl DelegateTools {
             return Vec::new();
         }
         let (one, many) = infos(settings);
+        let state = Delegation {
+            queue: self.queue.clone(),
+            agents: Arc::new(settings.agents.clone()),
+        };
         vec![
-            tool_with(self.clone(), one, |d, a: SubTask, ctx| async move {
+            tool_with(state.clone(), one, |d, a: SubTask, ctx| async move {
                 let r = d.run_one(&ctx, &a.agent, &a.task).await;
                 if r.status == SubStatus::Waiting {
                     // The caller's task waits too; this result is never shown.
@@ -48,7 +62,7 @@ impl DelegateTools {
                 }
                 one_result(r.to_value(), r.status)
             }),
-            tool_with(self.clone(), many, |d, a: SubTasks, ctx| async move {
+            tool_with(state, many, |d, a: SubTasks, ctx| async move {
                 let runs = a.tasks.iter().map(|t| d.run_one(&ctx, &t.agent, &t.task));
                 let results = join_all(runs).await;
                 if results.iter().any(|r| r.status == SubStatus::Waiting) {
@@ -61,29 +75,24 @@ impl DelegateTools {
             }),
         ]
     }
+}
 
+impl Delegation {
     async fn run_one(&self, ctx: &ToolContext, name: &str, task: &str) -> SubResult {
         let failed = |error: String| SubResult::new(name, SubStatus::Failed, None).error(error);
-        let Some(agent) = self
-            .agent
-            .get()
-            .and_then(Weak::upgrade)
-            .map(|inner| Agent { inner })
-        else {
-            return failed("the agent is shutting down".into());
-        };
         if ctx.depth + 1 > MAX_DEPTH {
             return failed(format!(
                 "delegation is limited to depth {MAX_DEPTH}; do this part yourself"
             ));
         }
-        let Some(def) = agent.settings().agents.get(name).cloned() else {
+        let Some(def) = self.agents.get(name) else {
             return failed(format!("no sub-agent '{name}'"));
         };
         let profile = (!def.profile.is_empty())
             .then(|| def.profile.clone())
             .or(Some(ctx.profile.clone()));
-        let created = agent
+        let created = self
+            .queue
             .create_claimed(Submit {
                 task: task.to_string(),
                 origin: Origin::Agent,
@@ -93,7 +102,9 @@ impl DelegateTools {
             })
             .await;
         let sub = match created {
-            Ok(c) => c,
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return failed(e.to_string()),
+            Err(QueueError::Closed) => return failed(SHUTTING_DOWN.into()),
             Err(e) => return failed(e.to_string()),
         };
         let sub_id = sub.task().id.clone();
@@ -105,13 +116,14 @@ impl DelegateTools {
             timeout: (def.timeout_s > 0).then(|| Duration::from_secs(def.timeout_s)),
             resumer: ctx.resumer.clone(),
         };
-        // Spawned, so the sub-task always reaches a final state even if this call is dropped.
-        let handle = tokio::spawn(async move { agent.run_claimed(sub, opts).await });
+        // The agent runs it apart from this call, so the sub-task reaches a final state even
+        // if this call is dropped.
         let with_id = |status| SubResult::new(name, status, Some(sub_id.clone()));
-        match handle.await {
+        match self.queue.run_claimed(sub, opts).await {
             Ok(Ok(t)) => from_task(name, t),
             Ok(Err(e)) => with_id(SubStatus::Failed).error(e.to_string()),
-            Err(e) => with_id(SubStatus::Failed).error(format!("sub-agent crashed: {e}")),
+            Err(QueueError::Closed) => with_id(SubStatus::Failed).error(SHUTTING_DOWN.into()),
+            Err(e @ QueueError::Unanswered) => with_id(SubStatus::Failed).error(e.to_string()),
         }
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! Owns: turning a task into model calls and tool calls until an answer, within `max_steps`
 //! and the task's wall-clock limit; recording every transition and step through the store;
-//! the worker pool that takes pending tasks in order; cancellation.
+//! the worker pool that takes pending tasks in order; cancellation; the orders of the parts
+//! built before it (the job runner, the delegate tools), taken from its task queue.
 //! Must not: write SQL or HTTP itself; it reaches the model through `llm`, tools through the
 //! `tools` registry, and memory through `memory`. Each task owns its own message list.
 
@@ -16,6 +17,7 @@ mod jobs;
 mod own;
 mod pool;
 pub mod prompt;
+mod queue;
 mod round;
 mod run;
 mod stop;
@@ -31,6 +33,7 @@ pub(crate) use delegate::MAX_DEPTH;
 pub use elsewhere::Heard;
 pub use follow::Followed;
 pub use jobs::{JobExecution, JobRunner};
+pub use queue::{Desk, QueueError, Serving, TaskQueue};
 
 use crate::llm::Gateway;
 use crate::memory::LongTerm;
@@ -143,8 +146,9 @@ pub struct RunOptions {
     pub resumer: Option<String>,
 }
 
-/// The agent service: a cheap-to-clone handle shared by the CLI, the API, the scheduler and
-/// the delegate tool.
+/// The agent service: a cheap-to-clone handle shared by the CLI, the API, the worker pool and
+/// the loop serving its [`TaskQueue`] (the way in of the scheduler and the delegate tools,
+/// which are built before it).
 #[derive(Clone)]
 pub struct Agent {
     inner: Arc<Inner>,

@@ -79,6 +79,7 @@ impl Scheduler {
             self.inner
                 .runner
                 .check_precheck(tool, &args)
+                .await
                 .map_err(|why| {
                     SchedulerError::Invalid(format!("the precheck cannot run: {why}"))
                 })?;

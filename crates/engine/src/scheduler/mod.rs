@@ -98,7 +98,11 @@ pub trait TaskRunner: Send + Sync {
     ) -> BoxFuture<'a, Result<Value, RunnerError>>;
     /// Would a precheck call be accepted (the tool exists and is allowed, the arguments fit
     /// its schema)? Asked when a job is made, so a typo is refused then, not at every firing.
-    fn check_precheck(&self, tool: &str, arguments: &Value) -> Result<(), RunnerError>;
+    fn check_precheck<'a>(
+        &'a self,
+        tool: &'a str,
+        arguments: &'a Value,
+    ) -> BoxFuture<'a, Result<(), RunnerError>>;
 }
 
 /// What [`TaskRunner::create_many`] gives back: per job, in order, its task or why it was not

@@ -10,7 +10,7 @@
 use super::{Backend, ClientError, DELIVER_NOW, Fired, FoundFact, OnStep, Remembered, Reply};
 use futures::future::BoxFuture;
 use hermes_config::Config;
-use hermes_engine::agent::{Agent, Decision, Followed, RunOptions, Submit};
+use hermes_engine::agent::{Agent, Decision, Followed, RunOptions, Serving, Submit};
 use hermes_engine::memory::LongTerm;
 use hermes_engine::notify::Notifier;
 use hermes_engine::scheduler::{JobRequest, JobView, Scheduler};
@@ -31,6 +31,9 @@ pub struct Parts {
     pub notifier: Notifier,
     /// The tool sources (MCP servers), started before a task runs here.
     pub sources: Arc<dyn ToolSources>,
+    /// Keeps the agent serving its task queue (jobs run here and sub-agents go through it)
+    /// while these parts live.
+    pub serving: Serving,
 }
 
 /// Builds the parts on a data dir, with the memory index already open here (an index opens
