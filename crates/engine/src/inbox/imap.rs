@@ -24,6 +24,8 @@ use tokio_util::sync::CancellationToken;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Any one command and its answer (a message's fetch included).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
+/// LOGOUT on the way out: a courtesy to the server, never worth holding a shutdown for.
+const LOGOUT_PATIENCE: Duration = Duration::from_secs(2);
 /// RFC 2177: a server may drop a client idle for 30 minutes; IDLE is ended and issued again
 /// well before that, whatever keep-alives the server sends meanwhile.
 pub(crate) const IDLE_RENEW: Duration = Duration::from_secs(25 * 60);
@@ -380,7 +382,7 @@ impl Connection {
     /// Log out politely, briefly; the connection closes either way.
     pub async fn logout(mut self) {
         if let Some(mut s) = self.session.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(2), s.logout()).await;
+            let _ = tokio::time::timeout(LOGOUT_PATIENCE, s.logout()).await;
         }
     }
 }

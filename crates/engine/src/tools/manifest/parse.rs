@@ -14,6 +14,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
+/// The connect timeout of an HTTP tool whose manifest sets no `timeout_s` (with one, it is
+/// half of it): a host that does not answer is seen, and retried, well before a call's end.
+const DEFAULT_CONNECT: Duration = Duration::from_secs(5);
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawManifest {
@@ -340,7 +344,7 @@ fn http(
     let timeout = checked_timeout(h.timeout_s, "http.timeout_s", site)?;
     // A connect failure should be seen (and retried) well before the attempt's overall
     // timeout ends the call.
-    let connect = timeout.map(|t| t / 2).unwrap_or(Duration::from_secs(5));
+    let connect = timeout.map(|t| t / 2).unwrap_or(DEFAULT_CONNECT);
     let sample = reqwest::Url::parse(&url.render(&Map::new(), |_| "x".to_string()))
         .map_err(|e| site.invalid(url_line, "http.url", format!("not a valid URL: {e}")))?;
     // The manifest's own host may be private (the person named it); redirects are guarded.
