@@ -11,6 +11,7 @@
 mod channels;
 mod chat_rules;
 mod embeddings;
+mod files;
 mod inbox;
 mod locate;
 pub mod sandbox;
@@ -24,6 +25,7 @@ pub use channels::{
     TelegramSettings,
 };
 pub use embeddings::EmbeddingSettings;
+pub use files::{ReadError, read_text, yaml_files};
 pub use inbox::*;
 pub use locate::line_of_key;
 pub use settings::*;
@@ -63,11 +65,8 @@ impl std::fmt::Display for ConfigSource {
 /// An error in a configuration, always naming the file and, where known, the line and key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{path}: cannot read the config file: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Read(#[from] ReadError),
     #[error(transparent)]
     Invalid(InvalidAt),
     #[error(
@@ -109,10 +108,7 @@ impl Config {
         let env = env_map();
         let (settings, source) = match locate_file(sources, &env) {
             Ok(path) => {
-                let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
-                    path: path.clone(),
-                    source,
-                })?;
+                let text = read_text(&path, "config file")?;
                 (parse(&text, &path, &env)?, ConfigSource::File(path))
             }
             Err(looked_in) => (Settings::default(), ConfigSource::Defaults { looked_in }),

@@ -261,30 +261,19 @@ fn mcp_servers_are_checked_by_key() {
 
 #[test]
 fn server_limits_are_checked() {
-    refused(
-        "server:\n  header_timeout_s: 0\n",
-        2,
-        "server.header_timeout_s",
-        "greater than 0",
-    );
-    refused(
-        "server:\n  idle_timeout_s: 0\n",
-        2,
-        "server.idle_timeout_s",
-        "greater than 0",
-    );
-    refused(
-        "server:\n  max_login_failures: 0\n",
-        2,
-        "server.max_login_failures",
-        "greater than 0",
-    );
-    refused(
-        "server:\n  login_window_s: 0\n",
-        2,
-        "server.login_window_s",
-        "greater than 0",
-    );
+    for key in [
+        "header_timeout_s",
+        "idle_timeout_s",
+        "max_login_failures",
+        "login_window_s",
+    ] {
+        refused(
+            &format!("server:\n  {key}: 0\n"),
+            2,
+            &format!("server.{key}"),
+            "greater than 0",
+        );
+    }
     // 0 connections means "derived from the open-file limit".
     let s = parse(
         "server:\n  max_connections: 0\n",
@@ -363,36 +352,24 @@ fn a_bad_inbox_is_refused_at_its_line() {
         )
         .is_ok()
     );
-    refused(
-        &inbox(&["imap_port: 0"]),
-        11,
-        "inbox.email.imap_port",
-        "greater than 0",
-    );
-    refused(
-        &inbox(&["imap_port: 70000"]),
-        11,
-        "inbox.email.imap_port",
-        "whole number",
-    );
-    refused(
-        &inbox(&["allow_from: [\"Me <me@example.org>\"]"]),
-        11,
-        "inbox.email.allow_from",
-        "not an email address",
-    );
-    refused(
-        &inbox(&["poll_s: 0"]),
-        11,
-        "inbox.email.poll_s",
-        "greater than 0",
-    );
-    refused(
-        &inbox(&["max_tasks_per_hour: 0"]),
-        11,
-        "inbox.email.max_tasks_per_hour",
-        "greater than 0",
-    );
+    // Each setting is the section's last line, the 11th.
+    for (setting, key, says) in [
+        ("imap_port: 0", "imap_port", "greater than 0"),
+        ("imap_port: 70000", "imap_port", "whole number"),
+        (
+            "allow_from: [\"Me <me@example.org>\"]",
+            "allow_from",
+            "not an email address",
+        ),
+        ("poll_s: 0", "poll_s", "greater than 0"),
+        (
+            "max_tasks_per_hour: 0",
+            "max_tasks_per_hour",
+            "greater than 0",
+        ),
+    ] {
+        refused(&inbox(&[setting]), 11, &format!("inbox.email.{key}"), says);
+    }
     refused(
         &inbox(&[]).replace("password: secret", "password: \"\""),
         10,

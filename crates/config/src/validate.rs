@@ -28,6 +28,18 @@ pub(super) fn positive(key: &str, v: u64) -> Result<(), Violation> {
     Ok(())
 }
 
+/// `url` must be an http(s) URL; `example`, when given, shows one in the message.
+fn http_url(key: &str, url: &str, example: Option<&str>) -> Result<(), Violation> {
+    if url.starts_with("http://") || url.starts_with("https://") {
+        return Ok(());
+    }
+    let example = example.map_or(String::new(), |e| format!(" (example: {e})"));
+    bad(key, format!("'{url}' is not an http(s) URL{example}"))
+}
+
+/// What a model server's URL looks like, in messages.
+const MODEL_URL_EXAMPLE: Option<&str> = Some("http://127.0.0.1:11434/v1");
+
 /// The shortest period between two identity checks of a profile (other than 0, never).
 const MIN_IDENTITY_CHECK_S: u64 = 60;
 
@@ -105,15 +117,7 @@ impl Settings {
         }
         for (name, p) in &m.profiles {
             let k = |f: &str| format!("model.profiles.{name}.{f}");
-            if !(p.base_url.starts_with("http://") || p.base_url.starts_with("https://")) {
-                return bad(
-                    k("base_url"),
-                    format!(
-                        "'{}' is not an http(s) URL (example: http://127.0.0.1:11434/v1)",
-                        p.base_url
-                    ),
-                );
-            }
+            http_url(&k("base_url"), &p.base_url, MODEL_URL_EXAMPLE)?;
             if p.model.trim().is_empty() {
                 return bad(k("model"), "must name a model");
             }
@@ -258,15 +262,7 @@ impl Settings {
             return Ok(());
         };
         let k = |f: &str| format!("memory.embeddings.{f}");
-        if !(e.base_url.starts_with("http://") || e.base_url.starts_with("https://")) {
-            return bad(
-                k("base_url"),
-                format!(
-                    "'{}' is not an http(s) URL (example: http://127.0.0.1:11434/v1)",
-                    e.base_url
-                ),
-            );
-        }
+        http_url(&k("base_url"), &e.base_url, MODEL_URL_EXAMPLE)?;
         if e.model.trim().is_empty() {
             return bad(
                 k("model"),
@@ -359,12 +355,7 @@ impl Settings {
                     "'telegram' and telegram:NAME are the Telegram channel's names; choose another webhook name",
                 );
             }
-            if !(w.url.starts_with("http://") || w.url.starts_with("https://")) {
-                return bad(
-                    format!("notify.webhooks.{name}.url"),
-                    format!("'{}' is not an http(s) URL", w.url),
-                );
-            }
+            http_url(&format!("notify.webhooks.{name}.url"), &w.url, None)?;
         }
         Ok(())
     }
@@ -392,11 +383,8 @@ impl Settings {
         positive("server.max_login_failures", s.max_login_failures.into())?;
         seconds("server.login_window_s", s.login_window_s, false)?;
         let url = &s.public_url;
-        if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
-            return bad(
-                "server.public_url",
-                format!("'{url}' is not an http(s) URL (example: https://hermes.example.org)"),
-            );
+        if !url.is_empty() {
+            http_url("server.public_url", url, Some("https://hermes.example.org"))?;
         }
         Ok(())
     }
@@ -450,9 +438,7 @@ impl Settings {
                     }
                 }
                 (true, false) => {
-                    if !(m.url.starts_with("http://") || m.url.starts_with("https://")) {
-                        return bad(k("url"), format!("'{}' is not an http(s) URL", m.url));
-                    }
+                    http_url(&k("url"), &m.url, None)?;
                     if !m.env.is_empty() || !m.cwd.is_empty() {
                         return bad(k("env"), "env and cwd are for `command` servers");
                     }

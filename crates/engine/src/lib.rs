@@ -1,7 +1,8 @@
 //! The engine of hermes-agent: the model gateway (`llm`), the tools and their guards
 //! (`tools`), memory (`memory`), the scheduler, notifications (`notify`), the agent loop
-//! (`agent`), conversations (`inbox`), the chat protocols (`channels`) and the metrics
-//! registry (`metrics`).
+//! (`agent`), conversations (`inbox`), the chat protocols (`channels`), the metrics
+//! registry (`metrics`), and the loopback server of the test and regression fixtures
+//! (`loopback`).
 //!
 //! Depends only on the layers below it (`hermes-store`, `hermes-config`); the surfaces (the
 //! HTTP API and dashboard, the CLI, MCP, the daemon) build on it and are never imported here.
@@ -12,6 +13,7 @@ pub mod agent;
 pub mod channels;
 pub mod inbox;
 pub mod llm;
+pub mod loopback;
 pub mod memory;
 pub mod metrics;
 pub mod notify;

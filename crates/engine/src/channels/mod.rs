@@ -14,11 +14,11 @@ pub mod telegram;
 use crate::inbox::Inbox;
 use crate::metrics::Metrics;
 use crate::notify::ChatSend;
+use futures::future::BoxFuture;
 use hermes_store::util::{Backoff, lock};
 use hermes_store::{Channel, Store, StoreError};
 use std::convert::Infallible;
 use std::future::Future;
-use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
@@ -44,9 +44,10 @@ pub use matrix::Matrix;
 pub use telegram::Telegram;
 
 /// How a chat channel's connection is doing, for `/healthz`, the dashboard and `doctor`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum State {
+    #[default]
     Off,
     Starting,
     Ok,
@@ -76,10 +77,9 @@ pub(crate) fn compose(title: &str, body: &str) -> String {
     }
 }
 
-/// What every chat channel's status has, whatever its protocol adds to it.
-pub(crate) trait Health: Clone {
-    /// Nothing configured, nothing counted.
-    fn off() -> Self;
+/// What every chat channel's status has, whatever its protocol adds to it. Its default is a
+/// channel that is off: nothing configured, nothing counted.
+pub(crate) trait Health: Clone + Default {
     /// Say how the connection is doing, and why it is not `ok` (never a secret).
     fn set_state(&mut self, state: State, error: Option<String>);
 }
@@ -87,18 +87,20 @@ pub(crate) trait Health: Clone {
 /// A channel's status: written by its intake loop and its sender, read through its handle.
 pub(crate) struct StatusCell<S>(Mutex<S>);
 
+impl<S: Clone> StatusCell<S> {
+    pub(crate) fn get(&self) -> S {
+        lock(&self.0).clone()
+    }
+}
+
 // A build without any chat channel never makes one.
 #[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
 impl<S: Health> StatusCell<S> {
     /// Configured, not connected yet.
     pub(crate) fn starting() -> StatusCell<S> {
-        let mut status = S::off();
+        let mut status = S::default();
         status.set_state(State::Starting, None);
         StatusCell(Mutex::new(status))
-    }
-
-    pub(crate) fn get(&self) -> S {
-        lock(&self.0).clone()
     }
 
     pub(crate) fn update(&self, f: impl FnOnce(&mut S)) {
@@ -110,10 +112,11 @@ impl<S: Health> StatusCell<S> {
     }
 }
 
-/// A configured chat channel's protocol, as its handle drives it.
-pub(crate) trait Protocol: Send + Sync + Sized + 'static {
-    type Status: Health;
-    fn status(&self) -> &StatusCell<Self::Status>;
+/// A configured chat channel's protocol, as its handle drives it; `S` is its status.
+// A build without any chat channel has no protocol.
+#[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
+pub(crate) trait Protocol<S>: Send + Sync + 'static {
+    fn status(&self) -> &StatusCell<S>;
     /// The outbox's way to send through the channel.
     fn sender(self: Arc<Self>) -> Arc<dyn ChatSend>;
     /// The intake loop: connect, hand messages to `inbox`, until `stop`.
@@ -122,46 +125,22 @@ pub(crate) trait Protocol: Send + Sync + Sized + 'static {
         inbox: Inbox,
         metrics: Metrics,
         stop: CancellationToken,
-    ) -> impl Future<Output = ()> + Send + 'static;
+    ) -> BoxFuture<'static, ()>;
     /// Forget the connection the outbox sends with: the channel is stopping.
     fn disconnect(&self);
 }
 
-/// The protocol of a channel built without its cargo feature: none can exist, so the
-/// channel's handle is always off.
-// With every channel built, no protocol is absent.
-#[cfg_attr(all(feature = "matrix", feature = "telegram"), allow(dead_code))]
-pub(crate) struct Absent<S>(Infallible, PhantomData<fn() -> S>);
-
-impl<S: Health + 'static> Protocol for Absent<S> {
-    type Status = S;
-
-    fn status(&self) -> &StatusCell<S> {
-        match self.0 {}
-    }
-
-    fn sender(self: Arc<Self>) -> Arc<dyn ChatSend> {
-        match self.0 {}
-    }
-
-    async fn intake(self: Arc<Self>, _inbox: Inbox, _metrics: Metrics, _stop: CancellationToken) {
-        match self.0 {}
-    }
-
-    fn disconnect(&self) {
-        match self.0 {}
-    }
-}
-
-/// A chat channel's handle, cheap to clone: off, or its configured protocol's state, shared
-/// with the intake loop and the outbox's sender.
-pub(crate) struct Handle<P> {
+/// A chat channel (`S` is its status), cheap to clone: off, or its configured protocol's
+/// state, shared with the intake loop and the outbox's sender. Built for every app, and for a
+/// channel built without its cargo feature too (always off then); does nothing until the
+/// daemon calls [`Handle::start`].
+pub struct Handle<S> {
     /// The channel's name, for the log.
     name: &'static str,
-    protocol: Option<Arc<P>>,
+    protocol: Option<Arc<dyn Protocol<S>>>,
 }
 
-impl<P> Clone for Handle<P> {
+impl<S> Clone for Handle<S> {
     fn clone(&self) -> Self {
         Handle {
             name: self.name,
@@ -170,8 +149,8 @@ impl<P> Clone for Handle<P> {
     }
 }
 
-impl<P: Protocol> Handle<P> {
-    pub(crate) fn off(name: &'static str) -> Handle<P> {
+impl<S: 'static> Handle<S> {
+    pub(crate) fn off(name: &'static str) -> Handle<S> {
         Handle {
             name,
             protocol: None,
@@ -180,28 +159,26 @@ impl<P: Protocol> Handle<P> {
 
     // A build without any chat channel never makes one.
     #[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
-    pub(crate) fn on(name: &'static str, protocol: P) -> Handle<P> {
+    pub(crate) fn on(name: &'static str, protocol: impl Protocol<S>) -> Handle<S> {
         Handle {
             name,
             protocol: Some(Arc::new(protocol)),
         }
     }
 
-    pub(crate) fn is_on(&self) -> bool {
+    /// Whether the channel is configured (and built).
+    pub fn is_on(&self) -> bool {
         self.protocol.is_some()
     }
 
-    pub(crate) fn status(&self) -> P::Status {
-        self.protocol
-            .as_ref()
-            .map_or_else(P::Status::off, |p| p.status().get())
+    /// The outbox's way to send through the channel (None when off).
+    pub fn sender(&self) -> Option<Arc<dyn ChatSend>> {
+        self.protocol.clone().map(|p| p.sender())
     }
 
-    pub(crate) fn sender(&self) -> Option<Arc<dyn ChatSend>> {
-        self.protocol.clone().map(Protocol::sender)
-    }
-
-    pub(crate) fn start(&self, inbox: Inbox, metrics: Metrics) -> Running {
+    /// Connect and read in the background, handing messages to `inbox` (nothing when off).
+    /// Stopped, the connection goes after the outbox's last pass.
+    pub fn start(&self, inbox: Inbox, metrics: Metrics) -> Running {
         let Some(protocol) = &self.protocol else {
             return Running {
                 intake: Intake::none(self.name),
@@ -214,6 +191,14 @@ impl<P: Protocol> Handle<P> {
             intake: Intake::spawn(self.name, |stop| looped.intake(inbox, metrics, stop)),
             disconnect: Some(Box::new(move || kept.disconnect())),
         }
+    }
+}
+
+impl<S: Clone + Default + 'static> Handle<S> {
+    pub fn status(&self) -> S {
+        self.protocol
+            .as_ref()
+            .map_or_else(S::default, |p| p.status().get())
     }
 }
 

@@ -40,6 +40,16 @@ pub const DEFAULT_RETRY: RetryPolicy = RetryPolicy {
     backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)).with_jitter(),
 };
 
+/// What one call asks, whichever profile of its chain answers it.
+#[derive(Clone, Copy)]
+pub(super) struct Ask<'a> {
+    pub(super) messages: &'a [Message],
+    /// Offered to the model; none: no `tools` field is sent.
+    pub(super) tools: &'a Toolset,
+    /// No retry wait goes past it (a task's time limit).
+    pub(super) deadline: Option<tokio::time::Instant>,
+}
+
 /// The model gateway. Cheap to clone (the reqwest client and profiles are shared); one per
 /// process is enough.
 #[derive(Clone)]
@@ -240,17 +250,14 @@ impl Gateway {
     pub(super) async fn chat_profile(
         &self,
         profile_name: &str,
-        messages: &[Message],
-        tools: &Toolset,
-        deadline: Option<tokio::time::Instant>,
+        ask: Ask<'_>,
     ) -> Result<ModelReply, LlmError> {
         let profile = self.profile(profile_name)?;
+        let tools = ask.tools;
         let mut notes = Vec::new();
         loop {
             let mode = self.tool_mode(profile_name, profile);
-            let result = self
-                .exchange(profile_name, profile, messages, tools, mode, deadline)
-                .await;
+            let result = self.exchange(profile_name, profile, ask, mode).await;
             let may_switch = profile.tool_mode == ToolMode::Auto
                 && mode == ToolMode::Native
                 && !tools.is_empty();
@@ -305,11 +312,14 @@ impl Gateway {
         &self,
         profile_name: &str,
         profile: &Profile,
-        messages: &[Message],
-        tools: &Toolset,
+        ask: Ask<'_>,
         mode: ToolMode,
-        deadline: Option<tokio::time::Instant>,
     ) -> Result<ModelReply, LlmError> {
+        let Ask {
+            messages,
+            tools,
+            deadline,
+        } = ask;
         let url = chat_url(&profile.base_url);
         let body = match mode {
             ToolMode::Text if !tools.is_empty() => {

@@ -10,6 +10,7 @@
 //! the chain did. Must not: retry within a profile (the profile's own retries are
 //! `client.rs`'s) or decide on error text (only on [`FailureKind`]).
 
+use super::client::Ask;
 use super::{Gateway, LlmError, Message, ModelReply, Toolset};
 use hermes_store::util::lock;
 use std::time::{Duration, Instant};
@@ -34,15 +35,17 @@ impl Gateway {
         deadline: Option<tokio::time::Instant>,
     ) -> Result<ModelReply, LlmError> {
         self.profile(profile_name)?;
+        let ask = Ask {
+            messages,
+            tools,
+            deadline,
+        };
         let turns = self.turns(profile_name);
         let mut notes: Vec<String> = self.skipped_note(&turns).into_iter().collect();
         let mut tried: Vec<String> = Vec::new();
         for (i, turn) in turns.iter().enumerate() {
             let next = turns.get(i + 1).map(|t| t.name.as_str());
-            match self
-                .chat_profile(&turn.name, messages, tools, deadline)
-                .await
-            {
+            match self.chat_profile(&turn.name, ask).await {
                 Ok(mut reply) => {
                     lock(&self.failed_at).remove(&turn.name);
                     reply.served.identity = self.identity(&turn.name).map(|id| id.key());

@@ -8,6 +8,7 @@
 //! Owns: the probe requests and reading their outcome. Must not: change a profile's mode (only
 //! the gateway's own evidence during real calls does that, for `auto`).
 
+use super::client::Ask;
 use super::{Gateway, LlmError, Message, ModelReply, ToolCall, ToolSpec, Toolset, wire};
 use hermes_config::{Profile, ToolMode};
 use serde_json::json;
@@ -137,15 +138,13 @@ impl Gateway {
         messages: &[Message],
         tools: &Toolset,
     ) -> Result<ModelReply, LlmError> {
-        self.exchange(
-            profile_name,
-            profile,
+        let ask = Ask {
             messages,
             tools,
-            ToolMode::Native,
-            None,
-        )
-        .await
+            deadline: None,
+        };
+        self.exchange(profile_name, profile, ask, ToolMode::Native)
+            .await
     }
 
     /// Asked for a word with the tool offered, does the server answer nothing at all? Every

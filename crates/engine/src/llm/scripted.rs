@@ -9,7 +9,8 @@
 //! behind the name. Replies either replay a list in order or are computed from each
 //! request by a handler (for concurrent tests and benchmarks).
 //! Owns: its listener, its replies and its records. Must not: be used by the daemon itself, or
-//! depend on any other part of the crate except [`estimate_tokens`](super::estimate_tokens).
+//! depend on any other part of the crate except [`estimate_tokens`](super::estimate_tokens) and
+//! the [`Loopback`] it is served by.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -32,17 +33,13 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
-use tokio::sync::{oneshot, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::watch;
 
 use super::estimate_tokens;
+use crate::loopback::Loopback;
 
 /// Large enough for any prompt a benchmark builds.
 const BODY_LIMIT: usize = 64 * 1024 * 1024;
-/// Room for a thousand simultaneous connects without the kernel refusing some.
-const LISTEN_BACKLOG: u32 = 4096;
-/// How long `stop` waits for in-flight replies before cutting them off.
-const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// One scripted answer.
 #[derive(Debug, Clone)]
@@ -186,8 +183,7 @@ impl Shared {
 pub struct ScriptedModel {
     url: String,
     shared: Arc<Shared>,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
+    server: Loopback,
 }
 
 impl ScriptedModel {
@@ -225,12 +221,6 @@ impl ScriptedModel {
     }
 
     async fn launch(source: Source, record: bool) -> ScriptedModel {
-        let listener = bind_loopback()
-            .unwrap_or_else(|e| panic!("scripted model server: cannot bind 127.0.0.1:0: {e}"));
-        let port = listener
-            .local_addr()
-            .unwrap_or_else(|e| panic!("scripted model server: no local address: {e}"))
-            .port();
         let shared = Arc::new(Shared {
             source,
             served: Mutex::default(),
@@ -245,22 +235,12 @@ impl ScriptedModel {
             .route("/api/tags", get(tags))
             .layer(DefaultBodyLimit::max(BODY_LIMIT))
             .with_state(shared.clone());
-        let (shutdown, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stopped.await;
-                })
-                .await;
-            if let Err(e) = served {
-                tracing::warn!(error = %e, "scripted model server stopped with an error");
-            }
-        });
+        let server = Loopback::serve(app, "scripted model")
+            .unwrap_or_else(|e| panic!("scripted model server: cannot listen on loopback: {e}"));
         ScriptedModel {
-            url: format!("http://127.0.0.1:{port}/v1"),
+            url: format!("http://{}/v1", server.addr()),
             shared,
-            shutdown: Some(shutdown),
-            task: Some(task),
+            server,
         }
     }
 
@@ -322,33 +302,9 @@ impl ScriptedModel {
     }
 
     /// Stops accepting, lets in-flight replies finish (up to a few seconds), then returns.
-    pub async fn stop(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(mut task) = self.task.take()
-            && tokio::time::timeout(STOP_GRACE, &mut task).await.is_err()
-        {
-            task.abort();
-        }
+    pub async fn stop(self) {
+        self.server.stop().await;
     }
-}
-
-impl Drop for ScriptedModel {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-}
-
-fn bind_loopback() -> std::io::Result<tokio::net::TcpListener> {
-    let socket = tokio::net::TcpSocket::new_v4()?;
-    socket.bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
-    socket.listen(LISTEN_BACKLOG)
 }
 
 async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, raw: Bytes) -> Response {

@@ -4,7 +4,7 @@
 //!
 //! Owns: the case format, its checks, and filling `{page_url}`. Must not: run anything.
 
-use hermes_config::InvalidAt;
+use hermes_config::{InvalidAt, ReadError};
 use hermes_store::TaskState;
 use serde::Deserialize;
 use serde_json::Value;
@@ -89,11 +89,8 @@ pub struct ToolExpect {
 /// A case file that cannot be used, naming the file and, where known, its line and field.
 #[derive(Debug, thiserror::Error)]
 pub enum CaseError {
-    #[error("{}: cannot read the case: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Read(#[from] ReadError),
     #[error(transparent)]
     Invalid(InvalidAt),
     #[error(

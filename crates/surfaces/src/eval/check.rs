@@ -162,6 +162,15 @@ mod tests {
         .into_step(1, chrono::Utc::now())
     }
 
+    /// A model call, a `web_fetch` call with `args`, and the model call that answered.
+    fn fetched(args: Value) -> Vec<Step> {
+        vec![
+            row(StepKind::Model, "fast", None),
+            row(StepKind::Tool, "web_fetch", Some(args)),
+            row(StepKind::Model, "fast", None),
+        ]
+    }
+
     fn record(state: TaskState, answer: Option<&str>, steps: Vec<Step>) -> TaskRecord {
         TaskRecord {
             task: Task {
@@ -194,15 +203,7 @@ mod tests {
         let c = case(
             "name: a\ntask: t\nexpect:\n  tool_called: {name: web_fetch, arguments: {url: http://x/a, n: 2}}\n  answer_contains: paris\n  answer_matches: '(?i)^the'\n  max_model_calls: 2\n",
         );
-        let steps = vec![
-            row(StepKind::Model, "fast", None),
-            row(
-                StepKind::Tool,
-                "web_fetch",
-                Some(json!({"url": "http://x/a", "n": "2", "selector": "h1"})),
-            ),
-            row(StepKind::Model, "fast", None),
-        ];
+        let steps = fetched(json!({"url": "http://x/a", "n": "2", "selector": "h1"}));
         let r = record(TaskState::Succeeded, Some("The capital is Paris."), steps);
         assert_eq!(judge(&c, &r), Vec::<String>::new());
     }
@@ -212,15 +213,7 @@ mod tests {
         let c = case(
             "name: a\ntask: t\nexpect:\n  tool_called: {name: web_fetch, arguments: {url: http://x/a}}\n  answer_contains: Paris\n  max_model_calls: 1\n",
         );
-        let steps = vec![
-            row(StepKind::Model, "fast", None),
-            row(
-                StepKind::Tool,
-                "web_fetch",
-                Some(json!({"url": "http://x/b"})),
-            ),
-            row(StepKind::Model, "fast", None),
-        ];
+        let steps = fetched(json!({"url": "http://x/b"}));
         let why = judge(&c, &record(TaskState::Failed, None, steps));
         assert_eq!(why.len(), 4, "{why:?}");
         assert!(

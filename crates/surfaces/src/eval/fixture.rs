@@ -10,11 +10,10 @@ use axum::extract::{Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use hermes_engine::loopback::Loopback;
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 /// The page served now: `(path, body)`.
 type Page = Arc<Mutex<Option<(String, String)>>>;
@@ -22,36 +21,22 @@ type Page = Arc<Mutex<Option<(String, String)>>>;
 pub struct FixtureServer {
     base: String,
     page: Page,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
+    server: Loopback,
 }
 
 impl FixtureServer {
     pub async fn start() -> std::io::Result<FixtureServer> {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-        let base = format!("http://{}", listener.local_addr()?);
         let page: Page = Arc::default();
         let app = Router::new()
             .route("/eval/orders", get(order))
             .route("/eval/hook", post(hook))
             .fallback(serve_page)
             .with_state(page.clone());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stopped.await;
-                })
-                .await;
-            if let Err(e) = served {
-                tracing::warn!(error = %e, "the eval fixture server stopped with an error");
-            }
-        });
+        let server = Loopback::serve(app, "eval fixture")?;
         Ok(FixtureServer {
-            base,
+            base: format!("http://{}", server.addr()),
             page,
-            stop: Some(stop),
-            task: Some(task),
+            server,
         })
     }
 
@@ -70,21 +55,8 @@ impl FixtureServer {
         *hermes_store::util::lock(&self.page) = None;
     }
 
-    pub async fn stop(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
-        }
-    }
-}
-
-impl Drop for FixtureServer {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
+    pub async fn stop(self) {
+        self.server.stop().await;
     }
 }
 

@@ -9,7 +9,7 @@
 use super::case::{CaseError, EvalCase};
 use hermes_engine::tools::Tool;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 /// The starter cases: `evals/*.yaml`, each compiled in (a test checks none is left out).
@@ -68,11 +68,12 @@ pub fn load(user_dir: Option<&Path>) -> Result<Vec<EvalCase>, CaseError> {
         cases.push(EvalCase::parse(text, &path, &env)?);
     }
     let starters = cases.len();
-    for path in user_files(user_dir)? {
-        let text = std::fs::read_to_string(&path).map_err(|source| CaseError::Read {
-            path: path.clone(),
-            source,
-        })?;
+    let user_files = match user_dir {
+        Some(dir) => hermes_config::yaml_files(dir, "evals directory")?,
+        None => Vec::new(),
+    };
+    for path in user_files {
+        let text = hermes_config::read_text(&path, "case")?;
         let case = EvalCase::parse(&text, &path, &env)?;
         match cases.iter().position(|c| c.name == case.name) {
             // The person's own version of a starter case replaces it.
@@ -88,32 +89,6 @@ pub fn load(user_dir: Option<&Path>) -> Result<Vec<EvalCase>, CaseError> {
         }
     }
     Ok(cases)
-}
-
-/// The `*.yaml` files of the person's evals directory, in name order.
-fn user_files(dir: Option<&Path>) -> Result<Vec<PathBuf>, CaseError> {
-    let Some(dir) = dir else {
-        return Ok(Vec::new());
-    };
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(CaseError::Read {
-                path: dir.to_path_buf(),
-                source,
-            });
-        }
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.is_file() && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
-        })
-        .collect();
-    files.sort();
-    Ok(files)
 }
 
 /// The cases whose name matches one of `globs` (`*` matches any run of characters); all of

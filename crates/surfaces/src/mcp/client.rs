@@ -118,7 +118,27 @@ pub(super) async fn connect(
     handler: Handler,
 ) -> Result<Connection, McpError> {
     match server.transport() {
-        McpTransport::Stdio => connect_stdio(name, server, env, sandbox, handler).await,
+        McpTransport::Stdio => {
+            let Started {
+                child,
+                pid,
+                last_words,
+                reader,
+            } = start(name, server, env, sandbox)?;
+            match handshake(handler, child).await {
+                Ok(service) => Ok(Connection {
+                    service,
+                    pid,
+                    last_words,
+                }),
+                Err(failure) => {
+                    // The process is gone or going: give its last lines a moment to arrive, so
+                    // the reason can quote them.
+                    let _ = tokio::time::timeout(LAST_WORDS_WAIT, reader).await;
+                    Err(failure.into_error(name, last_words.suffix(), ""))
+                }
+            }
+        }
         McpTransport::Http => {
             let transport = http_transport(name, server)?;
             let service = handshake(handler, transport)
@@ -133,13 +153,22 @@ pub(super) async fn connect(
     }
 }
 
-async fn connect_stdio(
+/// A stdio server's process, started, before the handshake.
+struct Started {
+    child: ChildTransport,
+    pid: Option<u32>,
+    last_words: LastWords,
+    /// Reads its stderr into `last_words` until it closes.
+    reader: JoinHandle<()>,
+}
+
+/// Start the process of `server`, confined as `sandbox` says.
+fn start(
     name: &str,
     server: &McpServer,
     env: &HashMap<String, String>,
     sandbox: hermes_engine::tools::sandbox::Mode,
-    handler: Handler,
-) -> Result<Connection, McpError> {
+) -> Result<Started, McpError> {
     let mut command = build_command(name, server, env)?;
     let program = server.command.first().cloned().unwrap_or_default();
     let confinement = confine(name, server, env, sandbox)?;
@@ -157,22 +186,13 @@ async fn connect_stdio(
         ChildTransport::spawn(name, wrapped).map_err(|e| spawn_error(name, &program, e))?;
     // The ruleset fd closes now; the work dir lives as long as the server.
     child.keep_workdir(confinement.map(|c| c.into_workdir()));
-    let pid = child.id();
     let last_words = LastWords::new(server);
-    let reader = read_stderr(name, stderr, last_words.clone());
-    match handshake(handler, child).await {
-        Ok(service) => Ok(Connection {
-            service,
-            pid,
-            last_words,
-        }),
-        Err(failure) => {
-            // The process is gone or going: give its last lines a moment to arrive, so the
-            // reason can quote them.
-            let _ = tokio::time::timeout(LAST_WORDS_WAIT, reader).await;
-            Err(failure.into_error(name, last_words.suffix(), ""))
-        }
-    }
+    Ok(Started {
+        pid: child.id(),
+        reader: read_stderr(name, stderr, last_words.clone()),
+        child,
+        last_words,
+    })
 }
 
 /// The box of server `name`: its program's install prefix, its fixed file arguments (a

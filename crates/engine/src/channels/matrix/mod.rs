@@ -35,8 +35,6 @@ mod sync;
 #[cfg(not(feature = "matrix"))]
 mod absent;
 #[cfg(not(feature = "matrix"))]
-pub(crate) use absent::Inner;
-#[cfg(not(feature = "matrix"))]
 pub use absent::probe;
 #[cfg(feature = "matrix")]
 pub use probe::probe;
@@ -46,8 +44,8 @@ use super::StatusCell;
 use super::{Handle, Health};
 pub use super::{Running, State};
 #[cfg(feature = "matrix")]
-use crate::inbox::ChatMessage;
-use crate::inbox::Inbox;
+use crate::inbox::{ChatMessage, Inbox};
+#[cfg(feature = "matrix")]
 use crate::notify::ChatSend;
 #[cfg(feature = "matrix")]
 use hermes_config::MatrixSettings;
@@ -59,6 +57,7 @@ use serde::Serialize;
 use std::path::Path;
 #[cfg(feature = "matrix")]
 use std::path::PathBuf;
+#[cfg(feature = "matrix")]
 use std::sync::Arc;
 
 /// The channel's name in the log.
@@ -75,8 +74,8 @@ pub struct Probe {
     pub rooms: Vec<(String, Result<String, String>)>,
 }
 
-/// How the channel is doing, for `/healthz`, the dashboard and `doctor`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+/// How the channel is doing, for `/healthz`, the dashboard and `doctor`; by default, off.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Status {
     /// `off`, `starting`, `ok` or `down`.
     pub state: State,
@@ -96,18 +95,6 @@ pub struct Status {
 }
 
 impl Health for Status {
-    fn off() -> Status {
-        Status {
-            state: State::Off,
-            error: None,
-            device: None,
-            undecryptable: 0,
-            decryption_failing: false,
-            messages_in: 0,
-            messages_out: 0,
-        }
-    }
-
     fn set_state(&mut self, state: State, error: Option<String>) {
         self.state = state;
         self.error = error;
@@ -122,10 +109,9 @@ impl Status {
     }
 }
 
-/// The Matrix channel: a cheap-to-clone handle. Built for every app; does nothing unless
-/// `channels.matrix` is configured and [`Matrix::start`] is called (by the daemon).
-#[derive(Clone)]
-pub struct Matrix(Handle<Inner>);
+/// The Matrix channel: on when `channels.matrix` is configured; [`Handle::start`] logs in (or
+/// restores the session) and syncs; stopped, the client goes after the outbox's last pass.
+pub type Matrix = Handle<Status>;
 
 #[cfg(feature = "matrix")]
 pub(crate) struct Inner {
@@ -148,10 +134,10 @@ impl Matrix {
     #[cfg(feature = "matrix")]
     pub fn new(settings: &Settings, data_dir: &Path, store: Store) -> Matrix {
         let Some(m) = settings.channels.matrix.clone() else {
-            return Matrix::off();
+            return Handle::off(NAME);
         };
         let (client, _) = tokio::sync::watch::channel(None);
-        Matrix(Handle::on(
+        Handle::on(
             NAME,
             Inner {
                 settings: m,
@@ -161,45 +147,19 @@ impl Matrix {
                 status: StatusCell::starting(),
                 dm: tokio::sync::Mutex::new(std::collections::HashMap::new()),
             },
-        ))
+        )
     }
 
     /// Without the `matrix` feature the channel is always off (`config check` refuses
     /// `channels.matrix`, so a daemon never gets here with one).
     #[cfg(not(feature = "matrix"))]
     pub fn new(_settings: &Settings, _data_dir: &Path, _store: Store) -> Matrix {
-        Matrix::off()
-    }
-
-    pub fn off() -> Matrix {
-        Matrix(Handle::off(NAME))
-    }
-
-    pub fn is_on(&self) -> bool {
-        self.0.is_on()
-    }
-
-    pub fn status(&self) -> Status {
-        self.0.status()
-    }
-
-    /// The outbox's way to send through this account (None when off).
-    pub fn sender(&self) -> Option<Arc<dyn ChatSend>> {
-        self.0.sender()
-    }
-
-    /// Log in (or restore the session) and sync in the background, handing messages to
-    /// `inbox`. Without `channels.matrix`, nothing. Stopped, the client goes after the
-    /// outbox's last pass.
-    pub fn start(&self, inbox: Inbox, metrics: crate::metrics::Metrics) -> Running {
-        self.0.start(inbox, metrics)
+        Handle::off(NAME)
     }
 }
 
 #[cfg(feature = "matrix")]
-impl super::Protocol for Inner {
-    type Status = Status;
-
+impl super::Protocol<Status> for Inner {
     fn status(&self) -> &StatusCell<Status> {
         &self.status
     }
@@ -213,8 +173,8 @@ impl super::Protocol for Inner {
         inbox: Inbox,
         metrics: crate::metrics::Metrics,
         stop: tokio_util::sync::CancellationToken,
-    ) -> impl Future<Output = ()> + Send + 'static {
-        sync::run(self, inbox, metrics, stop)
+    ) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(sync::run(self, inbox, metrics, stop))
     }
 
     fn disconnect(&self) {

@@ -41,8 +41,6 @@ mod send;
 #[cfg(not(feature = "telegram"))]
 mod absent;
 #[cfg(not(feature = "telegram"))]
-pub(crate) use absent::Inner;
-#[cfg(not(feature = "telegram"))]
 pub use absent::probe;
 #[cfg(feature = "telegram")]
 pub use probe::probe;
@@ -51,20 +49,23 @@ pub use probe::probe;
 use super::StatusCell;
 use super::{Handle, Health};
 pub use super::{Running, State};
+#[cfg(feature = "telegram")]
 use crate::inbox::Inbox;
+#[cfg(feature = "telegram")]
 use crate::notify::ChatSend;
 use hermes_config::Settings;
 #[cfg(feature = "telegram")]
 use hermes_config::TelegramSettings;
 use hermes_store::Store;
 use serde::Serialize;
+#[cfg(feature = "telegram")]
 use std::sync::Arc;
 
 /// The channel's name in the log.
 const NAME: &str = "telegram";
 
-/// How the channel is doing, for `/healthz`, the dashboard and `doctor`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+/// How the channel is doing, for `/healthz`, the dashboard and `doctor`; by default, off.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Status {
     /// `off`, `starting`, `ok` or `down`.
     pub state: State,
@@ -83,17 +84,6 @@ pub struct Status {
 }
 
 impl Health for Status {
-    fn off() -> Status {
-        Status {
-            state: State::Off,
-            error: None,
-            bot: None,
-            revoked: false,
-            messages_in: 0,
-            messages_out: 0,
-        }
-    }
-
     fn set_state(&mut self, state: State, error: Option<String>) {
         self.state = state;
         self.error = error;
@@ -107,10 +97,9 @@ impl Status {
     }
 }
 
-/// The Telegram channel: a cheap-to-clone handle. Built for every app; does nothing unless
-/// `channels.telegram` is configured and [`Telegram::start`] is called (by the daemon).
-#[derive(Clone)]
-pub struct Telegram(Handle<Inner>);
+/// The Telegram channel: on when `channels.telegram` is configured; [`Handle::start`] polls
+/// the Bot API; stopped, the bot goes after the outbox's last pass.
+pub type Telegram = Handle<Status>;
 
 #[cfg(feature = "telegram")]
 pub(crate) struct Inner {
@@ -129,10 +118,10 @@ impl Telegram {
     #[cfg(feature = "telegram")]
     pub fn new(settings: &Settings, store: Store) -> Telegram {
         let Some(t) = settings.channels.telegram.clone() else {
-            return Telegram::off();
+            return Handle::off(NAME);
         };
         let (bot, _) = tokio::sync::watch::channel(None);
-        Telegram(Handle::on(
+        Handle::on(
             NAME,
             Inner {
                 settings: t,
@@ -141,44 +130,19 @@ impl Telegram {
                 status: StatusCell::starting(),
                 pace: tokio::sync::Mutex::new(std::collections::HashMap::new()),
             },
-        ))
+        )
     }
 
     /// Without the `telegram` feature the channel is always off (`config check` refuses
     /// `channels.telegram`, so a daemon never gets here with one).
     #[cfg(not(feature = "telegram"))]
     pub fn new(_settings: &Settings, _store: Store) -> Telegram {
-        Telegram::off()
-    }
-
-    pub fn off() -> Telegram {
-        Telegram(Handle::off(NAME))
-    }
-
-    pub fn is_on(&self) -> bool {
-        self.0.is_on()
-    }
-
-    pub fn status(&self) -> Status {
-        self.0.status()
-    }
-
-    /// The outbox's way to send through this bot (None when off).
-    pub fn sender(&self) -> Option<Arc<dyn ChatSend>> {
-        self.0.sender()
-    }
-
-    /// Poll the Bot API in the background, handing messages to `inbox`. Without
-    /// `channels.telegram`, nothing. Stopped, the bot goes after the outbox's last pass.
-    pub fn start(&self, inbox: Inbox, metrics: crate::metrics::Metrics) -> Running {
-        self.0.start(inbox, metrics)
+        Handle::off(NAME)
     }
 }
 
 #[cfg(feature = "telegram")]
-impl super::Protocol for Inner {
-    type Status = Status;
-
+impl super::Protocol<Status> for Inner {
     fn status(&self) -> &StatusCell<Status> {
         &self.status
     }
@@ -192,8 +156,8 @@ impl super::Protocol for Inner {
         inbox: Inbox,
         metrics: crate::metrics::Metrics,
         stop: tokio_util::sync::CancellationToken,
-    ) -> impl Future<Output = ()> + Send + 'static {
-        poll::run(self, inbox, metrics, stop)
+    ) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(poll::run(self, inbox, metrics, stop))
     }
 
     fn disconnect(&self) {

@@ -9,7 +9,7 @@
 
 use super::{Tool, ToolContext, ToolError, ToolInfo};
 use futures::future::BoxFuture;
-use hermes_config::InvalidAt;
+use hermes_config::{InvalidAt, ReadError, read_text, yaml_files};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -38,16 +38,9 @@ const INHERITED_ENV: [&str; 7] = ["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDI
 /// where known.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("{}: cannot read the manifests directory: {source}", path.display())]
-    ReadDir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: cannot read the manifest: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    /// The manifests directory or a manifest.
+    #[error(transparent)]
+    Read(#[from] ReadError),
     #[error(transparent)]
     Invalid(InvalidAt),
 }
@@ -68,39 +61,11 @@ pub fn load_dir_with(
     env: &HashMap<String, String>,
     mode: crate::tools::sandbox::Mode,
 ) -> Result<Vec<Arc<dyn Tool>>, ManifestError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(ManifestError::ReadDir {
-                path: dir.to_path_buf(),
-                source,
-            });
-        }
-    };
-    let mut files = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|source| ManifestError::ReadDir {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-        let path = entry.path();
-        let is_yaml = matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml")
-        );
-        if is_yaml && path.is_file() {
-            files.push(path);
-        }
-    }
-    files.sort();
+    let files = yaml_files(dir, "manifests directory")?;
     let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
     let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
     for path in files {
-        let text = std::fs::read_to_string(&path).map_err(|source| ManifestError::Read {
-            path: path.clone(),
-            source,
-        })?;
+        let text = read_text(&path, "manifest")?;
         let mut tool = parse(&text, &path, env)?;
         tool.sandbox.set_mode(mode);
         if mode == crate::tools::sandbox::Mode::Warn

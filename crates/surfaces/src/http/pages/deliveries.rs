@@ -5,7 +5,9 @@
 
 use super::flash::{Flash, flash};
 use super::guard::{Back, CsrfForm, PageQuery, see_other};
-use super::layout::{Ctx, PageResult, Shown, badge, render, short, when, when_opt};
+use super::layout::{
+    Ctx, PageResult, Shown, badge, render, rows_or, short, state_tabs, when, when_opt,
+};
 use crate::http::ApiState;
 use crate::http::api::deliveries::notice_id;
 use crate::http::extract::Id;
@@ -45,28 +47,11 @@ pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     ];
     let body = html! {
         (flash(q.done.as_deref()))
-        nav.tabs aria-label="Filter by state" {
-            @for (value, label) in tabs {
-                @if q.state == value {
-                    a href={"/deliveries?state=" (value)} aria-current="page" { (label) }
-                } @else {
-                    a href={"/deliveries?state=" (value)} { (label) }
-                }
-            }
-        }
-        @if notices.is_empty() {
-            p.muted { "Nothing here." }
-        } @else {
-            div.scroll { table.rows #deliveries {
-                thead { tr {
-                    th { "Queued" } th { "Channel" } th { "Title" } th { "State" }
-                    th { "Attempts" } th { "Next try / sent" } th { "From" } th { span.sr-only { "Actions" } }
-                } }
-                tbody { @for n in &notices {
-                    (row(&ctx, n, &q.state))
-                } }
-            } }
-        }
+        (state_tabs("/deliveries", &q.state, &tabs))
+        (rows_or(&notices, html! { "Nothing here." }, Some("deliveries"), html! {
+            th { "Queued" } th { "Channel" } th { "Title" } th { "State" }
+            th { "Attempts" } th { "Next try / sent" } th { "From" } th { span.sr-only { "Actions" } }
+        }, |n| row(&ctx, n, &q.state)))
     };
     Ok(render(&ctx, "Deliveries", body).into_response())
 }

@@ -4,7 +4,7 @@
 //!
 //! Must not: run an eval (`hermes-agent eval` and the daemon's model watch do).
 
-use super::layout::{Ctx, PageResult, Shown, badge, render, short, when, when_opt};
+use super::layout::{Ctx, PageResult, Shown, badge, render, rows_or, short, when, when_opt};
 use crate::doctor::Verdict;
 use axum::response::IntoResponse;
 use hermes_store::{EvalRun, EvalVerdict, ModelStatus};
@@ -16,16 +16,13 @@ pub async fn page(ctx: Ctx) -> PageResult {
     let runs = store.eval_runs(30).await?;
     let body = html! {
         h2 { "Models" }
-        @if models.is_empty() {
-            p.muted { "No profile's model has been checked yet: the daemon checks each at start and every model.identity_check_s." }
-        } @else {
-            div.scroll { table.rows #models {
-                thead { tr {
-                    th { "Profile" } th { "Serving" } th { "Verified" } th { "Status" }
-                } }
-                tbody { @for m in &models { (model_row(&ctx, m)) } }
-            } }
-        }
+        (rows_or(
+            &models,
+            html! { "No profile's model has been checked yet: the daemon checks each at start and every model.identity_check_s." },
+            Some("models"),
+            html! { th { "Profile" } th { "Serving" } th { "Verified" } th { "Status" } },
+            |m| model_row(&ctx, m),
+        ))
         h2 { "Runs" }
         @if runs.is_empty() {
             p.muted { "No eval has run yet. Run " code { "hermes-agent eval" } " to check a profile's model against the regression cases." }

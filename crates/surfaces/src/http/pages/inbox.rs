@@ -6,7 +6,7 @@
 //! (its task does).
 
 use super::guard::PageQuery;
-use super::layout::{Ctx, PageResult, Shown, badge, render, short, when};
+use super::layout::{Ctx, PageResult, Shown, badge, render, rows_or, short, state_tabs, when};
 use crate::http::extract::state_filter;
 use axum::response::IntoResponse;
 use hermes_engine::inbox::Health;
@@ -37,25 +37,10 @@ pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
         (status(&s.inbox.health()))
         (matrix_status(&s.matrix.status()))
         (telegram_status(&s.telegram.status()))
-        nav.tabs aria-label="Filter by state" {
-            @for (value, label) in tabs {
-                @if q.state == value {
-                    a href={"/inbox?state=" (value)} aria-current="page" { (label) }
-                } @else {
-                    a href={"/inbox?state=" (value)} { (label) }
-                }
-            }
-        }
-        @if messages.is_empty() {
-            p.muted { "No message read yet." }
-        } @else {
-            div.scroll { table.rows #inbox {
-                thead { tr {
-                    th { "Read" } th { "Channel" } th { "From" } th { "Subject" } th { "State" } th { "Became" }
-                } }
-                tbody { @for m in &messages { (row(&ctx, m)) } }
-            } }
-        }
+        (state_tabs("/inbox", &q.state, &tabs))
+        (rows_or(&messages, html! { "No message read yet." }, Some("inbox"), html! {
+            th { "Read" } th { "Channel" } th { "From" } th { "Subject" } th { "State" } th { "Became" }
+        }, |m| row(&ctx, m)))
     };
     Ok(render(&ctx, "Inbox", body).into_response())
 }

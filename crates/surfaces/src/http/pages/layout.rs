@@ -288,6 +288,57 @@ pub fn badge(state: Shown) -> Markup {
     html! { span class={"badge " (state.tone())} data-state=(word) { (word) } }
 }
 
+/// Links between views of one list (`aria_label` says what they choose), each `(href, label,
+/// shown now)`; the one shown now is marked current.
+pub(crate) fn tabs(
+    aria_label: &str,
+    links: impl IntoIterator<Item = (String, String, bool)>,
+) -> Markup {
+    html! {
+        nav.tabs aria-label=(aria_label) {
+            @for (href, label, current) in links {
+                a href=(href) aria-current=[current.then_some("page")] { (label) }
+            }
+        }
+    }
+}
+
+/// Tabs filtering the list at `path` by its `?state=`, each `(value, label)`; `shown` is the
+/// value shown now.
+pub(crate) fn state_tabs(path: &str, shown: &str, states: &[(&str, &str)]) -> Markup {
+    tabs(
+        "Filter by state",
+        states.iter().map(|(value, label)| {
+            (
+                format!("{path}?state={value}"),
+                label.to_string(),
+                *value == shown,
+            )
+        }),
+    )
+}
+
+/// A list as a table, scrolling sideways on a narrow screen, or `empty` (muted) when it has
+/// nothing. `id` names the table for the tests and the stylesheet; `head` is the header row.
+pub(crate) fn rows_or<T>(
+    items: &[T],
+    empty: Markup,
+    id: Option<&str>,
+    head: Markup,
+    row: impl Fn(&T) -> Markup,
+) -> Markup {
+    html! {
+        @if items.is_empty() {
+            p.muted { (empty) }
+        } @else {
+            div.scroll { table.rows id=[id] {
+                thead { tr { (head) } }
+                tbody { @for item in items { (row(item)) } }
+            } }
+        }
+    }
+}
+
 /// `text` on one line, cut to `max` characters with a mark.
 pub fn short(text: &str, max: usize) -> String {
     hermes_store::util::text::one_line(text, max)

@@ -11,7 +11,7 @@ use super::layout::{
 };
 use super::overview::task_table;
 use super::timeline::timeline;
-use crate::http::extract::Id;
+use crate::http::extract::{Id, state_filter};
 use crate::http::{ApiError, ApiState};
 use axum::extract::State;
 use axum::response::IntoResponse;
@@ -19,7 +19,6 @@ use chrono_tz::Tz;
 use hermes_engine::agent::Submit;
 use hermes_store::{
     Approval, ApprovalState, Notice, Origin, Step, StepKind, Task, TaskRecord, TaskSearch,
-    TaskState,
 };
 use maud::{Markup, html};
 use serde::Deserialize;
@@ -45,18 +44,8 @@ fn some(s: &str) -> Option<&str> {
 pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     let s = &ctx.state;
     let search = TaskSearch {
-        state: some(&q.state)
-            .map(|v| {
-                v.parse::<TaskState>()
-                    .map_err(|e| ApiError::bad_request(e.to_string()))
-            })
-            .transpose()?,
-        origin: some(&q.origin)
-            .map(|v| {
-                v.parse::<Origin>()
-                    .map_err(|e| ApiError::bad_request(e.to_string()))
-            })
-            .transpose()?,
+        state: state_filter(Some(&q.state))?,
+        origin: state_filter(Some(&q.origin))?,
         job_id: some(&q.job).map(str::to_string),
         text: some(&q.q).map(str::to_string),
         limit: 100,

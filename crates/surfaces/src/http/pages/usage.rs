@@ -6,7 +6,7 @@
 //! the same as `GET /v1/usage` answers.
 
 use super::guard::PageQuery;
-use super::layout::{Ctx, PageResult, render};
+use super::layout::{Ctx, PageResult, render, tabs};
 use crate::http::extract::bounded;
 use axum::response::IntoResponse;
 use hermes_store::util::text::{duration_ms, grouped};
@@ -29,15 +29,9 @@ pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<UsageQuery>) -> PageResult {
     let window = UsageWindow::last_days(days, ctx.tz(), chrono::Utc::now());
     let u = ctx.state.agent.store().usage(&window).await?;
     let body = html! {
-        nav.tabs aria-label="Window" {
-            @for n in WINDOWS {
-                @if n == days {
-                    a href={"/usage?days=" (n)} aria-current="page" { "Last " (n) " days" }
-                } @else {
-                    a href={"/usage?days=" (n)} { "Last " (n) " days" }
-                }
-            }
-        }
+        (tabs("Window", WINDOWS.map(|n| {
+            (format!("/usage?days={n}"), format!("Last {n} days"), n == days)
+        })))
         @if u.totals.calls == 0 {
             p.muted #usage-empty { "No model calls yet in the last " (days) " days." }
         } @else {
