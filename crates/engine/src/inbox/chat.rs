@@ -111,7 +111,10 @@ impl Inner {
         let skip = || async {
             match cursor {
                 Some((key, position)) => {
-                    self.store.move_chat_cursor(m.channel, key, position).await
+                    self.store
+                        .chat()
+                        .move_cursor(m.channel, key, position)
+                        .await
                 }
                 None => Ok(()),
             }
@@ -132,7 +135,7 @@ impl Inner {
             subject,
             refs: None,
         };
-        if self.store.inbox_seen(place, &mail).await? {
+        if self.store.inbox().seen(place, &mail).await? {
             tracing::debug!(event = %m.event_id, "chat message already recorded; skipped");
             skip().await?;
             return Ok(false);
@@ -142,7 +145,7 @@ impl Inner {
             return Ok(false);
         };
         mail.thread_root = root;
-        let recorded = self.store.record_inbox(place, &mail, &outcome).await?;
+        let recorded = self.store.inbox().record(place, &mail, &outcome).await?;
         let new = matches!(recorded, hermes_store::Recorded::New { .. });
         self.hand_over(m.channel, &outcome, recorded).await?;
         Ok(new)
@@ -255,12 +258,13 @@ impl Inner {
 
     /// The approval request's notice sent as the chat event `to`, if it is one.
     async fn approval_notice(&self, to: &str) -> Result<Option<Notice>, StoreError> {
-        let Some(notice) = self.store.notice_by_remote(to).await? else {
+        let Some(notice) = self.store.outbox().by_remote(to).await? else {
             return Ok(None);
         };
         Ok(self
             .store
-            .approval_for_notice(notice.id)
+            .approvals()
+            .for_notice(notice.id)
             .await?
             .map(|_| notice))
     }
@@ -270,15 +274,15 @@ impl Inner {
     /// thread began with.
     async fn answered_in_chat(&self, m: &ChatMessage) -> Result<Option<Notice>, StoreError> {
         for event in [&m.thread_root, &m.reply_to].into_iter().flatten() {
-            if let Some(n) = self.store.notice_by_remote(event).await?
+            if let Some(n) = self.store.outbox().by_remote(event).await?
                 && n.queued.channel.starts_with(m.channel.as_str())
             {
                 return Ok(Some(n));
             }
-            if let Some(earlier) = self.store.inbox_message_by_id(event).await?
+            if let Some(earlier) = self.store.inbox().by_message_id(event).await?
                 && earlier.channel == m.channel
                 && let Some(reply) = earlier.reply_notice_id
-                && let Some(n) = self.store.notice(reply).await?
+                && let Some(n) = self.store.outbox().get(reply).await?
             {
                 return Ok(Some(n));
             }

@@ -74,7 +74,7 @@ impl TypedTool for ReadWorkingMemory {
         let length = a.length.unwrap_or(DEFAULT_LENGTH).clamp(1, MAX_LENGTH);
         let slice = self
             .store
-            .read_working(key, a.offset, length)
+            .working().read(key, a.offset, length)
             .await
             .map_err(|e| match e {
                 StoreError::NotFound { .. } => ToolError::Failed(format!(

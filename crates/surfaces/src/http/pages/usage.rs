@@ -27,7 +27,7 @@ pub(crate) struct UsageQuery {
 pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<UsageQuery>) -> PageResult {
     let days = bounded("days", q.days, DEFAULT_USAGE_DAYS, MAX_USAGE_DAYS)?;
     let window = UsageWindow::last_days(days, ctx.tz(), chrono::Utc::now());
-    let u = ctx.state.agent.store().usage(&window).await?;
+    let u = ctx.state.agent.store().tasks().usage(&window).await?;
     let body = html! {
         nav.tabs aria-label="Window" {
             @for n in WINDOWS {
