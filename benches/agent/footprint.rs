@@ -300,7 +300,7 @@ pub async fn run(quick: bool) -> Result<()> {
 }
 
 /// Store throughput with the daemon's pool and with the former 8 connections: `add_step` writes
-/// (≈ 400-byte rows, as §5 of BENCHMARKS.md) and `Store::task` reads, by 1, 8 and 64 callers.
+/// (≈ 400-byte rows, as §5 of BENCHMARKS.md) and `store.tasks().get` reads, by 1, 8 and 64 callers.
 async fn pool_cost() -> Result<()> {
     let output = common::filler(400);
     let row = NewStep {

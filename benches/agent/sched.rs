@@ -1,5 +1,5 @@
 //! The scheduler's fire-time error with 1,000 jobs due at the same instant, and the SQLite
-//! write throughput of trace rows (`Store::add_step`), alone and from concurrent writers.
+//! write throughput of trace rows (`store.tasks().add_step`), alone and from concurrent writers.
 
 use crate::common::{self, StepScript, figure, percentile};
 use anyhow::{Context, Result, bail};
@@ -24,7 +24,7 @@ pub async fn run() -> Result<()> {
 
 pub async fn run_store() -> Result<()> {
     println!(
-        "\n== store: SQLite write throughput of trace rows (Store::add_step, ≈ 400-byte output)"
+        "\n== store: SQLite write throughput of trace rows (store.tasks().add_step, ≈ 400-byte output)"
     );
     step_writes(StoreOptions::default(), "").await?;
     println!(
@@ -198,7 +198,7 @@ async fn fire_error() -> Result<()> {
     Ok(())
 }
 
-/// `Store::add_step` from 1, 8 and 64 concurrent writers through a store opened with `opts`.
+/// `store.tasks().add_step` from 1, 8 and 64 concurrent writers through a store opened with `opts`.
 async fn step_writes(opts: StoreOptions, label: &str) -> Result<()> {
     let output = common::filler(400);
     for writers in [1usize, 8, 64] {

@@ -10,7 +10,7 @@ use super::{
 use super::{query, query_as, query_scalar};
 use chrono::{DateTime, Utc};
 
-/// Filters for [`Store::search_tasks`]; every filter that is set must match.
+/// Filters for [`Tasks::search`]; every filter that is set must match.
 #[derive(Debug, Clone, Default)]
 pub struct TaskSearch {
     pub state: Option<TaskState>,

@@ -1,7 +1,7 @@
 //! Long-term facts (`facts`): the source of truth the tantivy index is built from, and their
 //! change sequence (`fact_changes`): every insert, change of tags and delete of a fact adds a
 //! row in the same transaction, numbered in commit order, so each node's index can catch up
-//! with what any node wrote ([`Store::fact_changes_after`]).
+//! with what any node wrote ([`Facts::changes_after`]).
 //! Must not: know about the index, or write a fact without its change row.
 
 use super::aggregates::Facts;
@@ -41,7 +41,7 @@ pub(crate) fn normalise_fact(text: &str) -> String {
         .to_string()
 }
 
-/// Whether [`Store::upsert_fact`] made a new fact or merged into an existing one.
+/// Whether [`Facts::upsert`] made a new fact or merged into an existing one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Upsert {
     Created,
@@ -72,7 +72,7 @@ impl Facts<'_> {
         Ok((fact, how))
     }
 
-    /// [`Store::upsert_fact`], and the `seq` of the change it logged: `None` when the fact was
+    /// [`Facts::upsert`], and the `seq` of the change it logged: `None` when the fact was
     /// stated before with no new tag (nothing an index holds changed).
     pub async fn upsert_logged(
         self,
@@ -215,7 +215,7 @@ impl Facts<'_> {
     }
 
     /// Drop changes older than `before`, keeping the newest of those as the mark of where the
-    /// sequence now starts (see [`Store::fact_change_range`]); how many rows went.
+    /// sequence now starts (see [`Facts::change_range`]); how many rows went.
     pub async fn prune_changes(self, before: DateTime<Utc>) -> Result<u64> {
         self.store
             .rows(

@@ -333,7 +333,7 @@ impl Jobs<'_> {
     /// Hand each firing's run lock from its placeholder to its task, and record each run
     /// `fired`; `(job id, run id)` of the runs recorded. A lock no longer held by its
     /// placeholder (a restore in another process cleared it) is taken if free, as
-    /// [`Store::swap_job_lock`]'s callers do.
+    /// [`Jobs::swap_lock`]'s callers do.
     pub async fn start_burst(self, started: &[(BurstClaim, String)]) -> Result<Vec<(String, i64)>> {
         let mut runs = Vec::with_capacity(started.len());
         for chunk in started.chunks(BURST_CHUNK) {

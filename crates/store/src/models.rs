@@ -187,7 +187,7 @@ impl Models<'_> {
         })
     }
 
-    /// [`Store::model_status`] of every profile ever checked, by name.
+    /// [`Models::status`] of every profile ever checked, by name.
     pub async fn statuses(self) -> Result<Vec<ModelStatus>> {
         let profiles: Vec<(String,)> = self
             .store
@@ -305,7 +305,7 @@ impl Jobs<'_> {
         rows.iter().map(Job::from_json_row).collect()
     }
 
-    /// The jobs paused for `reason` that use `profile` (as [`Store::jobs_on_profile`]).
+    /// The jobs paused for `reason` that use `profile` (as [`Jobs::on_profile`]).
     pub async fn paused_for(
         self,
         reason: PauseReason,

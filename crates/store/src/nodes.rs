@@ -52,7 +52,7 @@ impl Store {
     }
 
     /// This node's lease on the database (unjoined, so fencing nothing, until
-    /// [`Store::join_cluster`]).
+    /// [`Nodes::join`]).
     pub fn lease(&self) -> &Lease {
         &self.lease
     }
@@ -205,7 +205,7 @@ impl Nodes<'_> {
 
 impl Tasks<'_> {
     /// End the tasks `node` was running under no lease its row holds (not those waiting for a
-    /// person: any node continues them once answered). After [`Store::revoke_node`] that is
+    /// person: any node continues them once answered). After [`Nodes::revoke`] that is
     /// all of them; a node that already joined again keeps what it claimed since.
     pub async fn fail_running_on(self, node: &str, reason: FailReason) -> Result<u64> {
         let fail = query(

@@ -51,7 +51,7 @@ pub struct NewNotice {
     pub refs: Option<String>,
 }
 
-/// Which notices [`Store::list_notices`] returns.
+/// Which notices [`Outbox::list`] returns.
 #[derive(Debug, Clone, Default)]
 pub struct NoticeFilter {
     pub task_id: Option<String>,

@@ -23,7 +23,7 @@ macro_rules! insert_tasks {
 /// than an instruction needs, far less than would crowd the model's context.
 pub const MAX_TASK_CHARS: usize = 20_000;
 
-/// A task as stored. `steps` are loaded separately ([`Store::steps`]).
+/// A task as stored. `steps` are loaded separately ([`Tasks::steps`]).
 #[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
 pub struct Task {
     pub id: String,
@@ -122,7 +122,7 @@ impl NewStep {
     }
 }
 
-/// Filters for [`Store::list_tasks`].
+/// Filters for [`Tasks::list`].
 #[derive(Debug, Clone, Default)]
 pub struct TaskFilter {
     pub state: Option<TaskState>,
@@ -311,7 +311,7 @@ impl Tasks<'_> {
         Ok(self.start_row(id).await?.is_some())
     }
 
-    /// [`Store::start_task`], returning the started row; `None` when it was not pending.
+    /// [`Tasks::start`], returning the started row; `None` when it was not pending.
     pub async fn start_row(self, id: &str) -> Result<Option<Task>> {
         let start = query_as(concat!(
             "UPDATE tasks SET state = 'running', started_at = ?1, node_id = ?2, node_epoch = ?3 \
@@ -332,7 +332,7 @@ impl Tasks<'_> {
         Ok(self.finish_row(id, outcome).await?.is_some())
     }
 
-    /// [`Store::finish_task`], returning the finished row when this call won: one round trip
+    /// [`Tasks::finish`], returning the finished row when this call won: one round trip
     /// for the runner, which reports the row it ended.
     pub async fn finish_row(self, id: &str, outcome: &TaskOutcome) -> Result<Option<Task>> {
         let finish = query_as(concat!(

@@ -19,7 +19,7 @@ use serde_json::Value;
 use std::time::Duration;
 
 impl Agent {
-    /// Continue a held task whose hold this process took ([`hermes_store::Store::take_ready_hold`])
+    /// Continue a held task whose hold this process took (`store.holds().take_ready`)
     /// from its checkpoint; `observer` follows it (a `run` continuing its own task).
     pub(super) async fn resume(
         &self,

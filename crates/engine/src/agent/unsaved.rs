@@ -53,7 +53,7 @@ impl Agent {
         }))
     }
 
-    /// Tasks as [`Store::list_tasks`] finds them, unsaved ends shown. A state filter selects
+    /// Tasks as `store.tasks().list` finds them, unsaved ends shown. A state filter selects
     /// by the stored state and keeps only the tasks still in it as shown, so `running` never
     /// lists an end that is only unsaved.
     pub async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {

@@ -260,7 +260,7 @@ impl Notifier {
     }
 
     /// On a database several daemons share, take the notice for this attempt first (see
-    /// [`hermes_store::Store::lease_notice`]): each notice is sent by one of them, and by another after
+    /// `store.outbox().lease`): each notice is sent by one of them, and by another after
     /// the lease if this one dies mid-send. One daemon alone needs no lease. False: leave it.
     async fn lease(&self, notice: &Notice) -> bool {
         let store = &self.inner.store;

@@ -18,7 +18,7 @@
 //! DST change or a restart never shifts them.
 //!
 //! Firing, the same for the timer, the catch-up at start and "run now":
-//! 1. claim: `claim_job_run(id, due, next)` moves `next_run_at` on before anything runs, so two
+//! 1. claim: `store.jobs().claim_run(id, due, next)` moves `next_run_at` on before anything runs, so two
 //!    firers (two processes, a crash and a restart) can never both run one due time;
 //! 2. the run lock: a job whose previous run still holds it is recorded `skipped`
 //!    ("previous run still running");

@@ -1,7 +1,7 @@
 //! Built-in tool `read_working_memory`: pages through a large result the registry put in
 //! working memory instead of showing it whole.
 //!
-//! Owns: the tool's schema and paging. Reads through [`Store::read_working`] only.
+//! Owns: the tool's schema and paging. Reads through `store.working().read` only.
 //! Must not: write working memory (the registry does that when it truncates a result).
 
 use crate::tools::{Fit, Tool, ToolContext, ToolError, ToolInfo, TypedTool};

@@ -2,7 +2,7 @@
 //! (inline SVG, drawn here: no script, no library, nothing from another origin), then the
 //! figures per profile and per job, dearest first, so a person sees which job costs what.
 //!
-//! Must not: change anything, or count anything itself: the figures are `Store::usage`'s,
+//! Must not: change anything, or count anything itself: the figures are `store.tasks().usage`'s,
 //! the same as `GET /v1/usage` answers.
 
 use super::guard::PageQuery;
