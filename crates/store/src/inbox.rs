@@ -6,6 +6,9 @@
 //! be read again; after it, the message is never read again. A message seen twice (the same
 //! UID, or under another UID the same Message-ID — or, for mail without one, the same digest
 //! of what it says) changes nothing but the watermark.
+//!
+//! Must not: decide what a message means (the engine's inbox does): an earlier record is
+//! replaced only when the caller says so ([`Inbox::record_replacing`]).
 
 use super::aggregates::{Inbox, Outbox};
 use super::chat::fence_channel;
@@ -66,7 +69,7 @@ pub struct InboxMessage {
     pub thread_root: Option<String>,
 }
 
-/// What [`Store::record_inbox`] did.
+/// What [`Inbox::record`] did.
 #[derive(Debug, Clone)]
 pub enum Recorded {
     /// Recorded now; the task created, if any, and the reply queued, if any.
@@ -79,7 +82,7 @@ pub enum Recorded {
     Seen,
 }
 
-/// Which messages [`Store::list_inbox`] returns, newest first.
+/// Which messages [`Inbox::list`] returns, newest first.
 #[derive(Debug, Clone, Default)]
 pub struct InboxFilter {
     pub state: Option<InboxState>,
@@ -116,23 +119,36 @@ impl Inbox<'_> {
         mail: &NewInboxMessage,
         outcome: &InboxOutcome,
     ) -> Result<Recorded> {
+        self.record_in(place, mail, outcome, None).await
+    }
+
+    /// [`Inbox::record`], deleting first an earlier record of the same message (its
+    /// Message-ID or event id) that was ignored for `ignored`: the new record takes its place
+    /// in the same transaction, so a crash between leaves the one or the other, never neither.
+    pub async fn record_replacing(
+        self,
+        place: Place<'_>,
+        mail: &NewInboxMessage,
+        outcome: &InboxOutcome,
+        ignored: IgnoreReason,
+    ) -> Result<Recorded> {
+        self.record_in(place, mail, outcome, Some(ignored)).await
+    }
+
+    async fn record_in(
+        self,
+        place: Place<'_>,
+        mail: &NewInboxMessage,
+        outcome: &InboxOutcome,
+        replacing: Option<IgnoreReason>,
+    ) -> Result<Recorded> {
         // IMMEDIATE: the write lock is taken before the duplicate check, so the check and the
         // insert see the same database.
         let mut tx = self.store.begin_writing(super::Locked::Inbox).await?;
-        // A chat event recorded undecryptable whose key came later is read as what it says:
-        // its old record goes in the same transaction as the new one, so a crash between
-        // leaves the one or the other, never neither.
-        let undecryptable = matches!(
-            outcome,
-            InboxOutcome::Ignored {
-                reason: IgnoreReason::Undecryptable,
-                ..
-            }
-        );
-        if place.account().is_some() && !undecryptable {
+        if let Some(reason) = replacing {
             query("DELETE FROM inbox_messages WHERE message_id = ? AND reason = ?")
                 .bind(&mail.message_id)
-                .bind(IgnoreReason::Undecryptable)
+                .bind(reason)
                 .execute(&mut tx)
                 .await?;
         }

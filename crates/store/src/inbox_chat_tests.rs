@@ -130,7 +130,12 @@ on_both_engines!(
         // Its key came: the record becomes the task, in one write.
         let read = store
             .inbox()
-            .record(account, &event, &task_outcome("hi"))
+            .record_replacing(
+                account,
+                &event,
+                &task_outcome("hi"),
+                IgnoreReason::Undecryptable,
+            )
             .await
             .unwrap();
         assert!(matches!(read, Recorded::New { .. }));

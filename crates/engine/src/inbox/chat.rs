@@ -6,7 +6,8 @@
 //! - the agent's own: nothing, not even a record (the channel drops it before);
 //! - from anyone not in the channel's `allow_from`: recorded, ignored, never answered;
 //! - one the agent holds no key for: recorded `undecryptable` with the reason, shown on
-//!   `/inbox` — never silently dropped;
+//!   `/inbox` — never silently dropped; read once its key came, its new record takes the old
+//!   one's place (`Inbox::record_replacing` in the store);
 //! - in a room of several people, neither addressed to the agent nor in a thread of one of its
 //!   messages: recorded, ignored (`not_addressed`);
 //! - a ✅ / ❌ reaction to an approval request's notice, or its Approve / Deny button:
@@ -145,7 +146,20 @@ impl Inner {
             return Ok(false);
         };
         mail.thread_root = root;
-        let recorded = self.store.inbox().record(place, &mail, &outcome).await?;
+        let inbox = self.store.inbox();
+        let recorded = match &outcome {
+            InboxOutcome::Ignored {
+                reason: IgnoreReason::Undecryptable,
+                ..
+            } => inbox.record(place, &mail, &outcome).await?,
+            // One recorded undecryptable whose key came later is read as what it says: its old
+            // record gives way to the new one.
+            _ => {
+                inbox
+                    .record_replacing(place, &mail, &outcome, IgnoreReason::Undecryptable)
+                    .await?
+            }
+        };
         let new = matches!(recorded, hermes_store::Recorded::New { .. });
         self.hand_over(m.channel, &outcome, recorded).await?;
         Ok(new)
