@@ -1,7 +1,7 @@
 //! Approval requests, the notices that asked about them, and held tasks' checkpoints
 //! (`approvals`, `approval_notices`, `task_holds`).
 
-use super::aggregates::{Approvals, Holds, Tasks};
+use super::aggregates::{Approvals, Holds};
 use super::{ApprovalState, Result, StoreError, limit_or, new_id, now};
 use super::{query, query_as};
 use chrono::{DateTime, Utc};
@@ -364,20 +364,6 @@ impl Holds<'_> {
         self.store
             .run(query("DELETE FROM task_holds WHERE task_id = ?").bind(task_id))
             .await
-    }
-}
-
-impl Tasks<'_> {
-    /// The sub-tasks of `parent` that wait for a person.
-    pub async fn waiting_children(self, parent: &str) -> Result<Vec<String>> {
-        let rows: Vec<(String,)> = self
-            .store
-            .all(
-                query_as("SELECT id FROM tasks WHERE parent_id = ? AND waiting = TRUE")
-                    .bind(parent),
-            )
-            .await?;
-        Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 }
 

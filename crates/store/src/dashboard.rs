@@ -1,6 +1,8 @@
 //! Queries behind the dashboard (`crates/surfaces/src/http/pages`) and the API endpoints it uses: task search, the
 //! overview's counts (recent failures, the outbox backlog, tokens spent), pausing a job and
-//! retrying a notice. They read the same tables as everything else; nothing here is cached.
+//! retrying a notice. They read the same tables as everything else, each query under its
+//! table's aggregate (`store.tasks().search`, `store.jobs().set_enabled`,
+//! `store.outbox().retry`, …); nothing here is cached.
 
 use super::aggregates::{Jobs, Outbox, Tasks};
 use super::{

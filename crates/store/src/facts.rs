@@ -227,6 +227,15 @@ impl Facts<'_> {
             )
             .await
     }
+
+    /// The newest fact's creation time and id: where a walk in age order ends.
+    pub async fn newest(self) -> Result<Option<(DateTime<Utc>, String)>> {
+        Ok(
+            query_as("SELECT created_at, id FROM facts ORDER BY created_at DESC, id DESC LIMIT 1")
+                .fetch_optional(self.store)
+                .await?,
+        )
+    }
 }
 
 /// Log a change of fact `id` inside the transaction that made it; its `seq`. The transaction

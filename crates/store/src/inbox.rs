@@ -10,7 +10,7 @@
 //! Must not: decide what a message means (the engine's inbox does): an earlier record is
 //! replaced only when the caller says so ([`Inbox::record_replacing`]).
 
-use super::aggregates::{Inbox, Outbox};
+use super::aggregates::Inbox;
 use super::chat::fence_channel;
 pub use super::inbox_kinds::{InboxOutcome, JobChange, MailPlace, NewInboxMessage, Place};
 use super::inbox_write::{
@@ -18,7 +18,7 @@ use super::inbox_write::{
 };
 use super::outbox::insert_notice_on;
 use super::{
-    Channel, CommandState, IgnoreReason, InboxCommand, InboxState, NewNotice, Notice, Result, Task,
+    Channel, CommandState, IgnoreReason, InboxCommand, InboxState, NewNotice, Result, Task,
     limit_or, now,
 };
 use super::{query, query_as, query_scalar};
@@ -381,39 +381,6 @@ impl Inbox<'_> {
         }
         tx.commit().await?;
         Ok(true)
-    }
-}
-
-impl Outbox<'_> {
-    /// The notice whose token a reply names.
-    pub async fn by_token(self, token: &str) -> Result<Option<Notice>> {
-        self.store
-            .first(query_as(select!(outbox, "WHERE token = ?")).bind(token))
-            .await
-    }
-
-    /// The notice a chat server knows by `remote_id` (the event it was sent as, or any of the
-    /// messages its parts went out as).
-    pub async fn by_remote(self, remote_id: &str) -> Result<Option<Notice>> {
-        self.store.first(
-            query_as(select!(
-                outbox,
-                "WHERE remote_id = ?1 OR id = (SELECT notice_id FROM chat_parts WHERE remote_id = ?1 LIMIT 1)"
-            ))
-            .bind(remote_id),
-        )
-        .await
-    }
-
-    /// Record the id a chat server gave notice `id` (its first event), so that replies in its
-    /// thread and reactions to it find it. Written before the notice is marked sent.
-    pub async fn set_remote(self, id: i64, remote_id: &str) -> Result<()> {
-        query("UPDATE outbox SET remote_id = ? WHERE id = ?")
-            .bind(remote_id)
-            .bind(id)
-            .execute(self.store)
-            .await?;
-        Ok(())
     }
 }
 

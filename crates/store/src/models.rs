@@ -1,6 +1,7 @@
 //! Which model each profile answers with (`model_identities`), the changes seen
 //! (`model_changes`), the jobs held for them, and the model a job last ran with. The eval runs
-//! that verify an identity are in `evals.rs`.
+//! that verify an identity are in `evals.rs`. The job queries here are the jobs' aggregate
+//! (`store.jobs().on_profile`, …): what a model change pauses is read beside the change.
 //!
 //! An identity is the one-line key the gateway makes of what a server told about its model;
 //! the store compares keys and never reads them.

@@ -6,6 +6,10 @@
 //! nodes sweeping at once cannot both take the same run, and a sweep run twice changes nothing.
 //! Must not: decide when a node is silent (the daemon's keeper passes the cut-off), or follow a
 //! run itself (the scheduler does).
+//!
+//! The node's own row is the nodes' aggregate (`store.nodes()`); the take-over writes are the
+//! tasks' and the jobs' (`store.tasks().fail_running_on`, `store.jobs().take_run`, …), kept
+//! here beside the rules above.
 
 use super::aggregates::{Jobs, Nodes, Tasks};
 use super::{FailReason, Lease, Result, Store, StoreError, now, query, query_as};

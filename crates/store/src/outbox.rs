@@ -220,6 +220,37 @@ impl Outbox<'_> {
             )
             .await
     }
+
+    /// The notice whose token a reply names.
+    pub async fn by_token(self, token: &str) -> Result<Option<Notice>> {
+        self.store
+            .first(query_as(select!(outbox, "WHERE token = ?")).bind(token))
+            .await
+    }
+
+    /// The notice a chat server knows by `remote_id` (the event it was sent as, or any of the
+    /// messages its parts went out as).
+    pub async fn by_remote(self, remote_id: &str) -> Result<Option<Notice>> {
+        self.store.first(
+            query_as(select!(
+                outbox,
+                "WHERE remote_id = ?1 OR id = (SELECT notice_id FROM chat_parts WHERE remote_id = ?1 LIMIT 1)"
+            ))
+            .bind(remote_id),
+        )
+        .await
+    }
+
+    /// Record the id a chat server gave notice `id` (its first event), so that replies in its
+    /// thread and reactions to it find it. Written before the notice is marked sent.
+    pub async fn set_remote(self, id: i64, remote_id: &str) -> Result<()> {
+        query("UPDATE outbox SET remote_id = ? WHERE id = ?")
+            .bind(remote_id)
+            .bind(id)
+            .execute(self.store)
+            .await?;
+        Ok(())
+    }
 }
 
 /// The statement queuing `n` with a fresh token (see [`new_token`]), returning its id; run on

@@ -523,6 +523,18 @@ impl Tasks<'_> {
             ))
             .await
     }
+
+    /// The sub-tasks of `parent` that wait for a person.
+    pub async fn waiting_children(self, parent: &str) -> Result<Vec<String>> {
+        let rows: Vec<(String,)> = self
+            .store
+            .all(
+                query_as("SELECT id FROM tasks WHERE parent_id = ? AND waiting = TRUE")
+                    .bind(parent),
+            )
+            .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
 }
 
 /// The pending count's statement, one place for the store and the test of its plan.

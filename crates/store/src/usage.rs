@@ -8,7 +8,8 @@
 //! origin when it has none) and job (for its name). Sub-agents' calls count for their parent's
 //! job: a sub-agent's task carries the job id of the task that started it.
 //! Must not: write anything, or keep figures of its own: every figure is summed from the trace
-//! when asked (migration 0011's index keeps that a read of the window's rows alone).
+//! when asked (migration 0011's index keeps that a read of the window's rows alone). Read as
+//! `store.tasks().usage(&window)`: the trace it sums is the tasks' aggregate.
 
 use super::aggregates::Tasks;
 use super::sql::Builder;

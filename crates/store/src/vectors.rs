@@ -6,7 +6,7 @@
 //! Must not: interpret the bytes (memory does), or delete a model's vector of a fact before the
 //! current model's vector of it exists.
 
-use super::aggregates::{Facts, Vectors};
+use super::aggregates::Vectors;
 use super::{Locked, Result, now, query, query_as, query_scalar};
 use chrono::{DateTime, Utc};
 
@@ -175,17 +175,6 @@ impl Vectors<'_> {
     /// Every vector row, any model (tests and `doctor`).
     pub async fn rows(self) -> Result<i64> {
         self.store.count("SELECT COUNT(*) FROM fact_vectors").await
-    }
-}
-
-impl Facts<'_> {
-    /// The newest fact's creation time and id: where a walk in age order ends.
-    pub async fn newest(self) -> Result<Option<(DateTime<Utc>, String)>> {
-        Ok(
-            query_as("SELECT created_at, id FROM facts ORDER BY created_at DESC, id DESC LIMIT 1")
-                .fetch_optional(self.store)
-                .await?,
-        )
     }
 }
 

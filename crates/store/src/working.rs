@@ -1,4 +1,5 @@
-//! Working memory (large intermediate results by key, per task) and page/feed snapshots.
+//! Working memory (`working_memory`: large intermediate results by key, per task) and page/feed
+//! snapshots (`snapshots`), each its own aggregate (`store.working()`, `store.snapshots()`).
 
 use super::aggregates::{Snapshots, Working};
 use super::{Result, found, new_id, now};
