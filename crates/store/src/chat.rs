@@ -118,7 +118,7 @@ impl Chat<'_> {
     }
 
     /// Record that part `part` of notice `id` was sent as `remote_id`; a reply to that message
-    /// names the notice ([`Outbox::by_remote`](crate::aggregates::Outbox::by_remote)).
+    /// names the notice ([`Outbox::by_remote`](crate::Outbox::by_remote)).
     pub async fn add_part(self, id: i64, part: i64, remote_id: &str) -> Result<()> {
         query(
             "INSERT INTO chat_parts (notice_id, part, remote_id, sent_at) VALUES (?1, ?2, ?3, ?4) \

@@ -1,6 +1,7 @@
 //! hermes-store, the bottom layer: the database on either engine (a SQLite file, or PostgreSQL
-//! shared by several daemons), the embedded migrations, and typed queries per table; and
-//! [`util`], the small helpers every layer shares.
+//! shared by several daemons), the embedded migrations, and typed queries grouped by aggregate
+//! behind handles (`store.tasks()`, `store.jobs()`, …: see `aggregates.rs`); and [`util`], the
+//! small helpers every layer shares.
 //!
 //! Owns: the database file (`hermes.db` in the data dir), its pragmas (WAL, foreign keys, busy
 //! timeout), schema migrations and refusing a database written by a newer schema, the node lease
@@ -101,6 +102,11 @@ pub mod util;
 
 // What the crates above name; the rest of each module is reached through the methods
 // that return it, or stays inside this crate.
+// The handles are named so that their methods are documented and callers may pass one on.
+pub use aggregates::{
+    Approvals, Chat, Evals, Facts, Holds, Inbox, Jobs, Models, Nodes, Outbox, Sessions, Snapshots,
+    Tasks, Vectors, Working,
+};
 pub use approvals::{Approval, Hold, HoldOwner};
 pub use copy::NOT_COPIED;
 pub use dashboard::{Backlog, TaskSearch, Tokens};
