@@ -353,10 +353,10 @@ async fn run(size: usize) -> Result<(), Error> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ size as u64);
     let started = Instant::now();
     for _ in 0..size {
-        store.upsert_fact(&fact(&mut rng), &[], "bench").await?;
+        store.facts().upsert(&fact(&mut rng), &[], "bench").await?;
     }
     let insert = started.elapsed();
-    let stored = store.fact_count().await?;
+    let stored = store.facts().count().await?;
 
     let started = Instant::now();
     let indexed = memory.rebuild().await?;
@@ -578,9 +578,9 @@ async fn meaning_run(size: usize, server: &EmbedServer) -> Result<MeaningRow, Er
     let db = store.path().to_path_buf();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ size as u64);
     for _ in 0..size {
-        store.upsert_fact(&fact(&mut rng), &[], "bench").await?;
+        store.facts().upsert(&fact(&mut rng), &[], "bench").await?;
     }
-    let facts = store.fact_count().await?;
+    let facts = store.facts().count().await?;
     // The index built once from the store, as the keyword part does; then let go (its lock is
     // per handle), so the handle with embeddings opens it as it is.
     LongTerm::open(dir.path(), store.clone())

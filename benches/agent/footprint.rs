@@ -211,7 +211,7 @@ pub async fn run(quick: bool) -> Result<()> {
     d.stop().await?;
     // Count what happened, from the data dir.
     let store = Store::open(&data).await?;
-    let counts = store.task_counts().await?;
+    let counts = store.tasks().counts().await?;
     store.close().await;
     for (state, n) in &counts {
         runs.insert(state.to_string(), *n as usize);
@@ -300,7 +300,7 @@ pub async fn run(quick: bool) -> Result<()> {
 }
 
 /// Store throughput with the daemon's pool and with the former 8 connections: `add_step` writes
-/// (≈ 400-byte rows, as §5 of BENCHMARKS.md) and `Store::task` reads, by 1, 8 and 64 callers.
+/// (≈ 400-byte rows, as §5 of BENCHMARKS.md) and `store.tasks().get` reads, by 1, 8 and 64 callers.
 async fn pool_cost() -> Result<()> {
     let output = common::filler(400);
     let row = NewStep {
@@ -339,7 +339,8 @@ async fn pool_cost() -> Result<()> {
             let mut ids = Vec::with_capacity(callers);
             for _ in 0..callers {
                 let t = store
-                    .create_task(&NewTask {
+                    .tasks()
+                    .create(&NewTask {
                         task: "benchmark".into(),
                         origin: hermes_store::Origin::Cli,
                         profile: "fast".into(),
@@ -356,9 +357,9 @@ async fn pool_cost() -> Result<()> {
                 async move {
                     for _ in 0..per {
                         if reads {
-                            store.task(id).await?;
+                            store.tasks().get(id).await?;
                         } else {
-                            store.add_step(id, &row).await?;
+                            store.tasks().add_step(id, &row).await?;
                         }
                     }
                     anyhow::Ok(())
@@ -490,7 +491,8 @@ async fn fill_history(dir: &Path) -> Result<()> {
         async move {
             for i in 0..per {
                 let t = store
-                    .create_task(&NewTask {
+                    .tasks()
+                    .create(&NewTask {
                         task: format!("History task {c}-{i}: summarise the morning news."),
                         origin: hermes_store::Origin::Api,
                         profile: "fast".into(),
@@ -498,7 +500,8 @@ async fn fill_history(dir: &Path) -> Result<()> {
                     })
                     .await?;
                 store
-                    .finish_task(
+                    .tasks()
+                    .finish(
                         &t.id,
                         &TaskOutcome {
                             state: TaskState::Succeeded,

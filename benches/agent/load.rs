@@ -160,7 +160,7 @@ async fn wait_collected(agent: &Agent, slots: &Slots, id: &str) -> Result<Task> 
         if let Some(rx) = rx {
             tokio::time::timeout(Duration::from_secs(300), rx).await??;
         }
-        let t = agent.store().task(id).await?;
+        let t = agent.store().tasks().get(id).await?;
         if t.state.is_finished() {
             return Ok(t);
         }

@@ -103,7 +103,7 @@ async fn start_nodes(model_url: &str, db: &str, n: usize, workers: u32) -> Resul
     }
     // Up once every node has joined and started its services.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while nodes[0].app.store.nodes().await?.len() < n {
+    while nodes[0].app.store.nodes().list().await?.len() < n {
         if Instant::now() > deadline {
             bail!("the {n} nodes did not all join within 30 s");
         }

@@ -1,5 +1,5 @@
 //! The scheduler's fire-time error with 1,000 jobs due at the same instant, and the SQLite
-//! write throughput of trace rows (`Store::add_step`), alone and from concurrent writers.
+//! write throughput of trace rows (`store.tasks().add_step`), alone and from concurrent writers.
 
 use crate::common::{self, StepScript, figure, percentile};
 use anyhow::{Context, Result, bail};
@@ -24,7 +24,7 @@ pub async fn run() -> Result<()> {
 
 pub async fn run_store() -> Result<()> {
     println!(
-        "\n== store: SQLite write throughput of trace rows (Store::add_step, ≈ 400-byte output)"
+        "\n== store: SQLite write throughput of trace rows (store.tasks().add_step, ≈ 400-byte output)"
     );
     step_writes(StoreOptions::default(), "").await?;
     println!(
@@ -113,7 +113,7 @@ async fn fire_error() -> Result<()> {
         errors_ms.clear();
         outcomes.clear();
         for id in &ids {
-            let runs = app.store.job_runs(id, 5).await?;
+            let runs = app.store.jobs().runs(id, 5).await?;
             match runs.first() {
                 Some(r) => {
                     *outcomes.entry(format!("{:?}", r.outcome)).or_default() += 1;
@@ -142,7 +142,7 @@ async fn fire_error() -> Result<()> {
     // Then let their tasks finish, so the figure below is the whole burst.
     let t_done = Instant::now();
     loop {
-        let counts = app.store.task_counts().await?;
+        let counts = app.store.tasks().counts().await?;
         let open: i64 = counts
             .iter()
             .filter(|(s, _)| !s.is_finished())
@@ -159,7 +159,8 @@ async fn fire_error() -> Result<()> {
     let due_at = chrono::DateTime::parse_from_rfc3339(&due)?.with_timezone(&chrono::Utc);
     let last_finish = app
         .store
-        .list_tasks(&TaskFilter {
+        .tasks()
+        .list(&TaskFilter {
             limit: JOBS as i64 + 10,
             ..Default::default()
         })
@@ -197,7 +198,7 @@ async fn fire_error() -> Result<()> {
     Ok(())
 }
 
-/// `Store::add_step` from 1, 8 and 64 concurrent writers through a store opened with `opts`.
+/// `store.tasks().add_step` from 1, 8 and 64 concurrent writers through a store opened with `opts`.
 async fn step_writes(opts: StoreOptions, label: &str) -> Result<()> {
     let output = common::filler(400);
     for writers in [1usize, 8, 64] {
@@ -207,7 +208,8 @@ async fn step_writes(opts: StoreOptions, label: &str) -> Result<()> {
         for _ in 0..writers {
             tasks.push(
                 store
-                    .create_task(&NewTask {
+                    .tasks()
+                    .create(&NewTask {
                         task: "benchmark".into(),
                         origin: hermes_store::Origin::Cli,
                         profile: "fast".into(),
@@ -224,7 +226,7 @@ async fn step_writes(opts: StoreOptions, label: &str) -> Result<()> {
             let row = bench_row(&output);
             async move {
                 for _ in 0..per {
-                    store.add_step(id, &row).await?;
+                    store.tasks().add_step(id, &row).await?;
                 }
                 anyhow::Ok(())
             }

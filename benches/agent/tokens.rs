@@ -112,7 +112,7 @@ async fn fixed_part() -> Result<()> {
             done.error
         );
     }
-    let steps = app.store.steps(&done.id).await?;
+    let steps = app.store.tasks().steps(&done.id).await?;
     let first = steps
         .iter()
         .find(|s| s.row.kind == StepKind::Model)
@@ -173,6 +173,7 @@ async fn big_task(rounds: u32, cap: u32, summary: bool) -> Result<(Vec<i64>, Vec
     }
     let series: Vec<i64> = app
         .store
+        .tasks()
         .steps(&done.id)
         .await?
         .iter()

@@ -79,7 +79,7 @@ async fn run_task(app: &App, args: RunArgs, daemon_up: bool) -> anyhow::Result<E
     let _ = printer.await;
     // Notices the task queued: with no daemon to send them, send them now (they stay queued
     // in the outbox, and are retried by the daemon, if this fails).
-    if !daemon_up && !app.store.notices_for_task(&done.id).await?.is_empty() {
+    if !daemon_up && !app.store.outbox().for_task(&done.id).await?.is_empty() {
         let sent = tokio::time::timeout(DELIVER_NOW, app.notifier.deliver_due())
             .await
             .unwrap_or(0);
@@ -87,7 +87,8 @@ async fn run_task(app: &App, args: RunArgs, daemon_up: bool) -> anyhow::Result<E
     }
     let record = app
         .store
-        .task_record(&done.id)
+        .tasks()
+        .record(&done.id)
         .await?
         .ok_or_else(|| anyhow::anyhow!("task {} disappeared from the store", done.id))?;
     print_outcome(&record, args.json)

@@ -115,7 +115,8 @@ async fn a_two_tool_task_looks_up_then_notifies_and_every_step_is_traced() {
     assert_eq!(
         t.app
             .store
-            .notices_for_task(&r.task.id)
+            .outbox()
+            .for_task(&r.task.id)
             .await
             .unwrap()
             .len(),
@@ -441,7 +442,7 @@ async fn a_task_cancelled_during_a_tool_call_keeps_the_call_that_asked_for_it() 
     t.app.agent.cancel(&task.id).await.unwrap();
     let done = run.await.unwrap().unwrap();
     assert_eq!(done.state, TaskState::Cancelled);
-    let steps = t.app.store.steps(&task.id).await.unwrap();
+    let steps = t.app.store.tasks().steps(&task.id).await.unwrap();
     let model_row = steps
         .iter()
         .find(|s| s.row.kind == StepKind::Model)
@@ -472,7 +473,7 @@ async fn a_task_claimed_by_this_process_is_never_offered_to_workers() {
         .await
         .unwrap();
     assert_eq!(claimed.task().state, TaskState::Running);
-    assert!(t.app.store.pending_tasks(10).await.unwrap().is_empty());
+    assert!(t.app.store.tasks().pending(10).await.unwrap().is_empty());
     // A worker pool on the same store finds nothing to take.
     let tracker = tokio_util::task::TaskTracker::new();
     let stop = tokio_util::sync::CancellationToken::new();
@@ -508,7 +509,7 @@ async fn a_task_running_in_another_process_is_not_marked_cancelled() {
         .unwrap();
     let err = t.app.agent.cancel(&claimed.task().id).await.unwrap_err();
     assert!(err.to_string().contains("another process"), "{err}");
-    let still = t.app.store.task(&claimed.task().id).await.unwrap();
+    let still = t.app.store.tasks().get(&claimed.task().id).await.unwrap();
     assert_eq!(still.state, TaskState::Running);
 }
 
@@ -559,7 +560,7 @@ async fn a_follower_sees_every_step_once_then_the_end_live_or_late() {
     // Late: the task is over; the stream replays it.
     let late = followed(t.app.agent.follow(&task.id[..8]).await.expect("follow")).await;
 
-    let record = t.app.store.task_record(&task.id).await.unwrap().unwrap();
+    let record = t.app.store.tasks().record(&task.id).await.unwrap().unwrap();
     for events in [&live, &late] {
         let seqs: Vec<i64> = events
             .iter()
@@ -864,7 +865,7 @@ async fn an_abandoned_task_ends_cancelled_without_running_pending_or_claimed() {
         .unwrap();
     for id in [&pending.id, &claimed.task().id] {
         agent.abandon(id, why).await.unwrap();
-        let task = agent.store().task(id).await.unwrap();
+        let task = agent.store().tasks().get(id).await.unwrap();
         assert_eq!(task.state, TaskState::Cancelled, "{task:?}");
         assert_eq!(task.reason, Some(FailReason::Cancelled));
         assert_eq!(task.error.as_deref(), Some(why));

@@ -66,7 +66,8 @@ async fn the_model_schedules_a_job_which_fires_fresh_and_delivers_its_answer() {
     let job_task = t
         .app
         .store
-        .task(run.task_id.as_deref().unwrap())
+        .tasks()
+        .get(run.task_id.as_deref().unwrap())
         .await
         .unwrap();
     assert_eq!(job_task.origin, Origin::Job);
@@ -224,7 +225,8 @@ async fn delegate_parallel_reports_success_failure_and_timeout_per_sub_agent() {
     let subs = t
         .app
         .store
-        .list_tasks(&hermes_store::TaskFilter {
+        .tasks()
+        .list(&hermes_store::TaskFilter {
             limit: 10,
             ..Default::default()
         })

@@ -497,7 +497,8 @@ async fn a_foreign_host_header_is_refused_everywhere() {
     assert!(
         t.app
             .store
-            .list_tasks(&Default::default())
+            .tasks()
+            .list(&Default::default())
             .await
             .expect("list")
             .is_empty()
@@ -848,7 +849,8 @@ async fn the_event_stream_sends_steps_live_then_the_state_and_replays_for_late_s
     assert!(end["reason"].is_null());
     // Each step is the same JSON as in GET /v1/tasks/{id}.
     let record = store
-        .task_record(&task.id)
+        .tasks()
+        .record(&task.id)
         .await
         .expect("store")
         .expect("task");
@@ -946,16 +948,22 @@ async fn deliveries_are_listed_and_retried() {
         body: "b".into(),
         ..Default::default()
     };
-    let failed = store.enqueue_notice(&queue("first")).await.expect("queued");
+    let failed = store
+        .outbox()
+        .enqueue(&queue("first"))
+        .await
+        .expect("queued");
     store
-        .mark_notice_attempt_failed(failed, "HTTP 404 from the webhook", None)
+        .outbox()
+        .mark_attempt_failed(failed, "HTTP 404 from the webhook", None)
         .await
         .expect("recorded");
     let sent = store
-        .enqueue_notice(&queue("second"))
+        .outbox()
+        .enqueue(&queue("second"))
         .await
         .expect("queued");
-    store.mark_notice_sent(sent).await.expect("recorded");
+    store.outbox().mark_sent(sent).await.expect("recorded");
 
     let all = api.get("/v1/deliveries").await.body;
     let ids: Vec<&Value> = all["deliveries"]
@@ -1158,7 +1166,7 @@ async fn the_dashboard_signs_in_with_the_token_and_guards_changes_with_csrf() {
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     let location = header_of(&r, header::LOCATION);
     let id = location.strip_prefix("/tasks/").expect("the task's page");
-    let t = api.t.app.store.task(id).await.expect("stored");
+    let t = api.t.app.store.tasks().get(id).await.expect("stored");
     assert_eq!(
         (t.task.as_str(), t.origin),
         ("from a form", hermes_store::Origin::Web)
@@ -1270,5 +1278,5 @@ async fn every_page_is_html_under_a_strict_policy_and_cross_site_changes_are_ref
         router.oneshot(req).await.expect("answered").status(),
         StatusCode::FORBIDDEN
     );
-    assert!(t.app.store.job(&job.id).await.expect("job").enabled);
+    assert!(t.app.store.jobs().get(&job.id).await.expect("job").enabled);
 }

@@ -165,7 +165,8 @@ fn tasks_show_renders_a_stored_trace_as_a_timeline_and_json() {
     let id = rt.block_on(async {
         let store = Store::open(dir.path()).await.unwrap();
         let t = store
-            .create_task(&NewTask {
+            .tasks()
+            .create(&NewTask {
                 task: "look up the price, then notify me".into(),
                 origin: Origin::Cli,
                 profile: "fast".into(),
@@ -173,8 +174,9 @@ fn tasks_show_renders_a_stored_trace_as_a_timeline_and_json() {
             })
             .await
             .unwrap();
-        store.start_task(&t.id).await.unwrap();
+        store.tasks().start(&t.id).await.unwrap();
         store
+            .tasks()
             .add_step(
                 &t.id,
                 &NewStep {
@@ -195,7 +197,8 @@ fn tasks_show_renders_a_stored_trace_as_a_timeline_and_json() {
             .await
             .unwrap();
         store
-            .finish_task(
+            .tasks()
+            .finish(
                 &t.id,
                 &TaskOutcome {
                     state: TaskState::Succeeded,
@@ -243,7 +246,8 @@ fn usage_sums_the_model_calls_of_the_data_dir() {
     rt.block_on(async {
         let store = Store::open(dir.path()).await.unwrap();
         let t = store
-            .create_task(&NewTask {
+            .tasks()
+            .create(&NewTask {
                 task: "water the plants".into(),
                 origin: Origin::Cli,
                 profile: "fast".into(),
@@ -270,7 +274,7 @@ fn usage_sums_the_model_calls_of_the_data_dir() {
                 fingerprint: None,
                 identity: None,
             };
-            store.add_step(&t.id, &step).await.unwrap();
+            store.tasks().add_step(&t.id, &step).await.unwrap();
         }
         store.close().await;
     });

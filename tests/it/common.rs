@@ -107,7 +107,8 @@ pub async fn run_task(t: &TestApp, text: &str) -> hermes_store::TaskRecord {
         .expect("task ran");
     t.app
         .store
-        .task_record(&task.id)
+        .tasks()
+        .record(&task.id)
         .await
         .expect("store readable")
         .expect("task stored")

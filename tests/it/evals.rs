@@ -243,7 +243,7 @@ async fn eval_prints_a_table_records_the_run_and_exits_1_when_a_case_fails() {
 
     // Both runs are in the data dir; the passing one verified the model doctor now sees.
     let store = Store::open(&dir.path().join("data")).await.expect("store");
-    assert_eq!(store.eval_runs(10).await.expect("runs").len(), 2);
+    assert_eq!(store.evals().runs(10).await.expect("runs").len(), 2);
     store.close().await;
     let out = run(&["doctor"]).await.expect("ran");
     let stdout = common::text(&out.stdout);

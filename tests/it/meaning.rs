@@ -338,7 +338,7 @@ async fn a_dead_then_slow_server_never_slows_recall_and_facts_are_embedded_once_
     // Forgotten: its vector goes with it, and meaning no longer finds it.
     assert!(memory.forget(&car.id).await.unwrap());
     assert_eq!(memory.meaning().unwrap().vectors, 1);
-    assert_eq!(store.vector_rows().await.unwrap(), 1);
+    assert_eq!(store.vectors().rows().await.unwrap(), 1);
     let found = memory
         .recall("what colour is my automobile?", 5)
         .await
@@ -407,7 +407,7 @@ async fn another_model_re_embeds_beside_the_old_vectors_and_deletes_them_only_on
         model: "wordllama-128".into(),
         dims: 128,
     };
-    assert_eq!(store.vector_counts(&old).await.unwrap().embedded, 6);
+    assert_eq!(store.vectors().counts(&old).await.unwrap().embedded, 6);
 
     // The model changes, one fact a request: recall is by keyword and the vectors the new
     // model has made so far, and no old vector is deleted before its replacement exists.
@@ -427,8 +427,8 @@ async fn another_model_re_embeds_beside_the_old_vectors_and_deletes_them_only_on
     loop {
         // The old first: a prune comes only after the last new vector, so an old count read
         // before a new count of less than all must still be whole.
-        let kept = store.vector_counts(&old).await.unwrap().embedded;
-        let made = store.vector_counts(&new).await.unwrap().embedded;
+        let kept = store.vectors().counts(&old).await.unwrap().embedded;
+        let made = store.vectors().counts(&new).await.unwrap().embedded;
         if made == 6 {
             break;
         }
@@ -441,7 +441,7 @@ async fn another_model_re_embeds_beside_the_old_vectors_and_deletes_them_only_on
     }
     holds(&memory, 6).await;
     let deadline = Instant::now() + PATIENCE;
-    while store.vector_counts(&old).await.unwrap().embedded > 0 {
+    while store.vectors().counts(&old).await.unwrap().embedded > 0 {
         assert!(
             Instant::now() < deadline,
             "the replaced vectors are never deleted"
@@ -449,7 +449,7 @@ async fn another_model_re_embeds_beside_the_old_vectors_and_deletes_them_only_on
         memory.wake_meaning();
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(store.vector_rows().await.unwrap(), 6);
+    assert_eq!(store.vectors().rows().await.unwrap(), 6);
     let found = memory
         .recall("what colour is my automobile?", 3)
         .await
@@ -650,7 +650,7 @@ async fn input_the_server_refuses_is_cut_until_taken_and_a_fact_refused_even_so_
         model: "wordllama-256".into(),
         dims: 256,
     };
-    let counts = store.vector_counts(&model).await.unwrap();
+    let counts = store.vectors().counts(&model).await.unwrap();
     assert_eq!((counts.embedded, counts.refused), (2, 0));
     let found = memory
         .recall("what colour is my automobile?", 1)
@@ -676,7 +676,7 @@ async fn input_the_server_refuses_is_cut_until_taken_and_a_fact_refused_even_so_
         .await
         .unwrap();
     assert_eq!(memory.embed_all(|_, _| {}).await.unwrap(), 1);
-    let counts = store.vector_counts(&model).await.unwrap();
+    let counts = store.vectors().counts(&model).await.unwrap();
     assert_eq!((counts.embedded, counts.refused), (0, 1));
     assert_eq!(
         memory.embed_all(|_, _| {}).await.unwrap(),

@@ -394,7 +394,7 @@ async fn forget_removes_from_store_and_index() {
             .await
             .expect("forget unknown")
     );
-    assert_eq!(store.fact_count().await.expect("count"), 6);
+    assert_eq!(store.facts().count().await.expect("count"), 6);
     assert_eq!(
         ids(&memory, "咖啡").await,
         vec![f[1].clone()],
@@ -422,7 +422,7 @@ async fn duplicates_merge_into_one_document() {
     assert_eq!(how, Upsert::Merged);
     assert_eq!(a.id, b.id);
     assert_eq!(b.tags, vec!["drinks".to_string(), "preference".to_string()]);
-    assert_eq!(store.fact_count().await.expect("count"), 1);
+    assert_eq!(store.facts().count().await.expect("count"), 1);
 
     let hits = memory.recall("oolong tea", 10).await.expect("recall");
     assert_eq!(hits.len(), 1, "one document per fact: {hits:?}");
@@ -510,7 +510,8 @@ async fn an_index_that_missed_writes_is_rebuilt() {
     drop(memory);
     // Written to the store while the index was not looking (a crash between the two writes).
     let (late, _) = store
-        .upsert_fact("The user's dentist is Dr. Ng", &[], "test")
+        .facts()
+        .upsert("The user's dentist is Dr. Ng", &[], "test")
         .await
         .expect("upsert");
     let memory = LongTerm::open(dir.path(), store).await.expect("reopen");
@@ -537,7 +538,7 @@ async fn twenty_parallel_remembers_are_all_findable() {
     for h in handles {
         made.push(h.await.expect("join").expect("remember").0);
     }
-    assert_eq!(store.fact_count().await.expect("count"), 20);
+    assert_eq!(store.facts().count().await.expect("count"), 20);
     for (i, fact) in made.iter().enumerate() {
         assert_eq!(
             ids(&memory, &format!("number{i}")).await,
@@ -564,7 +565,7 @@ async fn facts_survive_a_reopen() {
     store.close().await;
 
     let (store, memory) = open(dir.path()).await;
-    assert_eq!(store.fact_count().await.expect("count"), f.len() as i64);
+    assert_eq!(store.facts().count().await.expect("count"), f.len() as i64);
     assert_eq!(answers(&memory).await, before);
     assert_eq!(ids(&memory, "乌龙茶").await, vec![f[0].clone()]);
 }

@@ -197,7 +197,7 @@ async fn a_primary_killed_mid_task_hands_the_rest_of_the_task_to_the_fallback() 
 
 /// The identity of a profile as the store has it now.
 async fn current(store: &Store, profile: &str) -> Option<String> {
-    let status = store.model_status(profile).await.expect("status");
+    let status = store.models().status(profile).await.expect("status");
     status.current.map(|c| c.identity)
 }
 
@@ -267,11 +267,11 @@ async fn a_server_answering_as_another_model_holds_the_jobs_until_an_eval_passes
     assert_eq!(step.row.model.as_deref(), Some("smollm2-v2"));
 
     eventually("the job held for the model change", || async {
-        let j = app.store.job(&job.id).await.expect("job");
+        let j = app.store.jobs().get(&job.id).await.expect("job");
         j.pause_reason == Some(PauseReason::ModelChanged)
     })
     .await;
-    let status = app.store.model_status("fast").await.expect("status");
+    let status = app.store.models().status("fast").await.expect("status");
     let change = status.change.clone().expect("the change is recorded");
     assert_eq!(change.old_identity, first);
     assert!(change.new_identity.starts_with("smollm2-v2"), "{change:?}");
@@ -296,7 +296,8 @@ async fn a_server_answering_as_another_model_holds_the_jobs_until_an_eval_passes
     );
     let notices = app
         .store
-        .list_notices(&NoticeFilter::oldest_first())
+        .outbox()
+        .list(&NoticeFilter::oldest_first())
         .await
         .expect("notices");
     let changed: Vec<_> = notices
@@ -316,14 +317,15 @@ async fn a_server_answering_as_another_model_holds_the_jobs_until_an_eval_passes
     eventually("the background eval's verdict", || async {
         let n = app
             .store
-            .list_notices(&NoticeFilter::oldest_first())
+            .outbox()
+            .list(&NoticeFilter::oldest_first())
             .await
             .expect("notices");
         n.iter()
             .any(|n| n.queued.title == "Model not verified: profile fast")
     })
     .await;
-    let j = app.store.job(&job.id).await.expect("job");
+    let j = app.store.jobs().get(&job.id).await.expect("job");
     assert_eq!(j.pause_reason, Some(PauseReason::ModelChanged));
 
     // A run whose every case passes verifies the model and releases the job.
@@ -338,15 +340,15 @@ async fn a_server_answering_as_another_model_holds_the_jobs_until_an_eval_passes
     assert!(report.all_passed(), "{:?}", report.run.results);
     assert_eq!(report.run.results[0].verdict, EvalVerdict::Passed);
     assert_eq!(report.resumed, std::slice::from_ref(&job.id));
-    let j = app.store.job(&job.id).await.expect("job");
+    let j = app.store.jobs().get(&job.id).await.expect("job");
     assert!(j.enabled && j.pause_reason.is_none(), "{j:?}");
-    let status = app.store.model_status("fast").await.expect("status");
+    let status = app.store.models().status("fast").await.expect("status");
     assert!(status.unverified_change().is_none(), "{status:?}");
     assert_eq!(
         status.verified.map(|v| v.identity),
         current(&app.store, "fast").await
     );
-    let runs = app.store.eval_runs(10).await.expect("runs");
+    let runs = app.store.evals().runs(10).await.expect("runs");
     assert_eq!(
         runs.len(),
         2,
@@ -396,13 +398,26 @@ async fn a_server_reporting_another_model_id_on_every_reply_is_one_notice_and_on
     // the record starts) and records every later one as a change.
     // Changes recorded: the ones told (one notice each) and those recorded as their flap.
     let changes = || async {
-        let flap = match app.store.last_told_change("fast").await.expect("changes") {
-            Some(c) => app.store.flap_changes(c.id).await.expect("flap").len(),
+        let flap = match app
+            .store
+            .models()
+            .last_told_change("fast")
+            .await
+            .expect("changes")
+        {
+            Some(c) => app
+                .store
+                .models()
+                .flap_changes(c.id)
+                .await
+                .expect("flap")
+                .len(),
             None => 0,
         };
         let notices = app
             .store
-            .list_notices(&NoticeFilter::oldest_first())
+            .outbox()
+            .list(&NoticeFilter::oldest_first())
             .await
             .expect("notices");
         let told = notices
@@ -424,18 +439,25 @@ async fn a_server_reporting_another_model_id_on_every_reply_is_one_notice_and_on
     assert!(changes >= 5, "{changes} changes recorded");
     let told = app
         .store
+        .models()
         .last_told_change("fast")
         .await
         .expect("changes")
         .expect("a change told");
-    let flap = app.store.flap_changes(told.id).await.expect("flap");
+    let flap = app
+        .store
+        .models()
+        .flap_changes(told.id)
+        .await
+        .expect("flap");
     assert!(flap.iter().all(|c| c.flap_of == Some(told.id)), "{flap:?}");
 
     // One eval for the whole flap, and its verdict: then the notices are all there.
     eventually("the eval's verdict", || async {
         let n = app
             .store
-            .list_notices(&NoticeFilter::oldest_first())
+            .outbox()
+            .list(&NoticeFilter::oldest_first())
             .await
             .expect("notices");
         n.iter().any(|n| {
@@ -446,7 +468,8 @@ async fn a_server_reporting_another_model_id_on_every_reply_is_one_notice_and_on
     .await;
     let notices = app
         .store
-        .list_notices(&NoticeFilter::oldest_first())
+        .outbox()
+        .list(&NoticeFilter::oldest_first())
         .await
         .expect("notices");
     let titles: Vec<&str> = notices.iter().map(|n| n.queued.title.as_str()).collect();
@@ -455,7 +478,7 @@ async fn a_server_reporting_another_model_id_on_every_reply_is_one_notice_and_on
         .filter(|t| **t == "Model changed: profile fast")
         .count();
     assert_eq!(changed, 1, "{titles:?}");
-    let runs = app.store.eval_runs(100).await.expect("eval runs");
+    let runs = app.store.evals().runs(100).await.expect("eval runs");
     assert_eq!(runs.len(), 1, "{runs:?}");
     // The verdict tells the flap that came while the eval ran, in no notice of its own.
     let verdict = notices

@@ -413,7 +413,7 @@ async fn deliver_until_settled(n: &Notifier, store: &Store, id: i64) -> hermes_s
     tokio::time::timeout(WAIT, async {
         loop {
             n.deliver_due().await;
-            let row = store.notice(id).await.unwrap().unwrap();
+            let row = store.outbox().get(id).await.unwrap().unwrap();
             if row.state != NoticeState::Pending {
                 return row;
             }
@@ -448,7 +448,7 @@ async fn a_digest_reaches_every_recipient_as_text_and_html() {
     let title = "Daily digest — 2026-11-30";
     let id = n.enqueue(notice("email", title, DIGEST)).await.unwrap();
     assert_eq!(
-        store.notice(id).await.unwrap().unwrap().state,
+        store.outbox().get(id).await.unwrap().unwrap().state,
         NoticeState::Pending,
         "stored before any send"
     );
@@ -496,7 +496,7 @@ async fn a_digest_reaches_every_recipient_as_text_and_html() {
 
     // One message for all recipients, not one each.
     assert!(smtp.mail.try_recv().is_err());
-    let row = store.notice(id).await.unwrap().unwrap();
+    let row = store.outbox().get(id).await.unwrap().unwrap();
     assert_eq!(row.state, NoticeState::Sent);
     assert_eq!(row.attempts, 1);
     assert!(row.sent_at.is_some());
@@ -530,7 +530,7 @@ async fn smtp_auth_accepted() {
     let mail = next_mail(&mut smtp.mail).await;
     assert_eq!(mail.rcpt, ["ann@example.com"]);
     assert_eq!(
-        store.notice(id).await.unwrap().unwrap().state,
+        store.outbox().get(id).await.unwrap().unwrap().state,
         NoticeState::Sent
     );
     // One login for doctor's check, one for the send.
@@ -555,7 +555,7 @@ async fn smtp_auth_rejected_fails_once_with_a_clear_error() {
 
     let id = n.enqueue(notice("email", "Never", "x")).await.unwrap();
     assert_eq!(n.deliver_due().await, 0);
-    let row = store.notice(id).await.unwrap().unwrap();
+    let row = store.outbox().get(id).await.unwrap().unwrap();
     assert_eq!(
         row.state,
         NoticeState::Failed,
@@ -606,7 +606,7 @@ async fn smtp_down_then_up_delivers_on_a_later_pass() {
         .await
         .unwrap();
     assert_eq!(n.deliver_due().await, 0);
-    let row = store.notice(id).await.unwrap().unwrap();
+    let row = store.outbox().get(id).await.unwrap().unwrap();
     assert_eq!(
         row.state,
         NoticeState::Pending,
@@ -658,7 +658,8 @@ async fn a_webhook_gets_a_signed_json_notice() {
     let mut hook = start_hook(&[200]).await;
     let store = Store::open_in_memory().await.unwrap();
     let task = store
-        .create_task(&NewTask {
+        .tasks()
+        .create(&NewTask {
             task: "summarise the news".into(),
             origin: Origin::Job,
             profile: "fast".into(),
@@ -705,7 +706,7 @@ async fn a_webhook_gets_a_signed_json_notice() {
     assert!(body["created_at"].is_string());
     assert!(body["sent_at"].is_string());
 
-    let row = store.notice(id).await.unwrap().unwrap();
+    let row = store.outbox().get(id).await.unwrap().unwrap();
     assert_eq!(row.state, NoticeState::Sent);
     assert_eq!(row.attempts, 1);
 }
@@ -734,7 +735,7 @@ async fn a_webhook_answering_500_then_200_is_delivered_on_the_retry() {
     let id = n.enqueue(notice("ops", "t", "x")).await.unwrap();
 
     assert_eq!(n.deliver_due().await, 0);
-    let row = store.notice(id).await.unwrap().unwrap();
+    let row = store.outbox().get(id).await.unwrap().unwrap();
     assert_eq!(row.state, NoticeState::Pending);
     assert!(
         row.last_error.as_deref().unwrap().contains("500"),
@@ -763,7 +764,7 @@ async fn a_webhook_answering_404_fails_at_once() {
         .with_retry(fast_retry(5));
     let id = n.enqueue(notice("ops", "t", "x")).await.unwrap();
     assert_eq!(n.deliver_due().await, 0);
-    let row = store.notice(id).await.unwrap().unwrap();
+    let row = store.outbox().get(id).await.unwrap().unwrap();
     assert_eq!(row.state, NoticeState::Failed);
     assert_eq!(row.attempts, 1);
     let err = row.last_error.unwrap();
@@ -836,7 +837,8 @@ async fn an_unknown_channel_is_rejected_naming_the_known_ones() {
     assert!(msg.contains("email, chat, ops"), "{msg}");
     assert!(
         store
-            .due_notices(None, chrono::Utc::now(), 10)
+            .outbox()
+            .due(None, chrono::Utc::now(), 10)
             .await
             .unwrap()
             .is_empty()
@@ -856,7 +858,8 @@ async fn the_notify_tool_queues_and_the_notice_is_delivered() {
     let mut hook = start_hook(&[200]).await;
     let store = Store::open_in_memory().await.unwrap();
     let task = store
-        .create_task(&NewTask {
+        .tasks()
+        .create(&NewTask {
             task: "check the site".into(),
             origin: Origin::Job,
             profile: "fast".into(),
@@ -897,7 +900,7 @@ async fn the_notify_tool_queues_and_the_notice_is_delivered() {
     assert_eq!(out["queued"], true);
     assert_eq!(out["channel"], "ops");
     let id = out["notice_id"].as_i64().unwrap();
-    let queued = store.notices_for_task(&task.id).await.unwrap();
+    let queued = store.outbox().for_task(&task.id).await.unwrap();
     assert_eq!(queued.len(), 1);
     assert_eq!(queued[0].id, id);
     assert_eq!(queued[0].queued.job_id.as_deref(), Some("job7"));
@@ -936,7 +939,7 @@ async fn the_notify_tool_queues_and_the_notice_is_delivered() {
         .await
         .unwrap_err();
     assert!(matches!(err, ToolError::InvalidArguments(_)), "{err:?}");
-    assert_eq!(store.notices_for_task(&task.id).await.unwrap().len(), 1);
+    assert_eq!(store.outbox().for_task(&task.id).await.unwrap().len(), 1);
 }
 
 #[tokio::test]
@@ -957,7 +960,7 @@ async fn pending_notices_survive_a_restart_and_run_sends_them() {
     // A new process: the notice is still a pending row, and `run` sends it.
     let store = Store::open(dir.path()).await.unwrap();
     assert_eq!(
-        store.notice(first).await.unwrap().unwrap().state,
+        store.outbox().get(first).await.unwrap().unwrap().state,
         NoticeState::Pending
     );
     let n = Notifier::new(settings, store.clone()).unwrap();
@@ -986,7 +989,7 @@ async fn pending_notices_survive_a_restart_and_run_sends_them() {
         .unwrap();
     for id in [first, second] {
         assert_eq!(
-            store.notice(id).await.unwrap().unwrap().state,
+            store.outbox().get(id).await.unwrap().unwrap().state,
             NoticeState::Sent
         );
     }
@@ -996,7 +999,8 @@ async fn pending_notices_survive_a_restart_and_run_sends_them() {
 async fn a_notice_for_a_channel_removed_from_the_config_fails_visibly() {
     let store = Store::open_in_memory().await.unwrap();
     let id = store
-        .enqueue_notice(&notice("old-hook", "t", "x"))
+        .outbox()
+        .enqueue(&notice("old-hook", "t", "x"))
         .await
         .unwrap();
     let n = Notifier::new(
@@ -1005,7 +1009,7 @@ async fn a_notice_for_a_channel_removed_from_the_config_fails_visibly() {
     )
     .unwrap();
     assert_eq!(n.deliver_due().await, 0);
-    let row = store.notice(id).await.unwrap().unwrap();
+    let row = store.outbox().get(id).await.unwrap().unwrap();
     assert_eq!(row.state, NoticeState::Failed);
     let err = row.last_error.unwrap();
     assert!(err.contains("'old-hook' is no longer configured"), "{err}");
@@ -1054,13 +1058,13 @@ async fn a_stalled_smtp_server_never_delays_a_webhook() {
     let hook_id = n.enqueue(notice("ops", "Digest", "x")).await.unwrap();
     next_hit(&mut hook.hits).await;
     tokio::time::timeout(WAIT, async {
-        while store.notice(hook_id).await.unwrap().unwrap().state != NoticeState::Sent {
+        while store.outbox().get(hook_id).await.unwrap().unwrap().state != NoticeState::Sent {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     })
     .await
     .expect("the webhook notice is recorded sent while the email is stuck");
-    let stuck = store.notice(mail).await.unwrap().unwrap();
+    let stuck = store.outbox().get(mail).await.unwrap().unwrap();
     assert_eq!((stuck.state, stuck.attempts), (NoticeState::Pending, 0));
     // Stopping does not wait out the stuck send; the email stays queued for the next start.
     stop.cancel();
@@ -1068,7 +1072,7 @@ async fn a_stalled_smtp_server_never_delays_a_webhook() {
         .await
         .expect("the sender stops at once")
         .expect("joined");
-    let kept = store.notice(mail).await.unwrap().unwrap();
+    let kept = store.outbox().get(mail).await.unwrap().unwrap();
     assert_eq!((kept.state, kept.attempts), (NoticeState::Pending, 0));
 }
 
@@ -1087,7 +1091,7 @@ async fn a_stalled_smtp_server_is_a_temporary_failure_after_the_send_deadline() 
         .await
         .expect("the attempt ends at its deadline");
     assert_eq!(sent, 0);
-    let row = store.notice(id).await.unwrap().unwrap();
+    let row = store.outbox().get(id).await.unwrap().unwrap();
     assert_eq!(row.state, NoticeState::Pending, "retried later, not failed");
     assert_eq!(row.attempts, 1);
     let err = row.last_error.unwrap_or_default();

@@ -116,7 +116,12 @@ async fn a_webhook_error_body_is_read_only_up_to_a_cap_and_the_connection_droppe
     let sent = sent.load(Ordering::SeqCst);
     assert!(hung_up, "the notifier read all {sent} bytes");
     assert!(sent < FAR_LESS, "the receiver got {sent} bytes out");
-    let notice = store.notice(id).await.expect("readable").expect("stored");
+    let notice = store
+        .outbox()
+        .get(id)
+        .await
+        .expect("readable")
+        .expect("stored");
     assert_eq!(notice.state, NoticeState::Pending, "a 500 is retried");
     let error = notice.last_error.unwrap_or_default();
     assert!(

@@ -685,7 +685,7 @@ async fn remember_then_recall_in_a_later_task() {
         "Remember this fact for later: my favourite tea is oolong.",
     )
     .await;
-    let facts = a.t.app.store.all_facts().await.expect("facts readable");
+    let facts = a.t.app.store.facts().all().await.expect("facts readable");
     println!(
         "  facts stored: {:?}",
         facts.iter().map(|f| f.text.as_str()).collect::<Vec<_>>()

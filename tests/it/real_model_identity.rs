@@ -136,7 +136,12 @@ async fn an_eval_run_on_a_real_model_is_recorded_with_the_identity_it_saw() {
         &|r| println!("{}: {} ({:?})", r.case_name, r.verdict, r.why),
     )
     .await;
-    let run = app.store.eval_run(report.run.id).await.expect("recorded");
+    let run = app
+        .store
+        .evals()
+        .run(report.run.id)
+        .await
+        .expect("recorded");
     assert_eq!(run.results.len(), 2);
     assert!(run.finished_at.is_some());
     assert!(run.identity.is_some(), "{run:?}");

@@ -448,7 +448,8 @@ async fn a_thousand_calls() {
         .await
         .expect("the database still opens for writing");
     let task = store
-        .create_task(&hermes_store::NewTask {
+        .tasks()
+        .create(&hermes_store::NewTask {
             task: "after a thousand calls".into(),
             origin: hermes_store::Origin::Api,
             profile: "fast".into(),
@@ -457,7 +458,7 @@ async fn a_thousand_calls() {
         .await
         .expect("and takes a write");
     assert_eq!(
-        store.task(&task.id).await.expect("read back").task,
+        store.tasks().get(&task.id).await.expect("read back").task,
         task.task
     );
     let model = hermes_engine::llm::scripted::ScriptedModel::start(vec![

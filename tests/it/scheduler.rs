@@ -120,7 +120,8 @@ impl TaskRunner for TestRunner {
         Box::pin(async move {
             let t = self
                 .store
-                .create_task(&NewTask {
+                .tasks()
+                .create(&NewTask {
                     task: job.task.clone(),
                     origin: Origin::Job,
                     profile: job.profile.clone().unwrap_or_else(|| "fast".into()),
@@ -175,7 +176,7 @@ impl JobTask for TestTask {
         Box::pin(async move {
             let task_id = self.id.as_str();
             assert!(
-                self.store.start_task(task_id).await?,
+                self.store.tasks().start(task_id).await?,
                 "task was not pending"
             );
             let gate = self.gate.lock().unwrap().clone();
@@ -203,14 +204,19 @@ impl JobTask for TestTask {
                     completion_tokens: 0,
                 },
             };
-            self.store.finish_task(task_id, &outcome).await?;
-            Ok(self.store.task(task_id).await?)
+            self.store.tasks().finish(task_id, &outcome).await?;
+            Ok(self.store.tasks().get(task_id).await?)
         })
     }
 
     fn abandon(self: Box<Self>, why: String) -> BoxFuture<'static, ()> {
         Box::pin(async move {
-            let cancelled = self.store.cancel_pending(&self.id, &why).await.unwrap();
+            let cancelled = self
+                .store
+                .tasks()
+                .cancel_pending(&self.id, &why)
+                .await
+                .unwrap();
             assert!(cancelled, "an abandoned task was no longer pending");
         })
     }
@@ -223,7 +229,7 @@ struct TestDeliver {
 
 impl Deliver for TestDeliver {
     fn deliver(&self, notice: NewNotice) -> BoxFuture<'_, Result<i64, DeliverError>> {
-        Box::pin(async move { Ok(self.store.enqueue_notice(&notice).await?) })
+        Box::pin(async move { Ok(self.store.outbox().enqueue(&notice).await?) })
     }
     fn channels(&self) -> Vec<String> {
         vec!["email".into(), "ops-hook".into()]
@@ -304,14 +310,15 @@ async fn idle(s: &Scheduler) {
 }
 
 async fn runs(store: &Store, job: &str) -> Vec<JobRun> {
-    let mut r = store.job_runs(job, 100).await.unwrap();
+    let mut r = store.jobs().runs(job, 100).await.unwrap();
     r.reverse(); // oldest first
     r
 }
 
 async fn tasks_of(store: &Store, job: &str) -> Vec<Task> {
     store
-        .list_tasks(&TaskFilter {
+        .tasks()
+        .list(&TaskFilter {
             job_id: Some(job.into()),
             limit: 100,
             ..TaskFilter::default()
@@ -322,7 +329,8 @@ async fn tasks_of(store: &Store, job: &str) -> Vec<Task> {
 
 async fn all_tasks(store: &Store) -> Vec<Task> {
     store
-        .list_tasks(&TaskFilter {
+        .tasks()
+        .list(&TaskFilter {
             limit: 100,
             ..TaskFilter::default()
         })
@@ -365,13 +373,13 @@ async fn a_job_fires_through_the_loop_as_a_fresh_task_and_is_delivered() {
     assert_eq!(r[0].scheduled_at, utc("2026-06-01T08:00:00Z"));
     assert_eq!(r[0].reason, None);
     let task_id = r[0].task_id.clone().unwrap();
-    let task = c.store.task(&task_id).await.unwrap();
+    let task = c.store.tasks().get(&task_id).await.unwrap();
     assert_eq!(task.origin, Origin::Job);
     assert_eq!(task.job_id.as_deref(), Some(job.id.as_str()));
     assert_eq!(task.task, "Summarise my inbox");
     assert_eq!(task.state, TaskState::Succeeded);
 
-    let notices = c.store.notices_for_run(r[0].id).await.unwrap();
+    let notices = c.store.outbox().for_run(r[0].id).await.unwrap();
     let channels: Vec<_> = notices.iter().map(|n| n.queued.channel.as_str()).collect();
     assert_eq!(channels, ["email", "ops-hook"]);
     assert_eq!(notices[0].queued.title, "Morning digest — 2026-06-01");
@@ -452,7 +460,7 @@ async fn dst_spring_forward_and_fall_back_through_the_scheduler() {
     clock.set("2026-03-08T07:00:00Z");
     assert_eq!(c.sched.tick().await.unwrap(), 1);
     idle(&c.sched).await;
-    let j = c.store.job(&job.id).await.unwrap();
+    let j = c.store.jobs().get(&job.id).await.unwrap();
     assert_eq!(j.next_run_at, Some(utc("2026-03-09T06:30:00Z")));
     // Nothing else fires that day.
     clock.set("2026-03-09T06:29:00Z");
@@ -471,7 +479,7 @@ async fn dst_spring_forward_and_fall_back_through_the_scheduler() {
     idle(&c.sched).await;
     clock.set("2026-11-01T06:30:00Z"); // the second 01:30 (EST)
     assert_eq!(c.sched.tick().await.unwrap(), 0);
-    let j = c.store.job(&job.id).await.unwrap();
+    let j = c.store.jobs().get(&job.id).await.unwrap();
     assert_eq!(j.next_run_at, Some(utc("2026-11-02T06:30:00Z")));
     assert_eq!(runs(&c.store, &job.id).await.len(), 1);
 }
@@ -493,7 +501,7 @@ async fn an_overlapping_firing_is_recorded_skipped() {
     clock.set("2026-06-01T10:01:00Z");
     assert_eq!(c.sched.tick().await.unwrap(), 1);
     eventually("the first run to hold the lock", || async {
-        let j = c.store.job(&job.id).await.unwrap();
+        let j = c.store.jobs().get(&job.id).await.unwrap();
         j.running_task_id.is_some_and(|t| !t.starts_with("firing:"))
     })
     .await;
@@ -522,7 +530,10 @@ async fn an_overlapping_firing_is_recorded_skipped() {
     assert_eq!(r[1].task_id, None);
     assert_eq!(r[2].outcome, RunOutcome::Skipped);
     assert_eq!(tasks_of(&c.store, &job.id).await.len(), 1);
-    assert_eq!(c.store.job(&job.id).await.unwrap().running_task_id, None);
+    assert_eq!(
+        c.store.jobs().get(&job.id).await.unwrap().running_task_id,
+        None
+    );
 }
 
 #[tokio::test]
@@ -574,7 +585,10 @@ async fn precheck_without_change_skips_without_a_task() {
         r[2].reason
     );
     assert_eq!(tasks_of(&c.store, &job.id).await.len(), 1);
-    assert_eq!(c.store.job(&job.id).await.unwrap().running_task_id, None);
+    assert_eq!(
+        c.store.jobs().get(&job.id).await.unwrap().running_task_id,
+        None
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -621,7 +635,8 @@ async fn a_burst_of_jobs_due_at_once_fires_each_once() {
     }
     assert!(
         c.store
-            .lock_job(&jobs[0].id, "held-by-a-run")
+            .jobs()
+            .lock(&jobs[0].id, "held-by-a-run")
             .await
             .unwrap()
     );
@@ -647,7 +662,7 @@ async fn a_burst_of_jobs_due_at_once_fires_each_once() {
         assert_eq!(tasks.len(), 1);
         assert_eq!(r[0].task_id.as_deref(), Some(tasks[0].id.as_str()));
         assert_eq!(tasks[0].state, TaskState::Succeeded);
-        let now = c.store.job(&job.id).await.unwrap();
+        let now = c.store.jobs().get(&job.id).await.unwrap();
         assert_eq!(now.next_run_at, Some(utc("2026-06-01T10:02:00Z")));
         assert_eq!(
             now.running_task_id, None,
@@ -656,7 +671,8 @@ async fn a_burst_of_jobs_due_at_once_fires_each_once() {
     }
     assert_eq!(
         c.store
-            .job(&jobs[0].id)
+            .jobs()
+            .get(&jobs[0].id)
             .await
             .unwrap()
             .running_task_id
@@ -713,7 +729,7 @@ async fn restart_inside_the_grace_runs_one_catch_up_and_records_the_rest_missed(
         assert_eq!(r[1].scheduled_at, utc("2026-06-01T05:00:00Z"));
         assert_eq!(r[1].delivery, Delivery::None);
         assert_eq!(tasks_of(&store, &job.id).await.len(), 1);
-        let j = store.job(&job.id).await.unwrap();
+        let j = store.jobs().get(&job.id).await.unwrap();
         assert_eq!(j.next_run_at, Some(utc("2026-06-01T06:00:00Z")));
         store.close().await;
     }
@@ -748,7 +764,7 @@ async fn restart_outside_the_grace_records_missed_only() {
         r[0].reason
     );
     assert!(all_tasks(&c.store).await.is_empty());
-    let j = c.store.job(&job.id).await.unwrap();
+    let j = c.store.jobs().get(&job.id).await.unwrap();
     assert_eq!(j.next_run_at, Some(utc("2026-06-04T08:00:00Z")));
 }
 
@@ -801,10 +817,11 @@ async fn a_run_lock_left_by_a_crash_is_cleared_at_start() {
         .unwrap();
     // The state a SIGKILL mid-run leaves: a running task, a fired run, the lock held.
     let task_id = c.runner.create(&job).await.unwrap().id().to_string();
-    c.store.start_task(&task_id).await.unwrap();
+    c.store.tasks().start(&task_id).await.unwrap();
     let run_id = c
         .store
-        .add_job_run(
+        .jobs()
+        .add_run(
             &job.id,
             utc("2026-06-01T10:00:00Z"),
             RunOutcome::Fired,
@@ -813,13 +830,13 @@ async fn a_run_lock_left_by_a_crash_is_cleared_at_start() {
         )
         .await
         .unwrap();
-    assert!(c.store.lock_job(&job.id, &task_id).await.unwrap());
+    assert!(c.store.jobs().lock(&job.id, &task_id).await.unwrap());
 
     let restarted = scheduler_on(&c.store, &c.runner, settings(), clock.clone());
     let tracker = TaskTracker::new();
     let cancel = CancellationToken::new();
     restarted.start(&tracker, cancel.clone()).await.unwrap();
-    let j = c.store.job(&job.id).await.unwrap();
+    let j = c.store.jobs().get(&job.id).await.unwrap();
     assert_eq!(j.running_task_id, None);
     let r = runs(&c.store, &job.id).await;
     assert_eq!(r[0].id, run_id);
@@ -855,9 +872,10 @@ async fn a_run_lock_whose_release_was_lost_is_freed_at_the_next_firing() {
     // The state a release lost to a storage fault leaves while the daemon runs: the run's
     // task ended, its run recorded, the lock still held by it.
     let task_id = c.runner.create(&job).await.unwrap().id().to_string();
-    c.store.start_task(&task_id).await.unwrap();
+    c.store.tasks().start(&task_id).await.unwrap();
     c.store
-        .add_job_run(
+        .jobs()
+        .add_run(
             &job.id,
             utc("2026-06-01T10:00:00Z"),
             RunOutcome::Fired,
@@ -866,7 +884,7 @@ async fn a_run_lock_whose_release_was_lost_is_freed_at_the_next_firing() {
         )
         .await
         .unwrap();
-    assert!(c.store.lock_job(&job.id, &task_id).await.unwrap());
+    assert!(c.store.jobs().lock(&job.id, &task_id).await.unwrap());
     let end = hermes_store::TaskOutcome {
         state: TaskState::Succeeded,
         answer: Some("done".into()),
@@ -876,7 +894,7 @@ async fn a_run_lock_whose_release_was_lost_is_freed_at_the_next_firing() {
         prompt_tokens: 0,
         completion_tokens: 0,
     };
-    assert!(c.store.finish_task(&task_id, &end).await.unwrap());
+    assert!(c.store.tasks().finish(&task_id, &end).await.unwrap());
 
     clock.set("2026-06-01T11:00:00Z");
     c.sched.wake();
@@ -1190,20 +1208,20 @@ async fn run_now_returns_the_task_at_once_and_runs_it_without_a_loop() {
     gate.add_permits(10);
     idle(&c.sched).await;
     assert_eq!(
-        c.store.task(&task_id).await.unwrap().state,
+        c.store.tasks().get(&task_id).await.unwrap().state,
         TaskState::Succeeded
     );
     let r = runs(&c.store, &job.id).await;
     assert_eq!(r[0].delivery, Delivery::Queued);
     assert_eq!(
-        c.store.notices_for_task(&task_id).await.unwrap()[0]
+        c.store.outbox().for_task(&task_id).await.unwrap()[0]
             .queued
             .title,
         "Weekly — 2026-06-01"
     );
     // Its schedule is untouched.
     assert_eq!(
-        c.store.job(&job.id).await.unwrap().next_run_at,
+        c.store.jobs().get(&job.id).await.unwrap().next_run_at,
         job.next_run_at
     );
 
@@ -1228,7 +1246,7 @@ async fn a_silent_answer_is_not_delivered() {
     let run = c.sched.run_now_wait(&job.id).await.unwrap();
     assert_eq!(run.outcome, RunOutcome::Fired);
     assert_eq!(run.delivery, Delivery::Silent);
-    assert!(c.store.notices_for_run(run.id).await.unwrap().is_empty());
+    assert!(c.store.outbox().for_run(run.id).await.unwrap().is_empty());
     // Anything else is delivered, even if it mentions the marker.
     c.runner.answer("[SILENT] but rain at 3pm");
     let run = c.sched.run_now_wait(&job.id).await.unwrap();
@@ -1260,7 +1278,7 @@ async fn a_failed_run_is_recorded_and_sends_a_failure_notice() {
     );
     assert_eq!(run.delivery, Delivery::Queued);
     let task_id = run.task_id.clone().unwrap();
-    let n = c.store.notices_for_run(run.id).await.unwrap();
+    let n = c.store.outbox().for_run(run.id).await.unwrap();
     assert_eq!(n.len(), 1);
     assert_eq!(n[0].queued.channel, "ops-hook");
     let body = &n[0].queued.body;
@@ -1293,7 +1311,8 @@ async fn a_failed_run_is_recorded_and_sends_a_failure_notice() {
     assert!(
         quiet
             .store
-            .notices_for_run(run.id)
+            .outbox()
+            .for_run(run.id)
             .await
             .unwrap()
             .is_empty()
@@ -1339,7 +1358,7 @@ async fn a_failing_job_reports_once_with_its_causes_then_stays_quiet_until_it_re
     let notices = |run: &JobRun| {
         let store = c.store.clone();
         let id = run.id;
-        async move { store.notices_for_run(id).await.unwrap() }
+        async move { store.outbox().for_run(id).await.unwrap() }
     };
     // Every run is recorded failed, with its reason.
     assert!(
@@ -1412,7 +1431,7 @@ async fn assert_abandoned(c: &Ctx, job: &str) {
     let error = tasks[0].error.as_deref().unwrap_or("");
     assert!(error.contains("could not be recorded"), "{error}");
     assert!(runs(&c.store, job).await.is_empty());
-    let now = c.store.job(job).await.unwrap();
+    let now = c.store.jobs().get(job).await.unwrap();
     assert_eq!(now.running_task_id, None, "the job stays locked");
 }
 
@@ -1439,7 +1458,7 @@ async fn a_firing_whose_run_cannot_be_recorded_does_not_run_its_task() {
     let task_id = c.sched.run_now(&job.id).await.unwrap();
     idle(&c.sched).await;
     assert_eq!(
-        c.store.task(&task_id).await.unwrap().state,
+        c.store.tasks().get(&task_id).await.unwrap().state,
         TaskState::Succeeded
     );
 }

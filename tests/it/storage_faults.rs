@@ -301,7 +301,7 @@ async fn on_a_full_disk_the_notify_tool_fails_and_every_notice_it_queued_is_sent
     // The model is told, in words it can pass on.
     assert!(content.contains("free disk space"), "{content}");
     // Every notice the tool reported queued is in the outbox and goes out.
-    let stored = app.store.notices_for_task(&task.id).await.expect("outbox");
+    let stored = app.store.outbox().for_task(&task.id).await.expect("outbox");
     assert_eq!(stored.len(), queued, "notices reported queued: {queued}");
     disk.free();
     let sent = app.notifier.deliver_due().await;
@@ -370,7 +370,7 @@ async fn a_task_whose_end_cannot_be_written_is_not_shown_running_and_is_written_
     disk.free();
     let deadline = tokio::time::Instant::now() + RECOVERY;
     let stored = loop {
-        let t = app.store.task(&task.id).await.expect("readable");
+        let t = app.store.tasks().get(&task.id).await.expect("readable");
         if t.state.is_finished() || tokio::time::Instant::now() >= deadline {
             break t;
         }
@@ -407,7 +407,11 @@ async fn on_a_full_disk_memory_add_is_a_503_and_every_fact_added_is_kept() {
     let (status, v) = refused.expect("a full disk refuses a fact");
     assert_storage_unavailable(status, &v);
     for id in &added {
-        app.store.fact(id).await.expect("an added fact is kept");
+        app.store
+            .facts()
+            .get(id)
+            .await
+            .expect("an added fact is kept");
     }
 }
 
@@ -445,7 +449,7 @@ async fn after_a_commit_failed_on_a_full_disk_the_next_fact_is_stored_once_space
     .await;
     assert_eq!(status, StatusCode::CREATED, "{v}");
     let id = v["id"].as_str().expect("an id");
-    app.store.fact(id).await.expect("the fact is stored");
+    app.store.facts().get(id).await.expect("the fact is stored");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -471,7 +475,7 @@ async fn on_a_full_disk_memory_forget_is_a_503_and_the_fact_stays() {
         .expect("request");
     let (status, v) = send(&api, forget).await;
     assert_storage_unavailable(status, &v);
-    app.store.fact(&id).await.expect("the fact stays");
+    app.store.facts().get(&id).await.expect("the fact stays");
     disk.free();
     let forget = Request::delete(format!("/v1/memory/{id}"))
         .body(Body::empty())

@@ -111,7 +111,8 @@ async fn setup_keeping(
 ) -> Setup {
     let store = Store::open_in_memory().await.expect("in-memory store");
     let task = store
-        .create_task(&NewTask {
+        .tasks()
+        .create(&NewTask {
             task: "test".into(),
             origin: Origin::Cli,
             profile: "fast".into(),
@@ -670,7 +671,8 @@ async fn a_5_mb_result_is_capped_stored_and_read_back_in_pages() {
     // The store holds the full text.
     let all = s
         .store
-        .read_working(&key, 0, usize::MAX)
+        .working()
+        .read(&key, 0, usize::MAX)
         .await
         .expect("stored");
     assert_eq!(all.text.len(), text.len());
@@ -693,7 +695,8 @@ async fn working_memory_keeps_at_most_its_bound_of_a_result_and_says_so() {
     let key = o.working_key.clone().expect("stored in working memory");
     let kept = s
         .store
-        .read_working(&key, 0, usize::MAX)
+        .working()
+        .read(&key, 0, usize::MAX)
         .await
         .expect("stored");
     assert_eq!(kept.total_chars, 1 << 20);

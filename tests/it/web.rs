@@ -369,7 +369,7 @@ async fn start_a_task_and_watch_it(c: &Client, d: &Daemon) -> String {
         "{model_meta}"
     );
     shot(c, "task-done").await;
-    let t = d.app.store.task(&id).await.expect("the task");
+    let t = d.app.store.tasks().get(&id).await.expect("the task");
     assert_eq!(t.origin, hermes_store::Origin::Web);
     id
 }

@@ -1,7 +1,8 @@
 //! Approval requests, the notices that asked about them, and held tasks' checkpoints
 //! (`approvals`, `approval_notices`, `task_holds`).
 
-use super::{ApprovalState, Result, Store, StoreError, limit_or, new_id, now};
+use super::aggregates::{Approvals, Holds};
+use super::{ApprovalState, Result, StoreError, limit_or, new_id, now};
 use super::{query, query_as};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -77,10 +78,10 @@ impl HoldOwner<'_> {
     }
 }
 
-impl Store {
+impl Approvals<'_> {
     /// A new open request for `tool` with `arguments` (canonical JSON text) in `task_id`.
-    pub async fn create_approval(
-        &self,
+    pub async fn create(
+        self,
         task_id: &str,
         tool: &str,
         arguments: &str,
@@ -99,25 +100,22 @@ impl Store {
         .bind(now())
         .bind(expires_at);
         // All rows read, so the statement runs to its commit (see `write.rs`).
-        let rows = insert.fetch_all(self).await?;
+        let rows = insert.fetch_all(self.store).await?;
         let row = rows
             .first()
             .ok_or_else(|| StoreError::Corrupt("an inserted approval did not come back".into()))?;
         <Approval as super::WithJson>::from_json_row(row)
     }
 
-    pub async fn approval(&self, id: &str) -> Result<Approval> {
-        self.json_row(select!(approvals, "WHERE id = ?"), "approval", id)
+    pub async fn get(self, id: &str) -> Result<Approval> {
+        self.store
+            .json_row(select!(approvals, "WHERE id = ?"), "approval", id)
             .await
     }
 
     /// Newest first; `state` `None`: all. Each in its state as of now ([`Approval::as_of`]):
     /// `open` leaves out, and `expired` includes, open requests past their time.
-    pub async fn list_approvals(
-        &self,
-        state: Option<ApprovalState>,
-        limit: i64,
-    ) -> Result<Vec<Approval>> {
+    pub async fn list(self, state: Option<ApprovalState>, limit: i64) -> Result<Vec<Approval>> {
         let at = now();
         let rows = query(select!(
             approvals,
@@ -127,7 +125,7 @@ impl Store {
         .bind(state)
         .bind(limit_or(limit, 100))
         .bind(at)
-        .fetch_all(self)
+        .fetch_all(self.store)
         .await?;
         rows.iter()
             .map(|row| <Approval as super::WithJson>::from_json_row(row).map(|a| a.as_of(at)))
@@ -135,13 +133,13 @@ impl Store {
     }
 
     /// The requests of one task, oldest first.
-    pub async fn task_approvals(&self, task_id: &str) -> Result<Vec<Approval>> {
+    pub async fn of_task(self, task_id: &str) -> Result<Vec<Approval>> {
         let rows = query(select!(
             approvals,
             "WHERE task_id = ? ORDER BY created_at, id"
         ))
         .bind(task_id)
-        .fetch_all(self)
+        .fetch_all(self.store)
         .await?;
         rows.iter()
             .map(<Approval as super::WithJson>::from_json_row)
@@ -152,8 +150,8 @@ impl Store {
     /// (someone answered first). A request past its time at this moment becomes `expired`
     /// instead (reason `expired`, by `expiry`), in the same statement: no answer given after
     /// the expiry counts, whoever gives it and whether or not the sweep ran.
-    pub async fn decide_approval(
-        &self,
+    pub async fn decide(
+        self,
         id: &str,
         state: ApprovalState,
         reason: Option<&str>,
@@ -173,7 +171,7 @@ impl Store {
         .bind(reason)
         .bind(decided_by)
         .bind(id)
-        .fetch_all(self)
+        .fetch_all(self.store)
         .await?;
         row.first()
             .map(<Approval as super::WithJson>::from_json_row)
@@ -181,8 +179,9 @@ impl Store {
     }
 
     /// Open requests whose time has passed → `expired` (reason `expired`); their ids.
-    pub async fn expire_approvals(&self, at: DateTime<Utc>) -> Result<Vec<String>> {
+    pub async fn expire(self, at: DateTime<Utc>) -> Result<Vec<String>> {
         let rows: Vec<(String,)> = self
+            .store
             .returning(
                 query_as(
                     "UPDATE approvals SET state = 'expired', reason = 'expired', decided_at = ?1, \
@@ -196,7 +195,7 @@ impl Store {
 
     /// The open requests of `root` and of its sub-tasks (nested at most two deep), oldest
     /// first: what a `run` waits on.
-    pub async fn open_approvals_under(&self, root: &str) -> Result<Vec<Approval>> {
+    pub async fn open_under(self, root: &str) -> Result<Vec<Approval>> {
         let rows = query(select!(
             approvals,
             "WHERE state = 'open' AND (task_id = ?1 \
@@ -206,7 +205,7 @@ impl Store {
              ORDER BY created_at, id"
         ))
         .bind(root)
-        .fetch_all(self)
+        .fetch_all(self.store)
         .await?;
         rows.iter()
             .map(<Approval as super::WithJson>::from_json_row)
@@ -214,51 +213,50 @@ impl Store {
     }
 
     /// Mark an approved request as used by the one run it allows; false when it was used.
-    pub async fn use_approval(&self, id: &str) -> Result<bool> {
-        self.one_row(
-            query(
-                "UPDATE approvals SET used_at = ? WHERE id = ? AND state = 'approved' \
+    pub async fn mark_used(self, id: &str) -> Result<bool> {
+        self.store
+            .one_row(
+                query(
+                    "UPDATE approvals SET used_at = ? WHERE id = ? AND state = 'approved' \
                  AND used_at IS NULL",
+                )
+                .bind(now())
+                .bind(id),
             )
-            .bind(now())
-            .bind(id),
-        )
-        .await
+            .await
     }
 
     /// Remember that notice `notice_id` asked about `approval_id` (a reply to it answers it).
-    pub async fn link_approval_notice(&self, approval_id: &str, notice_id: i64) -> Result<()> {
-        self.run(
-            query("INSERT INTO approval_notices (approval_id, notice_id) VALUES (?, ?)")
-                .bind(approval_id)
-                .bind(notice_id),
-        )
-        .await
+    pub async fn link_notice(self, approval_id: &str, notice_id: i64) -> Result<()> {
+        self.store
+            .run(
+                query("INSERT INTO approval_notices (approval_id, notice_id) VALUES (?, ?)")
+                    .bind(approval_id)
+                    .bind(notice_id),
+            )
+            .await
     }
 
     /// The request a notice asked about, if it asked about one.
-    pub async fn approval_for_notice(&self, notice_id: i64) -> Result<Option<Approval>> {
+    pub async fn for_notice(self, notice_id: i64) -> Result<Option<Approval>> {
         let row = query(concat!(
             "SELECT ",
             columns!(approvals),
             " FROM approvals WHERE id = (SELECT approval_id FROM approval_notices WHERE notice_id = ?)"
         ))
         .bind(notice_id)
-        .fetch_optional(self)
+        .fetch_optional(self.store)
         .await?;
         row.as_ref()
             .map(<Approval as super::WithJson>::from_json_row)
             .transpose()
     }
+}
 
+impl Holds<'_> {
     /// Keep a running task's checkpoint and mark it waiting, in one transaction.
-    pub async fn hold_task(
-        &self,
-        task_id: &str,
-        checkpoint: &str,
-        owner: Option<&str>,
-    ) -> Result<()> {
-        let mut tx = self.begin().await?;
+    pub async fn hold(self, task_id: &str, checkpoint: &str, owner: Option<&str>) -> Result<()> {
+        let mut tx = self.store.begin().await?;
         query(
             "INSERT INTO task_holds (task_id, checkpoint, owner, created_at, owner_seen_at) \
              VALUES (?1, ?2, ?3, ?4, ?4) \
@@ -297,8 +295,8 @@ impl Store {
 
     /// Take one held task of `owner` that can continue — none of its requests open, none of
     /// its sub-tasks unfinished — removing its hold: the caller runs it from the checkpoint.
-    pub async fn take_ready_hold(&self, owner: HoldOwner<'_>) -> Result<Option<Hold>> {
-        let mut tx = self.begin().await?;
+    pub async fn take_ready(self, owner: HoldOwner<'_>) -> Result<Option<Hold>> {
+        let mut tx = self.store.begin().await?;
         let hold: Vec<Hold> = query_as(
             "DELETE FROM task_holds WHERE task_id = (SELECT h.task_id FROM task_holds h \
              WHERE h.owner IS NOT DISTINCT FROM ?1 \
@@ -324,8 +322,8 @@ impl Store {
         if let Some(h) = &hold {
             // Its taker runs it from here: the task is this node's now (see `nodes.rs`).
             query("UPDATE tasks SET waiting = FALSE, node_id = ?, node_epoch = ? WHERE id = ?")
-                .bind(self.node())
-                .bind(self.stamp())
+                .bind(self.store.node())
+                .bind(self.store.stamp())
                 .bind(&h.task_id)
                 .execute(&mut tx)
                 .await?;
@@ -335,18 +333,20 @@ impl Store {
     }
 
     /// `owner` is alive: its holds are not to be taken over.
-    pub async fn touch_owned_holds(&self, owner: &str) -> Result<u64> {
-        self.rows(
-            query("UPDATE task_holds SET owner_seen_at = ? WHERE owner = ?")
-                .bind(now())
-                .bind(owner),
-        )
-        .await
+    pub async fn touch_owned(self, owner: &str) -> Result<u64> {
+        self.store
+            .rows(
+                query("UPDATE task_holds SET owner_seen_at = ? WHERE owner = ?")
+                    .bind(now())
+                    .bind(owner),
+            )
+            .await
     }
 
     /// Hand the holds of owners silent since `before` to the daemon's workers; their task ids.
-    pub async fn adopt_silent_holds(&self, before: DateTime<Utc>) -> Result<Vec<String>> {
+    pub async fn adopt_silent(self, before: DateTime<Utc>) -> Result<Vec<String>> {
         let rows: Vec<(String,)> = self
+            .store
             .returning(
                 query_as(
                     "UPDATE task_holds SET owner = NULL, owner_seen_at = NULL \
@@ -359,20 +359,10 @@ impl Store {
         Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 
-    /// The sub-tasks of `parent` that wait for a person.
-    pub async fn waiting_children(&self, parent: &str) -> Result<Vec<String>> {
-        let rows: Vec<(String,)> = self
-            .all(
-                query_as("SELECT id FROM tasks WHERE parent_id = ? AND waiting = TRUE")
-                    .bind(parent),
-            )
-            .await?;
-        Ok(rows.into_iter().map(|(id,)| id).collect())
-    }
-
     /// Drop a task's hold (it was cancelled while waiting).
-    pub async fn drop_hold(&self, task_id: &str) -> Result<()> {
-        self.run(query("DELETE FROM task_holds WHERE task_id = ?").bind(task_id))
+    pub async fn remove(self, task_id: &str) -> Result<()> {
+        self.store
+            .run(query("DELETE FROM task_holds WHERE task_id = ?").bind(task_id))
             .await
     }
 }
@@ -386,7 +376,8 @@ mod tests {
         tokio::test,
         async fn a_request_past_its_time_cannot_be_answered_and_is_listed_expired(store: Store) {
             let t = store
-                .create_task(&NewTask {
+                .tasks()
+                .create(&NewTask {
                     task: "t".into(),
                     origin: Origin::Cli,
                     profile: "fast".into(),
@@ -396,12 +387,14 @@ mod tests {
                 .unwrap();
             let past = now() - chrono::Duration::seconds(1);
             let late = store
-                .create_approval(&t.id, "send", "{}", past)
+                .approvals()
+                .create(&t.id, "send", "{}", past)
                 .await
                 .unwrap();
             let later = now() + chrono::Duration::hours(1);
             let live = store
-                .create_approval(&t.id, "send", "{}", later)
+                .approvals()
+                .create(&t.id, "send", "{}", later)
                 .await
                 .unwrap();
             // No sweeper has run: the row still says open, yet a person listing sees it expired.
@@ -411,19 +404,21 @@ mod tests {
                     .collect::<Vec<_>>()
             };
             let open = store
-                .list_approvals(Some(ApprovalState::Open), 10)
+                .approvals()
+                .list(Some(ApprovalState::Open), 10)
                 .await
                 .unwrap();
             assert_eq!(ids(open), vec![(live.id.clone(), ApprovalState::Open)]);
             let expired = store
-                .list_approvals(Some(ApprovalState::Expired), 10)
+                .approvals()
+                .list(Some(ApprovalState::Expired), 10)
                 .await
                 .unwrap();
             assert_eq!(
                 ids(expired),
                 vec![(late.id.clone(), ApprovalState::Expired)]
             );
-            let all = store.list_approvals(None, 10).await.unwrap();
+            let all = store.approvals().list(None, 10).await.unwrap();
             assert_eq!(all.len(), 2);
             assert!(all.iter().all(|a| a.state
                 == if a.id == late.id {
@@ -434,7 +429,8 @@ mod tests {
 
             // Approving it records it expired, in the same statement, not approved.
             let done = store
-                .decide_approval(&late.id, ApprovalState::Approved, None, "cli")
+                .approvals()
+                .decide(&late.id, ApprovalState::Approved, None, "cli")
                 .await
                 .unwrap()
                 .expect("still open in the table");
@@ -442,24 +438,26 @@ mod tests {
             assert_eq!(done.reason.as_deref(), Some("expired"));
             assert_eq!(done.decided_by.as_deref(), Some("expiry"));
             assert!(
-                !store.use_approval(&late.id).await.unwrap(),
+                !store.approvals().mark_used(&late.id).await.unwrap(),
                 "an expired request ran"
             );
             assert_eq!(
-                store.approval(&late.id).await.unwrap().state,
+                store.approvals().get(&late.id).await.unwrap().state,
                 ApprovalState::Expired
             );
             // Answered once: a second answer finds it no longer open.
             assert!(
                 store
-                    .decide_approval(&late.id, ApprovalState::Approved, None, "cli")
+                    .approvals()
+                    .decide(&late.id, ApprovalState::Approved, None, "cli")
                     .await
                     .unwrap()
                     .is_none()
             );
             // One within its time is answered as asked.
             let ok = store
-                .decide_approval(&live.id, ApprovalState::Approved, None, "cli")
+                .approvals()
+                .decide(&live.id, ApprovalState::Approved, None, "cli")
                 .await
                 .unwrap()
                 .expect("open");
@@ -474,7 +472,8 @@ mod tests {
             let mut held = Vec::new();
             for (task, owner) in [("alive", "run-a"), ("dead", "run-b"), ("pooled", "")] {
                 let t = store
-                    .create_task(&NewTask {
+                    .tasks()
+                    .create(&NewTask {
                         task: task.into(),
                         origin: Origin::Cli,
                         profile: "fast".into(),
@@ -482,26 +481,27 @@ mod tests {
                     })
                     .await
                     .unwrap();
-                assert!(store.start_task(&t.id).await.unwrap());
+                assert!(store.tasks().start(&t.id).await.unwrap());
                 let owner = (!owner.is_empty()).then_some(owner);
-                store.hold_task(&t.id, "{}", owner).await.unwrap();
+                store.holds().hold(&t.id, "{}", owner).await.unwrap();
                 held.push(t.id);
             }
             let lease_start = now();
             // Only `run-a` beats after the lease starts.
-            assert_eq!(store.touch_owned_holds("run-a").await.unwrap(), 1);
-            let adopted = store.adopt_silent_holds(lease_start).await.unwrap();
+            assert_eq!(store.holds().touch_owned("run-a").await.unwrap(), 1);
+            let adopted = store.holds().adopt_silent(lease_start).await.unwrap();
             assert_eq!(adopted, vec![held[1].clone()]);
             // Adopted once: the workers take it, and the live run's hold is still its own.
             assert!(
                 store
-                    .adopt_silent_holds(lease_start)
+                    .holds()
+                    .adopt_silent(lease_start)
                     .await
                     .unwrap()
                     .is_empty()
             );
             let mut pooled: Vec<String> = Vec::new();
-            while let Some(h) = store.take_ready_hold(HoldOwner::Pool).await.unwrap() {
+            while let Some(h) = store.holds().take_ready(HoldOwner::Pool).await.unwrap() {
                 assert_eq!(h.owner, None);
                 pooled.push(h.task_id);
             }
@@ -510,7 +510,8 @@ mod tests {
             want.sort();
             assert_eq!(pooled, want);
             let own = store
-                .take_ready_hold(HoldOwner::Task("run-a"))
+                .holds()
+                .take_ready(HoldOwner::Task("run-a"))
                 .await
                 .unwrap()
                 .expect("the live run's hold");

@@ -5,6 +5,7 @@
 //! Owns: those three tables and the fence every chat record passes. Must not: decide what a
 //! message means (the inbox does) or talk to a chat server.
 
+use super::aggregates::Chat;
 use super::{Channel, Result, Store, Tx, now, query, query_as, query_scalar};
 
 /// Where a chat intake has read up to, saved (a key, its position, when).
@@ -12,16 +13,17 @@ const SAVE_CURSOR: &str = "INSERT INTO channel_cursors (channel, position, updat
      VALUES (?1, ?2, ?3) ON CONFLICT (channel) DO UPDATE SET position = excluded.position, \
      updated_at = excluded.updated_at";
 
-impl Store {
+impl Chat<'_> {
     /// Take `channel` for this node, or keep it: true when no other live node holds it (its
     /// holder's row in `nodes` is gone or holds another epoch). Outside a cluster (SQLite, or
     /// before the daemon joined), always true.
     // Used by the chat channels; a build without any has no caller.
-    pub async fn hold_channel(&self, channel: Channel) -> Result<bool> {
-        let (Some(node), Some(epoch)) = (self.node().map(str::to_string), self.stamp()) else {
+    pub async fn hold_channel(self, channel: Channel) -> Result<bool> {
+        let (Some(node), Some(epoch)) = (self.store.node().map(str::to_string), self.store.stamp())
+        else {
             return Ok(true);
         };
-        let mut tx = self.begin_writing(super::Locked::Inbox).await?;
+        let mut tx = self.store.begin_writing(super::Locked::Inbox).await?;
         let holder: Option<(String, String)> =
             query_as("SELECT node_id, epoch FROM channel_holders WHERE channel = ?")
                 .pg("SELECT node_id, epoch FROM channel_holders WHERE channel = $1 FOR UPDATE")
@@ -61,49 +63,44 @@ impl Store {
 
     /// Where a chat intake has read up to (`key`: the channel and the device reading it), if
     /// it ever read.
-    pub async fn channel_cursor(&self, key: &str) -> Result<Option<String>> {
+    pub async fn cursor(self, key: &str) -> Result<Option<String>> {
         Ok(
             query_scalar("SELECT position FROM channel_cursors WHERE channel = ?")
                 .bind(key)
-                .fetch_optional(self)
+                .fetch_optional(self.store)
                 .await?,
         )
     }
 
     /// The most recently saved cursor whose key starts with `prefix` (`matrix/`: any device's),
     /// so a device reading for the first time knows where the last reader got to.
-    pub async fn newest_channel_cursor(&self, prefix: &str) -> Result<Option<String>> {
+    pub async fn newest_cursor(self, prefix: &str) -> Result<Option<String>> {
         // `prefix` is ours (a channel name and a slash), so LIKE's wildcards cannot be in it.
         Ok(query_scalar(
             "SELECT position FROM channel_cursors WHERE channel LIKE ? \
              ORDER BY updated_at DESC LIMIT 1",
         )
         .bind(format!("{prefix}%"))
-        .fetch_optional(self)
+        .fetch_optional(self.store)
         .await?)
     }
 
     /// Save a chat intake's cursor: everything before `position` has been recorded.
-    pub async fn set_channel_cursor(&self, key: &str, position: &str) -> Result<()> {
+    pub async fn set_cursor(self, key: &str, position: &str) -> Result<()> {
         query(SAVE_CURSOR)
             .bind(key)
             .bind(position)
             .bind(now())
-            .execute(self)
+            .execute(self.store)
             .await?;
         Ok(())
     }
 
     /// Move `channel`'s cursor `key` to `position` past a message that is recorded already or
     /// becomes nothing; refused ([`super::Fenced`]) once another node holds the channel.
-    pub async fn move_chat_cursor(
-        &self,
-        channel: Channel,
-        key: &str,
-        position: &str,
-    ) -> Result<()> {
-        let mut tx = self.begin_writing(super::Locked::Inbox).await?;
-        fence_channel(&mut tx, self, channel).await?;
+    pub async fn move_cursor(self, channel: Channel, key: &str, position: &str) -> Result<()> {
+        let mut tx = self.store.begin_writing(super::Locked::Inbox).await?;
+        fence_channel(&mut tx, self.store, channel).await?;
         save_cursor(&mut tx, key, position).await?;
         tx.commit().await?;
         Ok(())
@@ -111,18 +108,18 @@ impl Store {
 
     /// The parts of notice `id` a chat server took already, as (part number, message id), in
     /// order: a send retried after a failure goes on after them instead of posting them again.
-    pub async fn chat_parts(&self, id: i64) -> Result<Vec<(i64, String)>> {
+    pub async fn parts(self, id: i64) -> Result<Vec<(i64, String)>> {
         Ok(
             query_as("SELECT part, remote_id FROM chat_parts WHERE notice_id = ? ORDER BY part")
                 .bind(id)
-                .fetch_all(self)
+                .fetch_all(self.store)
                 .await?,
         )
     }
 
     /// Record that part `part` of notice `id` was sent as `remote_id`; a reply to that message
-    /// names the notice ([`Store::notice_by_remote`]).
-    pub async fn add_chat_part(&self, id: i64, part: i64, remote_id: &str) -> Result<()> {
+    /// names the notice ([`Outbox::by_remote`](crate::Outbox::by_remote)).
+    pub async fn add_part(self, id: i64, part: i64, remote_id: &str) -> Result<()> {
         query(
             "INSERT INTO chat_parts (notice_id, part, remote_id, sent_at) VALUES (?1, ?2, ?3, ?4) \
              ON CONFLICT (notice_id, part) DO UPDATE SET remote_id = excluded.remote_id",
@@ -131,7 +128,7 @@ impl Store {
         .bind(part)
         .bind(remote_id)
         .bind(now())
-        .execute(self)
+        .execute(self.store)
         .await?;
         Ok(())
     }
@@ -216,7 +213,8 @@ mod tests {
                 position,
             };
             let new = store
-                .record_inbox(at("8"), &update("111:5"), &task())
+                .inbox()
+                .record(at("8"), &update("111:5"), &task())
                 .await
                 .unwrap();
             assert!(matches!(
@@ -227,48 +225,52 @@ mod tests {
                 }
             ));
             assert_eq!(
-                store.channel_cursor(key).await.unwrap().as_deref(),
+                store.chat().cursor(key).await.unwrap().as_deref(),
                 Some("8")
             );
             // Read again (a kill before the next poll): known, only the offset moves.
             let again = store
-                .record_inbox(at("9"), &update("111:5"), &task())
+                .inbox()
+                .record(at("9"), &update("111:5"), &task())
                 .await
                 .unwrap();
             assert!(matches!(again, Recorded::Seen));
             assert_eq!(
-                store.channel_cursor(key).await.unwrap().as_deref(),
+                store.chat().cursor(key).await.unwrap().as_deref(),
                 Some("9")
             );
 
             let lease = chrono::Duration::seconds(30);
             let a = store.clone().with_node("node-a");
             let b = store.clone().with_node("node-b");
-            a.join_cluster("host-a", 1, None, lease).await.unwrap();
-            b.join_cluster("host-b", 2, None, lease).await.unwrap();
-            assert!(a.hold_channel(Channel::Telegram).await.unwrap());
-            a.move_chat_cursor(Channel::Telegram, key, "10")
+            a.nodes().join("host-a", 1, None, lease).await.unwrap();
+            b.nodes().join("host-b", 2, None, lease).await.unwrap();
+            assert!(a.chat().hold_channel(Channel::Telegram).await.unwrap());
+            a.chat()
+                .move_cursor(Channel::Telegram, key, "10")
                 .await
                 .unwrap();
             let since = now() + chrono::Duration::minutes(1);
-            assert!(b.revoke_node("node-a", since).await.unwrap());
+            assert!(b.nodes().revoke("node-a", since).await.unwrap());
             assert!(
-                b.hold_channel(Channel::Telegram).await.unwrap(),
+                b.chat().hold_channel(Channel::Telegram).await.unwrap(),
                 "taken over"
             );
             // Past its lease, node a can neither record nor move the offset.
             let late = a
-                .record_inbox(at("11"), &update("111:6"), &task())
+                .inbox()
+                .record(at("11"), &update("111:6"), &task())
                 .await
                 .unwrap_err();
             assert!(matches!(late, StoreError::Fenced(_)), "{late}");
             let late = a
-                .move_chat_cursor(Channel::Telegram, key, "12")
+                .chat()
+                .move_cursor(Channel::Telegram, key, "12")
                 .await
                 .unwrap_err();
             assert!(matches!(late, StoreError::Fenced(_)), "{late}");
             assert_eq!(
-                store.channel_cursor(key).await.unwrap().as_deref(),
+                store.chat().cursor(key).await.unwrap().as_deref(),
                 Some("10")
             );
         }
@@ -279,7 +281,8 @@ mod tests {
         tokio::test,
         async fn a_notice_is_found_by_any_part_it_went_out_as(store: Store) {
             let id = store
-                .enqueue_notice(&NewNotice {
+                .outbox()
+                .enqueue(&NewNotice {
                     channel: "telegram:me".into(),
                     title: String::new(),
                     body: "long".into(),
@@ -292,17 +295,17 @@ mod tests {
                 })
                 .await
                 .unwrap();
-            store.add_chat_part(id, 0, "111:20").await.unwrap();
-            store.add_chat_part(id, 1, "111:21").await.unwrap();
+            store.chat().add_part(id, 0, "111:20").await.unwrap();
+            store.chat().add_part(id, 1, "111:21").await.unwrap();
             assert_eq!(
-                store.chat_parts(id).await.unwrap(),
+                store.chat().parts(id).await.unwrap(),
                 [(0, "111:20".to_string()), (1, "111:21".to_string())]
             );
             for part in ["111:20", "111:21"] {
-                let found = store.notice_by_remote(part).await.unwrap();
+                let found = store.outbox().by_remote(part).await.unwrap();
                 assert_eq!(found.map(|n| n.id), Some(id), "{part}");
             }
-            assert!(store.notice_by_remote("111:22").await.unwrap().is_none());
+            assert!(store.outbox().by_remote("111:22").await.unwrap().is_none());
         }
     );
 }

@@ -10,7 +10,8 @@ on_both_engines!(
         let written = in_parallel(&store, 16, |store, w| async move {
             for i in 0..25 {
                 let t = store
-                    .create_task(&NewTask {
+                    .tasks()
+                    .create(&NewTask {
                         task: format!("writer {w} task {i}"),
                         origin: Origin::Api,
                         profile: "fast".into(),
@@ -19,6 +20,7 @@ on_both_engines!(
                     .await?;
                 for s in 0..3 {
                     store
+                        .tasks()
                         .add_step(&t.id, &crate::testing::note(s, format!("{s}")))
                         .await?;
                 }
@@ -50,13 +52,13 @@ on_both_engines!(
         for _ in 0..20 {
             ids.push(task(&store).await.id);
         }
-        let first = store.claim_next_pending().await.unwrap().unwrap();
+        let first = store.tasks().claim_next_pending().await.unwrap().unwrap();
         assert_eq!(first.id, ids[0]);
         assert_eq!(first.state, TaskState::Running);
         // Concurrent claimers take the rest, each task exactly once.
         let taken = in_parallel(&store, 8, |store, _| async move {
             let mut got = Vec::new();
-            while let Some(t) = store.claim_next_pending().await.unwrap() {
+            while let Some(t) = store.tasks().claim_next_pending().await.unwrap() {
                 got.push(t.id);
             }
             got
@@ -67,7 +69,7 @@ on_both_engines!(
         claimed.sort();
         ids.sort();
         assert_eq!(claimed, ids);
-        assert!(store.claim_next_pending().await.unwrap().is_none());
+        assert!(store.tasks().claim_next_pending().await.unwrap().is_none());
     }
 );
 
@@ -84,7 +86,7 @@ on_both_engines!(
                 let store = store.clone();
                 tokio::spawn(async move {
                     let text = format!("fact {round}-{i}");
-                    store.upsert_fact(&text, &[], "test").await
+                    store.facts().upsert(&text, &[], "test").await
                 })
             });
             for (i, add) in futures::future::join_all(adds)
@@ -114,7 +116,12 @@ on_both_engines!(
                 let barrier = barrier.clone();
                 async move {
                     barrier.wait().await;
-                    store.claim_next_pending().await.unwrap().map(|t| t.id)
+                    store
+                        .tasks()
+                        .claim_next_pending()
+                        .await
+                        .unwrap()
+                        .map(|t| t.id)
                 }
             })
             .await;
@@ -135,8 +142,8 @@ on_both_engines!(
     async fn simultaneous_takers_each_get_a_ready_hold(store: Store) {
         for _ in 0..16 {
             let t = task(&store).await;
-            assert!(store.start_task(&t.id).await.unwrap());
-            store.hold_task(&t.id, "{}", None).await.unwrap();
+            assert!(store.tasks().start(&t.id).await.unwrap());
+            store.holds().hold(&t.id, "{}", None).await.unwrap();
         }
         for round in 0..2 {
             let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(8));
@@ -145,7 +152,8 @@ on_both_engines!(
                 async move {
                     barrier.wait().await;
                     store
-                        .take_ready_hold(HoldOwner::Pool)
+                        .holds()
+                        .take_ready(HoldOwner::Pool)
                         .await
                         .unwrap()
                         .map(|h| h.task_id)
@@ -160,7 +168,8 @@ on_both_engines!(
         }
         assert!(
             store
-                .take_ready_hold(HoldOwner::Pool)
+                .holds()
+                .take_ready(HoldOwner::Pool)
                 .await
                 .unwrap()
                 .is_none()

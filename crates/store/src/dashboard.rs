@@ -1,15 +1,18 @@
 //! Queries behind the dashboard (`crates/surfaces/src/http/pages`) and the API endpoints it uses: task search, the
 //! overview's counts (recent failures, the outbox backlog, tokens spent), pausing a job and
-//! retrying a notice. They read the same tables as everything else; nothing here is cached.
+//! retrying a notice. They read the same tables as everything else, each query under its
+//! table's aggregate (`store.tasks().search`, `store.jobs().set_enabled`,
+//! `store.outbox().retry`, …); nothing here is cached.
 
+use super::aggregates::{Jobs, Outbox, Tasks};
 use super::{
-    JobRun, Notice, NoticeState, Origin, PauseReason, Result, Store, StoreError, Task, TaskState,
-    found, limit_or, now,
+    JobRun, Notice, NoticeState, Origin, PauseReason, Result, StoreError, Task, TaskState, found,
+    limit_or, now,
 };
 use super::{query, query_as, query_scalar};
 use chrono::{DateTime, Utc};
 
-/// Filters for [`Store::search_tasks`]; every filter that is set must match.
+/// Filters for [`Tasks::search`]; every filter that is set must match.
 #[derive(Debug, Clone, Default)]
 pub struct TaskSearch {
     pub state: Option<TaskState>,
@@ -39,9 +42,9 @@ pub struct Tokens {
     pub calls: i64,
 }
 
-impl Store {
+impl Tasks<'_> {
     /// Tasks matching `f`, newest first.
-    pub async fn search_tasks(&self, f: &TaskSearch) -> Result<Vec<Task>> {
+    pub async fn search(self, f: &TaskSearch) -> Result<Vec<Task>> {
         let sql = select!(
             tasks,
             "WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR origin = ?2) \
@@ -60,32 +63,52 @@ impl Store {
              ORDER BY created_at DESC, id LIMIT $5"
         );
         let text = f.text.as_deref().map(str::trim).filter(|t| !t.is_empty());
-        self.all(
-            query_as(sql)
-                .pg(pg)
-                .bind(f.state)
-                .bind(f.origin)
-                .bind(&f.job_id)
-                .bind(text)
-                .bind(limit_or(f.limit, 50)),
-        )
-        .await
+        self.store
+            .all(
+                query_as(sql)
+                    .pg(pg)
+                    .bind(f.state)
+                    .bind(f.origin)
+                    .bind(&f.job_id)
+                    .bind(text)
+                    .bind(limit_or(f.limit, 50)),
+            )
+            .await
     }
 
     /// Tasks that failed at or after `since`, newest first.
-    pub async fn failed_tasks_since(&self, since: DateTime<Utc>, limit: i64) -> Result<Vec<Task>> {
+    pub async fn failed_since(self, since: DateTime<Utc>, limit: i64) -> Result<Vec<Task>> {
         let sql = select!(
             tasks,
             "WHERE state = 'failed' AND finished_at >= ? ORDER BY finished_at DESC, id LIMIT ?"
         );
-        self.all(query_as(sql).bind(since).bind(limit)).await
+        self.store.all(query_as(sql).bind(since).bind(limit)).await
     }
 
+    /// Tokens of every model call recorded at or after `since`, whatever task it was for
+    /// (sub-agents included, each call counted once), running tasks included.
+    pub async fn tokens_since(self, since: DateTime<Utc>) -> Result<Tokens> {
+        let (prompt, completion, calls): (Option<i64>, Option<i64>, i64) = query_as(
+            "SELECT CAST(SUM(request_tokens) AS BIGINT), CAST(SUM(result_tokens) AS BIGINT), COUNT(*) FROM task_steps \
+             WHERE kind = 'model' AND created_at >= ?",
+        )
+        .bind(since)
+        .fetch_one(self.store)
+        .await?;
+        Ok(Tokens {
+            prompt: prompt.unwrap_or(0),
+            completion: completion.unwrap_or(0),
+            calls,
+        })
+    }
+}
+
+impl Jobs<'_> {
     /// Job runs recorded `failed` or `missed` at or after `since` that have no task (a failed
     /// precheck, a task that could not be created, a daemon that was down): the failures a
     /// list of failed tasks does not show. Newest first.
     pub async fn taskless_run_failures_since(
-        &self,
+        self,
         since: DateTime<Utc>,
         limit: i64,
     ) -> Result<Vec<JobRun>> {
@@ -94,17 +117,36 @@ impl Store {
             "WHERE outcome IN ('failed', 'missed') AND task_id IS NULL \
              AND fired_at >= ? ORDER BY id DESC LIMIT ?"
         );
-        self.all(query_as(sql).bind(since).bind(limit)).await
+        self.store.all(query_as(sql).bind(since).bind(limit)).await
     }
 
-    pub async fn outbox_backlog(&self) -> Result<Backlog> {
+    /// Pause or resume a job, setting its next due time in the same statement: paused with
+    /// `Some(reason)`, resumed with `None`. False when there is no such job.
+    pub async fn set_enabled(
+        self,
+        id: &str,
+        paused: Option<PauseReason>,
+        next_run_at: Option<DateTime<Utc>>,
+    ) -> Result<bool> {
+        let set =
+            query("UPDATE jobs SET enabled = ?, pause_reason = ?, next_run_at = ? WHERE id = ?")
+                .bind(paused.is_none())
+                .bind(paused)
+                .bind(next_run_at)
+                .bind(id);
+        self.store.one_row(set).await
+    }
+}
+
+impl Outbox<'_> {
+    pub async fn backlog(self) -> Result<Backlog> {
         let counts: Vec<(NoticeState, i64)> =
             query_as("SELECT state, COUNT(*) FROM outbox GROUP BY state")
-                .fetch_all(self)
+                .fetch_all(self.store)
                 .await?;
         let oldest_pending: Option<DateTime<Utc>> =
             query_scalar("SELECT MIN(created_at) FROM outbox WHERE state = 'pending'")
-                .fetch_one(self)
+                .fetch_one(self.store)
                 .await?;
         let mut b = Backlog {
             oldest_pending,
@@ -120,51 +162,17 @@ impl Store {
         Ok(b)
     }
 
-    /// Tokens of every model call recorded at or after `since`, whatever task it was for
-    /// (sub-agents included, each call counted once), running tasks included.
-    pub async fn tokens_since(&self, since: DateTime<Utc>) -> Result<Tokens> {
-        let (prompt, completion, calls): (Option<i64>, Option<i64>, i64) = query_as(
-            "SELECT CAST(SUM(request_tokens) AS BIGINT), CAST(SUM(result_tokens) AS BIGINT), COUNT(*) FROM task_steps \
-             WHERE kind = 'model' AND created_at >= ?",
-        )
-        .bind(since)
-        .fetch_one(self)
-        .await?;
-        Ok(Tokens {
-            prompt: prompt.unwrap_or(0),
-            completion: completion.unwrap_or(0),
-            calls,
-        })
-    }
-
-    /// Pause or resume a job, setting its next due time in the same statement: paused with
-    /// `Some(reason)`, resumed with `None`. False when there is no such job.
-    pub async fn set_job_enabled(
-        &self,
-        id: &str,
-        paused: Option<PauseReason>,
-        next_run_at: Option<DateTime<Utc>>,
-    ) -> Result<bool> {
-        let set =
-            query("UPDATE jobs SET enabled = ?, pause_reason = ?, next_run_at = ? WHERE id = ?")
-                .bind(paused.is_none())
-                .bind(paused)
-                .bind(next_run_at)
-                .bind(id);
-        self.one_row(set).await
-    }
-
     /// Make a pending or failed notice due now, as pending; its attempts so far stay counted.
     /// A sent notice is a conflict (sending it again would be a duplicate, not a retry).
-    pub async fn retry_notice(&self, id: i64) -> Result<Notice> {
+    pub async fn retry(self, id: i64) -> Result<Notice> {
         let retry = query(
             "UPDATE outbox SET state = 'pending', next_attempt_at = ? \
              WHERE id = ? AND state IN ('pending', 'failed')",
         )
         .bind(now())
         .bind(id);
-        let retried = self.one_row(retry).await?;
-        let notice = found(self.notice(id).await?, "notice", id)?;
+        let retried = self.store.one_row(retry).await?;
+        let notice = found(self.get(id).await?, "notice", id)?;
         if !retried {
             return Err(StoreError::Conflict(format!(
                 "notice {id} was already sent; queue a new one instead of sending it twice"
@@ -177,7 +185,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{NewStep, NewTask, StepKind, TaskOutcome};
+    use crate::{NewStep, NewTask, StepKind, Store, TaskOutcome};
 
     #[tokio::test]
     async fn search_filters_combine() {
@@ -192,7 +200,7 @@ mod tests {
                 profile: "fast".into(),
                 ..Default::default()
             };
-            store.create_task(&new).await.expect("task");
+            store.tasks().create(&new).await.expect("task");
         }
         let find = |text: &str, origin: Option<Origin>| TaskSearch {
             text: Some(text.into()),
@@ -200,14 +208,15 @@ mod tests {
             ..Default::default()
         };
         let hits = store
-            .search_tasks(&find("news", None))
+            .tasks()
+            .search(&find("news", None))
             .await
             .expect("search");
         assert_eq!(hits.len(), 1);
         assert_eq!(hits[0].task, "Summarise the News");
-        let none = store.search_tasks(&find("news", Some(Origin::Cli))).await;
+        let none = store.tasks().search(&find("news", Some(Origin::Cli))).await;
         assert!(none.expect("search").is_empty());
-        let all = store.search_tasks(&TaskSearch::default()).await;
+        let all = store.tasks().search(&TaskSearch::default()).await;
         assert_eq!(all.expect("search").len(), 2);
     }
 
@@ -220,7 +229,7 @@ mod tests {
             profile: "fast".into(),
             ..Default::default()
         };
-        let t = store.create_task(&new).await.expect("task");
+        let t = store.tasks().create(&new).await.expect("task");
         let step = NewStep {
             step: 1,
             kind: StepKind::Model,
@@ -235,8 +244,8 @@ mod tests {
             fingerprint: None,
             identity: None,
         };
-        store.add_step(&t.id, &step).await.expect("step");
-        let tokens = store.tokens_since(before).await.expect("tokens");
+        store.tasks().add_step(&t.id, &step).await.expect("step");
+        let tokens = store.tasks().tokens_since(before).await.expect("tokens");
         assert_eq!(
             (tokens.prompt, tokens.completion, tokens.calls),
             (100, 7, 1)
@@ -250,12 +259,17 @@ mod tests {
             prompt_tokens: 100,
             completion_tokens: 7,
         };
-        store.finish_task(&t.id, &outcome).await.expect("finish");
-        let failed = store.failed_tasks_since(before, 10).await.expect("failed");
+        store.tasks().finish(&t.id, &outcome).await.expect("finish");
+        let failed = store
+            .tasks()
+            .failed_since(before, 10)
+            .await
+            .expect("failed");
         assert_eq!(failed.len(), 1);
         assert!(
             store
-                .failed_tasks_since(now(), 10)
+                .tasks()
+                .failed_since(now(), 10)
                 .await
                 .expect("failed")
                 .is_empty()
@@ -267,19 +281,20 @@ mod tests {
         let store = Store::open_in_memory().await.expect("store");
         let id = crate::tests::notice(&store, "hook").await;
         store
-            .mark_notice_attempt_failed(id, "404", None)
+            .outbox()
+            .mark_attempt_failed(id, "404", None)
             .await
             .expect("failed");
-        assert_eq!(store.outbox_backlog().await.expect("backlog").failed, 1);
-        let retried = store.retry_notice(id).await.expect("retried");
+        assert_eq!(store.outbox().backlog().await.expect("backlog").failed, 1);
+        let retried = store.outbox().retry(id).await.expect("retried");
         assert_eq!((retried.state, retried.attempts), (NoticeState::Pending, 1));
-        store.mark_notice_sent(id).await.expect("sent");
+        store.outbox().mark_sent(id).await.expect("sent");
         assert!(matches!(
-            store.retry_notice(id).await,
+            store.outbox().retry(id).await,
             Err(StoreError::Conflict(_))
         ));
         assert!(matches!(
-            store.retry_notice(id + 100).await,
+            store.outbox().retry(id + 100).await,
             Err(StoreError::NotFound { .. })
         ));
     }

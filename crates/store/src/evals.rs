@@ -1,6 +1,7 @@
 //! Eval runs and their per-case results (`eval_runs`, `eval_results`): what `hermes-agent eval`
 //! and the daemon's background evals record, and `GET /v1/evals` and the `/evals` page show.
 
+use super::aggregates::Evals;
 use super::{EvalTrigger, EvalVerdict, Result, Store, TaskState, found, limit_or, now};
 use super::{query, query_as};
 use chrono::{DateTime, Utc};
@@ -43,9 +44,22 @@ pub struct EvalResult {
 }
 
 impl Store {
+    async fn eval_results(&self, run_id: i64) -> Result<Vec<EvalResult>> {
+        self.all(
+            query_as(
+                "SELECT case_name, profile, identity, verdict, model_calls, tokens, duration_ms, \
+                 why, state, answer FROM eval_results WHERE run_id = ? ORDER BY seq",
+            )
+            .bind(run_id),
+        )
+        .await
+    }
+}
+
+impl Evals<'_> {
     /// A run begins; its id.
-    pub async fn start_eval_run(
-        &self,
+    pub async fn start_run(
+        self,
         profile: &str,
         identity: Option<&str>,
         trigger: EvalTrigger,
@@ -58,12 +72,12 @@ impl Store {
         .bind(identity)
         .bind(trigger)
         .bind(now());
-        let (id,): (i64,) = self.inserted(insert).await?;
+        let (id,): (i64,) = self.store.inserted(insert).await?;
         Ok(id)
     }
 
     /// One case's result, as the `seq`-th of its run.
-    pub async fn add_eval_result(&self, run_id: i64, seq: i64, r: &EvalResult) -> Result<()> {
+    pub async fn add_result(self, run_id: i64, seq: i64, r: &EvalResult) -> Result<()> {
         let insert = query(
             "INSERT INTO eval_results (run_id, seq, case_name, profile, identity, verdict, \
              model_calls, tokens, duration_ms, why, state, answer) \
@@ -81,11 +95,11 @@ impl Store {
         .bind(&r.why)
         .bind(r.state)
         .bind(&r.answer);
-        self.run(insert).await
+        self.store.run(insert).await
     }
 
     /// The run is over: its counts, from its results.
-    pub async fn finish_eval_run(&self, run_id: i64) -> Result<EvalRun> {
+    pub async fn finish_run(self, run_id: i64) -> Result<EvalRun> {
         let finish = query(
             "UPDATE eval_runs SET finished_at = ?1, \
              passed = (SELECT COUNT(*) FROM eval_results WHERE run_id = ?2 AND verdict = 'passed'), \
@@ -94,37 +108,29 @@ impl Store {
         )
         .bind(now())
         .bind(run_id);
-        self.run(finish).await?;
-        self.eval_run(run_id).await
+        self.store.run(finish).await?;
+        self.run(run_id).await
     }
 
     /// One run with its results.
-    pub async fn eval_run(&self, id: i64) -> Result<EvalRun> {
+    pub async fn run(self, id: i64) -> Result<EvalRun> {
         let sql = select!(eval_runs, "WHERE id = ?");
-        let run: Option<EvalRun> = self.first(query_as(sql).bind(id)).await?;
+        let run: Option<EvalRun> = self.store.first(query_as(sql).bind(id)).await?;
         let mut run = found(run, "eval run", id)?;
-        run.results = self.eval_results(id).await?;
+        run.results = self.store.eval_results(id).await?;
         Ok(run)
     }
 
     /// The newest runs first, each with its results.
-    pub async fn eval_runs(&self, limit: i64) -> Result<Vec<EvalRun>> {
+    pub async fn runs(self, limit: i64) -> Result<Vec<EvalRun>> {
         let sql = select!(eval_runs, "ORDER BY id DESC LIMIT ?");
-        let mut runs: Vec<EvalRun> = self.all(query_as(sql).bind(limit_or(limit, 20))).await?;
+        let mut runs: Vec<EvalRun> = self
+            .store
+            .all(query_as(sql).bind(limit_or(limit, 20)))
+            .await?;
         for run in &mut runs {
-            run.results = self.eval_results(run.id).await?;
+            run.results = self.store.eval_results(run.id).await?;
         }
         Ok(runs)
-    }
-
-    async fn eval_results(&self, run_id: i64) -> Result<Vec<EvalResult>> {
-        self.all(
-            query_as(
-                "SELECT case_name, profile, identity, verdict, model_calls, tokens, duration_ms, \
-                 why, state, answer FROM eval_results WHERE run_id = ? ORDER BY seq",
-            )
-            .bind(run_id),
-        )
-        .await
     }
 }

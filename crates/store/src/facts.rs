@@ -1,11 +1,12 @@
 //! Long-term facts (`facts`): the source of truth the tantivy index is built from, and their
 //! change sequence (`fact_changes`): every insert, change of tags and delete of a fact adds a
 //! row in the same transaction, numbered in commit order, so each node's index can catch up
-//! with what any node wrote ([`Store::fact_changes_after`]).
+//! with what any node wrote ([`Facts::changes_after`]).
 //! Must not: know about the index, or write a fact without its change row.
 
+use super::aggregates::Facts;
 use super::{DbRow, Tx, query, query_as, query_scalar};
-use super::{Result, Store, WithJson, json_column, json_list, new_id, now};
+use super::{Result, WithJson, json_column, json_list, new_id, now};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -40,7 +41,7 @@ pub(crate) fn normalise_fact(text: &str) -> String {
         .to_string()
 }
 
-/// Whether [`Store::upsert_fact`] made a new fact or merged into an existing one.
+/// Whether [`Facts::upsert`] made a new fact or merged into an existing one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Upsert {
     Created,
@@ -64,22 +65,17 @@ pub struct ChangeRange {
     pub newest: Option<i64>,
 }
 
-impl Store {
+impl Facts<'_> {
     /// Add a fact, or merge it into the same fact stated before (tags are unioned).
-    pub async fn upsert_fact(
-        &self,
-        text: &str,
-        tags: &[String],
-        source: &str,
-    ) -> Result<(Fact, Upsert)> {
-        let (fact, how, _) = self.upsert_fact_logged(text, tags, source).await?;
+    pub async fn upsert(self, text: &str, tags: &[String], source: &str) -> Result<(Fact, Upsert)> {
+        let (fact, how, _) = self.upsert_logged(text, tags, source).await?;
         Ok((fact, how))
     }
 
-    /// [`Store::upsert_fact`], and the `seq` of the change it logged: `None` when the fact was
+    /// [`Facts::upsert`], and the `seq` of the change it logged: `None` when the fact was
     /// stated before with no new tag (nothing an index holds changed).
-    pub async fn upsert_fact_logged(
-        &self,
+    pub async fn upsert_logged(
+        self,
         text: &str,
         tags: &[String],
         source: &str,
@@ -89,7 +85,7 @@ impl Store {
         // connection after this one's read would fail it with `database is locked` at once.
         // On PostgreSQL the same lock makes the change sequence's order the commit order (see
         // `log_change`).
-        let mut tx = self.begin_writing(super::Locked::Facts).await?;
+        let mut tx = self.store.begin_writing(super::Locked::Facts).await?;
         let existing = query(select!(facts, "WHERE norm = ?"))
             .bind(&norm)
             .fetch_optional(&mut tx)
@@ -137,32 +133,34 @@ impl Store {
             }
         };
         tx.commit().await?;
-        Ok((self.fact(&id).await?, how, seq))
+        Ok((self.get(&id).await?, how, seq))
     }
 
-    pub async fn fact(&self, id: &str) -> Result<Fact> {
-        self.json_row(select!(facts, "WHERE id = ?"), "fact", id)
+    pub async fn get(self, id: &str) -> Result<Fact> {
+        self.store
+            .json_row(select!(facts, "WHERE id = ?"), "fact", id)
             .await
     }
 
     /// Every fact, oldest first (rebuilding the index).
-    pub async fn all_facts(&self) -> Result<Vec<Fact>> {
-        self.json_rows(select!(facts, "ORDER BY created_at, id"))
+    pub async fn all(self) -> Result<Vec<Fact>> {
+        self.store
+            .json_rows(select!(facts, "ORDER BY created_at, id"))
             .await
     }
 
-    pub async fn fact_count(&self) -> Result<i64> {
-        self.count("SELECT COUNT(*) FROM facts").await
+    pub async fn count(self) -> Result<i64> {
+        self.store.count("SELECT COUNT(*) FROM facts").await
     }
 
     /// Delete a fact; the `seq` of the change it logged, `None` when there was no such fact
     /// (nothing changed).
-    pub async fn delete_fact(&self, id: &str) -> Result<Option<i64>> {
+    pub async fn delete(self, id: &str) -> Result<Option<i64>> {
         // Not `begin_writing`: on SQLite the delete is the first statement, so a plain BEGIN
         // takes the write lock with it. On PostgreSQL the facts table's lock is taken as
         // `begin_writing` takes it.
-        let mut tx = self.begin().await?;
-        if self.is_postgres() {
+        let mut tx = self.store.begin().await?;
+        if self.store.is_postgres() {
             query(super::Locked::Facts.lock_statement())
                 .execute(&mut tx)
                 .await?;
@@ -188,44 +186,55 @@ impl Store {
 
     /// The changes after `seq`, oldest first, at most `limit` (a bounded batch: a node far
     /// behind catches up batch by batch).
-    pub async fn fact_changes_after(&self, seq: i64, limit: i64) -> Result<Vec<FactChange>> {
-        self.all(
-            query_as(
-                "SELECT seq, fact_id, changed_at FROM fact_changes WHERE seq > ? \
+    pub async fn changes_after(self, seq: i64, limit: i64) -> Result<Vec<FactChange>> {
+        self.store
+            .all(
+                query_as(
+                    "SELECT seq, fact_id, changed_at FROM fact_changes WHERE seq > ? \
                  ORDER BY seq LIMIT ?",
+                )
+                .bind(seq)
+                .bind(limit.max(1)),
             )
-            .bind(seq)
-            .bind(limit.max(1)),
-        )
-        .await
+            .await
     }
 
     /// The newest change's `seq`, 0 while there has been none.
-    pub async fn fact_change_seq(&self) -> Result<i64> {
-        Ok(self.fact_change_range().await?.newest.unwrap_or(0))
+    pub async fn change_seq(self) -> Result<i64> {
+        Ok(self.change_range().await?.newest.unwrap_or(0))
     }
 
     /// The oldest and newest `seq` the sequence still holds: a follower whose last applied
     /// change is older than the oldest one kept may have missed pruned changes.
-    pub async fn fact_change_range(&self) -> Result<ChangeRange> {
+    pub async fn change_range(self) -> Result<ChangeRange> {
         let (oldest, newest): (Option<i64>, Option<i64>) =
             query_as("SELECT MIN(seq), MAX(seq) FROM fact_changes")
-                .fetch_one(self)
+                .fetch_one(self.store)
                 .await?;
         Ok(ChangeRange { oldest, newest })
     }
 
     /// Drop changes older than `before`, keeping the newest of those as the mark of where the
-    /// sequence now starts (see [`Store::fact_change_range`]); how many rows went.
-    pub async fn prune_fact_changes(&self, before: DateTime<Utc>) -> Result<u64> {
-        self.rows(
-            query(
-                "DELETE FROM fact_changes WHERE seq < \
+    /// sequence now starts (see [`Facts::change_range`]); how many rows went.
+    pub async fn prune_changes(self, before: DateTime<Utc>) -> Result<u64> {
+        self.store
+            .rows(
+                query(
+                    "DELETE FROM fact_changes WHERE seq < \
                  (SELECT MAX(seq) FROM fact_changes WHERE changed_at < ?)",
+                )
+                .bind(before),
             )
-            .bind(before),
+            .await
+    }
+
+    /// The newest fact's creation time and id: where a walk in age order ends.
+    pub async fn newest(self) -> Result<Option<(DateTime<Utc>, String)>> {
+        Ok(
+            query_as("SELECT created_at, id FROM facts ORDER BY created_at DESC, id DESC LIMIT 1")
+                .fetch_optional(self.store)
+                .await?,
         )
-        .await
     }
 }
 
@@ -245,11 +254,12 @@ async fn log_change(tx: &mut Tx, id: &str) -> Result<i64> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{ChangeRange, FactChange, Upsert, query};
+    use crate::facts::{ChangeRange, FactChange};
+    use crate::{Upsert, query};
 
     /// The fact ids of the changes after `seq`, in order.
     async fn changed(store: &crate::Store, seq: i64) -> Vec<String> {
-        let changes = store.fact_changes_after(seq, 100).await.unwrap();
+        let changes = store.facts().changes_after(seq, 100).await.unwrap();
         changes.into_iter().map(|c| c.fact_id).collect()
     }
 
@@ -257,60 +267,65 @@ mod tests {
         Memory,
         tokio::test,
         async fn every_insert_new_tag_and_delete_of_a_fact_is_logged_in_order(store: Store) {
-            assert_eq!(store.fact_change_seq().await.unwrap(), 0);
+            assert_eq!(store.facts().change_seq().await.unwrap(), 0);
             assert_eq!(
-                store.fact_change_range().await.unwrap(),
+                store.facts().change_range().await.unwrap(),
                 ChangeRange::default()
             );
             let (a, how, s1) = store
-                .upsert_fact_logged("tea is oolong", &[], "test")
+                .facts()
+                .upsert_logged("tea is oolong", &[], "test")
                 .await
                 .unwrap();
             assert_eq!(how, Upsert::Created);
             let (b, _, s2) = store
-                .upsert_fact_logged("the cat is Miso", &[], "test")
+                .facts()
+                .upsert_logged("the cat is Miso", &[], "test")
                 .await
                 .unwrap();
             // Said again, nothing new: nothing an index holds changed, so nothing is logged.
             let (_, how, same) = store
-                .upsert_fact_logged("Tea is oolong.", &[], "test")
+                .facts()
+                .upsert_logged("Tea is oolong.", &[], "test")
                 .await
                 .unwrap();
             assert_eq!((how, same), (Upsert::Merged, None));
             let (_, how, s3) = store
-                .upsert_fact_logged("tea is oolong", &["drink".into()], "test")
+                .facts()
+                .upsert_logged("tea is oolong", &["drink".into()], "test")
                 .await
                 .unwrap();
             assert_eq!(how, Upsert::Merged);
-            let s4 = store.delete_fact(&b.id).await.unwrap();
-            assert_eq!(store.delete_fact(&b.id).await.unwrap(), None);
+            let s4 = store.facts().delete(&b.id).await.unwrap();
+            assert_eq!(store.facts().delete(&b.id).await.unwrap(), None);
             let seqs: Vec<i64> = [s1, s2, s3, s4].into_iter().map(Option::unwrap).collect();
             assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
             assert_eq!(
                 changed(&store, 0).await,
                 vec![a.id.clone(), b.id.clone(), a.id.clone(), b.id.clone()]
             );
-            assert_eq!(store.fact_change_seq().await.unwrap(), seqs[3]);
+            assert_eq!(store.facts().change_seq().await.unwrap(), seqs[3]);
             assert_eq!(
-                store.fact_change_range().await.unwrap(),
+                store.facts().change_range().await.unwrap(),
                 ChangeRange {
                     oldest: Some(seqs[0]),
                     newest: Some(seqs[3])
                 }
             );
             // After a seq, bounded, in order.
-            let after: Vec<FactChange> = store.fact_changes_after(seqs[0], 2).await.unwrap();
+            let after: Vec<FactChange> = store.facts().changes_after(seqs[0], 2).await.unwrap();
             let got: Vec<i64> = after.iter().map(|c| c.seq).collect();
             assert_eq!(got, seqs[1..3]);
             assert!(
                 store
-                    .fact_changes_after(seqs[3], 10)
+                    .facts()
+                    .changes_after(seqs[3], 10)
                     .await
                     .unwrap()
                     .is_empty()
             );
             // The plain upsert logs too.
-            let (c, _) = store.upsert_fact("new", &[], "test").await.unwrap();
+            let (c, _) = store.facts().upsert("new", &[], "test").await.unwrap();
             assert_eq!(changed(&store, seqs[3]).await, vec![c.id]);
         }
     );
@@ -319,7 +334,7 @@ mod tests {
         Memory,
         tokio::test,
         async fn a_change_that_cannot_be_logged_is_not_made(store: Store) {
-            let (kept, _) = store.upsert_fact("kept", &[], "test").await.unwrap();
+            let (kept, _) = store.facts().upsert("kept", &[], "test").await.unwrap();
             // From now on every change row is refused: the fact's own write must go with it.
             query(
                 "CREATE TRIGGER refuse BEFORE INSERT ON fact_changes \
@@ -341,21 +356,22 @@ mod tests {
                 .await
                 .unwrap();
             }
-            let before = store.fact_change_seq().await.unwrap();
-            assert!(store.upsert_fact("lost", &[], "test").await.is_err());
+            let before = store.facts().change_seq().await.unwrap();
+            assert!(store.facts().upsert("lost", &[], "test").await.is_err());
             assert!(
                 store
-                    .upsert_fact("kept", &["tag".into()], "test")
+                    .facts()
+                    .upsert("kept", &["tag".into()], "test")
                     .await
                     .is_err()
             );
-            assert!(store.delete_fact(&kept.id).await.is_err());
-            assert_eq!(store.fact_count().await.unwrap(), 1);
+            assert!(store.facts().delete(&kept.id).await.is_err());
+            assert_eq!(store.facts().count().await.unwrap(), 1);
             assert_eq!(
-                store.fact(&kept.id).await.unwrap().tags,
+                store.facts().get(&kept.id).await.unwrap().tags,
                 Vec::<String>::new()
             );
-            assert_eq!(store.fact_change_seq().await.unwrap(), before);
+            assert_eq!(store.facts().change_seq().await.unwrap(), before);
         }
     );
 
@@ -365,11 +381,19 @@ mod tests {
         async fn pruning_keeps_the_newest_old_change_as_the_start_mark(store: Store) {
             let mut seqs = Vec::new();
             for text in ["one", "two", "three"] {
-                let (_, _, seq) = store.upsert_fact_logged(text, &[], "test").await.unwrap();
+                let (_, _, seq) = store
+                    .facts()
+                    .upsert_logged(text, &[], "test")
+                    .await
+                    .unwrap();
                 seqs.push(seq.unwrap());
             }
             let cut = crate::now() + chrono::Duration::seconds(1);
-            let (_, _, late) = store.upsert_fact_logged("four", &[], "test").await.unwrap();
+            let (_, _, late) = store
+                .facts()
+                .upsert_logged("four", &[], "test")
+                .await
+                .unwrap();
             // Back-date the last change past the cut, as if it came later.
             query("UPDATE fact_changes SET changed_at = ? WHERE seq = ?")
                 .bind(cut + chrono::Duration::seconds(1))
@@ -377,16 +401,16 @@ mod tests {
                 .execute(&store)
                 .await
                 .unwrap();
-            assert_eq!(store.prune_fact_changes(cut).await.unwrap(), 2);
+            assert_eq!(store.facts().prune_changes(cut).await.unwrap(), 2);
             assert_eq!(
-                store.fact_change_range().await.unwrap(),
+                store.facts().change_range().await.unwrap(),
                 ChangeRange {
                     oldest: Some(seqs[2]),
                     newest: late
                 }
             );
             // Nothing older than the cut is left but the mark: pruning again changes nothing.
-            assert_eq!(store.prune_fact_changes(cut).await.unwrap(), 0);
+            assert_eq!(store.facts().prune_changes(cut).await.unwrap(), 0);
         }
     );
 
@@ -404,11 +428,14 @@ mod tests {
                         let mut seqs = Vec::new();
                         for round in 0..10 {
                             let text = format!("fact {i}-{round}");
-                            let (fact, _, seq) =
-                                store.upsert_fact_logged(&text, &[], "test").await.unwrap();
+                            let (fact, _, seq) = store
+                                .facts()
+                                .upsert_logged(&text, &[], "test")
+                                .await
+                                .unwrap();
                             seqs.push(seq.unwrap());
                             if round % 3 == 0 {
-                                let gone = store.delete_fact(&fact.id).await.unwrap();
+                                let gone = store.facts().delete(&fact.id).await.unwrap();
                                 seqs.push(gone.unwrap());
                             }
                         }
@@ -426,7 +453,7 @@ mod tests {
                         // Read before looking at `done`: an empty read after the writers
                         // finished means everything committed has been read.
                         let finished = done.load(std::sync::atomic::Ordering::SeqCst);
-                        let batch = store.fact_changes_after(applied, 7).await.unwrap();
+                        let batch = store.facts().changes_after(applied, 7).await.unwrap();
                         for c in &batch {
                             seen.push(c.seq);
                             applied = c.seq;

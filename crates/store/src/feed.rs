@@ -112,12 +112,12 @@ mod tests {
             profile: "default".into(),
             ..NewTask::default()
         };
-        let task = store.create_task(&new).await.unwrap();
+        let task = store.tasks().create(&new).await.unwrap();
         assert_eq!(next().await, Change::Pending);
-        let claimed = store.claim_next_pending().await.unwrap().unwrap();
+        let claimed = store.tasks().claim_next_pending().await.unwrap().unwrap();
         assert_eq!(claimed.id, task.id);
         let step = crate::testing::note(1, "hi");
-        store.add_step(&task.id, &step).await.unwrap();
+        store.tasks().add_step(&task.id, &step).await.unwrap();
         let outcome = TaskOutcome {
             state: TaskState::Succeeded,
             answer: Some("done".into()),
@@ -127,7 +127,7 @@ mod tests {
             prompt_tokens: 0,
             completion_tokens: 0,
         };
-        store.finish_task(&task.id, &outcome).await.unwrap();
+        store.tasks().finish(&task.id, &outcome).await.unwrap();
         assert_eq!(next().await, Change::Task(task.id.clone()));
     }
 }

@@ -6,7 +6,11 @@
 //! be read again; after it, the message is never read again. A message seen twice (the same
 //! UID, or under another UID the same Message-ID — or, for mail without one, the same digest
 //! of what it says) changes nothing but the watermark.
+//!
+//! Must not: decide what a message means (the engine's inbox does): an earlier record is
+//! replaced only when the caller says so ([`Inbox::record_replacing`]).
 
+use super::aggregates::Inbox;
 use super::chat::fence_channel;
 pub use super::inbox_kinds::{InboxOutcome, JobChange, MailPlace, NewInboxMessage, Place};
 use super::inbox_write::{
@@ -14,8 +18,8 @@ use super::inbox_write::{
 };
 use super::outbox::insert_notice_on;
 use super::{
-    Channel, CommandState, IgnoreReason, InboxCommand, InboxState, NewNotice, Notice, Result,
-    Store, Task, limit_or, now,
+    Channel, CommandState, IgnoreReason, InboxCommand, InboxState, NewNotice, Result, Task,
+    limit_or, now,
 };
 use super::{query, query_as, query_scalar};
 use chrono::{DateTime, Utc};
@@ -65,7 +69,7 @@ pub struct InboxMessage {
     pub thread_root: Option<String>,
 }
 
-/// What [`Store::record_inbox`] did.
+/// What [`Inbox::record`] did.
 #[derive(Debug, Clone)]
 pub enum Recorded {
     /// Recorded now; the task created, if any, and the reply queued, if any.
@@ -78,7 +82,7 @@ pub enum Recorded {
     Seen,
 }
 
-/// Which messages [`Store::list_inbox`] returns, newest first.
+/// Which messages [`Inbox::list`] returns, newest first.
 #[derive(Debug, Clone, Default)]
 pub struct InboxFilter {
     pub state: Option<InboxState>,
@@ -106,32 +110,45 @@ macro_rules! inbox_select {
     };
 }
 
-impl Store {
+impl Inbox<'_> {
     /// Record a message and what it became, and move the watermark past it, in one
     /// transaction. A message already recorded (by UID or Message-ID) writes nothing else.
-    pub async fn record_inbox(
-        &self,
+    pub async fn record(
+        self,
         place: Place<'_>,
         mail: &NewInboxMessage,
         outcome: &InboxOutcome,
     ) -> Result<Recorded> {
+        self.record_in(place, mail, outcome, None).await
+    }
+
+    /// [`Inbox::record`], deleting first an earlier record of the same message (its
+    /// Message-ID or event id) that was ignored for `ignored`: the new record takes its place
+    /// in the same transaction, so a crash between leaves the one or the other, never neither.
+    pub async fn record_replacing(
+        self,
+        place: Place<'_>,
+        mail: &NewInboxMessage,
+        outcome: &InboxOutcome,
+        ignored: IgnoreReason,
+    ) -> Result<Recorded> {
+        self.record_in(place, mail, outcome, Some(ignored)).await
+    }
+
+    async fn record_in(
+        self,
+        place: Place<'_>,
+        mail: &NewInboxMessage,
+        outcome: &InboxOutcome,
+        replacing: Option<IgnoreReason>,
+    ) -> Result<Recorded> {
         // IMMEDIATE: the write lock is taken before the duplicate check, so the check and the
         // insert see the same database.
-        let mut tx = self.begin_writing(super::Locked::Inbox).await?;
-        // A chat event recorded undecryptable whose key came later is read as what it says:
-        // its old record goes in the same transaction as the new one, so a crash between
-        // leaves the one or the other, never neither.
-        let undecryptable = matches!(
-            outcome,
-            InboxOutcome::Ignored {
-                reason: IgnoreReason::Undecryptable,
-                ..
-            }
-        );
-        if place.account().is_some() && !undecryptable {
+        let mut tx = self.store.begin_writing(super::Locked::Inbox).await?;
+        if let Some(reason) = replacing {
             query("DELETE FROM inbox_messages WHERE message_id = ? AND reason = ?")
                 .bind(&mail.message_id)
-                .bind(IgnoreReason::Undecryptable)
+                .bind(reason)
                 .execute(&mut tx)
                 .await?;
         }
@@ -145,7 +162,7 @@ impl Store {
         // check holds the node's row until the commit on PostgreSQL, so a take-over comes
         // after this write or refuses it.
         if place.account().is_some() {
-            fence_channel(&mut tx, self, mail.channel).await?;
+            fence_channel(&mut tx, self.store, mail.channel).await?;
         }
         let numbers = numbers(&mut tx, place).await?;
         let (row, reply) = write_outcome(&mut tx, outcome).await?;
@@ -162,68 +179,39 @@ impl Store {
     /// Whether `mail` at `place` was recorded already (its UID, its Message-ID, or its digest
     /// when it has none): looked at before a message is decided, so that nothing a replayed
     /// message would do (an approval's answer) is done twice.
-    pub async fn inbox_seen(&self, place: Place<'_>, mail: &NewInboxMessage) -> Result<bool> {
+    pub async fn seen(self, place: Place<'_>, mail: &NewInboxMessage) -> Result<bool> {
         Ok(seen_query(place, mail)
-            .fetch_optional(self)
+            .fetch_optional(self.store)
             .await?
             .is_some())
     }
 
     /// The watermarks of `mailbox`, the most recently moved first.
-    pub async fn inbox_watermarks(&self, mailbox: &str) -> Result<Vec<Watermark>> {
-        self.all(
-            query_as(
-                "SELECT uid_validity, last_uid, updated_at FROM inbox_watermarks \
+    pub async fn watermarks(self, mailbox: &str) -> Result<Vec<Watermark>> {
+        self.store
+            .all(
+                query_as(
+                    "SELECT uid_validity, last_uid, updated_at FROM inbox_watermarks \
                  WHERE mailbox = ? ORDER BY updated_at DESC, uid_validity DESC",
+                )
+                .bind(mailbox),
             )
-            .bind(mailbox),
-        )
-        .await
+            .await
     }
 
     /// Set the watermark of a mailbox never read under this UIDVALIDITY: mail up to `uid` was
     /// there before and is not read. An existing watermark only ever moves up.
-    pub async fn start_inbox_watermark(&self, place: &MailPlace) -> Result<()> {
-        let mut tx = self.begin_writing(super::Locked::Inbox).await?;
+    pub async fn start_watermark(self, place: &MailPlace) -> Result<()> {
+        let mut tx = self.store.begin_writing(super::Locked::Inbox).await?;
         advance_watermark(&mut tx, place).await?;
         tx.commit().await?;
         Ok(())
     }
 
-    /// The notice whose token a reply names.
-    pub async fn notice_by_token(&self, token: &str) -> Result<Option<Notice>> {
-        self.first(query_as(select!(outbox, "WHERE token = ?")).bind(token))
-            .await
-    }
-
-    /// The notice a chat server knows by `remote_id` (the event it was sent as, or any of the
-    /// messages its parts went out as).
-    pub async fn notice_by_remote(&self, remote_id: &str) -> Result<Option<Notice>> {
-        self.first(
-            query_as(select!(
-                outbox,
-                "WHERE remote_id = ?1 OR id = (SELECT notice_id FROM chat_parts WHERE remote_id = ?1 LIMIT 1)"
-            ))
-            .bind(remote_id),
-        )
-        .await
-    }
-
-    /// Record the id a chat server gave notice `id` (its first event), so that replies in its
-    /// thread and reactions to it find it. Written before the notice is marked sent.
-    pub async fn set_notice_remote(&self, id: i64, remote_id: &str) -> Result<()> {
-        query("UPDATE outbox SET remote_id = ? WHERE id = ?")
-            .bind(remote_id)
-            .bind(id)
-            .execute(self)
-            .await?;
-        Ok(())
-    }
-
     /// How many tasks messages from `sender` on `channel` started since `since` (the rate
     /// limit).
-    pub async fn inbox_tasks_since(
-        &self,
+    pub async fn tasks_since(
+        self,
         channel: Channel,
         sender: &str,
         since: DateTime<Utc>,
@@ -235,61 +223,65 @@ impl Store {
         .bind(sender)
         .bind(since)
         .bind(channel)
-        .fetch_one(self)
+        .fetch_one(self.store)
         .await?)
     }
 
     /// Messages, newest first.
-    pub async fn list_inbox(&self, f: &InboxFilter) -> Result<Vec<InboxMessage>> {
-        self.all(
-            query_as(inbox_select!(
-                "WHERE (?1 IS NULL OR state = ?1) AND (?3 IS NULL OR channel = ?3) \
+    pub async fn list(self, f: &InboxFilter) -> Result<Vec<InboxMessage>> {
+        self.store
+            .all(
+                query_as(inbox_select!(
+                    "WHERE (?1 IS NULL OR state = ?1) AND (?3 IS NULL OR channel = ?3) \
                  ORDER BY id DESC LIMIT ?2"
-            ))
-            .bind(f.state)
-            .bind(limit_or(f.limit, 50))
-            .bind(f.channel),
-        )
-        .await
+                ))
+                .bind(f.state)
+                .bind(limit_or(f.limit, 50))
+                .bind(f.channel),
+            )
+            .await
     }
 
-    pub async fn inbox_message(&self, id: i64) -> Result<Option<InboxMessage>> {
-        self.first(query_as(inbox_select!("WHERE id = ?")).bind(id))
+    pub async fn get(self, id: i64) -> Result<Option<InboxMessage>> {
+        self.store
+            .first(query_as(inbox_select!("WHERE id = ?")).bind(id))
             .await
     }
 
     /// Whether any message of `channel` was ever recorded.
-    pub async fn any_inbox_message(&self, channel: Channel) -> Result<bool> {
+    pub async fn any(self, channel: Channel) -> Result<bool> {
         let found: Option<i64> =
             query_scalar("SELECT id FROM inbox_messages WHERE channel = ? LIMIT 1")
                 .bind(channel)
-                .fetch_optional(self)
+                .fetch_optional(self.store)
                 .await?;
         Ok(found.is_some())
     }
 
     /// The message recorded with `message_id` (a chat event id, a mail's Message-ID).
-    pub async fn inbox_message_by_id(&self, message_id: &str) -> Result<Option<InboxMessage>> {
-        self.first(query_as(inbox_select!("WHERE message_id = ?")).bind(message_id))
+    pub async fn by_message_id(self, message_id: &str) -> Result<Option<InboxMessage>> {
+        self.store
+            .first(query_as(inbox_select!("WHERE message_id = ?")).bind(message_id))
             .await
     }
 
     /// What a task from the inbox holds in its first message besides what the person wrote:
     /// the notice answered.
-    pub async fn inbox_context(&self, task_id: &str) -> Result<Option<String>> {
+    pub async fn context(self, task_id: &str) -> Result<Option<String>> {
         let ctx: Option<Option<String>> = query_scalar(
             "SELECT context FROM inbox_messages WHERE task_id = ? AND command IS NULL LIMIT 1",
         )
         .bind(task_id)
-        .fetch_optional(self)
+        .fetch_optional(self.store)
         .await?;
         Ok(ctx.flatten())
     }
 
     /// Messages whose task has finished and whose answer has not been queued yet (a task
     /// that ended while the daemon was down is found here at the next start), oldest first.
-    pub async fn unanswered_inbox(&self, limit: i64) -> Result<Vec<(InboxMessage, Task)>> {
+    pub async fn unanswered(self, limit: i64) -> Result<Vec<(InboxMessage, Task)>> {
         let messages: Vec<InboxMessage> = self
+            .store
             .all(
                 query_as(inbox_select!(
                     "WHERE answered_at IS NULL AND task_id IS NOT NULL AND command IS NULL \
@@ -302,7 +294,7 @@ impl Store {
         let mut out = Vec::with_capacity(messages.len());
         for m in messages {
             if let Some(task_id) = &m.task_id
-                && let Some(t) = self.find_task(task_id).await?
+                && let Some(t) = self.store.tasks().find(task_id).await?
                 && t.state.is_finished()
             {
                 out.push((m, t));
@@ -314,8 +306,8 @@ impl Store {
     /// Queue the answer to message `id` (or record that none goes out: `reply` = None), once:
     /// the notice and the mark are one transaction, and a message already answered gets
     /// nothing. The notice's id, or None when nothing was queued.
-    pub async fn answer_inbox(&self, id: i64, reply: Option<&NewNotice>) -> Result<Option<i64>> {
-        let mut tx = self.begin_writing(super::Locked::Inbox).await?;
+    pub async fn answer(self, id: i64, reply: Option<&NewNotice>) -> Result<Option<i64>> {
+        let mut tx = self.store.begin_writing(super::Locked::Inbox).await?;
         let notice = match reply {
             Some(n) => Some(insert_notice_on(&mut tx, n).await?),
             None => None,
@@ -339,21 +331,22 @@ impl Store {
 
     /// Commands in `state`, oldest first (at start: `requested` ones still to carry out,
     /// `started` ones a stop interrupted).
-    pub async fn inbox_commands(&self, state: CommandState) -> Result<Vec<InboxMessage>> {
-        self.all(
-            query_as(inbox_select!(
-                "WHERE command IS NOT NULL AND command_state = ? ORDER BY id"
-            ))
-            .bind(state),
-        )
-        .await
+    pub async fn commands(self, state: CommandState) -> Result<Vec<InboxMessage>> {
+        self.store
+            .all(
+                query_as(inbox_select!(
+                    "WHERE command IS NOT NULL AND command_state = ? ORDER BY id"
+                ))
+                .bind(state),
+            )
+            .await
     }
 
     /// Move a command from `from` to `to` (false when it was not in `from`: someone else moved
     /// it), with what it did and the run it started, and queue its confirmation — one
     /// transaction.
-    pub async fn move_inbox_command(
-        &self,
+    pub async fn move_command(
+        self,
         id: i64,
         from: CommandState,
         to: CommandState,
@@ -361,7 +354,7 @@ impl Store {
         task_id: Option<&str>,
         reply: Option<&NewNotice>,
     ) -> Result<bool> {
-        let mut tx = self.begin_writing(super::Locked::Inbox).await?;
+        let mut tx = self.store.begin_writing(super::Locked::Inbox).await?;
         let notice = match reply {
             Some(n) => Some(insert_notice_on(&mut tx, n).await?),
             None => None,

@@ -12,12 +12,15 @@ on_both_engines!(
         let lease = chrono::Duration::seconds(30);
         let a = store.clone().with_node("node-a");
         let b = store.clone().with_node("node-b");
-        a.join_cluster("host-a", 1, None, lease).await.unwrap();
-        b.join_cluster("host-b", 2, None, lease).await.unwrap();
-        assert!(a.hold_channel(Channel::Matrix).await.unwrap());
-        assert!(a.hold_channel(Channel::Matrix).await.unwrap(), "kept");
+        a.nodes().join("host-a", 1, None, lease).await.unwrap();
+        b.nodes().join("host-b", 2, None, lease).await.unwrap();
+        assert!(a.chat().hold_channel(Channel::Matrix).await.unwrap());
         assert!(
-            !b.hold_channel(Channel::Matrix).await.unwrap(),
+            a.chat().hold_channel(Channel::Matrix).await.unwrap(),
+            "kept"
+        );
+        assert!(
+            !b.chat().hold_channel(Channel::Matrix).await.unwrap(),
             "a holds it"
         );
         let chat = |event: &str| NewInboxMessage {
@@ -31,55 +34,63 @@ on_both_engines!(
         };
         let account = Place::Chat("matrix:@hermes:x");
         let first = a
-            .record_inbox(account, &chat("$1"), &task_outcome("hi"))
+            .inbox()
+            .record(account, &chat("$1"), &task_outcome("hi"))
             .await
             .unwrap();
         assert!(matches!(first, Recorded::New { .. }));
         // b may not record while a holds the channel.
         let refused = b
-            .record_inbox(account, &chat("$2"), &task_outcome("hi"))
+            .inbox()
+            .record(account, &chat("$2"), &task_outcome("hi"))
             .await
             .unwrap_err();
         assert!(matches!(refused, StoreError::Fenced(_)), "{refused}");
         // a falls silent past its lease and is revoked: b takes over, a's records are refused.
         let since = now() + chrono::Duration::minutes(1);
-        assert!(b.revoke_node("node-a", since).await.unwrap());
-        assert!(b.hold_channel(Channel::Matrix).await.unwrap(), "taken over");
+        assert!(b.nodes().revoke("node-a", since).await.unwrap());
+        assert!(
+            b.chat().hold_channel(Channel::Matrix).await.unwrap(),
+            "taken over"
+        );
         let late = a
-            .record_inbox(account, &chat("$3"), &task_outcome("hi"))
+            .inbox()
+            .record(account, &chat("$3"), &task_outcome("hi"))
             .await
             .unwrap_err();
         assert!(matches!(late, StoreError::Fenced(_)), "{late}");
         let second = b
-            .record_inbox(account, &chat("$2"), &task_outcome("hi"))
+            .inbox()
+            .record(account, &chat("$2"), &task_outcome("hi"))
             .await
             .unwrap();
         assert!(matches!(second, Recorded::New { .. }));
         // Chat rows number themselves per account.
         let rows = store
-            .list_inbox(&InboxFilter {
+            .inbox()
+            .list(&InboxFilter {
                 channel: Some(Channel::Matrix),
                 ..InboxFilter::default()
             })
             .await
             .unwrap();
         assert_eq!(rows.len(), 2);
-        assert!(store.any_inbox_message(Channel::Matrix).await.unwrap());
-        assert!(!store.any_inbox_message(Channel::Email).await.unwrap());
+        assert!(store.inbox().any(Channel::Matrix).await.unwrap());
+        assert!(!store.inbox().any(Channel::Email).await.unwrap());
         // The cursor is per key (device).
-        b.set_channel_cursor("matrix/DEV", "s1").await.unwrap();
-        b.set_channel_cursor("matrix/DEV", "s2").await.unwrap();
+        b.chat().set_cursor("matrix/DEV", "s1").await.unwrap();
+        b.chat().set_cursor("matrix/DEV", "s2").await.unwrap();
         assert_eq!(
-            b.channel_cursor("matrix/DEV").await.unwrap().as_deref(),
+            b.chat().cursor("matrix/DEV").await.unwrap().as_deref(),
             Some("s2")
         );
-        assert_eq!(b.channel_cursor("matrix/OTHER").await.unwrap(), None);
+        assert_eq!(b.chat().cursor("matrix/OTHER").await.unwrap(), None);
         // A new device reads back to where any device of the channel got.
         assert_eq!(
-            b.newest_channel_cursor("matrix/").await.unwrap().as_deref(),
+            b.chat().newest_cursor("matrix/").await.unwrap().as_deref(),
             Some("s2")
         );
-        assert_eq!(b.newest_channel_cursor("telegram/").await.unwrap(), None);
+        assert_eq!(b.chat().newest_cursor("telegram/").await.unwrap(), None);
     }
 );
 
@@ -104,29 +115,38 @@ on_both_engines!(
             reply: None,
         };
         let first = store
-            .record_inbox(account, &event, &undecryptable)
+            .inbox()
+            .record(account, &event, &undecryptable)
             .await
             .unwrap();
         assert!(matches!(first, Recorded::New { .. }));
         // Seen again still undecryptable: the same record.
         let again = store
-            .record_inbox(account, &event, &undecryptable)
+            .inbox()
+            .record(account, &event, &undecryptable)
             .await
             .unwrap();
         assert!(matches!(again, Recorded::Seen));
         // Its key came: the record becomes the task, in one write.
         let read = store
-            .record_inbox(account, &event, &task_outcome("hi"))
+            .inbox()
+            .record_replacing(
+                account,
+                &event,
+                &task_outcome("hi"),
+                IgnoreReason::Undecryptable,
+            )
             .await
             .unwrap();
         assert!(matches!(read, Recorded::New { .. }));
-        let rows = store.list_inbox(&InboxFilter::default()).await.unwrap();
+        let rows = store.inbox().list(&InboxFilter::default()).await.unwrap();
         assert_eq!(rows.len(), 1, "{rows:#?}");
         assert_eq!(rows[0].reason, None);
         assert!(rows[0].task_id.is_some());
         // Once acted on, it is never replaced again.
         let late = store
-            .record_inbox(account, &event, &task_outcome("hi"))
+            .inbox()
+            .record(account, &event, &task_outcome("hi"))
             .await
             .unwrap();
         assert!(matches!(late, Recorded::Seen));

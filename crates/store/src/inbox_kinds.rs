@@ -20,7 +20,7 @@ pub enum Place<'a> {
     /// In a mailbox, at a UID: the watermark moves past it in the same transaction.
     Mail(&'a MailPlace),
     /// On a chat account (`matrix:@hermes:example.org`): known by its event id; the
-    /// channel's cursor is saved after a whole batch ([`Store::set_channel_cursor`]).
+    /// channel's cursor is saved after a whole batch ([`Chat::set_cursor`](crate::Chat::set_cursor)).
     Chat(&'a str),
     /// On a chat account read by offset (`telegram:123456`): known by its event id, and the
     /// channel's cursor `key` moves to `position` in the same transaction as the record, so a

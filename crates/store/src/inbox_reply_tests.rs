@@ -21,7 +21,8 @@ on_both_engines!(
     tokio::test,
     async fn a_command_changes_its_job_and_queues_its_confirmation_with_the_record(store: Store) {
         let job = store
-            .create_job(&NewJob {
+            .jobs()
+            .create(&NewJob {
                 name: "digest".into(),
                 task: "news".into(),
                 schedule: "0 8 * * *".into(),
@@ -44,20 +45,21 @@ on_both_engines!(
             reply: Some(reply_to("me@example.org")),
         };
         let r = store
-            .record_inbox(Place::Mail(&place(1)), &mail("m1@example.org"), &outcome)
+            .inbox()
+            .record(Place::Mail(&place(1)), &mail("m1@example.org"), &outcome)
             .await
             .unwrap();
         let Recorded::New { id, reply, .. } = r else {
             panic!("{r:?}")
         };
-        assert!(!store.job(&job.id).await.unwrap().enabled);
-        let notice = store.notice(reply.unwrap()).await.unwrap().unwrap();
+        assert!(!store.jobs().get(&job.id).await.unwrap().enabled);
+        let notice = store.outbox().get(reply.unwrap()).await.unwrap().unwrap();
         assert_eq!(notice.queued.recipient.as_deref(), Some("me@example.org"));
         assert_eq!(notice.queued.in_reply_to.as_deref(), Some("m1@example.org"));
-        let row = store.inbox_message(id).await.unwrap().unwrap();
+        let row = store.inbox().get(id).await.unwrap().unwrap();
         assert_eq!(row.command, Some(InboxCommand::Pause));
         assert!(row.answered_at.is_some(), "the confirmation is its answer");
-        assert!(store.unanswered_inbox(10).await.unwrap().is_empty());
+        assert!(store.inbox().unanswered(10).await.unwrap().is_empty());
     }
 );
 
@@ -66,7 +68,8 @@ on_both_engines!(
     tokio::test,
     async fn an_answer_is_queued_once_and_only_for_a_finished_task(store: Store) {
         let r = store
-            .record_inbox(
+            .inbox()
+            .record(
                 Place::Mail(&place(2)),
                 &mail("m2@example.org"),
                 &task_outcome("hi"),
@@ -82,7 +85,7 @@ on_both_engines!(
             panic!("{r:?}")
         };
         assert!(
-            store.unanswered_inbox(10).await.unwrap().is_empty(),
+            store.inbox().unanswered(10).await.unwrap().is_empty(),
             "still pending"
         );
         let done = TaskOutcome {
@@ -94,26 +97,29 @@ on_both_engines!(
             prompt_tokens: 0,
             completion_tokens: 0,
         };
-        store.finish_task(&task_id, &done).await.unwrap();
-        let waiting = store.unanswered_inbox(10).await.unwrap();
+        store.tasks().finish(&task_id, &done).await.unwrap();
+        let waiting = store.inbox().unanswered(10).await.unwrap();
         assert_eq!(waiting.len(), 1);
         assert_eq!(waiting[0].1.answer.as_deref(), Some("hello"));
         let first = store
-            .answer_inbox(id, Some(&reply_to("me@example.org")))
+            .inbox()
+            .answer(id, Some(&reply_to("me@example.org")))
             .await
             .unwrap();
         let second = store
-            .answer_inbox(id, Some(&reply_to("me@example.org")))
+            .inbox()
+            .answer(id, Some(&reply_to("me@example.org")))
             .await
             .unwrap();
         assert!(first.is_some());
         assert_eq!(second, None, "a second answer is not queued");
         let notices = store
-            .list_notices(&NoticeFilter::oldest_first())
+            .outbox()
+            .list(&NoticeFilter::oldest_first())
             .await
             .unwrap();
         assert_eq!(notices.len(), 1, "the second attempt left nothing behind");
-        assert!(store.unanswered_inbox(10).await.unwrap().is_empty());
+        assert!(store.inbox().unanswered(10).await.unwrap().is_empty());
     }
 );
 
@@ -131,16 +137,21 @@ on_both_engines!(
             reply: None,
         };
         let Recorded::New { id, .. } = store
-            .record_inbox(Place::Mail(&place(4)), &mail("m4@example.org"), &outcome)
+            .inbox()
+            .record(Place::Mail(&place(4)), &mail("m4@example.org"), &outcome)
             .await
             .unwrap()
         else {
             panic!("not recorded")
         };
-        let requested = store.inbox_commands(CommandState::Requested).await.unwrap();
+        let requested = store
+            .inbox()
+            .commands(CommandState::Requested)
+            .await
+            .unwrap();
         assert_eq!(requested.len(), 1);
         let claim = || {
-            store.move_inbox_command(
+            store.inbox().move_command(
                 id,
                 CommandState::Requested,
                 CommandState::Started,
@@ -153,7 +164,8 @@ on_both_engines!(
         assert!(!claim().await.unwrap(), "a second claim loses");
         let reply = reply_to("me@example.org");
         let run = store
-            .create_task(&NewTask {
+            .tasks()
+            .create(&NewTask {
                 task: "news".into(),
                 origin: Origin::Job,
                 profile: "fast".into(),
@@ -163,7 +175,8 @@ on_both_engines!(
             .unwrap();
         assert!(
             store
-                .move_inbox_command(
+                .inbox()
+                .move_command(
                     id,
                     CommandState::Started,
                     CommandState::Done,
@@ -174,7 +187,7 @@ on_both_engines!(
                 .await
                 .unwrap()
         );
-        let row = store.inbox_message(id).await.unwrap().unwrap();
+        let row = store.inbox().get(id).await.unwrap().unwrap();
         assert_eq!(row.command_state, Some(CommandState::Done));
         assert_eq!(row.task_id.as_deref(), Some(run.id.as_str()));
         assert!(row.reply_notice_id.is_some() && row.answered_at.is_some());
@@ -185,20 +198,21 @@ on_both_engines!(
     Memory,
     tokio::test,
     async fn a_notice_is_found_by_its_token_and_tokens_differ(store: Store) {
-        let a = store.enqueue_notice(&reply_to("a@x")).await.unwrap();
-        let b = store.enqueue_notice(&reply_to("b@x")).await.unwrap();
-        let ta = store.notice(a).await.unwrap().unwrap().token.unwrap();
-        let tb = store.notice(b).await.unwrap().unwrap().token.unwrap();
+        let a = store.outbox().enqueue(&reply_to("a@x")).await.unwrap();
+        let b = store.outbox().enqueue(&reply_to("b@x")).await.unwrap();
+        let ta = store.outbox().get(a).await.unwrap().unwrap().token.unwrap();
+        let tb = store.outbox().get(b).await.unwrap().unwrap().token.unwrap();
         assert_ne!(ta, tb);
         assert_eq!(ta.len(), 32);
         assert!(ta.bytes().all(|c| c.is_ascii_hexdigit()));
         assert_eq!(
-            store.notice_by_token(&ta).await.unwrap().map(|n| n.id),
+            store.outbox().by_token(&ta).await.unwrap().map(|n| n.id),
             Some(a)
         );
         assert_eq!(
             store
-                .notice_by_token("0".repeat(32).as_str())
+                .outbox()
+                .by_token("0".repeat(32).as_str())
                 .await
                 .unwrap(),
             None

@@ -3,7 +3,7 @@
 //! `inbox_chat_tests.rs`).
 
 use super::*;
-use crate::{NewTask, Origin, TaskState};
+use crate::{NewTask, Origin, Store, TaskState};
 
 pub(super) fn place(uid: u32) -> MailPlace {
     MailPlace {
@@ -40,7 +40,8 @@ pub(super) fn task_outcome(text: &str) -> InboxOutcome {
 
 async fn tasks_of(store: &Store) -> Vec<Task> {
     store
-        .list_tasks(&crate::TaskFilter::default())
+        .tasks()
+        .list(&crate::TaskFilter::default())
         .await
         .unwrap()
 }
@@ -50,7 +51,8 @@ on_both_engines!(
     tokio::test,
     async fn a_message_is_recorded_once_with_its_task_and_the_watermark(store: Store) {
         let first = store
-            .record_inbox(
+            .inbox()
+            .record(
                 Place::Mail(&place(5)),
                 &mail("m1@example.org"),
                 &task_outcome("more on item 2"),
@@ -66,21 +68,27 @@ on_both_engines!(
         assert_eq!(tasks[0].origin, Origin::Email);
         assert_eq!(tasks[0].state, TaskState::Pending);
         assert_eq!(Some(&tasks[0].id), task_id.as_ref());
-        let row = store.inbox_message(id).await.unwrap().unwrap();
+        let row = store.inbox().get(id).await.unwrap().unwrap();
         assert_eq!(row.state, InboxState::Acted);
         assert_eq!(row.task_id, task_id);
         assert_eq!(
-            store.inbox_context(&tasks[0].id).await.unwrap().as_deref(),
+            store
+                .inbox()
+                .context(&tasks[0].id)
+                .await
+                .unwrap()
+                .as_deref(),
             Some("Subject: Daily digest\n\n- one")
         );
-        let marks = store.inbox_watermarks(&place(5).mailbox).await.unwrap();
+        let marks = store.inbox().watermarks(&place(5).mailbox).await.unwrap();
         assert_eq!((marks[0].uid_validity, marks[0].last_uid), (7, 5));
 
         // The same UID again (a reconnect), or the same Message-ID under another UID (the
         // mailbox renumbered): nothing new, but the watermark moves on.
         for (uid, id) in [(5, "other@example.org"), (9, "m1@example.org")] {
             let again = store
-                .record_inbox(
+                .inbox()
+                .record(
                     Place::Mail(&place(uid)),
                     &mail(id),
                     &task_outcome("more on item 2"),
@@ -90,7 +98,7 @@ on_both_engines!(
             assert!(matches!(again, Recorded::Seen), "{again:?}");
         }
         assert_eq!(tasks_of(&store).await.len(), 1);
-        let marks = store.inbox_watermarks(&place(5).mailbox).await.unwrap();
+        let marks = store.inbox().watermarks(&place(5).mailbox).await.unwrap();
         assert_eq!(marks[0].last_uid, 9);
     }
 );
@@ -108,7 +116,8 @@ on_both_engines!(
             ..NewInboxMessage::default()
         };
         let first = store
-            .record_inbox(
+            .inbox()
+            .record(
                 Place::Mail(&place(5)),
                 &anonymous("d1"),
                 &task_outcome("do it"),
@@ -124,12 +133,14 @@ on_both_engines!(
         };
         assert!(
             store
-                .inbox_seen(Place::Mail(&renumbered), &anonymous("d1"))
+                .inbox()
+                .seen(Place::Mail(&renumbered), &anonymous("d1"))
                 .await
                 .unwrap()
         );
         let again = store
-            .record_inbox(
+            .inbox()
+            .record(
                 Place::Mail(&renumbered),
                 &anonymous("d1"),
                 &task_outcome("do it"),
@@ -145,12 +156,14 @@ on_both_engines!(
         };
         assert!(
             !store
-                .inbox_seen(Place::Mail(&next), &anonymous("d2"))
+                .inbox()
+                .seen(Place::Mail(&next), &anonymous("d2"))
                 .await
                 .unwrap()
         );
         let other = store
-            .record_inbox(
+            .inbox()
+            .record(
                 Place::Mail(&next),
                 &anonymous("d2"),
                 &task_outcome("do that"),
@@ -184,7 +197,8 @@ on_both_engines!(
             query(*sql).execute(&store).await.unwrap();
         }
         let err = store
-            .record_inbox(
+            .inbox()
+            .record(
                 Place::Mail(&place(3)),
                 &mail("m1@example.org"),
                 &task_outcome("do it"),
@@ -194,7 +208,8 @@ on_both_engines!(
         assert!(tasks_of(&store).await.is_empty());
         assert!(
             store
-                .inbox_watermarks(&place(3).mailbox)
+                .inbox()
+                .watermarks(&place(3).mailbox)
                 .await
                 .unwrap()
                 .is_empty()
@@ -206,7 +221,8 @@ on_both_engines!(
             .unwrap();
         // Read again later, it is recorded.
         let again = store
-            .record_inbox(
+            .inbox()
+            .record(
                 Place::Mail(&place(3)),
                 &mail("m1@example.org"),
                 &task_outcome("do it"),
@@ -222,9 +238,9 @@ on_both_engines!(
     Memory,
     tokio::test,
     async fn the_watermark_never_moves_down(store: Store) {
-        store.start_inbox_watermark(&place(40)).await.unwrap();
-        store.start_inbox_watermark(&place(12)).await.unwrap();
-        let marks = store.inbox_watermarks(&place(0).mailbox).await.unwrap();
+        store.inbox().start_watermark(&place(40)).await.unwrap();
+        store.inbox().start_watermark(&place(12)).await.unwrap();
+        let marks = store.inbox().watermarks(&place(0).mailbox).await.unwrap();
         assert_eq!(marks.len(), 1);
         assert_eq!(marks[0].last_uid, 40);
     }
@@ -236,7 +252,8 @@ on_both_engines!(
     async fn the_rate_limit_counts_one_senders_tasks_in_the_window(store: Store) {
         for uid in 1..=3 {
             store
-                .record_inbox(
+                .inbox()
+                .record(
                     Place::Mail(&place(uid)),
                     &mail(&format!("m{uid}@x")),
                     &task_outcome("t"),
@@ -251,33 +268,38 @@ on_both_engines!(
             reply: None,
         };
         store
-            .record_inbox(Place::Mail(&place(9)), &mail("m9@x"), &ignored)
+            .inbox()
+            .record(Place::Mail(&place(9)), &mail("m9@x"), &ignored)
             .await
             .unwrap();
         let hour_ago = now() - chrono::Duration::hours(1);
         assert_eq!(
             store
-                .inbox_tasks_since(Channel::Email, "me@example.org", hour_ago)
+                .inbox()
+                .tasks_since(Channel::Email, "me@example.org", hour_ago)
                 .await
                 .unwrap(),
             3
         );
         assert_eq!(
             store
-                .inbox_tasks_since(Channel::Email, "other@x", hour_ago)
+                .inbox()
+                .tasks_since(Channel::Email, "other@x", hour_ago)
                 .await
                 .unwrap(),
             0
         );
         assert_eq!(
             store
-                .inbox_tasks_since(Channel::Email, "me@example.org", now())
+                .inbox()
+                .tasks_since(Channel::Email, "me@example.org", now())
                 .await
                 .unwrap(),
             0
         );
         let listed = store
-            .list_inbox(&InboxFilter {
+            .inbox()
+            .list(&InboxFilter {
                 state: Some(InboxState::Ignored),
                 limit: 0,
                 ..InboxFilter::default()

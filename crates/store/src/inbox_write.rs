@@ -1,6 +1,6 @@
 //! The writes of recording one inbox message: where it goes (its numbers), what it became
 //! (its task, its job's change, its reply), its row, and the watermark or cursor moved past it.
-//! `Store::record_inbox` (`inbox.rs`) runs them in one transaction.
+//! `store.inbox().record` (`inbox.rs`) runs them in one transaction.
 //!
 //! Owns: those statements. Must not: decide what a message becomes (the inbox does) or open a
 //! transaction of its own.
@@ -76,7 +76,7 @@ pub(crate) async fn move_past(tx: &mut Tx, place: Place<'_>) -> Result<()> {
 /// Where a message is recorded: its mailbox, UIDVALIDITY and UID. A chat message has no UID:
 /// it gets the next number of its account, under the write lock the record holds, so that
 /// (mailbox, uid_validity, uid) stays unique.
-pub async fn numbers(tx: &mut Tx, place: Place<'_>) -> Result<(String, i64, i64)> {
+pub(crate) async fn numbers(tx: &mut Tx, place: Place<'_>) -> Result<(String, i64, i64)> {
     if let Place::Mail(p) = place {
         return Ok((
             p.mailbox.clone(),
@@ -231,7 +231,7 @@ pub(crate) async fn advance_watermark(tx: &mut Tx, place: &MailPlace) -> Result<
     Ok(())
 }
 
-/// A new pending task, as `Store::create_task` writes it, for a transaction that writes more.
+/// A new pending task, as `store.tasks().create` writes it, for a transaction that writes more.
 fn insert_task(new: &NewTask) -> QueryAs<Task> {
     query_as(concat!(
         "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at) \

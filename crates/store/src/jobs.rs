@@ -1,5 +1,6 @@
 //! Scheduled jobs and the record of every firing (`jobs`, `job_runs`).
 
+use super::aggregates::Jobs;
 use super::{Builder, DbRow, query, query_as, query_scalar};
 use super::{
     Delivery, Origin, Result, RunOutcome, Store, WithJson, from_json, json_column, json_list,
@@ -79,8 +80,8 @@ pub struct JobRun {
     pub delivery: Delivery,
 }
 
-impl Store {
-    pub async fn create_job(&self, new: &NewJob) -> Result<Job> {
+impl Jobs<'_> {
+    pub async fn create(self, new: &NewJob) -> Result<Job> {
         let id = format!("j_{}", new_id());
         let precheck = new.precheck.as_ref().map(|p| p.to_string());
         query(
@@ -99,55 +100,58 @@ impl Store {
         .bind(new.next_run_at)
         .bind(now())
         .bind(json_list(&new.pre_approved))
-        .execute(self)
+        .execute(self.store)
         .await?;
-        self.job(&id).await
+        self.get(&id).await
     }
 
-    pub async fn job(&self, id: &str) -> Result<Job> {
-        self.json_row(select!(jobs, "WHERE id = ?"), "job", id)
+    pub async fn get(self, id: &str) -> Result<Job> {
+        self.store
+            .json_row(select!(jobs, "WHERE id = ?"), "job", id)
             .await
     }
 
-    pub async fn list_jobs(&self) -> Result<Vec<Job>> {
-        self.json_rows(select!(jobs, "ORDER BY created_at, id"))
+    pub async fn list(self) -> Result<Vec<Job>> {
+        self.store
+            .json_rows(select!(jobs, "ORDER BY created_at, id"))
             .await
     }
 
     /// The enabled jobs due at `at`, oldest first: a scheduler pass reads these, not every
     /// job (a pass per job made would otherwise read all of them each time).
-    pub async fn due_jobs(&self, at: DateTime<Utc>) -> Result<Vec<Job>> {
+    pub async fn due(self, at: DateTime<Utc>) -> Result<Vec<Job>> {
         let sql = select!(
             jobs,
             "WHERE enabled = TRUE AND next_run_at <= ? ORDER BY created_at, id"
         );
-        let rows = query(sql).bind(at).fetch_all(self).await?;
+        let rows = query(sql).bind(at).fetch_all(self.store).await?;
         rows.iter().map(Job::from_json_row).collect()
     }
 
     /// When the next enabled job is due, if any is.
-    pub async fn next_job_due(&self) -> Result<Option<DateTime<Utc>>> {
+    pub async fn next_due(self) -> Result<Option<DateTime<Utc>>> {
         Ok(
             query_scalar("SELECT MIN(next_run_at) FROM jobs WHERE enabled = TRUE")
-                .fetch_one(self)
+                .fetch_one(self.store)
                 .await?,
         )
     }
 
-    pub async fn job_count(&self) -> Result<i64> {
-        self.count("SELECT COUNT(*) FROM jobs").await
+    pub async fn count(self) -> Result<i64> {
+        self.store.count("SELECT COUNT(*) FROM jobs").await
     }
 
     /// Returns false when there was no such job.
-    pub async fn delete_job(&self, id: &str) -> Result<bool> {
-        self.one_row(query("DELETE FROM jobs WHERE id = ?").bind(id))
+    pub async fn delete(self, id: &str) -> Result<bool> {
+        self.store
+            .one_row(query("DELETE FROM jobs WHERE id = ?").bind(id))
             .await
     }
 
     /// Move a job's next due time, but only if it is still `expected`: two firers racing for
     /// the same due time cannot both win, so a due run is claimed exactly once.
-    pub async fn claim_job_run(
-        &self,
+    pub async fn claim_run(
+        self,
         id: &str,
         expected: Option<DateTime<Utc>>,
         next: Option<DateTime<Utc>>,
@@ -158,24 +162,25 @@ impl Store {
         .bind(next)
         .bind(id)
         .bind(expected);
-        self.one_row(claim).await
+        self.store.one_row(claim).await
     }
 
     /// Take the job's run lock for `task_id`; false when a run is already in progress.
-    pub async fn lock_job(&self, id: &str, task_id: &str) -> Result<bool> {
-        self.move_job_lock(id, None, Some(task_id)).await
+    pub async fn lock(self, id: &str, task_id: &str) -> Result<bool> {
+        self.store.move_job_lock(id, None, Some(task_id)).await
     }
 
     /// At start-up no run can be in progress: clear locks a crash left behind.
-    pub async fn clear_job_locks(&self) -> Result<u64> {
-        self.rows(query(
-            "UPDATE jobs SET running_task_id = NULL WHERE running_task_id IS NOT NULL",
-        ))
-        .await
+    pub async fn clear_locks(self) -> Result<u64> {
+        self.store
+            .rows(query(
+                "UPDATE jobs SET running_task_id = NULL WHERE running_task_id IS NOT NULL",
+            ))
+            .await
     }
 
-    pub async fn add_job_run(
-        &self,
+    pub async fn add_run(
+        self,
         job_id: &str,
         scheduled_at: DateTime<Utc>,
         outcome: RunOutcome,
@@ -192,15 +197,15 @@ impl Store {
         .bind(outcome)
         .bind(task_id)
         .bind(reason)
-        .bind(self.node())
-        .bind(self.stamp());
-        let (id,): (i64,) = self.inserted(insert).await?;
+        .bind(self.store.node())
+        .bind(self.store.stamp());
+        let (id,): (i64,) = self.store.inserted(insert).await?;
         Ok(id)
     }
 
     /// Update a run after its task ended (a fired run may still fail, and its delivery moves on).
-    pub async fn update_job_run(
-        &self,
+    pub async fn update_run(
+        self,
         run_id: i64,
         outcome: RunOutcome,
         reason: Option<&str>,
@@ -213,20 +218,21 @@ impl Store {
         .bind(reason)
         .bind(delivery)
         .bind(run_id);
-        self.run(update).await
+        self.store.run(update).await
     }
 
-    pub async fn set_run_delivery(&self, run_id: i64, delivery: &Delivery) -> Result<()> {
+    pub async fn set_run_delivery(self, run_id: i64, delivery: &Delivery) -> Result<()> {
         let set = query("UPDATE job_runs SET delivery = ? WHERE id = ?")
             .bind(delivery)
             .bind(run_id);
-        self.run(set).await
+        self.store.run(set).await
     }
 
     /// Newest first.
-    pub async fn job_runs(&self, job_id: &str, limit: i64) -> Result<Vec<JobRun>> {
+    pub async fn runs(self, job_id: &str, limit: i64) -> Result<Vec<JobRun>> {
         let sql = select!(job_runs, "WHERE job_id = ? ORDER BY id DESC LIMIT ?");
-        self.all(query_as(sql).bind(job_id).bind(limit_or(limit, 50)))
+        self.store
+            .all(query_as(sql).bind(job_id).bind(limit_or(limit, 50)))
             .await
     }
 }
@@ -235,31 +241,6 @@ impl Store {
 // an overlapping firing is refused before any precheck or task exists), then handed to the
 // task, and released only by its holder (so a late unlock never frees someone else's run).
 impl Store {
-    /// Move the run lock from `from` to `to`; false when `from` no longer holds it.
-    pub async fn swap_job_lock(&self, id: &str, from: &str, to: &str) -> Result<bool> {
-        self.move_job_lock(id, Some(from), Some(to)).await
-    }
-
-    /// Release the run lock if `holder` still holds it; false otherwise.
-    pub async fn release_job_lock(&self, id: &str, holder: &str) -> Result<bool> {
-        self.move_job_lock(id, Some(holder), None).await
-    }
-
-    /// Free `id`'s run lock if the task holding it has ended. The firing that made the task
-    /// frees it as the task ends; when that write met a storage fault (a pool timeout under
-    /// load) the lock would keep every later firing skipped as "previous run still running"
-    /// until a restart. An ended task overlaps nothing, so freeing its lock is always safe
-    /// (a task waiting for a person is still running, and keeps it).
-    pub async fn free_ended_lock(&self, id: &str) -> Result<bool> {
-        let free = query(
-            "UPDATE jobs SET running_task_id = NULL WHERE id = ? AND EXISTS \
-             (SELECT 1 FROM tasks t WHERE t.id = jobs.running_task_id \
-              AND t.state IN ('succeeded', 'failed', 'cancelled'))",
-        )
-        .bind(id);
-        self.one_row(free).await
-    }
-
     /// The lock goes from `from` to `to` (`None`: free) in one statement, or not at all: two
     /// firers can never both believe they hold it. `IS` compares NULL as a value.
     async fn move_job_lock(&self, id: &str, from: Option<&str>, to: Option<&str>) -> Result<bool> {
@@ -270,6 +251,33 @@ impl Store {
         .bind(id)
         .bind(from);
         self.one_row(swap).await
+    }
+}
+
+impl Jobs<'_> {
+    /// Move the run lock from `from` to `to`; false when `from` no longer holds it.
+    pub async fn swap_lock(self, id: &str, from: &str, to: &str) -> Result<bool> {
+        self.store.move_job_lock(id, Some(from), Some(to)).await
+    }
+
+    /// Release the run lock if `holder` still holds it; false otherwise.
+    pub async fn release_lock(self, id: &str, holder: &str) -> Result<bool> {
+        self.store.move_job_lock(id, Some(holder), None).await
+    }
+
+    /// Free `id`'s run lock if the task holding it has ended. The firing that made the task
+    /// frees it as the task ends; when that write met a storage fault (a pool timeout under
+    /// load) the lock would keep every later firing skipped as "previous run still running"
+    /// until a restart. An ended task overlaps nothing, so freeing its lock is always safe
+    /// (a task waiting for a person is still running, and keeps it).
+    pub async fn free_ended_lock(self, id: &str) -> Result<bool> {
+        let free = query(
+            "UPDATE jobs SET running_task_id = NULL WHERE id = ? AND EXISTS \
+             (SELECT 1 FROM tasks t WHERE t.id = jobs.running_task_id \
+              AND t.state IN ('succeeded', 'failed', 'cancelled'))",
+        )
+        .bind(id);
+        self.store.one_row(free).await
     }
 }
 
@@ -290,11 +298,11 @@ const BURST_CHUNK: usize = 500;
 /// Many jobs due at the same moment: claimed, locked and recorded in a few statements for the
 /// whole burst, where one job at a time costs five round trips each and the last of 1,000 fires
 /// seconds late. Each statement is all-or-nothing per job, exactly as the one-job statements.
-impl Store {
+impl Jobs<'_> {
     /// Claim each job's due time and take its run lock in one statement per chunk; the ids of
     /// the jobs claimed. A job whose due time moved on (claimed elsewhere) or whose previous
     /// run still holds the lock is left untouched, for the one-job path to handle.
-    pub async fn claim_burst(&self, claims: &[BurstClaim]) -> Result<Vec<String>> {
+    pub async fn claim_burst(self, claims: &[BurstClaim]) -> Result<Vec<String>> {
         let mut claimed = Vec::with_capacity(claims.len());
         for chunk in claims.chunks(BURST_CHUNK) {
             let mut update = Builder::new(
@@ -314,6 +322,7 @@ impl Store {
             // its size, and a cache of 100 prepared many-row statements per connection grows
             // the daemon by megabytes (BENCHMARKS.md §3, the job firings).
             let ids: Vec<(String,)> = self
+                .store
                 .returning(update.build_query_as().persistent(false))
                 .await?;
             claimed.extend(ids.into_iter().map(|(id,)| id));
@@ -324,11 +333,8 @@ impl Store {
     /// Hand each firing's run lock from its placeholder to its task, and record each run
     /// `fired`; `(job id, run id)` of the runs recorded. A lock no longer held by its
     /// placeholder (a restore in another process cleared it) is taken if free, as
-    /// [`Store::swap_job_lock`]'s callers do.
-    pub async fn start_burst(
-        &self,
-        started: &[(BurstClaim, String)],
-    ) -> Result<Vec<(String, i64)>> {
+    /// [`Jobs::swap_lock`]'s callers do.
+    pub async fn start_burst(self, started: &[(BurstClaim, String)]) -> Result<Vec<(String, i64)>> {
         let mut runs = Vec::with_capacity(started.len());
         for chunk in started.chunks(BURST_CHUNK) {
             let mut swap = Builder::new("UPDATE jobs SET running_task_id = v.column3 FROM (");
@@ -346,7 +352,7 @@ impl Store {
                  node_epoch) ",
             );
             let fired_at = now();
-            let epoch = self.stamp();
+            let epoch = self.store.stamp();
             insert.push_values(chunk, |b, (c, task_id)| {
                 b.push_bind(&c.job_id)
                     .push_bind(c.due)
@@ -354,11 +360,11 @@ impl Store {
                     .push_bind(RunOutcome::Fired)
                     .push_bind(task_id)
                     .push_bind(None::<String>)
-                    .push_bind(self.node())
+                    .push_bind(self.store.node())
                     .push_bind(&epoch);
             });
             insert.push(" RETURNING job_id, id");
-            let mut tx = self.begin().await?;
+            let mut tx = self.store.begin().await?;
             // Sized by the burst, so not cached (see `claim_burst`).
             swap.build().persistent(false).execute(&mut tx).await?;
             let rows: Vec<(String, i64)> = insert

@@ -1,6 +1,7 @@
 //! hermes-store, the bottom layer: the database on either engine (a SQLite file, or PostgreSQL
-//! shared by several daemons), the embedded migrations, and typed queries per table; and
-//! [`util`], the small helpers every layer shares.
+//! shared by several daemons), the embedded migrations, and typed queries grouped by aggregate
+//! behind handles (`store.tasks()`, `store.jobs()`, …: see `aggregates.rs`); and [`util`], the
+//! small helpers every layer shares.
 //!
 //! Owns: the database file (`hermes.db` in the data dir), its pragmas (WAL, foreign keys, busy
 //! timeout), schema migrations and refusing a database written by a newer schema, the node lease
@@ -67,6 +68,7 @@ macro_rules! select {
 #[macro_use]
 pub(crate) mod testing;
 
+mod aggregates;
 mod approvals;
 mod chat;
 mod copy;
@@ -98,36 +100,52 @@ mod write;
 
 pub mod util;
 
-pub use approvals::*;
-pub use copy::{Copied, NOT_COPIED};
-pub use dashboard::*;
-pub use error::*;
-pub use evals::*;
-pub use facts::*;
-pub use feed::{Change, ChangeFeed};
+// What the crates above name; the rest of each module is reached through the methods
+// that return it, or stays inside this crate.
+// The handles are named so that their methods are documented and callers may pass one on.
+pub use aggregates::{
+    Approvals, Chat, Evals, Facts, Holds, Inbox, Jobs, Models, Nodes, Outbox, Sessions, Snapshots,
+    Tasks, Vectors, Working,
+};
+pub use approvals::{Approval, Hold, HoldOwner};
+pub use copy::NOT_COPIED;
+pub use dashboard::{Backlog, TaskSearch, Tokens};
+pub use error::{Result, StorageFault, StoreError};
+pub use evals::{EvalResult, EvalRun};
+pub use facts::{Fact, Upsert};
+pub use feed::Change;
 #[cfg(test)]
 use health::FAULT_MEMORY;
-pub use health::Health;
 use health::{PROBE_GIVE_UP, Reading};
-pub use inbox::*;
-pub use jobs::*;
-pub use kinds::*;
-pub use lease::{Fenced, Lease};
-pub use models::*;
-pub use nodes::*;
-pub use outbox::*;
-pub use sessions::*;
-pub use tasks::*;
-pub use usage::*;
-pub use vectors::{StoredVector, Unembedded, VectorCounts, VectorModel};
-
-pub use postgres::{DaemonLock, PgUrlError, parse_url, redact_url};
+pub use inbox::{
+    InboxFilter, InboxMessage, InboxOutcome, JobChange, MailPlace, NewInboxMessage, Place, Recorded,
+};
+pub use jobs::{BurstClaim, Job, JobRun, NewJob};
+pub use kinds::{
+    ApprovalState, Channel, CommandState, Delivery, EvalTrigger, EvalVerdict, FailReason,
+    IgnoreReason, InboxCommand, InboxState, ModelAction, NoticeState, Origin, PauseReason,
+    RunOutcome, StepKind, TaskState, UnknownWord,
+};
+pub use lease::Fenced;
+use lease::Lease;
+pub use models::{ModelChange, ModelStatus, NewModelChange};
+pub use nodes::placeholder_prefix;
+pub use outbox::{NewNotice, Notice, NoticeFilter};
+pub use postgres::{parse_url, redact_url};
 use sql::{Builder, DbRow, Engine, Record, Tx, query, query_as, query_scalar};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+pub use tasks::{
+    MAX_TASK_CHARS, NewStep, NewTask, Step, Task, TaskFilter, TaskOutcome, TaskRecord,
+};
+pub use usage::{
+    DEFAULT_USAGE_DAYS, DayUsage, Figures, JobUsage, MAX_USAGE_DAYS, ProfileUsage, Usage,
+    UsageWindow,
+};
+pub use vectors::{Unembedded, VectorModel};
 
 /// SQLite's schema. The files are never edited once released: sqlx keeps each one's checksum
 /// in the database and refuses a database whose applied files changed.

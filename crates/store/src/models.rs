@@ -1,12 +1,14 @@
 //! Which model each profile answers with (`model_identities`), the changes seen
 //! (`model_changes`), the jobs held for them, and the model a job last ran with. The eval runs
-//! that verify an identity are in `evals.rs`.
+//! that verify an identity are in `evals.rs`. The job queries here are the jobs' aggregate
+//! (`store.jobs().on_profile`, …): what a model change pauses is read beside the change.
 //!
 //! An identity is the one-line key the gateway makes of what a server told about its model;
 //! the store compares keys and never reads them.
 
+use super::aggregates::{Jobs, Models};
 use super::{DbRow, query, query_as};
-use super::{Job, ModelAction, PauseReason, Result, Store, WithJson, from_json, json_list, now};
+use super::{Job, ModelAction, PauseReason, Result, WithJson, from_json, json_list, now};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -115,10 +117,10 @@ pub struct LastModel {
     pub verified: bool,
 }
 
-impl Store {
+impl Models<'_> {
     /// `profile` was seen serving `identity`: recorded when new, its last sighting moved on
     /// otherwise.
-    pub async fn note_identity(&self, profile: &str, identity: &str, source: &str) -> Result<()> {
+    pub async fn note_identity(self, profile: &str, identity: &str, source: &str) -> Result<()> {
         let at = now();
         let upsert = query(
             "INSERT INTO model_identities (profile, identity, source, first_seen_at, last_seen_at) \
@@ -129,23 +131,26 @@ impl Store {
         .bind(identity)
         .bind(source)
         .bind(at);
-        self.run(upsert).await
+        self.store.run(upsert).await
     }
 
     /// One identity of a profile, if it was ever seen.
     pub async fn seen_identity(
-        &self,
+        self,
         profile: &str,
         identity: &str,
     ) -> Result<Option<SeenIdentity>> {
         let sql = "SELECT profile, identity, source, first_seen_at, last_seen_at, verified_at, \
                    verified_run FROM model_identities WHERE profile = ? AND identity = ?";
-        self.first(query_as(sql).bind(profile).bind(identity)).await
+        self.store
+            .first(query_as(sql).bind(profile).bind(identity))
+            .await
     }
 
     /// What is known of `profile`'s model (all `None` for a profile never checked).
-    pub async fn model_status(&self, profile: &str) -> Result<ModelStatus> {
+    pub async fn status(self, profile: &str) -> Result<ModelStatus> {
         let current = self
+            .store
             .first(
                 query_as(
                     "SELECT profile, identity, source, first_seen_at, last_seen_at, verified_at, \
@@ -155,7 +160,7 @@ impl Store {
                 .bind(profile),
             )
             .await?;
-        let verified = self
+        let verified = self.store
             .first(
                 query_as(
                     "SELECT profile, identity, source, first_seen_at, last_seen_at, verified_at, \
@@ -171,7 +176,7 @@ impl Store {
             " FROM model_changes WHERE profile = ? ORDER BY id DESC LIMIT 1"
         ))
         .bind(profile)
-        .fetch_optional(self)
+        .fetch_optional(self.store)
         .await?
         .map(|row| ModelChange::from_json_row(&row))
         .transpose()?;
@@ -183,23 +188,24 @@ impl Store {
         })
     }
 
-    /// [`Store::model_status`] of every profile ever checked, by name.
-    pub async fn model_statuses(&self) -> Result<Vec<ModelStatus>> {
+    /// [`Models::status`] of every profile ever checked, by name.
+    pub async fn statuses(self) -> Result<Vec<ModelStatus>> {
         let profiles: Vec<(String,)> = self
+            .store
             .all(query_as(
                 "SELECT DISTINCT profile FROM model_identities ORDER BY profile",
             ))
             .await?;
         let mut out = Vec::with_capacity(profiles.len());
         for (p,) in profiles {
-            out.push(self.model_status(&p).await?);
+            out.push(self.status(&p).await?);
         }
         Ok(out)
     }
 
     /// Record a change unless the same one (profile, from, to) was recorded before: the
     /// change as recorded, or `None` when it is not new.
-    pub async fn record_model_change(&self, new: &NewModelChange) -> Result<Option<ModelChange>> {
+    pub async fn record_change(self, new: &NewModelChange) -> Result<Option<ModelChange>> {
         let insert = query(concat!(
             "INSERT INTO model_changes \
              (profile, old_identity, new_identity, old_verified, action, seen_at, flap_of) \
@@ -215,40 +221,40 @@ impl Store {
         .bind(now())
         .bind(new.flap_of);
         // Run to its end (see `write.rs`): the row back only once it is committed.
-        let rows = insert.fetch_all(self).await?;
+        let rows = insert.fetch_all(self.store).await?;
         rows.first().map(ModelChange::from_json_row).transpose()
     }
 
     /// The latest change of `profile` that was told (not part of another's flap), if any.
-    pub async fn last_told_change(&self, profile: &str) -> Result<Option<ModelChange>> {
+    pub async fn last_told_change(self, profile: &str) -> Result<Option<ModelChange>> {
         query(concat!(
             "SELECT ",
             change_columns!(),
             " FROM model_changes WHERE profile = ? AND flap_of IS NULL ORDER BY id DESC LIMIT 1"
         ))
         .bind(profile)
-        .fetch_optional(self)
+        .fetch_optional(self.store)
         .await?
         .map(|row| ModelChange::from_json_row(&row))
         .transpose()
     }
 
     /// The changes recorded as part of change `id`'s flap, oldest first.
-    pub async fn flap_changes(&self, id: i64) -> Result<Vec<ModelChange>> {
+    pub async fn flap_changes(self, id: i64) -> Result<Vec<ModelChange>> {
         let rows = query(concat!(
             "SELECT ",
             change_columns!(),
             " FROM model_changes WHERE flap_of = ? ORDER BY id"
         ))
         .bind(id)
-        .fetch_all(self)
+        .fetch_all(self.store)
         .await?;
         rows.iter().map(ModelChange::from_json_row).collect()
     }
 
     /// The jobs paused for a change, and the eval run started for it.
     pub async fn set_change_outcome(
-        &self,
+        self,
         id: i64,
         paused_jobs: &[String],
         eval_run_id: Option<i64>,
@@ -259,12 +265,12 @@ impl Store {
         .bind(json_list(paused_jobs))
         .bind(eval_run_id)
         .bind(id);
-        self.run(set).await
+        self.store.run(set).await
     }
 
     /// A passing eval run saw `profile` serving `identity`: it is verified from now on.
     pub async fn verify_identity(
-        &self,
+        self,
         profile: &str,
         identity: &str,
         source: &str,
@@ -279,12 +285,14 @@ impl Store {
         .bind(run_id)
         .bind(profile)
         .bind(identity);
-        self.run(set).await
+        self.store.run(set).await
     }
+}
 
+impl Jobs<'_> {
     /// The running jobs that use `profile` (by name, or with `unnamed` those that name none
     /// and so use the default profile).
-    pub async fn jobs_on_profile(&self, profile: &str, unnamed: bool) -> Result<Vec<Job>> {
+    pub async fn on_profile(self, profile: &str, unnamed: bool) -> Result<Vec<Job>> {
         let sql = select!(
             jobs,
             "WHERE enabled = TRUE AND (profile = ?1 OR (?2 AND (profile IS NULL OR profile = ''))) \
@@ -293,14 +301,14 @@ impl Store {
         let rows = query(sql)
             .bind(profile)
             .bind(unnamed)
-            .fetch_all(self)
+            .fetch_all(self.store)
             .await?;
         rows.iter().map(Job::from_json_row).collect()
     }
 
-    /// The jobs paused for `reason` that use `profile` (as [`Store::jobs_on_profile`]).
-    pub async fn jobs_paused_for(
-        &self,
+    /// The jobs paused for `reason` that use `profile` (as [`Jobs::on_profile`]).
+    pub async fn paused_for(
+        self,
         reason: PauseReason,
         profile: &str,
         unnamed: bool,
@@ -314,13 +322,13 @@ impl Store {
             .bind(profile)
             .bind(unnamed)
             .bind(reason)
-            .fetch_all(self)
+            .fetch_all(self.store)
             .await?;
         rows.iter().map(Job::from_json_row).collect()
     }
 
     /// The model the job's tasks last called, and whether its identity is verified.
-    pub async fn job_last_model(&self, job_id: &str) -> Result<Option<LastModel>> {
+    pub async fn last_model(self, job_id: &str) -> Result<Option<LastModel>> {
         let sql = "SELECT s.task_id AS task_id, s.name AS profile, s.model AS model, \
                    s.identity AS identity, s.created_at AS at, \
                    (i.verified_at IS NOT NULL) AS verified \
@@ -328,7 +336,7 @@ impl Store {
                    LEFT JOIN model_identities i ON i.profile = s.name AND i.identity = s.identity \
                    WHERE t.job_id = ? AND s.kind = 'model' AND s.model IS NOT NULL \
                    ORDER BY s.created_at DESC, s.seq DESC LIMIT 1";
-        self.first(query_as(sql).bind(job_id)).await
+        self.store.first(query_as(sql).bind(job_id)).await
     }
 }
 
@@ -341,14 +349,17 @@ mod tests {
         tokio::test,
         async fn a_change_is_recorded_once_and_a_verified_identity_ends_the_badge(store: Store) {
             store
+                .models()
                 .note_identity("fast", "m · greedy #a", "greedy")
                 .await
                 .expect("note");
             store
+                .models()
                 .verify_identity("fast", "m · greedy #a", "greedy", 1)
                 .await
                 .expect("verify");
             store
+                .models()
                 .note_identity("fast", "m · greedy #b", "greedy")
                 .await
                 .expect("note");
@@ -360,22 +371,24 @@ mod tests {
                 action: ModelAction::Hold,
                 flap_of: None,
             };
-            let first = store.record_model_change(&change).await.expect("record");
+            let first = store.models().record_change(&change).await.expect("record");
             let recorded = first.expect("a new change is returned");
             assert_eq!(recorded.action, ModelAction::Hold);
             assert!(
                 store
-                    .record_model_change(&change)
+                    .models()
+                    .record_change(&change)
                     .await
                     .expect("again")
                     .is_none(),
                 "once"
             );
             store
+                .models()
                 .set_change_outcome(recorded.id, &["j_1".into()], Some(7))
                 .await
                 .expect("outcome");
-            let status = store.model_status("fast").await.expect("status");
+            let status = store.models().status("fast").await.expect("status");
             assert_eq!(
                 status.current.as_ref().map(|c| c.identity.as_str()),
                 Some("m · greedy #b")
@@ -392,12 +405,13 @@ mod tests {
                 (vec!["j_1".to_string()], Some(7))
             );
             store
+                .models()
                 .verify_identity("fast", "m · greedy #b", "greedy", 2)
                 .await
                 .expect("verify");
-            let status = store.model_status("fast").await.expect("status");
+            let status = store.models().status("fast").await.expect("status");
             assert!(status.unverified_change().is_none(), "verified: no badge");
-            assert_eq!(store.model_statuses().await.expect("all").len(), 1);
+            assert_eq!(store.models().statuses().await.expect("all").len(), 1);
         }
     );
 }

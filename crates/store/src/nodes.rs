@@ -6,7 +6,12 @@
 //! nodes sweeping at once cannot both take the same run, and a sweep run twice changes nothing.
 //! Must not: decide when a node is silent (the daemon's keeper passes the cut-off), or follow a
 //! run itself (the scheduler does).
+//!
+//! The node's own row is the nodes' aggregate (`store.nodes()`); the take-over writes are the
+//! tasks' and the jobs' (`store.tasks().fail_running_on`, `store.jobs().take_run`, …), kept
+//! here beside the rules above.
 
+use super::aggregates::{Jobs, Nodes, Tasks};
 use super::{FailReason, Lease, Result, Store, StoreError, now, query, query_as};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -51,7 +56,7 @@ impl Store {
     }
 
     /// This node's lease on the database (unjoined, so fencing nothing, until
-    /// [`Store::join_cluster`]).
+    /// [`Nodes::join`]).
     pub fn lease(&self) -> &Lease {
         &self.lease
     }
@@ -83,19 +88,21 @@ impl Store {
             ..self.clone()
         }
     }
+}
 
+impl Nodes<'_> {
     /// Say this node is up. Refused when the same node id beat within `lease` from another
     /// host or process: two daemons started from one data dir (copied to a second machine).
-    pub async fn join_cluster(
-        &self,
+    pub async fn join(
+        self,
         host: &str,
         pid: u32,
         api: Option<&str>,
         lease: chrono::Duration,
     ) -> Result<()> {
-        let id = self.node().unwrap_or_default();
+        let id = self.store.node().unwrap_or_default();
         let at = now();
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         let other: Option<(String, i64, DateTime<Utc>)> =
             query_as("SELECT host, pid, seen_at FROM nodes WHERE id = ?")
                 .bind(id)
@@ -131,54 +138,55 @@ impl Store {
         .await?;
         tx.commit().await?;
         let length = lease.to_std().unwrap_or_default();
-        self.lease.joined(epoch, at, length);
+        self.store.lease.joined(epoch, at, length);
         Ok(())
     }
 
     /// This node's heartbeat, under the epoch it joined with. False when its row is gone or
     /// holds another epoch: the others took it for dead (it was silent past the lease) and
     /// ended what it was running; its lease is lost from here on.
-    pub async fn beat(&self) -> Result<bool> {
-        let Some(epoch) = self.lease.epoch() else {
+    pub async fn beat(self) -> Result<bool> {
+        let Some(epoch) = self.store.lease.epoch() else {
             return Ok(false);
         };
         let at = now();
         let beat = query("UPDATE nodes SET seen_at = ? WHERE id = ? AND epoch = ?")
             .bind(at)
-            .bind(self.node().unwrap_or_default())
+            .bind(self.store.node().unwrap_or_default())
             .bind(&*epoch);
-        let beat = self.one_row(beat).await?;
+        let beat = self.store.one_row(beat).await?;
         if beat {
-            self.lease.confirmed(&epoch, at);
+            self.store.lease.confirmed(&epoch, at);
         } else {
-            self.lease.lose();
+            self.store.lease.lose();
         }
         Ok(beat)
     }
 
     /// A graceful stop: the others need not wait out the lease to take over what this node
     /// leaves (a firing still waiting for a person).
-    pub async fn leave_cluster(&self) -> Result<()> {
+    pub async fn leave(self) -> Result<()> {
         let leave = query("UPDATE nodes SET seen_at = ? WHERE id = ?")
             .bind(DateTime::<Utc>::UNIX_EPOCH)
-            .bind(self.node().unwrap_or_default());
-        self.run(leave).await
+            .bind(self.store.node().unwrap_or_default());
+        self.store.run(leave).await
     }
 
     /// Every node, most recently seen first.
-    pub async fn nodes(&self) -> Result<Vec<Node>> {
+    pub async fn list(self) -> Result<Vec<Node>> {
         let sql =
             "SELECT id, host, pid, api, started_at, seen_at FROM nodes ORDER BY seen_at DESC, id";
-        self.all(query_as(sql)).await
+        self.store.all(query_as(sql)).await
     }
 
     /// Nodes other than this one not seen since `before`.
-    pub async fn silent_nodes(&self, before: DateTime<Utc>) -> Result<Vec<String>> {
+    pub async fn silent(self, before: DateTime<Utc>) -> Result<Vec<String>> {
         let silent: Vec<(String,)> = self
+            .store
             .all(
                 query_as("SELECT id FROM nodes WHERE seen_at < ? AND id <> ? ORDER BY id")
                     .bind(before)
-                    .bind(self.node().unwrap_or_default()),
+                    .bind(self.store.node().unwrap_or_default()),
             )
             .await?;
         Ok(silent.into_iter().map(|(id,)| id).collect())
@@ -188,19 +196,22 @@ impl Store {
     /// so nothing it still writes under it is taken (`lease.rs`) — the first thing a take-over
     /// does, before ending or taking anything. False when it beat again meanwhile (it was only
     /// slow, and keeps its row and its work).
-    pub async fn revoke_node(&self, id: &str, before: DateTime<Utc>) -> Result<bool> {
-        self.one_row(
-            query("DELETE FROM nodes WHERE id = ? AND seen_at < ?")
-                .bind(id)
-                .bind(before),
-        )
-        .await
+    pub async fn revoke(self, id: &str, before: DateTime<Utc>) -> Result<bool> {
+        self.store
+            .one_row(
+                query("DELETE FROM nodes WHERE id = ? AND seen_at < ?")
+                    .bind(id)
+                    .bind(before),
+            )
+            .await
     }
+}
 
+impl Tasks<'_> {
     /// End the tasks `node` was running under no lease its row holds (not those waiting for a
-    /// person: any node continues them once answered). After [`Store::revoke_node`] that is
+    /// person: any node continues them once answered). After [`Nodes::revoke`] that is
     /// all of them; a node that already joined again keeps what it claimed since.
-    pub async fn fail_running_on(&self, node: &str, reason: FailReason) -> Result<u64> {
+    pub async fn fail_running_on(self, node: &str, reason: FailReason) -> Result<u64> {
         let fail = query(
             "UPDATE tasks SET state = 'failed', reason = ?, error = COALESCE(error, ?), \
              finished_at = ? WHERE state = 'running' AND waiting = FALSE AND node_id = ? \
@@ -213,12 +224,12 @@ impl Store {
         ))
         .bind(now())
         .bind(node);
-        self.rows(fail).await
+        self.store.rows(fail).await
     }
 
     /// End the running tasks claimed under a lease no node holds any more, whoever's: what a
     /// take-over interrupted between revoking a node and ending its tasks.
-    pub async fn fail_orphaned(&self, reason: FailReason) -> Result<u64> {
+    pub async fn fail_orphaned(self, reason: FailReason) -> Result<u64> {
         let fail = query(
             "UPDATE tasks SET state = 'failed', reason = ?, error = COALESCE(error, ?), \
              finished_at = ? WHERE state = 'running' AND waiting = FALSE \
@@ -231,39 +242,41 @@ impl Store {
             "task was running on a node that lost its lease ({reason})"
         ))
         .bind(now());
-        self.rows(fail).await
+        self.store.rows(fail).await
     }
+}
 
+impl Jobs<'_> {
     /// Free the run locks `node`'s firings held before their tasks existed.
-    pub async fn release_placeholders_of(&self, node: &str) -> Result<u64> {
+    pub async fn release_placeholders_of(self, node: &str) -> Result<u64> {
         // Node ids are UUIDs (hex and dashes): nothing in one is a LIKE wildcard.
         let release =
             query("UPDATE jobs SET running_task_id = NULL WHERE running_task_id LIKE ? || '%'")
                 .bind(placeholder_prefix(Some(node)));
-        self.rows(release).await
+        self.store.rows(release).await
     }
 
     /// The runs `node` fired and was following, whose tasks still hold their jobs' locks.
-    pub async fn open_runs_of(&self, node: &str) -> Result<Vec<OpenRun>> {
+    pub async fn open_runs_of(self, node: &str) -> Result<Vec<OpenRun>> {
         let sql = "SELECT r.id AS run_id, r.job_id, r.task_id, r.scheduled_at, r.node_epoch FROM job_runs r \
                    JOIN jobs j ON j.id = r.job_id AND j.running_task_id = r.task_id \
                    WHERE r.outcome = 'fired' AND r.node_id = ? ORDER BY r.id";
-        self.all(query_as(sql).bind(node)).await
+        self.store.all(query_as(sql).bind(node)).await
     }
 
     /// Move `run` from node `from` to this node under its current lease; false when someone
     /// moved it first (another node sweeping, or `from` itself restarting: both compare the
     /// same node and epoch, so exactly one follows the run), or `from` still holds the lease
     /// the run was followed under (it is alive).
-    pub async fn take_run(&self, run: &OpenRun, from: &str) -> Result<bool> {
-        self.one_row(
+    pub async fn take_run(self, run: &OpenRun, from: &str) -> Result<bool> {
+        self.store.one_row(
             query(
                 "UPDATE job_runs SET node_id = ?1, node_epoch = ?2 WHERE id = ?3 AND node_id = ?4 \
                  AND node_epoch IS NOT DISTINCT FROM ?5 \
                  AND NOT EXISTS (SELECT 1 FROM nodes WHERE id = ?4 AND epoch = job_runs.node_epoch)",
             )
-            .bind(self.node())
-            .bind(self.stamp())
+            .bind(self.store.node())
+            .bind(self.store.stamp())
             .bind(run.run_id)
             .bind(from)
             .bind(&run.node_epoch),
@@ -287,8 +300,11 @@ mod tests {
             profile: "fast".into(),
             ..Default::default()
         };
-        let t = node.create_task(&new).await.unwrap();
-        assert_eq!(node.start_task_row(&t.id).await.unwrap().unwrap().id, t.id);
+        let t = node.tasks().create(&new).await.unwrap();
+        assert_eq!(
+            node.tasks().start_row(&t.id).await.unwrap().unwrap().id,
+            t.id
+        );
         t.id
     }
 
@@ -300,15 +316,15 @@ mod tests {
             timezone: "UTC".into(),
             ..NewJob::default()
         };
-        store.create_job(&new).await.unwrap().id
+        store.jobs().create(&new).await.unwrap().id
     }
 
     /// Nodes a and b of `store`, both joined.
     async fn two_nodes(store: &Store) -> (Store, Store) {
         let a = store.clone().with_node("node-a");
         let b = store.clone().with_node("node-b");
-        a.join_cluster("host-a", 1, None, LEASE).await.unwrap();
-        b.join_cluster("host-b", 2, None, LEASE).await.unwrap();
+        a.nodes().join("host-a", 1, None, LEASE).await.unwrap();
+        b.nodes().join("host-b", 2, None, LEASE).await.unwrap();
         (a, b)
     }
 
@@ -316,8 +332,9 @@ mod tests {
     async fn followed_by(a: &Store, store: &Store) -> i64 {
         let followed = job(store, "followed").await;
         let job_task = claimed_task(a).await;
-        assert!(a.lock_job(&followed, &job_task).await.unwrap());
-        a.add_job_run(&followed, now(), RunOutcome::Fired, Some(&job_task), None)
+        assert!(a.jobs().lock(&followed, &job_task).await.unwrap());
+        a.jobs()
+            .add_run(&followed, now(), RunOutcome::Fired, Some(&job_task), None)
             .await
             .unwrap()
     }
@@ -328,77 +345,99 @@ mod tests {
         async fn a_silent_node_leaves_its_tasks_locks_and_runs_to_the_others(store: Store) {
             let a = store.clone().with_node("node-a");
             let b = store.clone().with_node("node-b");
-            a.join_cluster("host-a", 1, Some("127.0.0.1:1"), LEASE)
+            a.nodes()
+                .join("host-a", 1, Some("127.0.0.1:1"), LEASE)
                 .await
                 .unwrap();
-            b.join_cluster("host-b", 2, None, LEASE).await.unwrap();
-            assert_eq!(store.nodes().await.unwrap().len(), 2);
+            b.nodes().join("host-b", 2, None, LEASE).await.unwrap();
+            assert_eq!(store.nodes().list().await.unwrap().len(), 2);
             // The same node id from another process, while it beats: refused.
-            let copy = a.join_cluster("host-c", 3, None, LEASE).await.unwrap_err();
+            let copy = a.nodes().join("host-c", 3, None, LEASE).await.unwrap_err();
             assert!(matches!(copy, StoreError::NodeInUse { .. }), "{copy}");
 
             let on_a = claimed_task(&a).await;
             let on_b = claimed_task(&b).await;
             let waiting = job(&store, "placeholder").await;
             assert!(
-                a.lock_job(&waiting, &format!("{}x", placeholder_prefix(a.node())))
+                a.jobs()
+                    .lock(&waiting, &format!("{}x", placeholder_prefix(a.node())))
                     .await
                     .unwrap()
             );
             let of_b = job(&store, "b's placeholder").await;
             assert!(
-                b.lock_job(&of_b, &format!("{}y", placeholder_prefix(b.node())))
+                b.jobs()
+                    .lock(&of_b, &format!("{}y", placeholder_prefix(b.node())))
                     .await
                     .unwrap()
             );
             let followed = job(&store, "followed").await;
             let job_task = claimed_task(&a).await;
-            assert!(a.lock_job(&followed, &job_task).await.unwrap());
+            assert!(a.jobs().lock(&followed, &job_task).await.unwrap());
             let run = a
-                .add_job_run(&followed, now(), RunOutcome::Fired, Some(&job_task), None)
+                .jobs()
+                .add_run(&followed, now(), RunOutcome::Fired, Some(&job_task), None)
                 .await
                 .unwrap();
 
             // Seen from b, a minute on: a is silent, b is not among the silent.
             let since = now() + Duration::minutes(1);
             assert_eq!(
-                b.silent_nodes(since).await.unwrap(),
+                b.nodes().silent(since).await.unwrap(),
                 vec!["node-a".to_string()]
             );
             // Revoked first: from here on a's lease fences everything it still tries.
-            assert!(b.revoke_node("node-a", since).await.unwrap());
-            assert!(!b.revoke_node("node-a", since).await.unwrap(), "once");
+            assert!(b.nodes().revoke("node-a", since).await.unwrap());
+            assert!(!b.nodes().revoke("node-a", since).await.unwrap(), "once");
             assert_eq!(
-                b.fail_running_on("node-a", FailReason::Interrupted)
+                b.tasks()
+                    .fail_running_on("node-a", FailReason::Interrupted)
                     .await
                     .unwrap(),
                 2
             );
-            let t = store.task(&on_a).await.unwrap();
+            let t = store.tasks().get(&on_a).await.unwrap();
             assert_eq!(
                 (t.state, t.reason),
                 (TaskState::Failed, Some(FailReason::Interrupted))
             );
-            assert_eq!(store.task(&on_b).await.unwrap().state, TaskState::Running);
-            assert_eq!(b.release_placeholders_of("node-a").await.unwrap(), 1);
-            assert_eq!(store.job(&waiting).await.unwrap().running_task_id, None);
-            assert!(store.job(&of_b).await.unwrap().running_task_id.is_some());
+            assert_eq!(
+                store.tasks().get(&on_b).await.unwrap().state,
+                TaskState::Running
+            );
+            assert_eq!(b.jobs().release_placeholders_of("node-a").await.unwrap(), 1);
+            assert_eq!(
+                store.jobs().get(&waiting).await.unwrap().running_task_id,
+                None
+            );
+            assert!(
+                store
+                    .jobs()
+                    .get(&of_b)
+                    .await
+                    .unwrap()
+                    .running_task_id
+                    .is_some()
+            );
 
-            let open = b.open_runs_of("node-a").await.unwrap();
+            let open = b.jobs().open_runs_of("node-a").await.unwrap();
             assert_eq!(open.len(), 1);
             assert_eq!(
                 (open[0].run_id, open[0].task_id.as_str()),
                 (run, job_task.as_str())
             );
-            assert!(b.take_run(&open[0], "node-a").await.unwrap());
-            assert!(!b.take_run(&open[0], "node-a").await.unwrap(), "taken once");
-            assert_eq!(b.open_runs_of("node-b").await.unwrap().len(), 1);
+            assert!(b.jobs().take_run(&open[0], "node-a").await.unwrap());
+            assert!(
+                !b.jobs().take_run(&open[0], "node-a").await.unwrap(),
+                "taken once"
+            );
+            assert_eq!(b.jobs().open_runs_of("node-b").await.unwrap().len(), 1);
             // a's next beat finds its row gone: it was taken for dead, and knows it.
             let epoch = t.node_epoch.clone().expect("claimed under a lease");
             assert!(a.lease().holds(&epoch));
-            assert!(!a.beat().await.unwrap());
+            assert!(!a.nodes().beat().await.unwrap());
             assert!(!a.lease().holds(&epoch));
-            assert!(b.beat().await.unwrap());
+            assert!(b.nodes().beat().await.unwrap());
         }
     );
 
@@ -408,18 +447,22 @@ mod tests {
         async fn nothing_is_written_or_claimed_under_a_lease_taken_over(store: Store) {
             let (a, b) = two_nodes(&store).await;
             let mine = claimed_task(&a).await;
-            let task = store.task(&mine).await.unwrap();
+            let task = store.tasks().get(&mine).await.unwrap();
             let epoch = task.node_epoch.clone().expect("claimed under a's lease");
             let row = |seq| crate::testing::note(1, "a note").into_step(seq, now());
             // Under its lease a's steps are taken.
-            a.add_steps(&mine, Some(&epoch), &[row(1)]).await.unwrap();
+            a.tasks()
+                .add_steps(&mine, Some(&epoch), &[row(1)])
+                .await
+                .unwrap();
             // b declares a dead (a stopped process): a does not know yet.
             assert!(
-                b.revoke_node("node-a", now() + Duration::minutes(1))
+                b.nodes()
+                    .revoke("node-a", now() + Duration::minutes(1))
                     .await
                     .unwrap()
             );
-            let refused = a.add_steps(&mine, Some(&epoch), &[row(2)]).await;
+            let refused = a.tasks().add_steps(&mine, Some(&epoch), &[row(2)]).await;
             assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
             let end = crate::TaskOutcome {
                 state: TaskState::Succeeded,
@@ -431,14 +474,19 @@ mod tests {
                 completion_tokens: 0,
             };
             assert_eq!(
-                a.finish_task_row(&mine, &end).await.unwrap().map(|t| t.id),
+                a.tasks()
+                    .finish_row(&mine, &end)
+                    .await
+                    .unwrap()
+                    .map(|t| t.id),
                 None
             );
-            let hold = a.hold_task(&mine, "{}", None).await;
+            let hold = a.holds().hold(&mine, "{}", None).await;
             assert!(hold.is_err(), "held under a lost lease");
             // Nor is anything new claimed by it.
             let pending = a
-                .create_task(&NewTask {
+                .tasks()
+                .create(&NewTask {
                     task: "queued".into(),
                     origin: Origin::Api,
                     profile: "fast".into(),
@@ -446,25 +494,47 @@ mod tests {
                 })
                 .await
                 .unwrap();
-            assert!(a.claim_next_pending().await.unwrap().is_none());
-            assert!(a.start_task_row(&pending.id).await.unwrap().is_none());
-            assert_eq!(store.steps(&mine).await.unwrap().len(), 1);
-            assert_eq!(store.task(&mine).await.unwrap().state, TaskState::Running);
+            assert!(a.tasks().claim_next_pending().await.unwrap().is_none());
+            assert!(a.tasks().start_row(&pending.id).await.unwrap().is_none());
+            assert_eq!(store.tasks().steps(&mine).await.unwrap().len(), 1);
+            assert_eq!(
+                store.tasks().get(&mine).await.unwrap().state,
+                TaskState::Running
+            );
             // The sweep ends it; a joins again under a new lease and its new work is its own,
             // while the old task stays fenced.
-            assert_eq!(b.fail_orphaned(FailReason::Interrupted).await.unwrap(), 1);
-            assert!(!a.beat().await.unwrap());
-            a.join_cluster("host-a", 1, None, LEASE).await.unwrap();
+            assert_eq!(
+                b.tasks()
+                    .fail_orphaned(FailReason::Interrupted)
+                    .await
+                    .unwrap(),
+                1
+            );
+            assert!(!a.nodes().beat().await.unwrap());
+            a.nodes().join("host-a", 1, None, LEASE).await.unwrap();
             let again = a
+                .tasks()
                 .claim_next_pending()
                 .await
                 .unwrap()
                 .expect("claimed again");
             assert_ne!(again.node_epoch.as_deref(), Some(epoch.as_str()));
-            assert_eq!(b.fail_orphaned(FailReason::Interrupted).await.unwrap(), 0);
-            let refused = a.add_steps(&mine, Some(&epoch), &[row(2)]).await;
+            assert_eq!(
+                b.tasks()
+                    .fail_orphaned(FailReason::Interrupted)
+                    .await
+                    .unwrap(),
+                0
+            );
+            let refused = a.tasks().add_steps(&mine, Some(&epoch), &[row(2)]).await;
             assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
-            assert!(a.finish_task_row(&again.id, &end).await.unwrap().is_some());
+            assert!(
+                a.tasks()
+                    .finish_row(&again.id, &end)
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
         }
     );
 
@@ -474,16 +544,17 @@ mod tests {
         async fn a_restart_racing_a_take_over_follows_each_run_once(store: Store) {
             let (a, b) = two_nodes(&store).await;
             followed_by(&a, &store).await;
-            let open = b.open_runs_of("node-a").await.unwrap();
+            let open = b.jobs().open_runs_of("node-a").await.unwrap();
             // a restarts (a new lease) while b, which read the run before, takes it over.
             let restarted = store.clone().with_node("node-a");
             restarted
-                .join_cluster("host-a", 1, None, LEASE)
+                .nodes()
+                .join("host-a", 1, None, LEASE)
                 .await
                 .unwrap();
-            let own = restarted.open_runs_of("node-a").await.unwrap();
-            let by_restart = restarted.take_run(&own[0], "node-a").await.unwrap();
-            let by_b = b.take_run(&open[0], "node-a").await.unwrap();
+            let own = restarted.jobs().open_runs_of("node-a").await.unwrap();
+            let by_restart = restarted.jobs().take_run(&own[0], "node-a").await.unwrap();
+            let by_b = b.jobs().take_run(&open[0], "node-a").await.unwrap();
             assert!(by_restart, "the restarted node follows its own run");
             assert!(!by_b, "and nobody else does");
         }
@@ -497,22 +568,22 @@ mod tests {
             let run = followed_by(&a, &store).await;
             // Taken for silent since a moment ago, but a beat since: it keeps its run.
             let since = now() - Duration::seconds(1);
-            assert!(a.beat().await.unwrap());
-            let open = b.open_runs_of("node-a").await.unwrap();
+            assert!(a.nodes().beat().await.unwrap());
+            let open = b.jobs().open_runs_of("node-a").await.unwrap();
             assert_eq!(open.first().map(|r| r.run_id), Some(run));
-            assert!(!b.revoke_node("node-a", since).await.unwrap());
+            assert!(!b.nodes().revoke("node-a", since).await.unwrap());
             assert!(
-                !b.take_run(&open[0], "node-a").await.unwrap(),
+                !b.jobs().take_run(&open[0], "node-a").await.unwrap(),
                 "a holds its lease"
             );
             // A graceful stop: silent for anyone at once.
-            a.leave_cluster().await.unwrap();
+            a.nodes().leave().await.unwrap();
             assert_eq!(
-                b.silent_nodes(now() - LEASE).await.unwrap(),
+                b.nodes().silent(now() - LEASE).await.unwrap(),
                 vec!["node-a".to_string()]
             );
-            assert!(b.revoke_node("node-a", now() - LEASE).await.unwrap());
-            assert!(b.take_run(&open[0], "node-a").await.unwrap());
+            assert!(b.nodes().revoke("node-a", now() - LEASE).await.unwrap());
+            assert!(b.jobs().take_run(&open[0], "node-a").await.unwrap());
         }
     );
 }

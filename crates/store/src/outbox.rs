@@ -1,9 +1,10 @@
 //! The durable outbox (`outbox`): a notice is stored before it is sent, and stays until it is
 //! sent or has failed for good.
 
+use super::aggregates::Outbox;
 use super::sql::{On, QueryScalar};
 use super::{
-    NoticeState, Result, Store, StoreError, json_list, limit_or, new_token, now, query, query_as,
+    NoticeState, Result, StoreError, json_list, limit_or, new_token, now, query, query_as,
     query_scalar,
 };
 use chrono::{DateTime, Utc};
@@ -50,7 +51,7 @@ pub struct NewNotice {
     pub refs: Option<String>,
 }
 
-/// Which notices [`Store::list_notices`] returns.
+/// Which notices [`Outbox::list`] returns.
 #[derive(Debug, Clone, Default)]
 pub struct NoticeFilter {
     pub task_id: Option<String>,
@@ -76,19 +77,20 @@ macro_rules! notice_where {
     };
 }
 
-impl Store {
-    pub async fn enqueue_notice(&self, n: &NewNotice) -> Result<i64> {
-        insert_notice_on(self, n).await
+impl Outbox<'_> {
+    pub async fn enqueue(self, n: &NewNotice) -> Result<i64> {
+        insert_notice_on(self.store, n).await
     }
 
-    pub async fn notice(&self, id: i64) -> Result<Option<Notice>> {
-        self.first(query_as(select!(outbox, "WHERE id = ?")).bind(id))
+    pub async fn get(self, id: i64) -> Result<Option<Notice>> {
+        self.store
+            .first(query_as(select!(outbox, "WHERE id = ?")).bind(id))
             .await
     }
 
     /// Pending notices whose next attempt is due, oldest first; of one channel, or of all.
-    pub async fn due_notices(
-        &self,
+    pub async fn due(
+        self,
         channel: Option<&str>,
         at: DateTime<Utc>,
         limit: i64,
@@ -98,13 +100,14 @@ impl Store {
             "WHERE state = 'pending' AND next_attempt_at <= ?1 \
              AND (?2 IS NULL OR channel = ?2) ORDER BY next_attempt_at, id LIMIT ?3"
         );
-        self.all(query_as(sql).bind(at).bind(channel).bind(limit))
+        self.store
+            .all(query_as(sql).bind(at).bind(channel).bind(limit))
             .await
     }
 
     /// Due pending notices whose channel is none of `channels` (removed from the config).
-    pub async fn due_notices_off(
-        &self,
+    pub async fn due_off(
+        self,
         channels: &[String],
         at: DateTime<Utc>,
         limit: i64,
@@ -120,31 +123,27 @@ impl Store {
              AND channel NOT IN (SELECT jsonb_array_elements_text($2::jsonb)) ORDER BY id LIMIT $3"
         );
         let list = json_list(channels);
-        self.all(query_as(sql).pg(pg).bind(at).bind(list).bind(limit))
+        self.store
+            .all(query_as(sql).pg(pg).bind(at).bind(list).bind(limit))
             .await
     }
 
     /// The earliest time a pending notice (of one channel, or of any) is due, so the sender
     /// can sleep until then.
-    pub async fn next_notice_due(&self, channel: Option<&str>) -> Result<Option<DateTime<Utc>>> {
+    pub async fn next_due(self, channel: Option<&str>) -> Result<Option<DateTime<Utc>>> {
         Ok(query_scalar(
             "SELECT MIN(next_attempt_at) FROM outbox WHERE state = 'pending' \
              AND (?1 IS NULL OR channel = ?1)",
         )
         .bind(channel)
-        .fetch_one(self)
+        .fetch_one(self.store)
         .await?)
     }
 
     /// Take a due notice for one send attempt: its next attempt moves to `until`, so no other
     /// sender on a shared database takes it meanwhile, and if this one dies mid-send another
     /// sends it once `until` passes. False when it is not due any more (taken, sent, failed).
-    pub async fn lease_notice(
-        &self,
-        id: i64,
-        at: DateTime<Utc>,
-        until: DateTime<Utc>,
-    ) -> Result<bool> {
+    pub async fn lease(self, id: i64, at: DateTime<Utc>, until: DateTime<Utc>) -> Result<bool> {
         let lease = query(
             "UPDATE outbox SET next_attempt_at = ? WHERE id = ? AND state = 'pending' \
              AND next_attempt_at <= ?",
@@ -152,21 +151,21 @@ impl Store {
         .bind(until)
         .bind(id)
         .bind(at);
-        self.one_row(lease).await
+        self.store.one_row(lease).await
     }
 
-    pub async fn mark_notice_sent(&self, id: i64) -> Result<()> {
+    pub async fn mark_sent(self, id: i64) -> Result<()> {
         let sent = query(
             "UPDATE outbox SET state = 'sent', attempts = attempts + 1, sent_at = ?, last_error = NULL WHERE id = ?",
         )
         .bind(now())
         .bind(id);
-        self.run(sent).await
+        self.store.run(sent).await
     }
 
     /// A failed attempt: retry at `next`, or give up (`next` = None) and mark it failed.
-    pub async fn mark_notice_attempt_failed(
-        &self,
+    pub async fn mark_attempt_failed(
+        self,
         id: i64,
         error: &str,
         next: Option<DateTime<Utc>>,
@@ -184,19 +183,19 @@ impl Store {
             .bind(error)
             .bind(id),
         };
-        self.run(attempt).await
+        self.store.run(attempt).await
     }
 
-    pub async fn notices_for_task(&self, task_id: &str) -> Result<Vec<Notice>> {
-        self.list_notices(&NoticeFilter {
+    pub async fn for_task(self, task_id: &str) -> Result<Vec<Notice>> {
+        self.list(&NoticeFilter {
             task_id: Some(task_id.to_string()),
             ..NoticeFilter::oldest_first()
         })
         .await
     }
 
-    pub async fn notices_for_run(&self, run_id: i64) -> Result<Vec<Notice>> {
-        self.list_notices(&NoticeFilter {
+    pub async fn for_run(self, run_id: i64) -> Result<Vec<Notice>> {
+        self.list(&NoticeFilter {
             run_id: Some(run_id),
             ..NoticeFilter::oldest_first()
         })
@@ -204,21 +203,53 @@ impl Store {
     }
 
     /// Notices matching every filter that is set.
-    pub async fn list_notices(&self, f: &NoticeFilter) -> Result<Vec<Notice>> {
+    pub async fn list(self, f: &NoticeFilter) -> Result<Vec<Notice>> {
         let sql = if f.newest_first {
             select!(outbox, notice_where!(), " ORDER BY id DESC LIMIT ?5")
         } else {
             select!(outbox, notice_where!(), " ORDER BY id LIMIT ?5")
         };
-        self.all(
-            query_as(sql)
-                .bind(&f.task_id)
-                .bind(f.run_id)
-                .bind(&f.job_id)
-                .bind(f.state)
-                .bind(limit_or(f.limit, i64::MAX)),
+        self.store
+            .all(
+                query_as(sql)
+                    .bind(&f.task_id)
+                    .bind(f.run_id)
+                    .bind(&f.job_id)
+                    .bind(f.state)
+                    .bind(limit_or(f.limit, i64::MAX)),
+            )
+            .await
+    }
+
+    /// The notice whose token a reply names.
+    pub async fn by_token(self, token: &str) -> Result<Option<Notice>> {
+        self.store
+            .first(query_as(select!(outbox, "WHERE token = ?")).bind(token))
+            .await
+    }
+
+    /// The notice a chat server knows by `remote_id` (the event it was sent as, or any of the
+    /// messages its parts went out as).
+    pub async fn by_remote(self, remote_id: &str) -> Result<Option<Notice>> {
+        self.store.first(
+            query_as(select!(
+                outbox,
+                "WHERE remote_id = ?1 OR id = (SELECT notice_id FROM chat_parts WHERE remote_id = ?1 LIMIT 1)"
+            ))
+            .bind(remote_id),
         )
         .await
+    }
+
+    /// Record the id a chat server gave notice `id` (its first event), so that replies in its
+    /// thread and reactions to it find it. Written before the notice is marked sent.
+    pub async fn set_remote(self, id: i64, remote_id: &str) -> Result<()> {
+        query("UPDATE outbox SET remote_id = ? WHERE id = ?")
+            .bind(remote_id)
+            .bind(id)
+            .execute(self.store)
+            .await?;
+        Ok(())
     }
 }
 

@@ -5,6 +5,7 @@
 //! Owns: the rows, their expiry and their bound. Must not: make or see cookie values (the HTTP
 //! layer hashes them), or decide how long a session lasts.
 
+use super::aggregates::Sessions;
 use super::{Result, Store, now, query, query_as};
 use chrono::{DateTime, Utc};
 
@@ -20,10 +21,18 @@ pub struct StoredSession {
 const OVER_BOUND_BATCH: i64 = 1000;
 
 impl Store {
+    /// How many sessions are stored (live or not yet pruned).
+    #[cfg(test)]
+    async fn session_count(&self) -> Result<i64> {
+        self.count("SELECT COUNT(*) FROM sessions").await
+    }
+}
+
+impl Sessions<'_> {
     /// Record a new session, after dropping expired ones and, when `max` are kept already,
     /// the oldest, so at most `max` remain.
-    pub async fn add_session(
-        &self,
+    pub async fn add(
+        self,
         id_hash: &str,
         csrf: &str,
         expires_at: DateTime<Utc>,
@@ -32,35 +41,39 @@ impl Store {
         let t = now();
         // Three statements, no transaction: none depends on another being undone with it, and
         // sign-ins on several nodes at once then never wait on each other's row locks.
-        self.run(query("DELETE FROM sessions WHERE expires_at <= ?").bind(t))
+        self.store
+            .run(query("DELETE FROM sessions WHERE expires_at <= ?").bind(t))
             .await?;
-        self.run(
-            query(
-                "INSERT INTO sessions (id_hash, csrf, created_at, expires_at) \
+        self.store
+            .run(
+                query(
+                    "INSERT INTO sessions (id_hash, csrf, created_at, expires_at) \
                  VALUES (?, ?, ?, ?)",
+                )
+                .bind(id_hash)
+                .bind(csrf)
+                .bind(t)
+                .bind(expires_at),
             )
-            .bind(id_hash)
-            .bind(csrf)
-            .bind(t)
-            .bind(expires_at),
-        )
-        .await?;
-        self.run(
-            query(
-                "DELETE FROM sessions WHERE id_hash IN (SELECT id_hash FROM sessions \
+            .await?;
+        self.store
+            .run(
+                query(
+                    "DELETE FROM sessions WHERE id_hash IN (SELECT id_hash FROM sessions \
                  ORDER BY created_at DESC, id_hash DESC LIMIT ? OFFSET ?)",
+                )
+                .bind(OVER_BOUND_BATCH)
+                .bind(max.max(1)),
             )
-            .bind(OVER_BOUND_BATCH)
-            .bind(max.max(1)),
-        )
-        .await?;
+            .await?;
         Ok(())
     }
 
     /// The live session whose cookie hashes to `id_hash`. An expired one is deleted on the way
     /// and is not returned.
-    pub async fn session(&self, id_hash: &str) -> Result<Option<StoredSession>> {
+    pub async fn get(self, id_hash: &str) -> Result<Option<StoredSession>> {
         let found: Option<StoredSession> = self
+            .store
             .first(
                 query_as("SELECT csrf, created_at, expires_at FROM sessions WHERE id_hash = ?")
                     .bind(id_hash),
@@ -74,7 +87,7 @@ impl Store {
                     .bind(now());
                 // Tidying only: on a database that cannot be written (a full disk) the answer
                 // is the same, and the next sign-in's prune drops the row.
-                if let Err(e) = self.run(expired).await {
+                if let Err(e) = self.store.run(expired).await {
                     tracing::debug!(error = %e, "could not delete an expired session yet");
                 }
                 Ok(None)
@@ -84,15 +97,10 @@ impl Store {
     }
 
     /// Sign out: the session is gone for every node at once. False when there was none.
-    pub async fn remove_session(&self, id_hash: &str) -> Result<bool> {
-        self.one_row(query("DELETE FROM sessions WHERE id_hash = ?").bind(id_hash))
+    pub async fn remove(self, id_hash: &str) -> Result<bool> {
+        self.store
+            .one_row(query("DELETE FROM sessions WHERE id_hash = ?").bind(id_hash))
             .await
-    }
-
-    /// How many sessions are stored (live or not yet pruned).
-    #[cfg(test)]
-    async fn session_count(&self) -> Result<i64> {
-        self.count("SELECT COUNT(*) FROM sessions").await
     }
 }
 
@@ -111,20 +119,22 @@ mod tests {
         async fn a_session_is_found_by_its_hash_until_removed_or_expired(store: Store) {
             let week = now() + Duration::days(7);
             store
-                .add_session(&hash(1), "csrf-1", week, 10)
+                .sessions()
+                .add(&hash(1), "csrf-1", week, 10)
                 .await
                 .unwrap();
-            let found = store.session(&hash(1)).await.unwrap().expect("live");
+            let found = store.sessions().get(&hash(1)).await.unwrap().expect("live");
             assert_eq!(found.csrf, "csrf-1");
             assert_eq!(found.expires_at, week);
-            assert!(store.session(&hash(2)).await.unwrap().is_none());
-            assert!(store.remove_session(&hash(1)).await.unwrap());
-            assert!(!store.remove_session(&hash(1)).await.unwrap());
-            assert!(store.session(&hash(1)).await.unwrap().is_none());
+            assert!(store.sessions().get(&hash(2)).await.unwrap().is_none());
+            assert!(store.sessions().remove(&hash(1)).await.unwrap());
+            assert!(!store.sessions().remove(&hash(1)).await.unwrap());
+            assert!(store.sessions().get(&hash(1)).await.unwrap().is_none());
 
             // Expired: not returned, and deleted by the lookup.
             store
-                .add_session(&hash(3), "csrf-3", week, 10)
+                .sessions()
+                .add(&hash(3), "csrf-3", week, 10)
                 .await
                 .unwrap();
             query("UPDATE sessions SET expires_at = ? WHERE id_hash = ?")
@@ -133,7 +143,7 @@ mod tests {
                 .execute(&store)
                 .await
                 .unwrap();
-            assert!(store.session(&hash(3)).await.unwrap().is_none());
+            assert!(store.sessions().get(&hash(3)).await.unwrap().is_none());
             assert_eq!(store.session_count().await.unwrap(), 0);
         }
     );
@@ -144,14 +154,17 @@ mod tests {
         async fn signing_in_drops_expired_sessions_and_the_oldest_past_the_bound(store: Store) {
             let week = now() + Duration::days(7);
             for i in 0..3 {
-                store.add_session(&hash(i), "c", week, 3).await.unwrap();
+                store.sessions().add(&hash(i), "c", week, 3).await.unwrap();
             }
             // A fourth: the oldest goes.
-            store.add_session(&hash(3), "c", week, 3).await.unwrap();
+            store.sessions().add(&hash(3), "c", week, 3).await.unwrap();
             assert_eq!(store.session_count().await.unwrap(), 3);
-            assert!(store.session(&hash(0)).await.unwrap().is_none());
+            assert!(store.sessions().get(&hash(0)).await.unwrap().is_none());
             for i in 1..4 {
-                assert!(store.session(&hash(i)).await.unwrap().is_some(), "{i}");
+                assert!(
+                    store.sessions().get(&hash(i)).await.unwrap().is_some(),
+                    "{i}"
+                );
             }
             // An expired one goes at the next sign-in even under the bound.
             query("UPDATE sessions SET expires_at = ? WHERE id_hash = ?")
@@ -160,9 +173,9 @@ mod tests {
                 .execute(&store)
                 .await
                 .unwrap();
-            store.add_session(&hash(4), "c", week, 10).await.unwrap();
+            store.sessions().add(&hash(4), "c", week, 10).await.unwrap();
             assert_eq!(store.session_count().await.unwrap(), 3);
-            assert!(store.session(&hash(2)).await.unwrap().is_none());
+            assert!(store.sessions().get(&hash(2)).await.unwrap().is_none());
         }
     );
 }

@@ -1,5 +1,6 @@
 //! Tasks and their trace (`tasks`, `task_steps`).
 
+use super::aggregates::Tasks;
 use super::sql::{Arg, Bind as _};
 use super::{Builder, query, query_as};
 use super::{
@@ -22,7 +23,7 @@ macro_rules! insert_tasks {
 /// than an instruction needs, far less than would crowd the model's context.
 pub const MAX_TASK_CHARS: usize = 20_000;
 
-/// A task as stored. `steps` are loaded separately ([`Store::steps`]).
+/// A task as stored. `steps` are loaded separately ([`Tasks::steps`]).
 #[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
 pub struct Task {
     pub id: String,
@@ -121,7 +122,7 @@ impl NewStep {
     }
 }
 
-/// Filters for [`Store::list_tasks`].
+/// Filters for [`Tasks::list`].
 #[derive(Debug, Clone, Default)]
 pub struct TaskFilter {
     pub state: Option<TaskState>,
@@ -130,54 +131,6 @@ pub struct TaskFilter {
 }
 
 impl Store {
-    pub async fn create_task(&self, new: &NewTask) -> Result<Task> {
-        let id = new_id();
-        // The lease epoch is read only for a task claimed as it is made: most are not.
-        let epoch = if new.claimed { self.stamp() } else { None };
-        // The row comes back from the insert itself: one round trip, not an insert and a read.
-        let mut insert = query_as(concat!(
-            insert_tasks!(),
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ",
-            columns!(tasks)
-        ));
-        for value in self.task_row(&id, new, now(), epoch.as_deref()) {
-            insert = insert.bind_arg(value);
-        }
-        self.inserted(insert).await
-    }
-
-    /// Several new tasks in one statement (a burst of job firings); the rows as stored, in the
-    /// order given.
-    pub async fn create_tasks(&self, new: &[NewTask]) -> Result<Vec<Task>> {
-        let mut created = Vec::with_capacity(new.len());
-        // 11 bound values a row, well under SQLite's 32,766-variable limit.
-        let epoch = self.stamp();
-        for chunk in new.chunks(500) {
-            let at = now();
-            let mut insert = Builder::new(insert_tasks!());
-            let ids: Vec<String> = chunk.iter().map(|_| new_id()).collect();
-            insert.push_values(chunk.iter().zip(&ids), |b, (n, id)| {
-                for value in self.task_row(id, n, at, epoch.as_deref()) {
-                    b.push_arg(value);
-                }
-            });
-            insert.push(concat!(" RETURNING ", columns!(tasks)));
-            // Sized by the burst, so not kept in the statement cache (see `claim_burst`).
-            let mut rows: Vec<Task> = self
-                .returning(insert.build_query_as().persistent(false))
-                .await?;
-            // RETURNING promises no order: put the rows back in the caller's.
-            let order: std::collections::HashMap<&str, usize> = ids
-                .iter()
-                .enumerate()
-                .map(|(i, id)| (id.as_str(), i))
-                .collect();
-            rows.sort_by_key(|t| order.get(t.id.as_str()).copied());
-            created.extend(rows);
-        }
-        Ok(created)
-    }
-
     /// The values of [`insert_tasks!`] for a new task made at `at`; a task claimed as it is
     /// made is running already, under this node's lease `epoch`.
     fn task_row(
@@ -207,22 +160,83 @@ impl Store {
         ]
     }
 
-    pub async fn task(&self, id: &str) -> Result<Task> {
-        found(self.find_task(id).await?, "task", id)
+    /// Tasks waiting for a worker, for `/healthz`: read from the `tasks_by_state` index, so
+    /// it costs what the queue holds, not the history (a test checks the plan).
+    pub(crate) async fn pending_count(&self) -> Result<i64> {
+        self.count(PENDING_COUNT).await
+    }
+}
+
+impl Tasks<'_> {
+    pub async fn create(self, new: &NewTask) -> Result<Task> {
+        let id = new_id();
+        // The lease epoch is read only for a task claimed as it is made: most are not.
+        let epoch = if new.claimed {
+            self.store.stamp()
+        } else {
+            None
+        };
+        // The row comes back from the insert itself: one round trip, not an insert and a read.
+        let mut insert = query_as(concat!(
+            insert_tasks!(),
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ",
+            columns!(tasks)
+        ));
+        for value in self.store.task_row(&id, new, now(), epoch.as_deref()) {
+            insert = insert.bind_arg(value);
+        }
+        self.store.inserted(insert).await
+    }
+
+    /// Several new tasks in one statement (a burst of job firings); the rows as stored, in the
+    /// order given.
+    pub async fn create_many(self, new: &[NewTask]) -> Result<Vec<Task>> {
+        let mut created = Vec::with_capacity(new.len());
+        // 11 bound values a row, well under SQLite's 32,766-variable limit.
+        let epoch = self.store.stamp();
+        for chunk in new.chunks(500) {
+            let at = now();
+            let mut insert = Builder::new(insert_tasks!());
+            let ids: Vec<String> = chunk.iter().map(|_| new_id()).collect();
+            insert.push_values(chunk.iter().zip(&ids), |b, (n, id)| {
+                for value in self.store.task_row(id, n, at, epoch.as_deref()) {
+                    b.push_arg(value);
+                }
+            });
+            insert.push(concat!(" RETURNING ", columns!(tasks)));
+            // Sized by the burst, so not kept in the statement cache (see `claim_burst`).
+            let mut rows: Vec<Task> = self
+                .store
+                .returning(insert.build_query_as().persistent(false))
+                .await?;
+            // RETURNING promises no order: put the rows back in the caller's.
+            let order: std::collections::HashMap<&str, usize> = ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (id.as_str(), i))
+                .collect();
+            rows.sort_by_key(|t| order.get(t.id.as_str()).copied());
+            created.extend(rows);
+        }
+        Ok(created)
+    }
+
+    pub async fn get(self, id: &str) -> Result<Task> {
+        found(self.find(id).await?, "task", id)
     }
 
     /// A task by its full id, or by a prefix that matches exactly one task (typing 6 of 16
     /// hex characters in a terminal is enough).
-    pub async fn find_task(&self, id: &str) -> Result<Option<Task>> {
+    pub async fn find(self, id: &str) -> Result<Option<Task>> {
         let exact = query_as(select!(tasks, "WHERE id = ?")).bind(id);
-        if let Some(t) = self.first(exact).await? {
+        if let Some(t) = self.store.first(exact).await? {
             return Ok(Some(t));
         }
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_hexdigit()) {
             return Ok(None);
         }
         let sql = select!(tasks, "WHERE id LIKE ? || '%' LIMIT 2");
-        let mut rows = self.all(query_as(sql).bind(id)).await?;
+        let mut rows = self.store.all(query_as(sql).bind(id)).await?;
         match rows.len() {
             1 => Ok(rows.pop()),
             0 => Ok(None),
@@ -233,35 +247,36 @@ impl Store {
     }
 
     /// Newest first.
-    pub async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
+    pub async fn list(self, filter: &TaskFilter) -> Result<Vec<Task>> {
         let sql = select!(
             tasks,
             "WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR job_id = ?2) \
              ORDER BY created_at DESC, id LIMIT ?3"
         );
-        self.all(
-            query_as(sql)
-                .bind(filter.state)
-                .bind(&filter.job_id)
-                .bind(limit_or(filter.limit, 50)),
-        )
-        .await
+        self.store
+            .all(
+                query_as(sql)
+                    .bind(filter.state)
+                    .bind(&filter.job_id)
+                    .bind(limit_or(filter.limit, 50)),
+            )
+            .await
     }
 
     /// Oldest pending tasks first: the order workers take them in.
-    pub async fn pending_tasks(&self, limit: i64) -> Result<Vec<Task>> {
+    pub async fn pending(self, limit: i64) -> Result<Vec<Task>> {
         let sql = select!(
             tasks,
             "WHERE state = 'pending' ORDER BY created_at, id LIMIT ?"
         );
-        self.all(query_as(sql).bind(limit)).await
+        self.store.all(query_as(sql).bind(limit)).await
     }
 
     /// Take the oldest pending task and mark it running, in one statement: workers never race
     /// each other for the same row, and no read-then-claim window exists. On PostgreSQL claimers
     /// run truly at once: each skips the rows another is claiming (`SKIP LOCKED`) instead of
     /// picking the same one and coming back empty while tasks are pending.
-    pub async fn claim_next_pending(&self) -> Result<Option<Task>> {
+    pub async fn claim_next_pending(self) -> Result<Option<Task>> {
         // Claimed only under a lease the node's row still holds (`lease.rs`): a node taken
         // for dead that does not know it yet takes nothing.
         let sql = concat!(
@@ -279,24 +294,25 @@ impl Store {
              RETURNING ",
             columns!(tasks)
         );
-        let epoch = self.stamp();
-        self.returning_one(
-            query_as(sql)
-                .pg(pg)
-                .bind(now())
-                .bind(self.node())
-                .bind(epoch),
-        )
-        .await
+        let epoch = self.store.stamp();
+        self.store
+            .returning_one(
+                query_as(sql)
+                    .pg(pg)
+                    .bind(now())
+                    .bind(self.store.node())
+                    .bind(epoch),
+            )
+            .await
     }
 
     /// pending → running. Returns false when the task was not pending (taken or cancelled).
-    pub async fn start_task(&self, id: &str) -> Result<bool> {
-        Ok(self.start_task_row(id).await?.is_some())
+    pub async fn start(self, id: &str) -> Result<bool> {
+        Ok(self.start_row(id).await?.is_some())
     }
 
-    /// [`Store::start_task`], returning the started row; `None` when it was not pending.
-    pub async fn start_task_row(&self, id: &str) -> Result<Option<Task>> {
+    /// [`Tasks::start`], returning the started row; `None` when it was not pending.
+    pub async fn start_row(self, id: &str) -> Result<Option<Task>> {
         let start = query_as(concat!(
             "UPDATE tasks SET state = 'running', started_at = ?1, node_id = ?2, node_epoch = ?3 \
              WHERE id = ?4 AND state = 'pending' \
@@ -304,21 +320,21 @@ impl Store {
             columns!(tasks)
         ))
         .bind(now())
-        .bind(self.node())
-        .bind(self.stamp())
+        .bind(self.store.node())
+        .bind(self.store.stamp())
         .bind(id);
-        self.returning_one(start).await
+        self.store.returning_one(start).await
     }
 
     /// running|pending → a final state. A task already finished keeps its first outcome
     /// (a cancel racing a success must not overwrite it); returns whether this call won.
-    pub async fn finish_task(&self, id: &str, outcome: &TaskOutcome) -> Result<bool> {
-        Ok(self.finish_task_row(id, outcome).await?.is_some())
+    pub async fn finish(self, id: &str, outcome: &TaskOutcome) -> Result<bool> {
+        Ok(self.finish_row(id, outcome).await?.is_some())
     }
 
-    /// [`Store::finish_task`], returning the finished row when this call won: one round trip
+    /// [`Tasks::finish`], returning the finished row when this call won: one round trip
     /// for the runner, which reports the row it ended.
-    pub async fn finish_task_row(&self, id: &str, outcome: &TaskOutcome) -> Result<Option<Task>> {
+    pub async fn finish_row(self, id: &str, outcome: &TaskOutcome) -> Result<Option<Task>> {
         let finish = query_as(concat!(
             "UPDATE tasks SET state = ?, answer = ?, error = ?, reason = ?, parse_failures = ?, \
              prompt_tokens = ?, completion_tokens = ?, finished_at = ?, waiting = FALSE \
@@ -344,11 +360,11 @@ impl Store {
         .bind(outcome.completion_tokens)
         .bind(now())
         .bind(id);
-        self.returning_one(finish).await
+        self.store.returning_one(finish).await
     }
 
     /// pending → cancelled; false when the task is no longer pending (it started somewhere).
-    pub async fn cancel_pending(&self, id: &str, error: &str) -> Result<bool> {
+    pub async fn cancel_pending(self, id: &str, error: &str) -> Result<bool> {
         let cancel = query(
             "UPDATE tasks SET state = 'cancelled', reason = 'cancelled', error = ?, finished_at = ? \
              WHERE id = ? AND state = 'pending'",
@@ -356,12 +372,12 @@ impl Store {
         .bind(error)
         .bind(now())
         .bind(id);
-        self.one_row(cancel).await
+        self.store.one_row(cancel).await
     }
 
     /// Fail the pending tasks of one origin (at daemon start: job tasks queued by a previous
     /// daemon, whose firing is over and whose answer would have nowhere to go).
-    pub async fn fail_pending_of_origin(&self, origin: Origin, reason: FailReason) -> Result<u64> {
+    pub async fn fail_pending_of_origin(self, origin: Origin, reason: FailReason) -> Result<u64> {
         let fail = query(
             "UPDATE tasks SET state = 'failed', reason = ?, \
              error = 'task was pending when the daemon stopped (' || ? || ')', finished_at = ? \
@@ -371,13 +387,13 @@ impl Store {
         .bind(reason.as_str())
         .bind(now())
         .bind(origin);
-        self.rows(fail).await
+        self.store.rows(fail).await
     }
 
     /// Mark every task still `running` or `pending` as failed with `reason`, except those
     /// waiting for a person (they continue from their checkpoint once answered). Used at start-up
     /// (`interrupted`: the previous process died) and at shutdown (`shutdown`).
-    pub async fn fail_unfinished(&self, states: &[TaskState], reason: FailReason) -> Result<u64> {
+    pub async fn fail_unfinished(self, states: &[TaskState], reason: FailReason) -> Result<u64> {
         let mut total = 0;
         for state in states {
             let fail = query(
@@ -390,13 +406,13 @@ impl Store {
             ))
             .bind(now())
             .bind(*state);
-            total += self.rows(fail).await?;
+            total += self.store.rows(fail).await?;
         }
         Ok(total)
     }
 
     /// Append a trace row; `seq` continues from the task's last row.
-    pub async fn add_step(&self, task_id: &str, step: &NewStep) -> Result<i64> {
+    pub async fn add_step(self, task_id: &str, step: &NewStep) -> Result<i64> {
         let insert = query_as(
             "INSERT INTO task_steps (task_id, seq, step, kind, name, request_tokens, result_tokens, \
              arguments, output, error, duration_ms, created_at, model, fingerprint, identity) \
@@ -417,7 +433,7 @@ impl Store {
         .bind(&step.model)
         .bind(&step.fingerprint)
         .bind(&step.identity);
-        let (seq,): (i64,) = self.inserted(insert).await?;
+        let (seq,): (i64,) = self.store.inserted(insert).await?;
         Ok(seq)
     }
 
@@ -426,7 +442,7 @@ impl Store {
     /// round trip. A `seq` already taken is a conflict, never an overwrite.
     /// `epoch`: the lease the task was claimed under, if any; refused with
     /// [`StoreError::Fenced`] once this node no longer holds it.
-    pub async fn add_steps(&self, task_id: &str, epoch: Option<&str>, rows: &[Step]) -> Result<()> {
+    pub async fn add_steps(self, task_id: &str, epoch: Option<&str>, rows: &[Step]) -> Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
@@ -455,34 +471,34 @@ impl Store {
                 .push_bind(&r.row.identity);
         });
         let Some(epoch) = epoch else {
-            insert.build().execute(self).await?;
+            insert.build().execute(self.store).await?;
             return Ok(());
         };
         // Under a lease: the rows go in only while the node's row still holds it, in the same
         // statement — on PostgreSQL with the row locked against a take-over's delete until the
         // rows are in (`lease.rs`).
         insert.push(") AS v WHERE EXISTS (SELECT 1 FROM nodes WHERE id = ");
-        insert.push_bind(self.node().unwrap_or_default());
+        insert.push_bind(self.store.node().unwrap_or_default());
         insert.push(" AND epoch = ");
         insert.push_bind(epoch);
-        insert.push(if self.is_postgres() {
+        insert.push(if self.store.is_postgres() {
             " FOR SHARE)"
         } else {
             ")"
         });
-        if insert.build().execute(self).await? == 0 {
+        if insert.build().execute(self.store).await? == 0 {
             return Err(StoreError::Fenced(super::Fenced));
         }
         Ok(())
     }
 
-    pub async fn steps(&self, task_id: &str) -> Result<Vec<Step>> {
+    pub async fn steps(self, task_id: &str) -> Result<Vec<Step>> {
         self.steps_after(task_id, 0).await
     }
 
     /// The task's trace rows with `seq` above `after`, in order: what a follower has not seen.
-    pub async fn steps_after(&self, task_id: &str, after: i64) -> Result<Vec<Step>> {
-        self.all(query_as(
+    pub async fn steps_after(self, task_id: &str, after: i64) -> Result<Vec<Step>> {
+        self.store.all(query_as(
             "SELECT seq, step, kind, name, request_tokens, result_tokens, arguments, output, error, \
              duration_ms, model, fingerprint, identity, created_at FROM task_steps \
              WHERE task_id = ? AND seq > ? ORDER BY seq",
@@ -492,24 +508,32 @@ impl Store {
         .await
     }
 
-    /// Tasks waiting for a worker, for `/healthz`: read from the `tasks_by_state` index, so
-    /// it costs what the queue holds, not the history (a test checks the plan).
-    pub(crate) async fn pending_count(&self) -> Result<i64> {
-        self.count(PENDING_COUNT).await
-    }
-
     /// Count of tasks per state, for `doctor` (a scan of every task: not for `/healthz`).
-    pub async fn task_counts(&self) -> Result<Vec<(TaskState, i64)>> {
-        self.all(query_as("SELECT state, COUNT(*) FROM tasks GROUP BY state"))
+    pub async fn counts(self) -> Result<Vec<(TaskState, i64)>> {
+        self.store
+            .all(query_as("SELECT state, COUNT(*) FROM tasks GROUP BY state"))
             .await
     }
 
     /// Count of tasks per state and origin, for `/metrics`.
-    pub async fn task_counts_by_origin(&self) -> Result<Vec<(TaskState, Origin, i64)>> {
-        self.all(query_as(
-            "SELECT state, origin, COUNT(*) FROM tasks GROUP BY state, origin",
-        ))
-        .await
+    pub async fn counts_by_origin(self) -> Result<Vec<(TaskState, Origin, i64)>> {
+        self.store
+            .all(query_as(
+                "SELECT state, origin, COUNT(*) FROM tasks GROUP BY state, origin",
+            ))
+            .await
+    }
+
+    /// The sub-tasks of `parent` that wait for a person.
+    pub async fn waiting_children(self, parent: &str) -> Result<Vec<String>> {
+        let rows: Vec<(String,)> = self
+            .store
+            .all(
+                query_as("SELECT id FROM tasks WHERE parent_id = ? AND waiting = TRUE")
+                    .bind(parent),
+            )
+            .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 }
 
@@ -527,13 +551,13 @@ pub struct TaskRecord {
     pub notices: Vec<super::Notice>,
 }
 
-impl Store {
-    pub async fn task_record(&self, id: &str) -> Result<Option<TaskRecord>> {
-        let Some(task) = self.find_task(id).await? else {
+impl Tasks<'_> {
+    pub async fn record(self, id: &str) -> Result<Option<TaskRecord>> {
+        let Some(task) = self.find(id).await? else {
             return Ok(None);
         };
         let steps = self.steps(&task.id).await?;
-        let notices = self.notices_for_task(&task.id).await?;
+        let notices = self.store.outbox().for_task(&task.id).await?;
         Ok(Some(TaskRecord {
             task,
             steps,

@@ -1,10 +1,12 @@
 use super::*;
+use crate::health::Health;
 use crate::{Delivery, FailReason, Origin};
 use chrono::{Duration as ChronoDuration, Utc};
 
 async fn task(store: &Store) -> Task {
     store
-        .create_task(&NewTask {
+        .tasks()
+        .create(&NewTask {
             task: "check the weather".into(),
             origin: Origin::Cli,
             profile: "fast".into(),
@@ -24,7 +26,8 @@ async fn on_disk() -> (tempfile::TempDir, Store) {
 /// Queue a notice on `channel`; its id.
 pub(super) async fn notice(store: &Store, channel: &str) -> i64 {
     store
-        .enqueue_notice(&NewNotice {
+        .outbox()
+        .enqueue(&NewNotice {
             channel: channel.into(),
             title: "Daily digest".into(),
             body: "# Hello".into(),
@@ -54,7 +57,7 @@ where
 #[tokio::test]
 async fn migrations_apply_to_an_empty_database_and_again_idempotently() {
     let (dir, store) = on_disk().await;
-    assert_eq!(store.task_counts().await.unwrap(), vec![]);
+    assert_eq!(store.tasks().counts().await.unwrap(), vec![]);
     store.close().await;
     // A second open finds the schema current and changes nothing.
     let store = Store::open(dir.path()).await.unwrap();
@@ -127,13 +130,14 @@ on_both_engines!(
     async fn tasks_and_steps_round_trip(store: Store) {
         let t = task(&store).await;
         assert_eq!(t.state, TaskState::Pending);
-        assert!(store.start_task(&t.id).await.unwrap());
+        assert!(store.tasks().start(&t.id).await.unwrap());
         assert!(
-            !store.start_task(&t.id).await.unwrap(),
+            !store.tasks().start(&t.id).await.unwrap(),
             "a task starts once"
         );
         for (i, kind) in [StepKind::Model, StepKind::Tool].into_iter().enumerate() {
             let seq = store
+                .tasks()
                 .add_step(
                     &t.id,
                     &NewStep {
@@ -156,7 +160,8 @@ on_both_engines!(
             assert_eq!(seq, i as i64 + 1);
         }
         let won = store
-            .finish_task(
+            .tasks()
+            .finish(
                 &t.id,
                 &TaskOutcome {
                     state: TaskState::Succeeded,
@@ -171,7 +176,7 @@ on_both_engines!(
             .await
             .unwrap();
         assert!(won);
-        let record = store.task_record(&t.id).await.unwrap().unwrap();
+        let record = store.tasks().record(&t.id).await.unwrap().unwrap();
         assert_eq!(record.task.state, TaskState::Succeeded);
         assert_eq!(record.task.answer.as_deref(), Some("sunny"));
         assert_eq!(record.task.parse_failures, 1);
@@ -188,12 +193,13 @@ on_both_engines!(
             prompt_tokens: 0,
             completion_tokens: 0,
         };
-        assert!(!store.finish_task(&t.id, &cancelled).await.unwrap());
+        assert!(!store.tasks().finish(&t.id, &cancelled).await.unwrap());
         // Lookup by a unique prefix.
-        let found = store.find_task(&t.id[..6]).await.unwrap().unwrap();
+        let found = store.tasks().find(&t.id[..6]).await.unwrap().unwrap();
         assert_eq!(found.id, t.id);
         let listed = store
-            .list_tasks(&TaskFilter {
+            .tasks()
+            .list(&TaskFilter {
                 state: Some(TaskState::Succeeded),
                 ..Default::default()
             })
@@ -208,18 +214,19 @@ on_both_engines!(
     tokio::test,
     async fn unfinished_tasks_are_marked_failed_with_a_reason(store: Store) {
         let running = task(&store).await;
-        store.start_task(&running.id).await.unwrap();
+        store.tasks().start(&running.id).await.unwrap();
         let pending = task(&store).await;
         let n = store
+            .tasks()
             .fail_unfinished(&[TaskState::Running], FailReason::Interrupted)
             .await
             .unwrap();
         assert_eq!(n, 1);
-        let t = store.task(&running.id).await.unwrap();
+        let t = store.tasks().get(&running.id).await.unwrap();
         assert_eq!(t.state, TaskState::Failed);
         assert_eq!(t.reason, Some(FailReason::Interrupted));
         assert_eq!(
-            store.task(&pending.id).await.unwrap().state,
+            store.tasks().get(&pending.id).await.unwrap().state,
             TaskState::Pending
         );
     }
@@ -231,20 +238,21 @@ on_both_engines!(
     async fn working_memory_round_trips_in_character_pages(store: Store) {
         let t = task(&store).await;
         let content = "乌龙茶".repeat(10) + "x".repeat(70).as_str();
-        let key = store.put_working(&t.id, &content).await.unwrap();
-        let page = store.read_working(&key, 0, 25).await.unwrap();
+        let key = store.working().put(&t.id, &content).await.unwrap();
+        let page = store.working().read(&key, 0, 25).await.unwrap();
         assert_eq!(page.total_chars, 100);
         assert_eq!(page.text.chars().count(), 25);
         assert_eq!(page.next_offset, Some(25));
-        let last = store.read_working(&key, 90, 25).await.unwrap();
+        let last = store.working().read(&key, 90, 25).await.unwrap();
         assert_eq!(last.text, "x".repeat(10));
         assert_eq!(last.next_offset, None);
         assert!(matches!(
-            store.read_working("wm_nope", 0, 10).await,
+            store.working().read("wm_nope", 0, 10).await,
             Err(StoreError::NotFound { .. })
         ));
         let pruned = store
-            .prune_working(Utc::now() + ChronoDuration::seconds(1))
+            .working()
+            .prune(Utc::now() + ChronoDuration::seconds(1))
             .await
             .unwrap();
         assert_eq!(pruned, 1);
@@ -255,10 +263,13 @@ on_both_engines!(
     Memory,
     tokio::test,
     async fn snapshots_round_trip_and_overwrite(store: Store) {
-        assert!(store.snapshot("page:x").await.unwrap().is_none());
-        store.put_snapshot("page:x", "one").await.unwrap();
-        store.put_snapshot("page:x", "two").await.unwrap();
-        assert_eq!(store.snapshot("page:x").await.unwrap().unwrap().0, "two");
+        assert!(store.snapshots().get("page:x").await.unwrap().is_none());
+        store.snapshots().put("page:x", "one").await.unwrap();
+        store.snapshots().put("page:x", "two").await.unwrap();
+        assert_eq!(
+            store.snapshots().get("page:x").await.unwrap().unwrap().0,
+            "two"
+        );
     }
 );
 
@@ -268,7 +279,7 @@ on_both_engines!(
     async fn jobs_and_runs_round_trip_and_claims_are_exclusive(store: Store) {
         let due = Utc::now();
         let job = store
-        .create_job(&NewJob {
+        .jobs().create(&NewJob {
             name: "digest".into(),
             task: "summarise my feeds".into(),
             schedule: "0 8 * * *".into(),
@@ -282,42 +293,46 @@ on_both_engines!(
         })
         .await
         .unwrap();
-        assert_eq!(store.list_jobs().await.unwrap(), vec![job.clone()]);
+        assert_eq!(store.jobs().list().await.unwrap(), vec![job.clone()]);
         assert_eq!(job.notify, vec!["email".to_string()]);
         let next = due + ChronoDuration::days(1);
         assert!(
             store
-                .claim_job_run(&job.id, Some(due), Some(next))
+                .jobs()
+                .claim_run(&job.id, Some(due), Some(next))
                 .await
                 .unwrap()
         );
         assert!(
             !store
-                .claim_job_run(&job.id, Some(due), Some(next))
+                .jobs()
+                .claim_run(&job.id, Some(due), Some(next))
                 .await
                 .unwrap(),
             "the same due time is claimed once"
         );
         let t = task(&store).await;
-        assert!(store.lock_job(&job.id, &t.id).await.unwrap());
-        assert!(!store.lock_job(&job.id, &t.id).await.unwrap());
-        assert_eq!(store.clear_job_locks().await.unwrap(), 1);
+        assert!(store.jobs().lock(&job.id, &t.id).await.unwrap());
+        assert!(!store.jobs().lock(&job.id, &t.id).await.unwrap());
+        assert_eq!(store.jobs().clear_locks().await.unwrap(), 1);
         let run = store
-            .add_job_run(&job.id, due, RunOutcome::Fired, Some(&t.id), None)
+            .jobs()
+            .add_run(&job.id, due, RunOutcome::Fired, Some(&t.id), None)
             .await
             .unwrap();
         store
-            .update_job_run(run, RunOutcome::Failed, Some("timeout"), &Delivery::Queued)
+            .jobs()
+            .update_run(run, RunOutcome::Failed, Some("timeout"), &Delivery::Queued)
             .await
             .unwrap();
-        let runs = store.job_runs(&job.id, 10).await.unwrap();
+        let runs = store.jobs().runs(&job.id, 10).await.unwrap();
         assert_eq!(runs.len(), 1);
         assert_eq!(runs[0].outcome, RunOutcome::Failed);
         assert_eq!(runs[0].reason.as_deref(), Some("timeout"));
         assert_eq!(runs[0].delivery, Delivery::Queued);
-        assert!(store.delete_job(&job.id).await.unwrap());
+        assert!(store.jobs().delete(&job.id).await.unwrap());
         assert!(
-            store.job_runs(&job.id, 10).await.unwrap().is_empty(),
+            store.jobs().runs(&job.id, 10).await.unwrap().is_empty(),
             "runs go with their job"
         );
     }
@@ -329,27 +344,29 @@ on_both_engines!(
     async fn outbox_round_trips_through_retry_and_failure(store: Store) {
         let id = notice(&store, "email").await;
         let now = Utc::now() + ChronoDuration::seconds(1);
-        assert_eq!(store.due_notices(None, now, 10).await.unwrap().len(), 1);
+        assert_eq!(store.outbox().due(None, now, 10).await.unwrap().len(), 1);
         // Stored to the microsecond (see `store::now`).
         let later = chrono::SubsecRound::trunc_subsecs(now + ChronoDuration::minutes(5), 6);
         store
-            .mark_notice_attempt_failed(id, "connection refused", Some(later))
+            .outbox()
+            .mark_attempt_failed(id, "connection refused", Some(later))
             .await
             .unwrap();
-        assert!(store.due_notices(None, now, 10).await.unwrap().is_empty());
-        assert_eq!(store.next_notice_due(None).await.unwrap(), Some(later));
+        assert!(store.outbox().due(None, now, 10).await.unwrap().is_empty());
+        assert_eq!(store.outbox().next_due(None).await.unwrap(), Some(later));
         store
-            .mark_notice_attempt_failed(id, "535 auth", None)
+            .outbox()
+            .mark_attempt_failed(id, "535 auth", None)
             .await
             .unwrap();
-        let n = store.notice(id).await.unwrap().unwrap();
+        let n = store.outbox().get(id).await.unwrap().unwrap();
         assert_eq!(n.state, NoticeState::Failed);
         assert_eq!(n.attempts, 2);
         assert_eq!(n.last_error.as_deref(), Some("535 auth"));
         let id2 = notice(&store, "hook").await;
-        store.mark_notice_sent(id2).await.unwrap();
+        store.outbox().mark_sent(id2).await.unwrap();
         assert_eq!(
-            store.notice(id2).await.unwrap().unwrap().state,
+            store.outbox().get(id2).await.unwrap().unwrap().state,
             NoticeState::Sent
         );
     }
@@ -360,24 +377,26 @@ on_both_engines!(
     tokio::test,
     async fn facts_round_trip_and_duplicates_merge(store: Store) {
         let (a, how) = store
-            .upsert_fact("用户喜欢喝乌龙茶。", &["drink".into()], "cli")
+            .facts()
+            .upsert("用户喜欢喝乌龙茶。", &["drink".into()], "cli")
             .await
             .unwrap();
         assert_eq!(how, Upsert::Created);
         let (b, how) = store
-            .upsert_fact("  用户喜欢喝乌龙茶 ", &["preference".into()], "task:x")
+            .facts()
+            .upsert("  用户喜欢喝乌龙茶 ", &["preference".into()], "task:x")
             .await
             .unwrap();
         assert_eq!(how, Upsert::Merged);
         assert_eq!(a.id, b.id);
         assert_eq!(b.tags, vec!["drink".to_string(), "preference".to_string()]);
-        assert_eq!(store.fact_count().await.unwrap(), 1);
+        assert_eq!(store.facts().count().await.unwrap(), 1);
         assert_eq!(
-            store.all_facts().await.unwrap()[0].text,
+            store.facts().all().await.unwrap()[0].text,
             "用户喜欢喝乌龙茶。"
         );
-        assert!(store.delete_fact(&a.id).await.unwrap().is_some());
-        assert!(store.delete_fact(&a.id).await.unwrap().is_none());
+        assert!(store.facts().delete(&a.id).await.unwrap().is_some());
+        assert!(store.facts().delete(&a.id).await.unwrap().is_none());
     }
 );
 
@@ -412,7 +431,7 @@ async fn bursts_leave_no_prepared_statements(store: Store) {
             next_run_at: Some(due),
             ..NewJob::default()
         };
-        jobs.push(store.create_job(&new).await.unwrap());
+        jobs.push(store.jobs().create(&new).await.unwrap());
     }
     let cached = || async {
         match store.engine() {
@@ -434,7 +453,7 @@ async fn bursts_leave_no_prepared_statements(store: Store) {
                 holder: format!("firing {}", j.id),
             })
             .collect();
-        assert_eq!(store.claim_burst(&claims).await.unwrap().len(), n);
+        assert_eq!(store.jobs().claim_burst(&claims).await.unwrap().len(), n);
         let new: Vec<NewTask> = (0..n)
             .map(|_| NewTask {
                 task: "fire".into(),
@@ -443,12 +462,12 @@ async fn bursts_leave_no_prepared_statements(store: Store) {
                 ..NewTask::default()
             })
             .collect();
-        let tasks = store.create_tasks(&new).await.unwrap();
+        let tasks = store.tasks().create_many(&new).await.unwrap();
         let started: Vec<(BurstClaim, String)> = claims
             .into_iter()
             .zip(tasks.into_iter().map(|t| t.id))
             .collect();
-        assert_eq!(store.start_burst(&started).await.unwrap().len(), n);
+        assert_eq!(store.jobs().start_burst(&started).await.unwrap().len(), n);
     }
     assert_eq!(
         cached().await,
@@ -464,7 +483,8 @@ on_both_engines!(
         task(&store).await;
         task(&store).await;
         store
-            .create_task(&NewTask {
+            .tasks()
+            .create(&NewTask {
                 task: "a digest".into(),
                 origin: Origin::Job,
                 profile: "fast".into(),
@@ -472,7 +492,7 @@ on_both_engines!(
             })
             .await
             .unwrap();
-        let mut counts = store.task_counts_by_origin().await.unwrap();
+        let mut counts = store.tasks().counts_by_origin().await.unwrap();
         counts.sort_by_key(|&(_, origin, _)| origin.as_str());
         assert_eq!(
             counts,

@@ -8,10 +8,12 @@
 //! origin when it has none) and job (for its name). Sub-agents' calls count for their parent's
 //! job: a sub-agent's task carries the job id of the task that started it.
 //! Must not: write anything, or keep figures of its own: every figure is summed from the trace
-//! when asked (migration 0011's index keeps that a read of the window's rows alone).
+//! when asked (migration 0011's index keeps that a read of the window's rows alone). Read as
+//! `store.tasks().usage(&window)`: the trace it sums is the tasks' aggregate.
 
+use super::aggregates::Tasks;
 use super::sql::Builder;
-use super::{Origin, Result, Store, query_as};
+use super::{Origin, Result, query_as};
 use chrono::{DateTime, Days, NaiveDate, NaiveTime, TimeDelta, TimeZone as _, Utc};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
@@ -243,13 +245,14 @@ fn by_day_after(head: &str, window: &UsageWindow) -> Builder {
     b
 }
 
-impl Store {
+impl Tasks<'_> {
     /// Usage over `window`. Three reads, not one snapshot: a call recorded between them shows
     /// in some lists and not yet in others (the totals are the days').
-    pub async fn usage(&self, window: &UsageWindow) -> Result<Usage> {
+    pub async fn usage(self, window: &UsageWindow) -> Result<Usage> {
         let (since, until) = (window.since(), window.until());
         // A statement sized by the window: not kept prepared (see `Query::persistent`).
         let daily: Vec<Grouped<i64>> = self
+            .store
             .all(by_day(window).build_query_as().persistent(false))
             .await?;
         let mut by_day: Vec<DayUsage> = window
@@ -271,6 +274,7 @@ impl Store {
         }
 
         let profiles: Vec<Grouped<String>> = self
+            .store
             .all(query_as(BY_PROFILE).bind(since).bind(until))
             .await?;
         let mut by_profile: Vec<ProfileUsage> = profiles
@@ -286,7 +290,10 @@ impl Store {
                 .then_with(|| a.profile.cmp(&b.profile))
         });
 
-        let jobs: Vec<JobRow> = self.all(query_as(BY_JOB).bind(since).bind(until)).await?;
+        let jobs: Vec<JobRow> = self
+            .store
+            .all(query_as(BY_JOB).bind(since).bind(until))
+            .await?;
         let mut by_job: Vec<JobUsage> = jobs
             .into_iter()
             .map(|(job_id, job_name, origin, c, p, r, ms)| JobUsage {

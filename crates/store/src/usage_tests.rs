@@ -2,7 +2,7 @@
 //! sums on both engines, and the plan that keeps them to the index.
 
 use super::*;
-use crate::{NewJob, NewStep, NewTask, StepKind, query};
+use crate::{NewJob, NewStep, NewTask, StepKind, Store, query};
 
 fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(y, mo, d, h, mi, 0)
@@ -64,7 +64,7 @@ async fn task(store: &Store, origin: Origin, job: Option<&str>, parent: Option<&
         job_id: job.map(str::to_string),
         ..Default::default()
     };
-    store.create_task(&new).await.expect("task").id
+    store.tasks().create(&new).await.expect("task").id
 }
 
 /// A trace row of `kind` answered by `profile`, recorded at `at`.
@@ -90,7 +90,7 @@ async fn step(
         fingerprint: None,
         identity: None,
     };
-    let seq = store.add_step(task, &new).await.expect("step");
+    let seq = store.tasks().add_step(task, &new).await.expect("step");
     // The store stamps a row with the time it is written; these are back-dated by hand.
     query("UPDATE task_steps SET created_at = ? WHERE task_id = ? AND seq = ?")
         .bind(at)
@@ -117,7 +117,8 @@ on_both_engines!(
     async fn usage_is_summed_per_local_day_per_profile_and_per_job(store: Store) {
         use StepKind::{Model, Tool};
         let job = store
-            .create_job(&NewJob {
+            .jobs()
+            .create(&NewJob {
                 name: "digest".into(),
                 task: "summarise my feeds".into(),
                 schedule: "0 8 * * *".into(),
@@ -209,7 +210,7 @@ on_both_engines!(
         .await;
 
         let window = UsageWindow::last_days(7, NEW_YORK, utc(2026, 3, 10, 16, 0));
-        let u = store.usage(&window).await.expect("usage");
+        let u = store.tasks().usage(&window).await.expect("usage");
         assert_eq!((u.days, u.timezone.as_str()), (7, "America/New_York"));
         assert_eq!(
             (u.since, u.until),
@@ -270,7 +271,7 @@ on_both_engines!(
 
         // A window with no calls: every day, all zero, and empty lists.
         let before = UsageWindow::last_days(2, NEW_YORK, utc(2025, 1, 1, 12, 0));
-        let empty = store.usage(&before).await.expect("usage");
+        let empty = store.tasks().usage(&before).await.expect("usage");
         assert_eq!(empty.totals, zero);
         assert_eq!(empty.by_day.len(), 2);
         assert!(empty.by_day.iter().all(|d| d.figures == zero));

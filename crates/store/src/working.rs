@@ -1,6 +1,8 @@
-//! Working memory (large intermediate results by key, per task) and page/feed snapshots.
+//! Working memory (`working_memory`: large intermediate results by key, per task) and page/feed
+//! snapshots (`snapshots`), each its own aggregate (`store.working()`, `store.snapshots()`).
 
-use super::{Result, Store, found, new_id, now};
+use super::aggregates::{Snapshots, Working};
+use super::{Result, found, new_id, now};
 use super::{query, query_as, query_scalar};
 use chrono::{DateTime, Utc};
 
@@ -16,30 +18,25 @@ pub struct WorkingSlice {
     pub next_offset: Option<usize>,
 }
 
-impl Store {
+impl Working<'_> {
     /// Store `content` for `task_id`; returns the key the model can read it back by.
-    pub async fn put_working(&self, task_id: &str, content: &str) -> Result<String> {
+    pub async fn put(self, task_id: &str, content: &str) -> Result<String> {
         let key = format!("wm_{}", new_id());
         query("INSERT INTO working_memory (key, task_id, content, created_at) VALUES (?, ?, ?, ?)")
             .bind(&key)
             .bind(task_id)
             .bind(content)
             .bind(now())
-            .execute(self)
+            .execute(self.store)
             .await?;
         Ok(key)
     }
 
-    pub async fn read_working(
-        &self,
-        key: &str,
-        offset: usize,
-        length: usize,
-    ) -> Result<WorkingSlice> {
+    pub async fn read(self, key: &str, offset: usize, length: usize) -> Result<WorkingSlice> {
         let content: Option<String> =
             query_scalar("SELECT content FROM working_memory WHERE key = ?")
                 .bind(key)
-                .fetch_optional(self)
+                .fetch_optional(self.store)
                 .await?;
         let content = found(content, "working-memory key", key)?;
         let total_chars = content.chars().count();
@@ -55,20 +52,23 @@ impl Store {
     }
 
     /// Drop entries created before `before`; returns how many went.
-    pub async fn prune_working(&self, before: DateTime<Utc>) -> Result<u64> {
+    pub async fn prune(self, before: DateTime<Utc>) -> Result<u64> {
         let done = query("DELETE FROM working_memory WHERE created_at < ?")
             .bind(before)
-            .execute(self)
+            .execute(self.store)
             .await?;
         Ok(done)
     }
+}
 
-    pub async fn snapshot(&self, key: &str) -> Result<Option<(String, DateTime<Utc>)>> {
-        self.first(query_as("SELECT content, updated_at FROM snapshots WHERE key = ?").bind(key))
+impl Snapshots<'_> {
+    pub async fn get(self, key: &str) -> Result<Option<(String, DateTime<Utc>)>> {
+        self.store
+            .first(query_as("SELECT content, updated_at FROM snapshots WHERE key = ?").bind(key))
             .await
     }
 
-    pub async fn put_snapshot(&self, key: &str, content: &str) -> Result<()> {
+    pub async fn put(self, key: &str, content: &str) -> Result<()> {
         query(
             "INSERT INTO snapshots (key, content, updated_at) VALUES (?, ?, ?) \
              ON CONFLICT(key) DO UPDATE SET content = excluded.content, updated_at = excluded.updated_at",
@@ -76,7 +76,7 @@ impl Store {
         .bind(key)
         .bind(content)
         .bind(now())
-        .execute(self)
+        .execute(self.store)
         .await?;
         Ok(())
     }

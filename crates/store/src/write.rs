@@ -74,7 +74,7 @@ mod tests {
 
     /// The failed write left no task behind.
     async fn assert_no_task(store: &Store) {
-        let tasks = store.list_tasks(&TaskFilter::default()).await.unwrap();
+        let tasks = store.tasks().list(&TaskFilter::default()).await.unwrap();
         assert!(tasks.is_empty(), "{tasks:?}");
     }
 
@@ -85,7 +85,7 @@ mod tests {
             parent_id: Some("no-such-parent".into()),
             ..new_task()
         };
-        let made = store.create_task(&orphan).await;
+        let made = store.tasks().create(&orphan).await;
         assert!(made.is_err(), "{made:?}");
         assert_no_task(&store).await;
     }
@@ -94,9 +94,16 @@ mod tests {
     async fn a_trace_row_whose_insert_fails_at_commit_is_an_error() {
         let store = failing_at_commit().await;
         let step = crate::testing::note(1, "x");
-        let added = store.add_step("no-such-task", &step).await;
+        let added = store.tasks().add_step("no-such-task", &step).await;
         assert!(added.is_err(), "{added:?}");
-        assert!(store.steps("no-such-task").await.unwrap().is_empty());
+        assert!(
+            store
+                .tasks()
+                .steps("no-such-task")
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 
     /// On PostgreSQL a write can fail at commit too (a deferred constraint): the insert's
@@ -112,9 +119,9 @@ mod tests {
         ] {
             query(sql).execute(&store).await.unwrap();
         }
-        let made = store.create_task(&new_task()).await;
+        let made = store.tasks().create(&new_task()).await;
         assert!(made.is_err(), "{made:?}");
-        let many = store.create_tasks(&[new_task()]).await;
+        let many = store.tasks().create_many(&[new_task()]).await;
         assert!(many.is_err(), "{many:?}");
         assert_no_task(&store).await;
     }
@@ -142,19 +149,28 @@ mod tests {
             tx.commit().await.unwrap();
         }
         let (fact, _, _) = store
-            .upsert_fact_logged("after", &[], "test")
+            .facts()
+            .upsert_logged("after", &[], "test")
             .await
             .unwrap();
-        assert_eq!(store.fact(&fact.id).await.unwrap().text, "after");
+        assert_eq!(store.facts().get(&fact.id).await.unwrap().text, "after");
     }
 
     #[tokio::test]
     async fn a_job_run_whose_insert_fails_at_commit_is_an_error() {
         let store = failing_at_commit().await;
         let added = store
-            .add_job_run("no-such-job", now(), RunOutcome::Fired, None, None)
+            .jobs()
+            .add_run("no-such-job", now(), RunOutcome::Fired, None, None)
             .await;
         assert!(added.is_err(), "{added:?}");
-        assert!(store.job_runs("no-such-job", 10).await.unwrap().is_empty());
+        assert!(
+            store
+                .jobs()
+                .runs("no-such-job", 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 }

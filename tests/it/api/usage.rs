@@ -144,7 +144,7 @@ async fn usage_shows_what_each_job_and_profile_cost_per_day() {
     let mut recorded_ms = 0;
     let mut digest_ms = 0;
     for id in &tasks {
-        let record = api.t.app.store.task_record(id).await.expect("read");
+        let record = api.t.app.store.tasks().record(id).await.expect("read");
         let record = record.expect("stored");
         assert_eq!(record.task.state.as_str(), "succeeded", "{record:?}");
         let calls: Vec<_> = record

@@ -196,7 +196,7 @@ async fn each_request_is_noticed_once_with_goal_tool_arguments_and_link_and_a_re
     let held = p.submit("[send] tell bob the news").await;
     p.settled(&held.id).await;
     let open = p.open().await;
-    let notices = p.app().store.notices_for_task(&held.id).await.unwrap();
+    let notices = p.app().store.outbox().for_task(&held.id).await.unwrap();
     assert_eq!(notices.len(), 1, "{notices:?}");
     let n = &notices[0];
     assert_eq!(n.queued.channel, "ops");
@@ -227,7 +227,8 @@ async fn each_request_is_noticed_once_with_goal_tool_arguments_and_link_and_a_re
     assert_eq!(
         p.app()
             .store
-            .notices_for_task(&held.id)
+            .outbox()
+            .for_task(&held.id)
             .await
             .unwrap()
             .len(),
@@ -259,7 +260,7 @@ async fn cancelling_a_waiting_task_closes_its_requests_and_those_of_its_sub_agen
     let t = p.app().agent.cancel(&parent.id).await.unwrap();
     assert_eq!(t.state, TaskState::Cancelled);
     assert!(!t.waiting);
-    let sub = p.app().store.task(&open[0].task_id).await.unwrap();
+    let sub = p.app().store.tasks().get(&open[0].task_id).await.unwrap();
     assert_eq!(sub.state, TaskState::Cancelled, "{sub:?}");
     assert!(p.open().await.is_empty());
     let a = p.app().agent.approvals().get(&open[0].id).await.unwrap();

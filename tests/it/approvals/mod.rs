@@ -222,7 +222,7 @@ async fn a_held_call_frees_its_worker_and_runs_once_with_the_approved_arguments(
     assert_eq!(open[0].task_id, held.id);
     assert_eq!(open[0].tool, "send");
     assert_eq!(open[0].arguments, json!({"text": "hi", "to": "bob"}));
-    let steps = p.app().store.steps(&held.id).await.unwrap();
+    let steps = p.app().store.tasks().steps(&held.id).await.unwrap();
     let wait = steps
         .iter()
         .find(|s| s.row.kind == StepKind::Approval)
@@ -237,7 +237,7 @@ async fn a_held_call_frees_its_worker_and_runs_once_with_the_approved_arguments(
     let other = p.submit("what is two plus two").await;
     let other = p.finished(&other.id).await;
     assert_eq!(other.state, TaskState::Succeeded);
-    assert!(p.app().store.task(&held.id).await.unwrap().waiting);
+    assert!(p.app().store.tasks().get(&held.id).await.unwrap().waiting);
 
     let a = p
         .app()
@@ -251,7 +251,7 @@ async fn a_held_call_frees_its_worker_and_runs_once_with_the_approved_arguments(
     assert_eq!(done.state, TaskState::Succeeded, "{done:?}");
     assert!(!done.waiting);
     assert_eq!(ran.sends(), vec![json!({"to": "bob", "text": "hi"})]);
-    let steps = p.app().store.steps(&held.id).await.unwrap();
+    let steps = p.app().store.tasks().steps(&held.id).await.unwrap();
     let kinds: Vec<(StepKind, Option<&str>)> = steps
         .iter()
         .filter(|s| s.row.kind == StepKind::Approval)
@@ -395,7 +395,7 @@ async fn a_sub_agents_held_call_holds_its_parent_and_both_go_on_once_approved() 
     assert!(ran.sends().is_empty());
     let open = p.open().await;
     assert_eq!(open.len(), 1, "{open:?}");
-    let sub = p.app().store.task(&open[0].task_id).await.unwrap();
+    let sub = p.app().store.tasks().get(&open[0].task_id).await.unwrap();
     assert_eq!(sub.parent_id.as_deref(), Some(parent.id.as_str()));
     assert!(sub.waiting);
     // Both wait without a worker: another task gets the only one.
@@ -411,7 +411,7 @@ async fn a_sub_agents_held_call_holds_its_parent_and_both_go_on_once_approved() 
     let done = p.finished(&parent.id).await;
     assert_eq!(done.state, TaskState::Succeeded, "{done:?}");
     assert_eq!(ran.sends().len(), 1);
-    let sub = p.app().store.task(&sub.id).await.unwrap();
+    let sub = p.app().store.tasks().get(&sub.id).await.unwrap();
     assert_eq!(sub.state, TaskState::Succeeded);
     // The parent saw the sub-agent's answer.
     assert!(done.answer.unwrap_or_default().contains("success"));

@@ -41,7 +41,8 @@ async fn run_task(app: &hermes_surfaces::app::App, text: &str) -> hermes_store::
         .await
         .expect("task ran");
     app.store
-        .task_record(&task.id)
+        .tasks()
+        .record(&task.id)
         .await
         .expect("store readable")
         .expect("task stored")
@@ -135,7 +136,8 @@ async fn a_result_over_the_line_limit_is_too_large_at_once_and_a_big_one_is_kept
     let task = t
         .app
         .store
-        .create_task(&NewTask {
+        .tasks()
+        .create(&NewTask {
             task: "read a lot".into(),
             origin: Origin::Cli,
             profile: "fast".into(),
@@ -160,7 +162,8 @@ async fn a_result_over_the_line_limit_is_too_large_at_once_and_a_big_one_is_kept
     let kept = t
         .app
         .store
-        .read_working(&key, 0, 1)
+        .working()
+        .read(&key, 0, 1)
         .await
         .expect("the row is there");
     assert_eq!(kept.total_chars, 1024 * 1024);

@@ -128,7 +128,7 @@ async fn hermes_mcp_works_on_the_data_dir_without_a_daemon() {
         .await
         .expect("store opens");
     let id = seen["run"]["task_id"].as_str().expect("a task id");
-    let task = store.task(id).await.expect("the task is stored");
+    let task = store.tasks().get(id).await.expect("the task is stored");
     assert_eq!(task.state, TaskState::Succeeded);
 }
 

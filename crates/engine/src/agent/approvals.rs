@@ -89,19 +89,19 @@ impl Approvals {
         state: Option<ApprovalState>,
         limit: i64,
     ) -> Result<Vec<Approval>, ApprovalError> {
-        Ok(self.agent.store().list_approvals(state, limit).await?)
+        Ok(self.agent.store().approvals().list(state, limit).await?)
     }
 
     /// The request in its state as of now (open past its time: expired).
     pub async fn get(&self, id: &str) -> Result<Approval, ApprovalError> {
-        let a = self.agent.store().approval(id).await?;
+        let a = self.agent.store().approvals().get(id).await?;
         Ok(a.as_of(hermes_store::now()))
     }
 
     /// The requests of one task (its page shows them with their buttons), as of now.
     pub async fn of_task(&self, task_id: &str) -> Result<Vec<Approval>, ApprovalError> {
         let at = hermes_store::now();
-        let all = self.agent.store().task_approvals(task_id).await?;
+        let all = self.agent.store().approvals().of_task(task_id).await?;
         Ok(all.into_iter().map(|a| a.as_of(at)).collect())
     }
 
@@ -131,7 +131,8 @@ impl Approvals {
         };
         let store = self.agent.store();
         match store
-            .decide_approval(id, state, reason.as_deref(), decided_by)
+            .approvals()
+            .decide(id, state, reason.as_deref(), decided_by)
             .await?
         {
             Some(done) if done.state == ApprovalState::Expired && state != done.state => {
@@ -150,7 +151,7 @@ impl Approvals {
                 Ok(done)
             }
             None => {
-                let now = store.approval(id).await?;
+                let now = store.approvals().get(id).await?;
                 Err(match now.state {
                     ApprovalState::Expired => ApprovalError::Expired {
                         id: now.id,
@@ -167,7 +168,8 @@ impl Approvals {
         let ids = self
             .agent
             .store()
-            .expire_approvals(hermes_store::now())
+            .approvals()
+            .expire(hermes_store::now())
             .await?;
         if !ids.is_empty() {
             tracing::info!(count = ids.len(), "approval requests expired unanswered");
@@ -178,7 +180,7 @@ impl Approvals {
 
     /// The request a notice asked about: a reply to that notice answers it.
     pub async fn for_notice(&self, notice_id: i64) -> Result<Option<Approval>, ApprovalError> {
-        Ok(self.agent.store().approval_for_notice(notice_id).await?)
+        Ok(self.agent.store().approvals().for_notice(notice_id).await?)
     }
 
     /// Expire requests every [`EXPIRY_SWEEP`] until `stop`.
@@ -208,7 +210,8 @@ impl Approvals {
         let adopted = self
             .agent
             .store()
-            .adopt_silent_holds(hermes_store::now() - lease)
+            .holds()
+            .adopt_silent(hermes_store::now() - lease)
             .await?;
         for task in &adopted {
             tracing::warn!(%task, "the `run` that held this task is gone; the daemon's workers continue it");
@@ -234,7 +237,8 @@ impl Approvals {
             );
         let store = self.agent.store();
         let approval = store
-            .create_approval(&task.id, tool, arguments, expires)
+            .approvals()
+            .create(&task.id, tool, arguments, expires)
             .await?;
         tracing::info!(approval = %approval.id, task = %task.id, tool, "waiting for approval");
         let Some(notifier) = &self.agent.inner.notifier else {
@@ -250,7 +254,12 @@ impl Approvals {
                 &task.id,
             );
             match notifier.enqueue(notice).await {
-                Ok(notice_id) => store.link_approval_notice(&approval.id, notice_id).await?,
+                Ok(notice_id) => {
+                    store
+                        .approvals()
+                        .link_notice(&approval.id, notice_id)
+                        .await?
+                }
                 Err(e) => {
                     tracing::warn!(approval = %approval.id, channel, error = %e, "could not queue the approval notice")
                 }
@@ -268,7 +277,7 @@ impl Approvals {
         let mut root = parent.clone();
         // Sub-agents nest at most `MAX_DEPTH` deep.
         for _ in 0..super::MAX_DEPTH {
-            match self.agent.store().task(&root).await {
+            match self.agent.store().tasks().get(&root).await {
                 Ok(t) => match t.parent_id {
                     Some(p) => root = p,
                     None => return format!("{}\n(sub-task: {})", t.task, task.task),

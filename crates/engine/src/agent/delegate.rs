@@ -163,7 +163,7 @@ pub(super) async fn resumed(
     for e in entries {
         let agent_name = e["agent"].as_str().unwrap_or_default();
         let r = match (e["task_id"].as_str(), e.get("status")) {
-            (Some(id), None) => match agent.store().task(id).await {
+            (Some(id), None) => match agent.store().tasks().get(id).await {
                 Ok(t) => from_task(agent_name, t),
                 Err(err) => SubResult::new(agent_name, SubStatus::Failed, Some(id.to_string()))
                     .error(format!("the sub-task cannot be read: {err}")),

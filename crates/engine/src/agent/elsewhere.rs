@@ -138,7 +138,7 @@ impl Agent {
         deadline: tokio::time::Instant,
     ) -> Result<Task, AgentError> {
         loop {
-            match self.inner.store.task(id).await {
+            match self.inner.store.tasks().get(id).await {
                 Ok(t) => return Ok(self.as_known(t)),
                 Err(StoreError::Unavailable { .. })
                     if tokio::time::Instant::now() + READ_RETRY < deadline =>

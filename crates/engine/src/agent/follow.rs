@@ -66,8 +66,8 @@ impl Agent {
         loop {
             // The state is read before the rows: a task seen finished here has all its rows
             // stored already, so after sending them the stream can end.
-            let task = self.as_known(store.task(id).await?);
-            for step in store.steps_after(id, seen).await? {
+            let task = self.as_known(store.tasks().get(id).await?);
+            for step in store.tasks().steps_after(id, seen).await? {
                 seen = step.seq;
                 if tx.send(Ok(Followed::Step(step))).await.is_err() {
                     return Ok(());

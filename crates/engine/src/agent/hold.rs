@@ -19,7 +19,7 @@ use serde_json::Value;
 use std::time::Duration;
 
 impl Agent {
-    /// Continue a held task whose hold this process took ([`hermes_store::Store::take_ready_hold`])
+    /// Continue a held task whose hold this process took (`store.holds().take_ready`)
     /// from its checkpoint; `observer` follows it (a `run` continuing its own task).
     pub(super) async fn resume(
         &self,
@@ -27,7 +27,7 @@ impl Agent {
         observer: Option<tokio::sync::mpsc::UnboundedSender<Step>>,
     ) -> Result<Task, AgentError> {
         let store = &self.inner.store;
-        let task = store.task(&hold.task_id).await?;
+        let task = store.tasks().get(&hold.task_id).await?;
         let cp: Checkpoint = match serde_json::from_str(&hold.checkpoint) {
             Ok(cp) => cp,
             Err(e) => {
@@ -40,10 +40,10 @@ impl Agent {
                     Some(FailReason::Store),
                     &Tally::default(),
                 );
-                let done = store.finish_task_row(&task.id, &out).await?;
+                let done = store.tasks().finish_row(&task.id, &out).await?;
                 let done = match done {
                     Some(d) => d,
-                    None => store.task(&task.id).await?,
+                    None => store.tasks().get(&task.id).await?,
                 };
                 self.announce(&done.id, done.state, Some(&done));
                 return Ok(done);

@@ -264,7 +264,7 @@ impl Agent {
     /// Store a new pending task (it runs when [`Agent::execute`] or a worker takes it).
     pub async fn create(&self, req: Submit) -> Result<Task, AgentError> {
         let new = self.new_task(req, false)?;
-        Ok(self.inner.store.create_task(&new).await?)
+        Ok(self.inner.store.tasks().create(&new).await?)
     }
 
     /// Store several new pending tasks in one statement (a burst of job firings) and wake the
@@ -280,7 +280,13 @@ impl Agent {
             .iter()
             .filter_map(|c| c.as_ref().ok().cloned())
             .collect();
-        let mut created = self.inner.store.create_tasks(&valid).await?.into_iter();
+        let mut created = self
+            .inner
+            .store
+            .tasks()
+            .create_many(&valid)
+            .await?
+            .into_iter();
         let missing = || StoreError::Corrupt("an inserted task did not come back".into()).into();
         let out = checked
             .into_iter()
@@ -298,7 +304,7 @@ impl Agent {
     /// take a task meant for this process (the CLI's `run`, a sub-agent, a job run in-process).
     pub async fn create_claimed(&self, req: Submit) -> Result<Claimed, AgentError> {
         let new = self.new_task(req, true)?;
-        Ok(Claimed(self.inner.store.create_task(&new).await?))
+        Ok(Claimed(self.inner.store.tasks().create(&new).await?))
     }
 
     fn new_task(&self, req: Submit, claimed: bool) -> Result<NewTask, AgentError> {
@@ -435,14 +441,14 @@ impl Agent {
                     _ = elsewhere::poll(poll) => break,
                 };
                 match heard {
-                    Err(_) => return Ok(self.as_known(self.inner.store.task(id).await?)),
+                    Err(_) => return Ok(self.as_known(self.inner.store.tasks().get(id).await?)),
                     Ok(Ok(ev)) if ev.id != id => continue,
                     // Our task, with the row its runner finished: no need to read it back.
                     Ok(Ok(TaskFinished { task: Some(t), .. })) if settled(&t) => {
                         return Ok(Arc::unwrap_or_clone(t));
                     }
                     Ok(Err(broadcast::error::RecvError::Closed)) => {
-                        return Ok(self.as_known(self.inner.store.task(id).await?));
+                        return Ok(self.as_known(self.inner.store.tasks().get(id).await?));
                     }
                     // Our task, or we lagged behind and may have missed it: look again.
                     Ok(_) => break,
@@ -453,7 +459,7 @@ impl Agent {
 
     /// A task by id or unambiguous prefix (its unsaved end shown, see `unsaved.rs`).
     pub async fn find(&self, id: &str) -> Result<Task, AgentError> {
-        match self.inner.store.find_task(id).await? {
+        match self.inner.store.tasks().find(id).await? {
             Some(task) => Ok(self.as_known(task)),
             None => Err(AgentError::NotFound(id.to_string())),
         }
@@ -482,13 +488,14 @@ impl Agent {
         if self
             .inner
             .store
+            .tasks()
             .cancel_pending(&task.id, "cancelled before it started")
             .await?
         {
             self.announce(&task.id, TaskState::Cancelled, None);
-            return Ok(self.inner.store.task(&task.id).await?);
+            return Ok(self.inner.store.tasks().get(&task.id).await?);
         }
-        let now = self.inner.store.task(&task.id).await?;
+        let now = self.inner.store.tasks().get(&task.id).await?;
         if now.state.is_finished() {
             return Ok(now);
         }
@@ -507,8 +514,8 @@ impl Agent {
 
     async fn cancel_waiting_one(&self, task: &Task) -> Result<Task, AgentError> {
         let store = &self.inner.store;
-        for child in store.waiting_children(&task.id).await? {
-            let child = store.task(&child).await?;
+        for child in store.tasks().waiting_children(&task.id).await? {
+            let child = store.tasks().get(&child).await?;
             self.cancel_waiting(&child).await?;
         }
         let outcome = TaskOutcome {
@@ -520,12 +527,13 @@ impl Agent {
             prompt_tokens: task.prompt_tokens,
             completion_tokens: task.completion_tokens,
         };
-        let done = store.finish_task_row(&task.id, &outcome).await?;
-        store.drop_hold(&task.id).await?;
-        for a in store.task_approvals(&task.id).await? {
+        let done = store.tasks().finish_row(&task.id, &outcome).await?;
+        store.holds().remove(&task.id).await?;
+        for a in store.approvals().of_task(&task.id).await? {
             if a.state == hermes_store::ApprovalState::Open {
                 store
-                    .decide_approval(
+                    .approvals()
+                    .decide(
                         &a.id,
                         hermes_store::ApprovalState::Denied,
                         Some("the task was cancelled"),
@@ -536,7 +544,7 @@ impl Agent {
         }
         let done = match done {
             Some(d) => d,
-            None => store.task(&task.id).await?,
+            None => store.tasks().get(&task.id).await?,
         };
         self.announce(&done.id, done.state, Some(&done));
         Ok(done)
@@ -554,7 +562,7 @@ impl Agent {
         if self.stop_running(id, StopReason::Cancelled) {
             return Ok(());
         }
-        if self.inner.store.cancel_pending(id, why).await? {
+        if self.inner.store.tasks().cancel_pending(id, why).await? {
             self.announce(id, TaskState::Cancelled, None);
             return Ok(());
         }
@@ -567,7 +575,7 @@ impl Agent {
             prompt_tokens: 0,
             completion_tokens: 0,
         };
-        if let Some(done) = self.inner.store.finish_task_row(id, &outcome).await? {
+        if let Some(done) = self.inner.store.tasks().finish_row(id, &outcome).await? {
             self.announce(id, done.state, Some(&done));
         }
         Ok(())

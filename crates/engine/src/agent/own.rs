@@ -44,14 +44,14 @@ impl Agent {
             self.node_lease() / 3,
         )));
         loop {
-            let now = store.task(root).await?;
+            let now = store.tasks().get(root).await?;
             if now.state.is_finished() {
                 return Ok(now);
             }
             if let Err(e) = self.approvals().expire_due().await {
                 tracing::warn!(error = %e, "could not expire approval requests");
             }
-            for a in store.open_approvals_under(root).await? {
+            for a in store.approvals().open_under(root).await? {
                 if announced.insert(a.id.clone()) {
                     on_ask(&a);
                 }
@@ -69,7 +69,7 @@ impl Agent {
                     let _ = self.approvals().decide(&a.id, deny, TIMEOUT_DECIDER).await;
                 }
             }
-            match store.take_ready_hold(HoldOwner::Task(root)).await? {
+            match store.holds().take_ready(HoldOwner::Task(root)).await? {
                 Some(hold) => {
                     let observer = (hold.task_id == root).then(|| observer.clone()).flatten();
                     self.resume(hold, observer).await?;
@@ -84,7 +84,7 @@ impl Agent {
 async fn heartbeat(store: Store, root: String, every: Duration) {
     loop {
         tokio::time::sleep(every).await;
-        if let Err(e) = store.touch_owned_holds(&root).await {
+        if let Err(e) = store.holds().touch_owned(&root).await {
             // A few missed beats are harmless; a lease's worth hands the task to the daemon,
             // which then finishes it (this run sees it end and prints it).
             tracing::warn!(task = %root, error = %e, "could not mark this run alive");

@@ -30,7 +30,7 @@ impl Agent {
             // for only when one may have become ready: the look is a write transaction, made
             // before every claim it was two more per task (BENCHMARKS.md §16).
             if let Some(seen) = self.inner.holds.due() {
-                match self.inner.store.take_ready_hold(HoldOwner::Pool).await {
+                match self.inner.store.holds().take_ready(HoldOwner::Pool).await {
                     Ok(Some(hold)) => {
                         if let Err(e) = self.resume(hold, None).await {
                             tracing::error!(worker, error = %e, "a task could not go on after its approvals");
@@ -45,7 +45,7 @@ impl Agent {
                     }
                 }
             }
-            match self.inner.store.claim_next_pending().await {
+            match self.inner.store.tasks().claim_next_pending().await {
                 Ok(Some(task)) => {
                     if self.inner.store.shared().is_some() {
                         // Another daemon's queueing wakes one worker here (a burst is one

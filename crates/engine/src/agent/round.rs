@@ -25,7 +25,7 @@ impl Run<'_> {
         let Some(job) = &self.task.job_id else {
             return Vec::new();
         };
-        match self.agent.store().job(job).await {
+        match self.agent.store().jobs().get(job).await {
             Ok(j) => j.pre_approved,
             // A job deleted since: nothing is pre-approved any more.
             Err(_) => Vec::new(),
@@ -112,7 +112,11 @@ impl Run<'_> {
             })
             .collect();
         let known = if gated.contains(&true) {
-            self.agent.store().task_approvals(&self.task.id).await?
+            self.agent
+                .store()
+                .approvals()
+                .of_task(&self.task.id)
+                .await?
         } else {
             Vec::new()
         };
@@ -198,7 +202,7 @@ impl Run<'_> {
                     .await
             }
             Gate::Approved { id, arguments, by } => {
-                match self.agent.store().use_approval(id).await {
+                match self.agent.store().approvals().mark_used(id).await {
                     Ok(true) => {
                         self.record(trace::approval(
                             step,
@@ -287,7 +291,8 @@ impl Run<'_> {
             .map_err(|e| StoreError::Corrupt(format!("the task's checkpoint: {e}")))?;
         let store = self.agent.store();
         store
-            .hold_task(&self.task.id, &text, self.opts.resumer.as_deref())
+            .holds()
+            .hold(&self.task.id, &text, self.opts.resumer.as_deref())
             .await?;
         // Answered already (a fast person, or a request that expired meanwhile).
         self.agent.wake_for_holds();

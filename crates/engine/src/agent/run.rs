@@ -59,9 +59,9 @@ impl Agent {
         opts: RunOptions,
     ) -> Result<Task, super::AgentError> {
         let store = &self.inner.store;
-        match store.start_task_row(task_id).await? {
+        match store.tasks().start_row(task_id).await? {
             Some(task) => self.drive(task, opts, None).await,
-            None => Ok(store.task(task_id).await?),
+            None => Ok(store.tasks().get(task_id).await?),
         }
     }
 
@@ -124,7 +124,7 @@ impl Agent {
             // the one the other nodes wrote.
             tracing::warn!(task = %task.id,
                 "fenced: this node lost its lease on the database while running the task; the other nodes ended it, and it does nothing more for it here");
-            return Ok(self.inner.store.task(&task.id).await?);
+            return Ok(self.inner.store.tasks().get(&task.id).await?);
         }
         // Rows the loop recorded before it was cut off (a model call whose tools were running).
         let end = match run.flush().await {
@@ -170,17 +170,17 @@ impl Agent {
     ) -> Result<Task, super::AgentError> {
         let store = &self.inner.store;
         if let Ok(LoopEnd::Held) = end {
-            let now = store.task(&task.id).await?;
+            let now = store.tasks().get(&task.id).await?;
             tracing::info!(task = %task.id, ms = started.elapsed().as_millis() as u64,
                 "task waits for approval; its worker is free");
             self.announce(&now.id, now.state, Some(&now));
             return Ok(now);
         }
         let out = final_outcome(end, tally);
-        let done = match store.finish_task_row(&task.id, &out).await {
+        let done = match store.tasks().finish_row(&task.id, &out).await {
             Ok(Some(done)) => done,
             // Finished already, by someone else (the shutdown marking every running task).
-            Ok(None) => store.task(&task.id).await?,
+            Ok(None) => store.tasks().get(&task.id).await?,
             Err(e) => {
                 // Never a silent `running`: the end is kept, shown in the row's place and
                 // written once the database takes it (`unsaved.rs`); waiters (API clients, a
@@ -390,7 +390,12 @@ impl Run<'_> {
             hermes_store::Origin::Email
             | hermes_store::Origin::Matrix
             | hermes_store::Origin::Telegram => {
-                self.agent.inner.store.inbox_context(&self.task.id).await?
+                self.agent
+                    .inner
+                    .store
+                    .inbox()
+                    .context(&self.task.id)
+                    .await?
             }
             _ => None,
         };
@@ -515,6 +520,7 @@ impl Run<'_> {
         loop {
             let wrote = inner
                 .store
+                .tasks()
                 .add_steps(&self.task.id, self.task.node_epoch.as_deref(), &rows)
                 .await;
             match wrote {

@@ -46,18 +46,18 @@ impl Agent {
 
     /// A task with its trace and notices (`GET /v1/tasks/{id}`), its unsaved end shown.
     pub async fn task_record(&self, id: &str) -> Result<Option<TaskRecord>, StoreError> {
-        let record = self.inner.store.task_record(id).await?;
+        let record = self.inner.store.tasks().record(id).await?;
         Ok(record.map(|r| TaskRecord {
             task: self.as_known(r.task),
             ..r
         }))
     }
 
-    /// Tasks as [`Store::list_tasks`] finds them, unsaved ends shown. A state filter selects
+    /// Tasks as `store.tasks().list` finds them, unsaved ends shown. A state filter selects
     /// by the stored state and keeps only the tasks still in it as shown, so `running` never
     /// lists an end that is only unsaved.
     pub async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {
-        let tasks = self.inner.store.list_tasks(filter).await?;
+        let tasks = self.inner.store.tasks().list(filter).await?;
         Ok(tasks
             .into_iter()
             .map(|t| self.as_known(t))
@@ -109,7 +109,7 @@ async fn write_later(inner: Weak<Inner>, id: String, out: TaskOutcome) {
         if store.is_closed() {
             return;
         }
-        match store.finish_task_row(&id, &out).await {
+        match store.tasks().finish_row(&id, &out).await {
             Ok(done) => {
                 lock(&inner.unsaved).remove(&id);
                 match done {

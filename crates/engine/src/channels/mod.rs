@@ -271,7 +271,7 @@ pub(crate) async fn hold<S: Health>(
     status: &StatusCell<S>,
 ) -> Result<(), StoreError> {
     let mut told = false;
-    while !store.hold_channel(channel).await? {
+    while !store.chat().hold_channel(channel).await? {
         if !told {
             tracing::info!(
                 %channel,

@@ -44,7 +44,7 @@ pub(crate) async fn run(inner: Arc<Inner>, stop: CancellationToken) {
 impl Inner {
     /// Queue the answer of every task from a message that has finished and has none yet.
     pub(crate) async fn answer_all(&self) {
-        let done = match self.store.unanswered_inbox(BATCH).await {
+        let done = match self.store.inbox().unanswered(BATCH).await {
             Ok(d) => d,
             Err(e) => {
                 tracing::error!(error = %e, "cannot look for email tasks to answer; will look again");
@@ -56,13 +56,13 @@ impl Inner {
             let Some(thread) = self.reply_of(&message) else {
                 // The sender was taken off allow_from since: no answer goes out.
                 tracing::warn!(message = message.id, channel = %message.channel, sender = %message.sender, "not answering a task: its sender is no longer in the channel's allow_from");
-                if let Err(e) = self.store.answer_inbox(message.id, None).await {
+                if let Err(e) = self.store.inbox().answer(message.id, None).await {
                     tracing::error!(message = message.id, error = %e, "cannot record that a task goes unanswered");
                 }
                 continue;
             };
             let notice = thread.answer(&task, &self.public_url);
-            match self.store.answer_inbox(message.id, Some(&notice)).await {
+            match self.store.inbox().answer(message.id, Some(&notice)).await {
                 Ok(Some(id)) => {
                     tracing::info!(message = message.id, task = %task.id, notice = id, "answer queued");
                     queued = true;
@@ -112,7 +112,7 @@ impl Inner {
     /// Carry out the runs asked for and not yet started (a stop came between the record and
     /// the start).
     async fn requested_commands(&self) {
-        match self.store.inbox_commands(CommandState::Requested).await {
+        match self.store.inbox().commands(CommandState::Requested).await {
             Ok(rows) => {
                 for row in rows {
                     if let Err(e) = self.carry_out(row.id).await {
@@ -127,7 +127,7 @@ impl Inner {
     /// A run a stop interrupted while it started: it may or may not have begun, and it is not
     /// started again (that could run it twice); the person is told.
     async fn interrupted_commands(&self) {
-        let rows = match self.store.inbox_commands(CommandState::Started).await {
+        let rows = match self.store.inbox().commands(CommandState::Started).await {
             Ok(rows) => rows,
             Err(e) => {
                 tracing::error!(error = %e, "cannot look for interrupted commands");
@@ -140,7 +140,8 @@ impl Inner {
             let reply = self.reply_of(&row).map(|t| t.confirmation(detail, None));
             match self
                 .store
-                .move_inbox_command(
+                .inbox()
+                .move_command(
                     row.id,
                     CommandState::Started,
                     CommandState::Failed,
@@ -169,7 +170,7 @@ impl Inner {
     /// restart never starts it twice; then fired as `POST /v1/jobs/{id}/run` does, and the
     /// outcome recorded and confirmed.
     pub(crate) async fn carry_out(&self, id: i64) -> Result<(), StoreError> {
-        let Some(row) = self.store.inbox_message(id).await? else {
+        let Some(row) = self.store.inbox().get(id).await? else {
             return Ok(());
         };
         let (Some(InboxCommand::RunNow), Some(job_id)) = (row.command, row.job_id.clone()) else {
@@ -177,7 +178,8 @@ impl Inner {
         };
         if !self
             .store
-            .move_inbox_command(
+            .inbox()
+            .move_command(
                 id,
                 CommandState::Requested,
                 CommandState::Started,
@@ -191,7 +193,8 @@ impl Inner {
         }
         let name = self
             .store
-            .job(&job_id)
+            .jobs()
+            .get(&job_id)
             .await
             .map(|j| j.name)
             .unwrap_or_else(|_| job_id.clone());
@@ -211,7 +214,8 @@ impl Inner {
             .reply_of(&row)
             .map(|t| t.confirmation(&detail, task.as_deref()));
         self.store
-            .move_inbox_command(
+            .inbox()
+            .move_command(
                 id,
                 CommandState::Started,
                 to,

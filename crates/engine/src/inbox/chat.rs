@@ -6,7 +6,8 @@
 //! - the agent's own: nothing, not even a record (the channel drops it before);
 //! - from anyone not in the channel's `allow_from`: recorded, ignored, never answered;
 //! - one the agent holds no key for: recorded `undecryptable` with the reason, shown on
-//!   `/inbox` — never silently dropped;
+//!   `/inbox` — never silently dropped; read once its key came, its new record takes the old
+//!   one's place (`Inbox::record_replacing` in the store);
 //! - in a room of several people, neither addressed to the agent nor in a thread of one of its
 //!   messages: recorded, ignored (`not_addressed`);
 //! - a ✅ / ❌ reaction to an approval request's notice, or its Approve / Deny button:
@@ -111,7 +112,10 @@ impl Inner {
         let skip = || async {
             match cursor {
                 Some((key, position)) => {
-                    self.store.move_chat_cursor(m.channel, key, position).await
+                    self.store
+                        .chat()
+                        .move_cursor(m.channel, key, position)
+                        .await
                 }
                 None => Ok(()),
             }
@@ -132,7 +136,7 @@ impl Inner {
             subject,
             refs: None,
         };
-        if self.store.inbox_seen(place, &mail).await? {
+        if self.store.inbox().seen(place, &mail).await? {
             tracing::debug!(event = %m.event_id, "chat message already recorded; skipped");
             skip().await?;
             return Ok(false);
@@ -142,7 +146,20 @@ impl Inner {
             return Ok(false);
         };
         mail.thread_root = root;
-        let recorded = self.store.record_inbox(place, &mail, &outcome).await?;
+        let inbox = self.store.inbox();
+        let recorded = match &outcome {
+            InboxOutcome::Ignored {
+                reason: IgnoreReason::Undecryptable,
+                ..
+            } => inbox.record(place, &mail, &outcome).await?,
+            // One recorded undecryptable whose key came later is read as what it says: its old
+            // record gives way to the new one.
+            _ => {
+                inbox
+                    .record_replacing(place, &mail, &outcome, IgnoreReason::Undecryptable)
+                    .await?
+            }
+        };
         let new = matches!(recorded, hermes_store::Recorded::New { .. });
         self.hand_over(m.channel, &outcome, recorded).await?;
         Ok(new)
@@ -255,12 +272,13 @@ impl Inner {
 
     /// The approval request's notice sent as the chat event `to`, if it is one.
     async fn approval_notice(&self, to: &str) -> Result<Option<Notice>, StoreError> {
-        let Some(notice) = self.store.notice_by_remote(to).await? else {
+        let Some(notice) = self.store.outbox().by_remote(to).await? else {
             return Ok(None);
         };
         Ok(self
             .store
-            .approval_for_notice(notice.id)
+            .approvals()
+            .for_notice(notice.id)
             .await?
             .map(|_| notice))
     }
@@ -270,15 +288,15 @@ impl Inner {
     /// thread began with.
     async fn answered_in_chat(&self, m: &ChatMessage) -> Result<Option<Notice>, StoreError> {
         for event in [&m.thread_root, &m.reply_to].into_iter().flatten() {
-            if let Some(n) = self.store.notice_by_remote(event).await?
+            if let Some(n) = self.store.outbox().by_remote(event).await?
                 && n.queued.channel.starts_with(m.channel.as_str())
             {
                 return Ok(Some(n));
             }
-            if let Some(earlier) = self.store.inbox_message_by_id(event).await?
+            if let Some(earlier) = self.store.inbox().by_message_id(event).await?
                 && earlier.channel == m.channel
                 && let Some(reply) = earlier.reply_notice_id
-                && let Some(n) = self.store.notice(reply).await?
+                && let Some(n) = self.store.outbox().get(reply).await?
             {
                 return Ok(Some(n));
             }

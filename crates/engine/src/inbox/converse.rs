@@ -94,7 +94,8 @@ impl Inner {
         let since = hermes_store::now() - RATE_WINDOW;
         let started = self
             .store
-            .inbox_tasks_since(said.channel, &said.sender, since)
+            .inbox()
+            .tasks_since(said.channel, &said.sender, since)
             .await?;
         if started >= i64::from(self.max_tasks_per_hour(said.channel)) {
             return Ok(ignored(IgnoreReason::RateLimited, notice));
@@ -138,7 +139,7 @@ impl Inner {
                 "That message did not come from a scheduled job, so there is nothing to {verb}."
             )));
         };
-        let job = match self.store.job(&job_id).await {
+        let job = match self.store.jobs().get(&job_id).await {
             Ok(j) => j,
             Err(StoreError::NotFound { .. }) => {
                 return Ok(no_job(format!(
@@ -202,7 +203,7 @@ impl Inner {
         reply: &Reply,
         said: &Said,
     ) -> Result<InboxOutcome, StoreError> {
-        let Some(request) = self.store.approval_for_notice(notice.id).await? else {
+        let Some(request) = self.store.approvals().for_notice(notice.id).await? else {
             return Ok(InboxOutcome::Ignored {
                 reason: IgnoreReason::NoApproval,
                 notice_id: Some(notice.id),

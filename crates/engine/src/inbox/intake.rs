@@ -55,9 +55,9 @@ impl Inner {
                     subject: hermes_store::util::text::one_line(&m.subject, 300),
                     refs: reply::refs_of(&m.references, m.message_id.as_deref()),
                 };
-                if self.store.inbox_seen(Place::Mail(place), &mail).await? {
+                if self.store.inbox().seen(Place::Mail(place), &mail).await? {
                     tracing::debug!(uid = place.uid, "message already recorded; skipped");
-                    self.store.start_inbox_watermark(place).await?;
+                    self.store.inbox().start_watermark(place).await?;
                     return Ok(());
                 }
                 let outcome = self.decide(m, raw, size, place).await?;
@@ -78,7 +78,8 @@ impl Inner {
         };
         let recorded = self
             .store
-            .record_inbox(Place::Mail(place), &mail, &outcome)
+            .inbox()
+            .record(Place::Mail(place), &mail, &outcome)
             .await?;
         if let Recorded::Seen = recorded {
             tracing::debug!(uid = place.uid, "message already recorded; skipped");
@@ -145,7 +146,7 @@ impl Inner {
             let Some(token) = thread::token_of(id) else {
                 continue;
             };
-            if let Some(n) = self.store.notice_by_token(token).await?
+            if let Some(n) = self.store.outbox().by_token(token).await?
                 && n.queued.channel == EMAIL
             {
                 return Ok(Some(n));

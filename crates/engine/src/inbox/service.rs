@@ -112,7 +112,7 @@ impl Inner {
     /// watermark last moved, each message skipped if its Message-ID was seen.
     async fn watermark(&self, conn: &mut Connection) -> Result<u32, Ended> {
         let uid_validity = conn.opened.uid_validity;
-        let marks = self.store.inbox_watermarks(&self.mailbox).await?;
+        let marks = self.store.inbox().watermarks(&self.mailbox).await?;
         if let Some(m) = marks
             .iter()
             .find(|m| m.uid_validity == i64::from(uid_validity))
@@ -135,7 +135,8 @@ impl Inner {
             return Ok(first.min(end));
         }
         self.store
-            .start_inbox_watermark(&MailPlace {
+            .inbox()
+            .start_watermark(&MailPlace {
                 mailbox: self.mailbox.clone(),
                 uid_validity,
                 uid: end,
@@ -169,7 +170,7 @@ impl Inner {
             match conn.fetch(uid).await? {
                 Some((raw, size)) => self.take_in(&place, &raw, size).await?,
                 // Removed between the search and the fetch: nothing to read.
-                None => self.store.start_inbox_watermark(&place).await?,
+                None => self.store.inbox().start_watermark(&place).await?,
             }
             last = uid;
         }

@@ -191,7 +191,7 @@ impl LongTerm {
             // A last check that costs one count: whatever went wrong before, the index holds
             // one document per fact.
             let indexed = memory.inner.lock_index().reader.searcher().num_docs();
-            let stored = memory.inner.store.fact_count().await?;
+            let stored = memory.inner.store.facts().count().await?;
             if u64::try_from(stored).ok() != Some(indexed) {
                 tracing::info!(
                     indexed,
@@ -229,7 +229,8 @@ impl LongTerm {
         let (fact, how, seq) = self
             .inner
             .store
-            .upsert_fact_logged(text, &tags, source)
+            .facts()
+            .upsert_logged(text, &tags, source)
             .await?;
         let doc_fact = fact.clone();
         let mark = self.mark_after(seq);
@@ -307,7 +308,7 @@ impl LongTerm {
     /// Deletes a fact from the store and the index. False when there was no such fact.
     pub async fn forget(&self, id: &str) -> Result<bool, MemoryError> {
         let _gate = self.inner.write_gate.lock().await;
-        let seq = self.inner.store.delete_fact(id).await?;
+        let seq = self.inner.store.facts().delete(id).await?;
         let id_for_vectors = id.to_string();
         let id = id.to_string();
         let mark = self.mark_after(seq);
@@ -340,8 +341,8 @@ impl LongTerm {
     async fn rebuild_locked(&self) -> Result<usize, MemoryError> {
         // The sequence's end first, then the facts: every change up to it is in what is read,
         // and a change after it is applied again by the next catch-up (harmlessly).
-        let seq = self.inner.store.fact_change_seq().await?;
-        let facts = self.inner.store.all_facts().await?;
+        let seq = self.inner.store.facts().change_seq().await?;
+        let facts = self.inner.store.facts().all().await?;
         let n = self
             .blocking(move |inner| {
                 inner.write(seq, |writer, fields| {
@@ -383,8 +384,8 @@ impl LongTerm {
         loop {
             let result = async {
                 let _gate = self.inner.write_gate.lock().await;
-                let seq = self.inner.store.fact_change_seq().await?;
-                let facts = self.inner.store.all_facts().await?;
+                let seq = self.inner.store.facts().change_seq().await?;
+                let facts = self.inner.store.facts().all().await?;
                 let n = self
                     .blocking(move |inner| inner.reopen_with(&facts, seq))
                     .await?;

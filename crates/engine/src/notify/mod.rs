@@ -276,7 +276,7 @@ impl Notifier {
                 known,
             });
         }
-        let id = self.inner.store.enqueue_notice(&notice).await?;
+        let id = self.inner.store.outbox().enqueue(&notice).await?;
         tracing::debug!(notice = id, channel = %notice.channel, "notice queued");
         if let Some(lane) = self.inner.lanes.get(&notice.channel) {
             lane.wake.notify_one();
@@ -302,7 +302,7 @@ impl Notifier {
     /// "Retry now": a pending or failed notice becomes due at once (its attempts stay
     /// counted) and the sender is woken. A sent notice is a conflict.
     pub async fn retry(&self, id: i64) -> Result<Notice, StoreError> {
-        let notice = self.inner.store.retry_notice(id).await?;
+        let notice = self.inner.store.outbox().retry(id).await?;
         tracing::info!(notice = id, "notice retry requested");
         if let Some(lane) = self.inner.lanes.get(&notice.queued.channel) {
             lane.wake.notify_one();

@@ -115,7 +115,7 @@ impl Notifier {
             if cancel.is_cancelled() {
                 return;
             }
-            let sleep = match self.inner.store.next_notice_due(Some(channel)).await {
+            let sleep = match self.inner.store.outbox().next_due(Some(channel)).await {
                 Ok(Some(at)) => (at - Utc::now()).to_std().unwrap_or(Duration::ZERO),
                 Ok(None) => idle,
                 Err(e) => {
@@ -148,7 +148,8 @@ impl Notifier {
             let batch = match self
                 .inner
                 .store
-                .due_notices(Some(channel), Utc::now(), BATCH)
+                .outbox()
+                .due(Some(channel), Utc::now(), BATCH)
                 .await
             {
                 Ok(batch) => batch,
@@ -186,7 +187,8 @@ impl Notifier {
         let orphans = match self
             .inner
             .store
-            .due_notices_off(&known, Utc::now(), BATCH)
+            .outbox()
+            .due_off(&known, Utc::now(), BATCH)
             .await
         {
             Ok(o) => o,
@@ -209,7 +211,8 @@ impl Notifier {
             if let Err(e) = self
                 .inner
                 .store
-                .mark_notice_attempt_failed(notice.id, &msg, None)
+                .outbox()
+                .mark_attempt_failed(notice.id, &msg, None)
                 .await
             {
                 error!(notice = notice.id, error = %e, "cannot record a delivery outcome in the outbox");
@@ -257,7 +260,7 @@ impl Notifier {
     }
 
     /// On a database several daemons share, take the notice for this attempt first (see
-    /// [`hermes_store::Store::lease_notice`]): each notice is sent by one of them, and by another after
+    /// `store.outbox().lease`): each notice is sent by one of them, and by another after
     /// the lease if this one dies mid-send. One daemon alone needs no lease. False: leave it.
     async fn lease(&self, notice: &Notice) -> bool {
         let store = &self.inner.store;
@@ -268,7 +271,7 @@ impl Notifier {
         let lease = self.inner.send_timeout + LEASE_MARGIN;
         let now = Utc::now();
         let until = now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::minutes(5));
-        match store.lease_notice(notice.id, now, until).await {
+        match store.outbox().lease(notice.id, now, until).await {
             Ok(taken) => taken,
             Err(e) => {
                 error!(notice = notice.id, error = %e, "cannot take the notice for sending; will retry on the next pass");
@@ -290,18 +293,18 @@ impl Notifier {
             Ok(()) => {
                 info!(notice = id, %channel, attempt, "notice sent");
                 self.metrics.observe_delivery_sent(channel);
-                store.mark_notice_sent(id).await
+                store.outbox().mark_sent(id).await
             }
             Err(SendError::Permanent(msg)) => {
                 warn!(notice = id, %channel, attempt, error = %msg, "notice failed; not retrying");
                 failed(DeliveryFailure::Permanent);
-                store.mark_notice_attempt_failed(id, &msg, None).await
+                store.outbox().mark_attempt_failed(id, &msg, None).await
             }
             Err(SendError::Transient(msg)) if attempt > self.retry.max_retries => {
                 let msg = format!("gave up after {attempt} attempts; last error: {msg}");
                 warn!(notice = id, %channel, error = %msg, "notice failed");
                 failed(DeliveryFailure::GaveUp);
-                store.mark_notice_attempt_failed(id, &msg, None).await
+                store.outbox().mark_attempt_failed(id, &msg, None).await
             }
             Err(SendError::Transient(msg)) => {
                 failed(DeliveryFailure::Retry);
@@ -309,7 +312,10 @@ impl Notifier {
                 let next = Utc::now()
                     + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::hours(1));
                 info!(notice = id, %channel, attempt, retry_in_s = delay.as_secs_f64(), error = %msg, "notice not sent; will retry");
-                store.mark_notice_attempt_failed(id, &msg, Some(next)).await
+                store
+                    .outbox()
+                    .mark_attempt_failed(id, &msg, Some(next))
+                    .await
             }
         }
     }
@@ -325,7 +331,7 @@ impl Inner {
             }
         } else if let Some(hook) = self.webhooks.get(&notice.queued.channel) {
             let state = match &notice.queued.task_id {
-                Some(task_id) => match self.store.find_task(task_id).await {
+                Some(task_id) => match self.store.tasks().find(task_id).await {
                     Ok(task) => task.map(|t| t.state.as_str()),
                     Err(e) => {
                         return Err(SendError::Transient(format!(
@@ -342,7 +348,8 @@ impl Inner {
             // to it, must find it from the moment the person can see it.
             return self
                 .store
-                .set_notice_remote(notice.id, &remote)
+                .outbox()
+                .set_remote(notice.id, &remote)
                 .await
                 .map_err(|e| {
                     SendError::Transient(format!("sent, but cannot record its event id: {e}"))

@@ -60,8 +60,12 @@ impl Scheduler {
         let store = &self.inner.store;
         let began = Instant::now();
         let claims: Vec<BurstClaim> = burst.iter().map(|(_, c)| c.clone()).collect();
-        let claimed: std::collections::HashSet<String> =
-            store.claim_burst(&claims).await?.into_iter().collect();
+        let claimed: std::collections::HashSet<String> = store
+            .jobs()
+            .claim_burst(&claims)
+            .await?
+            .into_iter()
+            .collect();
         let claim_ms = ms(began.elapsed());
         let (claimed, left): (Vec<_>, Vec<_>) = burst
             .into_iter()
@@ -87,7 +91,7 @@ impl Scheduler {
             match task {
                 Ok(task) => started.push((job, claim, task)),
                 Err(e) => {
-                    store.release_job_lock(&job.id, &claim.holder).await?;
+                    store.jobs().release_lock(&job.id, &claim.holder).await?;
                     let reason = format!("could not create the task: {e}");
                     self.record_failed_start(&job, claim.due, reason).await?;
                 }
@@ -99,22 +103,23 @@ impl Scheduler {
             .iter()
             .map(|(_, claim, task)| (claim.clone(), task.id().to_string()))
             .collect();
-        let runs: std::collections::HashMap<String, i64> = match store.start_burst(&pairs).await {
-            Ok(runs) => runs.into_iter().collect(),
-            Err(e) => {
-                // The tasks exist; without run rows nothing would deliver their answers or
-                // record their end: end them unrun, and free the jobs rather than leave them
-                // locked until a restart.
-                let why = super::fire::abandoned(&e);
-                for (job, claim, task) in started {
-                    let task_id = task.id().to_string();
-                    task.abandon(why.clone()).await;
-                    let _ = store.release_job_lock(&job.id, &claim.holder).await;
-                    let _ = store.release_job_lock(&job.id, &task_id).await;
+        let runs: std::collections::HashMap<String, i64> =
+            match store.jobs().start_burst(&pairs).await {
+                Ok(runs) => runs.into_iter().collect(),
+                Err(e) => {
+                    // The tasks exist; without run rows nothing would deliver their answers or
+                    // record their end: end them unrun, and free the jobs rather than leave them
+                    // locked until a restart.
+                    let why = super::fire::abandoned(&e);
+                    for (job, claim, task) in started {
+                        let task_id = task.id().to_string();
+                        task.abandon(why.clone()).await;
+                        let _ = store.jobs().release_lock(&job.id, &claim.holder).await;
+                        let _ = store.jobs().release_lock(&job.id, &task_id).await;
+                    }
+                    return Err(e);
                 }
-                return Err(e);
-            }
-        };
+            };
         // Where a late burst's time went (the fire-time error is roughly their sum).
         tracing::info!(
             jobs = count,
@@ -156,7 +161,7 @@ impl Scheduler {
         if left.is_empty() {
             return left;
         }
-        let jobs = match self.inner.store.list_jobs().await {
+        let jobs = match self.inner.store.jobs().list().await {
             Ok(jobs) => jobs,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot re-read the jobs a burst left; each is tried alone");

@@ -78,7 +78,8 @@ impl Scheduler {
         };
         let (count, last) = schedule.due_times(due, now, MISSED_COUNT_CAP);
         if !store
-            .claim_job_run(&job.id, Some(due), schedule.next_due(now))
+            .jobs()
+            .claim_run(&job.id, Some(due), schedule.next_due(now))
             .await?
         {
             tracing::debug!(job = %job.id, due = %due, "due time already claimed elsewhere");
@@ -131,14 +132,15 @@ impl Scheduler {
         e: ScheduleError,
     ) -> Result<bool, StoreError> {
         let store = &self.inner.store;
-        if !store.claim_job_run(&job.id, Some(due), None).await? {
+        if !store.jobs().claim_run(&job.id, Some(due), None).await? {
             return Ok(false);
         }
         let reason = format!(
             "the job's schedule can no longer be evaluated: {e}; remove the job and add it again"
         );
         store
-            .add_job_run(&job.id, due, RunOutcome::Failed, None, Some(&reason))
+            .jobs()
+            .add_run(&job.id, due, RunOutcome::Failed, None, Some(&reason))
             .await?;
         tracing::warn!(job = %job.id, %reason, "job stopped");
         self.count_firing(RunOutcome::Failed, 1, None);
@@ -177,7 +179,8 @@ impl Scheduler {
         };
         self.inner
             .store
-            .add_job_run(&job.id, first, RunOutcome::Missed, None, Some(&reason))
+            .jobs()
+            .add_run(&job.id, first, RunOutcome::Missed, None, Some(&reason))
             .await?;
         tracing::info!(job = %job.id, outcome = "missed", %reason, "job firing");
         self.count_firing(RunOutcome::Missed, missed, None);
@@ -186,7 +189,7 @@ impl Scheduler {
 
     /// "Run now": the same start as a timer firing, minus claim and precheck.
     pub(crate) async fn begin_now(&self, id: &str) -> Result<Started, SchedulerError> {
-        let job = self.inner.store.job(id).await?;
+        let job = self.inner.store.jobs().get(id).await?;
         let now = self.inner.clock.now();
         match self.begin(&job, now, Trigger::RunNow).await? {
             Begin::Started(s) => Ok(*s),
@@ -198,7 +201,8 @@ impl Scheduler {
                 let task_id = self
                     .inner
                     .store
-                    .job(id)
+                    .jobs()
+                    .get(id)
                     .await
                     .ok()
                     .and_then(|j| j.running_task_id)
@@ -217,12 +221,12 @@ impl Scheduler {
     /// lock now.
     async fn free_ended(&self, job: &Job, token: &str) -> Result<bool, StoreError> {
         let store = &self.inner.store;
-        if !store.free_ended_lock(&job.id).await? {
+        if !store.jobs().free_ended_lock(&job.id).await? {
             return Ok(false);
         }
         tracing::warn!(job = %job.id,
             "the job's run lock was still held by a task that had ended (its release was lost to a storage fault); freed");
-        store.lock_job(&job.id, token).await
+        store.jobs().lock(&job.id, token).await
     }
 
     /// Take the run lock, run the precheck, create the task and record the firing.
@@ -236,8 +240,8 @@ impl Scheduler {
         // A placeholder holder first: an overlapping firing is refused before any precheck
         // runs (a precheck may consume the change it reports) and before any task exists.
         let token = firing_token(self.inner.store.node());
-        if !store.lock_job(&job.id, &token).await? && !self.free_ended(job, &token).await? {
-            let holder = match store.job(&job.id).await {
+        if !store.jobs().lock(&job.id, &token).await? && !self.free_ended(job, &token).await? {
+            let holder = match store.jobs().get(&job.id).await {
                 Ok(j) => j.running_task_id,
                 Err(StoreError::NotFound { .. }) => return Ok(Begin::Gone),
                 Err(e) => return Err(e),
@@ -250,7 +254,7 @@ impl Scheduler {
         match self.begin_locked(job, scheduled_at, trigger, &token).await {
             Ok(b) => Ok(b),
             Err(e) => {
-                let _ = store.release_job_lock(&job.id, &token).await;
+                let _ = store.jobs().release_lock(&job.id, &token).await;
                 Err(e)
             }
         }
@@ -273,19 +277,20 @@ impl Scheduler {
         let task = match self.inner.runner.create(job).await {
             Ok(task) => task,
             Err(e) => {
-                store.release_job_lock(&job.id, token).await?;
+                store.jobs().release_lock(&job.id, token).await?;
                 let reason = format!("could not create the task: {e}");
                 return self.record_failed_start(job, scheduled_at, reason).await;
             }
         };
         let task_id = task.id().to_string();
-        if !store.swap_job_lock(&job.id, token, &task_id).await? {
+        if !store.jobs().swap_lock(&job.id, token, &task_id).await? {
             // Only a restore in another process clears a lock; take it again if free.
             tracing::warn!(job = %job.id, task = %task_id, "run lock lost before the run started");
-            let _ = store.lock_job(&job.id, &task_id).await?;
+            let _ = store.jobs().lock(&job.id, &task_id).await?;
         }
         let run_id = match store
-            .add_job_run(
+            .jobs()
+            .add_run(
                 &job.id,
                 scheduled_at,
                 RunOutcome::Fired,
@@ -300,7 +305,7 @@ impl Scheduler {
                 task.abandon(abandoned(&e)).await;
                 // The lock is the task's now; the caller's release (by the placeholder token)
                 // would not free it, and the job would stay locked until a restart.
-                let _ = store.release_job_lock(&job.id, &task_id).await;
+                let _ = store.jobs().release_lock(&job.id, &task_id).await;
                 return Err(e);
             }
         };
@@ -332,13 +337,13 @@ impl Scheduler {
             .unwrap_or_else(|| Value::Object(Default::default()));
         let ended = match self.inner.runner.precheck(tool, arguments, job).await {
             Ok(result) if result.get("changed") == Some(&Value::Bool(false)) => {
-                self.inner.store.release_job_lock(&job.id, token).await?;
+                self.inner.store.jobs().release_lock(&job.id, token).await?;
                 self.record_skipped(job, scheduled_at, "precheck: no change")
                     .await?
             }
             Ok(_) => return Ok(None),
             Err(e) => {
-                self.inner.store.release_job_lock(&job.id, token).await?;
+                self.inner.store.jobs().release_lock(&job.id, token).await?;
                 let reason = format!("precheck {tool} failed: {e}");
                 self.record_failed_start(job, scheduled_at, reason).await?
             }
@@ -354,7 +359,8 @@ impl Scheduler {
     ) -> Result<Begin, StoreError> {
         self.inner
             .store
-            .add_job_run(
+            .jobs()
+            .add_run(
                 &job.id,
                 scheduled_at,
                 RunOutcome::Skipped,
@@ -378,7 +384,8 @@ impl Scheduler {
     ) -> Result<Begin, StoreError> {
         let store = &self.inner.store;
         let run_id = store
-            .add_job_run(
+            .jobs()
+            .add_run(
                 &job.id,
                 scheduled_at,
                 RunOutcome::Failed,
@@ -389,7 +396,7 @@ impl Scheduler {
         tracing::info!(job = %job.id, outcome = "failed", %reason, "job firing");
         self.count_firing(RunOutcome::Failed, 1, None);
         let delivery = self.failure_notice(job, run_id, None, &reason).await;
-        store.set_run_delivery(run_id, &delivery).await?;
+        store.jobs().set_run_delivery(run_id, &delivery).await?;
         Ok(Begin::Ended {
             outcome: RunOutcome::Failed,
             reason,
@@ -426,11 +433,11 @@ impl Scheduler {
                 "job run waits for a person across the stop; the next start follows it");
             return;
         };
-        if let Err(e) = store.release_job_lock(&job.id, &task_id).await {
+        if let Err(e) = store.jobs().release_lock(&job.id, &task_id).await {
             // The next firing frees a lock its ended task still holds (`free_ended`).
             tracing::error!(job = %job.id, error = %e, "cannot release the job's run lock; the next firing frees it");
         }
-        match store.job(&job.id).await {
+        match store.jobs().get(&job.id).await {
             Ok(_) => {}
             Err(StoreError::NotFound { .. }) => {
                 tracing::info!(job = %job.id, task = %task_id, "job removed during its run; not delivered");
@@ -473,7 +480,8 @@ impl Scheduler {
             }
         };
         if let Err(e) = store
-            .update_job_run(run_id, outcome, reason.as_deref(), &delivery)
+            .jobs()
+            .update_run(run_id, outcome, reason.as_deref(), &delivery)
             .await
         {
             tracing::error!(job = %job.id, run = run_id, error = %e, "cannot record the run's end");
@@ -498,7 +506,7 @@ impl Scheduler {
         // Stopping: a task still running gets the grace to end; one that waits (now, or once
         // its round reaches a held call) is left for the next start.
         loop {
-            match self.inner.store.task(&id).await {
+            match self.inner.store.tasks().get(&id).await {
                 Ok(t) if t.waiting && !t.state.is_finished() => return None,
                 _ => {}
             }

@@ -107,10 +107,10 @@ impl Scheduler {
         let job = {
             let _one_at_a_time = self.inner.adding.lock().await;
             let max = settings.max_jobs;
-            if self.inner.store.job_count().await? >= i64::from(max) {
+            if self.inner.store.jobs().count().await? >= i64::from(max) {
                 return Err(SchedulerError::TooManyJobs { max });
             }
-            self.inner.store.create_job(&new).await?
+            self.inner.store.jobs().create(&new).await?
         };
         tracing::info!(job = %job.id, name = %job.name, schedule = %job.schedule,
             timezone = %job.timezone, %origin, next_run_at = %first, "job created");
@@ -154,7 +154,7 @@ impl Scheduler {
     /// Delete a job and its run history; false when there was no such job. A run in progress
     /// finishes, but is not delivered, and the job never fires again.
     pub async fn remove(&self, id: &str) -> Result<bool, SchedulerError> {
-        let removed = self.inner.store.delete_job(id).await?;
+        let removed = self.inner.store.jobs().delete(id).await?;
         if removed {
             tracing::info!(job = %id, "job removed");
             self.wake();
@@ -164,7 +164,7 @@ impl Scheduler {
 
     /// Every job, oldest first, with its newest run.
     pub async fn list(&self) -> Result<Vec<JobView>, SchedulerError> {
-        let jobs = self.inner.store.list_jobs().await?;
+        let jobs = self.inner.store.jobs().list().await?;
         let mut views = Vec::with_capacity(jobs.len());
         for job in jobs {
             views.push(self.view(job).await?);
@@ -174,7 +174,7 @@ impl Scheduler {
 
     /// One job as a view.
     pub async fn get(&self, id: &str) -> Result<JobView, SchedulerError> {
-        let job = self.inner.store.job(id).await?;
+        let job = self.inner.store.jobs().get(id).await?;
         self.view(job).await
     }
 
@@ -183,7 +183,8 @@ impl Scheduler {
         let last_run = self
             .inner
             .store
-            .job_runs(&job.id, 1)
+            .jobs()
+            .runs(&job.id, 1)
             .await?
             .into_iter()
             .next();
@@ -192,8 +193,8 @@ impl Scheduler {
 
     /// A job's runs, newest first (`limit` ≤ 0 means 50).
     pub async fn runs(&self, id: &str, limit: i64) -> Result<Vec<JobRun>, SchedulerError> {
-        self.inner.store.job(id).await?;
-        Ok(self.inner.store.job_runs(id, limit).await?)
+        self.inner.store.jobs().get(id).await?;
+        Ok(self.inner.store.jobs().runs(id, limit).await?)
     }
 }
 
@@ -245,26 +246,27 @@ impl Scheduler {
 
     /// [`Scheduler::pause`], saying why (shown on the job).
     pub async fn pause_for(&self, id: &str, reason: PauseReason) -> Result<Job, SchedulerError> {
-        let job = self.inner.store.job(id).await?;
+        let job = self.inner.store.jobs().get(id).await?;
         self.inner
             .store
-            .set_job_enabled(id, Some(reason), job.next_run_at)
+            .jobs()
+            .set_enabled(id, Some(reason), job.next_run_at)
             .await?;
         tracing::info!(job = %id, reason = %reason, "job paused");
         self.wake();
-        Ok(self.inner.store.job(id).await?)
+        Ok(self.inner.store.jobs().get(id).await?)
     }
 
     /// Let a paused job fire again, from its next due time after now: the due times that
     /// passed while it was paused are neither run nor recorded missed (pausing said so). A
     /// one-shot whose time passed while paused has no next time.
     pub async fn resume(&self, id: &str) -> Result<Job, SchedulerError> {
-        let job = self.inner.store.job(id).await?;
+        let job = self.inner.store.jobs().get(id).await?;
         let next = self.resumed_next_run(&job);
-        self.inner.store.set_job_enabled(id, None, next).await?;
+        self.inner.store.jobs().set_enabled(id, None, next).await?;
         tracing::info!(job = %id, next_run_at = ?next, "job resumed");
         self.wake();
-        Ok(self.inner.store.job(id).await?)
+        Ok(self.inner.store.jobs().get(id).await?)
     }
 
     /// The next due time of `job` if it were resumed now (see [`next_after_pause`]). Written by
@@ -277,7 +279,7 @@ impl Scheduler {
     /// The footer of a run's answer (see [`words::digest_footer`]), with the job's next run as
     /// stored now (the firing has already moved it on).
     pub(crate) async fn digest_footer(&self, job: &Job, task_id: &str) -> String {
-        let next = match self.inner.store.job(&job.id).await {
+        let next = match self.inner.store.jobs().get(&job.id).await {
             Ok(j) if j.enabled => j.next_run_at,
             _ => None,
         };

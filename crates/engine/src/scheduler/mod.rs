@@ -18,7 +18,7 @@
 //! DST change or a restart never shifts them.
 //!
 //! Firing, the same for the timer, the catch-up at start and "run now":
-//! 1. claim: `claim_job_run(id, due, next)` moves `next_run_at` on before anything runs, so two
+//! 1. claim: `store.jobs().claim_run(id, due, next)` moves `next_run_at` on before anything runs, so two
 //!    firers (two processes, a crash and a restart) can never both run one due time;
 //! 2. the run lock: a job whose previous run still holds it is recorded `skipped`
 //!    ("previous run still running");
@@ -396,7 +396,7 @@ impl Scheduler {
         let started = self.begin_now(id).await?;
         let (job_id, run_id) = (started.job.id.clone(), started.run_id);
         self.finish(started).await;
-        let runs = self.inner.store.job_runs(&job_id, 50).await?;
+        let runs = self.inner.store.jobs().runs(&job_id, 50).await?;
         runs.into_iter()
             .find(|r| r.id == run_id)
             .ok_or_else(|| SchedulerError::NotFound(job_id))
@@ -428,7 +428,7 @@ impl Scheduler {
     pub async fn tick(&self) -> Result<usize, SchedulerError> {
         let now = self.inner.clock.now();
         let began = std::time::Instant::now();
-        let due: Vec<Job> = self.inner.store.due_jobs(now).await?;
+        let due: Vec<Job> = self.inner.store.jobs().due(now).await?;
         let read = began.elapsed();
         let (burst, mut rest) = self.split_burst(due, now);
         let mut claimed = 0;

@@ -74,7 +74,7 @@ impl Scheduler {
     /// Failed runs of `job` in a row before run `run_id`. Skipped and missed firings ran
     /// nothing, so they neither count nor break a streak.
     async fn failures_before(&self, job: &Job, run_id: i64) -> u32 {
-        let runs = match self.inner.store.job_runs(&job.id, STREAK_WINDOW).await {
+        let runs = match self.inner.store.jobs().runs(&job.id, STREAK_WINDOW).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(job = %job.id, error = %e, "cannot read the job's runs to count its failures");
@@ -101,7 +101,7 @@ impl Scheduler {
         let _ = writeln!(text, "- Last error: {}", one_line(error, 300));
         let mut reason = None;
         if let Some(id) = task_id
-            && let Ok(Some(record)) = self.inner.store.task_record(id).await
+            && let Ok(Some(record)) = self.inner.store.tasks().record(id).await
         {
             reason = record.task.reason;
             text.push_str(&trace_causes(&record.steps));

@@ -37,7 +37,7 @@ impl Scheduler {
     async fn pass(&self) -> Result<Duration, SchedulerError> {
         self.tick().await?;
         let now = self.inner.clock.now();
-        let earliest = self.inner.store.next_job_due().await?;
+        let earliest = self.inner.store.jobs().next_due().await?;
         Ok(match earliest {
             Some(t) => (t - now).to_std().unwrap_or(Duration::ZERO).min(RESCAN),
             None => RESCAN,
@@ -56,7 +56,7 @@ impl Scheduler {
         }
         let store = &self.inner.store;
         let now = self.inner.clock.now();
-        for job in store.list_jobs().await? {
+        for job in store.jobs().list().await? {
             if job.enabled && job.next_run_at.is_some_and(|t| t <= now) {
                 let id = job.id.clone();
                 if let Err(e) = self.handle_due(job, now, true).await {
@@ -76,7 +76,7 @@ impl Scheduler {
         let Some(me) = store.node().map(str::to_string) else {
             return Ok(());
         };
-        let freed = store.release_placeholders_of(&me).await?;
+        let freed = store.jobs().release_placeholders_of(&me).await?;
         let followed = self.take_over(&me).await?;
         if freed + followed as u64 > 0 {
             tracing::info!(
@@ -97,11 +97,11 @@ impl Scheduler {
     pub async fn take_over(&self, node: &str) -> Result<usize, SchedulerError> {
         let store = &self.inner.store;
         let mut taken = 0;
-        for open in store.open_runs_of(node).await? {
-            if !store.take_run(&open, node).await? {
+        for open in store.jobs().open_runs_of(node).await? {
+            if !store.jobs().take_run(&open, node).await? {
                 continue;
             }
-            let job = match store.job(&open.job_id).await {
+            let job = match store.jobs().get(&open.job_id).await {
                 Ok(job) => job,
                 Err(StoreError::NotFound { .. }) => continue,
                 Err(e) => return Err(e.into()),
@@ -131,17 +131,17 @@ impl Scheduler {
     async fn restore_alone(&self) -> Result<(), SchedulerError> {
         let store = &self.inner.store;
         let mut followed = Vec::new();
-        for job in store.list_jobs().await? {
+        for job in store.jobs().list().await? {
             let Some(holder) = job.running_task_id.clone() else {
                 continue;
             };
-            let runs = store.job_runs(&job.id, 20).await?;
+            let runs = store.jobs().runs(&job.id, 20).await?;
             let Some(run) = runs.into_iter().find(|r| {
                 r.outcome == RunOutcome::Fired && r.task_id.as_deref() == Some(holder.as_str())
             }) else {
                 continue;
             };
-            let task = match store.task(&holder).await {
+            let task = match store.tasks().get(&holder).await {
                 Ok(t) => Some(t),
                 Err(StoreError::NotFound { .. }) => None,
                 Err(e) => return Err(e.into()),
@@ -155,19 +155,20 @@ impl Scheduler {
                 .failure_notice(&job, run.id, Some(&holder), reason)
                 .await;
             store
-                .update_job_run(run.id, RunOutcome::Failed, Some(reason), &delivery)
+                .jobs()
+                .update_run(run.id, RunOutcome::Failed, Some(reason), &delivery)
                 .await?;
             tracing::warn!(job = %job.id, task = %holder, "job run interrupted by a stop");
         }
         // The followed runs' locks are taken back below: not left by a crash.
-        let cleared = (store.clear_job_locks().await? as usize).saturating_sub(followed.len());
+        let cleared = (store.jobs().clear_locks().await? as usize).saturating_sub(followed.len());
         // Nothing fires before `restore` returns (the loop and the API start after it), so
         // taking the followed runs' locks back cannot race a firing.
         for (job, run) in followed {
             let Some(task_id) = run.task_id.clone() else {
                 continue;
             };
-            if !store.lock_job(&job.id, &task_id).await? {
+            if !store.jobs().lock(&job.id, &task_id).await? {
                 continue;
             }
             let Some(started) = self
@@ -211,7 +212,11 @@ impl Scheduler {
             })),
             Err(e) => {
                 tracing::error!(job = %job.id, task = %task_id, error = %e, "cannot follow {what}");
-                self.inner.store.release_job_lock(&job.id, task_id).await?;
+                self.inner
+                    .store
+                    .jobs()
+                    .release_lock(&job.id, task_id)
+                    .await?;
                 Ok(None)
             }
         }

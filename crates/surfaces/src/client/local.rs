@@ -153,13 +153,13 @@ impl Backend for Local {
                 limit,
                 ..Default::default()
             };
-            Ok(self.store().await?.list_tasks(&filter).await?)
+            Ok(self.store().await?.tasks().list(&filter).await?)
         })
     }
 
     fn task<'a>(&'a self, id: &'a str) -> Reply<'a, TaskRecord> {
         Box::pin(async move {
-            match self.store().await?.task_record(id).await? {
+            match self.store().await?.tasks().record(id).await? {
                 Some(record) => Ok(record),
                 None => Err(ClientError::NotFound(format!(
                     "no task '{id}'; `hermes-agent tasks list` shows the ids"
@@ -272,7 +272,7 @@ impl Backend for Local {
         Box::pin(async move {
             // The daemon counts days in the same zone (`scheduler.timezone`, resolved at load).
             let window = UsageWindow::last_days(days, self.config.timezone.tz, chrono::Utc::now());
-            Ok(self.store().await?.usage(&window).await?)
+            Ok(self.store().await?.tasks().usage(&window).await?)
         })
     }
 
@@ -292,7 +292,7 @@ impl Backend for Local {
                 .run_claimed(claimed, RunOptions::default())
                 .await?;
             // No daemon to send its notices: send them now (they stay queued if this fails).
-            if !parts.store.notices_for_task(&done.id).await?.is_empty() {
+            if !parts.store.outbox().for_task(&done.id).await?.is_empty() {
                 let _ = tokio::time::timeout(DELIVER_NOW, parts.notifier.deliver_due()).await;
             }
             Ok(done)

@@ -62,7 +62,8 @@ impl Membership {
         }
         let lease = app.agent.node_lease();
         app.store
-            .join_cluster(
+            .nodes()
+            .join(
                 &host_name(),
                 std::process::id(),
                 Some(&api.to_string()),
@@ -93,7 +94,7 @@ impl Membership {
         if let Some(keeper) = self.keeper.take() {
             let _ = keeper.await;
         }
-        if let Err(e) = self.app.store.leave_cluster().await {
+        if let Err(e) = self.app.store.nodes().leave().await {
             tracing::warn!(error = %e, "could not tell the other nodes this one stopped; they take over after storage.node_lease_s");
         }
     }
@@ -210,7 +211,7 @@ fn beat_apart(
 
 async fn beat(store: hermes_store::Store, lease: Duration, stop: CancellationToken) {
     loop {
-        match store.beat().await {
+        match store.nodes().beat().await {
             Ok(true) => {}
             Ok(false) => rejoin(&store, lease).await,
             Err(e) => tracing::warn!(error = %e, "cannot beat this node's heartbeat; retrying"),
@@ -291,7 +292,8 @@ async fn rejoin(store: &hermes_store::Store, lease: Duration) {
         lease.as_secs()
     );
     if let Err(e) = store
-        .join_cluster(&host_name(), std::process::id(), None, chrono_lease(lease))
+        .nodes()
+        .join(&host_name(), std::process::id(), None, chrono_lease(lease))
         .await
     {
         tracing::warn!(error = %e, "cannot join the nodes again; retrying");
@@ -305,7 +307,7 @@ async fn rejoin(store: &hermes_store::Store, lease: Duration) {
 async fn sweep(app: &App, lease: Duration, reach: &mut Reach) -> Result<(), SweepError> {
     let at = now();
     let since = at - chrono_lease(lease);
-    let silent = app.store.silent_nodes(since).await?;
+    let silent = app.store.nodes().silent(since).await?;
     if !reach.may_judge(at, lease) {
         if !silent.is_empty() {
             tracing::info!(
@@ -316,16 +318,17 @@ async fn sweep(app: &App, lease: Duration, reach: &mut Reach) -> Result<(), Swee
         return Ok(());
     }
     for node in silent {
-        if !app.store.revoke_node(&node, since).await? {
+        if !app.store.nodes().revoke(&node, since).await? {
             // It beat again just now: it was slow, not dead, and keeps its work.
             tracing::warn!(node = %node, "a node taken for silent beat again before the sweep");
             continue;
         }
         let failed = app
             .store
+            .tasks()
             .fail_running_on(&node, FailReason::Interrupted)
             .await?;
-        let freed = app.store.release_placeholders_of(&node).await?;
+        let freed = app.store.jobs().release_placeholders_of(&node).await?;
         let taken = app.scheduler.take_over(&node).await?;
         // Its jobs are this node's to fire now; one it made lately may be due before this
         // scheduler's next look.
@@ -340,7 +343,11 @@ async fn sweep(app: &App, lease: Duration, reach: &mut Reach) -> Result<(), Swee
         );
     }
     // Work a sweep left half done (it stopped between revoking a node and ending its tasks).
-    let orphaned = app.store.fail_orphaned(FailReason::Interrupted).await?;
+    let orphaned = app
+        .store
+        .tasks()
+        .fail_orphaned(FailReason::Interrupted)
+        .await?;
     if orphaned > 0 {
         tracing::warn!(
             tasks_interrupted = orphaned,

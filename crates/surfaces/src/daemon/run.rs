@@ -101,6 +101,7 @@ async fn mark_interrupted(app: &App, shared: bool) -> Result<(), DaemonError> {
         let me = app.store.node().unwrap_or_default();
         let interrupted = app
             .store
+            .tasks()
             .fail_running_on(me, FailReason::Interrupted)
             .await?;
         if interrupted > 0 {
@@ -113,11 +114,11 @@ async fn mark_interrupted(app: &App, shared: bool) -> Result<(), DaemonError> {
     }
     let interrupted = app
         .store
-        .fail_unfinished(&[TaskState::Running], FailReason::Interrupted)
+        .tasks().fail_unfinished(&[TaskState::Running], FailReason::Interrupted)
         .await?
         // Job tasks still queued by the previous daemon: their firing is over (the scheduler
         // records it as interrupted), so running them now would deliver nowhere.
-        + app.store.fail_pending_of_origin(Origin::Job, FailReason::Interrupted).await?;
+        + app.store.tasks().fail_pending_of_origin(Origin::Job, FailReason::Interrupted).await?;
     if interrupted > 0 {
         tracing::warn!(
             count = interrupted,
@@ -241,7 +242,7 @@ fn spawn_pruner(app: &App, tracker: &TaskTracker, stop: CancellationToken) {
     tracker.spawn(async move {
         loop {
             let before = hermes_store::now() - chrono::Duration::days(days);
-            match store.prune_working(before).await {
+            match store.working().prune(before).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(rows = n, "pruned old working memory"),
                 Err(e) => tracing::warn!(error = %e, "could not prune working memory"),

@@ -127,8 +127,9 @@ pub async fn identity(gateway: &Gateway, name: &str, store: Option<&Store>) -> C
     let Some(store) = store else {
         return Check::new(Verdict::Ok, what, detail);
     };
-    let status = store.model_status(name).await.unwrap_or_default();
+    let status = store.models().status(name).await.unwrap_or_default();
     let verified = store
+        .models()
         .seen_identity(name, &key)
         .await
         .ok()
@@ -263,7 +264,7 @@ pub fn data_dir(config: &Config) -> Check {
 pub async fn memory(store: &Store, memory: Option<&LongTerm>) -> Check {
     match memory {
         Some(_) => {
-            let n = store.fact_count().await.unwrap_or(0);
+            let n = store.facts().count().await.unwrap_or(0);
             Check::new(Verdict::Ok, "memory", format!("{n} fact(s) indexed"))
         }
         None => Check::new(

@@ -128,7 +128,8 @@ pub async fn run(
     let key_of = |p: &str| identities.get(p).cloned().flatten().map(|i| i.key());
     let run_id = req
         .store
-        .start_eval_run(&main, key_of(&main).as_deref(), req.trigger)
+        .evals()
+        .start_run(&main, key_of(&main).as_deref(), req.trigger)
         .await?;
     let fixtures = FixtureServer::start().await.map_err(EvalError::Fixtures)?;
     let mut reported: BTreeMap<String, String> = BTreeMap::new();
@@ -140,12 +141,13 @@ pub async fn run(
         }
         result.identity = key_of(&profile);
         req.store
-            .add_eval_result(run_id, seq as i64 + 1, &result)
+            .evals()
+            .add_result(run_id, seq as i64 + 1, &result)
             .await?;
         on_result(&result);
     }
     fixtures.stop().await;
-    let run = req.store.finish_eval_run(run_id).await?;
+    let run = req.store.evals().finish_run(run_id).await?;
     // Where the server told nothing before the run, the ids its replies reported are the
     // identity (`model.identity_check_s: 0`).
     for (p, id) in identities.iter_mut() {
@@ -187,17 +189,19 @@ async fn verify(
         };
         let key = identity.key();
         req.store
+            .models()
             .verify_identity(profile, &key, identity.source(), run.id)
             .await?;
         verified.push((profile.clone(), key.clone()));
-        let status = req.store.model_status(profile).await?;
+        let status = req.store.models().status(profile).await?;
         if status.current.is_some_and(|c| c.identity != key) {
             // It moved on again while the cases ran: what was verified is not what it serves.
             continue;
         }
         let held = req
             .store
-            .jobs_paused_for(PauseReason::ModelChanged, profile, profile == default)
+            .jobs()
+            .paused_for(PauseReason::ModelChanged, profile, profile == default)
             .await?;
         for job in held {
             match req.scheduler {
@@ -210,7 +214,7 @@ async fn verify(
                 None => {
                     let next =
                         hermes_engine::scheduler::next_after_pause(&job, hermes_store::now());
-                    req.store.set_job_enabled(&job.id, None, next).await?;
+                    req.store.jobs().set_enabled(&job.id, None, next).await?;
                 }
             }
             tracing::info!(job = %job.id, profile = %profile, "held job resumed: its model passed the eval");
@@ -338,7 +342,8 @@ async fn drive(
         .await
         .map_err(|e| e.to_string())?;
     app.store
-        .task_record(&done.id)
+        .tasks()
+        .record(&done.id)
         .await
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("task {} disappeared from the throwaway store", done.id))

@@ -125,9 +125,10 @@ impl ModelWatch {
     ) -> Result<Option<ModelChange>, hermes_store::StoreError> {
         let store = &self.app.store;
         let key = identity.key();
-        let before = store.model_status(profile).await?;
-        let known = store.seen_identity(profile, &key).await?;
+        let before = store.models().status(profile).await?;
+        let known = store.models().seen_identity(profile, &key).await?;
         store
+            .models()
             .note_identity(profile, &key, identity.source())
             .await?;
         if known.is_some_and(|k| k.verified_at.is_some()) {
@@ -150,7 +151,7 @@ impl ModelWatch {
         // A change within the window of the last one told is that one's flap going on: recorded
         // as part of it, and nothing told, held or run (a server reporting another id on every
         // reply would otherwise send a notice and start an eval for each).
-        let told = store.last_told_change(profile).await?;
+        let told = store.models().last_told_change(profile).await?;
         let window = flap_window(self.app.config.settings.model.identity_check_s);
         let within = told.as_ref().filter(|c| {
             (hermes_store::now() - c.seen_at)
@@ -165,7 +166,7 @@ impl ModelWatch {
             action,
             flap_of: within.map(|c| c.id),
         };
-        let Some(change) = store.record_model_change(&new).await? else {
+        let Some(change) = store.models().record_change(&new).await? else {
             return Ok(None);
         };
         if let Some(head) = within {
@@ -182,7 +183,10 @@ impl ModelWatch {
             ModelAction::Hold => self.hold(profile).await,
             _ => Vec::new(),
         };
-        store.set_change_outcome(change.id, &paused, None).await?;
+        store
+            .models()
+            .set_change_outcome(change.id, &paused, None)
+            .await?;
         let change = ModelChange {
             paused_jobs: paused,
             ..change
@@ -200,7 +204,8 @@ impl ModelWatch {
         let jobs = match self
             .app
             .store
-            .jobs_on_profile(profile, profile == default)
+            .jobs()
+            .on_profile(profile, profile == default)
             .await
         {
             Ok(jobs) => jobs,
@@ -279,6 +284,7 @@ impl ModelWatch {
             Ok(report) => {
                 if let Err(e) = app
                     .store
+                    .models()
                     .set_change_outcome(change.id, &change.paused_jobs, Some(report.run.id))
                     .await
                 {
@@ -329,7 +335,7 @@ async fn flap_of(
     store: &hermes_store::Store,
     head: &ModelChange,
 ) -> Result<Option<Flap>, hermes_store::StoreError> {
-    let members = store.flap_changes(head.id).await?;
+    let members = store.models().flap_changes(head.id).await?;
     if members.is_empty() {
         return Ok(None);
     }

@@ -87,7 +87,8 @@ impl Sessions {
         let lifetime = chrono::TimeDelta::seconds(LIFETIME.as_secs() as i64);
         let expires = hermes_store::now() + lifetime;
         self.store
-            .add_session(&id_hash(&id), &csrf, expires, MAX_SESSIONS)
+            .sessions()
+            .add(&id_hash(&id), &csrf, expires, MAX_SESSIONS)
             .await?;
         Ok((id, Session { csrf }))
     }
@@ -97,14 +98,14 @@ impl Sessions {
         if !well_formed(id) {
             return Ok(None);
         }
-        let found = self.store.session(&id_hash(id)).await?;
+        let found = self.store.sessions().get(&id_hash(id)).await?;
         Ok(found.map(|s| Session { csrf: s.csrf }))
     }
 
     /// Sign out: the session is gone at once, on every node.
     pub async fn remove(&self, id: &str) -> Result<(), StoreError> {
         if well_formed(id) {
-            self.store.remove_session(&id_hash(id)).await?;
+            self.store.sessions().remove(&id_hash(id)).await?;
         }
         Ok(())
     }
@@ -229,8 +230,8 @@ mod tests {
         assert!(s.get("").await.unwrap().is_none());
         assert!(s.get(&id.to_uppercase()).await.unwrap().is_none());
         // The store has the hash, not the cookie value.
-        assert!(store.session(&id).await.unwrap().is_none());
-        assert!(store.session(&id_hash(&id)).await.unwrap().is_some());
+        assert!(store.sessions().get(&id).await.unwrap().is_none());
+        assert!(store.sessions().get(&id_hash(&id)).await.unwrap().is_some());
         // Another handle on the same database (another node, a restart) knows it too.
         let other = Sessions::new(store.clone());
         assert!(other.get(&id).await.unwrap().is_some());

@@ -101,7 +101,7 @@ async fn connection(
     // The position is the device's: a sync token also says which of this device's
     // to-device messages (room keys) were read.
     let key = format!("matrix/{}", device.as_deref().unwrap_or(""));
-    let mut position = match inner.store.channel_cursor(&key).await? {
+    let mut position = match inner.store.chat().cursor(&key).await? {
         Some(p) => p,
         None => first_sync(inner, inbox, metrics, &client, &own, &key).await?,
     };
@@ -113,7 +113,7 @@ async fn connection(
             .timeout(LONG_POLL)
             .filter(filter());
         let response = client.sync_once(settings).await?;
-        if !inner.store.hold_channel(Channel::Matrix).await? {
+        if !inner.store.chat().hold_channel(Channel::Matrix).await? {
             return Err(Ended::Elsewhere);
         }
         inner.status.update(|s| {
@@ -135,7 +135,8 @@ async fn connection(
         retry_decryption(inner, inbox, metrics, &client, &own, &mut pending).await?;
         inner
             .store
-            .set_channel_cursor(&key, &response.next_batch)
+            .chat()
+            .set_cursor(&key, &response.next_batch)
             .await?;
         position = response.next_batch;
     }
@@ -195,13 +196,13 @@ async fn first_sync(
     let response = client
         .sync_once(SyncSettings::default().filter(filter()))
         .await?;
-    if inner.store.any_inbox_message(Channel::Matrix).await? {
+    if inner.store.inbox().any(Channel::Matrix).await? {
         tracing::info!(
             "first Matrix sync of this device: reading back to where the last reader got"
         );
         // Room events are ordered for the whole server, so another device's position bounds
         // what this one must read back.
-        let since = inner.store.newest_channel_cursor("matrix/").await?;
+        let since = inner.store.chat().newest_cursor("matrix/").await?;
         let mut pending = Vec::new();
         batch(
             inner,
@@ -224,7 +225,8 @@ async fn first_sync(
     }
     inner
         .store
-        .set_channel_cursor(key, &response.next_batch)
+        .chat()
+        .set_cursor(key, &response.next_batch)
         .await?;
     Ok(response.next_batch)
 }
@@ -352,7 +354,8 @@ async fn backfill(
             let known = match event.event_id() {
                 Some(id) => inner
                     .store
-                    .inbox_message_by_id(id.as_str())
+                    .inbox()
+                    .by_message_id(id.as_str())
                     .await?
                     .is_some(),
                 None => false,

@@ -87,7 +87,7 @@ async fn connection(
     // meanwhile are kept.
     bot.delete_webhook().await.map_err(Failure::from)?;
     let key = format!("telegram/{}", inner.settings.bot_id());
-    let mut offset = match inner.store.channel_cursor(&key).await? {
+    let mut offset = match inner.store.chat().cursor(&key).await? {
         Some(p) => p
             .parse::<i32>()
             .map_err(|_| Ended::BadOffset(p, key.clone()))?,
@@ -108,7 +108,7 @@ async fn connection(
             .allowed_updates([AllowedUpdate::Message, AllowedUpdate::CallbackQuery])
             .await
             .map_err(Failure::from)?;
-        if !inner.store.hold_channel(Channel::Telegram).await? {
+        if !inner.store.chat().hold_channel(Channel::Telegram).await? {
             return Err(Ended::Elsewhere);
         }
         inner.status.update(|s| {
@@ -142,7 +142,8 @@ async fn skip_backlog(inner: &Inner, bot: &Bot, key: &str) -> Result<i32, Ended>
     }
     inner
         .store
-        .move_chat_cursor(Channel::Telegram, key, &offset.to_string())
+        .chat()
+        .move_cursor(Channel::Telegram, key, &offset.to_string())
         .await?;
     Ok(offset)
 }
@@ -163,7 +164,8 @@ async fn take_in(
         Read::Nothing => {
             inner
                 .store
-                .move_chat_cursor(Channel::Telegram, key, &position)
+                .chat()
+                .move_cursor(Channel::Telegram, key, &position)
                 .await?;
             Ok(false)
         }

@@ -88,10 +88,11 @@ impl Inner {
         ));
         let parts = format::split(&html, format::MAX_UTF16);
         let store = |e| SendError::Transient(format!("cannot read or record the sent parts: {e}"));
-        let sent = self.store.chat_parts(notice.id).await.map_err(store)?;
+        let sent = self.store.chat().parts(notice.id).await.map_err(store)?;
         let approval = self
             .store
-            .approval_for_notice(notice.id)
+            .approvals()
+            .for_notice(notice.id)
             .await
             .map_err(store)?
             .is_some();
@@ -114,7 +115,8 @@ impl Inner {
             let id = self.send_part(&bot, &part).await?;
             let remote = remote_id(chat, id);
             self.store
-                .add_chat_part(notice.id, number, &remote)
+                .chat()
+                .add_part(notice.id, number, &remote)
                 .await
                 .map_err(|e| SendError::Transient(format!("sent, but cannot record it: {e}")))?;
             first.get_or_insert(remote);

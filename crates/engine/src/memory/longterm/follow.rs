@@ -166,7 +166,7 @@ impl LongTerm {
                 return Ok(done);
             }
             let applied = self.applied_seq();
-            let range = store.fact_change_range().await?;
+            let range = store.facts().change_range().await?;
             let newest = range.newest.unwrap_or(0);
             if applied == newest {
                 return Ok(done);
@@ -184,7 +184,7 @@ impl LongTerm {
                 self.rebuild_locked().await?;
                 return Ok(done);
             }
-            let changes = store.fact_changes_after(applied, BATCH).await?;
+            let changes = store.facts().changes_after(applied, BATCH).await?;
             let Some(last) = changes.last().map(|c| c.seq) else {
                 return Ok(done);
             };
@@ -195,7 +195,7 @@ impl LongTerm {
             // the same state again.
             let mut now = Vec::with_capacity(ids.len());
             for id in ids {
-                match store.fact(&id).await {
+                match store.facts().get(&id).await {
                     Ok(fact) => now.push((id, Some(fact))),
                     Err(StoreError::NotFound { .. }) => now.push((id, None)),
                     Err(e) => return Err(e.into()),
@@ -257,7 +257,7 @@ impl LongTerm {
     /// Drop changes older than [`CHANGES_KEPT_DAYS`]; a failure only leaves them a while.
     pub(super) async fn prune_changes(&self) {
         let before = hermes_store::now() - chrono::Duration::days(CHANGES_KEPT_DAYS);
-        match self.inner.store.prune_fact_changes(before).await {
+        match self.inner.store.facts().prune_changes(before).await {
             Ok(0) => {}
             Ok(rows) => tracing::debug!(rows, "pruned old fact changes"),
             Err(e) => tracing::warn!(error = %e, "could not prune old fact changes"),

@@ -185,7 +185,7 @@ async fn a_node_reopened_after_changes_it_missed_catches_up_without_a_rebuild() 
         .await
         .unwrap();
     assert_eq!(b.rebuilds(), 0, "caught up from the changes, not rebuilt");
-    assert_eq!(b.applied_seq(), store_b.fact_change_seq().await.unwrap());
+    assert_eq!(b.applied_seq(), store_b.facts().change_seq().await.unwrap());
     assert_eq!(documents(&b), 2);
     assert_eq!(ids(&b, "Miso").await, vec![new.id]);
     assert_eq!(ids(&b, "drink").await, vec![kept.id]);
@@ -200,7 +200,7 @@ async fn a_node_reopened_after_changes_it_missed_catches_up_without_a_rebuild() 
         .await
         .unwrap();
     let future = hermes_store::now() + chrono::Duration::days(1);
-    assert!(store_b.prune_fact_changes(future).await.unwrap() > 0);
+    assert!(store_b.facts().prune_changes(future).await.unwrap() > 0);
     let b = LongTerm::open(n.dir_b.path(), store_b.clone())
         .await
         .unwrap();
@@ -236,10 +236,11 @@ async fn own_writes_move_the_mark_and_a_reopen_applies_what_was_missed() {
 
     // Written while the index was closed (a crash between the store and the index).
     let (late, _) = store
-        .upsert_fact("the dog is Rex", &[], "test")
+        .facts()
+        .upsert("the dog is Rex", &[], "test")
         .await
         .unwrap();
-    assert_eq!(store.delete_fact(&kept.id).await.unwrap(), Some(6));
+    assert_eq!(store.facts().delete(&kept.id).await.unwrap(), Some(6));
     let memory = LongTerm::open(dir.path(), store.clone()).await.unwrap();
     assert_eq!(memory.rebuilds(), 0);
     assert_eq!(memory.applied_seq(), 6);
@@ -271,7 +272,8 @@ async fn an_index_without_a_readable_mark_or_marked_by_another_database_is_rebui
     let other = tempfile::tempdir().unwrap();
     let store = Store::open(other.path()).await.unwrap();
     store
-        .upsert_fact("the cat is Miso", &[], "test")
+        .facts()
+        .upsert("the cat is Miso", &[], "test")
         .await
         .unwrap();
     let memory = LongTerm::open(dir.path(), store).await.unwrap();

@@ -108,7 +108,7 @@ impl Meaning {
         store: Store,
         min_similarity: f32,
     ) -> Result<Arc<Meaning>, StoreError> {
-        let dims = store.vector_dims(embedder.model()).await?;
+        let dims = store.vectors().dims(embedder.model()).await?;
         let meaning = Arc::new(Meaning {
             set: RwLock::new(match dims {
                 Some(dims) => VectorSet::for_model(VectorModel {
@@ -196,7 +196,8 @@ impl Meaning {
             };
             let rows = self
                 .store
-                .fact_vectors_after(&model, after, LOAD_BATCH)
+                .vectors()
+                .after(&model, after, LOAD_BATCH)
                 .await?;
             let Some(last) = rows.last().map(|r| r.seq) else {
                 return Ok(loaded);
@@ -356,7 +357,8 @@ impl Meaning {
         let batch = i64::try_from(self.embedder.batch()).unwrap_or(64);
         let todo = self
             .store
-            .facts_without_vector(
+            .vectors()
+            .unembedded(
                 &model,
                 after.as_ref().map(|(at, id)| (*at, id.as_str())),
                 batch,
@@ -365,7 +367,7 @@ impl Meaning {
         let Some(last) = todo.last() else {
             if after.is_none() {
                 // Nothing older is missing: later walks start from the newest fact.
-                let newest = self.store.newest_fact().await?;
+                let newest = self.store.facts().newest().await?;
                 *hermes_store::util::lock(&self.cursor) =
                     newest.map(|(at, id)| (model.clone(), at, id));
             }
@@ -374,7 +376,7 @@ impl Meaning {
                     .prune_due
                     .swap(false, std::sync::atomic::Ordering::SeqCst)
             {
-                let pruned = self.store.prune_replaced_vectors(&model).await?;
+                let pruned = self.store.vectors().prune_replaced(&model).await?;
                 if pruned > 0 {
                     tracing::info!(
                         rows = pruned,
@@ -408,7 +410,7 @@ impl Meaning {
             .zip(&made)
             .map(|(f, v)| (f.id.clone(), vectors::encode(v)))
             .collect();
-        self.store.put_fact_vectors(&model, &rows).await?;
+        self.store.vectors().put(&model, &rows).await?;
         *hermes_store::util::lock(&self.cursor) = Some(next);
         self.load().await?;
         Ok(Step::Embedded(rows.len()))
@@ -460,8 +462,8 @@ impl Meaning {
         mut progress: impl FnMut(i64, i64),
     ) -> Result<i64, MeaningError> {
         let model = self.probe().await.map_err(|e| self.explain(e))?;
-        let counts = self.store.vector_counts(&model).await?;
-        let all = (self.store.fact_count().await? - counts.embedded - counts.refused).max(0);
+        let counts = self.store.vectors().counts(&model).await?;
+        let all = (self.store.facts().count().await? - counts.embedded - counts.refused).max(0);
         let mut done: i64 = 0;
         progress(done, all);
         let mut from_start = true;

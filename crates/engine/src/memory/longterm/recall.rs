@@ -57,7 +57,7 @@ impl LongTerm {
     /// The fact as the store has it; `None` (and a warning) when the index or the vectors name
     /// one it no longer has.
     async fn stored_fact(&self, id: &str) -> Result<Option<Fact>, MemoryError> {
-        match self.inner.store.fact(id).await {
+        match self.inner.store.facts().get(id).await {
             Ok(fact) => Ok(Some(fact)),
             // The index can only be ahead of the store after a crash between the two
             // writes; the store is the truth, and the next open recounts and rebuilds.
@@ -158,7 +158,8 @@ impl LongTerm {
         let mut found: Vec<Recalled> = self
             .inner
             .store
-            .all_facts()
+            .facts()
+            .all()
             .await?
             .into_iter()
             .filter_map(|fact| {

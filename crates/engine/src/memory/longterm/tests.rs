@@ -19,7 +19,7 @@ async fn empty_and_overlong_facts_are_refused() {
         memory.remember(&long, &[], "test").await,
         Err(MemoryError::FactTooLong(n)) if n == MAX_FACT_CHARS + 1
     ));
-    assert_eq!(memory.inner.store.fact_count().await.expect("count"), 0);
+    assert_eq!(memory.inner.store.facts().count().await.expect("count"), 0);
 }
 
 #[tokio::test]

@@ -202,7 +202,10 @@ mod tests {
             .expect("remember");
         assert_eq!(made["merged"], json!(false));
         let id = made["id"].as_str().expect("id").to_string();
-        assert_eq!(store.fact(&id).await.expect("fact").source, "task:t_42");
+        assert_eq!(
+            store.facts().get(&id).await.expect("fact").source,
+            "task:t_42"
+        );
 
         let again = remember
             .call(

@@ -1,7 +1,7 @@
 //! Built-in tool `read_working_memory`: pages through a large result the registry put in
 //! working memory instead of showing it whole.
 //!
-//! Owns: the tool's schema and paging. Reads through [`Store::read_working`] only.
+//! Owns: the tool's schema and paging. Reads through `store.working().read` only.
 //! Must not: write working memory (the registry does that when it truncates a result).
 
 use crate::tools::{Fit, Tool, ToolContext, ToolError, ToolInfo, TypedTool};
@@ -74,7 +74,7 @@ impl TypedTool for ReadWorkingMemory {
         let length = a.length.unwrap_or(DEFAULT_LENGTH).clamp(1, MAX_LENGTH);
         let slice = self
             .store
-            .read_working(key, a.offset, length)
+            .working().read(key, a.offset, length)
             .await
             .map_err(|e| match e {
                 StoreError::NotFound { .. } => ToolError::Failed(format!(

@@ -49,7 +49,7 @@ impl Registry {
         let full = unfiltered.as_ref().map(shape::render);
         let full_text = full.as_deref().unwrap_or(&shown);
         let kept = &full_text[..full_text.floor_char_boundary(self.0.working_max_bytes)];
-        let (body, key) = match self.0.store.put_working(&ctx.task_id, kept).await {
+        let (body, key) = match self.0.store.working().put(&ctx.task_id, kept).await {
             Ok(key) => {
                 let rest = Rest::Stored {
                     key: &key,

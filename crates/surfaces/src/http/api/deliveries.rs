@@ -26,7 +26,8 @@ pub(crate) async fn list_deliveries(
     let notices = s
         .agent
         .store()
-        .list_notices(&NoticeFilter {
+        .outbox()
+        .list(&NoticeFilter {
             state,
             limit,
             newest_first: true,

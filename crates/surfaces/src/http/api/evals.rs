@@ -22,9 +22,10 @@ pub async fn list_evals(
 ) -> Result<Response, ApiError> {
     let limit = bounded("limit", q.limit, 20, 200)?;
     let store = s.agent.store();
-    let runs = store.eval_runs(limit).await?;
+    let runs = store.evals().runs(limit).await?;
     let models: Vec<_> = store
-        .model_statuses()
+        .models()
+        .statuses()
         .await?
         .into_iter()
         .map(|m| {

@@ -29,7 +29,8 @@ pub(crate) async fn list_inbox(
     let messages = s
         .agent
         .store()
-        .list_inbox(&InboxFilter {
+        .inbox()
+        .list(&InboxFilter {
             state,
             channel,
             limit,

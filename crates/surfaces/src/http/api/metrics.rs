@@ -13,7 +13,7 @@ pub async fn metrics(State(s): State<ApiState>) -> ApiResult {
     let store = s.agent.store();
     // A database that cannot be read leaves its gauges out of this scrape; the counters, and
     // `/healthz` saying why, are worth more than a failed scrape.
-    let tasks = match store.task_counts_by_origin().await {
+    let tasks = match store.tasks().counts_by_origin().await {
         Ok(counts) => Some(
             counts
                 .into_iter()
@@ -25,7 +25,7 @@ pub async fn metrics(State(s): State<ApiState>) -> ApiResult {
             None
         }
     };
-    let outbox_pending = match store.outbox_backlog().await {
+    let outbox_pending = match store.outbox().backlog().await {
         Ok(b) => Some(b.pending),
         Err(e) => {
             tracing::warn!(error = %e, "metrics: cannot read the outbox's backlog");

@@ -22,6 +22,6 @@ pub(crate) async fn usage(
 ) -> Result<Response, ApiError> {
     let days = bounded("days", q.days, DEFAULT_USAGE_DAYS, MAX_USAGE_DAYS)?;
     let window = UsageWindow::last_days(days, s.zone(), chrono::Utc::now());
-    let usage = s.agent.store().usage(&window).await?;
+    let usage = s.agent.store().tasks().usage(&window).await?;
     Ok(Json(usage).into_response())
 }

@@ -32,7 +32,8 @@ pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     let notices = s
         .agent
         .store()
-        .list_notices(&NoticeFilter {
+        .outbox()
+        .list(&NoticeFilter {
             state,
             limit: 200,
             newest_first: true,

@@ -12,8 +12,8 @@ use maud::{Markup, html};
 
 pub async fn page(ctx: Ctx) -> PageResult {
     let store = ctx.state.agent.store();
-    let models = store.model_statuses().await?;
-    let runs = store.eval_runs(30).await?;
+    let models = store.models().statuses().await?;
+    let runs = store.evals().runs(30).await?;
     let body = html! {
         h2 { "Models" }
         (rows_or(

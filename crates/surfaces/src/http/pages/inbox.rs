@@ -26,7 +26,8 @@ pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     let messages = s
         .agent
         .store()
-        .list_inbox(&InboxFilter {
+        .inbox()
+        .list(&InboxFilter {
             state,
             channel: None,
             limit: 200,

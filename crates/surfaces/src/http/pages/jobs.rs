@@ -196,12 +196,13 @@ pub async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<Done>) -> PageRe
     let notices = s
         .agent
         .store()
-        .list_notices(&NoticeFilter {
+        .outbox()
+        .list(&NoticeFilter {
             job_id: Some(id.clone()),
             ..NoticeFilter::oldest_first()
         })
         .await?;
-    let last_model = s.agent.store().job_last_model(&id).await?;
+    let last_model = s.agent.store().jobs().last_model(&id).await?;
     let tz: chrono_tz::Tz = view.timezone.parse().unwrap_or(ctx.tz());
     let j = &view.job;
     let body = html! {

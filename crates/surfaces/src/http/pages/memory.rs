@@ -39,7 +39,7 @@ pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<SearchQuery>) -> PageResult 
     let mem = memory(s)?;
     let query = q.q.trim();
     let found: Vec<(Fact, Option<Recalled>)> = if query.is_empty() {
-        let mut all = s.agent.store().all_facts().await?;
+        let mut all = s.agent.store().facts().all().await?;
         all.sort_by_key(|f| std::cmp::Reverse(f.updated_at));
         all.into_iter().take(SHOWN).map(|f| (f, None)).collect()
     } else {

@@ -27,18 +27,21 @@ pub async fn page(ctx: Ctx) -> PageResult {
         job_id: None,
         limit: ROWS,
     };
-    let running = store.list_tasks(&list(TaskState::Running)).await?;
-    let pending = store.list_tasks(&list(TaskState::Pending)).await?;
+    let running = store.tasks().list(&list(TaskState::Running)).await?;
+    let pending = store.tasks().list(&list(TaskState::Pending)).await?;
     let day_ago = now - Duration::hours(24);
-    let failed = store.failed_tasks_since(day_ago, ROWS).await?;
-    let run_failures = store.taskless_run_failures_since(day_ago, ROWS).await?;
-    let backlog = store.outbox_backlog().await?;
+    let failed = store.tasks().failed_since(day_ago, ROWS).await?;
+    let run_failures = store
+        .jobs()
+        .taskless_run_failures_since(day_ago, ROWS)
+        .await?;
+    let backlog = store.outbox().backlog().await?;
     // "Today" is the user's day: midnight in the configured zone.
     let local_midnight = now.with_timezone(&tz).date_naive().and_hms_opt(0, 0, 0);
     let midnight = local_midnight
         .and_then(|m| tz.from_local_datetime(&m).earliest())
         .map_or(now - Duration::hours(24), |m| m.with_timezone(&Utc));
-    let tokens = store.tokens_since(midnight).await?;
+    let tokens = store.tasks().tokens_since(midnight).await?;
     let mut firings: Vec<_> = s
         .scheduler
         .list()
@@ -50,7 +53,8 @@ pub async fn page(ctx: Ctx) -> PageResult {
     firings.truncate(ROWS as usize);
 
     let pending_count = store
-        .task_counts()
+        .tasks()
+        .counts()
         .await?
         .into_iter()
         .find(|(st, _)| *st == TaskState::Pending)
@@ -62,7 +66,8 @@ pub async fn page(ctx: Ctx) -> PageResult {
         .await?;
     // The profiles answering with a model no eval verified: the badge of a model change.
     let changed: Vec<_> = store
-        .model_statuses()
+        .models()
+        .statuses()
         .await?
         .into_iter()
         .filter_map(|m| m.unverified_change().cloned())

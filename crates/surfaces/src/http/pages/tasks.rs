@@ -54,7 +54,8 @@ pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     let tasks: Vec<_> = s
         .agent
         .store()
-        .search_tasks(&search)
+        .tasks()
+        .search(&search)
         .await?
         .into_iter()
         .map(|t| s.agent.as_known(t))

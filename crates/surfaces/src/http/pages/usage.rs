@@ -2,7 +2,7 @@
 //! (inline SVG, drawn here: no script, no library, nothing from another origin), then the
 //! figures per profile and per job, dearest first, so a person sees which job costs what.
 //!
-//! Must not: change anything, or count anything itself: the figures are `Store::usage`'s,
+//! Must not: change anything, or count anything itself: the figures are `store.tasks().usage`'s,
 //! the same as `GET /v1/usage` answers.
 
 use super::guard::PageQuery;
@@ -27,7 +27,7 @@ pub(crate) struct UsageQuery {
 pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<UsageQuery>) -> PageResult {
     let days = bounded("days", q.days, DEFAULT_USAGE_DAYS, MAX_USAGE_DAYS)?;
     let window = UsageWindow::last_days(days, ctx.tz(), chrono::Utc::now());
-    let u = ctx.state.agent.store().usage(&window).await?;
+    let u = ctx.state.agent.store().tasks().usage(&window).await?;
     let body = html! {
         (tabs("Window", WINDOWS.map(|n| {
             (format!("/usage?days={n}"), format!("Last {n} days"), n == days)

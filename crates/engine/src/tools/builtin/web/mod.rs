@@ -183,7 +183,8 @@ impl WebTool {
         let key = format!("page:{url}#{}", selector_text.unwrap_or(""));
         let previous = self
             .store
-            .snapshot(&key)
+            .snapshots()
+            .get(&key)
             .await
             .map_err(|e| store_error("read the page's last snapshot", e))?;
         let (changed, first_check, added, removed) = match &previous {
@@ -196,7 +197,8 @@ impl WebTool {
         };
         if previous.is_none() || changed {
             self.store
-                .put_snapshot(&key, &text)
+                .snapshots()
+                .put(&key, &text)
                 .await
                 .map_err(|e| store_error("store the page snapshot", e))?;
         }
@@ -249,7 +251,8 @@ impl WebTool {
         let key = format!("feed:{url}");
         let previous = self
             .store
-            .snapshot(&key)
+            .snapshots()
+            .get(&key)
             .await
             .map_err(|e| store_error("read the feed's seen items", e))?
             // A snapshot we cannot read is treated as a first read, not an error: the
@@ -259,7 +262,8 @@ impl WebTool {
         let seen = serde_json::to_string(&seen)
             .map_err(|e| ToolError::Failed(format!("cannot encode the feed's seen items: {e}")))?;
         self.store
-            .put_snapshot(&key, &seen)
+            .snapshots()
+            .put(&key, &seen)
             .await
             .map_err(|e| store_error("store the feed's seen items", e))?;
         Ok(json!({
