@@ -152,7 +152,9 @@ impl Inbox<'_> {
                 .execute(&mut tx)
                 .await?;
         }
-        let seen = seen_query(place, mail).fetch_optional(&mut tx).await?;
+        let seen = seen_query(place, mail, None)
+            .fetch_optional(&mut tx)
+            .await?;
         if seen.is_some() {
             move_past(&mut tx, place).await?;
             tx.commit().await?;
@@ -180,7 +182,21 @@ impl Inbox<'_> {
     /// when it has none): looked at before a message is decided, so that nothing a replayed
     /// message would do (an approval's answer) is done twice.
     pub async fn seen(self, place: Place<'_>, mail: &NewInboxMessage) -> Result<bool> {
-        Ok(seen_query(place, mail)
+        Ok(seen_query(place, mail, None)
+            .fetch_optional(self.store)
+            .await?
+            .is_some())
+    }
+
+    /// [`Inbox::seen`], not counting a record ignored for `ignored`: the one
+    /// [`Inbox::record_replacing`] would replace (an event recorded undecryptable, read now).
+    pub async fn seen_besides(
+        self,
+        place: Place<'_>,
+        mail: &NewInboxMessage,
+        ignored: IgnoreReason,
+    ) -> Result<bool> {
+        Ok(seen_query(place, mail, Some(ignored))
             .fetch_optional(self.store)
             .await?
             .is_some())

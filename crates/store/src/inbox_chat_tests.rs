@@ -127,6 +127,11 @@ on_both_engines!(
             .await
             .unwrap();
         assert!(matches!(again, Recorded::Seen));
+        // Read now, it is not known yet: only as undecryptable.
+        let inbox = store.inbox();
+        assert!(inbox.seen(account, &event).await.unwrap());
+        let besides = inbox.seen_besides(account, &event, IgnoreReason::Undecryptable);
+        assert!(!besides.await.unwrap());
         // Its key came: the record becomes the task, in one write.
         let read = store
             .inbox()
@@ -143,6 +148,8 @@ on_both_engines!(
         assert_eq!(rows.len(), 1, "{rows:#?}");
         assert_eq!(rows[0].reason, None);
         assert!(rows[0].task_id.is_some());
+        let besides = inbox.seen_besides(account, &event, IgnoreReason::Undecryptable);
+        assert!(besides.await.unwrap());
         // Once acted on, it is never replaced again.
         let late = store
             .inbox()

@@ -43,22 +43,33 @@ impl Row {
     }
 }
 
-/// The id of the row that records `mail` at `place` already, if any.
-pub(crate) fn seen_query(place: Place<'_>, mail: &NewInboxMessage) -> QueryScalar<i64> {
+/// The id of the row that records `mail` at `place` already, if any; a row ignored for
+/// `besides` does not count (a record that is to give way to this one).
+pub(crate) fn seen_query(
+    place: Place<'_>,
+    mail: &NewInboxMessage,
+    besides: Option<IgnoreReason>,
+) -> QueryScalar<i64> {
     let Place::Mail(place) = place else {
         // A chat message is known by its event id alone.
-        return query_scalar("SELECT id FROM inbox_messages WHERE message_id = ? LIMIT 1")
-            .bind(&mail.message_id);
+        return query_scalar(
+            "SELECT id FROM inbox_messages WHERE message_id = ?1 \
+             AND (?2 IS NULL OR reason IS NULL OR reason <> ?2) LIMIT 1",
+        )
+        .bind(&mail.message_id)
+        .bind(besides);
     };
     query_scalar(
-        "SELECT id FROM inbox_messages WHERE (mailbox = ?1 AND uid_validity = ?2 AND uid = ?3) \
-         OR (?4 IS NOT NULL AND message_id = ?4) OR (?5 IS NOT NULL AND digest = ?5) LIMIT 1",
+        "SELECT id FROM inbox_messages WHERE ((mailbox = ?1 AND uid_validity = ?2 AND uid = ?3) \
+         OR (?4 IS NOT NULL AND message_id = ?4) OR (?5 IS NOT NULL AND digest = ?5)) \
+         AND (?6 IS NULL OR reason IS NULL OR reason <> ?6) LIMIT 1",
     )
     .bind(&place.mailbox)
     .bind(place.uid_validity)
     .bind(place.uid)
     .bind(&mail.message_id)
     .bind(&mail.digest)
+    .bind(besides)
 }
 
 /// Move the mailbox's watermark, or the chat channel's cursor, past a message just recorded

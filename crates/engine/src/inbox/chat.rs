@@ -136,7 +136,18 @@ impl Inner {
             subject,
             refs: None,
         };
-        if self.store.inbox().seen(place, &mail).await? {
+        let known = match &m.kind {
+            ChatKind::Undecryptable(_) => self.store.inbox().seen(place, &mail).await?,
+            // Its undecryptable record is not this message read: the key came since, and
+            // the record gives way to what it says.
+            _ => {
+                self.store
+                    .inbox()
+                    .seen_besides(place, &mail, IgnoreReason::Undecryptable)
+                    .await?
+            }
+        };
+        if known {
             tracing::debug!(event = %m.event_id, "chat message already recorded; skipped");
             skip().await?;
             return Ok(false);

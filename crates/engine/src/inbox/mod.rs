@@ -26,6 +26,8 @@
 
 mod answer;
 mod chat;
+#[cfg(test)]
+mod chat_tests;
 mod classify;
 mod converse;
 mod html;
