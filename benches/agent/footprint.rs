@@ -304,18 +304,10 @@ pub async fn run(quick: bool) -> Result<()> {
 async fn pool_cost() -> Result<()> {
     let output = common::filler(400);
     let row = NewStep {
-        step: 1,
-        kind: StepKind::Tool,
-        name: "noop".into(),
-        request_tokens: 0,
         result_tokens: 100,
         arguments: Some(r#"{"nonce":"x","step":1}"#.into()),
         output: Some(output),
-        error: None,
-        duration_ms: 0,
-        model: None,
-        fingerprint: None,
-        identity: None,
+        ..NewStep::new(1, StepKind::Tool, "noop")
     };
     let daemon = StoreOptions::default().max_connections;
     for connections in [daemon, 8] {

@@ -41,18 +41,10 @@ pub async fn run_store() -> Result<()> {
 /// A tool row like the ones a busy agent writes (≈ 400 bytes of output).
 fn bench_row(output: &str) -> NewStep {
     NewStep {
-        step: 1,
-        kind: StepKind::Tool,
-        name: "noop".into(),
-        request_tokens: 0,
         result_tokens: 100,
         arguments: Some(r#"{"nonce":"x","step":1}"#.into()),
         output: Some(output.to_string()),
-        error: None,
-        duration_ms: 0,
-        model: None,
-        fingerprint: None,
-        identity: None,
+        ..NewStep::new(1, StepKind::Tool, "noop")
     }
 }
 

@@ -180,18 +180,11 @@ fn tasks_show_renders_a_stored_trace_as_a_timeline_and_json() {
             .add_step(
                 &t.id,
                 &NewStep {
-                    step: 1,
-                    kind: StepKind::Tool,
-                    name: "web_fetch".into(),
-                    request_tokens: 0,
                     result_tokens: 12,
                     arguments: Some(r#"{"url":"https://shop.example/p"}"#.into()),
                     output: Some("price: 12 EUR".into()),
-                    error: None,
                     duration_ms: 87,
-                    model: None,
-                    fingerprint: None,
-                    identity: None,
+                    ..NewStep::new(1, StepKind::Tool, "web_fetch")
                 },
             )
             .await
@@ -261,18 +254,10 @@ fn usage_sums_the_model_calls_of_the_data_dir() {
             (StepKind::Model, 1400, 30, 900),
         ] {
             let step = NewStep {
-                step: 1,
-                kind,
-                name: "fast".into(),
                 request_tokens: prompt,
                 result_tokens: completion,
-                arguments: None,
-                output: None,
-                error: None,
                 duration_ms: ms,
-                model: None,
-                fingerprint: None,
-                identity: None,
+                ..NewStep::new(1, kind, "fast")
             };
             store.tasks().add_step(&t.id, &step).await.unwrap();
         }

@@ -231,18 +231,10 @@ mod tests {
         };
         let t = store.tasks().create(&new).await.expect("task");
         let step = NewStep {
-            step: 1,
-            kind: StepKind::Model,
-            name: "fast".into(),
             request_tokens: 100,
             result_tokens: 7,
-            arguments: None,
-            output: None,
-            error: None,
             duration_ms: 3,
-            model: None,
-            fingerprint: None,
-            identity: None,
+            ..NewStep::new(1, StepKind::Model, "fast")
         };
         store.tasks().add_step(&t.id, &step).await.expect("step");
         let tokens = store.tasks().tokens_since(before).await.expect("tokens");

@@ -112,6 +112,25 @@ pub struct NewStep {
 }
 
 impl NewStep {
+    /// A row with its place, kind and name and nothing else yet: no tokens, texts, time or
+    /// model; whoever writes it fills in what it has.
+    pub fn new(step: i64, kind: StepKind, name: &str) -> NewStep {
+        NewStep {
+            step,
+            kind,
+            name: name.to_string(),
+            request_tokens: 0,
+            result_tokens: 0,
+            arguments: None,
+            output: None,
+            error: None,
+            duration_ms: 0,
+            model: None,
+            fingerprint: None,
+            identity: None,
+        }
+    }
+
     /// The row as stored, once the store gave it its `seq` and time.
     pub fn into_step(self, seq: i64, created_at: DateTime<Utc>) -> Step {
         Step {

@@ -69,17 +69,7 @@ pub(crate) async fn postgres_with(opts: StoreOptions) -> Store {
 /// A note row of a trace, the simplest a test can append.
 pub(crate) fn note(step: i64, text: impl Into<String>) -> NewStep {
     NewStep {
-        step,
-        kind: StepKind::Note,
-        name: String::new(),
-        request_tokens: 0,
-        result_tokens: 0,
-        arguments: None,
         output: Some(text.into()),
-        error: None,
-        duration_ms: 0,
-        model: None,
-        fingerprint: None,
-        identity: None,
+        ..NewStep::new(step, StepKind::Note, "")
     }
 }

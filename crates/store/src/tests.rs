@@ -141,18 +141,12 @@ on_both_engines!(
                 .add_step(
                     &t.id,
                     &NewStep {
-                        step: 1,
-                        kind,
-                        name: "web_fetch".into(),
                         request_tokens: 120,
                         result_tokens: 30,
                         arguments: Some(r#"{"url":"https://example.org"}"#.into()),
                         output: Some("天气晴".into()),
-                        error: None,
                         duration_ms: 42,
-                        model: None,
-                        fingerprint: None,
-                        identity: None,
+                        ..NewStep::new(1, kind, "web_fetch")
                     },
                 )
                 .await

@@ -77,18 +77,10 @@ async fn step(
     at: DateTime<Utc>,
 ) {
     let new = NewStep {
-        step: 1,
-        kind,
-        name: profile.into(),
         request_tokens: prompt,
         result_tokens: completion,
-        arguments: None,
-        output: None,
-        error: None,
         duration_ms: ms,
-        model: None,
-        fingerprint: None,
-        identity: None,
+        ..NewStep::new(1, kind, profile)
     };
     let seq = store.tasks().add_step(task, &new).await.expect("step");
     // The store stamps a row with the time it is written; these are back-dated by hand.

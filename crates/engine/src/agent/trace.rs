@@ -40,7 +40,7 @@ pub(super) fn model_error(step: i64, profile: &str, error: String, ms: i64) -> N
     NewStep {
         error: Some(error),
         duration_ms: ms,
-        ..blank(step, StepKind::Model, profile)
+        ..NewStep::new(step, StepKind::Model, profile)
     }
 }
 
@@ -52,7 +52,7 @@ pub(super) fn tool(step: i64, call: &ToolCall, outcome: &ToolOutcome) -> NewStep
         output: Some(outcome.content.clone()),
         error: outcome.error.as_ref().map(|e| e.to_string()),
         duration_ms: outcome.duration.as_millis() as i64,
-        ..blank(step, StepKind::Tool, &call.name)
+        ..NewStep::new(step, StepKind::Tool, &call.name)
     }
 }
 
@@ -68,7 +68,7 @@ pub(super) fn approval(
         arguments: Some(super::guard::canonical(&call.arguments)),
         output: Some(output),
         error,
-        ..blank(step, StepKind::Approval, &call.name)
+        ..NewStep::new(step, StepKind::Approval, &call.name)
     }
 }
 
@@ -77,24 +77,7 @@ pub(super) fn note(step: i64, text: Option<String>, error: Option<String>) -> Ne
     NewStep {
         output: text,
         error,
-        ..blank(step, StepKind::Note, "")
-    }
-}
-
-fn blank(step: i64, kind: StepKind, name: &str) -> NewStep {
-    NewStep {
-        step,
-        kind,
-        name: name.to_string(),
-        request_tokens: 0,
-        result_tokens: 0,
-        arguments: None,
-        output: None,
-        error: None,
-        duration_ms: 0,
-        model: None,
-        fingerprint: None,
-        identity: None,
+        ..NewStep::new(step, StepKind::Note, "")
     }
 }
 

@@ -146,18 +146,8 @@ mod tests {
 
     fn row(kind: StepKind, name: &str, args: Option<Value>) -> Step {
         NewStep {
-            step: 1,
-            kind,
-            name: name.into(),
-            request_tokens: 0,
-            result_tokens: 0,
             arguments: args.map(|a| a.to_string()),
-            output: None,
-            error: None,
-            duration_ms: 0,
-            model: None,
-            fingerprint: None,
-            identity: None,
+            ..NewStep::new(1, kind, name)
         }
         .into_step(1, chrono::Utc::now())
     }
