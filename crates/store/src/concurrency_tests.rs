@@ -111,25 +111,16 @@ on_both_engines!(
             task(&store).await;
         }
         for round in 0..4 {
-            let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(8));
-            let got = in_parallel(&store, 8, |store, _| {
-                let barrier = barrier.clone();
-                async move {
-                    barrier.wait().await;
-                    store
-                        .tasks()
-                        .claim_next_pending()
-                        .await
-                        .unwrap()
-                        .map(|t| t.id)
-                }
+            let got = at_once(&store, |store| async move {
+                store
+                    .tasks()
+                    .claim_next_pending()
+                    .await
+                    .unwrap()
+                    .map(|t| t.id)
             })
             .await;
-            assert!(got.iter().all(Option::is_some), "round {round}: {got:?}");
-            let mut ids: Vec<String> = got.into_iter().flatten().collect();
-            ids.sort();
-            ids.dedup();
-            assert_eq!(ids.len(), 8, "round {round}: a task was claimed twice");
+            each_got_another(got, &format!("round {round}: a task"));
         }
     }
 );
@@ -146,25 +137,16 @@ on_both_engines!(
             store.holds().hold(&t.id, "{}", None).await.unwrap();
         }
         for round in 0..2 {
-            let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(8));
-            let got = in_parallel(&store, 8, |store, _| {
-                let barrier = barrier.clone();
-                async move {
-                    barrier.wait().await;
-                    store
-                        .holds()
-                        .take_ready(HoldOwner::Pool)
-                        .await
-                        .unwrap()
-                        .map(|h| h.task_id)
-                }
+            let got = at_once(&store, |store| async move {
+                store
+                    .holds()
+                    .take_ready(HoldOwner::Pool)
+                    .await
+                    .unwrap()
+                    .map(|h| h.task_id)
             })
             .await;
-            assert!(got.iter().all(Option::is_some), "round {round}: {got:?}");
-            let mut ids: Vec<String> = got.into_iter().flatten().collect();
-            ids.sort();
-            ids.dedup();
-            assert_eq!(ids.len(), 8, "round {round}: a hold was taken twice");
+            each_got_another(got, &format!("round {round}: a hold"));
         }
         assert!(
             store
@@ -176,3 +158,33 @@ on_both_engines!(
         );
     }
 );
+
+/// How many takers start at the same moment in [`at_once`].
+const TAKERS: usize = 8;
+
+/// `take` run by [`TAKERS`] callers released together, so their statements meet in the store.
+async fn at_once<Fut>(store: &Store, take: impl Fn(Store) -> Fut) -> Vec<Option<String>>
+where
+    Fut: std::future::Future<Output = Option<String>> + Send + 'static,
+{
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(TAKERS));
+    let take = &take;
+    in_parallel(store, TAKERS, |store, _| {
+        let barrier = barrier.clone();
+        let took = take(store);
+        async move {
+            barrier.wait().await;
+            took.await
+        }
+    })
+    .await
+}
+
+/// Every taker got one, and no two the same.
+fn each_got_another(got: Vec<Option<String>>, what: &str) {
+    assert!(got.iter().all(Option::is_some), "{what}: {got:?}");
+    let mut ids: Vec<String> = got.into_iter().flatten().collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), TAKERS, "{what} was taken twice");
+}
