@@ -33,7 +33,7 @@ pub enum JobExecution {
 
 /// The scheduler's way to the agent. Built before the agent (the agent's tools hold the
 /// scheduler, which holds this), so it reaches the agent through the agent's [`TaskQueue`];
-/// with nobody serving it, every call fails with [`RunnerError::NotReady`].
+/// with nobody serving it, every call fails with [`RunnerError::ShuttingDown`].
 pub struct JobRunner {
     queue: TaskQueue,
     mode: JobExecution,
@@ -66,8 +66,9 @@ impl From<AgentError> for RunnerError {
 impl From<QueueError> for RunnerError {
     fn from(e: QueueError) -> Self {
         match e {
-            QueueError::Closed => RunnerError::NotReady,
-            QueueError::Unanswered => RunnerError::Refused(e.to_string()),
+            // The App serves the queue for as long as it lives: closed means it is going.
+            QueueError::Closed => RunnerError::ShuttingDown,
+            QueueError::Unanswered => RunnerError::Unanswered,
         }
     }
 }
@@ -91,9 +92,14 @@ impl TaskRunner for JobRunner {
                 // Claimed one by one: each handle keeps its own claim until it runs.
                 JobExecution::Direct => {
                     let mut tasks = Vec::with_capacity(jobs.len());
+                    // One answer per job even when the queue fails partway: the tasks
+                    // created before it keep their handles, so they run or are abandoned.
                     for job in jobs {
-                        let claimed = queue.create_claimed(job_task(job)).await?;
-                        tasks.push(claimed.map(|c| here(queue, c)).map_err(Into::into));
+                        let task = match queue.create_claimed(job_task(job)).await {
+                            Ok(claimed) => claimed.map(|c| here(queue, c)).map_err(Into::into),
+                            Err(e) => Err(e.into()),
+                        };
+                        tasks.push(task);
                     }
                     tasks
                 }
@@ -242,5 +248,43 @@ async fn abandon(queue: &TaskQueue, id: &str, why: &str) {
     if let Err(e) = ended {
         // It stays as it is until the next start marks it interrupted.
         tracing::error!(task = id, error = %e, "could not end a task whose job run was not recorded");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: &str) -> Job {
+        Job {
+            id: id.into(),
+            name: id.into(),
+            task: "say hi".into(),
+            schedule: "@every 1h".into(),
+            timezone: "UTC".into(),
+            notify: Vec::new(),
+            profile: None,
+            origin: Origin::Cli,
+            precheck: None,
+            enabled: true,
+            next_run_at: None,
+            running_task_id: None,
+            created_at: chrono::Utc::now(),
+            pause_reason: None,
+            pre_approved: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_direct_burst_answers_every_job_when_the_agent_is_gone() {
+        let (queue, desk) = TaskQueue::new();
+        drop(desk);
+        let runner = JobRunner::new(JobExecution::Direct, queue);
+        let jobs = [job("a"), job("b")];
+        let created = runner.create_many(&jobs).await.expect("one answer per job");
+        assert_eq!(created.len(), 2);
+        for c in created {
+            assert!(matches!(c, Err(RunnerError::ShuttingDown)));
+        }
     }
 }

@@ -33,7 +33,7 @@ pub(crate) use delegate::MAX_DEPTH;
 pub use elsewhere::Heard;
 pub use follow::Followed;
 pub use jobs::{JobExecution, JobRunner};
-pub use queue::{Desk, QueueError, Serving, TaskQueue};
+pub use queue::{Desk, Serving, TaskQueue};
 
 use crate::llm::Gateway;
 use crate::memory::LongTerm;

@@ -4,12 +4,13 @@
 //! agent, and the agent serves the desk once it exists ([`Agent::serve`]).
 //!
 //! Owns: the orders those parts may give (one [`Order`] variant each, answered on a oneshot),
-//! the loop that takes them, and its lifetime: the loop holds the agent, so it runs only as
-//! long as the [`Serving`] guard its builder keeps (or while anyone can still send).
+//! the loop that takes them, and its lifetime: the loop holds the agent, and the senders sit
+//! in the agent's own registry, so the [`Serving`] guard its builder keeps is what stops it;
+//! a claimed task already handed over to run keeps the agent until it ends.
 //! Must not: decide what an order means beyond calling the agent method it names (the job
-//! runner and the delegate tools keep their own rules); hold the agent past its guard; make an
-//! order wait for another (a delegate's order comes while a task of this agent is inside its
-//! tool call).
+//! runner and the delegate tools keep their own rules); hold the agent past its guard for
+//! anything but a claimed run; make an order wait for another (a delegate's order comes while
+//! a task of this agent is inside its tool call).
 
 use super::{Agent, AgentError, Claimed, RunOptions, Submit};
 use crate::llm::ToolCall;
@@ -205,9 +206,9 @@ impl TaskQueue {
 }
 
 impl Agent {
-    /// Take the orders given through `desk`'s queue until the returned guard is dropped (or
-    /// every sender is gone). Keep the guard as long as the agent: it is what holds the agent
-    /// for the parts that can only reach it through the queue.
+    /// Take the orders given through `desk`'s queue until the returned guard is dropped. Keep
+    /// the guard as long as the agent: it is what holds the agent for the parts that can only
+    /// reach it through the queue.
     pub fn serve(&self, desk: Desk) -> Serving {
         let stop = CancellationToken::new();
         tokio::spawn(self.clone().take_orders(desk, stop.clone()));
@@ -228,7 +229,24 @@ impl Agent {
             // while another order's run is inside its tool call, waiting for this one.
             tokio::spawn(self.clone().take(order, stop.clone()));
         }
-        // Orders still queued are dropped with the desk: their callers hear `Unanswered`.
+        self.settle_left(desk).await;
+    }
+
+    /// What was still queued when the loop stopped: a claimed task handed over to run is run
+    /// (it is claimed by this process, and nothing else would ever end it); every other order
+    /// is dropped, and its caller hears [`QueueError::Unanswered`].
+    async fn settle_left(&self, mut desk: Desk) {
+        desk.orders.close();
+        while let Ok(order) = desk.orders.try_recv() {
+            if let Order::RunClaimed {
+                claimed,
+                opts,
+                reply,
+            } = order
+            {
+                let _ = reply.send(self.run_claimed(claimed, opts).await);
+            }
+        }
     }
 
     async fn take(self, order: Order, stop: CancellationToken) {

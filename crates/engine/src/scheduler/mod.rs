@@ -122,10 +122,14 @@ pub trait JobTask: Send {
 /// Why a firing's task could not be created or run, or its precheck not run.
 #[derive(Debug, thiserror::Error)]
 pub enum RunnerError {
-    #[error("the agent is not ready yet")]
-    NotReady,
     #[error("the daemon is shutting down and takes no new tasks")]
     ShuttingDown,
+    /// The agent took the request and stopped before answering it.
+    #[error(
+        "the agent stopped before answering (it is shutting down, or the work crashed: see the \
+         log); the job's next firing tries again"
+    )]
+    Unanswered,
     /// The agent refused the task; its words say why and what to change.
     #[error("{0}")]
     Refused(String),
