@@ -1,5 +1,9 @@
 //! Reading the files a person writes — the settings, tool manifests, regression cases — with
 //! errors that name the file.
+//!
+//! Owns: reading one such file to text, and listing the YAML files of a directory.
+//! Must not: parse or validate what it reads (each reader above does), or read anything a
+//! person did not name.
 
 use std::path::{Path, PathBuf};
 

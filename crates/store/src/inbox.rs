@@ -188,8 +188,9 @@ impl Inbox<'_> {
             .is_some())
     }
 
-    /// [`Inbox::seen`], not counting a record ignored for `ignored`: the one
+    /// [`Inbox::seen`], not counting a chat record ignored for `ignored`: the one
     /// [`Inbox::record_replacing`] would replace (an event recorded undecryptable, read now).
+    /// A mail place is looked up as by [`Inbox::seen`]: no mail record gives way to another.
     pub async fn seen_besides(
         self,
         place: Place<'_>,

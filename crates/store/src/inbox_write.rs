@@ -43,8 +43,9 @@ impl Row {
     }
 }
 
-/// The id of the row that records `mail` at `place` already, if any; a row ignored for
-/// `besides` does not count (a record that is to give way to this one).
+/// The id of the row that records `mail` at `place` already, if any. At a chat place a row
+/// ignored for `besides` does not count (the record that is to give way to this one, as
+/// [`crate::Inbox::record_replacing`] does by event id); no mail record ever gives way.
 pub(crate) fn seen_query(
     place: Place<'_>,
     mail: &NewInboxMessage,
@@ -60,16 +61,14 @@ pub(crate) fn seen_query(
         .bind(besides);
     };
     query_scalar(
-        "SELECT id FROM inbox_messages WHERE ((mailbox = ?1 AND uid_validity = ?2 AND uid = ?3) \
-         OR (?4 IS NOT NULL AND message_id = ?4) OR (?5 IS NOT NULL AND digest = ?5)) \
-         AND (?6 IS NULL OR reason IS NULL OR reason <> ?6) LIMIT 1",
+        "SELECT id FROM inbox_messages WHERE (mailbox = ?1 AND uid_validity = ?2 AND uid = ?3) \
+         OR (?4 IS NOT NULL AND message_id = ?4) OR (?5 IS NOT NULL AND digest = ?5) LIMIT 1",
     )
     .bind(&place.mailbox)
     .bind(place.uid_validity)
     .bind(place.uid)
     .bind(&mail.message_id)
     .bind(&mail.digest)
-    .bind(besides)
 }
 
 /// Move the mailbox's watermark, or the chat channel's cursor, past a message just recorded

@@ -100,22 +100,23 @@ mod write;
 
 pub mod util;
 
-// What the crates above name; the rest of each module is reached through the methods
-// that return it, or stays inside this crate.
+// What the crates above name, and the types the methods they call return (so that rustdoc
+// documents them and a caller may name one); the rest stays inside this crate.
 // The handles are named so that their methods are documented and callers may pass one on.
 pub use aggregates::{
     Approvals, Chat, Evals, Facts, Holds, Inbox, Jobs, Models, Nodes, Outbox, Sessions, Snapshots,
     Tasks, Vectors, Working,
 };
 pub use approvals::{Approval, Hold, HoldOwner};
-pub use copy::NOT_COPIED;
+pub use copy::{Copied, NOT_COPIED};
 pub use dashboard::{Backlog, TaskSearch, Tokens};
 pub use error::{Result, StorageFault, StoreError};
 pub use evals::{EvalResult, EvalRun};
 pub use facts::{Fact, Upsert};
-pub use feed::Change;
+pub use feed::{Change, ChangeFeed};
 #[cfg(test)]
 use health::FAULT_MEMORY;
+pub use health::Health;
 use health::{PROBE_GIVE_UP, Reading};
 pub use inbox::{
     InboxFilter, InboxMessage, InboxOutcome, JobChange, MailPlace, NewInboxMessage, Place, Recorded,
@@ -126,12 +127,12 @@ pub use kinds::{
     IgnoreReason, InboxCommand, InboxState, ModelAction, NoticeState, Origin, PauseReason,
     RunOutcome, StepKind, TaskState, UnknownWord,
 };
-pub use lease::Fenced;
-use lease::Lease;
+pub use lease::{Fenced, Lease};
 pub use models::{ModelChange, ModelStatus, NewModelChange};
 pub use nodes::placeholder_prefix;
 pub use outbox::{NewNotice, Notice, NoticeFilter};
-pub use postgres::{parse_url, redact_url};
+pub use postgres::{DaemonLock, PgUrlError, parse_url, redact_url};
+pub use sessions::StoredSession;
 use sql::{Builder, DbRow, Engine, Record, Tx, query, query_as, query_scalar};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use std::path::{Path, PathBuf};
@@ -145,17 +146,21 @@ pub use usage::{
     DEFAULT_USAGE_DAYS, DayUsage, Figures, JobUsage, MAX_USAGE_DAYS, ProfileUsage, Usage,
     UsageWindow,
 };
-pub use vectors::{Unembedded, VectorModel};
+pub use vectors::{Unembedded, VectorCounts, VectorModel};
 
-/// SQLite's schema. The files are never edited once released: sqlx keeps each one's checksum
-/// in the database and refuses a database whose applied files changed.
 /// The capability [`Store::shared`] hands out: this database may have other daemons on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shared(());
 
+/// SQLite's schema. The files are never edited once released: sqlx keeps each one's checksum
+/// in the database and refuses a database whose applied files changed.
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 /// PostgreSQL's schema: the same tables and meaning as SQLite's, version for version.
 static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
+
+/// How long a SQLite statement waits for another connection's write lock before it fails
+/// with `database is locked`: longer than any one write transaction of the store.
+const SQLITE_BUSY: Duration = Duration::from_secs(10);
 
 /// The database file's name inside the data dir.
 pub const DB_FILE: &str = "hermes.db";
@@ -220,7 +225,7 @@ impl Store {
             // is the promise we make for SIGKILL.
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(10));
+            .busy_timeout(SQLITE_BUSY);
         if let Some(pages) = opts.max_pages {
             options = options.pragma("max_page_count", pages.to_string());
         }

@@ -81,7 +81,7 @@ impl Store {
         let options = (*pool.connect_options()).clone();
         let own = sqlx::postgres::PgPoolOptions::new()
             .max_connections(1)
-            .acquire_timeout(std::time::Duration::from_secs(5))
+            .acquire_timeout(super::postgres::PG_ACQUIRE)
             .connect_lazy_with(options);
         Store {
             engine: super::Engine::Postgres(own),

@@ -164,6 +164,9 @@ fn redact_key_values(dsn: &str) -> Option<String> {
 /// The connections a daemon keeps to PostgreSQL by default (the server's default limit is 100,
 /// so five daemons fit with room for psql and backups).
 const PG_CONNECTIONS: u32 = 16;
+/// How long a statement waits for a connection: an unreachable server fails a request in
+/// seconds, not after sqlx's default 30 s.
+pub(crate) const PG_ACQUIRE: Duration = Duration::from_secs(5);
 
 impl Store {
     /// Open the PostgreSQL database at `url` (without a password in it, libpq's `PGPASSWORD`
@@ -179,8 +182,7 @@ impl Store {
                 0 => PG_CONNECTIONS,
                 n => n,
             })
-            // An unreachable server fails a request in seconds, not after the default 30 s.
-            .acquire_timeout(Duration::from_secs(5))
+            .acquire_timeout(PG_ACQUIRE)
             .connect_with(options.clone())
             .await
             .map_err(|source| StoreError::Connect {

@@ -195,6 +195,8 @@ impl<S: 'static> Handle<S> {
 }
 
 impl<S: Clone + Default + 'static> Handle<S> {
+    /// What `/healthz`, doctor and the dashboard show of the channel; a channel that is off
+    /// (not configured, or built without its feature) shows its status's default, off.
     pub fn status(&self) -> S {
         self.protocol
             .as_ref()

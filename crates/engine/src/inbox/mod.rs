@@ -8,7 +8,7 @@
 //! sender's body after `scan` bounds its shape, on a thread of its own; an HTML body's visible
 //! text from `html`; quotes and signature off in `quote`), deciding what it becomes (`classify`, `intake`): a task continuing the run it
 //! answers, a command on that run's job, or nothing — and recording it exactly once with what
-//! it became (one transaction, `store::record_inbox`); answering a finished email task once
+//! it became (one transaction, `store.inbox().record`, or `record_replacing` for an event read once its key came); answering a finished email task once
 //! and carrying out a `run now` (`answer`); the replies' words (`reply`); doctor's check
 //! (`probe`).
 //! Must not: run tools or call the model — tasks are stored `pending` for the workers and
