@@ -54,9 +54,9 @@ where
     Ok(v)
 }
 
-/// A stored state from a query or form value (`?state=`); empty means "any". A word outside
-/// the set is a 400 that lists the set's words.
-pub(crate) fn state_filter<T>(v: Option<&str>) -> Result<Option<T>, ApiError>
+/// A stored word from a query or form value (`?state=`, `?channel=`, `?origin=`); empty means
+/// "any". A word outside the set is a 400 that lists the set's words.
+pub(crate) fn word_filter<T>(v: Option<&str>) -> Result<Option<T>, ApiError>
 where
     T: std::str::FromStr<Err = hermes_store::UnknownWord>,
 {

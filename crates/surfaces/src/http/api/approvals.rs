@@ -2,7 +2,7 @@
 //! `POST /v1/approvals/{id}/approve`, `POST /v1/approvals/{id}/deny` (optional `{"reason"}`).
 //! Each answer goes through the one door, `Approvals::decide`.
 
-use crate::http::extract::{Id, Query, bounded, state_filter};
+use crate::http::extract::{Id, Query, bounded, word_filter};
 use crate::http::{ApiError, ApiResult, ApiState};
 use axum::Json;
 use axum::body::Bytes;
@@ -37,7 +37,7 @@ pub async fn list_approvals(
     State(s): State<ApiState>,
     Query(q): Query<ListApprovals>,
 ) -> ApiResult {
-    let state: Option<ApprovalState> = state_filter(q.state.as_deref())?;
+    let state: Option<ApprovalState> = word_filter(q.state.as_deref())?;
     let limit = bounded("limit", q.limit, 100, 1000)?;
     let approvals = s.agent.approvals().list(state, limit).await?;
     Ok(Json(json!({ "approvals": approvals })).into_response())

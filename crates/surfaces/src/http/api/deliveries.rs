@@ -1,7 +1,7 @@
 //! The outbox over HTTP: `GET /v1/deliveries?state=&limit=` (newest first) and
 //! `POST /v1/deliveries/{id}/retry` (a pending or failed notice due now; the sender is woken).
 
-use crate::http::extract::{Id, Query, bounded, state_filter};
+use crate::http::extract::{Id, Query, bounded, word_filter};
 use crate::http::{ApiError, ApiState};
 use axum::Json;
 use axum::extract::State;
@@ -21,7 +21,7 @@ pub(crate) async fn list_deliveries(
     State(s): State<ApiState>,
     Query(q): Query<ListDeliveries>,
 ) -> Result<Response, ApiError> {
-    let state = state_filter(q.state.as_deref())?;
+    let state = word_filter(q.state.as_deref())?;
     let limit = bounded("limit", q.limit, 50, 1000)?;
     let notices = s
         .agent

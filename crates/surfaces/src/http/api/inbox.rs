@@ -2,7 +2,7 @@
 //! messages read on every channel, newest first, with what each became (a task, a command, or
 //! ignored with the reason).
 
-use crate::http::extract::{Query, bounded, state_filter};
+use crate::http::extract::{Query, bounded, word_filter};
 use crate::http::{ApiError, ApiState};
 use axum::Json;
 use axum::extract::State;
@@ -23,8 +23,8 @@ pub(crate) async fn list_inbox(
     State(s): State<ApiState>,
     Query(q): Query<ListInbox>,
 ) -> Result<Response, ApiError> {
-    let state = state_filter(q.state.as_deref())?;
-    let channel = state_filter(q.channel.as_deref())?;
+    let state = word_filter(q.state.as_deref())?;
+    let channel = word_filter(q.channel.as_deref())?;
     let limit = bounded("limit", q.limit, 50, 1000)?;
     let messages = s
         .agent

@@ -1,7 +1,7 @@
 //! Tasks: `POST /v1/tasks` (optionally waiting), `GET /v1/tasks`, `GET /v1/tasks/{id}`,
 //! `POST /v1/tasks/{id}/cancel`. The live stream of one task is in `events`.
 
-use crate::http::extract::{Id, Query, bounded, state_filter};
+use crate::http::extract::{Id, Query, bounded, word_filter};
 use crate::http::{ApiError, ApiResult, ApiState};
 use axum::Json;
 use axum::extract::State;
@@ -84,7 +84,7 @@ pub(crate) struct ListTasks {
 }
 
 pub async fn list_tasks(State(s): State<ApiState>, Query(q): Query<ListTasks>) -> ApiResult {
-    let state: Option<TaskState> = state_filter(q.state.as_deref())?;
+    let state: Option<TaskState> = word_filter(q.state.as_deref())?;
     let limit = bounded("limit", q.limit, 50, 1000)?;
     let tasks = s
         .agent

@@ -11,7 +11,7 @@ use super::layout::{
 use crate::http::ApiState;
 use crate::http::api::deliveries::notice_id;
 use crate::http::extract::Id;
-use crate::http::extract::state_filter;
+use crate::http::extract::word_filter;
 use axum::extract::State;
 use axum::response::IntoResponse;
 use hermes_store::{Notice, NoticeFilter, NoticeState};
@@ -28,7 +28,7 @@ pub(crate) struct ListQuery {
 
 pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     let s = &ctx.state;
-    let state = state_filter(Some(&q.state))?;
+    let state = word_filter(Some(&q.state))?;
     let notices = s
         .agent
         .store()
@@ -49,7 +49,7 @@ pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     let body = html! {
         (flash(q.done.as_deref()))
         (state_tabs("/deliveries", &q.state, &tabs))
-        (rows_or(&notices, html! { "Nothing here." }, Some("deliveries"), html! {
+        (rows_or(&notices, html! { "Nothing here." }, "deliveries", html! {
             th { "Queued" } th { "Channel" } th { "Title" } th { "State" }
             th { "Attempts" } th { "Next try / sent" } th { "From" } th { span.sr-only { "Actions" } }
         }, |n| row(&ctx, n, &q.state)))
@@ -95,7 +95,7 @@ pub async fn retry(
     CsrfForm(f): CsrfForm<Back>,
 ) -> PageResult {
     s.notifier.retry(notice_id(&id)?).await?;
-    let back = state_filter(Some(&f.back))
+    let back = word_filter(Some(&f.back))
         .ok()
         .flatten()
         .map_or("", NoticeState::as_str);

@@ -19,7 +19,7 @@ pub async fn page(ctx: Ctx) -> PageResult {
         (rows_or(
             &models,
             html! { "No profile's model has been checked yet: the daemon checks each at start and every model.identity_check_s." },
-            Some("models"),
+            "models",
             html! { th { "Profile" } th { "Serving" } th { "Verified" } th { "Status" } },
             |m| model_row(&ctx, m),
         ))

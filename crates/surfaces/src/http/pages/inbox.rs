@@ -7,7 +7,7 @@
 
 use super::guard::PageQuery;
 use super::layout::{Ctx, PageResult, Shown, badge, render, rows_or, short, state_tabs, when};
-use crate::http::extract::state_filter;
+use crate::http::extract::word_filter;
 use axum::response::IntoResponse;
 use hermes_engine::inbox::Health;
 use hermes_store::{InboxFilter, InboxMessage, InboxState};
@@ -22,7 +22,7 @@ pub(crate) struct ListQuery {
 
 pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     let s = &ctx.state;
-    let state = state_filter(Some(&q.state))?;
+    let state = word_filter(Some(&q.state))?;
     let messages = s
         .agent
         .store()
@@ -39,7 +39,7 @@ pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
         (matrix_status(&s.matrix.status()))
         (telegram_status(&s.telegram.status()))
         (state_tabs("/inbox", &q.state, &tabs))
-        (rows_or(&messages, html! { "No message read yet." }, Some("inbox"), html! {
+        (rows_or(&messages, html! { "No message read yet." }, "inbox", html! {
             th { "Read" } th { "Channel" } th { "From" } th { "Subject" } th { "State" } th { "Became" }
         }, |m| row(&ctx, m)))
     };

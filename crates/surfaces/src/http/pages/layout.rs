@@ -323,7 +323,7 @@ pub(crate) fn state_tabs(path: &str, shown: &str, states: &[(&str, &str)]) -> Ma
 pub(crate) fn rows_or<T>(
     items: &[T],
     empty: Markup,
-    id: Option<&str>,
+    id: &str,
     head: Markup,
     row: impl Fn(&T) -> Markup,
 ) -> Markup {
@@ -331,7 +331,7 @@ pub(crate) fn rows_or<T>(
         @if items.is_empty() {
             p.muted { (empty) }
         } @else {
-            div.scroll { table.rows id=[id] {
+            div.scroll { table.rows id=(id) {
                 thead { tr { (head) } }
                 tbody { @for item in items { (row(item)) } }
             } }

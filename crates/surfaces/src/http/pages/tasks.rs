@@ -11,7 +11,7 @@ use super::layout::{
 };
 use super::overview::task_table;
 use super::timeline::timeline;
-use crate::http::extract::{Id, state_filter};
+use crate::http::extract::{Id, word_filter};
 use crate::http::{ApiError, ApiState};
 use axum::extract::State;
 use axum::response::IntoResponse;
@@ -44,8 +44,8 @@ fn some(s: &str) -> Option<&str> {
 pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     let s = &ctx.state;
     let search = TaskSearch {
-        state: state_filter(Some(&q.state))?,
-        origin: state_filter(Some(&q.origin))?,
+        state: word_filter(Some(&q.state))?,
+        origin: word_filter(Some(&q.origin))?,
         job_id: some(&q.job).map(str::to_string),
         text: some(&q.q).map(str::to_string),
         limit: 100,
