@@ -355,6 +355,13 @@ impl Meaning {
             _ => None,
         };
         let batch = i64::try_from(self.embedder.batch()).unwrap_or(64);
+        // Read before the walk, not after: a fact remembered between the walk and this read
+        // would otherwise be the cursor, and every later walk would start after it unembedded
+        // (until the next walk from the start, a minute later).
+        let newest = match after {
+            None => self.store.facts().newest().await?,
+            Some(_) => None,
+        };
         let todo = self
             .store
             .vectors()
@@ -366,8 +373,7 @@ impl Meaning {
             .await?;
         let Some(last) = todo.last() else {
             if after.is_none() {
-                // Nothing older is missing: later walks start from the newest fact.
-                let newest = self.store.facts().newest().await?;
+                // Nothing older is missing: later walks start from the newest fact then.
                 *hermes_store::util::lock(&self.cursor) =
                     newest.map(|(at, id)| (model.clone(), at, id));
             }
