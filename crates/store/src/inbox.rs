@@ -91,6 +91,17 @@ pub struct InboxFilter {
     pub limit: i64,
 }
 
+impl InboxFilter {
+    /// At most `limit` messages, of one state and one channel or of all.
+    pub fn of(state: Option<InboxState>, channel: Option<Channel>, limit: i64) -> InboxFilter {
+        InboxFilter {
+            state,
+            channel,
+            limit,
+        }
+    }
+}
+
 /// A mailbox's watermark: the highest UID read under one UIDVALIDITY.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Watermark {

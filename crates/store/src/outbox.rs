@@ -68,6 +68,16 @@ impl NoticeFilter {
     pub fn oldest_first() -> NoticeFilter {
         NoticeFilter::default()
     }
+
+    /// The newest `limit` notices, of one state or of all: what a person looks at first.
+    pub fn newest(state: Option<NoticeState>, limit: i64) -> NoticeFilter {
+        NoticeFilter {
+            state,
+            limit,
+            newest_first: true,
+            ..NoticeFilter::default()
+        }
+    }
 }
 
 macro_rules! notice_where {

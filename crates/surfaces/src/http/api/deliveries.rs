@@ -23,17 +23,8 @@ pub(crate) async fn list_deliveries(
 ) -> Result<Response, ApiError> {
     let state = word_filter(q.state.as_deref())?;
     let limit = bounded("limit", q.limit, 50, 1000)?;
-    let notices = s
-        .agent
-        .store()
-        .outbox()
-        .list(&NoticeFilter {
-            state,
-            limit,
-            newest_first: true,
-            ..NoticeFilter::default()
-        })
-        .await?;
+    let outbox = s.agent.store().outbox();
+    let notices = outbox.list(&NoticeFilter::newest(state, limit)).await?;
     Ok(Json(json!({ "deliveries": notices })).into_response())
 }
 

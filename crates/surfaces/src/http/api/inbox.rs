@@ -26,15 +26,7 @@ pub(crate) async fn list_inbox(
     let state = word_filter(q.state.as_deref())?;
     let channel = word_filter(q.channel.as_deref())?;
     let limit = bounded("limit", q.limit, 50, 1000)?;
-    let messages = s
-        .agent
-        .store()
-        .inbox()
-        .list(&InboxFilter {
-            state,
-            channel,
-            limit,
-        })
-        .await?;
+    let inbox = s.agent.store().inbox();
+    let messages = inbox.list(&InboxFilter::of(state, channel, limit)).await?;
     Ok(Json(json!({ "messages": messages })).into_response())
 }

@@ -29,17 +29,8 @@ pub(crate) struct ListQuery {
 pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     let s = &ctx.state;
     let state = word_filter(Some(&q.state))?;
-    let notices = s
-        .agent
-        .store()
-        .outbox()
-        .list(&NoticeFilter {
-            state,
-            limit: 200,
-            newest_first: true,
-            ..NoticeFilter::default()
-        })
-        .await?;
+    let outbox = s.agent.store().outbox();
+    let notices = outbox.list(&NoticeFilter::newest(state, 200)).await?;
     let tabs = [
         ("", "All"),
         ("pending", "Pending"),

@@ -23,16 +23,8 @@ pub(crate) struct ListQuery {
 pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     let s = &ctx.state;
     let state = word_filter(Some(&q.state))?;
-    let messages = s
-        .agent
-        .store()
-        .inbox()
-        .list(&InboxFilter {
-            state,
-            channel: None,
-            limit: 200,
-        })
-        .await?;
+    let inbox = s.agent.store().inbox();
+    let messages = inbox.list(&InboxFilter::of(state, None, 200)).await?;
     let tabs = [("", "All"), ("acted", "Acted on"), ("ignored", "Ignored")];
     let body = html! {
         (status(&s.inbox.health()))
