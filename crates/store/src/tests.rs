@@ -111,6 +111,29 @@ async fn a_postgres_database_from_a_newer_schema_is_refused_and_migrations_are_i
     assert!(!err.to_string().contains(test_postgres::PASSWORD), "{err}");
 }
 
+/// README "PostgreSQL" tells a person to choose the commit's durability in `storage.url`; the
+/// store must hand the URL's session options to every connection, not drop them.
+#[tokio::test]
+async fn session_options_in_a_postgres_url_reach_the_connections() {
+    let url = tokio::task::spawn_blocking(test_postgres::fresh_url)
+        .await
+        .unwrap();
+    // "local": neither the server's default nor the test cluster's "off".
+    let url = format!("{url}?options%5Bsynchronous_commit%5D=local");
+    let store = Store::open_postgres(&url, StoreOptions::default())
+        .await
+        .unwrap();
+    let shown: Vec<String> = futures::future::try_join_all((0..3).map(|_| {
+        query_scalar::<String>("SELECT 'unused'")
+            .pg("SELECT current_setting('synchronous_commit')")
+            .fetch_one(&store)
+    }))
+    .await
+    .unwrap();
+    assert_eq!(shown, ["local", "local", "local"]);
+    store.close().await;
+}
+
 #[tokio::test]
 async fn a_database_from_a_newer_schema_is_refused() {
     let (dir, store) = on_disk().await;
