@@ -35,8 +35,12 @@ tools a prompt-guided request offers are read from its system prompt's listing. 
 scheduler), given the task as `POST /webhook` on loopback (pairing off, no secret: loopback only).
 hermes-agent's long-running mode is `serve`, given the task as `POST /v1/tasks` with `wait: true`.
 
-Every one-shot figure is taken with `os.wait4` on the program's own process (so no Python parent
-or `time` wrapper is counted); the daemons' RSS is VmRSS of /proc/PID/status, 2 s after they
+Every one-shot figure is the program's own: GNU time (`/usr/bin/time`, Debian's `time`) starts
+it and reports its peak RSS and CPU. Not `os.wait4` on a child of this script: the kernel records
+in a child's `ru_maxrss`, at exec, the peak of the memory the child had before its program — this
+Python process's, which a spawned child shares or copies — so every program smaller than the
+interpreter measured as large as it (BENCHMARKS.md §24). GNU time's own memory, the floor now, is
+about 2 MiB; the daemons' RSS is VmRSS of /proc/PID/status, 2 s after they
 answer and 2 s after the task's answer. Each program gets one warm-up run, then `--runs` measured
 ones: medians, and min–max.
 
@@ -276,47 +280,58 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 # ---------------------------------------------------------------- measuring one process
 
 
-def wait4_bounded(proc, timeout):
-    """os.wait4 on proc: its own rusage (its reaped children's included, as the kernel reports
-    it), killed after `timeout` s. Returns (exit code, rusage, timed out)."""
+GNU_TIME = Path("/usr/bin/time")
+
+
+def wait_bounded(proc, timeout):
+    """Wait for proc (GNU time, in a session of its own), killing its whole group after
+    `timeout` s. Returns (exit code, timed out)."""
     expired = threading.Event()
 
     def kill():
         expired.set()
         try:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
         except OSError:
             pass
 
     timer = threading.Timer(timeout, kill)
     timer.start()
     try:
-        _, status, usage = os.wait4(proc.pid, 0)
+        rc = proc.wait()
     finally:
         timer.cancel()
-    proc.returncode = os.waitstatus_to_exitcode(status)  # so Popen does not wait again
-    return proc.returncode, usage, expired.is_set()
+    return rc, expired.is_set()
 
 
 def timed(cmd, env, cwd, label):
-    """Run cmd with wait4 on its own process; return (wall s, cpu s, peak RSS KiB, stdout,
-    stderr, rc). Output goes to files, not pipes: a pipe left unread could stall the program."""
+    """Run cmd under GNU time; return (wall s, cpu s, peak RSS KiB, stdout, stderr, rc), the CPU
+    and the peak RSS the program's own. Output goes to files, not pipes: a pipe left unread could
+    stall the program."""
+    if not GNU_TIME.is_file():
+        sys.exit(f"{GNU_TIME} is missing: it measures each program's own peak RSS (apt-get install -y time)")
     RECORDER.label = label
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile(mode="r") as usage:
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=err)
-        rc, usage, expired = wait4_bounded(proc, 600)
+        proc = subprocess.Popen([str(GNU_TIME), "-o", usage.name, "-f", "%M %U %S", *cmd],
+                                env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=err, start_new_session=True)
+        rc, expired = wait_bounded(proc, 600)
         wall = time.monotonic() - t0
         out.seek(0)
         err.seek(0)
         stdout = out.read().decode("utf-8", "replace")
         stderr = err.read().decode("utf-8", "replace")
+        # The last line is the format's; a line before it may say how the program ended.
+        fields = (usage.read().strip().splitlines() or [""])[-1].split()
     RECORDER.label = "none"
     if expired:
         stderr += "\n(killed after 600 s)"
-    # ru_maxrss is in KiB on Linux.
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, stdout, stderr, rc
+    if len(fields) != 3:
+        return wall, 0.0, 0, stdout, stderr + f"\n(no usage from {GNU_TIME})", rc
+    # %M is in KiB.
+    return wall, float(fields[1]) + float(fields[2]), int(fields[0]), stdout, stderr, rc
 
 
 def spread(values):
@@ -877,7 +892,7 @@ def report(sides, errors, exact_error, runs, daemon_runs):
     print("\n== side by side: one task, two model calls (a listing tool, then the answer), "
           "instant scripted model")
     print(f"   task: {TASK!r}; one-shot: medians of {runs} runs after one warm-up run each "
-          f"(os.wait4 on the program's own process); daemons: {daemon_runs} starts each, "
+          f"(GNU time: the program's own peak RSS and CPU); daemons: {daemon_runs} starts each, "
           f"VmRSS {SETTLE_S:.0f} s after ready and {SETTLE_S:.0f} s after the task's answer; "
           f"--version: {VERSION_RUNS} runs")
     exact = exact_error is None

@@ -2,8 +2,8 @@
 //! on a loopback port with a scripted model. RSS (VmRSS of /proc/PID/status) idle after start,
 //! along 10,000 tasks submitted over the HTTP API, along an hour-equivalent of job firings, and
 //! idle again; start-up time to a ready `/healthz` on an empty and on a 100k-task data dir; the
-//! peak RSS of a one-shot `hermes-agent run` (the kernel's `ru_maxrss` of the child, from
-//! `wait4`); the binary's size. Idle figures are split into anonymous memory (heap, stacks) and
+//! peak RSS of a one-shot `hermes-agent run` (its own `VmHWM`, read under ptrace as it exits);
+//! the binary's size. Idle figures are split into anonymous memory (heap, stacks) and
 //! file-backed pages (mostly the binary's own code and read-only data, mapped as it runs).
 //!
 //! What the store's smaller pool costs: write and read throughput through `Store` with the
@@ -93,7 +93,7 @@ pub async fn run(quick: bool) -> Result<()> {
         }
     }
     figure(
-        "one-shot `run` peak RSS (ru_maxrss)",
+        "one-shot `run` peak RSS (its VmHWM at exit)",
         format!(
             "median {} MiB (min {}, max {}; {ONE_SHOTS} runs after a warm-up)",
             mib(percentile(&peaks, 50.0) as u64),
@@ -396,9 +396,13 @@ fn starts(v: &[f64]) -> String {
 
 /// Runs `hermes-agent run` once; returns its peak RSS in KiB and its wall time.
 fn one_shot(bin: &Path, cfg: &Path, data_dir: &Path) -> Result<(u64, Duration)> {
-    let t0 = Instant::now();
-    let child = Command::new(bin)
-        .arg("--config")
+    // The answer goes to a file: the child is stopped as it exits (see `traced_peak_rss`), still
+    // holding its stdout, so a pipe read to its end would wait for it for ever.
+    let out_path = data_dir.with_extension("stdout");
+    let out_file = std::fs::File::create(&out_path)
+        .with_context(|| format!("creating {}", out_path.display()))?;
+    let mut cmd = Command::new(bin);
+    cmd.arg("--config")
         .arg(cfg)
         .arg("--data-dir")
         .arg(data_dir)
@@ -406,18 +410,12 @@ fn one_shot(bin: &Path, cfg: &Path, data_dir: &Path) -> Result<(u64, Duration)> 
         .arg("What is 17 * 23? Recall first, then answer.")
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .with_context(|| format!("starting {} run", bin.display()))?;
-    let pid = child.id();
-    // Read to the end first (the child closes it as it exits), so a full pipe cannot stall it.
-    let mut out = String::new();
-    if let Some(mut stdout) = child.stdout {
-        std::io::Read::read_to_string(&mut stdout, &mut out)?;
-    }
-    let (status, peak_kib) = wait_peak_rss(pid)?;
+        .stdout(out_file)
+        .stderr(Stdio::null());
+    let t0 = Instant::now();
+    let (status, peak_kib) = traced_peak_rss(cmd)?;
     let wall = t0.elapsed();
+    let out = std::fs::read_to_string(&out_path)?;
     if !status.success() || out.trim() != "done" {
         bail!("`hermes-agent run` exited {status} with {out:?}");
     }
@@ -706,27 +704,74 @@ pub(crate) fn memory_parts(pid: u32) -> Result<MemoryParts> {
     })
 }
 
-/// Waits for the child `pid` to exit (reaping it: do not also wait on its `Child`); returns its
-/// exit status and its peak RSS in KiB (`ru_maxrss` from `wait4`).
-fn wait_peak_rss(pid: u32) -> Result<(std::process::ExitStatus, u64)> {
-    use std::os::unix::process::ExitStatusExt;
-    let mut status: libc::c_int = 0;
-    // SAFETY: an all-zero `rusage` is a valid value; both pointers outlive the call.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: plain system call on our own child, with valid out-pointers.
-        let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
-        if r == pid as libc::pid_t {
-            break;
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e).context("wait4");
-        }
+/// Runs `cmd` to its end under ptrace and returns its exit status and the peak RSS of the
+/// program itself, in KiB: `VmHWM` of its own memory, read when it stops on its way out.
+///
+/// Not `ru_maxrss` from `wait4`: the kernel records there, at `exec`, the peak of the memory
+/// the child had before it, which is this bench's own (a spawned child shares or copies it), so
+/// a program smaller than the bench would measure as large as the bench.
+fn traced_peak_rss(mut cmd: Command) -> Result<(std::process::ExitStatus, u64)> {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    // ptrace is variadic: every argument is passed at its full width, the address as a pointer.
+    const NO_ADDR: *mut libc::c_void = std::ptr::null_mut();
+    // SAFETY: between fork and exec only an async-signal-safe system call is made.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::ptrace(libc::PTRACE_TRACEME, 0, NO_ADDR, 0 as libc::c_long) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
-    // Linux reports ru_maxrss in KiB.
-    Ok((
-        std::process::ExitStatus::from_raw(status),
-        usage.ru_maxrss as u64,
-    ))
+    let child = cmd.spawn().context("starting the traced child")?;
+    let pid = child.id() as libc::pid_t;
+    let wait = || -> Result<libc::c_int> {
+        let mut status: libc::c_int = 0;
+        loop {
+            // SAFETY: a plain system call on our own child, with a valid out-pointer.
+            if unsafe { libc::waitpid(pid, &mut status, libc::__WALL) } == pid {
+                return Ok(status);
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e).context("waitpid");
+            }
+        }
+    };
+    // The first stop is the exec's: from there on, stop again as it exits.
+    let first = wait()?;
+    if !libc::WIFSTOPPED(first) {
+        bail!("the traced child ended before its program started (wait status {first})");
+    }
+    // SAFETY: ptrace requests on our own stopped tracee.
+    unsafe {
+        libc::ptrace(
+            libc::PTRACE_SETOPTIONS,
+            pid,
+            NO_ADDR,
+            libc::PTRACE_O_TRACEEXIT as libc::c_long,
+        );
+        libc::ptrace(libc::PTRACE_CONT, pid, NO_ADDR, 0 as libc::c_long);
+    }
+    let mut peak = None;
+    let status = loop {
+        let status = wait()?;
+        if !libc::WIFSTOPPED(status) {
+            break status;
+        }
+        let mut signal = libc::WSTOPSIG(status);
+        if status >> 8 == (libc::SIGTRAP | (libc::PTRACE_EVENT_EXIT << 8)) {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+            peak = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+            signal = 0;
+        }
+        // Any other stop is a signal on its way to the program: hand it on.
+        // SAFETY: as above.
+        unsafe { libc::ptrace(libc::PTRACE_CONT, pid, NO_ADDR, signal as libc::c_long) };
+    };
+    let peak = peak.context("the child ended without the exit stop that reads its VmHWM")?;
+    Ok((std::process::ExitStatus::from_raw(status), peak))
 }
