@@ -12,13 +12,14 @@
 //! functions a daemon and a one-shot run actually execute, first and together. The kernel maps
 //! a program's code in 64 KiB windows around each page it runs, and the few thousand functions
 //! a daemon runs are otherwise spread over nearly every window of 18 MiB of code, so they are
-//! what keeps the binary resident: ordered, the idle daemon is ≈ 8 MiB smaller (BENCHMARKS.md
-//! §24). The file names symbols as this toolchain, `Cargo.lock` and the default features name
-//! them; a name that does not match is ignored, so a stale file costs memory, never
-//! correctness, and `scripts/text-order.sh` writes it again. The release profile keeps symbols
-//! (`strip = "none"`) and this script strips at link time instead, because cargo hashes the
-//! profile's `strip` into every symbol name: the build that records the names and the build
-//! that uses them must differ only here.
+//! what keeps the binary resident: ordered, the idle daemon is 7–13 MiB smaller (BENCHMARKS.md
+//! §24). The file names symbols as this toolchain, `Cargo.lock` and the two feature sets it was
+//! recorded for (default, and without chat channels) name them; a name that does not match is
+//! ignored, so a stale file costs memory, never correctness, and `scripts/text-order.sh` writes
+//! it again. The release profile keeps symbols (`strip = "none"`) and this script strips at link
+//! time instead, because cargo hashes the profile's `strip` into every symbol name: the build
+//! that records the names and the build that uses them must differ only here. (The daemon is
+//! built for Linux; elsewhere a release binary keeps its symbols.)
 
 use std::path::Path;
 use std::process::Command;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Writes scripts/text-order.txt: the functions a release binary runs as a daemon (start-up, idle,
 # tasks over the HTTP API, the dashboard, /metrics, a stop) and as one-shot commands (`run`,
-# `tasks list`, `--help`), for the default build and for `--no-default-features` (features
-# change symbols' names), the default build's first. build.rs hands the file to the linker,
+# `tasks list`, `--help`, `--version`), with the repository's tools, for the default build and
+# for `--no-default-features` (features change symbols' names), the default build's first. build.rs hands the file to the linker,
 # which puts those functions first and together (BENCHMARKS.md §24).
 #
 # Run it again after a toolchain update, a change to Cargo.lock or to the features, or a large
@@ -69,10 +69,15 @@ class Model(BaseHTTPRequestHandler):
         self.reply({"object": "list", "data": [{"id": "scripted", "object": "model", "owned_by": "text-order"}]})
     def do_POST(self):
         request = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
-        if any(m.get("role") in ("tool", "assistant") for m in request.get("messages", [])):
+        messages = request.get("messages", [])
+        if any(m.get("role") in ("tool", "assistant") for m in messages) or not request.get("tools"):
             message, finish = {"role": "assistant", "content": "Sunny, as remembered."}, "stop"
         else:
-            call = {"id": "call_1", "type": "function", "function": {"name": "recall", "arguments": json.dumps({"query": "weather"})}}
+            # A built-in of each kind: memory, the scheduler, working memory.
+            text = json.dumps(messages)
+            name, args = ("list_schedules", {}) if "(2)" in text else \
+                ("read_working_memory", {}) if "(3)" in text else ("recall", {"query": "weather"})
+            call = {"id": "call_1", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
             message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
         self.reply({"id": "1", "object": "chat.completion", "model": "scripted",
                     "choices": [{"index": 0, "message": message, "finish_reason": finish}],
@@ -87,6 +92,8 @@ model:
   profiles:
     fast: {base_url: "http://127.0.0.1:$model_port/v1", model: scripted, timeout_s: 60}
     pro: {base_url: "http://127.0.0.1:$model_port/v1", model: scripted, timeout_s: 60}
+tools:
+  manifests_dir: "$root/tools"
 scheduler:
   timezone: UTC
 server:
@@ -111,6 +118,8 @@ record() {
         curl -fs -m 30 -H 'content-type: application/json' \
             -d "{\"task\":\"What is the weather? ($i)\"}" "$api/v1/tasks" >/dev/null
     done
+    curl -fs -m 60 -H 'content-type: application/json' \
+        -d '{"task":"What is 17 * 23? (2)","wait":true}' "$api/v1/tasks" >/dev/null
     for _ in $(seq 300); do
         busy=$(curl -fs -m 10 "$api/healthz" |
             python3 -c 'import json,sys; h=json.load(sys.stdin); print(h["pending"]+h["running"])' 2>/dev/null || echo 1)
@@ -124,6 +133,8 @@ record() {
     wait "$daemon_pid" || true
     daemon_pid=""
     "${vg[@]}" "${hermes[@]}" run "What is the weather?" >/dev/null 2>&1
+    "${vg[@]}" "${hermes[@]}" run "What is 17 * 23? (2)" >/dev/null 2>&1
+    "${vg[@]}" "${hermes[@]}" --version >/dev/null 2>&1
     "${vg[@]}" "${hermes[@]}" tasks list >/dev/null 2>&1
     "${vg[@]}" "${hermes[@]}" --help >/dev/null 2>&1
     nm --defined-only "$bin" | awk '$2 ~ /^[tTwW]$/ { print $3 }' > "$out/defined"
