@@ -262,11 +262,19 @@ async fn inner_height(c: &Client) -> u64 {
 }
 
 async fn wait_for(c: &Client, css: &str) -> fantoccini::elements::Element {
-    c.wait()
-        .at_most(PATIENCE)
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("{css} did not appear: {e}"))
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match c.wait().at_most(left).for_element(Locator::Css(css)).await {
+            Ok(element) => return element,
+            // A lookup that a navigation (a form's redirect) interrupts gets chromedriver's
+            // "aborted by navigation", which is not a WebDriver error: the next page is
+            // loading, so look again on it.
+            Err(fantoccini::error::CmdError::NotW3C(_))
+                if tokio::time::Instant::now() < deadline => {}
+            Err(e) => panic!("{css} did not appear: {e}"),
+        }
+    }
 }
 
 /// The text of `css` once it is there. A page that reloads meanwhile (a task page at its
