@@ -308,8 +308,6 @@ def timed(cmd, env, cwd, label):
     """Run cmd under GNU time; return (wall s, cpu s, peak RSS KiB, stdout, stderr, rc), the CPU
     and the peak RSS the program's own. Output goes to files, not pipes: a pipe left unread could
     stall the program."""
-    if not GNU_TIME.is_file():
-        sys.exit(f"{GNU_TIME} is missing: it measures each program's own peak RSS (apt-get install -y time)")
     RECORDER.label = label
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
             tempfile.NamedTemporaryFile(mode="r") as usage:
@@ -1046,6 +1044,10 @@ def measure(args, peers, url, work):
 
 def main():
     args = parse_args()
+    if not GNU_TIME.is_file():
+        # Checked before anything is measured, not after the first peer's builds and runs.
+        sys.exit(f"{GNU_TIME} is missing: it measures each program's own peak RSS and CPU "
+                 "(apt-get install -y time)")
     if args.inner:
         loopback_up()
         peers = [p for p in (args.peers or "").split(",") if p in ("python", "zeroclaw")]
