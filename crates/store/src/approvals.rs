@@ -369,22 +369,13 @@ impl Holds<'_> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{Approval, ApprovalState, HoldOwner, NewTask, Origin, now};
+    use crate::{Approval, ApprovalState, HoldOwner, Origin, now};
 
     on_both_engines!(
         Memory,
         tokio::test,
         async fn a_request_past_its_time_cannot_be_answered_and_is_listed_expired(store: Store) {
-            let t = store
-                .tasks()
-                .create(&NewTask {
-                    task: "t".into(),
-                    origin: Origin::Cli,
-                    profile: "fast".into(),
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
+            let t = crate::testing::new_task(&store, "t", Origin::Cli).await;
             let past = now() - chrono::Duration::seconds(1);
             let late = store
                 .approvals()
@@ -471,16 +462,7 @@ mod tests {
         async fn only_the_holds_of_a_silent_owner_are_handed_to_the_workers(store: Store) {
             let mut held = Vec::new();
             for (task, owner) in [("alive", "run-a"), ("dead", "run-b"), ("pooled", "")] {
-                let t = store
-                    .tasks()
-                    .create(&NewTask {
-                        task: task.into(),
-                        origin: Origin::Cli,
-                        profile: "fast".into(),
-                        ..Default::default()
-                    })
-                    .await
-                    .unwrap();
+                let t = crate::testing::new_task(&store, task, Origin::Cli).await;
                 assert!(store.tasks().start(&t.id).await.unwrap());
                 let owner = (!owner.is_empty()).then_some(owner);
                 store.holds().hold(&t.id, "{}", owner).await.unwrap();

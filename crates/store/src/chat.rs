@@ -240,11 +240,7 @@ mod tests {
                 Some("9")
             );
 
-            let lease = chrono::Duration::seconds(30);
-            let a = store.clone().with_node("node-a");
-            let b = store.clone().with_node("node-b");
-            a.nodes().join("host-a", 1, None, lease).await.unwrap();
-            b.nodes().join("host-b", 2, None, lease).await.unwrap();
+            let (a, b) = crate::testing::two_nodes(&store).await;
             assert!(a.chat().hold_channel(Channel::Telegram).await.unwrap());
             a.chat()
                 .move_cursor(Channel::Telegram, key, "10")
@@ -286,12 +282,7 @@ mod tests {
                     channel: "telegram:me".into(),
                     title: String::new(),
                     body: "long".into(),
-                    task_id: None,
-                    job_id: None,
-                    run_id: None,
-                    recipient: None,
-                    in_reply_to: None,
-                    refs: None,
+                    ..NewNotice::default()
                 })
                 .await
                 .unwrap();

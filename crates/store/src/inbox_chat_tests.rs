@@ -9,11 +9,7 @@ on_both_engines!(
     Memory,
     tokio::test,
     async fn one_node_holds_a_chat_channel_and_a_node_past_its_lease_records_nothing(store: Store) {
-        let lease = chrono::Duration::seconds(30);
-        let a = store.clone().with_node("node-a");
-        let b = store.clone().with_node("node-b");
-        a.nodes().join("host-a", 1, None, lease).await.unwrap();
-        b.nodes().join("host-b", 2, None, lease).await.unwrap();
+        let (a, b) = crate::testing::two_nodes(&store).await;
         assert!(a.chat().hold_channel(Channel::Matrix).await.unwrap());
         assert!(
             a.chat().hold_channel(Channel::Matrix).await.unwrap(),
@@ -33,18 +29,18 @@ on_both_engines!(
             ..NewInboxMessage::default()
         };
         let account = Place::Chat("matrix:@hermes:x");
-        let first = a
-            .inbox()
-            .record(account, &chat("$1"), &task_outcome("hi"))
-            .await
-            .unwrap();
+        // `event` as `node` takes it in, asking for a task.
+        let record = |node: &crate::Store, event: &str| {
+            let (node, message) = (node.clone(), chat(event));
+            async move {
+                let outcome = task_outcome("hi");
+                node.inbox().record(account, &message, &outcome).await
+            }
+        };
+        let first = record(&a, "$1").await.unwrap();
         assert!(matches!(first, Recorded::New { .. }));
         // b may not record while a holds the channel.
-        let refused = b
-            .inbox()
-            .record(account, &chat("$2"), &task_outcome("hi"))
-            .await
-            .unwrap_err();
+        let refused = record(&b, "$2").await.unwrap_err();
         assert!(matches!(refused, StoreError::Fenced(_)), "{refused}");
         // a falls silent past its lease and is revoked: b takes over, a's records are refused.
         let since = now() + chrono::Duration::minutes(1);
@@ -53,17 +49,9 @@ on_both_engines!(
             b.chat().hold_channel(Channel::Matrix).await.unwrap(),
             "taken over"
         );
-        let late = a
-            .inbox()
-            .record(account, &chat("$3"), &task_outcome("hi"))
-            .await
-            .unwrap_err();
+        let late = record(&a, "$3").await.unwrap_err();
         assert!(matches!(late, StoreError::Fenced(_)), "{late}");
-        let second = b
-            .inbox()
-            .record(account, &chat("$2"), &task_outcome("hi"))
-            .await
-            .unwrap();
+        let second = record(&b, "$2").await.unwrap();
         assert!(matches!(second, Recorded::New { .. }));
         // Chat rows number themselves per account.
         let rows = store

@@ -1,9 +1,9 @@
 //! What a recorded mail asks for afterwards: a command carried out, an answer queued once,
 //! a notice found again by its token.
 
-use super::tests::{mail, place, task_outcome};
+use super::tests::{mail, place, record_mail, task_outcome};
 use super::*;
-use crate::{NewJob, NewTask, NoticeFilter, Origin, TaskOutcome, TaskState};
+use crate::{NoticeFilter, Origin, TaskOutcome, TaskState};
 
 fn reply_to(to: &str) -> NewNotice {
     NewNotice {
@@ -20,18 +20,7 @@ on_both_engines!(
     Memory,
     tokio::test,
     async fn a_command_changes_its_job_and_queues_its_confirmation_with_the_record(store: Store) {
-        let job = store
-            .jobs()
-            .create(&NewJob {
-                name: "digest".into(),
-                task: "news".into(),
-                schedule: "0 8 * * *".into(),
-                timezone: "UTC".into(),
-                next_run_at: Some(now()),
-                ..NewJob::default()
-            })
-            .await
-            .unwrap();
+        let job = crate::testing::digest_job(&store, "UTC").await;
         let outcome = InboxOutcome::Command {
             command: InboxCommand::Pause,
             state: CommandState::Done,
@@ -44,9 +33,7 @@ on_both_engines!(
             detail: "Paused “digest”.".into(),
             reply: Some(reply_to("me@example.org")),
         };
-        let r = store
-            .inbox()
-            .record(Place::Mail(&place(1)), &mail("m1@example.org"), &outcome)
+        let r = record_mail(&store, &place(1), &mail("m1@example.org"), &outcome)
             .await
             .unwrap();
         let Recorded::New { id, reply, .. } = r else {
@@ -67,15 +54,14 @@ on_both_engines!(
     Memory,
     tokio::test,
     async fn an_answer_is_queued_once_and_only_for_a_finished_task(store: Store) {
-        let r = store
-            .inbox()
-            .record(
-                Place::Mail(&place(2)),
-                &mail("m2@example.org"),
-                &task_outcome("hi"),
-            )
-            .await
-            .unwrap();
+        let r = record_mail(
+            &store,
+            &place(2),
+            &mail("m2@example.org"),
+            &task_outcome("hi"),
+        )
+        .await
+        .unwrap();
         let Recorded::New {
             id,
             task_id: Some(task_id),
@@ -136,11 +122,10 @@ on_both_engines!(
             detail: "asked".into(),
             reply: None,
         };
-        let Recorded::New { id, .. } = store
-            .inbox()
-            .record(Place::Mail(&place(4)), &mail("m4@example.org"), &outcome)
-            .await
-            .unwrap()
+        let Recorded::New { id, .. } =
+            record_mail(&store, &place(4), &mail("m4@example.org"), &outcome)
+                .await
+                .unwrap()
         else {
             panic!("not recorded")
         };
@@ -163,16 +148,7 @@ on_both_engines!(
         assert!(claim().await.unwrap());
         assert!(!claim().await.unwrap(), "a second claim loses");
         let reply = reply_to("me@example.org");
-        let run = store
-            .tasks()
-            .create(&NewTask {
-                task: "news".into(),
-                origin: Origin::Job,
-                profile: "fast".into(),
-                ..NewTask::default()
-            })
-            .await
-            .unwrap();
+        let run = crate::testing::new_task(&store, "news", Origin::Job).await;
         assert!(
             store
                 .inbox()

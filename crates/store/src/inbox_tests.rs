@@ -38,6 +38,19 @@ pub(super) fn task_outcome(text: &str) -> InboxOutcome {
     }
 }
 
+/// `message`, read at `place` in a mailbox, recorded as `outcome`.
+pub(super) async fn record_mail(
+    store: &Store,
+    place: &MailPlace,
+    message: &NewInboxMessage,
+    outcome: &InboxOutcome,
+) -> Result<Recorded> {
+    store
+        .inbox()
+        .record(Place::Mail(place), message, outcome)
+        .await
+}
+
 async fn tasks_of(store: &Store) -> Vec<Task> {
     store
         .tasks()
@@ -50,15 +63,14 @@ on_both_engines!(
     Memory,
     tokio::test,
     async fn a_message_is_recorded_once_with_its_task_and_the_watermark(store: Store) {
-        let first = store
-            .inbox()
-            .record(
-                Place::Mail(&place(5)),
-                &mail("m1@example.org"),
-                &task_outcome("more on item 2"),
-            )
-            .await
-            .unwrap();
+        let first = record_mail(
+            &store,
+            &place(5),
+            &mail("m1@example.org"),
+            &task_outcome("more on item 2"),
+        )
+        .await
+        .unwrap();
         let Recorded::New { id, task_id, reply } = first else {
             panic!("recorded as seen: {first:?}");
         };
@@ -86,15 +98,14 @@ on_both_engines!(
         // The same UID again (a reconnect), or the same Message-ID under another UID (the
         // mailbox renumbered): nothing new, but the watermark moves on.
         for (uid, id) in [(5, "other@example.org"), (9, "m1@example.org")] {
-            let again = store
-                .inbox()
-                .record(
-                    Place::Mail(&place(uid)),
-                    &mail(id),
-                    &task_outcome("more on item 2"),
-                )
-                .await
-                .unwrap();
+            let again = record_mail(
+                &store,
+                &place(uid),
+                &mail(id),
+                &task_outcome("more on item 2"),
+            )
+            .await
+            .unwrap();
             assert!(matches!(again, Recorded::Seen), "{again:?}");
         }
         assert_eq!(tasks_of(&store).await.len(), 1);
@@ -115,13 +126,7 @@ on_both_engines!(
             refs: None,
             ..NewInboxMessage::default()
         };
-        let first = store
-            .inbox()
-            .record(
-                Place::Mail(&place(5)),
-                &anonymous("d1"),
-                &task_outcome("do it"),
-            )
+        let first = record_mail(&store, &place(5), &anonymous("d1"), &task_outcome("do it"))
             .await
             .unwrap();
         assert!(matches!(first, Recorded::New { .. }), "{first:?}");
@@ -138,15 +143,14 @@ on_both_engines!(
                 .await
                 .unwrap()
         );
-        let again = store
-            .inbox()
-            .record(
-                Place::Mail(&renumbered),
-                &anonymous("d1"),
-                &task_outcome("do it"),
-            )
-            .await
-            .unwrap();
+        let again = record_mail(
+            &store,
+            &renumbered,
+            &anonymous("d1"),
+            &task_outcome("do it"),
+        )
+        .await
+        .unwrap();
         assert!(matches!(again, Recorded::Seen), "{again:?}");
         assert_eq!(tasks_of(&store).await.len(), 1);
         // Another mail without a Message-ID is another mail.
@@ -161,13 +165,7 @@ on_both_engines!(
                 .await
                 .unwrap()
         );
-        let other = store
-            .inbox()
-            .record(
-                Place::Mail(&next),
-                &anonymous("d2"),
-                &task_outcome("do that"),
-            )
+        let other = record_mail(&store, &next, &anonymous("d2"), &task_outcome("do that"))
             .await
             .unwrap();
         assert!(matches!(other, Recorded::New { .. }), "{other:?}");
@@ -196,14 +194,13 @@ on_both_engines!(
         for sql in fail {
             query(*sql).execute(&store).await.unwrap();
         }
-        let err = store
-            .inbox()
-            .record(
-                Place::Mail(&place(3)),
-                &mail("m1@example.org"),
-                &task_outcome("do it"),
-            )
-            .await;
+        let err = record_mail(
+            &store,
+            &place(3),
+            &mail("m1@example.org"),
+            &task_outcome("do it"),
+        )
+        .await;
         assert!(err.is_err());
         assert!(tasks_of(&store).await.is_empty());
         assert!(
@@ -220,15 +217,14 @@ on_both_engines!(
             .await
             .unwrap();
         // Read again later, it is recorded.
-        let again = store
-            .inbox()
-            .record(
-                Place::Mail(&place(3)),
-                &mail("m1@example.org"),
-                &task_outcome("do it"),
-            )
-            .await
-            .unwrap();
+        let again = record_mail(
+            &store,
+            &place(3),
+            &mail("m1@example.org"),
+            &task_outcome("do it"),
+        )
+        .await
+        .unwrap();
         assert!(matches!(again, Recorded::New { .. }));
         assert_eq!(tasks_of(&store).await.len(), 1);
     }
@@ -251,15 +247,14 @@ on_both_engines!(
     tokio::test,
     async fn the_rate_limit_counts_one_senders_tasks_in_the_window(store: Store) {
         for uid in 1..=3 {
-            store
-                .inbox()
-                .record(
-                    Place::Mail(&place(uid)),
-                    &mail(&format!("m{uid}@x")),
-                    &task_outcome("t"),
-                )
-                .await
-                .unwrap();
+            record_mail(
+                &store,
+                &place(uid),
+                &mail(&format!("m{uid}@x")),
+                &task_outcome("t"),
+            )
+            .await
+            .unwrap();
         }
         let ignored = InboxOutcome::Ignored {
             reason: IgnoreReason::NotAllowed,
@@ -267,36 +262,20 @@ on_both_engines!(
             job_id: None,
             reply: None,
         };
-        store
-            .inbox()
-            .record(Place::Mail(&place(9)), &mail("m9@x"), &ignored)
+        record_mail(&store, &place(9), &mail("m9@x"), &ignored)
             .await
             .unwrap();
         let hour_ago = now() - chrono::Duration::hours(1);
-        assert_eq!(
-            store
-                .inbox()
-                .tasks_since(Channel::Email, "me@example.org", hour_ago)
-                .await
-                .unwrap(),
-            3
-        );
-        assert_eq!(
-            store
-                .inbox()
-                .tasks_since(Channel::Email, "other@x", hour_ago)
-                .await
-                .unwrap(),
-            0
-        );
-        assert_eq!(
-            store
-                .inbox()
-                .tasks_since(Channel::Email, "me@example.org", now())
-                .await
-                .unwrap(),
-            0
-        );
+        let counts = [
+            ("me@example.org", hour_ago, 3),
+            ("other@x", hour_ago, 0),
+            ("me@example.org", now(), 0),
+        ];
+        for (sender, since, tasks) in counts {
+            let inbox = store.inbox();
+            let counted = inbox.tasks_since(Channel::Email, sender, since).await;
+            assert_eq!(counted.unwrap(), tasks, "{sender} since {since}");
+        }
         let listed = store
             .inbox()
             .list(&InboxFilter {

@@ -288,10 +288,9 @@ impl Jobs<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::LEASE;
     use crate::{NewJob, NewTask, Origin, RunOutcome, TaskState};
     use chrono::Duration;
-
-    const LEASE: Duration = Duration::seconds(30);
 
     async fn claimed_task(node: &Store) -> String {
         let new = NewTask {
@@ -317,15 +316,6 @@ mod tests {
             ..NewJob::default()
         };
         store.jobs().create(&new).await.unwrap().id
-    }
-
-    /// Nodes a and b of `store`, both joined.
-    async fn two_nodes(store: &Store) -> (Store, Store) {
-        let a = store.clone().with_node("node-a");
-        let b = store.clone().with_node("node-b");
-        a.nodes().join("host-a", 1, None, LEASE).await.unwrap();
-        b.nodes().join("host-b", 2, None, LEASE).await.unwrap();
-        (a, b)
     }
 
     /// A job whose run a fired and follows: its run id.
@@ -445,7 +435,7 @@ mod tests {
         Memory,
         tokio::test,
         async fn nothing_is_written_or_claimed_under_a_lease_taken_over(store: Store) {
-            let (a, b) = two_nodes(&store).await;
+            let (a, b) = crate::testing::two_nodes(&store).await;
             let mine = claimed_task(&a).await;
             let task = store.tasks().get(&mine).await.unwrap();
             let epoch = task.node_epoch.clone().expect("claimed under a's lease");
@@ -484,16 +474,7 @@ mod tests {
             let hold = a.holds().hold(&mine, "{}", None).await;
             assert!(hold.is_err(), "held under a lost lease");
             // Nor is anything new claimed by it.
-            let pending = a
-                .tasks()
-                .create(&NewTask {
-                    task: "queued".into(),
-                    origin: Origin::Api,
-                    profile: "fast".into(),
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
+            let pending = crate::testing::new_task(&a, "queued", Origin::Api).await;
             assert!(a.tasks().claim_next_pending().await.unwrap().is_none());
             assert!(a.tasks().start_row(&pending.id).await.unwrap().is_none());
             assert_eq!(store.tasks().steps(&mine).await.unwrap().len(), 1);
@@ -542,7 +523,7 @@ mod tests {
         Memory,
         tokio::test,
         async fn a_restart_racing_a_take_over_follows_each_run_once(store: Store) {
-            let (a, b) = two_nodes(&store).await;
+            let (a, b) = crate::testing::two_nodes(&store).await;
             followed_by(&a, &store).await;
             let open = b.jobs().open_runs_of("node-a").await.unwrap();
             // a restarts (a new lease) while b, which read the run before, takes it over.
@@ -564,7 +545,7 @@ mod tests {
         Memory,
         tokio::test,
         async fn a_node_that_beat_keeps_its_runs_one_that_left_is_silent(store: Store) {
-            let (a, b) = two_nodes(&store).await;
+            let (a, b) = crate::testing::two_nodes(&store).await;
             let run = followed_by(&a, &store).await;
             // Taken for silent since a moment ago, but a beat since: it keeps its run.
             let since = now() - Duration::seconds(1);

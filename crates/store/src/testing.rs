@@ -73,3 +73,48 @@ pub(crate) fn note(step: i64, text: impl Into<String>) -> NewStep {
         ..NewStep::new(step, StepKind::Note, "")
     }
 }
+
+/// A pending task of `origin` under the `fast` profile, as most tests need one.
+pub(crate) async fn new_task(store: &Store, text: &str, origin: Origin) -> Task {
+    store
+        .tasks()
+        .create(&NewTask {
+            task: text.into(),
+            origin,
+            profile: "fast".into(),
+            ..NewTask::default()
+        })
+        .await
+        .expect("a new task")
+}
+
+/// The lease of the tests' nodes.
+pub(crate) const LEASE: chrono::Duration = chrono::Duration::seconds(30);
+
+/// Nodes a and b of `store`, both joined.
+pub(crate) async fn two_nodes(store: &Store) -> (Store, Store) {
+    let a = store.clone().with_node("node-a");
+    let b = store.clone().with_node("node-b");
+    a.nodes()
+        .join("host-a", 1, None, LEASE)
+        .await
+        .expect("a joins");
+    b.nodes()
+        .join("host-b", 2, None, LEASE)
+        .await
+        .expect("b joins");
+    (a, b)
+}
+
+/// The daily digest job at 08:00 in `timezone`, due now.
+pub(crate) async fn digest_job(store: &Store, timezone: &str) -> Job {
+    let new = NewJob {
+        name: "digest".into(),
+        task: "summarise my feeds".into(),
+        schedule: "0 8 * * *".into(),
+        timezone: timezone.into(),
+        next_run_at: Some(now()),
+        ..NewJob::default()
+    };
+    store.jobs().create(&new).await.expect("the digest job")
+}

@@ -4,16 +4,7 @@ use crate::{Delivery, FailReason, Origin};
 use chrono::{Duration as ChronoDuration, Utc};
 
 async fn task(store: &Store) -> Task {
-    store
-        .tasks()
-        .create(&NewTask {
-            task: "check the weather".into(),
-            origin: Origin::Cli,
-            profile: "fast".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
+    crate::testing::new_task(store, "check the weather", Origin::Cli).await
 }
 
 /// A database in a fresh data dir, which lives as long as the returned guard.
@@ -499,16 +490,7 @@ on_both_engines!(
     async fn tasks_are_counted_by_state_and_origin(store: Store) {
         task(&store).await;
         task(&store).await;
-        store
-            .tasks()
-            .create(&NewTask {
-                task: "a digest".into(),
-                origin: Origin::Job,
-                profile: "fast".into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        crate::testing::new_task(&store, "a digest", Origin::Job).await;
         let mut counts = store.tasks().counts_by_origin().await.unwrap();
         counts.sort_by_key(|&(_, origin, _)| origin.as_str());
         assert_eq!(

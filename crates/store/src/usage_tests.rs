@@ -2,7 +2,7 @@
 //! sums on both engines, and the plan that keeps them to the index.
 
 use super::*;
-use crate::{NewJob, NewStep, NewTask, StepKind, Store, query};
+use crate::{NewStep, NewTask, StepKind, Store, query};
 
 fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(y, mo, d, h, mi, 0)
@@ -108,98 +108,32 @@ on_both_engines!(
     tokio::test,
     async fn usage_is_summed_per_local_day_per_profile_and_per_job(store: Store) {
         use StepKind::{Model, Tool};
-        let job = store
-            .jobs()
-            .create(&NewJob {
-                name: "digest".into(),
-                task: "summarise my feeds".into(),
-                schedule: "0 8 * * *".into(),
-                timezone: "America/New_York".into(),
-                ..NewJob::default()
-            })
-            .await
-            .expect("job");
+        let job = crate::testing::digest_job(&store, "America/New_York").await;
         // A job's run, and a sub-agent it started (its calls are the job's too).
         let run = task(&store, Origin::Job, Some(&job.id), None).await;
-        step(
-            &store,
-            &run,
-            Model,
-            "fast",
-            (1000, 100, 2000),
-            utc(2026, 3, 10, 14, 0),
-        )
-        .await;
-        // 23:30 on 03-08 in New York, though 03-09 in UTC.
-        step(
-            &store,
-            &run,
-            Model,
-            "fast",
-            (500, 50, 1000),
-            utc(2026, 3, 9, 3, 30),
-        )
-        .await;
-        step(
-            &store,
-            &run,
-            Tool,
-            "web_fetch",
-            (0, 999, 40),
-            utc(2026, 3, 10, 14, 1),
-        )
-        .await;
         let sub = task(&store, Origin::Agent, Some(&job.id), Some(&run)).await;
-        step(
-            &store,
-            &sub,
-            Model,
-            "pro",
-            (300, 30, 500),
-            utc(2026, 3, 10, 15, 0),
-        )
-        .await;
-        // A task by hand: one call, and one that failed (time, no tokens).
+        // A task by hand.
         let by_hand = task(&store, Origin::Cli, None, None).await;
-        step(
-            &store,
-            &by_hand,
-            Model,
-            "pro",
-            (4000, 400, 3000),
-            utc(2026, 3, 5, 12, 0),
-        )
-        .await;
-        step(
-            &store,
-            &by_hand,
-            Model,
-            "pro",
-            (0, 0, 700),
-            utc(2026, 3, 5, 12, 1),
-        )
-        .await;
-        // A job deleted since: its task keeps the id. 00:30 on the window's first day counts;
-        // 23:30 the evening before does not.
+        // A job deleted since: its task keeps the id.
         let orphan = task(&store, Origin::Job, Some("gone0123"), None).await;
-        step(
-            &store,
-            &orphan,
-            Model,
-            "fast",
-            (10, 1, 5),
-            utc(2026, 3, 4, 5, 30),
-        )
-        .await;
-        step(
-            &store,
-            &orphan,
-            Model,
-            "fast",
-            (7777, 7, 7),
-            utc(2026, 3, 4, 4, 30),
-        )
-        .await;
+        // March 2026, at a day, hour and minute in UTC.
+        let mar = |d, h, mi| utc(2026, 3, d, h, mi);
+        let steps = [
+            (&run, Model, "fast", (1000, 100, 2000), mar(10, 14, 0)),
+            // 23:30 on 03-08 in New York, though 03-09 in UTC.
+            (&run, Model, "fast", (500, 50, 1000), mar(9, 3, 30)),
+            (&run, Tool, "web_fetch", (0, 999, 40), mar(10, 14, 1)),
+            (&sub, Model, "pro", (300, 30, 500), mar(10, 15, 0)),
+            // One call, and one that failed (time, no tokens).
+            (&by_hand, Model, "pro", (4000, 400, 3000), mar(5, 12, 0)),
+            (&by_hand, Model, "pro", (0, 0, 700), mar(5, 12, 1)),
+            // 00:30 on the window's first day counts; 23:30 the evening before does not.
+            (&orphan, Model, "fast", (10, 1, 5), mar(4, 5, 30)),
+            (&orphan, Model, "fast", (7777, 7, 7), mar(4, 4, 30)),
+        ];
+        for (task, kind, profile, figures, at) in steps {
+            step(&store, task, kind, profile, figures, at).await;
+        }
 
         let window = UsageWindow::last_days(7, NEW_YORK, utc(2026, 3, 10, 16, 0));
         let u = store.tasks().usage(&window).await.expect("usage");
