@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Writes scripts/text-order.txt: the functions a release binary runs as a daemon (start-up, idle,
-# tasks over the HTTP API, the dashboard, /metrics, a stop) and as one-shot commands (`run`,
-# `tasks list`, `--help`, `--version`), with the repository's tools, for the default build and
-# for `--no-default-features` (features change symbols' names), the default build's first. build.rs hands the file to the linker,
-# which puts those functions first and together (BENCHMARKS.md §24).
+# Writes scripts/text-order.txt: the functions a release binary runs as a daemon (start-up with
+# the model server down and up, idle, tasks over the HTTP API, the dashboard, /metrics, a stop)
+# and as one-shot commands (`run`, `tasks list`, `--help`, `--version`), with the repository's
+# tools, for the default build and for `--no-default-features` (features change symbols' names),
+# the default build's first. build.rs hands the file to the linker, which puts those functions
+# first and together (BENCHMARKS.md §24, §25).
 #
-# Run it again after a toolchain update, a change to Cargo.lock or to the features, or a large
-# refactor: the file names symbols as one build names them, and names that no longer match only
-# cost memory. Needs valgrind, python3, curl and nm (`apt-get install -y valgrind`); takes two
-# release builds (≈ 30 min from empty on 2 cores, a few minutes each when only the link is left)
-# and a minute or two of valgrind. TEXT_ORDER_BINS="DEFAULT NODEFAULT" records from binaries
+# Run it again after a toolchain update, a change to Cargo.lock, to the features or to the
+# release profile (its per-crate `opt-level`s too), or a large refactor: the file names symbols
+# as one build names them, and names that no longer match only cost memory. Needs valgrind,
+# python3, curl and nm (`apt-get install -y valgrind`); takes two release builds (≈ 30 min from
+# empty on 2 cores, a few minutes each when only the link is left) and a minute or two of
+# valgrind. TEXT_ORDER_BINS="DEFAULT NODEFAULT" records from binaries
 # already built with `HERMES_KEEP_SYMBOLS=1 cargo build --release` instead of building them.
 set -euo pipefail
 
@@ -99,6 +101,9 @@ scheduler:
 server:
   port: $api_port
 YAML
+# The same with the model server down (nothing listens on that port): a daemon often starts
+# before its model server does, and its first look at the model takes the error paths.
+sed "s#127.0.0.1:$model_port#127.0.0.1:$(free_port)#" "$work/settings.yaml" > "$work/down.yaml"
 
 # record BIN DIR: runs BIN's daemon and one-shot commands under callgrind, writing its profiles
 # and the functions BIN defines into DIR.
@@ -107,6 +112,15 @@ record() {
     local vg=(valgrind --tool=callgrind --demangle=no --callgrind-out-file="$out/callgrind.%p")
     local hermes=("$bin" --config "$work/settings.yaml" --data-dir "$out/data")
     local api="http://127.0.0.1:$api_port"
+    "${vg[@]}" "$bin" --config "$work/down.yaml" --data-dir "$out/down" serve >"$out/down.log" 2>&1 &
+    daemon_pid=$!
+    for _ in $(seq 600); do
+        grep -q "cannot tell which model the profile serves" "$out/down.log" && break
+        kill -0 "$daemon_pid" 2>/dev/null || { cat "$out/down.log" >&2; exit 1; }
+        sleep 0.2
+    done
+    kill -TERM "$daemon_pid"
+    wait "$daemon_pid" || true
     "${vg[@]}" "${hermes[@]}" serve >"$out/serve.log" 2>&1 &
     daemon_pid=$!
     for _ in $(seq 600); do
