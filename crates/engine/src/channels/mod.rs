@@ -13,27 +13,21 @@ pub mod telegram;
 
 use crate::inbox::Inbox;
 use crate::metrics::Metrics;
-use crate::notify::ChatSend;
+use crate::notify::{ChatSend, SendError};
+use crate::reconnect::{self, RECONNECT};
 use futures::future::BoxFuture;
-use hermes_store::util::{Backoff, lock};
-use hermes_store::{Channel, Store, StoreError};
+use hermes_store::util::lock;
+use hermes_store::{Channel, Notice, Store, StoreError};
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// The longest a stop waits for a channel's intake loop to end.
 const STOP_WAIT: Duration = Duration::from_secs(5);
-/// Waits between a channel's connection attempts: 1 s doubling to 5 min, jittered.
-// Used by the chat channels; a build without any has no caller.
-#[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
-pub(crate) const RECONNECT: Backoff =
-    Backoff::new(Duration::from_secs(1), Duration::from_secs(300)).with_jitter();
-/// A connection that lasted this long was healthy: the next failure starts the backoff over.
-#[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
-const HEALTHY: Duration = Duration::from_secs(60);
 /// How often a node that does not hold a channel (another daemon on the same database reads
 /// it) looks whether it is free.
 // Used by the chat channels; a build without any has no caller.
@@ -82,6 +76,8 @@ pub(crate) fn compose(title: &str, body: &str) -> String {
 pub(crate) trait Health: Clone + Default {
     /// Say how the connection is doing, and why it is not `ok` (never a secret).
     fn set_state(&mut self, state: State, error: Option<String>);
+    /// Count one notice sent.
+    fn count_sent(&mut self);
 }
 
 /// A channel's status: written by its intake loop and its sender, read through its handle.
@@ -112,22 +108,220 @@ impl<S: Health> StatusCell<S> {
     }
 }
 
-/// A configured chat channel's protocol, as its handle drives it; `S` is its status.
+/// What a chat channel's intake loop and its outbox sender share: how the channel is doing,
+/// and its live connection (`C`: Matrix's client, Telegram's bot) once this daemon has one.
+// A build without any chat channel never makes one.
+#[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
+pub(crate) struct Link<S, C> {
+    channel: Channel,
+    /// The channel's name in messages (`Matrix`).
+    title: &'static str,
+    /// The delivery targets' lanes (`matrix:NAME`).
+    targets: Vec<String>,
+    pub(crate) status: StatusCell<S>,
+    conn: watch::Sender<Option<C>>,
+}
+
+#[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
+impl<S: Health, C: Clone> Link<S, C> {
+    /// Starting, not connected; `targets` are the names of the configured destinations.
+    pub(crate) fn new<'a>(
+        channel: Channel,
+        title: &'static str,
+        targets: impl IntoIterator<Item = &'a String>,
+    ) -> Link<S, C> {
+        Link {
+            channel,
+            title,
+            targets: targets
+                .into_iter()
+                .map(|name| format!("{channel}:{name}"))
+                .collect(),
+            status: StatusCell::starting(),
+            conn: watch::channel(None).0,
+        }
+    }
+
+    /// The connection, if this daemon has one now.
+    pub(crate) fn conn(&self) -> Option<C> {
+        self.conn.borrow().clone()
+    }
+
+    /// The connection a notice is sent with; without one the notice waits.
+    pub(crate) fn conn_to_send(&self) -> Result<C, SendError> {
+        self.conn().ok_or_else(|| {
+            SendError::Transient(format!(
+                "the {} channel is not connected (see /healthz); the notice waits",
+                self.title
+            ))
+        })
+    }
+
+    pub(crate) fn connected(&self, conn: C) {
+        self.conn.send_replace(Some(conn));
+    }
+
+    /// Forget the connection: senders wait for the next one.
+    pub(crate) fn lost(&self) {
+        self.conn.send_replace(None);
+    }
+
+    /// Read the channel until `stop`: hold it (one daemon at a time), run `connect`'s
+    /// connection until it fails, then say so and wait as `retry` says of the failure.
+    pub(crate) async fn keep_reading<E, F>(
+        &self,
+        store: &Store,
+        stop: &CancellationToken,
+        mut connect: impl FnMut() -> F,
+        mut retry: impl FnMut(&E) -> Retry,
+    ) where
+        E: From<StoreError> + std::fmt::Display,
+        F: Future<Output = Result<Infallible, E>>,
+    {
+        let held = || {
+            let connection = connect();
+            async move {
+                self.hold(store).await?;
+                connection.await
+            }
+        };
+        reconnect::keep_connected(stop, held, |e: &E, failures| {
+            self.lost();
+            let wait = match retry(e) {
+                Retry::Soon => RECONNECT.delay(failures),
+                Retry::After(wait) => wait,
+                Retry::Late => RECONNECT.delay(u32::MAX),
+                Retry::Never => return None,
+            };
+            let error = e.to_string();
+            tracing::warn!(error = %error, retry = failures + 1, "{} channel down; connecting again", self.title);
+            self.status.set_down(error);
+            Some(wait)
+        })
+        .await;
+        tracing::info!("{} channel stopped reading", self.title);
+    }
+
+    /// Wait until this node holds the channel: at once alone; with other daemons on the same
+    /// database, when no other live one does. Meanwhile the status says it stands by.
+    async fn hold(&self, store: &Store) -> Result<(), StoreError> {
+        let mut told = false;
+        while !store.chat().hold_channel(self.channel).await? {
+            if !told {
+                tracing::info!(
+                    channel = %self.channel,
+                    "another daemon on this database reads this channel; this one takes over if that one stops"
+                );
+                self.status.update(|s| {
+                    s.set_state(
+                        State::Starting,
+                        Some(
+                            "standing by: another daemon on this database reads the channel".into(),
+                        ),
+                    )
+                });
+                told = true;
+            }
+            tokio::time::sleep(STANDBY_POLL).await;
+        }
+        Ok(())
+    }
+}
+
+/// What a failed connection calls for; the link turns it into a wait.
+// A build without any chat channel has no connection to fail.
+#[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// Connect again after the backoff: the server or the network may be back by then.
+    Soon,
+    /// After as long as the server asked.
+    After(Duration),
+    /// A setting is wrong and will not fix itself: try again only after the longest wait.
+    Late,
+    /// Stop until a person acts (the protocol has said why).
+    Never,
+}
+
+/// Sending one notice through a protocol; the rest of being the outbox's sender (lanes,
+/// waiting for the connection, counting) is the same for every channel.
 // A build without any chat channel has no protocol.
 #[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
-pub(crate) trait Protocol<S>: Send + Sync + 'static {
-    fn status(&self) -> &StatusCell<S>;
-    /// The outbox's way to send through the channel.
-    fn sender(self: Arc<Self>) -> Arc<dyn ChatSend>;
-    /// The intake loop: connect, hand messages to `inbox`, until `stop`.
-    fn intake(
-        self: Arc<Self>,
-        inbox: Inbox,
-        metrics: Metrics,
-        stop: CancellationToken,
-    ) -> BoxFuture<'static, ()>;
-    /// Forget the connection the outbox sends with: the channel is stopping.
-    fn disconnect(&self);
+pub(crate) trait Sends: Send + Sync + 'static {
+    /// Send `notice` (retried with the same transaction ids or recorded parts, so the server
+    /// posts it once): the server's id of its first message.
+    fn send(&self, notice: &Notice) -> impl Future<Output = Result<String, SendError>> + Send;
+}
+
+/// Where an intake loop hands what it reads, and what stops it.
+// A build without any chat channel has no intake loop to read it.
+#[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
+pub(crate) struct Feed {
+    pub(crate) inbox: Inbox,
+    pub(crate) metrics: Metrics,
+    pub(crate) stop: CancellationToken,
+}
+
+/// The outbox's sender of a channel: its protocol's `send`, behind the channel's link.
+struct Sender<S, C, P> {
+    link: Arc<Link<S, C>>,
+    protocol: Arc<P>,
+}
+
+impl<S, C, P> ChatSend for Sender<S, C, P>
+where
+    S: Health + Send + 'static,
+    C: Clone + Send + Sync + 'static,
+    P: Sends,
+{
+    fn lanes(&self) -> Vec<String> {
+        std::iter::once(self.link.channel.to_string())
+            .chain(self.targets())
+            .collect()
+    }
+
+    fn targets(&self) -> Vec<String> {
+        self.link.targets.clone()
+    }
+
+    fn ready(&self) -> BoxFuture<'_, ()> {
+        let mut conn = self.link.conn.subscribe();
+        Box::pin(async move {
+            // The sender lives as long as `self`: an error here cannot happen.
+            let _ = conn.wait_for(Option::is_some).await;
+        })
+    }
+
+    fn send<'a>(&'a self, notice: &'a Notice) -> BoxFuture<'a, Result<String, SendError>> {
+        Box::pin(async move {
+            let id = self.protocol.send(notice).await?;
+            self.link.status.update(|s| s.count_sent());
+            Ok(id)
+        })
+    }
+}
+
+/// A channel's link, as its handle reads and ends it whatever its connection's type.
+trait Linked<S>: Send + Sync {
+    fn status(&self) -> S;
+    fn lost(&self);
+}
+
+impl<S: Health + Send, C: Clone + Send + Sync> Linked<S> for Link<S, C> {
+    fn status(&self) -> S {
+        self.status.get()
+    }
+
+    fn lost(&self) {
+        Link::lost(self);
+    }
+}
+
+/// A configured channel, as its handle drives it.
+struct On<S> {
+    link: Arc<dyn Linked<S>>,
+    sender: Arc<dyn ChatSend>,
+    intake: Box<dyn Fn(Feed) -> BoxFuture<'static, ()> + Send + Sync>,
 }
 
 /// A chat channel (`S` is its status), cheap to clone: off, or its configured protocol's
@@ -137,59 +331,83 @@ pub(crate) trait Protocol<S>: Send + Sync + 'static {
 pub struct Handle<S> {
     /// The channel's name, for the log.
     name: &'static str,
-    protocol: Option<Arc<dyn Protocol<S>>>,
+    on: Option<Arc<On<S>>>,
 }
 
 impl<S> Clone for Handle<S> {
     fn clone(&self) -> Self {
         Handle {
             name: self.name,
-            protocol: self.protocol.clone(),
+            on: self.on.clone(),
         }
     }
 }
 
 impl<S: 'static> Handle<S> {
     pub(crate) fn off(name: &'static str) -> Handle<S> {
-        Handle {
-            name,
-            protocol: None,
-        }
+        Handle { name, on: None }
     }
 
+    /// The channel of `protocol`, reading with `intake` (its loop, given the protocol's state
+    /// and the feed) and sending through `link` once connected.
     // A build without any chat channel never makes one.
     #[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
-    pub(crate) fn on(name: &'static str, protocol: impl Protocol<S>) -> Handle<S> {
+    pub(crate) fn on<C, P, F>(
+        name: &'static str,
+        link: Arc<Link<S, C>>,
+        protocol: Arc<P>,
+        intake: fn(Arc<P>, Feed) -> F,
+    ) -> Handle<S>
+    where
+        S: Health + Send,
+        C: Clone + Send + Sync + 'static,
+        P: Sends,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let sender = Arc::new(Sender {
+            link: link.clone(),
+            protocol: protocol.clone(),
+        });
         Handle {
             name,
-            protocol: Some(Arc::new(protocol)),
+            on: Some(Arc::new(On {
+                link,
+                sender,
+                intake: Box::new(move |feed| Box::pin(intake(protocol.clone(), feed))),
+            })),
         }
     }
 
     /// Whether the channel is configured (and built).
     pub fn is_on(&self) -> bool {
-        self.protocol.is_some()
+        self.on.is_some()
     }
 
     /// The outbox's way to send through the channel (None when off).
     pub fn sender(&self) -> Option<Arc<dyn ChatSend>> {
-        self.protocol.clone().map(|p| p.sender())
+        self.on.as_ref().map(|on| on.sender.clone())
     }
 
     /// Connect and read in the background, handing messages to `inbox` (nothing when off).
     /// Stopped, the connection goes after the outbox's last pass.
     pub fn start(&self, inbox: Inbox, metrics: Metrics) -> Running {
-        let Some(protocol) = &self.protocol else {
+        let Some(on) = &self.on else {
             return Running {
                 intake: Intake::none(self.name),
                 disconnect: None,
             };
         };
-        let looped = protocol.clone();
-        let kept = protocol.clone();
+        let looped = on.clone();
+        let kept = on.link.clone();
         Running {
-            intake: Intake::spawn(self.name, |stop| looped.intake(inbox, metrics, stop)),
-            disconnect: Some(Box::new(move || kept.disconnect())),
+            intake: Intake::spawn(self.name, move |stop| {
+                (looped.intake)(Feed {
+                    inbox,
+                    metrics,
+                    stop,
+                })
+            }),
+            disconnect: Some(Box::new(move || kept.lost())),
         }
     }
 }
@@ -198,9 +416,9 @@ impl<S: Clone + Default + 'static> Handle<S> {
     /// What `/healthz`, doctor and the dashboard show of the channel; a channel that is off
     /// (not configured, or built without its feature) shows its status's default, off.
     pub fn status(&self) -> S {
-        self.protocol
+        self.on
             .as_ref()
-            .map_or_else(S::default, |p| p.status().get())
+            .map_or_else(S::default, |on| on.link.status())
     }
 }
 
@@ -260,68 +478,6 @@ impl Intake {
             if tokio::time::timeout(STOP_WAIT, handle).await.is_err() {
                 tracing::warn!(channel = self.name, "a chat channel did not stop in time");
             }
-        }
-    }
-}
-
-/// Wait until this node holds `channel`: at once alone; with other daemons on the same
-/// database, when no other live one does. Meanwhile `status` says it stands by.
-#[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
-pub(crate) async fn hold<S: Health>(
-    store: &Store,
-    channel: Channel,
-    status: &StatusCell<S>,
-) -> Result<(), StoreError> {
-    let mut told = false;
-    while !store.chat().hold_channel(channel).await? {
-        if !told {
-            tracing::info!(
-                %channel,
-                "another daemon on this database reads this channel; this one takes over if that one stops"
-            );
-            status.update(|s| {
-                s.set_state(
-                    State::Starting,
-                    Some("standing by: another daemon on this database reads the channel".into()),
-                )
-            });
-            told = true;
-        }
-        tokio::time::sleep(STANDBY_POLL).await;
-    }
-    Ok(())
-}
-
-/// Keep a channel connected until `stop`: `connect` runs one connection until it fails; then
-/// `ended` is told why and how many failures came before in a row (a connection that lasted
-/// [`HEALTHY`] starts the count over), and says how long to wait before the next — or `None`:
-/// stop for good (a setting only a person can fix).
-#[cfg_attr(not(any(feature = "matrix", feature = "telegram")), allow(dead_code))]
-pub(crate) async fn keep_connected<E, C, F>(
-    stop: &CancellationToken,
-    mut connect: C,
-    mut ended: impl FnMut(&E, u32) -> Option<Duration>,
-) where
-    C: FnMut() -> F,
-    F: Future<Output = Result<Infallible, E>>,
-{
-    let mut failures: u32 = 0;
-    loop {
-        let began = Instant::now();
-        let Err(e) = tokio::select! {
-            _ = stop.cancelled() => return,
-            r = connect() => r,
-        };
-        if began.elapsed() >= HEALTHY {
-            failures = 0;
-        }
-        let Some(wait) = ended(&e, failures) else {
-            return;
-        };
-        failures = failures.saturating_add(1);
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(wait) => {}
         }
     }
 }

@@ -6,17 +6,11 @@
 use super::imap::{self, Connection, ImapError, Woken};
 use super::intake::IntakeError;
 use super::{Health, Inner};
-use hermes_store::util::Backoff;
+use crate::reconnect::{self, RECONNECT};
 use hermes_store::{MailPlace, StoreError};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-/// Waits between connection attempts: 1 s doubling to 5 min, jittered.
-const RECONNECT: Backoff =
-    Backoff::new(Duration::from_secs(1), Duration::from_secs(300)).with_jitter();
-/// A connection that lasted this long was healthy: the next failure starts the backoff over.
-const HEALTHY: Duration = Duration::from_secs(60);
 
 /// Why a connection ended.
 #[derive(Debug, thiserror::Error)]
@@ -42,31 +36,14 @@ impl From<IntakeError> for Ended {
 
 pub(crate) async fn run(inner: Arc<Inner>, stop: CancellationToken) {
     tracing::info!(server = %inner.settings.label(), mailbox = %inner.settings.mailbox, "inbox started");
-    let mut failures: u32 = 0;
-    loop {
-        let began = Instant::now();
-        let ended = tokio::select! {
-            _ = stop.cancelled() => break,
-            r = inner.session(&stop) => r,
-        };
-        match ended {
-            Ok(()) => break,
-            Err(e) => {
-                if began.elapsed() >= HEALTHY {
-                    failures = 0;
-                }
-                let error = e.to_string();
-                tracing::warn!(error = %error, retry = failures + 1, "inbox down; connecting again");
-                inner.set_health(Health::Down { error });
-            }
-        }
-        let wait = RECONNECT.delay(failures);
-        failures = failures.saturating_add(1);
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tokio::time::sleep(wait) => {}
-        }
-    }
+    let session = || inner.session(&stop);
+    reconnect::keep_connected(&stop, session, |e, failures| {
+        let error = e.to_string();
+        tracing::warn!(error = %error, retry = failures + 1, "inbox down; connecting again");
+        inner.set_health(Health::Down { error });
+        Some(RECONNECT.delay(failures))
+    })
+    .await;
     tracing::info!("inbox stopped");
 }
 

@@ -40,16 +40,16 @@ pub use absent::probe;
 pub use probe::probe;
 
 #[cfg(feature = "matrix")]
-use super::StatusCell;
+use super::Link;
 use super::{Handle, Health};
 pub use super::{Running, State};
 #[cfg(feature = "matrix")]
-use crate::inbox::{ChatMessage, Inbox};
-#[cfg(feature = "matrix")]
-use crate::notify::ChatSend;
+use crate::inbox::ChatMessage;
 #[cfg(feature = "matrix")]
 use hermes_config::MatrixSettings;
 use hermes_config::Settings;
+#[cfg(feature = "matrix")]
+use hermes_store::Channel;
 use hermes_store::Store;
 #[cfg(feature = "matrix")]
 use matrix_sdk::Client;
@@ -99,6 +99,10 @@ impl Health for Status {
         self.state = state;
         self.error = error;
     }
+
+    fn count_sent(&mut self) {
+        self.messages_out += 1;
+    }
 }
 
 impl Status {
@@ -116,12 +120,9 @@ pub type Matrix = Handle<Status>;
 #[cfg(feature = "matrix")]
 pub(crate) struct Inner {
     settings: MatrixSettings,
-    /// `DATA_DIR/matrix`: the session file and the SDK's store.
     dir: PathBuf,
     store: Store,
-    /// The logged-in client, once there is one; senders wait for it.
-    client: tokio::sync::watch::Sender<Option<Client>>,
-    status: StatusCell<Status>,
+    link: Arc<Link<Status, Client>>,
     /// Held while a direct room is looked up or created, so two notices never make two; the
     /// rooms created since the start, by user, because the SDK learns a new room is direct
     /// only from a later sync.
@@ -136,18 +137,15 @@ impl Matrix {
         let Some(m) = settings.channels.matrix.clone() else {
             return Handle::off(NAME);
         };
-        let (client, _) = tokio::sync::watch::channel(None);
-        Handle::on(
-            NAME,
-            Inner {
-                settings: m,
-                dir: data_dir.join("matrix"),
-                store,
-                client,
-                status: StatusCell::starting(),
-                dm: tokio::sync::Mutex::new(std::collections::HashMap::new()),
-            },
-        )
+        let link = Arc::new(Link::new(Channel::Matrix, "Matrix", m.rooms.keys()));
+        let inner = Inner {
+            settings: m,
+            dir: data_dir.join("matrix"),
+            store,
+            link: link.clone(),
+            dm: tokio::sync::Mutex::new(std::collections::HashMap::new()),
+        };
+        Handle::on(NAME, link, Arc::new(inner), sync::run)
     }
 
     /// Without the `matrix` feature the channel is always off (`config check` refuses
@@ -159,40 +157,11 @@ impl Matrix {
 }
 
 #[cfg(feature = "matrix")]
-impl super::Protocol<Status> for Inner {
-    fn status(&self) -> &StatusCell<Status> {
-        &self.status
-    }
-
-    fn sender(self: Arc<Self>) -> Arc<dyn ChatSend> {
-        Arc::new(send::Sender(self))
-    }
-
-    fn intake(
-        self: Arc<Self>,
-        inbox: Inbox,
-        metrics: crate::metrics::Metrics,
-        stop: tokio_util::sync::CancellationToken,
-    ) -> futures::future::BoxFuture<'static, ()> {
-        Box::pin(sync::run(self, inbox, metrics, stop))
-    }
-
-    fn disconnect(&self) {
-        self.client.send_replace(None);
-    }
-}
-
-#[cfg(feature = "matrix")]
 impl Inner {
-    /// The client, if logged in now.
-    fn client(&self) -> Option<Client> {
-        self.client.borrow().clone()
-    }
-
     /// Count one message taken in; an encrypted one says whether decryption works now.
     fn took_in(&self, m: &ChatMessage, encrypted: bool) {
         let failed = matches!(m.kind, crate::inbox::ChatKind::Undecryptable(_));
-        self.status.update(|s| {
+        self.link.status.update(|s| {
             s.messages_in += 1;
             if failed {
                 s.undecryptable += 1;

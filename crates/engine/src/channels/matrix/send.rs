@@ -10,14 +10,13 @@
 //! homeserver — it posts once.
 
 use super::Inner;
-use crate::notify::{ChatSend, SendError};
-use futures::future::BoxFuture;
+use crate::channels::Sends;
+use crate::notify::SendError;
 use hermes_config::MatrixTarget;
 use hermes_store::Notice;
 use matrix_sdk::ruma::{OwnedTransactionId, RoomId, UserId};
 use matrix_sdk::{Client, Room, RoomMemberships};
 use serde_json::json;
-use std::sync::Arc;
 
 /// A part's plain text at most, before its content is measured.
 const PART_BYTES: usize = 12_000;
@@ -27,45 +26,9 @@ const PART_BYTES: usize = 12_000;
 /// `&` or `<` escapes to several times its length, so the content is measured, not guessed.
 const CONTENT_BYTES: usize = 30_000;
 
-/// The outbox's handle on the account.
-pub(super) struct Sender(pub(super) Arc<Inner>);
-
-impl ChatSend for Sender {
-    fn lanes(&self) -> Vec<String> {
-        std::iter::once(crate::notify::MATRIX.to_string())
-            .chain(self.targets())
-            .collect()
-    }
-
-    fn targets(&self) -> Vec<String> {
-        self.0
-            .settings
-            .rooms
-            .keys()
-            .map(|name| format!("matrix:{name}"))
-            .collect()
-    }
-
-    fn ready(&self) -> BoxFuture<'_, ()> {
-        let mut client = self.0.client.subscribe();
-        Box::pin(async move {
-            // The sender lives as long as `self`: an error here cannot happen.
-            let _ = client.wait_for(Option::is_some).await;
-        })
-    }
-
-    fn send<'a>(&'a self, notice: &'a Notice) -> BoxFuture<'a, Result<String, SendError>> {
-        Box::pin(self.0.send(notice))
-    }
-}
-
-impl Inner {
+impl Sends for Inner {
     async fn send(&self, notice: &Notice) -> Result<String, SendError> {
-        let Some(client) = self.client() else {
-            return Err(SendError::Transient(
-                "the Matrix channel is not connected (see /healthz); the notice waits".into(),
-            ));
-        };
+        let client = self.link.conn_to_send()?;
         let (room, root) = self.destination(&client, notice).await?;
         let text = crate::channels::compose(&notice.queued.title, &notice.queued.body);
         let token = notice
@@ -85,10 +48,11 @@ impl Inner {
                 first = Some(sent.response.event_id.to_string());
             }
         }
-        self.status.update(|s| s.messages_out += 1);
         first.ok_or_else(|| SendError::Permanent("the notice is empty".into()))
     }
+}
 
+impl Inner {
     /// The room a notice goes to and the thread it goes in.
     async fn destination(
         &self,

@@ -15,7 +15,7 @@
 use super::events::{self, RoomFacts};
 use super::session::{self, SessionError};
 use super::{Inner, State};
-use crate::channels::RECONNECT;
+use crate::channels::{Feed, Retry};
 use crate::inbox::{ChatKind, Inbox};
 use hermes_config::MatrixSettings;
 use hermes_store::{Channel, StoreError};
@@ -28,7 +28,6 @@ use matrix_sdk::ruma::{OwnedRoomId, UInt};
 use matrix_sdk::{Client, Room, RoomMemberships};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
 
 /// How long a sync waits on the server for something to happen.
 const LONG_POLL: Duration = Duration::from_secs(30);
@@ -54,6 +53,16 @@ pub(super) enum Ended {
     Elsewhere,
 }
 
+impl Ended {
+    fn retry(&self) -> Retry {
+        match self {
+            // A setting that is wrong will not fix itself.
+            Ended::Session(s) if !s.is_transient() => Retry::Late,
+            _ => Retry::Soon,
+        }
+    }
+}
+
 /// An event recorded undecryptable, tried again after each sync.
 struct Pending {
     room: OwnedRoomId,
@@ -61,36 +70,17 @@ struct Pending {
     since: Instant,
 }
 
-pub(super) async fn run(
-    inner: Arc<Inner>,
-    inbox: Inbox,
-    metrics: crate::metrics::Metrics,
-    stop: CancellationToken,
-) {
+pub(super) async fn run(inner: Arc<Inner>, feed: Feed) {
     tracing::info!(homeserver = %inner.settings.homeserver, user = %inner.settings.user, "Matrix channel started");
-    let connect = || connection(&inner, &inbox, &metrics);
-    crate::channels::keep_connected(&stop, connect, |e, failures| {
-        let error = e.to_string();
-        tracing::warn!(error = %error, retry = failures + 1, "Matrix channel down; connecting again");
-        inner.status.set_down(error);
-        inner.client.send_replace(None);
-        // A setting that is wrong will not fix itself: wait long before trying again.
-        Some(match e {
-            Ended::Session(s) if !s.is_transient() => RECONNECT.delay(u32::MAX),
-            _ => RECONNECT.delay(failures),
-        })
-    })
-    .await;
-    tracing::info!("Matrix channel stopped reading");
+    let connect = || connection(&inner, &feed);
+    (inner.link)
+        .keep_reading(&inner.store, &feed.stop, connect, Ended::retry)
+        .await;
 }
 
-/// One connection: hold the channel, log in, then sync until something fails.
-async fn connection(
-    inner: &Inner,
-    inbox: &Inbox,
-    metrics: &crate::metrics::Metrics,
-) -> Result<std::convert::Infallible, Ended> {
-    crate::channels::hold(&inner.store, Channel::Matrix, &inner.status).await?;
+/// One connection (the channel held): log in, then sync until something fails.
+async fn connection(inner: &Inner, feed: &Feed) -> Result<std::convert::Infallible, Ended> {
+    let (inbox, metrics) = (&feed.inbox, &feed.metrics);
     let client = session::connect(&inner.settings, &inner.dir).await?;
     recover(&client, &inner.settings).await;
     let device = client.device_id().map(|d| d.to_string());
@@ -105,7 +95,7 @@ async fn connection(
         Some(p) => p,
         None => first_sync(inner, inbox, metrics, &client, &own, &key).await?,
     };
-    inner.client.send_replace(Some(client.clone()));
+    inner.link.connected(client.clone());
     let mut pending: Vec<Pending> = Vec::new();
     loop {
         let settings = SyncSettings::default()
@@ -116,7 +106,7 @@ async fn connection(
         if !inner.store.chat().hold_channel(Channel::Matrix).await? {
             return Err(Ended::Elsewhere);
         }
-        inner.status.update(|s| {
+        inner.link.status.update(|s| {
             s.state = State::Ok;
             s.error = None;
             s.device = device.clone();

@@ -46,16 +46,14 @@ pub use absent::probe;
 pub use probe::probe;
 
 #[cfg(feature = "telegram")]
-use super::StatusCell;
+use super::Link;
 use super::{Handle, Health};
 pub use super::{Running, State};
-#[cfg(feature = "telegram")]
-use crate::inbox::Inbox;
-#[cfg(feature = "telegram")]
-use crate::notify::ChatSend;
 use hermes_config::Settings;
 #[cfg(feature = "telegram")]
 use hermes_config::TelegramSettings;
+#[cfg(feature = "telegram")]
+use hermes_store::Channel;
 use hermes_store::Store;
 use serde::Serialize;
 #[cfg(feature = "telegram")]
@@ -88,6 +86,10 @@ impl Health for Status {
         self.state = state;
         self.error = error;
     }
+
+    fn count_sent(&mut self) {
+        self.messages_out += 1;
+    }
 }
 
 impl Status {
@@ -107,8 +109,7 @@ pub(crate) struct Inner {
     store: Store,
     /// The bot once the Bot API accepted its token on this daemon (the node that polls); the
     /// outbox's lanes wait for it.
-    bot: tokio::sync::watch::Sender<Option<client::Bot>>,
-    status: StatusCell<Status>,
+    link: Arc<Link<Status, client::Bot>>,
     /// When each chat may be written to next: Telegram's per-chat rates (see `send`).
     pace: tokio::sync::Mutex<std::collections::HashMap<i64, tokio::time::Instant>>,
 }
@@ -120,17 +121,14 @@ impl Telegram {
         let Some(t) = settings.channels.telegram.clone() else {
             return Handle::off(NAME);
         };
-        let (bot, _) = tokio::sync::watch::channel(None);
-        Handle::on(
-            NAME,
-            Inner {
-                settings: t,
-                store,
-                bot,
-                status: StatusCell::starting(),
-                pace: tokio::sync::Mutex::new(std::collections::HashMap::new()),
-            },
-        )
+        let link = Arc::new(Link::new(Channel::Telegram, "Telegram", t.chats.keys()));
+        let inner = Inner {
+            settings: t,
+            store,
+            link: link.clone(),
+            pace: tokio::sync::Mutex::new(std::collections::HashMap::new()),
+        };
+        Handle::on(NAME, link, Arc::new(inner), poll::run)
     }
 
     /// Without the `telegram` feature the channel is always off (`config check` refuses
@@ -142,40 +140,11 @@ impl Telegram {
 }
 
 #[cfg(feature = "telegram")]
-impl super::Protocol<Status> for Inner {
-    fn status(&self) -> &StatusCell<Status> {
-        &self.status
-    }
-
-    fn sender(self: Arc<Self>) -> Arc<dyn ChatSend> {
-        Arc::new(send::Sender(self))
-    }
-
-    fn intake(
-        self: Arc<Self>,
-        inbox: Inbox,
-        metrics: crate::metrics::Metrics,
-        stop: tokio_util::sync::CancellationToken,
-    ) -> futures::future::BoxFuture<'static, ()> {
-        Box::pin(poll::run(self, inbox, metrics, stop))
-    }
-
-    fn disconnect(&self) {
-        self.bot.send_replace(None);
-    }
-}
-
-#[cfg(feature = "telegram")]
 impl Inner {
-    /// The bot, if connected on this daemon now.
-    fn bot(&self) -> Option<client::Bot> {
-        self.bot.borrow().clone()
-    }
-
     /// The token was refused: stop using it (the loop ends, the lanes wait) and say so.
     fn revoked(&self) {
-        self.bot.send_replace(None);
-        self.status.update(|s| {
+        self.link.lost();
+        self.link.status.update(|s| {
             s.state = State::Down;
             s.revoked = true;
             s.error = Some(client::REVOKED.to_string());

@@ -12,7 +12,7 @@
 use super::client::{self, Bot, Failure, LONG_POLL};
 use super::events::{self, Read};
 use super::{Inner, State};
-use crate::channels::RECONNECT;
+use crate::channels::{Feed, Retry};
 use crate::inbox::Inbox;
 use hermes_store::{Channel, StoreError};
 use std::sync::Arc;
@@ -20,7 +20,6 @@ use std::time::Duration;
 use teloxide_core::payloads::{AnswerCallbackQuerySetters, GetUpdatesSetters};
 use teloxide_core::requests::Requester;
 use teloxide_core::types::{AllowedUpdate, CallbackQueryId, ChatId, MessageId};
-use tokio_util::sync::CancellationToken;
 
 /// How long answering a press (the spinner on the person's button) may take; past it the
 /// loop goes on, since the press itself is recorded.
@@ -44,41 +43,37 @@ enum Ended {
     Elsewhere,
 }
 
-pub(super) async fn run(
-    inner: Arc<Inner>,
-    inbox: Inbox,
-    metrics: crate::metrics::Metrics,
-    stop: CancellationToken,
-) {
-    tracing::info!(api = %inner.settings.api_url, bot = inner.settings.bot_id(), "Telegram channel started");
-    let connect = || connection(&inner, &inbox, &metrics);
-    crate::channels::keep_connected(&stop, connect, |e, failures| {
-        inner.bot.send_replace(None);
-        if matches!(e, Ended::Api(Failure::Revoked)) {
-            tracing::error!("{}", client::REVOKED);
-            inner.revoked();
-            return None;
+impl Ended {
+    fn retry(&self) -> Retry {
+        match self {
+            // Retrying a revoked token only hammers the server.
+            Ended::Api(Failure::Revoked) => Retry::Never,
+            Ended::Api(Failure::RetryAfter(wait)) => Retry::After(*wait),
+            Ended::BadOffset(..) | Ended::Api(Failure::Refused(_)) => Retry::Late,
+            _ => Retry::Soon,
         }
-        let error = e.to_string();
-        tracing::warn!(error = %error, retry = failures + 1, "Telegram channel down; connecting again");
-        inner.status.set_down(error);
-        Some(match e {
-            Ended::Api(Failure::RetryAfter(d)) => *d,
-            Ended::BadOffset(..) | Ended::Api(Failure::Refused(_)) => RECONNECT.delay(u32::MAX),
-            _ => RECONNECT.delay(failures),
-        })
-    })
-    .await;
-    tracing::info!("Telegram channel stopped reading");
+    }
 }
 
-/// One connection: hold the channel, learn the bot's name, then poll until something fails.
-async fn connection(
-    inner: &Inner,
-    inbox: &Inbox,
-    metrics: &crate::metrics::Metrics,
-) -> Result<std::convert::Infallible, Ended> {
-    crate::channels::hold(&inner.store, Channel::Telegram, &inner.status).await?;
+pub(super) async fn run(inner: Arc<Inner>, feed: Feed) {
+    tracing::info!(api = %inner.settings.api_url, bot = inner.settings.bot_id(), "Telegram channel started");
+    let connect = || connection(&inner, &feed);
+    let retry = |e: &Ended| {
+        let retry = e.retry();
+        if retry == Retry::Never {
+            tracing::error!("{}", client::REVOKED);
+            inner.revoked();
+        }
+        retry
+    };
+    (inner.link)
+        .keep_reading(&inner.store, &feed.stop, connect, retry)
+        .await;
+}
+
+/// One connection (the channel held): learn the bot's name, then poll until something fails.
+async fn connection(inner: &Inner, feed: &Feed) -> Result<std::convert::Infallible, Ended> {
+    let (inbox, metrics) = (&feed.inbox, &feed.metrics);
     let bot = client::bot(&inner.settings)?;
     let me = bot.get_me().await.map_err(Failure::from)?;
     let username = me.username().to_string();
@@ -93,8 +88,8 @@ async fn connection(
             .map_err(|_| Ended::BadOffset(p, key.clone()))?,
         None => skip_backlog(inner, &bot, &key).await?,
     };
-    inner.bot.send_replace(Some(bot.clone()));
-    inner.status.update(|s| {
+    inner.link.connected(bot.clone());
+    inner.link.status.update(|s| {
         s.state = State::Ok;
         s.error = None;
         s.bot = Some(format!("@{username}"));
@@ -111,7 +106,7 @@ async fn connection(
         if !inner.store.chat().hold_channel(Channel::Telegram).await? {
             return Err(Ended::Elsewhere);
         }
-        inner.status.update(|s| {
+        inner.link.status.update(|s| {
             s.state = State::Ok;
             s.error = None;
         });
@@ -172,7 +167,7 @@ async fn take_in(
         Read::Message(m) => {
             let new = inbox.take_in_chat_at(&m, key, &position).await?;
             if new {
-                inner.status.update(|s| s.messages_in += 1);
+                inner.link.status.update(|s| s.messages_in += 1);
             }
             Ok(new)
         }
@@ -184,7 +179,7 @@ async fn take_in(
         } => {
             let new = inbox.take_in_chat_at(&message, key, &position).await?;
             if new {
-                inner.status.update(|s| s.messages_in += 1);
+                inner.link.status.update(|s| s.messages_in += 1);
             }
             // A stranger's press is recorded and left unanswered, and the buttons stay for
             // the people who may answer. A press replayed after a crash is answered again:

@@ -14,10 +14,9 @@
 use super::client::{Bot, Failure};
 use super::events::remote_id;
 use super::{Inner, format};
-use crate::notify::{ChatSend, SendError};
-use futures::future::BoxFuture;
+use crate::channels::Sends;
+use crate::notify::SendError;
 use hermes_store::Notice;
-use std::sync::Arc;
 use std::time::Duration;
 use teloxide_core::payloads::SendMessageSetters;
 use teloxide_core::requests::Requester;
@@ -34,38 +33,6 @@ const MAX_RETRIES: u32 = 3;
 const PRIVATE_GAP: Duration = Duration::from_secs(1);
 const GROUP_GAP: Duration = Duration::from_secs(3);
 
-/// The outbox's handle on the bot.
-pub(super) struct Sender(pub(super) Arc<Inner>);
-
-impl ChatSend for Sender {
-    fn lanes(&self) -> Vec<String> {
-        std::iter::once(crate::notify::TELEGRAM.to_string())
-            .chain(self.targets())
-            .collect()
-    }
-
-    fn targets(&self) -> Vec<String> {
-        self.0
-            .settings
-            .chats
-            .keys()
-            .map(|name| format!("telegram:{name}"))
-            .collect()
-    }
-
-    fn ready(&self) -> BoxFuture<'_, ()> {
-        let mut bot = self.0.bot.subscribe();
-        Box::pin(async move {
-            // The sender lives as long as `self`: an error here cannot happen.
-            let _ = bot.wait_for(Option::is_some).await;
-        })
-    }
-
-    fn send<'a>(&'a self, notice: &'a Notice) -> BoxFuture<'a, Result<String, SendError>> {
-        Box::pin(self.0.send(notice))
-    }
-}
-
 /// One message to send: where, what, and what it hangs under.
 struct Part<'a> {
     chat: i64,
@@ -74,13 +41,9 @@ struct Part<'a> {
     buttons: Option<InlineKeyboardMarkup>,
 }
 
-impl Inner {
+impl Sends for Inner {
     async fn send(&self, notice: &Notice) -> Result<String, SendError> {
-        let Some(bot) = self.bot() else {
-            return Err(SendError::Transient(
-                "the Telegram channel is not connected (see /healthz); the notice waits".into(),
-            ));
-        };
+        let bot = self.link.conn_to_send()?;
         let (chat, reply_to) = self.destination(notice)?;
         let html = format::to_html(&crate::channels::compose(
             &notice.queued.title,
@@ -121,10 +84,11 @@ impl Inner {
                 .map_err(|e| SendError::Transient(format!("sent, but cannot record it: {e}")))?;
             first.get_or_insert(remote);
         }
-        self.status.update(|s| s.messages_out += 1);
         first.ok_or_else(|| SendError::Permanent("the notice is empty".into()))
     }
+}
 
+impl Inner {
     /// The chat a notice goes to and the message it replies to.
     fn destination(&self, notice: &Notice) -> Result<(i64, Option<i32>), SendError> {
         let q = &notice.queued;
