@@ -209,7 +209,8 @@ impl JobTask for Here {
 
     fn abandon(self: Box<Self>, why: String) -> BoxFuture<'static, ()> {
         Box::pin(async move {
-            let id = self.claimed.task().id.clone();
+            // Ended here, with its reason: the claim no longer ends it on its own.
+            let id = self.claimed.into_task().id;
             abandon(&self.queue, &id, &why).await
         })
     }

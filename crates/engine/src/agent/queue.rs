@@ -255,14 +255,8 @@ impl Agent {
                 let _ = reply.send(self.create(req).await);
             }
             Order::CreateClaimed { req, reply } => {
-                let created = self.create_claimed(req).await;
-                if let Err(Ok(orphan)) = reply.send(created) {
-                    // Its caller left: nobody would ever run it, so it ends now.
-                    let id = orphan.task().id.clone();
-                    if let Err(e) = self.abandon(&id, "nobody was left to run it").await {
-                        tracing::warn!(task = %id, error = %e, "cannot end a claimed task nobody runs");
-                    }
-                }
+                // Its caller gone, the claim is dropped unanswered, and ends its task.
+                let _ = reply.send(self.create_claimed(req).await);
             }
             Order::CreateMany { reqs, reply } => {
                 let _ = reply.send(self.submit_many(reqs).await);
@@ -383,6 +377,35 @@ mod tests {
         .await
         .expect("the loop stops");
         assert_eq!(queue.wake(), Err(QueueError::Closed));
+    }
+
+    /// A claimed task is never taken by a worker: if its holder lets it go unrun (cancelled
+    /// between being answered and running it), only the claim itself can end it.
+    #[tokio::test]
+    async fn a_claimed_task_let_go_unrun_is_ended() {
+        let agent = agent().await;
+        let mut finished = agent.subscribe();
+        let claimed = agent
+            .create_claimed(Submit::new("say hello", Origin::Cli, None))
+            .await
+            .expect("created");
+        let id = claimed.task().id.clone();
+        drop(claimed);
+        let ended = tokio::time::timeout(BOUND, async {
+            loop {
+                match finished.recv().await {
+                    Ok(f) if f.id == id => return f,
+                    Ok(_) => {}
+                    Err(e) => panic!("announcements ended: {e}"),
+                }
+            }
+        })
+        .await
+        .expect("a claimed task let go unrun is ended, not left running");
+        assert_eq!(ended.state, hermes_store::TaskState::Cancelled);
+        let row = agent.inner.store.tasks().get(&id).await.expect("row");
+        assert_eq!(row.state, hermes_store::TaskState::Cancelled);
+        assert_eq!(row.error.as_deref(), Some(super::super::UNRUN));
     }
 
     #[tokio::test]

@@ -80,7 +80,7 @@ impl Agent {
         claimed: super::Claimed,
         opts: RunOptions,
     ) -> Result<Task, super::AgentError> {
-        self.drive(claimed.0, opts, None).await
+        self.drive(claimed.into_task(), opts, None).await
     }
 
     /// The running task's life: the loop under its limits, then its final state — or, when it
