@@ -71,13 +71,40 @@ pub(crate) fn compose(title: &str, body: &str) -> String {
     }
 }
 
-/// What every chat channel's status has, whatever its protocol adds to it. Its default is a
-/// channel that is off: nothing configured, nothing counted.
+/// How a chat channel is doing, for `/healthz`, the dashboard and `doctor`: what every channel
+/// has, and what its protocol adds (`P`, beside the rest in JSON). By default, off: nothing
+/// configured, nothing counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Status<P> {
+    /// `off`, `starting`, `ok` or `down`.
+    pub state: State,
+    /// Why it is down, or standing by (never a secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Messages taken in and notices sent since the start.
+    pub messages_in: u64,
+    pub messages_out: u64,
+    #[serde(flatten)]
+    pub protocol: P,
+}
+
+/// What the code shared by every channel writes into its status.
 pub(crate) trait Health: Clone + Default {
     /// Say how the connection is doing, and why it is not `ok` (never a secret).
     fn set_state(&mut self, state: State, error: Option<String>);
     /// Count one notice sent.
     fn count_sent(&mut self);
+}
+
+impl<P: Clone + Default> Health for Status<P> {
+    fn set_state(&mut self, state: State, error: Option<String>) {
+        self.state = state;
+        self.error = error;
+    }
+
+    fn count_sent(&mut self) {
+        self.messages_out += 1;
+    }
 }
 
 /// A channel's status: written by its intake loop and its sender, read through its handle.
@@ -479,5 +506,38 @@ impl Intake {
                 tracing::warn!(channel = self.name, "a chat channel did not stop in time");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `/healthz` shows a channel's status as one flat object (the contract's names): what a
+    /// protocol adds sits beside what every channel has, and reads back the same.
+    #[test]
+    fn a_status_is_one_flat_object_both_ways() {
+        let mut status = matrix::Status::default();
+        status.set_state(State::Down, Some("the homeserver is away".into()));
+        status.protocol.undecryptable = 2;
+        let json = serde_json::to_value(&status).expect("serialises");
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "state": "down",
+                "error": "the homeserver is away",
+                "messages_in": 0,
+                "messages_out": 0,
+                "undecryptable": 2,
+                "decryption_failing": false,
+            })
+        );
+        let back: matrix::Status = serde_json::from_value(json).expect("reads back");
+        assert_eq!(back, status);
+
+        let telegram = telegram::Status::default();
+        let json = serde_json::to_value(&telegram).expect("serialises");
+        assert_eq!(json["state"], "off");
+        assert_eq!(json["revoked"], false);
     }
 }

@@ -49,7 +49,7 @@ pub fn matrix_health(
     use hermes_engine::channels::matrix::State;
     let m = s.channels.matrix.as_ref()?;
     let what = format!("matrix {} on {}", m.user.trim(), m.homeserver.trim());
-    let device = status.device.as_deref().unwrap_or("?");
+    let device = status.protocol.device.as_deref().unwrap_or("?");
     Some(match status.state {
         State::Off => return None,
         State::Starting => Check::new(Verdict::Warn, what, "connecting"),
@@ -61,14 +61,14 @@ pub fn matrix_health(
                 status.error.as_deref().unwrap_or("unknown error")
             ),
         ),
-        State::Ok if status.decryption_failing => Check::new(
+        State::Ok if status.protocol.decryption_failing => Check::new(
             Verdict::Fail,
             what,
             format!(
                 "connected (device {device}), but the last encrypted message could not be decrypted \
                  ({} in all since the start; /inbox shows them): verify this device from your own \
                  session, or set channels.matrix.recovery_key",
-                status.undecryptable
+                status.protocol.undecryptable
             ),
         ),
         State::Ok => Check::new(
@@ -117,14 +117,14 @@ pub fn telegram_health(
             what,
             status.error.as_deref().unwrap_or("connecting"),
         ),
-        State::Down if status.revoked => Check::new(Verdict::Fail, what, why),
+        State::Down if status.protocol.revoked => Check::new(Verdict::Fail, what, why),
         State::Down => Check::new(Verdict::Fail, what, format!("down, retrying: {why}")),
         State::Ok => Check::new(
             Verdict::Ok,
             what,
             format!(
                 "polling as {}; {} message(s) in, {} sent since the start",
-                status.bot.as_deref().unwrap_or("the bot"),
+                status.protocol.bot.as_deref().unwrap_or("the bot"),
                 status.messages_in,
                 status.messages_out
             ),

@@ -39,9 +39,9 @@ pub use absent::probe;
 #[cfg(feature = "matrix")]
 pub use probe::probe;
 
+use super::Handle;
 #[cfg(feature = "matrix")]
 use super::Link;
-use super::{Handle, Health};
 pub use super::{Running, State};
 #[cfg(feature = "matrix")]
 use crate::inbox::ChatMessage;
@@ -75,13 +75,11 @@ pub struct Probe {
 }
 
 /// How the channel is doing, for `/healthz`, the dashboard and `doctor`; by default, off.
+pub type Status = super::Status<Encryption>;
+
+/// What the Matrix channel's status adds: its device and how decryption goes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct Status {
-    /// `off`, `starting`, `ok` or `down`.
-    pub state: State,
-    /// Why it is down (never a secret).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+pub struct Encryption {
     /// The agent's device (not a secret: other clients show it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<String>,
@@ -89,27 +87,13 @@ pub struct Status {
     pub undecryptable: u64,
     /// The last encrypted message could not be decrypted (cleared by one that could).
     pub decryption_failing: bool,
-    /// Messages taken in and notices sent since the start.
-    pub messages_in: u64,
-    pub messages_out: u64,
-}
-
-impl Health for Status {
-    fn set_state(&mut self, state: State, error: Option<String>) {
-        self.state = state;
-        self.error = error;
-    }
-
-    fn count_sent(&mut self) {
-        self.messages_out += 1;
-    }
 }
 
 impl Status {
     /// Whether `/healthz` should say `degraded`: the channel is down, or messages fail to
     /// decrypt.
     pub fn degraded(&self) -> bool {
-        self.state == State::Down || self.decryption_failing
+        self.state == State::Down || self.protocol.decryption_failing
     }
 }
 
@@ -164,10 +148,10 @@ impl Inner {
         self.link.status.update(|s| {
             s.messages_in += 1;
             if failed {
-                s.undecryptable += 1;
+                s.protocol.undecryptable += 1;
             }
             if encrypted {
-                s.decryption_failing = failed;
+                s.protocol.decryption_failing = failed;
             }
         });
     }

@@ -109,7 +109,7 @@ async fn connection(inner: &Inner, feed: &Feed) -> Result<std::convert::Infallib
         inner.link.status.update(|s| {
             s.state = State::Ok;
             s.error = None;
-            s.device = device.clone();
+            s.protocol.device = device.clone();
         });
         batch(
             inner,

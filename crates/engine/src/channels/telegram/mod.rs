@@ -45,9 +45,9 @@ pub use absent::probe;
 #[cfg(feature = "telegram")]
 pub use probe::probe;
 
+use super::Handle;
 #[cfg(feature = "telegram")]
 use super::Link;
-use super::{Handle, Health};
 pub use super::{Running, State};
 use hermes_config::Settings;
 #[cfg(feature = "telegram")]
@@ -63,33 +63,17 @@ use std::sync::Arc;
 const NAME: &str = "telegram";
 
 /// How the channel is doing, for `/healthz`, the dashboard and `doctor`; by default, off.
+pub type Status = super::Status<Account>;
+
+/// What the Telegram channel's status adds: whose bot it is, and whether its token is refused.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct Status {
-    /// `off`, `starting`, `ok` or `down`.
-    pub state: State,
-    /// Why it is down, or standing by (never a secret).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+pub struct Account {
     /// The bot's `@username`, once the Bot API accepted its token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bot: Option<String>,
     /// The token was refused (401): the channel stopped until it is replaced.
     #[serde(default)]
     pub revoked: bool,
-    /// Messages taken in and notices sent since the start.
-    pub messages_in: u64,
-    pub messages_out: u64,
-}
-
-impl Health for Status {
-    fn set_state(&mut self, state: State, error: Option<String>) {
-        self.state = state;
-        self.error = error;
-    }
-
-    fn count_sent(&mut self) {
-        self.messages_out += 1;
-    }
 }
 
 impl Status {
@@ -146,7 +130,7 @@ impl Inner {
         self.link.lost();
         self.link.status.update(|s| {
             s.state = State::Down;
-            s.revoked = true;
+            s.protocol.revoked = true;
             s.error = Some(client::REVOKED.to_string());
         });
     }

@@ -92,7 +92,7 @@ async fn connection(inner: &Inner, feed: &Feed) -> Result<std::convert::Infallib
     inner.link.status.update(|s| {
         s.state = State::Ok;
         s.error = None;
-        s.bot = Some(format!("@{username}"));
+        s.protocol.bot = Some(format!("@{username}"));
     });
     tracing::info!(bot = %username, "Telegram channel connected");
     loop {

@@ -32,7 +32,7 @@ pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: Header
     let mut telegram = s.telegram.status();
     let telegram_down = telegram.state == hermes_engine::channels::State::Down
         && telegram.error.is_some()
-        && !telegram.revoked;
+        && !telegram.protocol.revoked;
     let told = (reading.fault.is_some() || meaning_away.is_some() || matrix_down || telegram_down)
         && knows_the_token(&s, peer, &headers);
     let storage = match reading.fault {

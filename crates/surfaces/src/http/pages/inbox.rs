@@ -58,15 +58,15 @@ fn matrix_status(st: &hermes_engine::channels::matrix::Status) -> Markup {
     use hermes_engine::channels::matrix::State;
     html! {
         @if st.state != State::Off {
-            p #matrix-status data-state=(st.state.word()) data-decryption-failing=(st.decryption_failing) {
+            p #matrix-status data-state=(st.state.word()) data-decryption-failing=(st.protocol.decryption_failing) {
                 @match st.state {
                     State::Starting => { "Matrix: connecting…" }
                     State::Down => { "Matrix: not connected — retrying: " (st.error.as_deref().unwrap_or("")) }
-                    _ => { "Matrix: connected" @if let Some(d) = &st.device { " as device " code { (d) } } "." }
+                    _ => { "Matrix: connected" @if let Some(d) = &st.protocol.device { " as device " code { (d) } } "." }
                 }
-                @if st.undecryptable > 0 {
-                    " " (st.undecryptable) " message(s) could not be decrypted since the start (reason undecryptable below)"
-                    @if st.decryption_failing { ", the last one included: verify this device from your own session, or set channels.matrix.recovery_key" }
+                @if st.protocol.undecryptable > 0 {
+                    " " (st.protocol.undecryptable) " message(s) could not be decrypted since the start (reason undecryptable below)"
+                    @if st.protocol.decryption_failing { ", the last one included: verify this device from your own session, or set channels.matrix.recovery_key" }
                     "."
                 }
             }
@@ -82,9 +82,9 @@ fn telegram_status(st: &hermes_engine::channels::telegram::Status) -> Markup {
             p #telegram-status data-state=(st.state.word()) {
                 @match st.state {
                     State::Starting => { "Telegram: connecting…" @if let Some(e) = &st.error { " (" (e) ")" } }
-                    State::Down if st.revoked => { "Telegram: stopped — " (st.error.as_deref().unwrap_or("")) }
+                    State::Down if st.protocol.revoked => { "Telegram: stopped — " (st.error.as_deref().unwrap_or("")) }
                     State::Down => { "Telegram: not connected — retrying: " (st.error.as_deref().unwrap_or("")) }
-                    _ => { "Telegram: polling" @if let Some(b) = &st.bot { " as " code { (b) } } "." }
+                    _ => { "Telegram: polling" @if let Some(b) = &st.protocol.bot { " as " code { (b) } } "." }
                 }
             }
         }
