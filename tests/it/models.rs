@@ -497,3 +497,73 @@ async fn a_server_reporting_another_model_id_on_every_reply_is_one_notice_and_on
     tracker.close();
     tracker.wait().await;
 }
+
+/// An Ollama-like server: the identity is the digest `/api/tags` lists for the profile's model,
+/// so weights swapped under the same name are one change, told by the digest; the trace keeps
+/// the `system_fingerprint` each reply carried.
+#[tokio::test]
+async fn an_ollama_server_whose_weights_change_under_one_name_is_told_by_its_digest() {
+    let model = ScriptedModel::start_with(|req| {
+        Reply::text(&format!("answer to: {}", common::task_text(req)))
+    })
+    .await;
+    let mut settings = common::settings(&model.base_url());
+    settings.model.identity_check_s = 3600;
+    settings.model.on_change = OnChange::Warn;
+    let name = settings.model.profiles["fast"].model.clone();
+    model.serve_digest(Some((&name, "sha256:aaaaaaaaaaaaaaaaaaaaaaaa")));
+    model.report_fingerprint(Some("fp_first"));
+    let t = common::app(settings, vec![]).await;
+    let app = &t.app;
+    let tracker = TaskTracker::new();
+    let watch = ModelWatch::new(app, &tracker, CancellationToken::new());
+    let check = || async {
+        app.agent
+            .gateway()
+            .check_identity("fast")
+            .await
+            .expect("check")
+            .expect("an identity")
+    };
+
+    let first = check().await;
+    assert_eq!(first.key(), format!("{name} · digest sha256:aaaaaaaaaaaa"));
+    assert!(
+        watch
+            .observe("fast", &first)
+            .await
+            .expect("observe")
+            .is_none()
+    );
+    let record = common::run_task(&t, "hello").await;
+    let step = record
+        .steps
+        .iter()
+        .find(|s| s.row.kind == StepKind::Model)
+        .expect("a model row");
+    assert_eq!(step.row.fingerprint.as_deref(), Some("fp_first"));
+    assert_eq!(step.row.identity.as_deref(), Some(first.key().as_str()));
+
+    // Pulled again under the same name: another digest, the same model id in every reply.
+    model.serve_digest(Some((&name, "sha256:bbbbbbbbbbbbbbbbbbbbbbbb")));
+    let second = check().await;
+    let change = watch
+        .observe("fast", &second)
+        .await
+        .expect("observe")
+        .expect("the new digest is a change");
+    assert_eq!(change.old_identity, first.key());
+    assert_eq!(
+        change.new_identity,
+        format!("{name} · digest sha256:bbbbbbbbbbbb")
+    );
+    assert_eq!(change.action, ModelAction::Warn);
+    // Checked again, the same digest is no second change.
+    assert!(
+        watch
+            .observe("fast", &check().await)
+            .await
+            .expect("observe")
+            .is_none()
+    );
+}
