@@ -25,7 +25,8 @@ pub struct FixtureServer {
 }
 
 impl FixtureServer {
-    pub async fn start() -> std::io::Result<FixtureServer> {
+    /// Listening once this returns (the listener is bound here; serving runs on the runtime).
+    pub fn start() -> std::io::Result<FixtureServer> {
         let page: Page = Arc::default();
         let app = Router::new()
             .route("/eval/orders", get(order))

@@ -131,7 +131,7 @@ pub async fn run(
         .evals()
         .start_run(&main, key_of(&main).as_deref(), req.trigger)
         .await?;
-    let fixtures = FixtureServer::start().await.map_err(EvalError::Fixtures)?;
+    let fixtures = FixtureServer::start().map_err(EvalError::Fixtures)?;
     let mut reported: BTreeMap<String, String> = BTreeMap::new();
     for (seq, case) in req.cases.iter().enumerate() {
         let profile = profile_of(case);
