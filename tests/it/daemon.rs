@@ -10,41 +10,17 @@
 use crate::common;
 
 use crate::common::{echo_model, error_of, task_text, text};
+use crate::process::{BIN, Daemon, PATIENCE, base_command, clean_command, wait_for_addr};
 use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use hermes_surfaces::daemon::{addr_path, read_addr};
-use reqwest::{Method, StatusCode};
+use reqwest::StatusCode;
 use serde_json::{Value, json};
-use std::fs::File;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_hermes-agent");
-/// Upper bound for anything that should take a moment: start-up, a task, a shutdown.
-pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
-/// How long a starting daemon may take to write its address file, and how often to look.
-const ADDR_WAIT: Duration = Duration::from_secs(10);
-const ADDR_POLL: Duration = Duration::from_millis(20);
 
 mod limits;
 mod metrics;
-
-/// Wait (bounded) for the address file of `data_dir` to name an address.
-async fn wait_for_addr(data_dir: &Path) -> SocketAddr {
-    let deadline = Instant::now() + ADDR_WAIT;
-    loop {
-        if let Some(addr) = read_addr(data_dir).expect("a readable address file") {
-            return addr;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {} within {ADDR_WAIT:?}",
-            addr_path(data_dir).display()
-        );
-        tokio::time::sleep(ADDR_POLL).await;
-    }
-}
 
 /// A temporary home for one daemon: its settings file, data dir and log.
 pub(crate) struct Site {
@@ -113,258 +89,6 @@ impl Site {
         // the new daemon's, not read the dead one's.
         let _ = std::fs::remove_file(addr_path(&self.data()));
         self.spawn(env, self.dir.path())
-    }
-}
-
-/// The binary with a clean environment: no stray user config or token can leak in.
-fn base_command(dir: &Path, env: &[(&str, &str)]) -> Command {
-    clean_command(Command::new(BIN), dir, env)
-}
-
-/// `cmd` (the binary, or a wrapper that runs it) with a clean environment.
-fn clean_command(mut cmd: Command, dir: &Path, env: &[(&str, &str)]) -> Command {
-    cmd.current_dir(dir)
-        .env_remove("HERMES_CONFIG")
-        .env_remove("HERMES_DATA_DIR")
-        .env_remove("HERMES_TOKEN")
-        .env("XDG_CONFIG_HOME", dir.join("xdg-config"))
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd
-}
-
-/// A running daemon process; killed (and reaped) on drop.
-pub(crate) struct Daemon {
-    child: Option<Child>,
-    /// `http://ADDR`, known once [`Daemon::ready`] has read the address file.
-    base: String,
-    data: PathBuf,
-    log: PathBuf,
-    spawned: Instant,
-    http: reqwest::Client,
-    token: Option<String>,
-}
-
-impl Daemon {
-    /// Spawn `cmd` (a `serve`) logging to `dir/daemon.log`; it will write its address to
-    /// `data`'s address file.
-    pub(crate) fn spawn(mut cmd: Command, dir: &Path, data: &Path) -> Daemon {
-        // Each start of the same site appends to one log, like journald would.
-        let log = dir.join("daemon.log");
-        let file = File::options()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .expect("log file");
-        let err = file.try_clone().expect("log file handle");
-        cmd.stdout(Stdio::from(file)).stderr(Stdio::from(err));
-        let spawned = Instant::now();
-        let child = cmd.spawn().expect("the daemon starts");
-        Daemon {
-            child: Some(child),
-            base: String::new(),
-            data: data.to_path_buf(),
-            log,
-            spawned,
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(60))
-                .build()
-                .expect("http client"),
-            token: None,
-        }
-    }
-
-    pub(crate) fn with_token(mut self, token: &str) -> Daemon {
-        self.token = Some(token.to_string());
-        self
-    }
-
-    /// `http://ADDR`, once [`Daemon::ready`] has read the address file.
-    pub(crate) fn base(&self) -> &str {
-        &self.base
-    }
-
-    pub(crate) fn pid(&self) -> u32 {
-        self.child.as_ref().expect("child").id()
-    }
-
-    pub(crate) fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Panic with the log if the process has exited.
-    pub(crate) fn still_running(&mut self) {
-        if let Some(status) = self
-            .child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
-        {
-            panic!("the daemon exited early ({status}):\n{}", self.log());
-        }
-    }
-
-    /// The address the daemon wrote to its address file, once it is there (bounded).
-    pub(crate) async fn bound_addr(&mut self) -> SocketAddr {
-        let deadline = Instant::now() + ADDR_WAIT;
-        loop {
-            self.still_running();
-            if let Some(addr) = read_addr(&self.data).expect("a readable address file") {
-                return addr;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no {} within {ADDR_WAIT:?}:\n{}",
-                addr_path(&self.data).display(),
-                self.log()
-            );
-            tokio::time::sleep(ADDR_POLL).await;
-        }
-    }
-
-    /// Read the bound address, then poll `/healthz` there until it answers `ok`; the time since
-    /// spawn. Panics (with the log) if the process exits or a bound passes.
-    pub(crate) async fn ready(&mut self) -> Duration {
-        self.base = format!("http://{}", self.bound_addr().await);
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            self.still_running();
-            if let Ok(r) = self
-                .http
-                .get(format!("{}/healthz", self.base))
-                .timeout(Duration::from_millis(500))
-                .send()
-                .await
-                && r.status() == StatusCode::OK
-                && let Ok(v) = r.json::<Value>().await
-                && v["status"] == "ok"
-            {
-                return self.spawned.elapsed();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the daemon was not ready within {PATIENCE:?}:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// Send an HTTP request (with the daemon's token, if any); the status and the JSON body
-    /// (`null` when there is none).
-    pub(crate) async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> (StatusCode, Value) {
-        let mut req = self.http.request(method, format!("{}{path}", self.base));
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
-        }
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.expect("the daemon answers");
-        let status = resp.status();
-        let bytes = resp.bytes().await.expect("a body");
-        let value = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes)
-                .unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {}", text(&bytes)))
-        };
-        (status, value)
-    }
-
-    pub(crate) async fn get(&self, path: &str) -> (StatusCode, Value) {
-        self.call(Method::GET, path, None).await
-    }
-
-    pub(crate) async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        self.call(Method::POST, path, Some(body)).await
-    }
-
-    /// Submit a task and return its id.
-    pub(crate) async fn submit(&self, task: &str) -> String {
-        let (status, v) = self.post("/v1/tasks", json!({ "task": task })).await;
-        assert_eq!(status, StatusCode::ACCEPTED, "{v}");
-        v["id"].as_str().expect("an id").to_string()
-    }
-
-    /// Poll a task until it is finished; its record.
-    pub(crate) async fn finished(&self, id: &str) -> Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let (status, v) = self.get(&format!("/v1/tasks/{id}")).await;
-            assert_eq!(status, StatusCode::OK, "{v}");
-            if ["succeeded", "failed", "cancelled"].contains(&v["state"].as_str().unwrap_or("")) {
-                return v;
-            }
-            assert!(Instant::now() < deadline, "task {id} did not finish: {v}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Poll the log until it contains `needle`.
-    pub(crate) async fn wait_log(&self, needle: &str) {
-        let deadline = Instant::now() + PATIENCE;
-        while !self.log().contains(needle) {
-            assert!(
-                Instant::now() < deadline,
-                "the log never said {needle:?}:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    pub(crate) fn signal(&self, sig: &str) {
-        let status = Command::new("kill")
-            .args([sig, &self.pid().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill {sig} failed");
-    }
-
-    /// Wait for the process to exit on its own (bounded); its status.
-    pub(crate) async fn exited(&mut self, within: Duration) -> ExitStatus {
-        let deadline = Instant::now() + within;
-        let child = self.child.as_mut().expect("child");
-        loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                self.child = None;
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the daemon did not exit within {within:?}:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// SIGTERM and wait for a clean exit, which removes the address file.
-    pub(crate) async fn stop(&mut self) {
-        self.signal("-TERM");
-        let status = self.exited(PATIENCE).await;
-        assert_eq!(status.code(), Some(0), "{}", self.log());
-        assert!(
-            !addr_path(&self.data).exists(),
-            "the address file outlived a clean exit"
-        );
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }
 
@@ -757,8 +481,8 @@ async fn sigterm_finishes_what_fits_in_the_grace_and_records_the_rest() {
     assert!(model.wait_for_requests(2, PATIENCE).await);
     // A client waiting on the slow task gets its outcome, not a reset connection.
     let waiter = {
-        let http = d.http.clone();
-        let url = format!("{}/v1/tasks", d.base);
+        let http = d.http().clone();
+        let url = format!("{}/v1/tasks", d.base());
         tokio::spawn(async move {
             let r = http
                 .post(url)
@@ -774,8 +498,8 @@ async fn sigterm_finishes_what_fits_in_the_grace_and_records_the_rest() {
     d.wait_log("shutting down").await;
     // No new work is taken once shutdown has begun.
     let refused = d
-        .http
-        .post(format!("{}/v1/tasks", d.base))
+        .http()
+        .post(format!("{}/v1/tasks", d.base()))
         .json(&json!({"task": "too late"}))
         .send()
         .await;

@@ -99,54 +99,96 @@ fn modified(p: &Path) -> Option<SystemTime> {
 }
 
 fn install_mcp() -> Result<Mcp, String> {
+    let d = Mcp::at(&test_deps());
+    install_by_script(
+        &ByScript {
+            key: "mcp",
+            what: "the MCP test programs",
+            plural: true,
+            script: MCP_SCRIPT,
+            need: "the MCP tests need real MCP servers (mcp-server-time from PyPI, \
+                   @modelcontextprotocol/server-everything from npm) and the Python MCP client",
+            takes: "a minute or two; needs python3 with venv, node 20+ with npm, and the network",
+            requires: "python3 3.10+ with venv, node 20+ with npm, and access to PyPI and the npm \
+                       registry",
+            otherwise: "",
+        },
+        || d.all_there(),
+    )?;
+    Ok(d)
+}
+
+/// What one install script under `target/test-deps` installs, in the words said about it.
+struct ByScript {
+    /// Its lock and its marker (`KEY.lock`, `KEY-deps.ok`).
+    key: &'static str,
+    /// What it installs, for the log: `the embedding model`.
+    what: &'static str,
+    plural: bool,
+    script: &'static str,
+    /// Which tests need what, said before installing.
+    need: &'static str,
+    /// How long it takes and what it needs, said before installing.
+    takes: &'static str,
+    /// What the script needs, said when it failed.
+    requires: &'static str,
+    /// Another way out, said when it failed (`; or skip …`), or nothing.
+    otherwise: &'static str,
+}
+
+/// Run `dep`'s script unless what it installs is there (`all_there`) and the script has not
+/// changed since its last run; one process at a time.
+fn install_by_script(dep: &ByScript, all_there: impl Fn() -> bool) -> Result<(), String> {
     let root = test_deps();
-    let d = Mcp::at(&root);
+    let script = dep.script;
     let stale = || {
         deps_stale(
-            d.all_there(),
-            modified(&root.join("mcp-deps.ok")),
-            modified(&Path::new(ROOT).join(MCP_SCRIPT)),
+            all_there(),
+            modified(&root.join(format!("{}-deps.ok", dep.key))),
+            modified(&Path::new(ROOT).join(script)),
         )
     };
     if stale().is_none() {
-        return Ok(d);
+        return Ok(());
     }
-    let _lock = lock("mcp", "the MCP test programs")?;
-    // Another process may have installed them while this one waited.
-    let why = match stale() {
-        None => return Ok(d),
-        Some(Stale::Missing) => "they are not installed yet: installing them now, once,",
-        Some(Stale::ScriptChanged) => {
+    let _lock = lock(dep.key, dep.what)?;
+    // Another process may have installed it while this one waited.
+    let why = match (stale(), dep.plural) {
+        (None, _) => return Ok(()),
+        (Some(Stale::Missing), true) => "they are not installed yet: installing them now, once,",
+        (Some(Stale::Missing), false) => "it is not installed yet: installing it now, once,",
+        (Some(Stale::ScriptChanged), _) => {
             "the install script changed since its last run: running it again"
         }
     };
     say(&format!(
-        "the MCP tests need real MCP servers (mcp-server-time from PyPI, \
-         @modelcontextprotocol/server-everything from npm) and the Python MCP client; {why} \
-         under {} by `bash {MCP_SCRIPT}` (a minute or two; needs python3 with venv, node 20+ \
-         with npm, and the network). To do it by hand: bash {MCP_SCRIPT}",
-        root.display()
+        "{}; {why} under {} by `bash {script}` ({}). To do it by hand: bash {script}",
+        dep.need,
+        root.display(),
+        dep.takes
     ));
     let started = Instant::now();
-    let status = run_script(&["bash", MCP_SCRIPT]);
+    let status = run_script(&["bash", script]);
     let by_hand = format!(
-        "run `bash {MCP_SCRIPT}` in {ROOT} and fix what it reports (it needs python3 3.10+ \
-         with venv, node 20+ with npm, and access to PyPI and the npm registry), then run the \
-         tests again"
+        "run `bash {script}` in {ROOT} and fix what it reports (it needs {}), then run the \
+         tests again{}",
+        dep.requires, dep.otherwise
     );
     match status {
-        Ok(s) if s.success() && d.all_there() => {
+        Ok(s) if s.success() && all_there() => {
             say(&format!(
-                "MCP test programs ready after {} s",
+                "{} ready after {} s",
+                dep.what,
                 started.elapsed().as_secs()
             ));
-            Ok(d)
+            Ok(())
         }
         Ok(s) => Err(format!(
-            "installing the MCP test programs failed (`bash {MCP_SCRIPT}` ended with {s}; its \
-             output is above): {by_hand}"
+            "installing {} failed (`bash {script}` ended with {s}; its output is above): \
+             {by_hand}",
+            dep.what
         )),
-        Err(e) => Err(format!("cannot run `bash {MCP_SCRIPT}`: {e}; {by_hand}")),
+        Err(e) => Err(format!("cannot run `bash {script}`: {e}; {by_hand}")),
     }
 }
 
@@ -182,54 +224,22 @@ pub fn embed() -> &'static Embed {
 }
 
 fn install_embed() -> Result<Embed, String> {
-    let root = test_deps();
-    let d = Embed::at(&root);
-    let stale = || {
-        deps_stale(
-            d.all_there(),
-            modified(&root.join("embed-deps.ok")),
-            modified(&Path::new(ROOT).join(EMBED_SCRIPT)),
-        )
-    };
-    if stale().is_none() {
-        return Ok(d);
-    }
-    let _lock = lock("embed", "the embedding model")?;
-    // Another process may have installed it while this one waited.
-    let why = match stale() {
-        None => return Ok(d),
-        Some(Stale::Missing) => "it is not installed yet: installing it now, once,",
-        Some(Stale::ScriptChanged) => {
-            "the install script changed since its last run: running it again"
-        }
-    };
-    say(&format!(
-        "the embedding tests need a real embedding model (wordllama from PyPI, whose wheel \
-         ships its weights) for scripts/embed-server.py; {why} under {} by \
-         `bash {EMBED_SCRIPT}` (under a minute; needs python3 with venv, and the network). To \
-         do it by hand: bash {EMBED_SCRIPT}",
-        root.display()
-    ));
-    let started = Instant::now();
-    let status = run_script(&["bash", EMBED_SCRIPT]);
-    let by_hand = format!(
-        "run `bash {EMBED_SCRIPT}` in {ROOT} and fix what it reports (it needs python3 3.10+ \
-         with venv, and access to PyPI), then run the tests again"
-    );
-    match status {
-        Ok(s) if s.success() && d.all_there() => {
-            say(&format!(
-                "embedding model ready after {} s",
-                started.elapsed().as_secs()
-            ));
-            Ok(d)
-        }
-        Ok(s) => Err(format!(
-            "installing the embedding model failed (`bash {EMBED_SCRIPT}` ended with {s}; its \
-             output is above): {by_hand}"
-        )),
-        Err(e) => Err(format!("cannot run `bash {EMBED_SCRIPT}`: {e}; {by_hand}")),
-    }
+    let d = Embed::at(&test_deps());
+    install_by_script(
+        &ByScript {
+            key: "embed",
+            what: "the embedding model",
+            plural: false,
+            script: EMBED_SCRIPT,
+            need: "the embedding tests need a real embedding model (wordllama from PyPI, whose \
+                   wheel ships its weights) for scripts/embed-server.py",
+            takes: "under a minute; needs python3 with venv, and the network",
+            requires: "python3 3.10+ with venv, and access to PyPI",
+            otherwise: "",
+        },
+        || d.all_there(),
+    )?;
+    Ok(d)
 }
 
 /// Synapse, the Matrix homeserver the Matrix channel's tests run a fresh instance of each
@@ -270,56 +280,22 @@ pub fn synapse() -> &'static Synapse {
 
 #[cfg(feature = "matrix")]
 fn install_synapse() -> Result<Synapse, String> {
-    let root = test_deps();
-    let d = Synapse::at(&root);
-    let stale = || {
-        deps_stale(
-            d.all_there(),
-            modified(&root.join("synapse-deps.ok")),
-            modified(&Path::new(ROOT).join(SYNAPSE_SCRIPT)),
-        )
-    };
-    if stale().is_none() {
-        return Ok(d);
-    }
-    let _lock = lock("synapse", "Synapse")?;
-    // Another process may have installed it while this one waited.
-    let why = match stale() {
-        None => return Ok(d),
-        Some(Stale::Missing) => "it is not installed yet: installing it now, once,",
-        Some(Stale::ScriptChanged) => {
-            "the install script changed since its last run: running it again"
-        }
-    };
-    say(&format!(
-        "the Matrix tests need a real Matrix homeserver (Synapse, matrix-synapse from PyPI); \
-         {why} under {} by `bash {SYNAPSE_SCRIPT}` (about a minute; needs python3 with venv, \
-         and the network). To do it by hand: bash {SYNAPSE_SCRIPT}",
-        root.display()
-    ));
-    let started = Instant::now();
-    let status = run_script(&["bash", SYNAPSE_SCRIPT]);
-    let by_hand = format!(
-        "run `bash {SYNAPSE_SCRIPT}` in {ROOT} and fix what it reports (it needs python3 3.10+ \
-         with venv, and access to PyPI), then run the tests again; or skip the Matrix tests \
-         with `--skip matrix::`"
-    );
-    match status {
-        Ok(s) if s.success() && d.all_there() => {
-            say(&format!(
-                "Synapse ready after {} s",
-                started.elapsed().as_secs()
-            ));
-            Ok(d)
-        }
-        Ok(s) => Err(format!(
-            "installing Synapse failed (`bash {SYNAPSE_SCRIPT}` ended with {s}; its output is \
-             above): {by_hand}"
-        )),
-        Err(e) => Err(format!(
-            "cannot run `bash {SYNAPSE_SCRIPT}`: {e}; {by_hand}"
-        )),
-    }
+    let d = Synapse::at(&test_deps());
+    install_by_script(
+        &ByScript {
+            key: "synapse",
+            what: "Synapse",
+            plural: false,
+            script: SYNAPSE_SCRIPT,
+            need: "the Matrix tests need a real Matrix homeserver (Synapse, matrix-synapse from \
+                   PyPI)",
+            takes: "about a minute; needs python3 with venv, and the network",
+            requires: "python3 3.10+ with venv, and access to PyPI",
+            otherwise: "; or skip the Matrix tests with `--skip matrix::`",
+        },
+        || d.all_there(),
+    )?;
+    Ok(d)
 }
 
 /// Chromium and ChromeDriver, for the dashboard's browser tests.

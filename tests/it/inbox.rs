@@ -7,15 +7,14 @@
 //! the daemon's health), never a fixed sleep.
 
 use crate::common::echo_model;
+use crate::process::{Daemon, base_command};
 use hermes_engine::llm::scripted::ScriptedModel;
-use hermes_surfaces::daemon::read_addr;
 use imap_server::Dovecot;
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::json;
 use smtp::{Sent, Smtp};
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -27,7 +26,6 @@ mod replies;
 mod screening;
 mod smtp;
 
-const BIN: &str = env!("CARGO_BIN_EXE_hermes-agent");
 /// Upper bound for anything that should take a moment.
 const PATIENCE: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(25);
@@ -92,20 +90,12 @@ impl Site {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(BIN);
-        cmd.current_dir(self.dir.path())
-            .env_remove("HERMES_CONFIG")
-            .env_remove("HERMES_DATA_DIR")
-            .env_remove("HERMES_TOKEN")
-            .env("XDG_CONFIG_HOME", self.dir.path().join("xdg-config"))
-            .env("RUST_LOG", "info")
-            .env("IMAP_PASSWORD", imap_server::PASSWORD)
-            .arg("--config")
+        let mut cmd = base_command(self.dir.path(), &[("IMAP_PASSWORD", imap_server::PASSWORD)]);
+        cmd.arg("--config")
             .arg(self.dir.path().join("settings.yaml"))
             .arg("--data-dir")
             .arg(self.data())
-            .args(args)
-            .stdin(Stdio::null());
+            .args(args);
         cmd
     }
 
@@ -113,27 +103,10 @@ impl Site {
     async fn start(&self) -> Daemon {
         // A daemon killed by SIGKILL leaves its address file behind.
         let _ = std::fs::remove_file(hermes_surfaces::daemon::addr_path(&self.data()));
-        let log = self.dir.path().join("daemon.log");
-        let file = File::options()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .expect("log file");
-        let err = file.try_clone().expect("log handle");
-        let child = self
-            .command(&["serve"])
-            .stdout(Stdio::from(file))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .expect("the daemon starts");
-        let mut d = Daemon {
-            child: Some(child),
-            base: String::new(),
-            data: self.data(),
-            log,
-            http: reqwest::Client::new(),
-        };
-        d.ready().await;
+        let mut d = Daemon::spawn(self.command(&["serve"]), self.dir.path(), &self.data())
+            .with_patience(PATIENCE);
+        d.ready_when("the mailbox connected", |h| h["inbox"] == "ok")
+            .await;
         d
     }
 
@@ -200,195 +173,6 @@ fn fresh(from: &str, subject: &str, text: &str, extra_headers: &str) -> (String,
         user = imap_server::USER,
     );
     (id, raw)
-}
-
-/// A running daemon process; killed (and reaped) on drop.
-struct Daemon {
-    child: Option<Child>,
-    base: String,
-    data: PathBuf,
-    log: PathBuf,
-    http: reqwest::Client,
-}
-
-impl Daemon {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().expect("a child").id()
-    }
-
-    fn still_running(&mut self) {
-        if let Some(status) = self
-            .child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
-        {
-            panic!("the daemon exited early ({status}):\n{}", self.log());
-        }
-    }
-
-    /// The address, then `/healthz` until it answers with the mailbox connected.
-    async fn ready(&mut self) {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            self.still_running();
-            if let Ok(Some(addr)) = read_addr(&self.data) {
-                self.base = format!("http://{addr}");
-                let (_, h) = self.get_maybe("/healthz").await;
-                if h["inbox"] == "ok" {
-                    return;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the daemon's inbox was not connected within {PATIENCE:?}:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    async fn get_maybe(&self, path: &str) -> (Option<StatusCode>, Value) {
-        match self
-            .http
-            .get(format!("{}{path}", self.base))
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await
-        {
-            Ok(r) => {
-                let status = r.status();
-                (Some(status), r.json().await.unwrap_or(Value::Null))
-            }
-            Err(_) => (None, Value::Null),
-        }
-    }
-
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
-        let r = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .expect("the daemon answers");
-        let status = r.status();
-        (status, r.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn text(&self, path: &str) -> String {
-        self.http
-            .get(format!("{}{path}", self.base))
-            .header("accept", "text/html")
-            .send()
-            .await
-            .expect("the daemon answers")
-            .text()
-            .await
-            .unwrap_or_default()
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        let r = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .json(&body)
-            .send()
-            .await
-            .expect("the daemon answers");
-        let status = r.status();
-        (status, r.json().await.unwrap_or(Value::Null))
-    }
-
-    /// The inbox as the API lists it, newest first.
-    async fn inbox(&self) -> Vec<Value> {
-        let (status, v) = self.get("/v1/inbox?limit=1000").await;
-        assert_eq!(status, StatusCode::OK, "{v}");
-        v["messages"].as_array().cloned().unwrap_or_default()
-    }
-
-    /// Wait (bounded) until the message with `message_id` is recorded and satisfies `pred`.
-    async fn recorded(&self, message_id: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let found = self
-                .inbox()
-                .await
-                .into_iter()
-                .find(|m| m["message_id"] == message_id);
-            if let Some(m) = found
-                && pred(&m)
-            {
-                return m;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "message {message_id} was not recorded as expected within {PATIENCE:?}; inbox: {:#?}\n{}",
-                self.inbox().await,
-                self.log()
-            );
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    async fn task(&self, id: &str) -> Value {
-        let (status, t) = self.get(&format!("/v1/tasks/{id}")).await;
-        assert_eq!(status, StatusCode::OK, "{t}");
-        t
-    }
-
-    async fn job(&self, id: &str) -> Value {
-        let (_, jobs) = self.get("/v1/jobs").await;
-        jobs["jobs"]
-            .as_array()
-            .and_then(|js| js.iter().find(|j| j["id"] == id).cloned())
-            .unwrap_or(Value::Null)
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.pid().to_string()])
-            .status()
-            .expect("kill runs")
-            .success();
-        assert!(ok, "kill {sig} failed");
-    }
-
-    /// SIGKILL, and reap it.
-    fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// SIGTERM and a clean exit.
-    async fn stop(&mut self) {
-        self.signal("-TERM");
-        let deadline = Instant::now() + PATIENCE;
-        let child = self.child.as_mut().expect("a child");
-        loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                assert_eq!(status.code(), Some(0), "{}", self.log());
-                self.child = None;
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the daemon did not stop:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(POLL).await;
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.kill9();
-    }
 }
 
 /// Wait (bounded) until `cond` holds; `what` names it in the failure.

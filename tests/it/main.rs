@@ -7,6 +7,7 @@
 mod common;
 /// Third-party programs some modules drive, installed on first use.
 mod deps;
+mod process;
 
 mod agent;
 mod agent_services;

@@ -480,7 +480,7 @@ pub(crate) fn with_embeddings(site: &crate::daemon::Site, base_url: &str) {
 }
 
 /// `d`'s recall of `q` over the API, until its first fact is found by meaning (bounded).
-pub(crate) async fn found_by_meaning(d: &crate::daemon::Daemon, q: &str) -> serde_json::Value {
+pub(crate) async fn found_by_meaning(d: &crate::process::Daemon, q: &str) -> serde_json::Value {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let (status, v) = d
@@ -500,7 +500,7 @@ pub(crate) async fn found_by_meaning(d: &crate::daemon::Daemon, q: &str) -> serd
 }
 
 /// Wait (bounded) until the daemon's `/healthz` counts `n` vectors; returns that answer.
-async fn vectors_in_healthz(d: &crate::daemon::Daemon, n: u64) -> serde_json::Value {
+async fn vectors_in_healthz(d: &crate::process::Daemon, n: u64) -> serde_json::Value {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let (_, health) = d.get("/healthz").await;

@@ -4,7 +4,8 @@
 
 use super::results_seen;
 use crate::common::text;
-use crate::daemon::{PATIENCE, Site};
+use crate::daemon::Site;
+use crate::process::PATIENCE;
 use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -205,7 +206,7 @@ async fn a_request_that_expired_while_the_daemon_was_stopped_cannot_be_approved_
 
 /// The open requests, once there are `n` and their tasks wait (a request is recorded a moment
 /// before its task's hold), bounded by [`PATIENCE`].
-async fn open_requests(daemon: &crate::daemon::Daemon, n: usize) -> Vec<Value> {
+async fn open_requests(daemon: &crate::process::Daemon, n: usize) -> Vec<Value> {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let (_, v) = daemon.get("/v1/approvals?state=open").await;
@@ -230,7 +231,7 @@ async fn open_requests(daemon: &crate::daemon::Daemon, n: usize) -> Vec<Value> {
 }
 
 /// Fire `job` now; the id of the request its task then waits on.
-async fn fire_held(daemon: &crate::daemon::Daemon, job: &str) -> String {
+async fn fire_held(daemon: &crate::process::Daemon, job: &str) -> String {
     let (status, fired) = daemon.post(&format!("/v1/jobs/{job}/run"), json!({})).await;
     assert!(status.is_success(), "{status}: {fired}");
     open_requests(daemon, 1).await[0]["id"]

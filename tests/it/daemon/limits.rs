@@ -28,7 +28,7 @@ async fn three_hundred_idle_connections_under_256_files_do_not_starve_health() {
     let cmd = clean_command(cmd, site.dir.path(), &[]);
     let mut d = Daemon::spawn(cmd, site.dir.path(), &site.data()).with_token("tok");
     d.ready().await;
-    let addr = d.base.trim_start_matches("http://").to_string();
+    let addr = d.base().trim_start_matches("http://").to_string();
     d.wait_log("at most 128 connections").await;
 
     let mut idle = Vec::new();
@@ -42,7 +42,7 @@ async fn three_hundred_idle_connections_under_256_files_do_not_starve_health() {
     // A new connection, queued behind the three hundred (a pooled one would skip the queue).
     let asked = Instant::now();
     let r = reqwest::Client::new()
-        .get(format!("{}/healthz", d.base))
+        .get(format!("{}/healthz", d.base()))
         .timeout(PATIENCE)
         .send()
         .await
@@ -62,7 +62,7 @@ async fn three_hundred_idle_connections_under_256_files_do_not_starve_health() {
     let mut refused = 0;
     for i in 0..200 {
         let r = http
-            .get(format!("{}/v1/tasks", d.base))
+            .get(format!("{}/v1/tasks", d.base()))
             .bearer_auth(format!("guess-{i}"))
             .timeout(Duration::from_secs(5))
             .send()

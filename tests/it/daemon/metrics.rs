@@ -178,7 +178,7 @@ async fn a_real_prometheus_scrapes_the_daemon_with_its_token_and_answers_promql(
     let task = d.finished(&id).await;
     assert_eq!(task["state"], "succeeded", "{task}");
 
-    let target = d.base.trim_start_matches("http://").to_string();
+    let target = d.base().trim_start_matches("http://").to_string();
     let prom = Prometheus::scraping(&target, TOKEN).await;
     prom.wait_for("up{job=\"hermes\"}", "1").await;
     prom.wait_for(

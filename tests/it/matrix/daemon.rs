@@ -8,21 +8,19 @@
 use super::person::{Message, Person};
 use super::server::Synapse;
 use crate::common::echo_model;
+pub(crate) use crate::process::Daemon;
+use crate::process::base_command;
 use hermes_engine::llm::scripted::ScriptedModel;
-use hermes_surfaces::daemon::read_addr;
 use matrix_sdk::ruma::{OwnedRoomId, RoomId, UserId};
 use reqwest::StatusCode;
-use serde_json::{Value, json};
-use std::fs::File;
+use serde_json::json;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_hermes-agent");
 /// Upper bound for anything that should take a moment (an encrypted round trip is several
 /// syncs on both sides).
 pub const PATIENCE: Duration = Duration::from_secs(60);
-const POLL: Duration = Duration::from_millis(50);
 const AGENT_PASSWORD: &str = "agent-pw-7c1e";
 const ME_PASSWORD: &str = "me-pw-93ab";
 
@@ -94,20 +92,16 @@ impl Chat {
     }
 
     fn command_in(&self, data: &std::path::Path, args: &[&str]) -> Command {
-        let mut cmd = Command::new(BIN);
-        cmd.current_dir(self.dir.path())
-            .env_remove("HERMES_CONFIG")
-            .env_remove("HERMES_DATA_DIR")
-            .env_remove("HERMES_TOKEN")
-            .env("XDG_CONFIG_HOME", self.dir.path().join("xdg-config"))
-            .env("RUST_LOG", "info,matrix_sdk=warn,matrix_sdk_crypto=warn")
-            .env("MATRIX_PASSWORD", AGENT_PASSWORD)
-            .arg("--config")
+        let env = [
+            ("RUST_LOG", "info,matrix_sdk=warn,matrix_sdk_crypto=warn"),
+            ("MATRIX_PASSWORD", AGENT_PASSWORD),
+        ];
+        let mut cmd = base_command(self.dir.path(), &env);
+        cmd.arg("--config")
             .arg(self.dir.path().join("settings.yaml"))
             .arg("--data-dir")
             .arg(data)
-            .args(args)
-            .stdin(Stdio::null());
+            .args(args);
         cmd
     }
 
@@ -137,27 +131,13 @@ impl Chat {
     /// wait until it answers and, with `connected`, until its Matrix channel is.
     pub async fn start_node(&self, data: &std::path::Path, connected: bool) -> Daemon {
         let _ = std::fs::remove_file(hermes_surfaces::daemon::addr_path(data));
-        let log = data.with_extension("log");
-        let file = File::options()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .expect("log file");
-        let err = file.try_clone().expect("log handle");
-        let child = self
-            .command_in(data, &["serve"])
-            .stdout(Stdio::from(file))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .expect("the daemon starts");
-        let mut d = Daemon {
-            child: Some(child),
-            base: String::new(),
-            data: data.to_path_buf(),
-            log,
-            http: reqwest::Client::new(),
-        };
-        d.ready(connected).await;
+        let cmd = self.command_in(data, &["serve"]);
+        let mut d =
+            Daemon::spawn_logging_to(cmd, data.with_extension("log"), data).with_patience(PATIENCE);
+        d.ready_when("the Matrix channel connected", |h| {
+            !connected || h["matrix"]["state"] == "ok"
+        })
+        .await;
         d
     }
 
@@ -182,158 +162,6 @@ impl Chat {
             .iter()
             .filter(|m| m.sender == agent && what(m))
             .count()
-    }
-}
-
-/// A running daemon process; killed (and reaped) on drop.
-pub struct Daemon {
-    child: Option<Child>,
-    base: String,
-    data: PathBuf,
-    log: PathBuf,
-    http: reqwest::Client,
-}
-
-impl Daemon {
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn still_running(&mut self) {
-        if let Some(status) = self
-            .child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
-        {
-            panic!("the daemon exited early ({status}):\n{}", self.log());
-        }
-    }
-
-    /// The address, then `/healthz` until it answers and (with `connected`) the Matrix channel
-    /// is connected.
-    async fn ready(&mut self, connected: bool) {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            self.still_running();
-            if let Ok(Some(addr)) = read_addr(&self.data) {
-                self.base = format!("http://{addr}");
-                if let Some(h) = self.health().await
-                    && (!connected || h["matrix"]["state"] == "ok")
-                {
-                    return;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the daemon's Matrix channel was not connected within {PATIENCE:?}:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    pub async fn health(&self) -> Option<Value> {
-        let r = self
-            .http
-            .get(format!("{}/healthz", self.base))
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await
-            .ok()?;
-        r.json().await.ok()
-    }
-
-    /// Wait (bounded) until `/healthz` satisfies `pred`; the last answer.
-    pub async fn health_until(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(h) = self.health().await
-                && pred(&h)
-            {
-                return h;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "/healthz never showed {what} within {PATIENCE:?}: {:?}\n{}",
-                self.health().await,
-                self.log()
-            );
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
-        let r = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .expect("the daemon answers");
-        let status = r.status();
-        (status, r.json().await.unwrap_or(Value::Null))
-    }
-
-    pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        let r = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .json(&body)
-            .send()
-            .await
-            .expect("the daemon answers");
-        let status = r.status();
-        (status, r.json().await.unwrap_or(Value::Null))
-    }
-
-    /// The Matrix messages as the API lists them, newest first.
-    pub async fn inbox(&self) -> Vec<Value> {
-        let (status, v) = self.get("/v1/inbox?channel=matrix&limit=1000").await;
-        assert_eq!(status, StatusCode::OK, "{v}");
-        v["messages"].as_array().cloned().unwrap_or_default()
-    }
-
-    /// Wait (bounded) until event `event_id` is recorded and satisfies `pred`.
-    pub async fn recorded(&self, event_id: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let found = self
-                .inbox()
-                .await
-                .into_iter()
-                .find(|m| m["message_id"] == event_id);
-            if let Some(m) = found
-                && pred(&m)
-            {
-                return m;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "event {event_id} was not recorded as expected within {PATIENCE:?}; inbox: {:#?}\n{}",
-                self.inbox().await,
-                self.log()
-            );
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    pub async fn task(&self, id: &str) -> Value {
-        let (status, t) = self.get(&format!("/v1/tasks/{id}")).await;
-        assert_eq!(status, StatusCode::OK, "{t}");
-        t
-    }
-
-    /// Kill -9, reaped: nothing of an orderly stop runs.
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

@@ -87,7 +87,7 @@ async fn after_a_kill_and_a_restart_a_message_is_acted_on_once_and_the_agent_sti
     // Killed once the message is recorded (its task may or may not have run, the sync
     // position may or may not be saved).
     d.recorded(&first, |m| m["task_id"].is_string()).await;
-    d.kill();
+    d.kill9();
     let d = chat.start().await;
     chat.agent_says(|m| m.thread_root.as_ref().map(|r| r.as_str()) == Some(first.as_str()))
         .await;
@@ -387,7 +387,7 @@ async fn with_two_daemons_on_postgres_one_reads_the_channel_and_the_other_takes_
     );
 
     // A dies; once its lease lapsed B holds the channel, with a device of its own.
-    a.kill();
+    a.kill9();
     let health = b
         .health_until("node b connected", |h| h["matrix"]["state"] == "ok")
         .await;

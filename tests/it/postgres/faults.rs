@@ -4,7 +4,7 @@
 //! SQLSTATE 53100 (`disk_full`): the daemon must refuse the task with a 503 that says so, never
 //! accept it, and `/healthz` must say `disk full`; once space is back, tasks are accepted again.
 
-use super::{accepted, cluster, health_until};
+use super::{accepted, cluster};
 use crate::common::echo_model;
 use hermes_engine::llm::scripted::ScriptedModel;
 use reqwest::StatusCode;
@@ -106,7 +106,9 @@ async fn on_a_full_disk_postgres_refuses_a_task_with_a_503_and_healthz_says_disk
     assert_eq!(v["error"]["code"], "storage_unavailable", "{v}");
     let message = v["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("disk full"), "{v}");
-    let h = health_until(&d, |h| h["status"] == "degraded").await;
+    let h = d
+        .health_until("status degraded", |h| h["status"] == "degraded")
+        .await;
     assert!(
         h["storage"]
             .as_str()

@@ -5,7 +5,8 @@
 
 use super::{cluster, fresh_database, psql};
 use crate::common::task_text;
-use crate::daemon::{Daemon, PATIENCE, Site};
+use crate::daemon::Site;
+use crate::process::{Daemon, PATIENCE};
 use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};

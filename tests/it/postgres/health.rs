@@ -5,7 +5,8 @@
 
 use super::cluster;
 use crate::common::echo_model;
-use crate::daemon::{Daemon, PATIENCE, Site};
+use crate::daemon::Site;
+use crate::process::{Daemon, PATIENCE};
 use hermes_engine::llm::scripted::ScriptedModel;
 use serde_json::Value;
 use std::time::{Duration, Instant};

@@ -8,7 +8,8 @@
 //! carries on once the server is back.
 
 use crate::common::echo_model;
-use crate::daemon::{PATIENCE, Site};
+use crate::daemon::Site;
+use crate::process::PATIENCE;
 use hermes_engine::llm::scripted::ScriptedModel;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -157,7 +158,7 @@ async fn a_daemon_on_postgres_runs_a_task_and_a_job_and_a_second_node_joins_it()
 }
 
 /// The job's first run, once it is recorded with its task (bounded).
-async fn fired_run(d: &crate::daemon::Daemon, job_id: &str) -> Value {
+async fn fired_run(d: &crate::process::Daemon, job_id: &str) -> Value {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let (status, v) = d.get(&format!("/v1/jobs/{job_id}/runs")).await;
@@ -251,7 +252,7 @@ async fn config_check_names_an_unset_password_variable_and_doctor_shows_the_sche
 
 /// Submit `task` until it is accepted (bounded): the database is back, but a request may still
 /// meet a connection cut while it was away.
-async fn accepted(d: &crate::daemon::Daemon, task: &str) -> String {
+async fn accepted(d: &crate::process::Daemon, task: &str) -> String {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let (status, v) = d.post("/v1/tasks", json!({ "task": task })).await;
@@ -264,22 +265,9 @@ async fn accepted(d: &crate::daemon::Daemon, task: &str) -> String {
     }
 }
 
-/// `/healthz` until `pred` holds for it (bounded); the last answer.
-async fn health_until(d: &crate::daemon::Daemon, pred: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let (_, h) = d.get("/healthz").await;
-        if pred(&h) {
-            return h;
-        }
-        assert!(Instant::now() < deadline, "healthz never matched: {h}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// A server of its own (a test that stops it), and a daemon started on it; the site holds
 /// the daemon's data dir, so the caller keeps it as long as the daemon.
-async fn on_own_server(model: &ScriptedModel) -> (cluster::Cluster, Site, crate::daemon::Daemon) {
+async fn on_own_server(model: &ScriptedModel) -> (cluster::Cluster, Site, crate::process::Daemon) {
     let own =
         tokio::task::spawn_blocking(|| cluster::Cluster::start().unwrap_or_else(|e| panic!("{e}")))
             .await
@@ -338,7 +326,9 @@ async fn a_lost_server_is_reported_by_healthz_and_the_daemon_carries_on_when_it_
     assert_eq!(d.finished(&before).await["state"], "succeeded");
 
     own.stop_server();
-    let h = health_until(&d, |h| h["status"] == "degraded").await;
+    let h = d
+        .health_until("status degraded", |h| h["status"] == "degraded")
+        .await;
     let storage = h["storage"].as_str().unwrap_or_default();
     assert!(
         storage.contains("database unreachable") && storage.contains("storage.url"),
@@ -405,12 +395,13 @@ async fn a_read_only_server_refuses_tasks_with_a_503_and_healthz_says_read_only(
         ),
     )
     .await;
-    let h = health_until(&d, |h| {
-        h["storage"]
-            .as_str()
-            .is_some_and(|s| s.contains("read-only"))
-    })
-    .await;
+    let h = d
+        .health_until("the expected health", |h| {
+            h["storage"]
+                .as_str()
+                .is_some_and(|s| s.contains("read-only"))
+        })
+        .await;
     assert_eq!(h["status"], "degraded", "{h}");
     let (status, v) = d.post("/v1/tasks", json!({"task": "refused"})).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{v}");

@@ -6,7 +6,8 @@
 
 use super::{cluster, fresh_database, psql, site_on};
 use crate::common::task_text;
-use crate::daemon::{Daemon, PATIENCE, Site};
+use crate::daemon::Site;
+use crate::process::{Daemon, PATIENCE};
 use futures::StreamExt;
 use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use reqwest::StatusCode;

@@ -6,7 +6,8 @@
 
 use super::{cluster, fresh_database};
 use crate::common::echo_model;
-use crate::daemon::{Daemon, Site};
+use crate::daemon::Site;
+use crate::process::Daemon;
 use hermes_engine::llm::scripted::ScriptedModel;
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};

@@ -7,16 +7,14 @@
 
 use super::standin::{BotApi, Fault, Person, Sent};
 use crate::common::{echo_model, task_text, text};
+use crate::process::{Daemon, base_command};
 use hermes_engine::llm::scripted::{Reply, ScriptedModel};
-use hermes_surfaces::daemon::{addr_path, read_addr};
-use reqwest::StatusCode;
+use hermes_surfaces::daemon::addr_path;
 use serde_json::{Value, json};
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_hermes-agent");
 const TOKEN: &str = "123456789:TEST-token_abcdefghijklmnopqrstuvwxyz";
 /// The token's secret half: in no log and no API answer.
 const SECRET: &str = "TEST-token_abcdefghijklmnopqrstuvwxyz";
@@ -86,20 +84,12 @@ impl World {
     }
 
     fn command_on(&self, data: &Path, args: &[&str]) -> Command {
-        let mut cmd = Command::new(BIN);
-        cmd.current_dir(self.dir.path())
-            .env_remove("HERMES_CONFIG")
-            .env_remove("HERMES_DATA_DIR")
-            .env_remove("HERMES_TOKEN")
-            .env("XDG_CONFIG_HOME", self.dir.path().join("xdg-config"))
-            .env("RUST_LOG", "info")
-            .env("TELEGRAM_BOT_TOKEN", TOKEN)
-            .arg("--config")
+        let mut cmd = base_command(self.dir.path(), &[("TELEGRAM_BOT_TOKEN", TOKEN)]);
+        cmd.arg("--config")
             .arg(self.dir.path().join("settings.yaml"))
             .arg("--data-dir")
             .arg(data)
-            .args(args)
-            .stdin(Stdio::null());
+            .args(args);
         cmd
     }
 
@@ -116,30 +106,13 @@ impl World {
     /// wait until it answers and, with `polling`, until its Telegram channel is `ok`.
     async fn start_on(&self, data: PathBuf, polling: bool) -> Daemon {
         let _ = std::fs::remove_file(addr_path(&data));
-        let log = data.with_extension("log");
-        let file = File::options()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .expect("log file");
-        let err = file.try_clone().expect("log handle");
-        let child = self
-            .command_on(&data, &["serve"])
-            .stdout(Stdio::from(file))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .expect("the daemon starts");
-        let mut d = Daemon {
-            child: Some(child),
-            base: String::new(),
-            data,
-            log,
-            http: reqwest::Client::builder()
-                .no_proxy()
-                .build()
-                .expect("an HTTP client"),
-        };
-        d.ready(polling).await;
+        let cmd = self.command_on(&data, &["serve"]);
+        let mut d = Daemon::spawn_logging_to(cmd, data.with_extension("log"), &data)
+            .with_patience(PATIENCE);
+        d.ready_when("the Telegram channel ok", |h| {
+            !polling || h["telegram"]["state"] == "ok"
+        })
+        .await;
         d
     }
 
@@ -162,158 +135,14 @@ impl World {
     }
 }
 
-/// A running daemon process; killed (and reaped) on drop.
-struct Daemon {
-    child: Option<Child>,
-    base: String,
-    data: PathBuf,
-    log: PathBuf,
-    http: reqwest::Client,
-}
-
-impl Daemon {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn still_running(&mut self) {
-        let exited = self
-            .child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten());
-        if let Some(status) = exited {
-            panic!("the daemon exited early ({status}):\n{}", self.log());
-        }
-    }
-
-    async fn ready(&mut self, polling: bool) {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            self.still_running();
-            if let Ok(Some(addr)) = read_addr(&self.data) {
-                self.base = format!("http://{addr}");
-                if let Some(h) = self.health().await
-                    && (!polling || h["telegram"]["state"] == "ok")
-                {
-                    return;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the daemon's Telegram channel was not ok within {PATIENCE:?}: {:?}\n{}",
-                self.health().await,
-                self.log()
-            );
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    async fn health(&self) -> Option<Value> {
-        let url = format!("{}/healthz", self.base);
-        let r = self
-            .http
-            .get(url)
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await;
-        r.ok()?.json().await.ok()
-    }
-
-    async fn health_until(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(h) = self.health().await
-                && pred(&h)
-            {
-                return h;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "/healthz never showed {what} within {PATIENCE:?}: {:?}\n{}",
-                self.health().await,
-                self.log()
-            );
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    async fn get(&self, path: &str) -> Value {
-        let r = self.http.get(format!("{}{path}", self.base)).send().await;
-        let r = r.expect("the daemon answers");
-        let status = r.status();
-        let v = r.json().await.unwrap_or(Value::Null);
-        assert_eq!(status, StatusCode::OK, "GET {path}: {v}");
-        v
-    }
-
-    /// The Telegram messages as the API lists them, newest first.
-    async fn inbox(&self) -> Vec<Value> {
-        let v = self.get("/v1/inbox?channel=telegram&limit=1000").await;
-        v["messages"].as_array().cloned().unwrap_or_default()
-    }
-
-    /// Wait (bounded) until the Telegram inbox satisfies `pred`; its rows.
-    async fn inbox_until(&self, what: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let rows = self.inbox().await;
-            if pred(&rows) {
-                return rows;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the inbox never showed {what} within {PATIENCE:?}: {rows:#?}\n{}",
-                self.log()
-            );
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    /// The tasks whose origin is Telegram.
-    async fn telegram_tasks(&self) -> Vec<Value> {
-        let v = self.get("/v1/tasks?limit=1000").await;
-        let tasks = v["tasks"].as_array().cloned().unwrap_or_default();
-        tasks
-            .into_iter()
-            .filter(|t| t["origin"] == "telegram")
-            .collect()
-    }
-
-    async fn task(&self, id: &str) -> Value {
-        self.get(&format!("/v1/tasks/{id}")).await
-    }
-
-    /// Wait (bounded) until task `id` has ended; the task.
-    async fn ended(&self, id: &str) -> Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let t = self.task(id).await;
-            let state = t["state"].as_str().unwrap_or("");
-            if ["succeeded", "failed", "cancelled"].contains(&state) {
-                return t;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "task {id} did not end: {t}\n{}",
-                self.log()
-            );
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    /// Kill -9, reaped: nothing of an orderly stop runs.
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// The tasks whose origin is Telegram.
+async fn telegram_tasks(d: &Daemon) -> Vec<Value> {
+    let v = d.get_ok("/v1/tasks?limit=1000").await;
+    let tasks = v["tasks"].as_array().cloned().unwrap_or_default();
+    tasks
+        .into_iter()
+        .filter(|t| t["origin"] == "telegram")
+        .collect()
 }
 
 /// Rows that became a task.
@@ -380,7 +209,7 @@ async fn a_message_from_before_the_first_start_is_never_acted_on() {
         .inbox_until("the new message's task", |r| !with_task(r).is_empty())
         .await;
     assert_eq!(with_task(&rows).len(), 1, "{rows:#?}");
-    assert_eq!(d.telegram_tasks().await.len(), 1);
+    assert_eq!(telegram_tasks(&d).await.len(), 1);
     assert!(w.replies_to(old).is_empty(), "{:?}", w.replies_to(old));
     let asked = w.asked();
     assert!(!asked.iter().any(|t| t.contains("old news")), "{asked:?}");
@@ -517,7 +346,7 @@ async fn approve_by_button_runs_the_tool_once_and_a_second_press_changes_nothing
         w.bot.edits().is_empty(),
         "a stranger's press took the buttons"
     );
-    let open = d.get("/v1/approvals?state=open").await;
+    let open = d.get_ok("/v1/approvals?state=open").await;
     assert_eq!(
         open["approvals"].as_array().map(Vec::len),
         Some(1),
@@ -549,10 +378,10 @@ async fn approve_by_button_runs_the_tool_once_and_a_second_press_changes_nothing
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let t = d.ended(&task).await;
+    let t = d.finished(&task).await;
     assert_eq!(t["state"], "succeeded", "{t}");
     assert_eq!(marks(&mark_file), ["bob"]);
-    let approved = d.get("/v1/approvals?state=approved").await;
+    let approved = d.get_ok("/v1/approvals?state=approved").await;
     let approved = approved["approvals"]
         .as_array()
         .cloned()
@@ -565,20 +394,20 @@ async fn approve_by_button_runs_the_tool_once_and_a_second_press_changes_nothing
     // Pressed again (a stale client): answered, and nothing else changes.
     let again = w.bot.press(&me(), request.message_id, "approve");
     until("the second press answered", || answered(&again)).await;
-    let approved = d.get("/v1/approvals?state=approved").await;
+    let approved = d.get_ok("/v1/approvals?state=approved").await;
     assert_eq!(
         approved["approvals"].as_array().map(Vec::len),
         Some(1),
         "{approved}"
     );
-    let open = d.get("/v1/approvals?state=open").await;
+    let open = d.get_ok("/v1/approvals?state=open").await;
     assert_eq!(
         open["approvals"].as_array().map(Vec::len),
         Some(0),
         "{open}"
     );
     assert_eq!(marks(&mark_file), ["bob"], "the tool ran again");
-    assert_eq!(d.telegram_tasks().await.len(), 1);
+    assert_eq!(telegram_tasks(&d).await.len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -613,7 +442,7 @@ async fn a_stranger_is_recorded_as_not_allowed_and_never_answered() {
         .filter(|c| c.body["chat_id"] == 222 || c.body["chat_id"] == "222")
         .collect();
     assert!(to_stranger.is_empty(), "{to_stranger:#?}");
-    assert_eq!(d.telegram_tasks().await.len(), 1);
+    assert_eq!(telegram_tasks(&d).await.len(), 1);
     assert!(!w.asked().iter().any(|t| t.contains("do what I say")));
 }
 
@@ -626,7 +455,7 @@ async fn in_a_group_only_a_message_mentioning_the_bot_becomes_a_task() {
     let not_addressed = |r: &Value| r["state"] == "ignored" && r["reason"] == "not_addressed";
     d.inbox_until("the unaddressed row", |r| r.iter().any(not_addressed))
         .await;
-    assert!(d.telegram_tasks().await.is_empty());
+    assert!(telegram_tasks(&d).await.is_empty());
     let mention = w
         .bot
         .say_in_group(&me(), GROUP, "@hermes_bot what time is it", true);
@@ -643,7 +472,7 @@ async fn in_a_group_only_a_message_mentioning_the_bot_becomes_a_task() {
         .await;
     assert_eq!(rows.len(), 2, "{rows:#?}");
     assert_eq!(with_task(&rows).len(), 1, "{rows:#?}");
-    assert_eq!(d.telegram_tasks().await.len(), 1);
+    assert_eq!(telegram_tasks(&d).await.len(), 1);
     let to_group = w
         .bot
         .sent()
@@ -659,14 +488,14 @@ async fn after_kill_9_a_message_said_while_down_is_acted_on_once_and_none_twice(
     let mut d = w.start().await;
     let a = w.bot.say(&me(), "message A before the crash");
     d.inbox_until("A's row", |r| !r.is_empty()).await;
-    d.kill();
+    d.kill9();
     let b = w.bot.say(&me(), "message B while down");
     let restarted = Instant::now();
     let d = w.start().await;
     w.answer_to(b).await;
     let rows = d.inbox_until("B's task", |r| with_task(r).len() >= 2).await;
     assert_eq!(rows.len(), 2, "{rows:#?}");
-    let tasks = d.telegram_tasks().await;
+    let tasks = telegram_tasks(&d).await;
     assert_eq!(tasks.len(), 2, "{tasks:#?}");
     assert_ne!(rows[0]["task_id"], rows[1]["task_id"]);
     assert!(w.replies_to(a).len() <= 1, "{:#?}", w.replies_to(a));
@@ -850,7 +679,7 @@ async fn with_two_daemons_on_postgres_one_polls_and_the_other_takes_over_once_it
     assert!(standing_by(&h), "{h}");
 
     // A dies; once its lease lapsed B holds the channel and polls from the saved offset.
-    a.kill();
+    a.kill9();
     b.health_until("node b polling", |h| h["telegram"]["state"] == "ok")
         .await;
     let second = w.bot.say(&me(), "second question");
