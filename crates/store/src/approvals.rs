@@ -117,33 +117,25 @@ impl Approvals<'_> {
     /// `open` leaves out, and `expired` includes, open requests past their time.
     pub async fn list(self, state: Option<ApprovalState>, limit: i64) -> Result<Vec<Approval>> {
         let at = now();
-        let rows = query(select!(
+        let listed = query(select!(
             approvals,
             "WHERE (?1 IS NULL OR CASE WHEN state = 'open' AND expires_at <= ?3 THEN 'expired' \
              ELSE state END = ?1) ORDER BY created_at DESC, id LIMIT ?2"
         ))
         .bind(state)
         .bind(limit_or(limit, 100))
-        .bind(at)
-        .fetch_all(self.store)
-        .await?;
-        rows.iter()
-            .map(|row| <Approval as super::WithJson>::from_json_row(row).map(|a| a.as_of(at)))
-            .collect()
+        .bind(at);
+        let rows: Vec<Approval> = self.store.json_rows(listed).await?;
+        Ok(rows.into_iter().map(|a| a.as_of(at)).collect())
     }
 
     /// The requests of one task, oldest first.
     pub async fn of_task(self, task_id: &str) -> Result<Vec<Approval>> {
-        let rows = query(select!(
+        let q = query(select!(
             approvals,
             "WHERE task_id = ? ORDER BY created_at, id"
-        ))
-        .bind(task_id)
-        .fetch_all(self.store)
-        .await?;
-        rows.iter()
-            .map(<Approval as super::WithJson>::from_json_row)
-            .collect()
+        ));
+        self.store.json_rows(q.bind(task_id)).await
     }
 
     /// open → `state` (approved, denied or expired), once: `None` when it was no longer open
@@ -157,7 +149,7 @@ impl Approvals<'_> {
         reason: Option<&str>,
         decided_by: &str,
     ) -> Result<Option<Approval>> {
-        let row = query(concat!(
+        let decide = query(concat!(
             "UPDATE approvals SET \
              state = CASE WHEN expires_at <= ?1 THEN 'expired' ELSE ?2 END, \
              reason = CASE WHEN expires_at <= ?1 THEN 'expired' ELSE ?3 END, \
@@ -170,12 +162,8 @@ impl Approvals<'_> {
         .bind(state)
         .bind(reason)
         .bind(decided_by)
-        .bind(id)
-        .fetch_all(self.store)
-        .await?;
-        row.first()
-            .map(<Approval as super::WithJson>::from_json_row)
-            .transpose()
+        .bind(id);
+        self.store.json_first(decide).await
     }
 
     /// Open requests whose time has passed → `expired` (reason `expired`); their ids.
@@ -196,7 +184,7 @@ impl Approvals<'_> {
     /// The open requests of `root` and of its sub-tasks (nested at most two deep), oldest
     /// first: what a `run` waits on.
     pub async fn open_under(self, root: &str) -> Result<Vec<Approval>> {
-        let rows = query(select!(
+        let open = query(select!(
             approvals,
             "WHERE state = 'open' AND (task_id = ?1 \
              OR task_id IN (SELECT id FROM tasks WHERE parent_id = ?1) \
@@ -204,12 +192,8 @@ impl Approvals<'_> {
                             (SELECT id FROM tasks WHERE parent_id = ?1))) \
              ORDER BY created_at, id"
         ))
-        .bind(root)
-        .fetch_all(self.store)
-        .await?;
-        rows.iter()
-            .map(<Approval as super::WithJson>::from_json_row)
-            .collect()
+        .bind(root);
+        self.store.json_rows(open).await
     }
 
     /// Mark an approved request as used by the one run it allows; false when it was used.
@@ -239,17 +223,13 @@ impl Approvals<'_> {
 
     /// The request a notice asked about, if it asked about one.
     pub async fn for_notice(self, notice_id: i64) -> Result<Option<Approval>> {
-        let row = query(concat!(
+        let asked = query(concat!(
             "SELECT ",
             columns!(approvals),
             " FROM approvals WHERE id = (SELECT approval_id FROM approval_notices WHERE notice_id = ?)"
         ))
-        .bind(notice_id)
-        .fetch_optional(self.store)
-        .await?;
-        row.as_ref()
-            .map(<Approval as super::WithJson>::from_json_row)
-            .transpose()
+        .bind(notice_id);
+        self.store.json_first(asked).await
     }
 }
 

@@ -145,7 +145,7 @@ impl Facts<'_> {
     /// Every fact, oldest first (rebuilding the index).
     pub async fn all(self) -> Result<Vec<Fact>> {
         self.store
-            .json_rows(select!(facts, "ORDER BY created_at, id"))
+            .json_rows(query(select!(facts, "ORDER BY created_at, id")))
             .await
     }
 

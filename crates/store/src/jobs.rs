@@ -113,7 +113,7 @@ impl Jobs<'_> {
 
     pub async fn list(self) -> Result<Vec<Job>> {
         self.store
-            .json_rows(select!(jobs, "ORDER BY created_at, id"))
+            .json_rows(query(select!(jobs, "ORDER BY created_at, id")))
             .await
     }
 
@@ -124,8 +124,7 @@ impl Jobs<'_> {
             jobs,
             "WHERE enabled = TRUE AND next_run_at <= ? ORDER BY created_at, id"
         );
-        let rows = query(sql).bind(at).fetch_all(self.store).await?;
-        rows.iter().map(Job::from_json_row).collect()
+        self.store.json_rows(query(sql).bind(at)).await
     }
 
     /// When the next enabled job is due, if any is.

@@ -133,7 +133,7 @@ pub use nodes::placeholder_prefix;
 pub use outbox::{NewNotice, Notice, NoticeFilter};
 pub use postgres::{DaemonLock, PgUrlError, parse_url, redact_url};
 pub use sessions::StoredSession;
-use sql::{Builder, DbRow, Engine, Record, Tx, query, query_as, query_scalar};
+use sql::{Builder, DbRow, Engine, Query, Record, Tx, query, query_as, query_scalar};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -501,9 +501,17 @@ impl Store {
         T::from_json_row(&found(row, what, id)?)
     }
 
-    async fn json_rows<T: WithJson>(&self, sql: &'static str) -> Result<Vec<T>> {
-        let rows = query(sql).fetch_all(self).await?;
+    /// Every row `q` selects, each read with its JSON columns.
+    async fn json_rows<T: WithJson>(&self, q: Query) -> Result<Vec<T>> {
+        let rows = q.fetch_all(self).await?;
         rows.iter().map(T::from_json_row).collect()
+    }
+
+    /// The first row `q` gives, read with its JSON columns. Every row is read, so a writing
+    /// statement (`… RETURNING`) runs to its commit (see `write.rs`).
+    async fn json_first<T: WithJson>(&self, q: Query) -> Result<Option<T>> {
+        let rows = q.fetch_all(self).await?;
+        rows.first().map(T::from_json_row).transpose()
     }
 }
 

@@ -170,16 +170,12 @@ impl Models<'_> {
                 .bind(profile),
             )
             .await?;
-        let change = query(concat!(
+        let last = query(concat!(
             "SELECT ",
             change_columns!(),
             " FROM model_changes WHERE profile = ? ORDER BY id DESC LIMIT 1"
-        ))
-        .bind(profile)
-        .fetch_optional(self.store)
-        .await?
-        .map(|row| ModelChange::from_json_row(&row))
-        .transpose()?;
+        ));
+        let change = self.store.json_first(last.bind(profile)).await?;
         Ok(ModelStatus {
             profile: profile.to_string(),
             current,
@@ -221,35 +217,27 @@ impl Models<'_> {
         .bind(now())
         .bind(new.flap_of);
         // Run to its end (see `write.rs`): the row back only once it is committed.
-        let rows = insert.fetch_all(self.store).await?;
-        rows.first().map(ModelChange::from_json_row).transpose()
+        self.store.json_first(insert).await
     }
 
     /// The latest change of `profile` that was told (not part of another's flap), if any.
     pub async fn last_told_change(self, profile: &str) -> Result<Option<ModelChange>> {
-        query(concat!(
+        let told = query(concat!(
             "SELECT ",
             change_columns!(),
             " FROM model_changes WHERE profile = ? AND flap_of IS NULL ORDER BY id DESC LIMIT 1"
-        ))
-        .bind(profile)
-        .fetch_optional(self.store)
-        .await?
-        .map(|row| ModelChange::from_json_row(&row))
-        .transpose()
+        ));
+        self.store.json_first(told.bind(profile)).await
     }
 
     /// The changes recorded as part of change `id`'s flap, oldest first.
     pub async fn flap_changes(self, id: i64) -> Result<Vec<ModelChange>> {
-        let rows = query(concat!(
+        let flap = query(concat!(
             "SELECT ",
             change_columns!(),
             " FROM model_changes WHERE flap_of = ? ORDER BY id"
-        ))
-        .bind(id)
-        .fetch_all(self.store)
-        .await?;
-        rows.iter().map(ModelChange::from_json_row).collect()
+        ));
+        self.store.json_rows(flap.bind(id)).await
     }
 
     /// The jobs paused for a change, and the eval run started for it.
@@ -298,12 +286,8 @@ impl Jobs<'_> {
             "WHERE enabled = TRUE AND (profile = ?1 OR (?2 AND (profile IS NULL OR profile = ''))) \
              ORDER BY created_at, id"
         );
-        let rows = query(sql)
-            .bind(profile)
-            .bind(unnamed)
-            .fetch_all(self.store)
-            .await?;
-        rows.iter().map(Job::from_json_row).collect()
+        let q = query(sql).bind(profile).bind(unnamed);
+        self.store.json_rows(q).await
     }
 
     /// The jobs paused for `reason` that use `profile` (as [`Jobs::on_profile`]).
@@ -318,13 +302,8 @@ impl Jobs<'_> {
             "WHERE enabled = FALSE AND pause_reason = ?3 \
              AND (profile = ?1 OR (?2 AND (profile IS NULL OR profile = ''))) ORDER BY created_at, id"
         );
-        let rows = query(sql)
-            .bind(profile)
-            .bind(unnamed)
-            .bind(reason)
-            .fetch_all(self.store)
-            .await?;
-        rows.iter().map(Job::from_json_row).collect()
+        let q = query(sql).bind(profile).bind(unnamed).bind(reason);
+        self.store.json_rows(q).await
     }
 
     /// The model the job's tasks last called, and whether its identity is verified.
