@@ -278,13 +278,18 @@ async fn wait_for(c: &Client, css: &str) -> fantoccini::elements::Element {
 }
 
 /// The text of `css` once it is there. A page that reloads meanwhile (a task page at its
-/// task's end) replaces the element: then it is looked up again.
+/// task's end, a list a live stream redraws) replaces the element: then it is looked up again.
 async fn text(c: &Client, css: &str) -> String {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         match wait_for(c, css).await.text().await {
             Ok(t) => return t,
-            Err(e) if e.is_stale_element_reference() && tokio::time::Instant::now() < deadline => {}
+            // chromedriver says "stale element reference", or, when the node goes between its
+            // lookup and the read, an "unknown error" (the inspector's "does not belong to the
+            // document"; seen once in CI): both are a replaced element.
+            Err(e)
+                if (e.is_stale_element_reference() || e.is_unknown_error())
+                    && tokio::time::Instant::now() < deadline => {}
             Err(e) => panic!("the text of {css}: {e}"),
         }
     }
