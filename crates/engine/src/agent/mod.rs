@@ -8,6 +8,7 @@
 //! `tools` registry, and memory through `memory`. Each task owns its own message list.
 
 mod approvals;
+mod claim;
 mod delegate;
 mod elsewhere;
 mod follow;
@@ -28,6 +29,7 @@ mod unsaved;
 use stop::{Running, StopReason};
 
 pub use approvals::{ApprovalError, Approvals, Decision, VIA_HEADER, answered_via};
+pub use claim::Claimed;
 pub use delegate::DelegateTools;
 pub(crate) use delegate::MAX_DEPTH;
 pub use elsewhere::Heard;
@@ -94,62 +96,6 @@ impl Submit {
             profile,
             ..Submit::default()
         }
-    }
-}
-
-/// Why a claimed task its holder let go unrun was ended.
-const UNRUN: &str = "nobody was left to run it";
-
-/// A task created running for the process that holds this value; see [`Agent::create_claimed`].
-/// No worker ever takes a claimed task, so one let go unrun (its holder was cancelled between
-/// the answer and the run, or left) is ended by the claim itself.
-#[derive(Debug)]
-pub struct Claimed {
-    task: Task,
-    unrun: Unrun,
-}
-
-impl Claimed {
-    pub fn task(&self) -> &Task {
-        &self.task
-    }
-
-    /// The task, for the one who runs or ends it: the claim no longer ends it when dropped.
-    fn into_task(self) -> Task {
-        let Claimed { task, mut unrun } = self;
-        unrun.0 = None;
-        task
-    }
-}
-
-/// Ends the task (by id) of a [`Claimed`] dropped unrun.
-struct Unrun(Option<(Agent, String)>);
-
-impl std::fmt::Debug for Unrun {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() {
-            "unrun"
-        } else {
-            "handed over"
-        })
-    }
-}
-
-impl Drop for Unrun {
-    fn drop(&mut self) {
-        let Some((agent, id)) = self.0.take() else {
-            return;
-        };
-        // A drop cannot wait: the end is written in the background. Without a runtime (the
-        // process is exiting) the next start marks the task interrupted.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
-            if let Err(e) = agent.abandon(&id, UNRUN).await {
-                tracing::warn!(task = %id, error = %e, "cannot end a claimed task nobody runs");
-            }
-        });
     }
 }
 
@@ -343,16 +289,6 @@ impl Agent {
             self.inner.queued.notify_one();
         }
         Ok(out)
-    }
-
-    /// Store a new task already running and owned by the caller, who runs it with
-    /// [`Agent::run_claimed`]. Workers never see it, so a daemon sharing the data dir cannot
-    /// take a task meant for this process (the CLI's `run`, a sub-agent, a job run in-process).
-    pub async fn create_claimed(&self, req: Submit) -> Result<Claimed, AgentError> {
-        let new = self.new_task(req, true)?;
-        let task = self.inner.store.tasks().create(&new).await?;
-        let unrun = Unrun(Some((self.clone(), task.id.clone())));
-        Ok(Claimed { task, unrun })
     }
 
     fn new_task(&self, req: Submit, claimed: bool) -> Result<NewTask, AgentError> {

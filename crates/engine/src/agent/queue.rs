@@ -405,7 +405,7 @@ mod tests {
         assert_eq!(ended.state, hermes_store::TaskState::Cancelled);
         let row = agent.inner.store.tasks().get(&id).await.expect("row");
         assert_eq!(row.state, hermes_store::TaskState::Cancelled);
-        assert_eq!(row.error.as_deref(), Some(super::super::UNRUN));
+        assert_eq!(row.error.as_deref(), Some(crate::agent::claim::UNRUN));
     }
 
     #[tokio::test]
