@@ -104,8 +104,10 @@ pub type Matrix = Handle<Status>;
 #[cfg(feature = "matrix")]
 pub(crate) struct Inner {
     settings: MatrixSettings,
+    /// `DATA_DIR/matrix`: the session file and the SDK's store.
     dir: PathBuf,
     store: Store,
+    /// The channel's status, and the logged-in client once there is one; senders wait for it.
     link: Arc<Link<Status, Client>>,
     /// Held while a direct room is looked up or created, so two notices never make two; the
     /// rooms created since the start, by user, because the SDK learns a new room is direct

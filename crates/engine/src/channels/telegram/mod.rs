@@ -91,8 +91,8 @@ pub type Telegram = Handle<Status>;
 pub(crate) struct Inner {
     settings: TelegramSettings,
     store: Store,
-    /// The bot once the Bot API accepted its token on this daemon (the node that polls); the
-    /// outbox's lanes wait for it.
+    /// The channel's status, and the bot once the Bot API accepted its token on this daemon
+    /// (the node that polls); the outbox's lanes wait for it.
     link: Arc<Link<Status, client::Bot>>,
     /// When each chat may be written to next: Telegram's per-chat rates (see `send`).
     pace: tokio::sync::Mutex<std::collections::HashMap<i64, tokio::time::Instant>>,
