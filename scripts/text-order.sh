@@ -13,11 +13,20 @@
 # empty on 2 cores, a few minutes each when only the link is left) and a minute or two of
 # valgrind. TEXT_ORDER_BINS="DEFAULT NODEFAULT" records from binaries
 # already built with `HERMES_KEEP_SYMBOLS=1 cargo build --release` instead of building them.
+#
+# `scripts/text-order.sh --check` records nothing: it says how many of the file's functions the
+# two builds of today's code still define, and exits 1 below TEXT_ORDER_MIN percent (default
+# 90): the file is stale, record it again. Needs only nm and the two builds.
 set -euo pipefail
+
+check=false
+[ "${1:-}" = --check ] && check=true
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-for tool in valgrind python3 curl nm; do
+tools=(valgrind python3 curl nm)
+$check && tools=(python3 nm)
+for tool in "${tools[@]}"; do
     command -v "$tool" >/dev/null || {
         echo "text-order: $tool is missing (apt-get install -y valgrind python3 curl binutils)" >&2
         exit 1
@@ -48,6 +57,22 @@ else
         cp "$target/release/hermes-agent" "$work/hermes-agent-$features"
         bins+=("$work/hermes-agent-$features")
     done
+fi
+
+if $check; then
+    for bin in "${bins[@]}"; do
+        nm --defined-only "$bin" | awk '$2 ~ /^[tTwW]$/ { print $3 }'
+    done | sort -u > "$work/defined"
+    sort -u scripts/text-order.txt > "$work/ordered"
+    total=$(wc -l < "$work/ordered")
+    found=$(comm -12 "$work/ordered" "$work/defined" | wc -l)
+    percent=$((total ? found * 100 / total : 0))
+    echo "text-order: $found of $total functions in scripts/text-order.txt are defined by today's builds ($percent %)"
+    if [ "$percent" -lt "${TEXT_ORDER_MIN:-90}" ]; then
+        echo "text-order: the order file is stale; run scripts/text-order.sh to record it again" >&2
+        exit 1
+    fi
+    exit 0
 fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
