@@ -138,6 +138,9 @@ port_free() {
     "$VENV/bin/python" - "$PORT" <<'PY'
 import socket, sys
 s = socket.socket()
+# As the server (uvicorn) binds: a port whose last connections linger in TIME_WAIT after a
+# server that just stopped is free, not taken.
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 try:
     s.bind(("127.0.0.1", int(sys.argv[1])))
 except OSError as e:
