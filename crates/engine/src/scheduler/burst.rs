@@ -7,11 +7,12 @@
 //! Owns: choosing the burst and its few statements. Must not: decide anything the one-job
 //! path decides differently (the run row, the log line and the run itself are the same).
 
-use super::Scheduler;
 use super::fire::{LOOP_SLACK, Started, firing_token};
 use super::schedule::ZonedSchedule;
+use super::{JobTask, Scheduler};
 use chrono::{DateTime, Utc};
 use hermes_store::{BurstClaim, Job, StoreError};
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// How long the pass took before the burst: reading the due jobs, choosing the burst.
@@ -57,26 +58,68 @@ impl Scheduler {
         burst: Vec<(Job, BurstClaim)>,
         lead: Lead,
     ) -> Result<(usize, Vec<Job>), StoreError> {
-        let store = &self.inner.store;
         let began = Instant::now();
+        let (claimed, left) = self.claim_burst(burst).await?;
+        let claim_ms = ms(began.elapsed());
+        let left = self.still_due(left).await;
+        let count = claimed.len();
+        let created_from = Instant::now();
+        let started = self.create_burst_tasks(claimed).await?;
+        let create_ms = ms(created_from.elapsed());
+        let recorded_from = Instant::now();
+        let fired = self.record_burst_runs(started).await?;
+        // Where a late burst's time went (the fire-time error is roughly their sum).
+        tracing::info!(
+            jobs = count,
+            read_ms = ms(lead.read),
+            split_ms = ms(lead.split),
+            claim_ms,
+            create_ms,
+            record_ms = ms(recorded_from.elapsed()),
+            "job burst fired"
+        );
+        for started in fired {
+            tracing::info!(job = %started.job.id, outcome = "fired", task = %started.task.id(),
+                run = started.run_id, reason = "schedule", "job firing");
+            self.count_firing(
+                hermes_store::RunOutcome::Fired,
+                1,
+                Some(started.scheduled_at),
+            );
+            let me = self.clone();
+            self.spawn(async move { me.finish(started).await });
+        }
+        Ok((count, left))
+    }
+
+    /// Claim the burst's jobs in one statement: those claimed with their claims, and the
+    /// others.
+    async fn claim_burst(
+        &self,
+        burst: Vec<(Job, BurstClaim)>,
+    ) -> Result<(Vec<(Job, BurstClaim)>, Vec<Job>), StoreError> {
         let claims: Vec<BurstClaim> = burst.iter().map(|(_, c)| c.clone()).collect();
-        let claimed: std::collections::HashSet<String> = store
+        let claimed: HashSet<String> = self
+            .inner
+            .store
             .jobs()
             .claim_burst(&claims)
             .await?
             .into_iter()
             .collect();
-        let claim_ms = ms(began.elapsed());
         let (claimed, left): (Vec<_>, Vec<_>) = burst
             .into_iter()
             .partition(|(job, _)| claimed.contains(&job.id));
-        let left = self
-            .still_due(left.into_iter().map(|(job, _)| job).collect())
-            .await;
+        Ok((claimed, left.into_iter().map(|(job, _)| job).collect()))
+    }
 
-        let count = claimed.len();
+    /// The claimed jobs' tasks, created together; a job whose task could not be created is
+    /// unlocked and its run recorded failed.
+    async fn create_burst_tasks(
+        &self,
+        claimed: Vec<(Job, BurstClaim)>,
+    ) -> Result<Vec<(Job, BurstClaim, Box<dyn JobTask>)>, StoreError> {
         let jobs: Vec<Job> = claimed.iter().map(|(job, _)| job.clone()).collect();
-        let created_from = Instant::now();
         // Per job, its task or the words its failed run will record.
         let tasks: Vec<Result<_, String>> = match self.inner.runner.create_many(&jobs).await {
             Ok(tasks) => tasks
@@ -91,63 +134,57 @@ impl Scheduler {
             match task {
                 Ok(task) => started.push((job, claim, task)),
                 Err(e) => {
+                    let store = &self.inner.store;
                     store.jobs().release_lock(&job.id, &claim.holder).await?;
                     let reason = format!("could not create the task: {e}");
                     self.record_failed_start(&job, claim.due, reason).await?;
                 }
             }
         }
-        let create_ms = ms(created_from.elapsed());
-        let recorded_from = Instant::now();
+        Ok(started)
+    }
+
+    /// Record the started jobs' runs `fired` in one statement: each job's firing, to finish as
+    /// the one-job path does. When the runs cannot be recorded, the tasks are ended unrun.
+    async fn record_burst_runs(
+        &self,
+        started: Vec<(Job, BurstClaim, Box<dyn JobTask>)>,
+    ) -> Result<Vec<Started>, StoreError> {
+        let store = &self.inner.store;
         let pairs: Vec<(BurstClaim, String)> = started
             .iter()
             .map(|(_, claim, task)| (claim.clone(), task.id().to_string()))
             .collect();
-        let runs: std::collections::HashMap<String, i64> =
-            match store.jobs().start_burst(&pairs).await {
-                Ok(runs) => runs.into_iter().collect(),
-                Err(e) => {
-                    // The tasks exist; without run rows nothing would deliver their answers or
-                    // record their end: end them unrun, and free the jobs rather than leave them
-                    // locked until a restart.
-                    let why = super::fire::abandoned(&e);
-                    for (job, claim, task) in started {
-                        let task_id = task.id().to_string();
-                        task.abandon(why.clone()).await;
-                        let _ = store.jobs().release_lock(&job.id, &claim.holder).await;
-                        let _ = store.jobs().release_lock(&job.id, &task_id).await;
-                    }
-                    return Err(e);
+        let runs: HashMap<String, i64> = match store.jobs().start_burst(&pairs).await {
+            Ok(runs) => runs.into_iter().collect(),
+            Err(e) => {
+                // The tasks exist; without run rows nothing would deliver their answers or
+                // record their end: end them unrun, and free the jobs rather than leave them
+                // locked until a restart.
+                let why = super::fire::abandoned(&e);
+                for (job, claim, task) in started {
+                    let task_id = task.id().to_string();
+                    task.abandon(why.clone()).await;
+                    let _ = store.jobs().release_lock(&job.id, &claim.holder).await;
+                    let _ = store.jobs().release_lock(&job.id, &task_id).await;
                 }
-            };
-        // Where a late burst's time went (the fire-time error is roughly their sum).
-        tracing::info!(
-            jobs = count,
-            read_ms = ms(lead.read),
-            split_ms = ms(lead.split),
-            claim_ms,
-            create_ms,
-            record_ms = ms(recorded_from.elapsed()),
-            "job burst fired"
-        );
+                return Err(e);
+            }
+        };
+        let mut fired = Vec::with_capacity(started.len());
         for (job, claim, task) in started {
             let Some(&run_id) = runs.get(&job.id) else {
                 tracing::error!(job = %job.id, task = %task.id(), "the burst recorded no run for this job");
                 continue;
             };
-            tracing::info!(job = %job.id, outcome = "fired", task = %task.id(), run = run_id,
-                reason = "schedule", "job firing");
-            self.count_firing(hermes_store::RunOutcome::Fired, 1, Some(claim.due));
-            let me = self.clone();
-            let started = Started {
+            fired.push(Started {
                 job,
                 run_id,
                 task,
                 scheduled_at: claim.due,
-            };
-            self.spawn(async move { me.finish(started).await });
+            });
         }
-        Ok((count, left))
+        Ok(fired)
     }
 }
 
@@ -168,7 +205,7 @@ impl Scheduler {
                 return left;
             }
         };
-        let now: std::collections::HashMap<String, Option<DateTime<Utc>>> =
+        let now: HashMap<String, Option<DateTime<Utc>>> =
             jobs.into_iter().map(|j| (j.id, j.next_run_at)).collect();
         left.into_iter()
             .filter(|job| now.get(&job.id) == Some(&job.next_run_at))
