@@ -524,39 +524,8 @@ impl Gateway {
                 tracing::warn!(profile = profile_name, model = %profile.model, %warning, "model output looked like a tool call but could not be read");
             }
         }
-        let usage = match (
-            response
-                .pointer("/usage/prompt_tokens")
-                .and_then(Value::as_u64),
-            response
-                .pointer("/usage/completion_tokens")
-                .and_then(Value::as_u64),
-        ) {
-            (Some(prompt), Some(completion)) => Usage {
-                prompt_tokens: clamp_u32(prompt),
-                completion_tokens: clamp_u32(completion),
-                estimated: false,
-            },
-            _ => Usage {
-                prompt_tokens: estimate_tokens(request_body),
-                completion_tokens: estimate_completion(&parsed.content, &parsed.tool_calls),
-                estimated: true,
-            },
-        };
-        let text = |field: &str| {
-            response
-                .get(field)
-                .and_then(Value::as_str)
-                .filter(|v| !v.trim().is_empty())
-                .map(|v| redact(v, &profile.api_key))
-        };
-        let served = Served {
-            profile: profile_name.to_string(),
-            requested: profile.model.clone(),
-            model: text("model"),
-            fingerprint: text("system_fingerprint"),
-            identity: None,
-        };
+        let usage = usage_of(&response, request_body, &parsed.content, &parsed.tool_calls);
+        let served = served_by(&response, profile_name, profile);
         self.identities
             .reported(profile_name, served.model.as_deref());
         Ok(ModelReply {
@@ -569,6 +538,45 @@ impl Gateway {
             native_calls,
             served,
         })
+    }
+}
+
+/// The tokens a reply reports, or estimated from the request and the reply when it reports none.
+fn usage_of(response: &Value, request_body: &str, content: &str, calls: &[ToolCall]) -> Usage {
+    let reported = |field: &str| response.pointer(field).and_then(Value::as_u64);
+    match (
+        reported("/usage/prompt_tokens"),
+        reported("/usage/completion_tokens"),
+    ) {
+        (Some(prompt), Some(completion)) => Usage {
+            prompt_tokens: clamp_u32(prompt),
+            completion_tokens: clamp_u32(completion),
+            estimated: false,
+        },
+        _ => Usage {
+            prompt_tokens: estimate_tokens(request_body),
+            completion_tokens: estimate_completion(content, calls),
+            estimated: true,
+        },
+    }
+}
+
+/// Who answered: the profile asked, and the model and fingerprint the reply names (redacted,
+/// as any server text).
+fn served_by(response: &Value, profile_name: &str, profile: &Profile) -> Served {
+    let text = |field: &str| {
+        response
+            .get(field)
+            .and_then(Value::as_str)
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| redact(v, &profile.api_key))
+    };
+    Served {
+        profile: profile_name.to_string(),
+        requested: profile.model.clone(),
+        model: text("model"),
+        fingerprint: text("system_fingerprint"),
+        identity: None,
     }
 }
 
