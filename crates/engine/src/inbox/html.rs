@@ -10,8 +10,8 @@
 //! ego-tree's iterative traversal: a mail nesting elements deeply cannot exhaust the stack.
 //! Quoted mail (`<blockquote>`) comes out with `> ` so the quote stripper takes it off.
 
-use ego_tree::NodeId;
 use ego_tree::iter::Edge;
+use ego_tree::{NodeId, NodeRef};
 use scraper::{Html, Node, Selector};
 use std::collections::HashSet;
 
@@ -63,98 +63,117 @@ pub(crate) fn visible_text(html: &str) -> Option<String> {
         return None;
     }
     let doc = Html::parse_document(html);
-    let hidden_by_rules = hidden_by_style_sheets(&doc)?;
-    let mut out = Lines::default();
-    // The element whose subtree is being skipped, if any.
-    let mut skipping: Option<NodeId> = None;
-    // Colours set on the open elements: the innermost applies.
-    let mut inks: Vec<(NodeId, Rgba)> = Vec::new();
-    let mut grounds: Vec<(NodeId, Rgba)> = Vec::new();
+    let mut reader = Reader {
+        hidden_by_rules: hidden_by_style_sheets(&doc)?,
+        out: Lines::default(),
+        skipping: None,
+        inks: Vec::new(),
+        grounds: Vec::new(),
+    };
     for edge in doc.tree.root().traverse() {
         match edge {
-            Edge::Open(node) => {
-                if skipping.is_some() {
-                    continue;
-                }
-                match node.value() {
-                    Node::Element(el) => {
-                        let name = el.name();
-                        let style = declarations(el.attr("style").unwrap_or_default());
-                        if NEVER_SHOWN.contains(&name)
-                            || el.attr("hidden").is_some()
-                            || hides(&style)
-                            || hidden_by_rules.contains(&node.id())
-                        {
-                            skipping = Some(node.id());
-                            continue;
-                        }
-                        let ink = style
-                            .iter()
-                            .find(|(k, _)| k == "color")
-                            .and_then(|(_, v)| colour(v))
-                            .or_else(|| el.attr("color").and_then(colour));
-                        let ground =
-                            background(&style).or_else(|| el.attr("bgcolor").and_then(colour));
-                        if let Some(c) = ink {
-                            inks.push((node.id(), c));
-                        }
-                        if let Some(c) = ground {
-                            grounds.push((node.id(), c));
-                        }
-                        if name == "blockquote" {
-                            out.break_line();
-                            out.quote += 1;
-                        } else if name == "p" {
-                            out.paragraph();
-                        } else if BLOCKS.contains(&name) {
-                            out.break_line();
-                        } else if name == "td" || name == "th" {
-                            out.space();
-                        }
-                    }
-                    Node::Text(t) => {
-                        let ink = inks.last().map_or(INK, |(_, c)| *c);
-                        let ground = grounds.last().map_or(PAGE, |(_, c)| *c);
-                        if ink.invisible_on(ground) {
-                            out.space();
-                        } else {
-                            out.text(t);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            Edge::Close(node) => {
-                if let Some(id) = skipping {
-                    if id == node.id() {
-                        skipping = None;
-                        // Text either side of a hidden element stays apart.
-                        out.space();
-                    }
-                    continue;
-                }
-                let Node::Element(el) = node.value() else {
-                    continue;
-                };
-                if inks.last().is_some_and(|(id, _)| *id == node.id()) {
-                    inks.pop();
-                }
-                if grounds.last().is_some_and(|(id, _)| *id == node.id()) {
-                    grounds.pop();
-                }
-                let name = el.name();
-                if name == "blockquote" {
-                    out.break_line();
-                    out.quote = out.quote.saturating_sub(1);
-                } else if name == "p" {
-                    out.paragraph();
-                } else if name != "br" && name != "hr" && BLOCKS.contains(&name) {
-                    out.break_line();
-                }
-            }
+            Edge::Open(node) => reader.open(node),
+            Edge::Close(node) => reader.close(node),
         }
     }
-    Some(out.finish())
+    Some(reader.out.finish())
+}
+
+/// A walk through a document: the text shown so far, and what the walk is inside of.
+struct Reader {
+    /// The elements the document's style sheets hide.
+    hidden_by_rules: HashSet<NodeId>,
+    out: Lines,
+    /// The element whose subtree is being skipped, if any.
+    skipping: Option<NodeId>,
+    /// Colours set on the open elements: the innermost applies.
+    inks: Vec<(NodeId, Rgba)>,
+    grounds: Vec<(NodeId, Rgba)>,
+}
+
+impl Reader {
+    fn open(&mut self, node: NodeRef<'_, Node>) {
+        if self.skipping.is_some() {
+            return;
+        }
+        match node.value() {
+            Node::Element(el) => {
+                let name = el.name();
+                let style = declarations(el.attr("style").unwrap_or_default());
+                if NEVER_SHOWN.contains(&name)
+                    || el.attr("hidden").is_some()
+                    || hides(&style)
+                    || self.hidden_by_rules.contains(&node.id())
+                {
+                    self.skipping = Some(node.id());
+                    return;
+                }
+                let ink = style
+                    .iter()
+                    .find(|(k, _)| k == "color")
+                    .and_then(|(_, v)| colour(v))
+                    .or_else(|| el.attr("color").and_then(colour));
+                let ground = background(&style).or_else(|| el.attr("bgcolor").and_then(colour));
+                if let Some(c) = ink {
+                    self.inks.push((node.id(), c));
+                }
+                if let Some(c) = ground {
+                    self.grounds.push((node.id(), c));
+                }
+                let out = &mut self.out;
+                if name == "blockquote" {
+                    out.break_line();
+                    out.quote += 1;
+                } else if name == "p" {
+                    out.paragraph();
+                } else if BLOCKS.contains(&name) {
+                    out.break_line();
+                } else if name == "td" || name == "th" {
+                    out.space();
+                }
+            }
+            Node::Text(t) => {
+                let ink = self.inks.last().map_or(INK, |(_, c)| *c);
+                let ground = self.grounds.last().map_or(PAGE, |(_, c)| *c);
+                if ink.invisible_on(ground) {
+                    self.out.space();
+                } else {
+                    self.out.text(t);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn close(&mut self, node: NodeRef<'_, Node>) {
+        if let Some(id) = self.skipping {
+            if id == node.id() {
+                self.skipping = None;
+                // Text either side of a hidden element stays apart.
+                self.out.space();
+            }
+            return;
+        }
+        let Node::Element(el) = node.value() else {
+            return;
+        };
+        if self.inks.last().is_some_and(|(id, _)| *id == node.id()) {
+            self.inks.pop();
+        }
+        if self.grounds.last().is_some_and(|(id, _)| *id == node.id()) {
+            self.grounds.pop();
+        }
+        let name = el.name();
+        let out = &mut self.out;
+        if name == "blockquote" {
+            out.break_line();
+            out.quote = out.quote.saturating_sub(1);
+        } else if name == "p" {
+            out.paragraph();
+        } else if name != "br" && name != "hr" && BLOCKS.contains(&name) {
+            out.break_line();
+        }
+    }
 }
 
 /// How deep `html`'s elements nest, estimated from its tags alone (one pass, no tree):
