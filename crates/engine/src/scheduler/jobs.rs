@@ -32,33 +32,9 @@ impl Scheduler {
     /// by a job) is refused unless `scheduler.allow_nested`.
     pub async fn add(&self, req: JobRequest, origin: Origin) -> Result<Job, SchedulerError> {
         let settings = &self.inner.settings;
-        if origin == Origin::Job && !settings.allow_nested {
-            return Err(SchedulerError::NestedNotAllowed);
-        }
-        // Approving calls in advance is a person's decision, never a model's.
-        if matches!(
-            origin,
-            Origin::Model | Origin::Job | Origin::Agent | Origin::Mcp
-        ) && !req.pre_approved.is_empty()
-        {
-            return Err(SchedulerError::Invalid(
-                "pre_approved can only be set by a person (the API, the CLI, the dashboard)".into(),
-            ));
-        }
+        self.check_origin(&req, origin)?;
         let pre_approved = check_globs(&req.pre_approved)?;
-        let task = req.task.trim();
-        if task.is_empty() {
-            return Err(SchedulerError::Invalid(
-                "the task is empty; say what the job should do at each firing".into(),
-            ));
-        }
-        let chars = task.chars().count();
-        if chars > MAX_TASK_CHARS {
-            return Err(SchedulerError::TaskTooLong {
-                chars,
-                max: MAX_TASK_CHARS,
-            });
-        }
+        let task = task_text(&req.task)?;
         let zone = req
             .timezone
             .as_deref()
@@ -70,19 +46,7 @@ impl Scheduler {
             ZonedSchedule::validate(&req.schedule, zone, now, settings.min_interval_s)?;
         let notify = self.check_channels(&req.notify)?;
         if let Some(p) = &req.precheck {
-            check_precheck(p)?;
-            let tool = p.get("tool").and_then(Value::as_str).unwrap_or_default();
-            let args = p
-                .get("arguments")
-                .cloned()
-                .unwrap_or_else(|| Value::Object(Default::default()));
-            self.inner
-                .runner
-                .check_precheck(tool, &args)
-                .await
-                .map_err(|why| {
-                    SchedulerError::Invalid(format!("the precheck cannot run: {why}"))
-                })?;
+            self.check_precheck_runs(p).await?;
         }
         self.check_profile(req.profile.as_deref())?;
         let name = match req.name.as_deref().map(str::trim) {
@@ -116,6 +80,42 @@ impl Scheduler {
             timezone = %job.timezone, %origin, next_run_at = %first, "job created");
         self.wake();
         Ok(job)
+    }
+
+    /// Who may ask for what: a job's task makes no job unless `scheduler.allow_nested`, and
+    /// approving calls in advance is a person's decision, never a model's.
+    fn check_origin(&self, req: &JobRequest, origin: Origin) -> Result<(), SchedulerError> {
+        if origin == Origin::Job && !self.inner.settings.allow_nested {
+            return Err(SchedulerError::NestedNotAllowed);
+        }
+        if matches!(
+            origin,
+            Origin::Model | Origin::Job | Origin::Agent | Origin::Mcp
+        ) && !req.pre_approved.is_empty()
+        {
+            return Err(SchedulerError::Invalid(
+                "pre_approved can only be set by a person (the API, the CLI, the dashboard)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A precheck of the right shape that the runner would run with no model and no person.
+    async fn check_precheck_runs(&self, precheck: &Value) -> Result<(), SchedulerError> {
+        check_precheck(precheck)?;
+        let tool = precheck
+            .get("tool")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let args = precheck
+            .get("arguments")
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Default::default()));
+        self.inner
+            .runner
+            .check_precheck(tool, &args)
+            .await
+            .map_err(|why| SchedulerError::Invalid(format!("the precheck cannot run: {why}")))
     }
 
     /// The channels named, each configured, without repeats.
@@ -338,6 +338,24 @@ fn check_precheck(p: &Value) -> Result<(), SchedulerError> {
             "precheck must be {\"tool\": NAME, \"arguments\": {...}}".into(),
         ))
     }
+}
+
+/// A job's task, trimmed: something to do, and not longer than any task may be.
+fn task_text(task: &str) -> Result<&str, SchedulerError> {
+    let task = task.trim();
+    if task.is_empty() {
+        return Err(SchedulerError::Invalid(
+            "the task is empty; say what the job should do at each firing".into(),
+        ));
+    }
+    let chars = task.chars().count();
+    if chars > MAX_TASK_CHARS {
+        return Err(SchedulerError::TaskTooLong {
+            chars,
+            max: MAX_TASK_CHARS,
+        });
+    }
+    Ok(task)
 }
 
 /// A job without a name is named after the start of its task.
