@@ -4,7 +4,7 @@
 //! Owns: every semantic rule of a chat account's settings. Must not: read files or the
 //! environment, or reach a chat server (`doctor` does).
 
-use super::channels::{MatrixTarget, is_bot_token, is_matrix_id};
+use super::channels::{MatrixSettings, MatrixTarget, is_bot_token, is_matrix_id};
 use super::settings::Settings;
 use super::validate::{Violation, bad, is_loopback, positive};
 
@@ -89,36 +89,7 @@ impl Settings {
                 "lists the agent's own account; its own messages are never instructions",
             );
         }
-        for (name, value) in &m.rooms {
-            let key = format!("channels.matrix.rooms.{name}");
-            if !is_target_name(name) {
-                return bad(
-                    key,
-                    "a room's name is letters, digits, '-' and '_' (it is used as matrix:NAME)",
-                );
-            }
-            match m.target(name) {
-                Some(MatrixTarget::User(user)) if m.allowed(user).is_none() => {
-                    return bad(
-                        key,
-                        format!(
-                            "'{user}' is not in channels.matrix.allow_from; the agent opens a direct \
-                             room only with someone who may instruct it"
-                        ),
-                    );
-                }
-                Some(_) => {}
-                None => {
-                    return bad(
-                        key,
-                        format!(
-                            "'{value}' is neither a user id (@me:example.org) nor a room id \
-                             (!abcdef:example.org); a room alias (#room) is not accepted"
-                        ),
-                    );
-                }
-            }
-        }
+        validate_rooms(m)?;
         positive(&k("max_tasks_per_hour"), m.max_tasks_per_hour.into())
     }
 
@@ -297,4 +268,40 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
+}
+
+/// Each of `channels.matrix.rooms`: a name usable as `matrix:NAME`, and a room id, or a person
+/// who may instruct the agent (the agent opens a direct room only with such a person).
+fn validate_rooms(m: &MatrixSettings) -> Result<(), Violation> {
+    for (name, value) in &m.rooms {
+        let key = format!("channels.matrix.rooms.{name}");
+        if !is_target_name(name) {
+            return bad(
+                key,
+                "a room's name is letters, digits, '-' and '_' (it is used as matrix:NAME)",
+            );
+        }
+        match m.target(name) {
+            Some(MatrixTarget::User(user)) if m.allowed(user).is_none() => {
+                return bad(
+                    key,
+                    format!(
+                        "'{user}' is not in channels.matrix.allow_from; the agent opens a direct \
+                         room only with someone who may instruct it"
+                    ),
+                );
+            }
+            Some(_) => {}
+            None => {
+                return bad(
+                    key,
+                    format!(
+                        "'{value}' is neither a user id (@me:example.org) nor a room id \
+                         (!abcdef:example.org); a room alias (#room) is not accepted"
+                    ),
+                );
+            }
+        }
+    }
+    Ok(())
 }
