@@ -19,10 +19,7 @@ use super::error::{ProbeError, body_detail, connect_hint, redact, settings_place
 use super::failure::RETRY_AFTER_CEILING;
 use super::failure::{ERROR_BODY_CHARS, Failure, parse_retry_after};
 use super::wire;
-use super::{
-    LlmError, Message, ModelReply, Served, ToolCall, ToolSpec, Toolset, Usage, estimate_tokens,
-    parse,
-};
+use super::{LlmError, Message, ModelReply, Served, ToolSpec, Toolset, Usage, parse};
 use hermes_config::{ConfigSource, ModelSettings, Profile, ToolMode};
 use hermes_store::util::lock;
 use hermes_store::util::{Backoff, RetryPolicy};
@@ -524,7 +521,7 @@ impl Gateway {
                 tracing::warn!(profile = profile_name, model = %profile.model, %warning, "model output looked like a tool call but could not be read");
             }
         }
-        let usage = usage_of(&response, request_body, &parsed.content, &parsed.tool_calls);
+        let usage = Usage::of_reply(&response, request_body, &parsed.content, &parsed.tool_calls);
         let served = served_by(&response, profile_name, profile);
         self.identities
             .reported(profile_name, served.model.as_deref());
@@ -538,26 +535,6 @@ impl Gateway {
             native_calls,
             served,
         })
-    }
-}
-
-/// The tokens a reply reports, or estimated from the request and the reply when it reports none.
-fn usage_of(response: &Value, request_body: &str, content: &str, calls: &[ToolCall]) -> Usage {
-    let reported = |field: &str| response.pointer(field).and_then(Value::as_u64);
-    match (
-        reported("/usage/prompt_tokens"),
-        reported("/usage/completion_tokens"),
-    ) {
-        (Some(prompt), Some(completion)) => Usage {
-            prompt_tokens: clamp_u32(prompt),
-            completion_tokens: clamp_u32(completion),
-            estimated: false,
-        },
-        _ => Usage {
-            prompt_tokens: estimate_tokens(request_body),
-            completion_tokens: estimate_completion(content, calls),
-            estimated: true,
-        },
     }
 }
 
@@ -578,18 +555,6 @@ fn served_by(response: &Value, profile_name: &str, profile: &Profile) -> Served 
         fingerprint: text("system_fingerprint"),
         identity: None,
     }
-}
-
-fn clamp_u32(n: u64) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
-}
-
-fn estimate_completion(content: &str, calls: &[ToolCall]) -> u32 {
-    let mut total = estimate_tokens(content);
-    for call in calls {
-        total += estimate_tokens(&call.name) + estimate_tokens(&call.arguments.to_string());
-    }
-    total
 }
 
 /// `{base_url}/chat/completions`, whether or not the configured URL ends in a slash.

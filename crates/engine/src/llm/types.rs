@@ -95,6 +95,39 @@ pub struct Usage {
     pub estimated: bool,
 }
 
+impl Usage {
+    /// The tokens a reply reports, or estimated from the request and the reply when it reports
+    /// none.
+    pub(crate) fn of_reply(
+        response: &serde_json::Value,
+        request_body: &str,
+        content: &str,
+        calls: &[ToolCall],
+    ) -> Usage {
+        let reported = |field: &str| response.pointer(field).and_then(serde_json::Value::as_u64);
+        let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        match (
+            reported("/usage/prompt_tokens"),
+            reported("/usage/completion_tokens"),
+        ) {
+            (Some(prompt), Some(completion)) => Usage {
+                prompt_tokens: clamp(prompt),
+                completion_tokens: clamp(completion),
+                estimated: false,
+            },
+            _ => Usage {
+                prompt_tokens: estimate_tokens(request_body),
+                completion_tokens: calls.iter().fold(estimate_tokens(content), |total, call| {
+                    total
+                        + estimate_tokens(&call.name)
+                        + estimate_tokens(&call.arguments.to_string())
+                }),
+                estimated: true,
+            },
+        }
+    }
+}
+
 /// The model's reply to one request.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ModelReply {

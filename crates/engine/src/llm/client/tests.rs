@@ -1,4 +1,5 @@
 use super::*;
+use crate::llm::ToolCall;
 use serde_json::json;
 
 fn profile() -> Profile {
