@@ -195,6 +195,15 @@ async fn a_primary_killed_mid_task_hands_the_rest_of_the_task_to_the_fallback() 
     assert_eq!(backup.requests()[0]["model"], "backup-m");
 }
 
+/// The trace row of a task's first model call.
+fn first_model_row(record: &hermes_store::TaskRecord) -> &hermes_store::Step {
+    record
+        .steps
+        .iter()
+        .find(|s| s.row.kind == StepKind::Model)
+        .expect("a model row")
+}
+
 /// The identity of a profile as the store has it now.
 async fn current(store: &Store, profile: &str) -> Option<String> {
     let status = store.models().status(profile).await.expect("status");
@@ -259,11 +268,7 @@ async fn a_server_answering_as_another_model_holds_the_jobs_until_an_eval_passes
     *version.lock().expect("version") = "v2";
     model.report_model("smollm2-v2");
     let record = common::run_task(&t, "hello").await;
-    let step = record
-        .steps
-        .iter()
-        .find(|s| s.row.kind == StepKind::Model)
-        .expect("a model row");
+    let step = first_model_row(&record);
     assert_eq!(step.row.model.as_deref(), Some("smollm2-v2"));
 
     eventually("the job held for the model change", || async {
@@ -536,11 +541,7 @@ async fn an_ollama_server_whose_weights_change_under_one_name_is_told_by_its_dig
             .is_none()
     );
     let record = common::run_task(&t, "hello").await;
-    let step = record
-        .steps
-        .iter()
-        .find(|s| s.row.kind == StepKind::Model)
-        .expect("a model row");
+    let step = first_model_row(&record);
     assert_eq!(step.row.fingerprint.as_deref(), Some("fp_first"));
     assert_eq!(step.row.identity.as_deref(), Some(first.key().as_str()));
 
