@@ -120,22 +120,7 @@ impl Inner {
                 None => Ok(()),
             }
         };
-        let subject = match &m.kind {
-            ChatKind::Text(body) => hermes_store::util::text::one_line(body, 300),
-            ChatKind::Reaction { key, .. } => format!("reaction {key}"),
-            ChatKind::Pressed { data, .. } => format!("button {data}"),
-            ChatKind::Undecryptable(why) => format!("[cannot be decrypted: {why}]"),
-        };
-        let mut mail = NewInboxMessage {
-            channel: m.channel,
-            room: Some(m.room.clone()),
-            thread_root: None,
-            message_id: Some(m.event_id.clone()),
-            digest: None,
-            sender: m.sender.clone(),
-            subject,
-            refs: None,
-        };
+        let mut mail = inbox_row(m);
         let known = match &m.kind {
             ChatKind::Undecryptable(_) => self.store.inbox().seen(place, &mail).await?,
             // Its undecryptable record is not this message read: the key came since, and
@@ -323,6 +308,27 @@ pub(crate) fn reply_lane(channel: Channel) -> &'static str {
         Channel::Telegram => crate::notify::TELEGRAM,
         Channel::Matrix => crate::notify::MATRIX,
         Channel::Email => crate::notify::EMAIL,
+    }
+}
+
+/// A chat message's inbox row before it is decided: its thread is filled in once known. The
+/// subject is a line of what it says, for the dashboard and the trace.
+fn inbox_row(m: &ChatMessage) -> NewInboxMessage {
+    let subject = match &m.kind {
+        ChatKind::Text(body) => hermes_store::util::text::one_line(body, 300),
+        ChatKind::Reaction { key, .. } => format!("reaction {key}"),
+        ChatKind::Pressed { data, .. } => format!("button {data}"),
+        ChatKind::Undecryptable(why) => format!("[cannot be decrypted: {why}]"),
+    };
+    NewInboxMessage {
+        channel: m.channel,
+        room: Some(m.room.clone()),
+        thread_root: None,
+        message_id: Some(m.event_id.clone()),
+        digest: None,
+        sender: m.sender.clone(),
+        subject,
+        refs: None,
     }
 }
 

@@ -18,11 +18,11 @@ use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
@@ -143,23 +143,8 @@ pub async fn serve(
     let mut shutdown = pin!(shutdown);
     let (mut full, mut failing) = (Once::default(), Once::default());
     loop {
-        let slot = match slots.clone().try_acquire_owned() {
-            Ok(slot) => slot,
-            Err(_) => {
-                if full.due() {
-                    tracing::warn!(
-                        "{} connections are open (server.max_connections); new connections wait until one closes",
-                        limits.max_connections
-                    );
-                }
-                tokio::select! {
-                    slot = slots.clone().acquire_owned() => match slot {
-                        Ok(slot) => slot,
-                        Err(_) => break,
-                    },
-                    () = &mut shutdown => break,
-                }
-            }
+        let Some(slot) = free_slot(&slots, limits.max_connections, &mut full, shutdown.as_mut()).await else {
+            break;
         };
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -208,6 +193,28 @@ pub async fn serve(
     conns.close();
     conns.wait().await;
     Ok(())
+}
+
+/// A connection slot, at once or when one closes (said once per burst); `None`: shutting down.
+async fn free_slot(
+    slots: &Arc<Semaphore>,
+    cap: usize,
+    full: &mut Once,
+    shutdown: Pin<&mut impl Future<Output = ()>>,
+) -> Option<OwnedSemaphorePermit> {
+    if let Ok(slot) = slots.clone().try_acquire_owned() {
+        return Some(slot);
+    }
+    if full.due() {
+        tracing::warn!(
+            "{} connections are open (server.max_connections); new connections wait until one closes",
+            cap
+        );
+    }
+    tokio::select! {
+        slot = slots.clone().acquire_owned() => slot.ok(),
+        () = shutdown => None,
+    }
 }
 
 /// Errors of one connection that was reset before it was accepted; the listener is fine.

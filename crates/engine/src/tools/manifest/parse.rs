@@ -131,7 +131,30 @@ pub fn parse(
         (None, Some(h)) => http(h.value, env, &properties, &site)?,
     };
     let approval_required = raw.approval.map(|a| a.value) == Some(Approval::Required);
-    let (widening, required) = match raw.sandbox {
+    let sandbox = sandbox_policy(raw.sandbox, &action, env, &site)?;
+    Ok(ManifestTool {
+        info: ToolInfo {
+            timeout,
+            approval_required,
+            ..ToolInfo::new(name, description, parameters)
+        },
+        name_line,
+        keep_fields: raw.keep_fields,
+        action,
+        source: path.to_path_buf(),
+        sandbox,
+    })
+}
+
+/// The tool's sandbox: what the manifest widens (or requires), plus its own files — the
+/// manifest's folder, the program, and any script a fixed argument names.
+fn sandbox_policy(
+    raw_sandbox: Option<Spanned<RawSandbox>>,
+    action: &Action,
+    env: &HashMap<String, String>,
+    site: &Site,
+) -> Result<Policy, ManifestError> {
+    let (widening, required) = match raw_sandbox {
         None => (Widening::default(), false),
         Some(s) => match s.value {
             RawSandbox::Word(SandboxWord::Required) => (Widening::default(), true),
@@ -152,12 +175,12 @@ pub fn parse(
         &widening,
         required,
         env.get("HOME").map(Path::new),
-        path.display().to_string(),
+        site.path.display().to_string(),
     );
-    if let Some(dir) = path.parent() {
+    if let Some(dir) = site.path.parent() {
         sandbox.own_dir(&std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()));
     }
-    if let Action::Command { program, args, .. } = &action {
+    if let Action::Command { program, args, .. } = action {
         sandbox.own_program(program, env.get("PATH").map(String::as_str));
         // A fixed argument naming a file (a script the program runs) is the tool's own too.
         for a in args.iter().filter_map(Template::literal) {
@@ -170,18 +193,7 @@ pub fn parse(
             }
         }
     }
-    Ok(ManifestTool {
-        info: ToolInfo {
-            timeout,
-            approval_required,
-            ..ToolInfo::new(name, description, parameters)
-        },
-        name_line,
-        keep_fields: raw.keep_fields,
-        action,
-        source: path.to_path_buf(),
-        sandbox,
-    })
+    Ok(sandbox)
 }
 
 /// The YAML as raw sections, with `${VAR}` expanded in plain scalars; a syntax error, an

@@ -22,8 +22,6 @@ pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: Header
     let meaning_away = s.memory.as_ref().and_then(LongTerm::meaning_trouble);
     // Down, or messages arrive that cannot be decrypted: said, never green.
     let mut matrix = s.matrix.status();
-    // Asked once (a wrong token counts against the sender), and only when there is a place
-    // to name.
     // A channel down says why in words that can name the homeserver, the account or the data
     // dir (standing by names nothing).
     let matrix_down =
@@ -33,6 +31,8 @@ pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: Header
     let telegram_down = telegram.state == hermes_engine::channels::State::Down
         && telegram.error.is_some()
         && !telegram.protocol.revoked;
+    // Asked once (a wrong token counts against the sender), and only when there is a place
+    // to name.
     let told = (reading.fault.is_some() || meaning_away.is_some() || matrix_down || telegram_down)
         && knows_the_token(&s, peer, &headers);
     let storage = match reading.fault {
@@ -58,17 +58,13 @@ pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: Header
     };
     // The mailbox comes back by itself; meanwhile mail waits there, nothing is lost.
     let inbox = s.inbox.health();
-    if matrix_down && !told {
-        matrix.error = Some(
-            "the Matrix channel is not reading; `hermes-agent doctor`, or /healthz with the token, says why"
-                .into(),
-        );
-    }
-    if telegram_down && !told {
-        telegram.error = Some(
-            "the Telegram channel is not reading; `hermes-agent doctor`, or /healthz with the token, says why"
-                .into(),
-        );
+    if !told {
+        if matrix_down {
+            matrix.error = Some(not_reading("Matrix"));
+        }
+        if telegram_down {
+            telegram.error = Some(not_reading("Telegram"));
+        }
     }
     let degraded = reading.fault.is_some()
         || index_trouble.is_some()
@@ -95,6 +91,14 @@ pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: Header
         "sandbox": sandbox_health(s.agent.settings().tools.sandbox),
     }))
     .into_response())
+}
+
+/// What a channel down says to a caller without the token: its own error can name the server,
+/// the account or the data dir.
+fn not_reading(channel: &str) -> String {
+    format!(
+        "the {channel} channel is not reading; `hermes-agent doctor`, or /healthz with the token, says why"
+    )
 }
 
 /// Whether the request carries the server's token (or none is configured). A wrong token

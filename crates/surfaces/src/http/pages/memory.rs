@@ -10,9 +10,9 @@ use crate::http::extract::Id;
 use crate::http::{ApiError, ApiState};
 use axum::extract::State;
 use axum::response::IntoResponse;
-use hermes_engine::memory::{LongTerm, Recalled, ServerState};
+use hermes_engine::memory::{LongTerm, MeaningStatus, Recalled, ServerState};
 use hermes_store::Fact;
-use maud::html;
+use maud::{Markup, html};
 use serde::Deserialize;
 
 /// Facts shown for a search, and most recent facts shown without one.
@@ -50,7 +50,6 @@ pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<SearchQuery>) -> PageResult 
             .map(|r| (r.fact.clone(), Some(r)))
             .collect()
     };
-    // Recall by meaning's state, said where the results are: away means keyword only.
     let meaning = mem.meaning();
     let tz = ctx.tz();
     let body = html! {
@@ -62,19 +61,7 @@ pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<SearchQuery>) -> PageResult 
             }
             button type="submit" { "Search" }
         }
-        @if let Some(m) = &meaning {
-            p.muted #meaning {
-                "Recall by meaning: " (m.model) " · " (m.vectors) " facts embedded · "
-                @match m.server {
-                    ServerState::Ok => "its server answers",
-                    ServerState::Starting => "its server not asked yet",
-                    ServerState::Away => {
-                        "its server is away, so recall is by words only: "
-                        (m.reason.as_deref().unwrap_or(""))
-                    }
-                }
-            }
-        }
+        @if let Some(m) = &meaning { (meaning_line(m)) }
         h2 { @if query.is_empty() { "Most recent facts" } @else { "Found" } }
         @if found.is_empty() {
             p.muted #no-facts { "No facts." }
@@ -103,6 +90,30 @@ pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<SearchQuery>) -> PageResult 
                 }
             } }
         }
+        (add_form(&ctx))
+    };
+    Ok(render(&ctx, "Memory", body).into_response())
+}
+
+/// Recall by meaning's state, said where the results are: away means keyword only.
+fn meaning_line(m: &MeaningStatus) -> Markup {
+    html! {
+        p.muted #meaning {
+            "Recall by meaning: " (m.model) " · " (m.vectors) " facts embedded · "
+            @match m.server {
+                ServerState::Ok => "its server answers",
+                ServerState::Starting => "its server not asked yet",
+                ServerState::Away => {
+                    "its server is away, so recall is by words only: "
+                    (m.reason.as_deref().unwrap_or(""))
+                }
+            }
+        }
+    }
+}
+
+fn add_form(ctx: &Ctx) -> Markup {
+    html! {
         section.card aria-labelledby="h-add" {
             h2 #h-add { "Add a fact" }
             form.stack method="post" action="/memory" {
@@ -114,8 +125,7 @@ pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<SearchQuery>) -> PageResult 
                 button type="submit" { "Remember" }
             }
         }
-    };
-    Ok(render(&ctx, "Memory", body).into_response())
+    }
 }
 
 #[derive(Deserialize)]

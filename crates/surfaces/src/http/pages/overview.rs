@@ -11,7 +11,7 @@ use chrono::{Duration, TimeZone, Utc};
 use chrono_tz::Tz;
 use hermes_engine::scheduler::JobView;
 use hermes_engine::scheduler::{describe_job, upcoming};
-use hermes_store::{Backlog, JobRun, Task, TaskFilter, TaskState, Tokens};
+use hermes_store::{Approval, Backlog, JobRun, ModelChange, Task, TaskFilter, TaskState, Tokens};
 use maud::{Markup, html};
 
 /// Rows per list on the overview; the full lists are a click away.
@@ -36,12 +36,7 @@ pub async fn page(ctx: Ctx) -> PageResult {
         .taskless_run_failures_since(day_ago, ROWS)
         .await?;
     let backlog = store.outbox().backlog().await?;
-    // "Today" is the user's day: midnight in the configured zone.
-    let local_midnight = now.with_timezone(&tz).date_naive().and_hms_opt(0, 0, 0);
-    let midnight = local_midnight
-        .and_then(|m| tz.from_local_datetime(&m).earliest())
-        .map_or(now - Duration::hours(24), |m| m.with_timezone(&Utc));
-    let tokens = store.tasks().tokens_since(midnight).await?;
+    let tokens = store.tasks().tokens_since(midnight(now, tz)).await?;
     let mut firings: Vec<_> = s
         .scheduler
         .list()
@@ -74,21 +69,7 @@ pub async fn page(ctx: Ctx) -> PageResult {
         .collect();
     let body = html! {
         // What only a person can unblock comes first.
-        @if !open.is_empty() {
-            section aria-labelledby="h-approvals" {
-                h2 #h-approvals { a href="/approvals" { "Waiting for your approval" } }
-                (super::approvals::open_list(&ctx, &open, "/"))
-            }
-        }
-        @for c in &changed {
-            p.error-text.model-changed data-profile=(c.profile) {
-                span.badge.busy { "model changed" } " "
-                "Profile " strong { (c.profile) } " now answers with " code { (short(&c.new_identity, 80)) }
-                ", which no eval has verified"
-                @if !c.paused_jobs.is_empty() { " (" (c.paused_jobs.len()) " job(s) held)" }
-                ". " a href="/evals" { "See evals" }
-            }
-        }
+        (waiting_for_you(&ctx, &open, &changed))
         (cards(s, pending_count, tokens, &backlog, tz))
         section aria-labelledby="h-running" {
             h2 #h-running { "Running and pending tasks" }
@@ -104,7 +85,37 @@ pub async fn page(ctx: Ctx) -> PageResult {
     Ok(render(&ctx, "Overview", body).into_response())
 }
 
-/// A compact task table, or `empty` when there are none.
+/// The start of "today", the user's day: midnight in their zone (24 hours ago in the rare zone
+/// where midnight does not exist that day).
+fn midnight(now: DateTime<Utc>, tz: Tz) -> DateTime<Utc> {
+    now.with_timezone(&tz)
+        .date_naive()
+        .and_hms_opt(0, 0, 0)
+        .and_then(|m| tz.from_local_datetime(&m).earliest())
+        .map_or(now - Duration::hours(24), |m| m.with_timezone(&Utc))
+}
+
+/// Open approvals and unverified model changes: what waits for a person.
+fn waiting_for_you(ctx: &Ctx, open: &[Approval], changed: &[ModelChange]) -> Markup {
+    html! {
+        @if !open.is_empty() {
+            section aria-labelledby="h-approvals" {
+                h2 #h-approvals { a href="/approvals" { "Waiting for your approval" } }
+                (super::approvals::open_list(ctx, open, "/"))
+            }
+        }
+        @for c in changed {
+            p.error-text.model-changed data-profile=(c.profile) {
+                span.badge.busy { "model changed" } " "
+                "Profile " strong { (c.profile) } " now answers with " code { (short(&c.new_identity, 80)) }
+                ", which no eval has verified"
+                @if !c.paused_jobs.is_empty() { " (" (c.paused_jobs.len()) " job(s) held)" }
+                ". " a href="/evals" { "See evals" }
+            }
+        }
+    }
+}
+
 pub(crate) fn task_table(ctx: &Ctx, tasks: &[Task], empty: &str) -> Markup {
     let tz = ctx.tz();
     html! {
