@@ -193,15 +193,7 @@ fn tasks_show_renders_a_stored_trace_as_a_timeline_and_json() {
             .tasks()
             .finish(
                 &t.id,
-                &TaskOutcome {
-                    state: TaskState::Succeeded,
-                    answer: Some("It costs 12 EUR.".into()),
-                    error: None,
-                    reason: None,
-                    parse_failures: 0,
-                    prompt_tokens: 300,
-                    completion_tokens: 20,
-                },
+                &TaskOutcome::answered("It costs 12 EUR.").counted(0, 300, 20),
             )
             .await
             .unwrap();

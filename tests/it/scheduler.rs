@@ -185,24 +185,8 @@ impl JobTask for TestTask {
             }
             let finish = self.finish.lock().unwrap().clone();
             let outcome = match finish {
-                Finish::Answer(a) => TaskOutcome {
-                    state: TaskState::Succeeded,
-                    answer: Some(a),
-                    error: None,
-                    reason: None,
-                    parse_failures: 0,
-                    prompt_tokens: 0,
-                    completion_tokens: 0,
-                },
-                Finish::Fail(e) => TaskOutcome {
-                    state: TaskState::Failed,
-                    answer: None,
-                    error: Some(e),
-                    reason: Some(FailReason::Model),
-                    parse_failures: 0,
-                    prompt_tokens: 0,
-                    completion_tokens: 0,
-                },
+                Finish::Answer(a) => TaskOutcome::answered(a),
+                Finish::Fail(e) => TaskOutcome::ended(TaskState::Failed, e, FailReason::Model),
             };
             self.store.tasks().finish(task_id, &outcome).await?;
             Ok(self.store.tasks().get(task_id).await?)
@@ -885,15 +869,7 @@ async fn a_run_lock_whose_release_was_lost_is_freed_at_the_next_firing() {
         .await
         .unwrap();
     assert!(c.store.jobs().lock(&job.id, &task_id).await.unwrap());
-    let end = hermes_store::TaskOutcome {
-        state: TaskState::Succeeded,
-        answer: Some("done".into()),
-        error: None,
-        reason: None,
-        parse_failures: 0,
-        prompt_tokens: 0,
-        completion_tokens: 0,
-    };
+    let end = hermes_store::TaskOutcome::answered("done");
     assert!(c.store.tasks().finish(&task_id, &end).await.unwrap());
 
     clock.set("2026-06-01T11:00:00Z");

@@ -185,7 +185,7 @@ impl Outbox<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{NewStep, NewTask, StepKind, Store, TaskOutcome};
+    use crate::{FailReason, NewStep, NewTask, StepKind, Store, TaskOutcome};
 
     #[tokio::test]
     async fn search_filters_combine() {
@@ -242,15 +242,8 @@ mod tests {
             (tokens.prompt, tokens.completion, tokens.calls),
             (100, 7, 1)
         );
-        let outcome = TaskOutcome {
-            state: TaskState::Failed,
-            answer: None,
-            error: Some("x".into()),
-            reason: None,
-            parse_failures: 0,
-            prompt_tokens: 100,
-            completion_tokens: 7,
-        };
+        let outcome =
+            TaskOutcome::ended(TaskState::Failed, "x", FailReason::Model).counted(0, 100, 7);
         store.tasks().finish(&t.id, &outcome).await.expect("finish");
         let failed = store
             .tasks()

@@ -93,7 +93,7 @@ mod tests {
     /// rows are not sent (the next notification is its end).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_task_queued_started_and_ended_elsewhere_is_heard() {
-        use crate::{NewTask, Origin, TaskOutcome, TaskState};
+        use crate::{NewTask, Origin, TaskOutcome};
         let store = crate::testing::postgres().await;
         let mut feed = store
             .change_feed()
@@ -118,15 +118,7 @@ mod tests {
         assert_eq!(claimed.id, task.id);
         let step = crate::testing::note(1, "hi");
         store.tasks().add_step(&task.id, &step).await.unwrap();
-        let outcome = TaskOutcome {
-            state: TaskState::Succeeded,
-            answer: Some("done".into()),
-            error: None,
-            reason: None,
-            parse_failures: 0,
-            prompt_tokens: 0,
-            completion_tokens: 0,
-        };
+        let outcome = TaskOutcome::answered("done");
         store.tasks().finish(&task.id, &outcome).await.unwrap();
         assert_eq!(next().await, Change::Task(task.id.clone()));
     }

@@ -3,7 +3,7 @@
 
 use super::tests::{mail, place, record_mail, task_outcome};
 use super::*;
-use crate::{NoticeFilter, Origin, TaskOutcome, TaskState};
+use crate::{NoticeFilter, Origin, TaskOutcome};
 
 fn reply_to(to: &str) -> NewNotice {
     NewNotice {
@@ -74,15 +74,7 @@ on_both_engines!(
             store.inbox().unanswered(10).await.unwrap().is_empty(),
             "still pending"
         );
-        let done = TaskOutcome {
-            state: TaskState::Succeeded,
-            answer: Some("hello".into()),
-            error: None,
-            reason: None,
-            parse_failures: 0,
-            prompt_tokens: 0,
-            completion_tokens: 0,
-        };
+        let done = TaskOutcome::answered("hello");
         store.tasks().finish(&task_id, &done).await.unwrap();
         let waiting = store.inbox().unanswered(10).await.unwrap();
         assert_eq!(waiting.len(), 1);

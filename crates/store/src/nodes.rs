@@ -454,15 +454,7 @@ mod tests {
             );
             let refused = a.tasks().add_steps(&mine, Some(&epoch), &[row(2)]).await;
             assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
-            let end = crate::TaskOutcome {
-                state: TaskState::Succeeded,
-                answer: Some("done twice".into()),
-                error: None,
-                reason: None,
-                parse_failures: 0,
-                prompt_tokens: 0,
-                completion_tokens: 0,
-            };
+            let end = crate::TaskOutcome::answered("done twice");
             assert_eq!(
                 a.tasks()
                     .finish_row(&mine, &end)

@@ -76,6 +76,49 @@ pub struct TaskOutcome {
     pub completion_tokens: i64,
 }
 
+impl TaskOutcome {
+    /// Succeeded with `answer`; nothing counted yet (see [`TaskOutcome::counted`]).
+    pub fn answered(answer: impl Into<String>) -> TaskOutcome {
+        TaskOutcome {
+            state: TaskState::Succeeded,
+            answer: Some(answer.into()),
+            ..TaskOutcome::uncounted(TaskState::Succeeded)
+        }
+    }
+
+    /// Ended without an answer (failed, cancelled): `error` says why in words, `reason` as a
+    /// kind; nothing counted yet.
+    pub fn ended(state: TaskState, error: impl Into<String>, reason: FailReason) -> TaskOutcome {
+        TaskOutcome {
+            error: Some(error.into()),
+            reason: Some(reason),
+            ..TaskOutcome::uncounted(state)
+        }
+    }
+
+    /// The same end, with what the task spent.
+    pub fn counted(self, parse_failures: i64, prompt_tokens: i64, completion_tokens: i64) -> Self {
+        TaskOutcome {
+            parse_failures,
+            prompt_tokens,
+            completion_tokens,
+            ..self
+        }
+    }
+
+    fn uncounted(state: TaskState) -> TaskOutcome {
+        TaskOutcome {
+            state,
+            answer: None,
+            error: None,
+            reason: None,
+            parse_failures: 0,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+        }
+    }
+}
+
 /// One row of a task's trace: what was appended, numbered and dated by the store. Serialised
 /// flat (`{seq, step, kind, …, created_at}`), as the API has always shown it.
 #[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]

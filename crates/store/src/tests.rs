@@ -169,18 +169,7 @@ on_both_engines!(
         }
         let won = store
             .tasks()
-            .finish(
-                &t.id,
-                &TaskOutcome {
-                    state: TaskState::Succeeded,
-                    answer: Some("sunny".into()),
-                    error: None,
-                    reason: None,
-                    parse_failures: 1,
-                    prompt_tokens: 240,
-                    completion_tokens: 60,
-                },
-            )
+            .finish(&t.id, &TaskOutcome::answered("sunny").counted(1, 240, 60))
             .await
             .unwrap();
         assert!(won);
@@ -192,15 +181,7 @@ on_both_engines!(
         assert_eq!(record.steps.len(), 2);
         assert_eq!(record.steps[1].row.output.as_deref(), Some("天气晴"));
         // A late cancel does not overwrite the outcome.
-        let cancelled = TaskOutcome {
-            state: TaskState::Cancelled,
-            answer: None,
-            error: None,
-            reason: Some(FailReason::Cancelled),
-            parse_failures: 0,
-            prompt_tokens: 0,
-            completion_tokens: 0,
-        };
+        let cancelled = TaskOutcome::ended(TaskState::Cancelled, "late", FailReason::Cancelled);
         assert!(!store.tasks().finish(&t.id, &cancelled).await.unwrap());
         // Lookup by a unique prefix.
         let found = store.tasks().find(&t.id[..6]).await.unwrap().unwrap();

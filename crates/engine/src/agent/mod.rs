@@ -502,15 +502,16 @@ impl Agent {
             let child = store.tasks().get(&child).await?;
             self.cancel_waiting(&child).await?;
         }
-        let outcome = TaskOutcome {
-            state: TaskState::Cancelled,
-            answer: None,
-            error: Some("cancelled while waiting for approval".into()),
-            reason: Some(FailReason::Cancelled),
-            parse_failures: task.parse_failures,
-            prompt_tokens: task.prompt_tokens,
-            completion_tokens: task.completion_tokens,
-        };
+        let outcome = TaskOutcome::ended(
+            TaskState::Cancelled,
+            "cancelled while waiting for approval",
+            FailReason::Cancelled,
+        )
+        .counted(
+            task.parse_failures,
+            task.prompt_tokens,
+            task.completion_tokens,
+        );
         let done = store.tasks().finish_row(&task.id, &outcome).await?;
         store.holds().remove(&task.id).await?;
         for a in store.approvals().of_task(&task.id).await? {
@@ -550,15 +551,7 @@ impl Agent {
             self.announce(id, TaskState::Cancelled, None);
             return Ok(());
         }
-        let outcome = TaskOutcome {
-            state: TaskState::Cancelled,
-            answer: None,
-            error: Some(why.to_string()),
-            reason: Some(FailReason::Cancelled),
-            parse_failures: 0,
-            prompt_tokens: 0,
-            completion_tokens: 0,
-        };
+        let outcome = TaskOutcome::ended(TaskState::Cancelled, why, FailReason::Cancelled);
         if let Some(done) = self.inner.store.tasks().finish_row(id, &outcome).await? {
             self.announce(id, done.state, Some(&done));
         }

@@ -143,7 +143,9 @@ pub async fn serve(
     let mut shutdown = pin!(shutdown);
     let (mut full, mut failing) = (Once::default(), Once::default());
     loop {
-        let Some(slot) = free_slot(&slots, limits.max_connections, &mut full, shutdown.as_mut()).await else {
+        let Some(slot) =
+            free_slot(&slots, limits.max_connections, &mut full, shutdown.as_mut()).await
+        else {
             break;
         };
         let (tcp, peer) = tokio::select! {
