@@ -7,7 +7,7 @@
 //! Ignored unless asked for, and then failing (never passing) when a server is not named:
 //!
 //! ```sh
-//! HERMES_REAL_MODEL_URL=http://127.0.0.1:8000/v1 HERMES_REAL_MODEL_URL_B=http://127.0.0.1:8001/v1 \
+//! HERMES_REAL_MODEL_URL=http://127.0.0.1:8080/v1 HERMES_REAL_MODEL_URL_B=http://127.0.0.1:8001/v1 \
 //!   cargo test --test it real_model_identity:: -- --ignored --nocapture
 //! ```
 //!
