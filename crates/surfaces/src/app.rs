@@ -143,7 +143,8 @@ impl App {
                 scheduler: scheduler.clone(),
                 notifier: notifier.clone(),
             }),
-        );
+        )
+        .with_metrics(metrics.clone());
         Ok(App {
             config: Arc::new(config),
             store,

@@ -23,6 +23,12 @@ async fn a_strangers_mail_is_recorded_and_ignored_and_never_answered() {
         assert_eq!(m["reason"], "not_allowed", "{m}");
         assert!(m["task_id"].is_null() && m["command"].is_null(), "{m}");
     }
+    // Recorded, so counted, as a chat channel's messages are: ignored mail too.
+    let metrics = d.text("/metrics").await;
+    assert!(
+        metrics.contains("hermes_inbox_messages_total{channel=\"email\"} 2"),
+        "{metrics}"
+    );
     assert_eq!(d.job(&job).await["enabled"], true);
     // Then an allowed mail: once its answer is out, nothing was sent to the stranger before it.
     let (mine, raw) = fresh(ME, "Hello", "say hi", "");

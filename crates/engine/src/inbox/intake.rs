@@ -85,6 +85,7 @@ impl Inner {
             tracing::debug!(uid = place.uid, "message already recorded; skipped");
             return Ok(());
         }
+        self.metrics.observe_message_in(Channel::Email.as_str());
         self.hand_over(Channel::Email, &outcome, recorded).await?;
         Ok(())
     }

@@ -43,6 +43,7 @@ mod service;
 pub use chat::{ChatKind, ChatMessage};
 pub use probe::{Probe, ProbeError, probe};
 
+use crate::metrics::Metrics;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -143,6 +144,8 @@ pub(crate) struct Inner {
     /// The dashboard's address from outside (`server.public_url`), for links in answers.
     public_url: String,
     health: Mutex<Health>,
+    /// Where mail read and recorded is counted (chat messages are counted by their channel).
+    metrics: Metrics,
 }
 
 /// The running service: the intake (IMAP) and the answers, stopped separately — the intake
@@ -196,8 +199,17 @@ impl Inbox {
                 store,
                 handoff,
                 health: Mutex::new(Health::Starting),
+                metrics: Metrics::default(),
             })),
         }
+    }
+
+    /// Count mail read and recorded in `metrics`. Call right after construction.
+    pub fn with_metrics(mut self, metrics: Metrics) -> Inbox {
+        if let Some(inner) = self.inner.as_mut().and_then(Arc::get_mut) {
+            inner.metrics = metrics;
+        }
+        self
     }
 
     /// No inbox.

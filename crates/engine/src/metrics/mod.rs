@@ -342,7 +342,7 @@ impl Metrics {
         let inbox_messages = register(
             &mut registry,
             "inbox_messages",
-            "Messages read and recorded, by channel (email, matrix)",
+            "Messages read and recorded, by channel (email, matrix, telegram)",
             Family::default(),
         );
         Metrics {
