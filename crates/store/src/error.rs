@@ -2,7 +2,6 @@
 //! disk, a read-only database, an I/O error, an unreachable server): those become
 //! [`StoreError::Unavailable`] with a [`StorageFault`] that `/healthz` and the API report.
 
-use super::postgres;
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
@@ -141,7 +140,7 @@ impl From<sqlx::Error> for StoreError {
 /// The SQLite result codes (primary part) and PostgreSQL's SQLSTATEs that mean the storage
 /// itself failed, and the connection failures that mean the server cannot be reached.
 fn storage_fault(e: &sqlx::Error) -> Option<StorageFault> {
-    if let Some(fault) = postgres::storage_fault(e) {
+    if let Some(fault) = postgres_fault(e) {
         return Some(fault);
     }
     const SQLITE_READONLY: i64 = 8;
@@ -162,4 +161,45 @@ fn storage_fault(e: &sqlx::Error) -> Option<StorageFault> {
         sqlx::Error::Io(_) => Some(StorageFault::Io),
         _ => None,
     }
+}
+
+/// The PostgreSQL errors that mean the storage failed (SQLSTATE class 53 and 58, a read-only
+/// server) or the server cannot be reached.
+fn postgres_fault(e: &sqlx::Error) -> Option<StorageFault> {
+    match e {
+        sqlx::Error::Database(db) => {
+            let pg = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()?;
+            match pg.code() {
+                // disk_full, insufficient_resources' disk case
+                "53100" => Some(StorageFault::DiskFull),
+                // read_only_sql_transaction: a standby, or default_transaction_read_only
+                "25006" => Some(StorageFault::ReadOnly),
+                // io_error
+                "58030" => Some(StorageFault::Io),
+                // admin_shutdown, crash_shutdown, cannot_connect_now: the server is going away
+                "57P01" | "57P02" | "57P03" => Some(StorageFault::Unreachable),
+                code if code.starts_with("08") => Some(StorageFault::Unreachable),
+                _ => None,
+            }
+        }
+        sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_) => Some(StorageFault::Unreachable),
+        sqlx::Error::Io(io) if is_connection_loss(io) => Some(StorageFault::Unreachable),
+        _ => None,
+    }
+}
+
+fn is_connection_loss(io: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        io.kind(),
+        ConnectionRefused
+            | ConnectionReset
+            | ConnectionAborted
+            | BrokenPipe
+            | UnexpectedEof
+            | TimedOut
+            | NotConnected
+            | HostUnreachable
+            | NetworkUnreachable
+    )
 }

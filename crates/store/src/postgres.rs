@@ -4,7 +4,7 @@
 //!
 //! Must not: hold the SQL of any table (that is with the tables, shared with SQLite).
 
-use super::{Engine, Result, StorageFault, Store, StoreError, StoreOptions};
+use super::{Engine, Result, Store, StoreError, StoreOptions};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -307,47 +307,6 @@ impl Drop for DaemonLock {
     fn drop(&mut self) {
         self.keeper.abort();
     }
-}
-
-/// The PostgreSQL errors that mean the storage failed (SQLSTATE class 53 and 58, a read-only
-/// server) or the server cannot be reached.
-pub(super) fn storage_fault(e: &sqlx::Error) -> Option<StorageFault> {
-    match e {
-        sqlx::Error::Database(db) => {
-            let pg = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()?;
-            match pg.code() {
-                // disk_full, insufficient_resources' disk case
-                "53100" => Some(StorageFault::DiskFull),
-                // read_only_sql_transaction: a standby, or default_transaction_read_only
-                "25006" => Some(StorageFault::ReadOnly),
-                // io_error
-                "58030" => Some(StorageFault::Io),
-                // admin_shutdown, crash_shutdown, cannot_connect_now: the server is going away
-                "57P01" | "57P02" | "57P03" => Some(StorageFault::Unreachable),
-                code if code.starts_with("08") => Some(StorageFault::Unreachable),
-                _ => None,
-            }
-        }
-        sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_) => Some(StorageFault::Unreachable),
-        sqlx::Error::Io(io) if is_connection_loss(io) => Some(StorageFault::Unreachable),
-        _ => None,
-    }
-}
-
-fn is_connection_loss(io: &std::io::Error) -> bool {
-    use std::io::ErrorKind::*;
-    matches!(
-        io.kind(),
-        ConnectionRefused
-            | ConnectionReset
-            | ConnectionAborted
-            | BrokenPipe
-            | UnexpectedEof
-            | TimedOut
-            | NotConnected
-            | HostUnreachable
-            | NetworkUnreachable
-    )
 }
 
 #[cfg(test)]

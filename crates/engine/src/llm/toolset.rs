@@ -3,9 +3,11 @@
 //! Owns: a set of [`ToolSpec`]s with its OpenAI `tools` array as JSON text, that text's token
 //! estimate, and text mode's description of the tools. A task's steps offer the same set
 //! again and again, so these are built when the set is made, not per request.
-//! Must not: decide which tools are offered (the tool registry does) or send anything.
+//! Must not: decide which tools are offered (the tool registry does), know the rest of a request
+//! (`wire.rs` does, taking a set as made here) or send anything.
 
-use super::{ToolSpec, estimate_tokens, wire};
+use super::{ToolSpec, estimate_tokens};
+use serde_json::{Map, Value, json};
 use std::sync::{Arc, OnceLock};
 
 /// Tools to offer; a cheap clone. The default is no tools (a request without a `tools` field).
@@ -29,7 +31,7 @@ impl Toolset {
         if specs.is_empty() {
             return Toolset(None);
         }
-        let json = wire::tools_json(&specs).to_string();
+        let json = tools_json(&specs).to_string();
         let tokens = estimate_tokens(&json);
         Toolset(Some(Arc::new(Offer {
             specs,
@@ -61,7 +63,7 @@ impl Toolset {
     /// Text mode's description of the tools and how to call them; empty when there are none.
     pub(crate) fn prompt(&self) -> &str {
         match &self.0 {
-            Some(o) => o.prompt.get_or_init(|| wire::tools_prompt(&o.specs)),
+            Some(o) => o.prompt.get_or_init(|| tools_prompt(&o.specs)),
             None => "",
         }
     }
@@ -98,10 +100,80 @@ impl std::fmt::Debug for Toolset {
     }
 }
 
+/// The tools as the OpenAI `tools` field.
+pub(super) fn tools_json(tools: &[ToolSpec]) -> Value {
+    tools
+        .iter()
+        .map(|t| {
+            json!({"type": "function", "function": {
+                "name": t.name, "description": t.description, "parameters": t.parameters,
+            }})
+        })
+        .collect()
+}
+
+/// The tools described in a few lines each, and how to call them.
+fn tools_prompt(tools: &[ToolSpec]) -> String {
+    let mut p = String::from(
+        "Tools you can call. To call one, write one block per call and nothing after them:\n\
+         <tool_call>{\"name\": \"TOOL\", \"arguments\": {…}}</tool_call>\n\
+         Each result comes back in a <tool_result> block.\n",
+    );
+    for t in tools {
+        p.push_str(&format!(
+            "- {}({}): {}\n",
+            t.name,
+            signature(&t.parameters),
+            t.description
+        ));
+    }
+    p.trim_end().to_string()
+}
+
+/// `url: string, selector?: string` from an object schema's properties.
+fn signature(schema: &Value) -> String {
+    let empty = Map::new();
+    let props = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    props
+        .iter()
+        .map(|(name, p)| {
+            let optional = if required.contains(&name.as_str()) {
+                ""
+            } else {
+                "?"
+            };
+            format!("{name}{optional}: {}", type_of(p))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn type_of(p: &Value) -> String {
+    if let Some(options) = p.get("enum").and_then(Value::as_array) {
+        return options
+            .iter()
+            .map(Value::to_string)
+            .collect::<Vec<_>>()
+            .join("|");
+    }
+    match p.get("type").and_then(Value::as_str) {
+        Some("array") => format!("[{}]", p.get("items").map(type_of).unwrap_or_default()),
+        Some(t) => t.to_string(),
+        None => "any".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::{Value, json};
 
     fn spec(name: &str) -> ToolSpec {
         ToolSpec {
@@ -115,7 +187,7 @@ mod tests {
     fn the_serialised_tools_are_what_the_specs_say() {
         let set = Toolset::new(vec![spec("a"), spec("b")]);
         let parsed: Value = serde_json::from_str(set.json()).unwrap();
-        assert_eq!(parsed, wire::tools_json(&set));
+        assert_eq!(parsed, tools_json(&set));
         assert_eq!(parsed[1]["function"]["name"], "b");
         assert_eq!(set.tokens(), estimate_tokens(set.json()));
         assert!(set.prompt().contains("- a(q?: string): Does it."));

@@ -4,7 +4,7 @@
 //!   some chat templates render no tools at all without it), assistant `tool_calls`, `tool`-role
 //!   results.
 //! - **text**: for servers and templates without tool support — no `tools` field; the tools are
-//!   described compactly at the end of the system prompt (which stays the same bytes from task to
+//!   described compactly (the [`Toolset`]'s prompt) at the end of the system prompt (which stays the same bytes from task to
 //!   task, so a prefix cache keeps it), calls are written as `<tool_call>{…}</tool_call>` blocks
 //!   (read back by [`super::parse`]), results go back as user-role text in the registry's
 //!   `<tool_result>` form.
@@ -16,7 +16,7 @@
 use super::{LlmError, Message, ModelReply, Role, ToolSpec, Toolset, Usage};
 use hermes_config::Profile;
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::borrow::Cow;
 
 /// The OpenAI request body as JSON text. `tools` (and `tool_choice`) are omitted when there are
@@ -109,18 +109,6 @@ impl<'a> From<&'a Message> for WireMessage<'a> {
     }
 }
 
-/// The tools as the OpenAI `tools` field.
-pub(crate) fn tools_json(tools: &[ToolSpec]) -> Value {
-    tools
-        .iter()
-        .map(|t| {
-            json!({"type": "function", "function": {
-                "name": t.name, "description": t.description, "parameters": t.parameters,
-            }})
-        })
-        .collect()
-}
-
 /// The conversation as text mode sends it (no `tools` field goes with it).
 pub(crate) fn text_mode(messages: &[Message], tools: &Toolset) -> Vec<Message> {
     let mut out: Vec<Message> = Vec::with_capacity(messages.len() + 1);
@@ -157,65 +145,6 @@ pub(crate) fn text_mode(messages: &[Message], tools: &Toolset) -> Vec<Message> {
         out.insert(0, Message::system(block));
     }
     out
-}
-
-/// The tools described in a few lines each, and how to call them.
-pub(crate) fn tools_prompt(tools: &[ToolSpec]) -> String {
-    let mut p = String::from(
-        "Tools you can call. To call one, write one block per call and nothing after them:\n\
-         <tool_call>{\"name\": \"TOOL\", \"arguments\": {…}}</tool_call>\n\
-         Each result comes back in a <tool_result> block.\n",
-    );
-    for t in tools {
-        p.push_str(&format!(
-            "- {}({}): {}\n",
-            t.name,
-            signature(&t.parameters),
-            t.description
-        ));
-    }
-    p.trim_end().to_string()
-}
-
-/// `url: string, selector?: string` from an object schema's properties.
-fn signature(schema: &Value) -> String {
-    let empty = Map::new();
-    let props = schema
-        .get("properties")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
-    let required: Vec<&str> = schema
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|r| r.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    props
-        .iter()
-        .map(|(name, p)| {
-            let optional = if required.contains(&name.as_str()) {
-                ""
-            } else {
-                "?"
-            };
-            format!("{name}{optional}: {}", type_of(p))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn type_of(p: &Value) -> String {
-    if let Some(options) = p.get("enum").and_then(Value::as_array) {
-        return options
-            .iter()
-            .map(Value::to_string)
-            .collect::<Vec<_>>()
-            .join("|");
-    }
-    match p.get("type").and_then(Value::as_str) {
-        Some("array") => format!("[{}]", p.get("items").map(type_of).unwrap_or_default()),
-        Some(t) => t.to_string(),
-        None => "any".to_string(),
-    }
 }
 
 /// Did the server leave the tools out of the prompt it evaluated? Its own count of prompt
@@ -388,7 +317,8 @@ mod tests {
         };
         let with = body(vec![spec()]);
         assert_eq!(with["tool_choice"], "auto");
-        assert_eq!(with["tools"], tools_json(&[spec()]));
+        let offered: Value = serde_json::from_str(Toolset::new(vec![spec()]).json()).unwrap();
+        assert_eq!(with["tools"], offered);
         assert_eq!(with["messages"][0]["content"], "hi");
         let bare = body(Vec::new());
         assert!(bare.get("tools").is_none() && bare.get("tool_choice").is_none());

@@ -1,9 +1,11 @@
-//! The registry's side of approvals: which tools need a person, the [`Permit`] without which
-//! such a tool never runs, and a result shaped for a call that did not run now (a sub-agent's
-//! answer read after a wait).
+//! The registry's doors for approvals: [`Registry::execute`], which refuses a tool that needs a
+//! person, [`Registry::execute_approved`] with the [`Permit`] without which such a tool never
+//! runs, and a result shaped for a call that did not run now (a sub-agent's answer read after a
+//! wait).
 //!
-//! Owns: the one check every call passes (in `Registry::run`: no permit, no gated tool). Must
-//! not: decide whether a person approved — the agent's gate does, and makes the permit.
+//! Owns: those doors. The check every call passes (no permit, no gated tool) is the registry's
+//! own, in `Registry::run`, with [`Registry::needs_approval`]. Must not: decide whether a
+//! person approved — the agent's gate does, and makes the permit.
 
 use super::registry::Registry;
 use super::{Permit, ToolContext, ToolError, ToolOutcome, shape};
@@ -12,15 +14,6 @@ use serde_json::Value;
 use std::time::Duration;
 
 impl Registry {
-    /// Does every call of `name` wait for a person's approval (`tools.approval`, or the
-    /// tool's own `approval: required`)?
-    pub fn needs_approval(&self, name: &str) -> bool {
-        self.settings().needs_approval(name)
-            || self
-                .entry(name)
-                .is_some_and(|e| e.tool.info().approval_required)
-    }
-
     /// Validate, authorise, run (with timeout, retries and breaker) and shape one call.
     /// Never fails: every problem becomes an error outcome the model can read. A tool that
     /// needs approval is refused here: only [`Registry::execute_approved`] runs it.

@@ -27,7 +27,7 @@ mod wire;
 
 pub use conn::{Limits, serve};
 pub use error::ApiError;
-pub(crate) use guard::token_matches;
+pub(crate) use session::token_matches;
 pub use session::{Session, Sessions};
 
 use crate::app::App;

@@ -158,7 +158,14 @@ pub(crate) fn clear_cookie(secure: bool) -> HeaderValue {
 
 /// Whether `given` is the session's CSRF token (constant time).
 pub(crate) fn csrf_matches(session: &Session, given: &str) -> bool {
-    super::token_matches(given, &session.csrf)
+    token_matches(given, &session.csrf)
+}
+
+/// A secret (the API token, a CSRF token) compared in constant time in its content, so timing
+/// does not reveal how much of a guess was right.
+pub(crate) fn token_matches(given: &str, expected: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    given.len() == expected.len() && bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
 }
 
 /// Methods that only read.
@@ -217,6 +224,14 @@ pub(crate) fn same_origin(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tokens_compare_exactly() {
+        assert!(token_matches("abc", "abc"));
+        assert!(!token_matches("abd", "abc"));
+        assert!(!token_matches("ab", "abc"));
+        assert!(!token_matches("", "abc"));
+    }
 
     #[tokio::test]
     async fn sessions_live_until_removed_and_only_their_hash_is_stored() {

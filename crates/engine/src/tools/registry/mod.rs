@@ -412,6 +412,15 @@ impl Registry {
             .map_err(|r| r.error)
     }
 
+    /// Does every call of `name` wait for a person's approval (`tools.approval`, or the
+    /// tool's own `approval: required`)?
+    pub(crate) fn needs_approval(&self, name: &str) -> bool {
+        self.settings().needs_approval(name)
+            || self
+                .entry(name)
+                .is_some_and(|e| e.tool.info().approval_required)
+    }
+
     pub(super) fn allowed(&self, name: &str, restrict: Option<&[String]>) -> bool {
         self.0.settings.allows(name)
             && restrict.is_none_or(|r| r.iter().any(|a| hermes_store::util::glob_matches(a, name)))
