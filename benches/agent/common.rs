@@ -5,11 +5,12 @@
 use anyhow::{Context, Result};
 use futures::future::BoxFuture;
 use hermes_config::{Config, Settings};
-use hermes_engine::llm::RetryPolicy;
+use hermes_engine::agent::JobExecution;
 use hermes_engine::llm::scripted::Reply;
 use hermes_engine::tools::{Tool, ToolContext, ToolError, ToolInfo};
 use hermes_store::util::Backoff;
-use hermes_surfaces::app::{App, BuildOptions, JobExecution};
+use hermes_store::util::RetryPolicy;
+use hermes_surfaces::app::{App, BuildOptions};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::Path;

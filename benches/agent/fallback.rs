@@ -10,7 +10,8 @@ use crate::common::{figure, percentile};
 use anyhow::{Context, Result, bail};
 use hermes_config::{ModelSettings, Profile};
 use hermes_engine::llm::scripted::{Reply, ScriptedModel};
-use hermes_engine::llm::{DEFAULT_RETRY, Gateway, Message, RetryPolicy};
+use hermes_engine::llm::{DEFAULT_RETRY, Gateway, Message};
+use hermes_store::util::RetryPolicy;
 use std::time::{Duration, Instant};
 
 /// A hanging primary's `timeout_s` (the smallest a profile takes).

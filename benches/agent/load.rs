@@ -16,10 +16,10 @@
 use crate::common::{self, Echo, StepScript, figure, percentile};
 use anyhow::{Result, bail};
 use futures::future::join_all;
+use hermes_engine::agent::JobExecution;
 use hermes_engine::agent::{Agent, RunOptions, Submit};
 use hermes_engine::llm::scripted::ScriptedModel;
 use hermes_store::{Task, TaskState};
-use hermes_surfaces::app::JobExecution;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

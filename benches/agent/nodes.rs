@@ -14,11 +14,12 @@
 use crate::common::{self, Echo, StepScript, figure, percentile};
 use anyhow::{Context, Result, bail};
 use futures::future::join_all;
+use hermes_engine::agent::JobExecution;
 use hermes_engine::agent::Submit;
 use hermes_engine::llm::scripted::ScriptedModel;
 use hermes_engine::scheduler::JobRequest;
 use hermes_store::{Origin, TaskState};
-use hermes_surfaces::app::{App, JobExecution};
+use hermes_surfaces::app::App;
 use sqlx::Connection;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;

@@ -16,11 +16,11 @@
 
 use crate::common::{self, Echo, StepScript, figure, percentile};
 use anyhow::{Context, Result, bail};
+use hermes_engine::agent::JobExecution;
 use hermes_engine::agent::{RunOptions, Submit};
 use hermes_engine::llm::scripted::ScriptedModel;
 use hermes_engine::llm::{Message, ToolCall};
 use hermes_store::TaskState;
-use hermes_surfaces::app::JobExecution;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -4,10 +4,10 @@
 use crate::common::{self, StepScript, figure, percentile};
 use anyhow::{Context, Result, bail};
 use futures::future::join_all;
+use hermes_engine::agent::JobExecution;
 use hermes_engine::llm::scripted::ScriptedModel;
 use hermes_engine::scheduler::JobRequest;
 use hermes_store::{NewStep, NewTask, RunOutcome, StepKind, Store, StoreOptions, TaskFilter};
-use hermes_surfaces::app::JobExecution;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;

@@ -9,12 +9,12 @@
 use crate::common::{self, Echo, StepScript, figure};
 use anyhow::{Result, bail};
 use hermes_config::Settings;
+use hermes_engine::agent::JobExecution;
 use hermes_engine::agent::prompt::{fixed_overhead_tokens, system_prompt};
 use hermes_engine::agent::{RunOptions, Submit};
 use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use hermes_engine::llm::{Toolset, estimate_tokens};
 use hermes_store::{StepKind, TaskState};
-use hermes_surfaces::app::JobExecution;
 use std::time::Duration;
 
 /// Model calls of the large-result task: five tool rounds, then the answer.

@@ -3,8 +3,9 @@
 //! client module cannot name).
 
 use hermes_config::Config;
+use hermes_engine::agent::JobExecution;
 use hermes_store::Origin;
-use hermes_surfaces::app::{App, BuildOptions, JobExecution};
+use hermes_surfaces::app::{App, BuildOptions};
 use hermes_surfaces::client::{Backend, BuildParts, ClientError, Local, Parts, Remote};
 use std::sync::Arc;
 

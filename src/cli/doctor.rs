@@ -5,7 +5,8 @@
 //! Must not: change anything: it probes, and with a daemon up it leaves the data dir alone.
 
 use hermes_config::Config;
-use hermes_surfaces::app::{App, JobExecution};
+use hermes_engine::agent::JobExecution;
+use hermes_surfaces::app::App;
 use hermes_surfaces::client::Remote;
 use hermes_surfaces::doctor::{self, Check, Verdict};
 use std::process::ExitCode;

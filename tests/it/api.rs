@@ -573,7 +573,7 @@ async fn api_over(opts: hermes_store::StoreOptions) -> (Router, TestApp, Scripte
     );
     let app = hermes_surfaces::app::App::build_with(
         config,
-        hermes_surfaces::app::JobExecution::Direct,
+        hermes_engine::agent::JobExecution::Direct,
         hermes_surfaces::app::BuildOptions {
             store: opts,
             ..Default::default()

@@ -2,11 +2,12 @@
 //! loopback, and an [`App`] on a temporary data dir.
 
 use hermes_config::{Config, Settings};
-use hermes_engine::llm::RetryPolicy;
+use hermes_engine::agent::JobExecution;
 use hermes_engine::tools::Tool;
 use hermes_store::Origin;
 use hermes_store::util::Backoff;
-use hermes_surfaces::app::{App, BuildOptions, JobExecution};
+use hermes_store::util::RetryPolicy;
+use hermes_surfaces::app::{App, BuildOptions};
 use std::sync::Arc;
 use std::time::Duration;
 

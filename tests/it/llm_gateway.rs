@@ -2,15 +2,14 @@
 //! tool-call format, retries and their limits, usage, and that the API key goes only where it
 //! belongs.
 
+use hermes_store::util::RetryPolicy;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hermes_config::{ModelSettings, Profile};
 use hermes_engine::llm::scripted::{Reply, ScriptedModel};
-use hermes_engine::llm::{
-    Gateway, LlmError, Message, RetryPolicy, ToolCall, ToolSpec, estimate_tokens,
-};
+use hermes_engine::llm::{Gateway, LlmError, Message, ToolCall, ToolSpec, estimate_tokens};
 use hermes_store::util::Backoff;
 use serde_json::{Value, json};
 

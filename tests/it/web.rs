@@ -11,8 +11,9 @@ use crate::common;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use hermes_config::{Config, Settings, WebhookSettings};
+use hermes_engine::agent::JobExecution;
 use hermes_engine::llm::scripted::{Reply, ScriptedModel};
-use hermes_surfaces::app::{App, BuildOptions, JobExecution};
+use hermes_surfaces::app::{App, BuildOptions};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -147,7 +148,7 @@ impl Daemon {
         let options = BuildOptions {
             model_retry: Some(common::fast_retry()),
             tool_backoff: Some(Duration::from_millis(5)),
-            notify_retry: Some(hermes_engine::notify::RetryPolicy {
+            notify_retry: Some(hermes_store::util::RetryPolicy {
                 max_retries: 1,
                 backoff: hermes_store::util::Backoff::new(
                     Duration::from_millis(50),

@@ -12,15 +12,16 @@
 use crate::mcp::McpManager;
 use futures::future::BoxFuture;
 use hermes_config::{Config, Settings, env_map};
-pub use hermes_engine::agent::JobExecution;
+use hermes_engine::agent::JobExecution;
 use hermes_engine::agent::{Agent, DelegateTools, JobRunner, Serving, TaskQueue};
 use hermes_engine::inbox::{Finished, Handoff, Inbox};
-use hermes_engine::llm::{Gateway, RetryPolicy};
+use hermes_engine::llm::Gateway;
 use hermes_engine::memory::LongTerm;
 use hermes_engine::metrics::Metrics;
 use hermes_engine::notify::{Notifier, NotifyError};
 use hermes_engine::scheduler::{Deliver, DeliverError, Scheduler};
 use hermes_engine::tools::{Registry, RegistryBuilder, Tool, builtin, manifest};
+use hermes_store::util::RetryPolicy;
 use hermes_store::{Job, NewNotice, Store};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -88,7 +89,7 @@ pub struct App {
 pub struct BuildOptions {
     pub model_retry: Option<RetryPolicy>,
     pub tool_backoff: Option<Duration>,
-    pub notify_retry: Option<hermes_engine::notify::RetryPolicy>,
+    pub notify_retry: Option<RetryPolicy>,
     /// Registered after the built-ins and manifests.
     pub extra_tools: Vec<Arc<dyn Tool>>,
     /// How the database is opened.
@@ -200,7 +201,7 @@ fn notifier(
     store: &Store,
     matrix: &hermes_engine::channels::Matrix,
     telegram: &hermes_engine::channels::Telegram,
-    retry: Option<hermes_engine::notify::RetryPolicy>,
+    retry: Option<RetryPolicy>,
 ) -> Result<Notifier, AppError> {
     // Replies to mail go to the allowed senders who wrote, besides notify.email.to.
     let reply_to = s

@@ -4,9 +4,10 @@
 
 use super::{Deps, NO_MODEL, PATIENCE, common, deps};
 use hermes_config::{Config, Sources};
+use hermes_engine::agent::JobExecution;
 use hermes_engine::llm::scripted::ScriptedModel;
 use hermes_store::TaskState;
-use hermes_surfaces::app::{App, JobExecution};
+use hermes_surfaces::app::App;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -29,7 +29,6 @@ mod wire;
 pub use client::{DEFAULT_RETRY, Gateway};
 pub use embed::{EmbedError, Embedder};
 pub use error::{LlmError, ProbeError};
-pub use hermes_store::util::RetryPolicy;
 pub use kind::{FailureKind, StatusCause};
 pub use known::{Identity, Told};
 pub use probe::ToolProbe;

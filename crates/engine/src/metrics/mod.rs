@@ -359,7 +359,7 @@ impl Metrics {
     }
 
     /// A task this node ran ended in `state` (its stored word) after `took`.
-    pub fn observe_task(&self, state: &'static str, origin: &'static str, took: Duration) {
+    pub(crate) fn observe_task(&self, state: &'static str, origin: &'static str, took: Duration) {
         self.inner
             .work
             .task_duration
@@ -368,7 +368,7 @@ impl Metrics {
     }
 
     /// One model call of a task: how long it took, how it ended, the tokens the server counted.
-    pub fn observe_model_call(
+    pub(crate) fn observe_model_call(
         &self,
         profile: &str,
         outcome: ModelOutcome,
@@ -394,7 +394,7 @@ impl Metrics {
     }
 
     /// One tool call. `tool` is a registered tool's name, or `None` for a name no tool has.
-    pub fn observe_tool_call(&self, tool: Option<&str>, outcome: &'static str) {
+    pub(crate) fn observe_tool_call(&self, tool: Option<&str>, outcome: &'static str) {
         self.inner
             .tools
             .calls
@@ -407,7 +407,12 @@ impl Metrics {
 
     /// `count` firings of a job ended with `outcome` (a run's stored word); a firing that
     /// created its task at a scheduled time says how late that was.
-    pub fn observe_job_firing(&self, outcome: &'static str, count: u64, late: Option<Duration>) {
+    pub(crate) fn observe_job_firing(
+        &self,
+        outcome: &'static str,
+        count: u64,
+        late: Option<Duration>,
+    ) {
         self.inner
             .jobs
             .firings
@@ -419,7 +424,7 @@ impl Metrics {
     }
 
     /// A notice was delivered on `channel`.
-    pub fn observe_delivery_sent(&self, channel: &str) {
+    pub(crate) fn observe_delivery_sent(&self, channel: &str) {
         self.inner
             .outbox
             .sent
@@ -430,7 +435,7 @@ impl Metrics {
     }
 
     /// A message read on `channel` (`email`, `matrix`) was recorded.
-    pub fn observe_message_in(&self, channel: &str) {
+    pub(crate) fn observe_message_in(&self, channel: &str) {
         self.inner
             .inbox_messages
             .get_or_create(&ChannelLabel {
@@ -440,7 +445,7 @@ impl Metrics {
     }
 
     /// An attempt to deliver a notice on `channel` (a configured channel's name) failed.
-    pub fn observe_delivery_failure(&self, channel: &str, kind: DeliveryFailure) {
+    pub(crate) fn observe_delivery_failure(&self, channel: &str, kind: DeliveryFailure) {
         self.inner
             .outbox
             .failures

@@ -39,7 +39,7 @@ mod sender;
 pub mod thread;
 mod webhook;
 
-pub use hermes_store::util::RetryPolicy;
+use hermes_store::util::RetryPolicy;
 pub use markdown::render_markdown;
 pub use sender::SendError;
 pub use webhook::signature;

@@ -325,6 +325,6 @@ pub mod schema;
 pub mod shape;
 mod starting;
 
-pub use permit::Permit;
+pub(crate) use permit::Permit;
 pub use registry::{Registry, RegistryBuilder, RegistryError, ToolOutcome};
 pub use starting::{SOURCE_START_WAIT, SourceStart, ToolSources};

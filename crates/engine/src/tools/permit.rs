@@ -5,7 +5,7 @@
 /// Leave to run a call that needs approval: made only by the agent's approval gate, after a
 /// person approved that exact call (or a job's `pre_approved` covers the tool).
 #[derive(Debug, Clone, Copy)]
-pub struct Permit(());
+pub(crate) struct Permit(());
 
 impl Permit {
     pub(crate) fn granted() -> Permit {

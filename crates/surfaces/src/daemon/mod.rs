@@ -16,9 +16,10 @@ pub use crate::client::addr::{ADDR_FILE, AddrFile, AddrFileError, addr_path, rea
 pub use lock::lock_data_dir;
 pub use run::run;
 
-use crate::app::{App, AppError, JobExecution};
+use crate::app::{App, AppError};
 use crate::http;
 use hermes_config::Config;
+use hermes_engine::agent::JobExecution;
 use hermes_engine::scheduler::SchedulerError;
 use hermes_store::StoreError;
 use std::path::PathBuf;

@@ -12,11 +12,13 @@ use super::case::EvalCase;
 use super::check;
 use super::fixture::FixtureServer;
 use super::suite::eval_tools;
-use crate::app::{App, BuildOptions, JobExecution};
+use crate::app::{App, BuildOptions};
 use hermes_config::{Config, Settings, SubAgent, WebhookSettings};
+use hermes_engine::agent::JobExecution;
 use hermes_engine::agent::{RunOptions, Submit};
-use hermes_engine::llm::{Gateway, Identity, RetryPolicy};
+use hermes_engine::llm::{Gateway, Identity};
 use hermes_engine::scheduler::Scheduler;
+use hermes_store::util::RetryPolicy;
 use hermes_store::{
     EvalResult, EvalRun, EvalTrigger, EvalVerdict, Origin, PauseReason, StepKind, Store,
 };
