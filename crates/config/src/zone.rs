@@ -19,7 +19,7 @@ pub(crate) struct ZoneFiles {
 }
 
 impl ZoneFiles {
-    pub fn system() -> ZoneFiles {
+    pub(crate) fn system() -> ZoneFiles {
         ZoneFiles {
             localtime: PathBuf::from("/etc/localtime"),
             timezone: PathBuf::from("/etc/timezone"),

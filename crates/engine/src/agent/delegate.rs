@@ -302,7 +302,7 @@ impl SubResult {
 /// `{agent, task}`: one sub-task.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SubTask {
+pub(super) struct SubTask {
     agent: String,
     task: String,
 }
@@ -310,6 +310,6 @@ pub struct SubTask {
 /// `{tasks: [{agent, task}, …]}`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SubTasks {
+pub(super) struct SubTasks {
     tasks: Vec<SubTask>,
 }

@@ -117,17 +117,17 @@ pub(super) struct HeldRound {
 }
 
 impl HeldRound {
-    pub fn new(assistant: Message) -> HeldRound {
+    pub(super) fn new(assistant: Message) -> HeldRound {
         let slots = assistant.tool_calls.iter().map(|_| Slot::ToRun).collect();
         HeldRound { assistant, slots }
     }
 
-    pub fn calls(&self) -> &[ToolCall] {
+    pub(super) fn calls(&self) -> &[ToolCall] {
         &self.assistant.tool_calls
     }
 
     /// Every call has its result: the round can go into the window.
-    pub fn results(&self) -> Option<Vec<Message>> {
+    pub(super) fn results(&self) -> Option<Vec<Message>> {
         self.calls()
             .iter()
             .zip(&self.slots)
@@ -173,7 +173,7 @@ pub(super) enum Gate {
 }
 
 impl Gate {
-    pub fn waits(&self) -> bool {
+    pub(super) fn waits(&self) -> bool {
         matches!(self, Gate::Open | Gate::Ask)
     }
 }

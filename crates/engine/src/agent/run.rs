@@ -254,7 +254,7 @@ pub(super) struct Budget {
 }
 
 impl Budget {
-    pub fn used(&self) -> Duration {
+    pub(super) fn used(&self) -> Duration {
         self.used_before + self.started.elapsed()
     }
 }

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Why a running task was stopped from outside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
+pub(super) enum StopReason {
     Cancelled,
     Shutdown,
     /// This node lost the lease the task was claimed under: the task is the others' now.

@@ -287,7 +287,7 @@ impl Connection {
 
     /// One message's bytes (at most [`MAX_FETCH`]) and its whole size; `None` when it is gone
     /// (expunged meanwhile).
-    pub async fn fetch(&mut self, uid: u32) -> Result<Option<(Vec<u8>, usize)>, ImapError> {
+    pub(super) async fn fetch(&mut self, uid: u32) -> Result<Option<(Vec<u8>, usize)>, ImapError> {
         let label = self.label.clone();
         let session = self.session()?;
         let query = format!("(UID RFC822.SIZE BODY.PEEK[]<0.{MAX_FETCH}>)");
@@ -306,7 +306,7 @@ impl Connection {
     }
 
     /// Ask the server for news (a server without IDLE reports new mail on a command).
-    pub async fn noop(&mut self) -> Result<(), ImapError> {
+    pub(super) async fn noop(&mut self) -> Result<(), ImapError> {
         let label = self.label.clone();
         let session = self.session()?;
         within(COMMAND_TIMEOUT, &label, session.noop())
@@ -317,7 +317,7 @@ impl Connection {
     /// Wait in IDLE until the server reports a change, [`IDLE_RENEW`] passes, or `stop`.
     /// A change reported while IDLE was being started counts: nothing falls between the last
     /// look and the wait.
-    pub async fn idle(&mut self, stop: &CancellationToken) -> Result<Woken, ImapError> {
+    pub(super) async fn idle(&mut self, stop: &CancellationToken) -> Result<Woken, ImapError> {
         let label = self.label.clone();
         let session = self
             .session
@@ -380,7 +380,7 @@ impl Connection {
     }
 
     /// Log out politely, briefly; the connection closes either way.
-    pub async fn logout(mut self) {
+    pub(super) async fn logout(mut self) {
         if let Some(mut s) = self.session.take() {
             let _ = tokio::time::timeout(LOGOUT_PATIENCE, s.logout()).await;
         }

@@ -43,7 +43,7 @@ pub(crate) struct Breakers {
 }
 
 impl Breakers {
-    pub fn new(threshold: u32, cooldown: Duration) -> Breakers {
+    pub(crate) fn new(threshold: u32, cooldown: Duration) -> Breakers {
         Breakers {
             threshold,
             cooldown,
@@ -51,7 +51,7 @@ impl Breakers {
         }
     }
 
-    pub fn state(&self, tool: &str) -> BreakerState {
+    pub(crate) fn state(&self, tool: &str) -> BreakerState {
         let records = self.lock();
         match records.get(tool).and_then(|r| r.opened_until) {
             None => BreakerState::Closed,

@@ -286,7 +286,7 @@ pub(crate) struct FnTool<A, F> {
 }
 
 impl<A, F> FnTool<A, F> {
-    pub fn new(info: ToolInfo, f: F) -> Self {
+    pub(crate) fn new(info: ToolInfo, f: F) -> Self {
         FnTool {
             info,
             f,

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// What `{page_url}` in a case's task and expectations is replaced with.
-pub const PAGE_URL: &str = "{page_url}";
+pub(super) const PAGE_URL: &str = "{page_url}";
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -55,7 +55,7 @@ pub fn judge(case: &EvalCase, record: &TaskRecord) -> Vec<String> {
 }
 
 /// The model calls the task made (its own, not its sub-agents').
-pub fn model_calls(record: &TaskRecord) -> i64 {
+pub(super) fn model_calls(record: &TaskRecord) -> i64 {
     record
         .steps
         .iter()

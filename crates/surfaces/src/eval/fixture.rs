@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 /// The page served now: `(path, body)`.
 type Page = Arc<Mutex<Option<(String, String)>>>;
 
-pub struct FixtureServer {
+pub(super) struct FixtureServer {
     base: String,
     page: Page,
     server: Loopback,
@@ -26,7 +26,7 @@ pub struct FixtureServer {
 
 impl FixtureServer {
     /// Listening once this returns (the listener is bound here; serving runs on the runtime).
-    pub fn start() -> std::io::Result<FixtureServer> {
+    pub(super) fn start() -> std::io::Result<FixtureServer> {
         let page: Page = Arc::default();
         let app = Router::new()
             .route("/eval/orders", get(order))
@@ -42,21 +42,21 @@ impl FixtureServer {
     }
 
     /// `http://127.0.0.1:PORT`.
-    pub fn base(&self) -> &str {
+    pub(super) fn base(&self) -> &str {
         &self.base
     }
 
     /// Serve `body` at `path` from now on (and nothing else); the page's URL.
-    pub fn set_page(&self, path: &str, body: &str) -> String {
+    pub(super) fn set_page(&self, path: &str, body: &str) -> String {
         *hermes_store::util::lock(&self.page) = Some((path.to_string(), body.to_string()));
         format!("{}{path}", self.base)
     }
 
-    pub fn clear_page(&self) {
+    pub(super) fn clear_page(&self) {
         *hermes_store::util::lock(&self.page) = None;
     }
 
-    pub async fn stop(self) {
+    pub(super) async fn stop(self) {
         self.server.stop().await;
     }
 }

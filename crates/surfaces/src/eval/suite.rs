@@ -57,7 +57,7 @@ const EVAL_TOOLS: [(&str, &str); 1] = [(
 )];
 
 /// The variable the eval tools' URLs name the fixture server by.
-pub const FIXTURES_VAR: &str = "HERMES_EVAL_FIXTURES";
+pub(super) const FIXTURES_VAR: &str = "HERMES_EVAL_FIXTURES";
 
 /// The starter cases, then those in `user_dir` (a missing directory holds none), by name.
 pub fn load(user_dir: Option<&Path>) -> Result<Vec<EvalCase>, CaseError> {
@@ -108,7 +108,7 @@ pub fn choose(cases: Vec<EvalCase>, globs: &[String]) -> Vec<EvalCase> {
 }
 
 /// The eval-only manifest tools, their URLs pointing at the fixture server at `fixtures`.
-pub fn eval_tools(
+pub(super) fn eval_tools(
     fixtures: &str,
 ) -> Result<Vec<Arc<dyn Tool>>, hermes_engine::tools::manifest::ManifestError> {
     let env: HashMap<String, String> =

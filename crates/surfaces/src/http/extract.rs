@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 
 /// The `{id}` of a route. A path that does not decode (`/v1/tasks/%FF`) is a JSON 400, not
 /// axum's plain-text rejection.
-pub struct Id(pub String);
+pub(crate) struct Id(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for Id {
     type Rejection = ApiError;
@@ -27,7 +27,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Id {
 
 /// A route's query string read into `T`. An unknown or malformed parameter is a JSON 400
 /// naming it, not axum's plain-text rejection.
-pub struct Query<T>(pub T);
+pub(crate) struct Query<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
     type Rejection = ApiError;
@@ -41,7 +41,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
 }
 
 /// A numeric parameter such as `limit`: `default` when absent, else it must lie in `1..=max`.
-pub fn bounded<N>(name: &str, value: Option<N>, default: N, max: N) -> Result<N, ApiError>
+pub(crate) fn bounded<N>(name: &str, value: Option<N>, default: N, max: N) -> Result<N, ApiError>
 where
     N: PartialOrd + From<u8> + std::fmt::Display + Copy,
 {

@@ -6,14 +6,14 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
 /// An unknown path: a page for a browser asking for one outside the API, JSON otherwise.
-pub async fn not_found(method: Method, uri: Uri, headers: HeaderMap) -> Response {
+pub(super) async fn not_found(method: Method, uri: Uri, headers: HeaderMap) -> Response {
     if method == Method::GET && !uri.path().starts_with("/v1/") && pages::wants_html(&headers) {
         return pages::not_found_page(uri.path());
     }
     ApiError::not_found("no such endpoint; README.md lists the API's endpoints").into_response()
 }
 
-pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+pub(super) async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",

@@ -21,7 +21,7 @@ const MAX_CHUNK_LINE: usize = 4096;
 
 /// What a read showed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Seen {
+pub(super) enum Seen {
     Fine,
     /// The request line went over [`MAX_HEAD_LINE`].
     LongRequestLine,
@@ -81,7 +81,7 @@ impl Framing {
     }
 
     /// Follow `bytes` through heads and bodies.
-    pub fn watch(&mut self, mut bytes: &[u8]) -> Seen {
+    pub(super) fn watch(&mut self, mut bytes: &[u8]) -> Seen {
         while !bytes.is_empty() {
             match self.phase {
                 Phase::Off => return Seen::Fine,

@@ -36,7 +36,7 @@ pub(crate) const MAX_CLIENTS: usize = 4096;
 pub(crate) struct Peer(pub Option<IpAddr>);
 
 impl Peer {
-    pub fn of(extensions: &Extensions) -> Peer {
+    pub(crate) fn of(extensions: &Extensions) -> Peer {
         Peer(
             extensions
                 .get::<ConnectInfo<SocketAddr>>()

@@ -41,7 +41,7 @@ pub(crate) struct HeadGuard<T> {
 }
 
 impl<T> HeadGuard<T> {
-    pub fn new(inner: T, header_timeout: Duration) -> HeadGuard<T> {
+    pub(super) fn new(inner: T, header_timeout: Duration) -> HeadGuard<T> {
         HeadGuard {
             inner,
             framing: Framing::default(),

@@ -10,16 +10,16 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// One offered tool.
-pub struct Spec {
+pub(super) struct Spec {
     pub name: &'static str,
     pub description: &'static str,
     pub schema: Value,
 }
 
 /// Largest `limit` of `list_tasks` and `k` of `recall`: an assistant reads what it asks for.
-pub const MAX_LIST: i64 = 100;
+pub(super) const MAX_LIST: i64 = 100;
 
-pub fn specs() -> Vec<Spec> {
+pub(super) fn specs() -> Vec<Spec> {
     let id = |what: &str| {
         json!({"type": "object",
                "properties": {"id": {"type": "string", "description": what}},
@@ -96,7 +96,7 @@ pub fn specs() -> Vec<Spec> {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RunTask {
+pub(super) struct RunTask {
     pub task: String,
     #[serde(default)]
     pub profile: Option<String>,
@@ -104,7 +104,7 @@ pub struct RunTask {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ListTasks {
+pub(super) struct ListTasks {
     #[serde(default)]
     pub state: Option<TaskState>,
     #[serde(default)]
@@ -113,7 +113,7 @@ pub struct ListTasks {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Remember {
+pub(super) struct Remember {
     pub text: String,
     #[serde(default)]
     pub tags: Vec<String>,
@@ -121,7 +121,7 @@ pub struct Remember {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Recall {
+pub(super) struct Recall {
     pub query: String,
     #[serde(default)]
     pub k: Option<i64>,

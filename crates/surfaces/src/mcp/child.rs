@@ -41,7 +41,7 @@ pub(super) struct ChildTransport {
 
 impl ChildTransport {
     /// Start `command` for `server` with piped stdio; the transport and the server's stderr.
-    pub fn spawn(
+    pub(super) fn spawn(
         server: &str,
         mut command: CommandWrap,
     ) -> std::io::Result<(ChildTransport, ChildStderr)> {
@@ -65,11 +65,11 @@ impl ChildTransport {
         Ok((transport, stderr))
     }
 
-    pub fn keep_workdir(&mut self, workdir: Option<tempfile::TempDir>) {
+    pub(super) fn keep_workdir(&mut self, workdir: Option<tempfile::TempDir>) {
         self.workdir = workdir;
     }
 
-    pub fn id(&self) -> Option<u32> {
+    pub(super) fn id(&self) -> Option<u32> {
         self.child.as_ref()?.id()
     }
 

@@ -37,7 +37,7 @@ pub(crate) const MAX_SERVER_LINE: usize = 16 * 1024 * 1024;
 
 /// The longest line `hermes-agent mcp` reads from its client: its requests are tool calls
 /// with a task's text, far below this; a longer one is answered with an error, never held.
-pub const MAX_CLIENT_LINE: usize = 1024 * 1024;
+pub(super) const MAX_CLIENT_LINE: usize = 1024 * 1024;
 
 /// A server's `notifications/tools/list_changed` leads to at most one `tools/list` per this
 /// long: a server that sends them in a burst costs one re-list, not one per notification.

@@ -48,7 +48,7 @@ struct Skipping {
 }
 
 impl BoundedLines {
-    pub fn new(max: usize) -> BoundedLines {
+    pub(super) fn new(max: usize) -> BoundedLines {
         BoundedLines {
             max,
             searched: 0,
@@ -223,12 +223,12 @@ impl<W> Clone for LineWriter<W> {
 }
 
 impl<W: AsyncWrite + Unpin + Send + 'static> LineWriter<W> {
-    pub fn new(write: W) -> LineWriter<W> {
+    pub(super) fn new(write: W) -> LineWriter<W> {
         LineWriter(Arc::new(tokio::sync::Mutex::new(Some(write))))
     }
 
     /// Write `message` as one line and flush it.
-    pub async fn send(&self, message: &impl Serialize) -> std::io::Result<()> {
+    pub(super) async fn send(&self, message: &impl Serialize) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(message)?;
         line.push(b'\n');
         let mut guard = self.0.lock().await;
@@ -242,7 +242,7 @@ impl<W: AsyncWrite + Unpin + Send + 'static> LineWriter<W> {
         w.flush().await
     }
 
-    pub async fn close(&self) {
+    pub(super) async fn close(&self) {
         if let Some(mut w) = self.0.lock().await.take() {
             let _ = w.shutdown().await;
         }

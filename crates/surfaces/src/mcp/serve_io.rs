@@ -28,13 +28,13 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::FramedRead;
 
 /// `hermes-agent mcp`'s end of a stdio session.
-pub struct ServeIo<R, W> {
+pub(super) struct ServeIo<R, W> {
     read: FramedRead<R, BoundedLines>,
     write: LineWriter<W>,
 }
 
 impl<R: AsyncRead, W: AsyncWrite + Unpin + Send + 'static> ServeIo<R, W> {
-    pub fn new(read: R, write: W) -> ServeIo<R, W> {
+    pub(super) fn new(read: R, write: W) -> ServeIo<R, W> {
         ServeIo {
             read: FramedRead::new(read, BoundedLines::new(MAX_CLIENT_LINE)),
             write: LineWriter::new(write),

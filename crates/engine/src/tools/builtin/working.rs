@@ -36,7 +36,7 @@ pub(crate) struct Args {
 }
 
 impl ReadWorkingMemory {
-    pub fn new(store: Store) -> ReadWorkingMemory {
+    pub(crate) fn new(store: Store) -> ReadWorkingMemory {
         let info = ToolInfo::new(
             READ_WORKING_MEMORY,
             "Read on in a truncated result, if what was shown is not enough: key and offset are in its \

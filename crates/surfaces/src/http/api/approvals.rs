@@ -28,12 +28,12 @@ impl From<ApprovalError> for ApiError {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ListApprovals {
+pub(crate) struct ListApprovals {
     state: Option<String>,
     limit: Option<i64>,
 }
 
-pub async fn list_approvals(
+pub(crate) async fn list_approvals(
     State(s): State<ApiState>,
     Query(q): Query<ListApprovals>,
 ) -> ApiResult {
@@ -48,7 +48,11 @@ fn via(headers: &HeaderMap) -> &'static str {
     answered_via(headers.get(VIA_HEADER).and_then(|v| v.to_str().ok()))
 }
 
-pub async fn approve(State(s): State<ApiState>, Id(id): Id, headers: HeaderMap) -> ApiResult {
+pub(crate) async fn approve(
+    State(s): State<ApiState>,
+    Id(id): Id,
+    headers: HeaderMap,
+) -> ApiResult {
     let a = s
         .agent
         .approvals()
@@ -65,7 +69,7 @@ struct DenyBody {
 }
 
 /// The body is optional: none, or `{"reason": "..."}`.
-pub async fn deny(
+pub(crate) async fn deny(
     State(s): State<ApiState>,
     Id(id): Id,
     headers: HeaderMap,

@@ -29,7 +29,7 @@ pub(crate) async fn list_deliveries(
 }
 
 /// A notice id from the path: a whole number.
-pub fn notice_id(id: &str) -> Result<i64, ApiError> {
+pub(crate) fn notice_id(id: &str) -> Result<i64, ApiError> {
     id.parse().map_err(|_| {
         ApiError::bad_request(format!(
             "'{id}' is not a delivery id; ids are whole numbers (GET /v1/deliveries lists them)"

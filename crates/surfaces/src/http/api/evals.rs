@@ -12,11 +12,11 @@ use serde_json::json;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ListEvals {
+pub(crate) struct ListEvals {
     limit: Option<i64>,
 }
 
-pub async fn list_evals(
+pub(crate) async fn list_evals(
     State(s): State<ApiState>,
     Query(q): Query<ListEvals>,
 ) -> Result<Response, ApiError> {

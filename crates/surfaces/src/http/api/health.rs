@@ -14,7 +14,11 @@ use serde_json::json;
 /// `/healthz` is open to anyone who reaches the port (monitors send no token): without the
 /// token it says what is wrong and what to do, never where the database is — no file, host
 /// or URL. With the token (or when none is configured: loopback only), it names it too.
-pub async fn health(State(s): State<ApiState>, Peer(peer): Peer, headers: HeaderMap) -> ApiResult {
+pub(crate) async fn health(
+    State(s): State<ApiState>,
+    Peer(peer): Peer,
+    headers: HeaderMap,
+) -> ApiResult {
     let store = s.agent.store();
     let reading = store.health().await?;
     // Recall by meaning: its server away means keyword recall only, until it answers.

@@ -47,7 +47,11 @@ pub(crate) struct Limit {
     limit: Option<i64>,
 }
 
-pub async fn job_runs(State(s): State<ApiState>, Id(id): Id, Query(q): Query<Limit>) -> ApiResult {
+pub(crate) async fn job_runs(
+    State(s): State<ApiState>,
+    Id(id): Id,
+    Query(q): Query<Limit>,
+) -> ApiResult {
     let limit = bounded("limit", q.limit, 50, 1000)?;
     let runs = s.scheduler.runs(&id, limit).await?;
     Ok(Json(json!({ "runs": runs })).into_response())

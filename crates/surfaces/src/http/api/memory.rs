@@ -21,7 +21,7 @@ fn memory(s: &ApiState) -> ApiResult<&LongTerm> {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Search {
+pub(crate) struct Search {
     #[serde(default)]
     q: String,
     k: Option<usize>,

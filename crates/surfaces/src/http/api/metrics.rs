@@ -9,7 +9,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use hermes_engine::metrics::{CONTENT_TYPE, Reading};
 
-pub async fn metrics(State(s): State<ApiState>) -> ApiResult {
+pub(crate) async fn metrics(State(s): State<ApiState>) -> ApiResult {
     let store = s.agent.store();
     // A database that cannot be read leaves its gauges out of this scrape; the counters, and
     // `/healthz` saying why, are worth more than a failed scrape.

@@ -24,7 +24,7 @@ pub(crate) struct CreateTask {
     wait: bool,
 }
 
-pub async fn create_task(
+pub(crate) async fn create_task(
     State(s): State<ApiState>,
     body: Result<Json<CreateTask>, JsonRejection>,
 ) -> ApiResult {
@@ -68,7 +68,7 @@ pub async fn create_task(
     Ok((status, Json(record)).into_response())
 }
 
-pub async fn get_task(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
+pub(crate) async fn get_task(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
     match s.agent.task_record(&id).await? {
         Some(r) => Ok(Json(r).into_response()),
         None => Err(ApiError::not_found(format!("task '{id}' not found"))),
@@ -83,7 +83,7 @@ pub(crate) struct ListTasks {
     job_id: Option<String>,
 }
 
-pub async fn list_tasks(State(s): State<ApiState>, Query(q): Query<ListTasks>) -> ApiResult {
+pub(crate) async fn list_tasks(State(s): State<ApiState>, Query(q): Query<ListTasks>) -> ApiResult {
     let state: Option<TaskState> = word_filter(q.state.as_deref())?;
     let limit = bounded("limit", q.limit, 50, 1000)?;
     let tasks = s

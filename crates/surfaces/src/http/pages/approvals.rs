@@ -20,12 +20,12 @@ use serde::Deserialize;
 const RECENT: i64 = 50;
 
 #[derive(Deserialize, Default)]
-pub struct PageArgs {
+pub(crate) struct PageArgs {
     #[serde(default)]
     done: Option<String>,
 }
 
-pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<PageArgs>) -> PageResult {
+pub(crate) async fn page(ctx: Ctx, PageQuery(q): PageQuery<PageArgs>) -> PageResult {
     let approvals = ctx.state.agent.approvals();
     let open = approvals.list(Some(ApprovalState::Open), 500).await?;
     let all = approvals.list(None, RECENT + open.len() as i64).await?;
@@ -48,7 +48,7 @@ pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<PageArgs>) -> PageResult {
 }
 
 /// The open requests, each with its buttons; `back` is the page the buttons return to.
-pub fn open_list(ctx: &Ctx, open: &[Approval], back: &str) -> Markup {
+pub(crate) fn open_list(ctx: &Ctx, open: &[Approval], back: &str) -> Markup {
     let tz = ctx.tz();
     html! {
         @if open.is_empty() {
@@ -82,7 +82,7 @@ pub fn open_list(ctx: &Ctx, open: &[Approval], back: &str) -> Markup {
 }
 
 /// Answered requests: what, who, when.
-pub fn answered_table(ctx: &Ctx, list: &[Approval]) -> Markup {
+pub(crate) fn answered_table(ctx: &Ctx, list: &[Approval]) -> Markup {
     let tz = ctx.tz();
     html! {
         @if list.is_empty() {
@@ -114,7 +114,7 @@ fn pretty(v: &serde_json::Value) -> String {
 
 /// Where a button returns to: the approvals page, a task's page or the overview, nothing else.
 #[derive(Deserialize)]
-pub struct Answer {
+pub(crate) struct Answer {
     #[serde(default)]
     back: String,
     #[serde(default)]
@@ -131,7 +131,7 @@ fn back_to(back: &str, flash: Flash) -> String {
     format!("{path}?done={}", flash.key())
 }
 
-pub async fn approve(
+pub(crate) async fn approve(
     State(s): State<ApiState>,
     Id(id): Id,
     CsrfForm(f): CsrfForm<Answer>,
@@ -139,7 +139,7 @@ pub async fn approve(
     answer(&s, &id, Decision::Approve, &f.back, Flash::Approved).await
 }
 
-pub async fn deny(
+pub(crate) async fn deny(
     State(s): State<ApiState>,
     Id(id): Id,
     CsrfForm(f): CsrfForm<Answer>,

@@ -35,11 +35,11 @@ static VERSION: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// The URL to link an asset by.
-pub fn url(name: &str) -> String {
+pub(crate) fn url(name: &str) -> String {
     format!("/assets/{name}?v={}", *VERSION)
 }
 
-pub async fn serve(Path(name): Path<String>) -> Response {
+pub(crate) async fn serve(Path(name): Path<String>) -> Response {
     match ASSETS.iter().find(|(n, _, _)| *n == name) {
         Some((_, content_type, body)) => (
             [

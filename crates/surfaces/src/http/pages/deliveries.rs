@@ -26,7 +26,7 @@ pub(crate) struct ListQuery {
     done: Option<String>,
 }
 
-pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
+pub(crate) async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     let s = &ctx.state;
     let state = word_filter(Some(&q.state))?;
     let outbox = s.agent.store().outbox();
@@ -80,7 +80,7 @@ fn row(ctx: &Ctx, n: &Notice, back: &str) -> Markup {
     }
 }
 
-pub async fn retry(
+pub(crate) async fn retry(
     State(s): State<ApiState>,
     Id(id): Id,
     CsrfForm(f): CsrfForm<Back>,

@@ -10,7 +10,7 @@ use axum::response::IntoResponse;
 use hermes_store::{EvalRun, EvalVerdict, ModelStatus};
 use maud::{Markup, html};
 
-pub async fn page(ctx: Ctx) -> PageResult {
+pub(crate) async fn page(ctx: Ctx) -> PageResult {
     let store = ctx.state.agent.store();
     let models = store.models().statuses().await?;
     let runs = store.evals().runs(30).await?;

@@ -43,7 +43,7 @@ const ALL: [Flash; 13] = [
 
 impl Flash {
     /// Its name in the URL.
-    pub fn key(self) -> &'static str {
+    pub(super) fn key(self) -> &'static str {
         match self {
             Flash::JobAdded => "job_added",
             Flash::JobPaused => "job_paused",
@@ -62,7 +62,7 @@ impl Flash {
     }
 
     /// What the page says.
-    pub fn words(self) -> &'static str {
+    pub(super) fn words(self) -> &'static str {
         match self {
             Flash::JobAdded => "Job added.",
             Flash::JobPaused => "Paused: it will not fire until resumed.",
@@ -89,7 +89,7 @@ impl Flash {
 
 /// The notice of a page's `?done=` key, announced to screen readers; nothing for an unknown
 /// key.
-pub fn flash(done: Option<&str>) -> Markup {
+pub(super) fn flash(done: Option<&str>) -> Markup {
     html! {
         @if let Some(f) = done.and_then(Flash::from_key) {
             p.flash role="status" { (f.words()) }

@@ -98,7 +98,7 @@ pub(crate) fn see_other(path: &str) -> Response {
 }
 
 /// Percent-encode a value for a query string.
-pub fn encode(s: &str) -> String {
+pub(crate) fn encode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 

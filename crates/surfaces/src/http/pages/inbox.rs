@@ -20,7 +20,7 @@ pub(crate) struct ListQuery {
     state: String,
 }
 
-pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
+pub(crate) async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     let s = &ctx.state;
     let state = word_filter(Some(&q.state))?;
     let inbox = s.agent.store().inbox();

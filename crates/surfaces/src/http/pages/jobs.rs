@@ -20,12 +20,12 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 #[derive(Deserialize, Default)]
-pub struct Done {
+pub(crate) struct Done {
     #[serde(default)]
     done: Option<String>,
 }
 
-pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<Done>) -> PageResult {
+pub(crate) async fn list(ctx: Ctx, PageQuery(q): PageQuery<Done>) -> PageResult {
     let _s = &ctx.state;
     let body = jobs_body(&ctx, &JobForm::default(), None, q.done.as_deref()).await?;
     Ok(render(&ctx, "Jobs", body).into_response())
@@ -156,7 +156,7 @@ impl<'de> Deserialize<'de> for JobForm {
     }
 }
 
-pub async fn create(ctx: Ctx, CsrfForm(f): CsrfForm<JobForm>) -> PageResult {
+pub(crate) async fn create(ctx: Ctx, CsrfForm(f): CsrfForm<JobForm>) -> PageResult {
     let s = &ctx.state;
     let opt = |v: &str| Some(v.trim().to_string()).filter(|v| !v.is_empty());
     let req = JobRequest {
@@ -189,7 +189,7 @@ pub async fn create(ctx: Ctx, CsrfForm(f): CsrfForm<JobForm>) -> PageResult {
     }
 }
 
-pub async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<Done>) -> PageResult {
+pub(crate) async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<Done>) -> PageResult {
     let s = &ctx.state;
     let view = s.scheduler.get(&id).await?;
     let runs = s.scheduler.runs(&id, 50).await?;
@@ -324,7 +324,7 @@ const JOB_ACTIONS: [(&str, JobAction); 4] = [
     ("delete", JobAction::Delete),
 ];
 
-pub async fn act(
+pub(crate) async fn act(
     State(s): State<ApiState>,
     Path((id, action)): Path<(String, String)>,
     CsrfForm(_): CsrfForm,

@@ -31,7 +31,7 @@ const NAV: &[(&str, &str)] = &[
 
 /// What every page starts from: the daemon's state, the request's session (put there by
 /// [`super::guard::require_session`]) and the path, which marks the page's navigation entry.
-pub struct Ctx {
+pub(crate) struct Ctx {
     pub state: ApiState,
     pub session: Session,
     pub path: String,
@@ -58,12 +58,12 @@ impl FromRequestParts<ApiState> for Ctx {
 
 impl Ctx {
     /// The zone pages show times in: the scheduler's (the user's) zone.
-    pub fn tz(&self) -> Tz {
+    pub(crate) fn tz(&self) -> Tz {
         self.state.zone()
     }
 
     /// A hidden field with the session's CSRF token, for every form that changes something.
-    pub fn csrf(&self) -> Markup {
+    pub(crate) fn csrf(&self) -> Markup {
         html! { input type="hidden" name="csrf" value=(self.session.csrf); }
     }
 }
@@ -91,7 +91,7 @@ pub(crate) fn render(ctx: &Ctx, title: &str, body: Markup) -> Markup {
 }
 
 /// The shell without a session (sign-in, errors).
-pub fn shell(title: &str, current: Option<&str>, extra_nav: Markup, body: Markup) -> Markup {
+pub(super) fn shell(title: &str, current: Option<&str>, extra_nav: Markup, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -188,7 +188,7 @@ impl From<ApiError> for PageError {
 pub(crate) type PageResult<T = Response> = Result<T, PageError>;
 
 /// `2026-12-01 09:25` in `tz`, in a `<time>` with the exact instant.
-pub fn when(t: DateTime<Utc>, tz: Tz) -> Markup {
+pub(super) fn when(t: DateTime<Utc>, tz: Tz) -> Markup {
     let local = t.with_timezone(&tz);
     html! {
         time datetime=(t.to_rfc3339()) title=(local.format("%Y-%m-%d %H:%M:%S %Z")) {
@@ -198,7 +198,7 @@ pub fn when(t: DateTime<Utc>, tz: Tz) -> Markup {
 }
 
 /// A firing: `Tue 2026-12-01 08:00` in `tz`, the weekday first (schedules are about days).
-pub fn firing(t: DateTime<Utc>, tz: Tz) -> Markup {
+pub(super) fn firing(t: DateTime<Utc>, tz: Tz) -> Markup {
     let local = t.with_timezone(&tz);
     html! {
         time datetime=(t.to_rfc3339()) title=(local.format("%Y-%m-%d %H:%M:%S %Z")) {
@@ -283,7 +283,7 @@ impl Shown {
 
 /// A state as a coloured badge (the colour follows what the state means; the word stays
 /// readable).
-pub fn badge(state: Shown) -> Markup {
+pub(super) fn badge(state: Shown) -> Markup {
     let word = state.word();
     html! { span class={"badge " (state.tone())} data-state=(word) { (word) } }
 }
@@ -340,7 +340,7 @@ pub(crate) fn rows_or<T>(
 }
 
 /// `text` on one line, cut to `max` characters with a mark.
-pub fn short(text: &str, max: usize) -> String {
+pub(super) fn short(text: &str, max: usize) -> String {
     hermes_store::util::text::one_line(text, max)
 }
 

@@ -24,7 +24,10 @@ pub(crate) struct LoginQuery {
     next: String,
 }
 
-pub async fn page(State(s): State<ApiState>, PageQuery(q): PageQuery<LoginQuery>) -> Response {
+pub(crate) async fn page(
+    State(s): State<ApiState>,
+    PageQuery(q): PageQuery<LoginQuery>,
+) -> Response {
     if s.token.is_empty() {
         // Nothing to sign in to: every page is open on this (loopback) daemon.
         return see_other(local_path(&q.next));
@@ -60,7 +63,7 @@ pub(crate) struct LoginForm {
     next: String,
 }
 
-pub async fn submit(
+pub(crate) async fn submit(
     State(s): State<ApiState>,
     Peer(peer): Peer,
     form_data: Result<Form<LoginForm>, FormRejection>,
@@ -105,7 +108,7 @@ pub async fn submit(
     resp
 }
 
-pub async fn logout(
+pub(crate) async fn logout(
     State(s): State<ApiState>,
     _session: Extension<Session>,
     headers: HeaderMap,

@@ -34,7 +34,7 @@ pub(crate) struct SearchQuery {
     done: Option<String>,
 }
 
-pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<SearchQuery>) -> PageResult {
+pub(crate) async fn page(ctx: Ctx, PageQuery(q): PageQuery<SearchQuery>) -> PageResult {
     let s = &ctx.state;
     let mem = memory(s)?;
     let query = q.q.trim();
@@ -135,7 +135,7 @@ pub(crate) struct AddForm {
     tags: String,
 }
 
-pub async fn add(State(s): State<ApiState>, CsrfForm(f): CsrfForm<AddForm>) -> PageResult {
+pub(crate) async fn add(State(s): State<ApiState>, CsrfForm(f): CsrfForm<AddForm>) -> PageResult {
     let tags: Vec<String> = f.tags.split(',').map(|t| t.trim().to_string()).collect();
     let (fact, how) = memory(&s)?
         .remember(&f.text, &tags, "web")
@@ -152,7 +152,7 @@ pub async fn add(State(s): State<ApiState>, CsrfForm(f): CsrfForm<AddForm>) -> P
     )))
 }
 
-pub async fn forget(
+pub(crate) async fn forget(
     State(s): State<ApiState>,
     Id(id): Id,
     CsrfForm(f): CsrfForm<Back>,

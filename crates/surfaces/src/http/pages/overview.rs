@@ -17,7 +17,7 @@ use maud::{Markup, html};
 /// Rows per list on the overview; the full lists are a click away.
 const ROWS: i64 = 10;
 
-pub async fn page(ctx: Ctx) -> PageResult {
+pub(crate) async fn page(ctx: Ctx) -> PageResult {
     let s = &ctx.state;
     let tz = ctx.tz();
     let store = s.agent.store();

@@ -15,7 +15,7 @@ use axum::response::IntoResponse;
 use maud::{Markup, html};
 use serde_json::Value;
 
-pub async fn page(ctx: Ctx) -> PageResult {
+pub(crate) async fn page(ctx: Ctx) -> PageResult {
     let s = &ctx.state;
     let settings = serde_json::to_value(&s.config.settings).unwrap_or(Value::Null);
     let mut rows = Vec::new();
@@ -55,7 +55,7 @@ pub async fn page(ctx: Ctx) -> PageResult {
 }
 
 /// The verdicts, as an HTML fragment for the page above.
-pub async fn checks(State(s): State<ApiState>) -> Markup {
+pub(crate) async fn checks(State(s): State<ApiState>) -> Markup {
     let checks = doctor::running_daemon(doctor::Parts {
         config: &s.config,
         store: s.agent.store(),

@@ -41,7 +41,7 @@ fn some(s: &str) -> Option<&str> {
     Some(s.trim()).filter(|s| !s.is_empty())
 }
 
-pub async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
+pub(crate) async fn list(ctx: Ctx, PageQuery(q): PageQuery<ListQuery>) -> PageResult {
     let s = &ctx.state;
     let search = TaskSearch {
         state: word_filter(Some(&q.state))?,
@@ -133,7 +133,7 @@ pub(crate) struct StartForm {
     profile: String,
 }
 
-pub async fn start(ctx: Ctx, CsrfForm(f): CsrfForm<StartForm>) -> PageResult {
+pub(crate) async fn start(ctx: Ctx, CsrfForm(f): CsrfForm<StartForm>) -> PageResult {
     let s = &ctx.state;
     let submitted = s
         .agent
@@ -155,12 +155,12 @@ pub async fn start(ctx: Ctx, CsrfForm(f): CsrfForm<StartForm>) -> PageResult {
 
 /// `?done=` after an approval answered on the task's page.
 #[derive(Deserialize, Default)]
-pub struct ShowQuery {
+pub(crate) struct ShowQuery {
     #[serde(default)]
     done: Option<String>,
 }
 
-pub async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<ShowQuery>) -> PageResult {
+pub(crate) async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<ShowQuery>) -> PageResult {
     let s = &ctx.state;
     let Some(record) = s.agent.task_record(&id).await? else {
         return Err(PageError(ApiError::not_found(format!(
@@ -297,7 +297,11 @@ fn deliveries_section(notices: &[Notice]) -> Markup {
     }
 }
 
-pub async fn cancel(State(s): State<ApiState>, Id(id): Id, CsrfForm(_): CsrfForm) -> PageResult {
+pub(crate) async fn cancel(
+    State(s): State<ApiState>,
+    Id(id): Id,
+    CsrfForm(_): CsrfForm,
+) -> PageResult {
     match s.agent.cancel(&id).await {
         Ok(t) => Ok(see_other(&format!("/tasks/{}", t.id))),
         // Finished meanwhile: its page shows how.

@@ -9,7 +9,7 @@ use hermes_store::{Step, StepKind};
 use maud::{Markup, html};
 
 /// The whole timeline; the list the live script appends to.
-pub fn timeline(steps: &[Step], events: Option<&str>) -> Markup {
+pub(super) fn timeline(steps: &[Step], events: Option<&str>) -> Markup {
     html! {
         ol.timeline #timeline data-events=[events] aria-live="polite" aria-label="Steps" {
             @for s in steps { (step(s)) }
@@ -29,7 +29,7 @@ fn kind(k: StepKind) -> &'static str {
     }
 }
 
-pub fn step(s: &Step) -> Markup {
+pub(super) fn step(s: &Step) -> Markup {
     let k = kind(s.row.kind);
     html! {
         li class={"step " (k)} data-seq=(s.seq) {

@@ -24,7 +24,7 @@ pub(crate) struct UsageQuery {
     days: Option<u32>,
 }
 
-pub async fn page(ctx: Ctx, PageQuery(q): PageQuery<UsageQuery>) -> PageResult {
+pub(crate) async fn page(ctx: Ctx, PageQuery(q): PageQuery<UsageQuery>) -> PageResult {
     let days = bounded("days", q.days, DEFAULT_USAGE_DAYS, MAX_USAGE_DAYS)?;
     let window = UsageWindow::last_days(days, ctx.tz(), chrono::Utc::now());
     let u = ctx.state.agent.store().tasks().usage(&window).await?;

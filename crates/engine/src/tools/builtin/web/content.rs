@@ -11,7 +11,7 @@ use super::fetch::Fetched;
 use scraper::Selector;
 use serde_json::{Value, json};
 
-pub enum Content {
+pub(super) enum Content {
     Html(Page),
     Json(Value),
     Feed(Feed),
@@ -117,7 +117,7 @@ impl Content {
         }
     }
 
-    pub fn note(&self, f: &Fetched, selector_given: bool) -> Option<String> {
+    pub(super) fn note(&self, f: &Fetched, selector_given: bool) -> Option<String> {
         match self {
             Content::Html(page) => page.note.clone(),
             Content::Binary => Some(format!(

@@ -25,7 +25,7 @@ pub(crate) struct Link {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct Page {
+pub(super) struct Page {
     pub title: Option<String>,
     pub text: String,
     pub links: Vec<Link>,

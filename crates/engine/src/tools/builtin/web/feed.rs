@@ -17,7 +17,7 @@ const MAX_SEEN: usize = 2000;
 const SUMMARY_CHARS: usize = 280;
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Item {
+pub(super) struct Item {
     pub title: String,
     pub link: Option<String>,
     /// RFC 3339; the published time, else the updated time.
@@ -48,7 +48,7 @@ fn short(text: &str, max: usize) -> String {
 
 /// Parse raw feed bytes (feed-rs honours the XML encoding declaration itself, so bytes, not
 /// decoded text, go in). Relative links are resolved against `url`.
-pub fn parse(body: &[u8], url: &Url) -> Result<Feed, feed_rs::parser::ParseFeedError> {
+pub(super) fn parse(body: &[u8], url: &Url) -> Result<Feed, feed_rs::parser::ParseFeedError> {
     let parsed = feed_rs::parser::Builder::new()
         .base_uri(Some(url.as_str()))
         .build()
@@ -97,7 +97,7 @@ pub fn parse(body: &[u8], url: &Url) -> Result<Feed, feed_rs::parser::ParseFeedE
 
 /// What the snapshot under `feed:<url>` holds.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Seen {
+pub(super) struct Seen {
     pub seen: Vec<String>,
 }
 

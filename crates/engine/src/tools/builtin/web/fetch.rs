@@ -42,7 +42,7 @@ pub(crate) struct Fetcher {
 }
 
 impl Fetcher {
-    pub fn new(settings: WebFetchSettings) -> Fetcher {
+    pub(super) fn new(settings: WebFetchSettings) -> Fetcher {
         let client = reqwest::Client::builder()
             // Each hop is followed by hand so the guard sees every target.
             .redirect(reqwest::redirect::Policy::none())
@@ -58,13 +58,13 @@ impl Fetcher {
         Fetcher { client, settings }
     }
 
-    pub fn settings(&self) -> &WebFetchSettings {
+    pub(super) fn settings(&self) -> &WebFetchSettings {
         &self.settings
     }
 
     /// Fetch `url` (http/https only), following up to `max_redirects` redirects, each hop
     /// checked by the guard, within `timeout_s` overall.
-    pub async fn fetch(&self, url: &str) -> Result<Fetched, ToolError> {
+    pub(super) async fn fetch(&self, url: &str) -> Result<Fetched, ToolError> {
         let client = self
             .client
             .as_ref()
@@ -194,7 +194,7 @@ fn send_error(url: &Url, err: reqwest::Error) -> ToolError {
 impl Fetched {
     /// The body as text: BOM first, then the Content-Type charset, then (for HTML and XML)
     /// the charset the document declares, else UTF-8. Undecodable bytes become U+FFFD.
-    pub fn text(&self) -> String {
+    pub(super) fn text(&self) -> String {
         let declared = self
             .charset
             .as_deref()
