@@ -12,8 +12,8 @@
 //! and carrying out a `run now` (`answer`); the replies' words (`reply`); doctor's check
 //! (`probe`).
 //! Must not: run tools or call the model — tasks are stored `pending` for the workers and
-//! commands go through [`Handoff`]; import the entry modules (`server`, `web`, `cli`,
-//! `daemon`), which depend on it; answer anyone but an address of `allow_from`.
+//! commands go through [`Handoff`]; import the surfaces (`http`, `cli`, `daemon`), which
+//! depend on it; answer anyone but an address of `allow_from`.
 //!
 //! Exactly once: a message's record, the task or job change it made, its confirmation and the
 //! mailbox's watermark (the highest UID read) are one SQLite transaction. Killed before the

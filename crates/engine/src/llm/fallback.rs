@@ -8,7 +8,7 @@
 //!
 //! Owns: the order of a call's profiles, the cooldown, and the notes that tell the trace what
 //! the chain did. Must not: retry within a profile (the profile's own retries are
-//! `client.rs`'s) or decide on error text (only on [`FailureKind`]).
+//! `client.rs`'s) or decide on error text (only on [`FailureKind`](super::FailureKind)).
 
 use super::client::Ask;
 use super::{Gateway, LlmError, Message, ModelReply, Toolset};

@@ -21,7 +21,7 @@
 //! - **transient failure** — the SMTP relay could not be reached, timed out or answered 4xx;
 //!   the webhook could not be reached, timed out, or answered 408, 429 or 5xx. The notice
 //!   stays pending, its attempt count and last error are recorded, and it is retried after
-//!   `base_delay · 2^(attempt−1)`, capped at `max_delay`. The default [`RetryPolicy`] is 8
+//!   `backoff.base · 2^(attempt−1)`, capped at `backoff.max`. The default ([`DEFAULT_RETRY`]) is 8
 //!   attempts at 30 s, 1, 2, 4, 8, 16 and 32 min: about an hour in all. After the last
 //!   attempt the notice is `failed` with its last error (and a warning in the log). There is
 //!   no jitter: one person's notices are few, and retries bunching up harms no one.

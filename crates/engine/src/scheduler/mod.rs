@@ -7,7 +7,7 @@
 //! state; RAM holds nothing that a restart would miss.
 //! Must not: keep state only in RAM; run a task itself (it goes through [`TaskRunner`], which
 //! the agent implements) or send a notice itself (it goes through [`Deliver`], over the
-//! notifier's outbox); write SQL outside `crate::store`.
+//! notifier's outbox); write SQL (the store's, `hermes_store`, does).
 //!
 //! Why not tokio-cron-scheduler: it keeps a zone's UTC offset from the moment a job is created,
 //! so jobs drift by an hour across DST (upstream issues #87, #107), and it holds its jobs in

@@ -29,7 +29,7 @@ const LAST_OUTBOX_PASS: Duration = Duration::from_secs(10);
 const SENDER_STOP: Duration = Duration::from_secs(5);
 /// Requests waiting on tasks are answered once every task has ended; this bounds slow clients.
 /// With the default 30 s grace, the steps after it add at most 38 s (with the MCP servers'
-/// `mcp::STOP_WAIT` of 8 s): well inside the unit's
+/// `mcp::limits::STOP_WAIT` of 8 s): well inside the unit's
 /// `TimeoutStopSec=90s`, so systemd never has to SIGKILL a draining daemon.
 const SERVER_STOP: Duration = Duration::from_secs(5);
 

@@ -2,7 +2,7 @@
 //!
 //! - Client: each server of `mcp.servers` is run (stdio) or reached (streamable HTTP), kept
 //!   alive and restarted with backoff by [`McpManager`]; its tools become registry tools named
-//!   `SERVER__TOOL` ([`McpTool`]), so every call goes through the registry's guards like any
+//!   `SERVER__TOOL` ([`McpTool`](tool::McpTool)), so every call goes through the registry's guards like any
 //!   other tool. [`McpManager::status`] is what `doctor` and the dashboard show.
 //! - Server: `hermes-agent mcp` ([`serve_stdio`]) offers the daemon's tasks, jobs and memory
 //!   to MCP clients (desktop assistants, editors) over stdio, through the CLI's `Backend`.

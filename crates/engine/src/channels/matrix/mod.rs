@@ -6,7 +6,7 @@
 //! keys and room state — the same device and keys at every start); the sync loop (`sync`:
 //! events since the saved position, invites from `allow_from` accepted and others declined,
 //! the position saved after what came before it was recorded); reading events into
-//! [`ChatMessage`]s (`events`); sending the outbox's notices (`send`: Matrix HTML with a plain
+//! [`ChatMessage`](crate::inbox::ChatMessage)s (`events`); sending the outbox's notices (`send`: Matrix HTML with a plain
 //! body, split below the event size limit, the notice's token as the transaction id, into the
 //! room's thread); the channel's health for `/healthz`, the dashboard and `doctor` (`probe`).
 //! Must not: decide what a message means (the inbox does); send to a room no one in

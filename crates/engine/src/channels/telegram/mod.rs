@@ -3,7 +3,7 @@
 //!
 //! Owns: the bot's connection (`client`: the HTTP client, the token, what each Bot API error
 //! means); the polling loop (`poll`: `getUpdates` from the saved offset, one node at a time
-//! with several daemons); reading updates into [`ChatMessage`]s (`events`: private messages,
+//! with several daemons); reading updates into [`ChatMessage`](crate::inbox::ChatMessage)s (`events`: private messages,
 //! mentions and replies in groups, bot commands, button presses); sending the outbox's notices
 //! (`send`: Markdown as Telegram HTML, split below 4,096 UTF-16 units, paced per chat, 429s
 //! waited out, a refused formatting sent again as plain text, Approve / Deny buttons under an

@@ -1,6 +1,6 @@
 //! Signing in and out: `GET /login` asks for `server.token`, `POST /login` checks it in
 //! constant time and sets the session cookie, `POST /logout` ends the session. Wrong tokens
-//! count towards the address's lockout (`server::throttle`), shared with the API's bearer
+//! count towards the address's lockout (`http::throttle`), shared with the API's bearer
 //! tokens; a locked-out address gets a 429 page saying how long to wait.
 //!
 //! Must not: render or log the token, or send the browser anywhere but a path of this site.

@@ -6,13 +6,14 @@
 //! the regression runs and verified models (`evals`), held tool calls to approve or deny
 //! (`approvals`), long-term memory (`memory`), what the model cost per day, profile and job
 //! (`usage`), the redacted settings and doctor's verdicts (`settings`), signing in
-//! (`login`) — the page shell (`layout`), the flash messages after a form (`flash`), the assets (`assets`), the security headers of every
-//! response ([`security_headers`]) and the session every page runs in (`guard`).
+//! (`login`) — the page shell (`layout`), the flash messages after a form (`flash`), the assets
+//! (`assets`) and the session every page runs in (`guard`). The security headers of every
+//! response are `http/headers.rs`'s.
 //! Must not: keep a second source of truth. Every page reads the same store and calls the
 //! same parts as the API (`Agent`, `Scheduler`, `LongTerm`, `Notifier`); the live timeline is
 //! the API's own event stream (`GET /v1/tasks/{id}/events`). No page renders a secret.
 //!
-//! Security, in short (the reasoning is in `server::session`): with `server.token` set, a page
+//! Security, in short (the reasoning is in `http::session`): with `server.token` set, a page
 //! without a live session redirects to `/login`, which takes the token once (constant-time
 //! compare) and sets the `hermes_session` cookie; without a token, each browser gets a session
 //! on its first page. Either way, every form carries the session's CSRF token and is refused
