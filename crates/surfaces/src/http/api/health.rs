@@ -51,15 +51,8 @@ pub(crate) async fn health(
                 .into(),
         );
     }
-    // Facts stay saved without the index; recall reads the database until it is rebuilt.
     let index_trouble = s.memory.as_ref().and_then(LongTerm::trouble);
-    let memory_index = match (&s.memory, &index_trouble) {
-        (None, _) => "off".to_string(),
-        (Some(_), None) => "ok".to_string(),
-        (Some(_), Some(why)) => {
-            format!("rebuilding (recall reads the database meanwhile): {why}")
-        }
-    };
+    let memory_index = index_word(s.memory.is_some(), index_trouble.as_deref());
     // The mailbox comes back by itself; meanwhile mail waits there, nothing is lost.
     let inbox = s.inbox.health();
     if !told {
@@ -95,6 +88,16 @@ pub(crate) async fn health(
         "sandbox": sandbox_health(s.agent.settings().tools.sandbox),
     }))
     .into_response())
+}
+
+/// The memory index's state in a word, or why it is being rebuilt: facts stay saved without the
+/// index, and recall reads the database until it is back.
+fn index_word(memory: bool, trouble: Option<&str>) -> String {
+    match (memory, trouble) {
+        (false, _) => "off".to_string(),
+        (true, None) => "ok".to_string(),
+        (true, Some(why)) => format!("rebuilding (recall reads the database meanwhile): {why}"),
+    }
 }
 
 /// What a channel down says to a caller without the token: its own error can name the server,
