@@ -32,6 +32,8 @@ mod real_model;
 mod real_model_identity;
 mod sandbox;
 mod scheduler;
+/// The code's shape: no two files of a crate import each other.
+mod shape;
 mod storage_faults;
 mod store_round_trips;
 #[cfg(feature = "telegram")]
