@@ -10,6 +10,8 @@ macro_rules! on_both_engines {
             #[allow(unused_imports)]
             use super::*;
 
+            // A scenario reads best whole: the length cap is the code's, not the tests'.
+            #[allow(clippy::too_many_lines)]
             async fn body($store: crate::Store) $body
 
             #[$test]
