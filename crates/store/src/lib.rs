@@ -90,6 +90,7 @@ mod outbox;
 mod postgres;
 mod sessions;
 mod sql;
+mod steps;
 mod tasks;
 #[cfg(any(test, feature = "testing"))]
 pub mod test_postgres;
@@ -139,9 +140,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-pub use tasks::{
-    MAX_TASK_CHARS, NewStep, NewTask, Step, Task, TaskFilter, TaskOutcome, TaskRecord,
-};
+pub use steps::{NewStep, Step};
+pub use tasks::{MAX_TASK_CHARS, NewTask, Task, TaskFilter, TaskOutcome, TaskRecord};
 pub use usage::{
     DEFAULT_USAGE_DAYS, DayUsage, Figures, JobUsage, MAX_USAGE_DAYS, ProfileUsage, Usage,
     UsageWindow,
