@@ -311,8 +311,8 @@ pub(crate) fn reply_lane(channel: Channel) -> &'static str {
     }
 }
 
-/// A chat message's inbox row before it is decided: its thread is filled in once known. The
-/// subject is a line of what it says, for the dashboard and the trace.
+/// A chat message's inbox row before it is decided (its thread is filled in once known); its
+/// subject is a line of what it says, as `/inbox` lists it.
 fn inbox_row(m: &ChatMessage) -> NewInboxMessage {
     let subject = match &m.kind {
         ChatKind::Text(body) => hermes_store::util::text::one_line(body, 300),

@@ -209,8 +209,7 @@ async fn free_slot(
     }
     if full.due() {
         tracing::warn!(
-            "{} connections are open (server.max_connections); new connections wait until one closes",
-            cap
+            "{cap} connections are open (server.max_connections); new connections wait until one closes"
         );
     }
     tokio::select! {
