@@ -7,6 +7,9 @@
 //! `self::` paths, with a parent's `pub use child::Item` followed to the child that defines
 //! `Item`. A module and the modules inside it count as one (a parent and its children always
 //! see each other), and test modules are left out.
+//!
+//! It also holds that every waiting time in the code is a named constant (or comes from the
+//! settings): a `Duration` written as a number inside a function is one no reader can find.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -501,18 +504,83 @@ fn circles_in(root: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The `Duration::from_…(N)` written with a number outside a `const` or `static` item.
+fn literal_durations(t: &[Token]) -> Vec<String> {
+    let mut found = Vec::new();
+    // Inside a `const` or `static` item, to its `;` (its value may hold blocks and calls).
+    let mut in_const = false;
+    let mut depth = 0i32;
+    for (i, tok) in t.iter().enumerate() {
+        match tok {
+            Token::Ident(k)
+                if (k == "const" || k == "static")
+                    && ident(t.get(i + 1)).is_some_and(|n| n != "fn")
+                    && t.get(i + 2) == Some(&Token::Punct(':')) =>
+            {
+                in_const = true;
+                depth = 0;
+            }
+            Token::Punct('(' | '[' | '{') => depth += 1,
+            Token::Punct(')' | ']' | '}') => depth -= 1,
+            Token::Punct(';') if in_const && depth <= 0 => in_const = false,
+            Token::Ident(d) if d == "Duration" && !in_const => {
+                if let (Some(Token::Sep), Some(f), Some(Token::Punct('(')), Some(Token::Punct(c))) = (
+                    t.get(i + 1),
+                    ident(t.get(i + 2)),
+                    t.get(i + 3),
+                    t.get(i + 4),
+                ) && f.starts_with("from_")
+                    && c.is_ascii_digit()
+                {
+                    found.push(format!("Duration::{f}({c}…)"));
+                }
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+/// The library crates and the binary, where every waiting time is named.
+const ROOTS: [&str; 5] = [
+    "src/lib.rs",
+    "crates/store/src/lib.rs",
+    "crates/config/src/lib.rs",
+    "crates/engine/src/lib.rs",
+    "crates/surfaces/src/lib.rs",
+];
+
+#[test]
+fn every_waiting_time_in_the_code_is_a_named_constant() {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    for root in ROOTS {
+        let c = Crate::read(&repo.join(root));
+        for (module, t) in &c.modules {
+            for d in literal_durations(t) {
+                found.push(format!("{root}: {}: {d}", module.join("::")));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "durations written as numbers in the code (name them as constants, or take them from the settings):\n{}",
+        found.join("\n")
+    );
+    let probe = tokens(
+        "const WAIT: Duration = Duration::from_secs(5);\n\
+         const POLICY: P = P { backoff: B::new(Duration::from_millis(200)) };\n\
+         const fn f() {}\n\
+         fn g() { sleep(Duration::from_millis(20)); sleep(WAIT); sleep(Duration::from_secs(s.timeout_s)); }",
+    );
+    assert_eq!(literal_durations(&probe), ["Duration::from_millis(2…)"]);
+}
+
 #[test]
 fn no_two_files_of_a_crate_import_each_other() {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let roots = [
-        "src/lib.rs",
-        "crates/store/src/lib.rs",
-        "crates/config/src/lib.rs",
-        "crates/engine/src/lib.rs",
-        "crates/surfaces/src/lib.rs",
-    ];
     let mut found = Vec::new();
-    for root in roots {
+    for root in ROOTS {
         let c = Crate::read(&repo.join(root));
         assert!(
             c.modules.len() > 1,
