@@ -41,7 +41,7 @@ use crate::llm::Gateway;
 use crate::memory::LongTerm;
 use crate::tools::Registry;
 use hermes_config::Settings;
-use hermes_store::util::lock;
+use hermes_store::util::{configure, lock};
 use hermes_store::{
     FailReason, MAX_TASK_CHARS, NewTask, Origin, Step, Store, StoreError, Task, TaskOutcome,
     TaskState,
@@ -209,21 +209,17 @@ impl Agent {
         }
     }
 
-    /// Count task ends and model calls in `metrics`. Call right after construction, before
-    /// the agent is cloned (a clone keeps what it had).
     /// Announce new approval requests through `notifier` (`tools.approval_notify`). Called
     /// while building, before the agent is shared.
     pub fn with_notifier(mut self, notifier: crate::notify::Notifier) -> Agent {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.notifier = Some(notifier);
-        }
+        configure(&mut self.inner, |inner| inner.notifier = Some(notifier));
         self
     }
 
+    /// Count task ends and model calls in `metrics`. Called while building, before the agent
+    /// is shared.
     pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Agent {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.metrics = metrics;
-        }
+        configure(&mut self.inner, |inner| inner.metrics = metrics);
         self
     }
 

@@ -48,6 +48,7 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use hermes_config::{ImapSettings, MatrixSettings, Settings, TelegramSettings};
+use hermes_store::util::configure;
 use hermes_store::{Channel, Job, Store};
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
@@ -206,8 +207,8 @@ impl Inbox {
 
     /// Count mail read and recorded in `metrics`. Call right after construction.
     pub fn with_metrics(mut self, metrics: Metrics) -> Inbox {
-        if let Some(inner) = self.inner.as_mut().and_then(Arc::get_mut) {
-            inner.metrics = metrics;
+        if let Some(inner) = self.inner.as_mut() {
+            configure(inner, |inner| inner.metrics = metrics);
         }
         self
     }

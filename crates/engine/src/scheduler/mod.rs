@@ -56,7 +56,7 @@ pub use schedule::{Schedule, ScheduleError, ZonedSchedule};
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use hermes_config::SchedulerSettings;
-use hermes_store::util::lock;
+use hermes_store::util::{configure, lock};
 use hermes_store::{Job, JobRun, NewNotice, Store, StoreError, Task};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -348,27 +348,23 @@ impl Scheduler {
     /// Check the `profile` of new jobs against these names, so a typo is refused when the job
     /// is made instead of failing every firing. Call right after construction.
     pub fn with_profiles(mut self, names: Vec<String>) -> Scheduler {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.profiles = names;
-        }
+        configure(&mut self.inner, |inner| inner.profiles = names);
         self
     }
 
     /// Link digests to the dashboard at `url` (`server.public_url`); empty: no links. Call
     /// right after construction.
     pub fn with_public_url(mut self, url: &str) -> Scheduler {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.public_url = url.trim().to_string();
-        }
+        configure(&mut self.inner, |inner| {
+            inner.public_url = url.trim().to_string()
+        });
         self
     }
 
     /// Count firings by outcome, and how late they fired, in `metrics`. Call right after
     /// construction.
     pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Scheduler {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.metrics = metrics;
-        }
+        configure(&mut self.inner, |inner| inner.metrics = metrics);
         self
     }
 

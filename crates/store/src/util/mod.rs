@@ -62,6 +62,15 @@ pub fn tune_allocator() {
     }
 }
 
+/// Set up a service's shared state while it is still being built: its `with_*` methods call this
+/// before the handle is first cloned. A call after that cannot reach the state the clones share;
+/// it is a wiring mistake, caught by a debug assertion in the tests and ignored in a release
+/// build (the service keeps what it had) rather than brought down at start.
+pub fn configure<T>(inner: &mut std::sync::Arc<T>, set: impl FnOnce(&mut T)) {
+    let alone = std::sync::Arc::get_mut(inner).map(set).is_some();
+    debug_assert!(alone, "a service configured after its handle was shared");
+}
+
 /// Lock a mutex, taking the data even when another thread panicked while holding it.
 ///
 /// The one policy for poisoned locks in this crate: every mutex here guards plain maps and
@@ -134,6 +143,22 @@ mod tests {
         assert!(m.is_poisoned());
         *lock(&m) += 1;
         assert_eq!(*lock(&m), 2);
+    }
+
+    #[test]
+    fn configuring_reaches_the_state_until_it_is_shared() {
+        let mut state = std::sync::Arc::new(1);
+        configure(&mut state, |n| *n = 2);
+        assert_eq!(*state, 2);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "configured after its handle was shared")]
+    fn configuring_a_shared_state_is_a_wiring_mistake() {
+        let mut state = std::sync::Arc::new(1);
+        let _clone = state.clone();
+        configure(&mut state, |n| *n = 2);
     }
 
     #[test]
