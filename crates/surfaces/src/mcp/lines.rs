@@ -242,6 +242,16 @@ impl<W: AsyncWrite + Unpin + Send + 'static> LineWriter<W> {
         w.flush().await
     }
 
+    /// [`send`](Self::send) as a future that owns the message and a clone of the writer, as
+    /// rmcp's `Transport::send` wants (`'static`: it may outlive the transport's borrow).
+    pub(super) fn sending<M: Serialize + Send + Sync + 'static>(
+        &self,
+        message: M,
+    ) -> impl Future<Output = std::io::Result<()>> + Send + 'static {
+        let write = self.clone();
+        async move { write.send(&message).await }
+    }
+
     pub(super) async fn close(&self) {
         if let Some(mut w) = self.0.lock().await.take() {
             let _ = w.shutdown().await;
