@@ -146,7 +146,7 @@ async fn the_tool_probe_says_text_mode_where_native_calls_come_back_but_tasks_ca
         let model = ScriptedModel::start_with(move |req| imitate(server, req)).await;
         let gateway = Gateway::new(&common::settings(&model.base_url()).model).unwrap();
         let probe = gateway.probe_tools("fast").await.expect("probed");
-        let advice = probe.advice("fast");
+        let advice = probe.advice("fast", hermes_config::ToolMode::Native).words;
         assert_eq!(probe == ToolProbe::Native, native, "{advice}");
         if !native {
             assert!(
@@ -178,5 +178,28 @@ async fn doctor_gives_the_docs_verdict_for_llama_cpp_pythons_chatml_function_cal
         tools.detail
     );
     assert!(tools.detail.contains("tool_mode: text"), "{}", tools.detail);
+    model.stop().await;
+}
+
+#[tokio::test]
+async fn doctor_does_not_ask_a_profile_already_in_text_mode_to_set_it() {
+    let model = ScriptedModel::start_with(|req| imitate(CHATML_FUNCTION_CALLING, req)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = common::settings(&model.base_url());
+    for p in settings.model.profiles.values_mut() {
+        p.tool_mode = hermes_config::ToolMode::Text;
+    }
+    let config = Config::from_settings(settings, dir.path().into());
+    let checks = hermes_surfaces::doctor::models(&config, None).await;
+    let tools = checks
+        .iter()
+        .find(|c| c.what == "model profile fast tools")
+        .unwrap_or_else(|| panic!("{checks:?}"));
+    assert_eq!(tools.verdict, Verdict::Ok, "{}", tools.detail);
+    assert!(
+        tools.detail.contains("tool_mode: text is set") && !tools.detail.contains("set model."),
+        "{}",
+        tools.detail
+    );
     model.stop().await;
 }

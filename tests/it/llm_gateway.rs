@@ -860,11 +860,8 @@ async fn the_tool_probe_names_the_mode_a_profile_needs() {
         let gw = gateway_for(&model);
         let probe = gw.probe_tools("fast").await.expect("probed");
         assert!(expected(&probe), "{probe:?}");
-        assert!(
-            probe.advice("fast").contains("tool_mode"),
-            "{}",
-            probe.advice("fast")
-        );
+        let advice = probe.advice("fast", hermes_config::ToolMode::Auto);
+        assert!(advice.words.contains("tool_mode"), "{advice:?}");
         assert_eq!(model.requests()[1]["tool_choice"], "auto");
         model.stop().await;
     }

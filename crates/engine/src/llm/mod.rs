@@ -31,6 +31,6 @@ pub use embed::{EmbedError, Embedder};
 pub use error::{LlmError, ProbeError};
 pub use kind::{FailureKind, StatusCause};
 pub use known::{Identity, Told};
-pub use probe::ToolProbe;
+pub use probe::{ProbeAdvice, ToolProbe};
 pub use toolset::Toolset;
 pub use types::*;

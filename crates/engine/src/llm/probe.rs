@@ -30,24 +30,76 @@ pub enum ToolProbe {
     CallsOnly(String),
 }
 
+/// What the probe means for a profile with its `tool_mode` as set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeAdvice {
+    /// The mode set is one tasks work with: nothing to change.
+    pub fits: bool,
+    /// What was seen and, when it does not fit, the `tool_mode` to set.
+    pub words: String,
+}
+
 impl ToolProbe {
-    /// The verdict's words, naming the `tool_mode` to use.
-    pub fn advice(&self, profile: &str) -> String {
-        match self {
-            ToolProbe::Native => "native tool calls work (tool_mode: native, or auto)".into(),
-            ToolProbe::WroteText => format!(
-                "the model writes tool calls as text: set model.profiles.{profile}.tool_mode: text"
+    /// The verdict for profile `profile`, whose `tool_mode` is `set`. The probe itself always
+    /// asks natively, so a profile already set to `text` is not told to set it again.
+    pub fn advice(&self, profile: &str, set: ToolMode) -> ProbeAdvice {
+        let text_set = set == ToolMode::Text;
+        let (fits, words) = match self {
+            ToolProbe::Native if text_set => (
+                true,
+                "native tool calls work too; tool_mode: text is set (native or auto would also do)"
+                    .into(),
             ),
-            ToolProbe::Ignored(why) => format!(
-                "{why}: set model.profiles.{profile}.tool_mode: text (auto would switch to it on the first task)"
+            ToolProbe::Native => (
+                true,
+                "native tool calls work (tool_mode: native, or auto)".into(),
             ),
-            ToolProbe::NoCall(said) => format!(
-                "the model did not call the offered tool (it said: {said}); small models often cannot — try tool_mode: text, or a bigger model"
+            ToolProbe::WroteText if text_set => (
+                true,
+                "the model writes tool calls as text, and tool_mode: text is set".into(),
             ),
-            ToolProbe::CallsOnly(why) => format!(
-                "native tool calls come back, but {why}: set model.profiles.{profile}.tool_mode: text"
+            ToolProbe::WroteText => (
+                false,
+                format!(
+                    "the model writes tool calls as text: set model.profiles.{profile}.tool_mode: text"
+                ),
             ),
-        }
+            ToolProbe::Ignored(why) if text_set => (
+                true,
+                format!("{why}; tool_mode: text is set, which does not need the server's tools"),
+            ),
+            ToolProbe::Ignored(why) => (
+                false,
+                format!(
+                    "{why}: set model.profiles.{profile}.tool_mode: text (auto would switch to it on the first task)"
+                ),
+            ),
+            ToolProbe::NoCall(said) if text_set => (
+                false,
+                format!(
+                    "asked natively, the model did not call the offered tool (it said: {said}); tool_mode: text is set — if its tasks end without calling tools, try a bigger model"
+                ),
+            ),
+            ToolProbe::NoCall(said) => (
+                false,
+                format!(
+                    "the model did not call the offered tool (it said: {said}); small models often cannot — try tool_mode: text, or a bigger model"
+                ),
+            ),
+            ToolProbe::CallsOnly(why) if text_set => (
+                true,
+                format!(
+                    "native tool calls come back, but {why}; tool_mode: text is set, which avoids it"
+                ),
+            ),
+            ToolProbe::CallsOnly(why) => (
+                false,
+                format!(
+                    "native tool calls come back, but {why}: set model.profiles.{profile}.tool_mode: text"
+                ),
+            ),
+        };
+        ProbeAdvice { fits, words }
     }
 }
 
@@ -206,5 +258,60 @@ impl Gateway {
                 hermes_store::util::text::one_line(&reply.content, 80)
             )
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every_probe() -> [ToolProbe; 5] {
+        [
+            ToolProbe::Native,
+            ToolProbe::WroteText,
+            ToolProbe::Ignored("the server refused the tools".into()),
+            ToolProbe::NoCall("hello".into()),
+            ToolProbe::CallsOnly("the server drops `tool` messages".into()),
+        ]
+    }
+
+    #[test]
+    fn a_profile_already_set_to_text_is_not_told_to_set_it() {
+        for probe in every_probe() {
+            let advice = probe.advice("fast", ToolMode::Text);
+            assert!(!advice.words.contains("set model.profiles"), "{advice:?}");
+            assert!(
+                advice.words.contains("tool_mode: text is set"),
+                "{advice:?}"
+            );
+            // Only a model that calls no tool at all is still worth a warning.
+            assert_eq!(
+                advice.fits,
+                !matches!(probe, ToolProbe::NoCall(_)),
+                "{probe:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn native_and_auto_profiles_are_told_the_mode_they_need() {
+        for set in [ToolMode::Native, ToolMode::Auto] {
+            for probe in every_probe() {
+                let advice = probe.advice("fast", set);
+                assert!(advice.words.contains("tool_mode"), "{advice:?}");
+                assert_eq!(advice.fits, probe == ToolProbe::Native, "{probe:?}");
+                if matches!(
+                    probe,
+                    ToolProbe::WroteText | ToolProbe::Ignored(_) | ToolProbe::CallsOnly(_)
+                ) {
+                    assert!(
+                        advice
+                            .words
+                            .contains("set model.profiles.fast.tool_mode: text"),
+                        "{advice:?}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -11,9 +11,9 @@ mod chat;
 pub use chat::{matrix, matrix_health, telegram, telegram_health};
 
 use crate::mcp::{ServerState, ServerStatus};
-use hermes_config::{Config, Settings};
+use hermes_config::{Config, Settings, ToolMode};
 use hermes_engine::agent::prompt;
-use hermes_engine::llm::{Gateway, ToolProbe};
+use hermes_engine::llm::Gateway;
 use hermes_engine::memory::LongTerm;
 use hermes_engine::notify::Notifier;
 use hermes_engine::tools::Registry;
@@ -82,12 +82,12 @@ pub async fn models(config: &Config, store: Option<&Store>) -> Vec<Check> {
         Err(e) => return vec![Check::new(Verdict::Fail, "model", e.to_string())],
     };
     let mut checks = Vec::new();
-    for name in s.model.profiles.keys() {
+    for (name, profile) in &s.model.profiles {
         let what = format!("model profile {name}");
         match gateway.probe(name).await {
             Ok(detail) => {
                 checks.push(Check::new(Verdict::Ok, what, detail));
-                checks.push(tool_calling(&gateway, name).await);
+                checks.push(tool_calling(&gateway, name, profile.tool_mode).await);
                 checks.push(identity(&gateway, name, store).await);
             }
             Err(e) => checks.push(Check::new(Verdict::Fail, what, e.to_string())),
@@ -170,16 +170,18 @@ pub async fn identity(gateway: &Gateway, name: &str, store: Option<&Store>) -> C
     Check::new(verdict, what, detail)
 }
 
-/// Whether the profile's model calls an offered tool, and which `tool_mode` it needs.
-async fn tool_calling(gateway: &Gateway, name: &str) -> Check {
+/// Whether the profile's model calls an offered tool, and whether its `tool_mode` fits that.
+async fn tool_calling(gateway: &Gateway, name: &str, set: ToolMode) -> Check {
     let what = format!("model profile {name} tools");
     match gateway.probe_tools(name).await {
         Ok(probe) => {
-            let verdict = match probe {
-                ToolProbe::Native => Verdict::Ok,
-                _ => Verdict::Warn,
+            let advice = probe.advice(name, set);
+            let verdict = if advice.fits {
+                Verdict::Ok
+            } else {
+                Verdict::Warn
             };
-            Check::new(verdict, what, probe.advice(name))
+            Check::new(verdict, what, advice.words)
         }
         Err(e) => Check::new(Verdict::Fail, what, e.to_string()),
     }
