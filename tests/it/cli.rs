@@ -586,6 +586,13 @@ fn without_a_model_the_error_names_the_settings_file_and_the_local_model_script_
         .find(|l| l.starts_with("[ 1] model fast"))
         .unwrap_or_else(|| panic!("no step line: {stderr}"));
     assert!(step.ends_with(error), "step: {step}\nerror: {error}");
+    // The advice comes with the call's end, not with each attempt retried before it.
+    assert_eq!(stderr.matches("retrying").count(), 3, "{stderr}");
+    assert_eq!(
+        stderr.matches("scripts/local-model.sh").count(),
+        2,
+        "{stderr}"
+    );
     let id = stderr
         .lines()
         .next()

@@ -363,7 +363,7 @@ impl Gateway {
                 profile = profile_name,
                 attempt = attempts,
                 delay_ms = delay.as_millis() as u64,
-                error = %error,
+                error = %error.retry_cause(),
                 "model call failed; retrying"
             );
             tokio::time::sleep(delay).await;

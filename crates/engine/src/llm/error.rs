@@ -177,6 +177,28 @@ impl LlmError {
         }
     }
 
+    /// What failed, without the advice: for the log line of an attempt that will be retried.
+    /// The advice comes once, with the error the call ends with, instead of on every attempt.
+    pub fn retry_cause(&self) -> String {
+        match self {
+            LlmError::Connect {
+                base_url, reason, ..
+            } => format!("cannot reach {base_url} ({reason})"),
+            LlmError::Timeout {
+                base_url,
+                timeout_s,
+                ..
+            } => format!("{base_url} did not answer within {timeout_s} s"),
+            LlmError::Status {
+                base_url,
+                status,
+                detail,
+                ..
+            } => format!("{base_url} answered HTTP {status}: {detail}"),
+            other => other.to_string(),
+        }
+    }
+
     /// HTTP attempts made before giving up (0 for errors raised before any request).
     pub fn attempts(&self) -> u32 {
         match self {
@@ -306,6 +328,22 @@ pub(crate) fn body_detail(body: &str, cap: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_retried_attempt_is_logged_without_the_advice() {
+        let e = LlmError::Connect {
+            profile: "fast".into(),
+            base_url: "http://127.0.0.1:11434/v1".into(),
+            reason: "connection refused".into(),
+            attempts: 1,
+            hint: connect_hint("fast", "http://127.0.0.1:11434/v1", "in settings.yaml"),
+        };
+        assert!(e.to_string().contains("ollama serve"), "{e}");
+        assert_eq!(
+            e.retry_cause(),
+            "cannot reach http://127.0.0.1:11434/v1 (connection refused)"
+        );
+    }
 
     #[test]
     fn retryable_cases() {
