@@ -210,7 +210,7 @@ fn raw_mcp(
         .env("XDG_CONFIG_HOME", dir.join("xdg-config"))
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("stderr")).expect("stderr file"))
         .spawn()
         .expect("the binary runs");
     let stdin = child.stdin.take().expect("stdin");
@@ -272,6 +272,16 @@ fn hermes_mcp_answers_every_bad_line_and_stays_up() {
     let wrong = answer();
     assert_eq!(wrong["id"], 4, "{wrong}");
     assert_eq!(wrong["error"]["code"], -32602, "{wrong}");
+    // Params that are not even an object: the same, where rmcp cannot read the message at all.
+    send(br#"{"jsonrpc": "2.0", "id": 6, "method": "tools/list", "params": 5}"#);
+    let not_an_object = answer();
+    assert_eq!(not_an_object["id"], 6, "{not_an_object}");
+    assert_eq!(not_an_object["error"]["code"], -32602, "{not_an_object}");
+    // A tool it does not have: an error for the client, and nothing on stderr about it.
+    send(br#"{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "nope", "arguments": {}}}"#);
+    let unknown = answer();
+    assert_eq!(unknown["id"], 7, "{unknown}");
+    assert!(unknown["error"]["code"].is_i64(), "{unknown}");
 
     // And the session still works.
     send(br#"{"jsonrpc": "2.0", "id": 5, "method": "tools/list"}"#);
@@ -281,4 +291,6 @@ fn hermes_mcp_answers_every_bad_line_and_stays_up() {
     drop(stdin);
     let status = child.wait().expect("it exits when stdin closes");
     assert!(status.success(), "{status}");
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap_or_default();
+    assert!(!stderr.contains("ErrorData"), "{stderr}");
 }

@@ -110,13 +110,7 @@ fn read_message(line: &[u8]) -> Result<ClientJsonRpcMessage, Option<Refusal>> {
     match serde_json::from_slice::<ClientJsonRpcMessage>(line) {
         Ok(JsonRpcMessage::Request(r)) => match &r.request {
             ClientRequest::CustomRequest(c) => match params_problem(&c.method, &c.params) {
-                Some(problem) => Err(Some(Refusal {
-                    error: ErrorData::invalid_params(
-                        format!("invalid params for {}: {problem}", c.method),
-                        None,
-                    ),
-                    id: Some(r.id),
-                })),
+                Some(problem) => Err(Some(misfit(&c.method, &problem, r.id))),
                 None => Ok(JsonRpcMessage::Request(r)),
             },
             _ => Ok(JsonRpcMessage::Request(r)),
@@ -130,11 +124,26 @@ fn read_message(line: &[u8]) -> Result<ClientJsonRpcMessage, Option<Refusal>> {
             if id.is_none() && value.get("method").is_some() {
                 return Err(None);
             }
+            // A served method whose params are not even the right JSON type (`"params": 5`)
+            // fails rmcp's reading outright; it is still a params fault, not a bad message.
+            if let (Some(id), Some(method)) = (&id, value.get("method").and_then(Value::as_str))
+                && let Some(problem) = params_problem(method, &value.get("params").cloned())
+            {
+                return Err(Some(misfit(method, &problem, id.clone())));
+            }
             Err(Some(Refusal {
                 error: ErrorData::invalid_request(format!("not a JSON-RPC 2.0 message: {e}"), None),
                 id,
             }))
         }
+    }
+}
+
+/// The `-32602` a served method gets for params that do not fit it.
+fn misfit(method: &str, problem: &str, id: RequestId) -> Refusal {
+    Refusal {
+        error: ErrorData::invalid_params(format!("invalid params for {method}: {problem}"), None),
+        id: Some(id),
     }
 }
 
@@ -205,6 +214,14 @@ mod tests {
             message.starts_with("invalid params for tools/call"),
             "{message}"
         );
+
+        for method in ["tools/list", "tools/call", "initialize"] {
+            let line =
+                format!(r#"{{"jsonrpc": "2.0", "id": 9, "method": "{method}", "params": 5}}"#);
+            let answer = answer_to(&line);
+            assert_eq!(answer["error"]["code"], json!(-32602), "{method}: {answer}");
+            assert_eq!(answer["id"], json!(9));
+        }
 
         assert_eq!(
             answer_to(r#"{"jsonrpc": "2.0", "method": "tools/call", "params": 3}"#),
