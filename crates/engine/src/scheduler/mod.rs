@@ -51,7 +51,7 @@ pub mod words;
 pub use jobs::{PREVIEW_FIRINGS, describe_job, upcoming};
 pub use jobs::{SchedulePreview, next_after_pause};
 pub(crate) use schedule::parse_timezone;
-pub use schedule::{Schedule, ScheduleError, ZonedSchedule};
+pub use schedule::{Schedule, ScheduleError, ZonedSchedule, example_time};
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;

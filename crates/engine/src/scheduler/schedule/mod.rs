@@ -19,7 +19,7 @@
 //! after the gap; a time repeated by a fall-back fires once, at the earlier instant (croner's
 //! fixed-time rule; the tests below pin it down). A local one-shot inside a gap is refused.
 
-use chrono::{DateTime, Duration, LocalResult, NaiveDateTime, TimeZone, Timelike, Utc};
+use chrono::{DateTime, Datelike, Duration, LocalResult, NaiveDateTime, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::CronParser;
@@ -28,8 +28,20 @@ mod zoned;
 pub use zoned::ZonedSchedule;
 
 /// The forms, for error messages.
-const FORMS: &str = "use 5-field cron ('0 8 * * *' = 08:00 daily), an interval ('every 30m', \
-                     'every 2h', 'every 1d'), or a one-shot ('in 30m', '2026-05-01T09:00')";
+fn forms() -> String {
+    format!(
+        "use 5-field cron ('0 8 * * *' = 08:00 daily), an interval ('every 30m', 'every 2h', \
+         'every 1d'), or a one-shot ('in 30m', '{}')",
+        example_time()
+    )
+}
+
+/// A one-shot time to show as an example: 09:00 on next year's first of May, so that one
+/// copied from a hint (by a person, or by the model from the tool's description) is never
+/// refused for being past.
+pub fn example_time() -> String {
+    format!("{}-05-01T09:00", Utc::now().year() + 1)
+}
 
 /// Cron aliases accepted besides 5-field patterns.
 const ALIASES: &[(&str, &str)] = &[
@@ -47,7 +59,7 @@ const GAP_SAMPLE: usize = 1500;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {
-    #[error("the schedule is empty; {FORMS}")]
+    #[error("the schedule is empty; {}", forms())]
     Empty,
     #[error(
         "'{schedule}' has {fields} fields; use standard 5-field cron (minute hour day-of-month month day-of-week, e.g. '0 8 * * *'): seconds and years are not supported"
@@ -64,14 +76,15 @@ pub enum ScheduleError {
     )]
     Duration { schedule: String, message: String },
     #[error(
-        "invalid time '{schedule}': {message}; write an ISO 8601 time such as '2026-05-01T09:00' (local to the job's zone) or '2026-05-01T09:00:00+02:00'"
+        "invalid time '{schedule}': {message}; write an ISO 8601 time such as '{at}' (local to the job's zone) or '{at}:00+02:00'",
+        at = example_time()
     )]
     Time { schedule: String, message: String },
     #[error(
         "'{schedule}' does not exist in {zone} (the clocks skip it for daylight saving time); pick a time outside the gap"
     )]
     NonexistentLocalTime { schedule: String, zone: String },
-    #[error("'{schedule}' is not a schedule; {FORMS}")]
+    #[error("'{schedule}' is not a schedule; {}", forms())]
     Unrecognised { schedule: String },
     #[error(
         "unknown time zone '{0}'; use an IANA name such as Europe/Berlin, America/New_York or UTC"

@@ -271,3 +271,20 @@ fn due_times_counts_a_gap_in_service() {
     );
     assert_eq!((n, last), (2, utc("2026-06-01T05:00:00Z")));
 }
+
+/// The example every hint shows is one a person can copy: a time yet to come, in every zone.
+#[test]
+fn the_example_time_in_the_hints_is_accepted_today() {
+    let now = Utc::now();
+    let example = example_time();
+    for zone in ["UTC", "Pacific/Kiritimati", "Pacific/Pago_Pago"] {
+        assert!(
+            validate(&example, tz(zone), now, 60).is_ok(),
+            "{example} in {zone}"
+        );
+    }
+    let e = Schedule::parse("2026-13-02T09:00", tz("UTC"), now).unwrap_err();
+    assert!(e.to_string().contains(&example), "{e}");
+    let e = Schedule::parse("whenever", tz("UTC"), now).unwrap_err();
+    assert!(e.to_string().contains(&example), "{e}");
+}

@@ -14,7 +14,7 @@ use crate::http::extract::Id;
 use crate::http::{ApiError, ApiState};
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
-use hermes_engine::scheduler::{JobRequest, PREVIEW_FIRINGS, describe_job, upcoming};
+use hermes_engine::scheduler::{JobRequest, PREVIEW_FIRINGS, describe_job, example_time, upcoming};
 use hermes_store::{Notice, NoticeFilter, Origin, PauseReason};
 use maud::{Markup, html};
 use serde::Deserialize;
@@ -95,7 +95,7 @@ fn create_form(ctx: &Ctx, f: &JobForm, error: Option<&str>) -> Markup {
                         input #job-timezone name="timezone" value=(zone) required autocomplete="off" spellcheck="false";
                     }
                 }
-                p.hint #schedule-help { "Cron (" code { "0 8 * * *" } " = 08:00 daily), an interval (" code { "every 2h" } "), or once (" code { "in 30m" } ", " code { "2026-05-01T09:00" } ")." }
+                p.hint #schedule-help { "Cron (" code { "0 8 * * *" } " = 08:00 daily), an interval (" code { "every 2h" } "), or once (" code { "in 30m" } ", " code { (example_time()) } ")." }
                 div.preview #schedule-preview aria-live="polite" data-count=(PREVIEW_FIRINGS) {}
                 @if !channels.is_empty() {
                     fieldset {
