@@ -311,11 +311,38 @@ pub fn read_yaml<T: serde::de::DeserializeOwned>(
             e.into_inner()
         })
     });
-    parsed.map_err(|e| YamlError {
-        line: e.location().map(|l| l.line()),
-        key: failed_path,
-        message: yaml_error_message(&e.to_string()),
+    parsed.map_err(|e| {
+        let line = e.location().map(|l| l.line());
+        let raw = e.to_string();
+        // An unset `${VAR}` fails while the parser reads the map holding it, so the path ends
+        // at the map; the key is the one written on the line.
+        let key = match (failed_path, line) {
+            (Some(map), Some(n)) if raw.starts_with("missing property") => {
+                Some(with_key_on_line(map, text, n))
+            }
+            (path, _) => path,
+        };
+        YamlError {
+            line,
+            key,
+            message: yaml_error_message(&raw),
+        }
     })
+}
+
+/// `map`'s path with the key written on line `n` (1-based) of `text`, when that line is a
+/// `key: value` and the path does not already end with it.
+fn with_key_on_line(map: String, text: &str, n: u64) -> String {
+    let key = usize::try_from(n)
+        .ok()
+        .and_then(|n| text.lines().nth(n.checked_sub(1)?))
+        .and_then(|l| l.trim_start().trim_start_matches("- ").split_once(':'))
+        .map(|(k, _)| k.trim())
+        .filter(|k| !k.is_empty() && k.chars().all(|c| c.is_alphanumeric() || c == '_'));
+    match key {
+        Some(k) if !map.ends_with(k) => format!("{map}.{k}"),
+        _ => map,
+    }
 }
 
 /// A serde-saphyr error in the user's terms: its own "at line X column Y" dropped (callers
@@ -333,9 +360,10 @@ fn yaml_error_message(raw: &str) -> String {
         return unset_var_message(name);
     }
     let expected = match first {
-        "invalid u8" | "invalid u16" | "invalid u32" | "invalid u64" | "invalid usize" => {
-            Some("expected a whole number (0 or more), e.g. 5")
-        }
+        "invalid u8" => Some("expected a whole number from 0 to 255"),
+        "invalid u16" => Some("expected a whole number from 0 to 65535"),
+        "invalid u32" => Some("expected a whole number from 0 to 4294967295"),
+        "invalid u64" | "invalid usize" => Some("expected a whole number (0 or more), e.g. 5"),
         "invalid i32" | "invalid i64" => Some("expected a whole number"),
         "invalid f32" | "invalid f64" => Some("expected a number"),
         "invalid bool" | "invalid boolean" => Some("expected true or false"),

@@ -68,8 +68,9 @@ fn env_vars_expand_and_a_missing_one_is_named_with_its_line() {
     let s = parse(text, Path::new("s.yaml"), &env(&[("MY_KEY", "sk-123")])).unwrap();
     assert_eq!(s.model.profiles["fast"].api_key, "sk-123");
 
-    let (line, _key, message) = parse_err(text);
+    let (line, key, message) = parse_err(text);
     assert_eq!(line, Some(4));
+    assert_eq!(key.as_deref(), Some("model.profiles.fast.api_key"));
     assert!(
         message.contains("${MY_KEY}") && message.contains("not set"),
         "{message}"
@@ -90,6 +91,12 @@ fn bad_settings_are_errors_with_line_and_key() {
         2,
         "server.port",
         "whole number",
+    );
+    refused(
+        "server:\n  port: 99999\n",
+        2,
+        "server.port",
+        "from 0 to 65535",
     );
     // A negative timeout cannot be a duration; `yes` is not a boolean here.
     refused("tools:\n  timeout_s: -5\n", 2, "tools.timeout_s", "");
