@@ -175,6 +175,8 @@ fn bad_inputs() -> Vec<Bad> {
         bad(M::POST, t, Some(("text/plain", "{\"task\": \"x\"}".into())), S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", "application/json"),
         bad(M::POST, t, json_body(json!({"task": "x", "priority": 1})), S::UNPROCESSABLE_ENTITY, "invalid_body", "priority"),
         bad(M::POST, t, json_body(json!({"task": 42})), S::UNPROCESSABLE_ENTITY, "invalid_body", "task"),
+        bad(M::POST, t, json_body(json!([])), S::UNPROCESSABLE_ENTITY, "invalid_body", "expected a JSON object at line"),
+        bad(M::POST, "/v1/jobs", json_body(json!("digest")), S::UNPROCESSABLE_ENTITY, "invalid_body", "expected a JSON object at line"),
         bad(M::POST, t, json_body(json!({"task": "   "})), S::BAD_REQUEST, "bad_request", "empty"),
         bad(M::POST, t, Some(("application/json", big)), S::PAYLOAD_TOO_LARGE, "too_large", "65536"),
         bad(M::POST, t, Some(("application/json", long)), S::PAYLOAD_TOO_LARGE, "too_large", "20000"),
@@ -199,6 +201,7 @@ fn bad_inputs() -> Vec<Bad> {
         bad(M::DELETE, "/v1/jobs/%FF%FE", None, S::BAD_REQUEST, "bad_request", "path"),
         bad(M::GET, "/v1/tasks/0123456789abcdef/events", None, S::NOT_FOUND, "not_found", "0123456789abcdef"),
         bad(M::POST, "/v1/jobs/nosuchjob/pause", None, S::NOT_FOUND, "not_found", "nosuchjob"),
+        bad(M::GET, "/v1/jobs/nosuchjob", None, S::NOT_FOUND, "not_found", "nosuchjob"),
         bad(M::POST, "/v1/jobs/nosuchjob/resume", None, S::NOT_FOUND, "not_found", "nosuchjob"),
         bad(M::GET, "/v1/deliveries?state=lost", None, S::BAD_REQUEST, "bad_request", "lost"),
         bad(M::GET, "/v1/deliveries?limit=0", None, S::BAD_REQUEST, "bad_request", "limit"),
@@ -924,6 +927,9 @@ async fn schedules_are_previewed_and_jobs_paused_and_resumed() {
         .await
         .body;
     let id = job["id"].as_str().expect("an id");
+    let one = api.get(&format!("/v1/jobs/{id}")).await;
+    assert_eq!(one.status, StatusCode::OK, "{}", one.body);
+    assert_eq!(one.body, job, "one job as it was made");
     let a = api.post(&format!("/v1/jobs/{id}/pause"), json!({})).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     assert_eq!(a.body["enabled"], false);
@@ -990,6 +996,13 @@ async fn deliveries_are_listed_and_retried() {
         .await;
     assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
     assert!(error_of(&a.body).1.contains("already sent"));
+    let a = api.post("/v1/deliveries/987654/retry", json!({})).await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND, "{}", a.body);
+    assert!(
+        error_of(&a.body).1.contains("delivery '987654'"),
+        "{}",
+        a.body
+    );
 }
 
 /// A response's header as text ("" when absent).

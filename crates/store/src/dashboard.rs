@@ -172,10 +172,11 @@ impl Outbox<'_> {
         .bind(now())
         .bind(id);
         let retried = self.store.one_row(retry).await?;
-        let notice = found(self.get(id).await?, "notice", id)?;
+        // "Delivery": the word of the API and the dashboard, where this error is read.
+        let notice = found(self.get(id).await?, "delivery", id)?;
         if !retried {
             return Err(StoreError::Conflict(format!(
-                "notice {id} was already sent; queue a new one instead of sending it twice"
+                "delivery {id} was already sent; queue a new one instead of sending it twice"
             )));
         }
         Ok(notice)

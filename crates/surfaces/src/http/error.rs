@@ -137,7 +137,7 @@ impl From<axum::extract::rejection::JsonRejection> for ApiError {
             _ if status == StatusCode::PAYLOAD_TOO_LARGE => {
                 format!("request body too large (limit {} bytes)", super::BODY_LIMIT)
             }
-            other => other.body_text(),
+            other => without_type_names(&other.body_text()),
         };
         // A body over the limit surfaces as a 400 with a "length limit" cause on some paths.
         let (status, code, message) = if message.contains("length limit") {
@@ -151,6 +151,26 @@ impl From<axum::extract::rejection::JsonRejection> for ApiError {
         };
         ApiError::new(status, code, message)
     }
+}
+
+/// serde's words for a body of the wrong JSON type name our request types ("expected struct
+/// CreateTask with 3 elements"); a client knows them as JSON objects.
+fn without_type_names(text: &str) -> String {
+    let Some(at) = text.find("expected struct ") else {
+        return text.to_string();
+    };
+    let rest = &text[at + "expected struct ".len()..];
+    let name_end = rest
+        .find(|c: char| !c.is_alphanumeric() && c != '_')
+        .unwrap_or(rest.len());
+    let mut rest = &rest[name_end..];
+    if let Some(tail) = rest.strip_prefix(" with ")
+        && let Some(end) = tail.find(" elements")
+        && tail[..end].chars().all(|c| c.is_ascii_digit())
+    {
+        rest = &tail[end + " elements".len()..];
+    }
+    format!("{}expected a JSON object{rest}", &text[..at])
 }
 
 /// A scheduler error's status and code: 400 for a request to fix, 413 for a task too long,
@@ -176,5 +196,28 @@ impl From<hermes_engine::scheduler::SchedulerError> for ApiError {
             E::Runner(_) | E::NotStarted(_) | E::Store(_) => return ApiError::internal(e),
         };
         ApiError::new(status, code, e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_type_names;
+
+    #[test]
+    fn a_body_of_the_wrong_json_type_is_told_in_json_words() {
+        assert_eq!(
+            without_type_names(
+                "Failed to deserialize the JSON body into the target type: invalid type: sequence, expected struct CreateTask with 3 elements at line 1 column 2"
+            ),
+            "Failed to deserialize the JSON body into the target type: invalid type: sequence, expected a JSON object at line 1 column 2"
+        );
+        assert_eq!(
+            without_type_names(
+                "invalid type: string \"x\", expected struct JobRequest at line 1 column 3"
+            ),
+            "invalid type: string \"x\", expected a JSON object at line 1 column 3"
+        );
+        let other = "task: invalid type: integer `42`, expected a string at line 1 column 11";
+        assert_eq!(without_type_names(other), other);
     }
 }

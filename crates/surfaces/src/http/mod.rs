@@ -164,7 +164,7 @@ fn api_routes(state: &ApiState, guarded: Router<ApiState>) -> Router<ApiState> {
         .route("/v1/tasks/{id}/events", get(events::task_events))
         .route("/v1/tasks/{id}/cancel", post(tasks::cancel_task))
         .route("/v1/jobs", get(jobs::list_jobs).post(jobs::create_job))
-        .route("/v1/jobs/{id}", delete(jobs::delete_job))
+        .route("/v1/jobs/{id}", get(jobs::get_job).delete(jobs::delete_job))
         .route("/v1/jobs/{id}/run", post(jobs::run_job))
         .route("/v1/jobs/{id}/runs", get(jobs::job_runs))
         .route("/v1/jobs/{id}/pause", post(jobs::pause_job))

@@ -1,4 +1,4 @@
-//! Jobs: list, create, delete, run now, their runs, pause and resume, and the schedule preview
+//! Jobs: list, create, get one, delete, run now, their runs, pause and resume, and the schedule preview
 //! (`GET /v1/schedule?expr=&timezone=`) the dashboard's form asks as you type.
 
 use crate::http::extract::{Id, Query, bounded};
@@ -26,6 +26,10 @@ pub(crate) async fn create_job(
     let job = s.scheduler.add(req, Origin::Api).await?;
     let view = s.scheduler.view(job).await?;
     Ok((StatusCode::CREATED, Json(view)).into_response())
+}
+
+pub(crate) async fn get_job(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
+    Ok(Json(s.scheduler.get(&id).await?).into_response())
 }
 
 pub(crate) async fn delete_job(State(s): State<ApiState>, Id(id): Id) -> ApiResult {
