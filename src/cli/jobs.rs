@@ -96,6 +96,20 @@ pub async fn jobs(backend: &dyn Backend, cmd: JobsCmd) -> anyhow::Result<ExitCod
             outln!("job {id} removed");
         }
         JobsCmd::Run { id } => return run(backend, &id).await,
+        JobsCmd::Pause { id } => {
+            let view = backend.pause_job(&id, true).await?;
+            outln!("job {} paused", view.id);
+        }
+        JobsCmd::Resume { id } => {
+            let view = backend.pause_job(&id, false).await?;
+            outln!(
+                "job {} resumed; next run {}",
+                view.id,
+                view.next_run_at
+                    .map(render::time)
+                    .unwrap_or_else(|| "none".into())
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

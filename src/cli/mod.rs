@@ -99,7 +99,9 @@ pub enum Command {
     /// The database: move a data dir's SQLite database to PostgreSQL.
     #[command(subcommand)]
     Storage(StorageCmd),
-    /// Check the config, the model endpoint, SMTP and the data dir, each with a verdict.
+    /// Check the config, the time zone, the sandbox, the database, each model profile (and its
+    /// tool calling), the daemon, the data dir, memory, tools, MCP servers, the inbox and chat
+    /// channels, SMTP and webhooks, each with a verdict.
     Doctor,
     /// Serve MCP on stdin/stdout: MCP clients (desktop assistants, editors) can run tasks and
     /// manage jobs and memory, through the daemon when it runs, else on the data dir.
@@ -160,24 +162,33 @@ pub enum TasksCmd {
         /// At most this many.
         #[arg(long, default_value_t = 20)]
         limit: i64,
+        /// Print the tasks as JSON instead of the table.
         #[arg(long)]
         json: bool,
     },
     /// Show one task and its trace as a timeline (an unambiguous id prefix is enough).
     Show {
+        /// The task's id (`tasks list` shows them), or an unambiguous prefix of it.
+        #[arg(value_parser = an_id)]
         id: String,
+        /// Print the task record with its trace as JSON instead of the timeline.
         #[arg(long)]
         json: bool,
     },
     /// Follow a task live to its end: each step as it happens, then the answer (exit 0 when it
     /// succeeded). A task that is over is shown whole.
-    Watch { id: String },
+    Watch {
+        /// The task's id (`tasks list` shows them), or an unambiguous prefix of it.
+        #[arg(value_parser = an_id)]
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum JobsCmd {
     /// List jobs with their next and last runs.
     List {
+        /// Print the jobs as JSON instead of the table.
         #[arg(long)]
         json: bool,
     },
@@ -185,13 +196,34 @@ pub enum JobsCmd {
     Add {
         #[command(flatten)]
         job: jobs::JobArgs,
+        /// Print the job made as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Remove a job.
-    Rm { id: String },
+    Rm {
+        /// The job's id (`jobs list` shows them).
+        #[arg(value_parser = an_id)]
+        id: String,
+    },
     /// Fire a job now (through the daemon if it runs, else in this process).
-    Run { id: String },
+    Run {
+        /// The job's id (`jobs list` shows them).
+        #[arg(value_parser = an_id)]
+        id: String,
+    },
+    /// Pause a job: it does not fire until resumed (`jobs run` still fires it).
+    Pause {
+        /// The job's id (`jobs list` shows them).
+        #[arg(value_parser = an_id)]
+        id: String,
+    },
+    /// Resume a paused job: a firing missed while paused is not made up; the next one stands.
+    Resume {
+        /// The job's id (`jobs list` shows them).
+        #[arg(value_parser = an_id)]
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -204,13 +236,20 @@ pub enum ApprovalsCmd {
         /// Every request, whatever its state.
         #[arg(long, conflicts_with = "state")]
         all: bool,
+        /// Print the requests as JSON instead of the table.
         #[arg(long)]
         json: bool,
     },
     /// Approve an open request: the call runs once, with the arguments shown.
-    Approve { id: String },
+    Approve {
+        /// The request's id (`approvals list` shows them).
+        #[arg(value_parser = an_id)]
+        id: String,
+    },
     /// Deny an open request: the call never runs; the model is told a person declined.
     Deny {
+        /// The request's id (`approvals list` shows them).
+        #[arg(value_parser = an_id)]
         id: String,
         /// Told to the model with the denial.
         #[arg(long)]
@@ -222,24 +261,34 @@ pub enum ApprovalsCmd {
 pub enum MemoryCmd {
     /// Remember a fact.
     Add {
+        /// The fact, in plain words (at most 2,000 characters).
         text: String,
+        /// A tag to file the fact under; repeatable.
         #[arg(long = "tag")]
         tags: Vec<String>,
     },
     /// Search facts.
     Search {
+        /// What to look for: words (and meaning, with memory.embeddings set), any language.
         query: String,
+        /// At most this many facts.
         #[arg(long, default_value_t = 5)]
         k: usize,
+        /// Print the facts found, with their scores, as JSON instead of the table.
         #[arg(long)]
         json: bool,
     },
     /// Forget a fact by id.
-    Forget { id: String },
+    Forget {
+        /// The fact's id (`memory search` shows them).
+        #[arg(value_parser = an_id)]
+        id: String,
+    },
     /// Rebuild the keyword index from the database (the daemon must be stopped: it holds the
     /// index); with --embeddings, embed now every fact the configured embedding model has no
     /// vector of (works beside a running daemon, which picks the vectors up).
     Reindex {
+        /// Embed the facts that have no vector yet, instead of rebuilding the keyword index.
         #[arg(long)]
         embeddings: bool,
     },
@@ -269,6 +318,16 @@ pub enum ServiceCmd {
     Install,
 }
 
+/// An id argument: an empty one is refused as the arguments are read, before anything is
+/// opened or asked (through the daemon it would name the collection, not an item).
+fn an_id(arg: &str) -> Result<String, String> {
+    let id = arg.trim();
+    if id.is_empty() {
+        return Err("an id cannot be empty; the list commands show the ids".into());
+    }
+    Ok(id.to_string())
+}
+
 /// Exit code for an invalid configuration (`config check` and every command that loads one).
 pub(crate) const EXIT_CONFIG: u8 = 2;
 
@@ -277,11 +336,13 @@ pub fn main() -> ExitCode {
     hermes_store::util::tune_allocator();
     let cli = Cli::parse();
     // The daemon logs its work; one-shot commands print their own output and only warn.
-    // rmcp narrates every MCP session at info; the daemon says what matters itself.
-    init_tracing(if matches!(cli.command, Command::Serve) {
-        "info,rmcp=warn"
-    } else {
-        "warn"
+    // rmcp narrates every MCP session at info; the daemon says what matters itself. Serving
+    // MCP, rmcp also warns with a debug dump of every error it answers (an unknown tool, say),
+    // which the client has already been sent.
+    init_tracing(match cli.command {
+        Command::Serve => "info,rmcp=warn",
+        Command::Mcp => "warn,rmcp=error",
+        _ => "warn",
     });
     let runtime = match runtime(matches!(cli.command, Command::Serve)) {
         Ok(rt) => rt,

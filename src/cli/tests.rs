@@ -28,3 +28,30 @@ fn human_output_goes_through_the_escaping_macros() {
         );
     }
 }
+
+/// An empty id is refused as the arguments are read, the same with or without a daemon.
+#[test]
+fn an_empty_id_is_refused_before_anything_runs() {
+    use clap::Parser;
+    for args in [
+        &["tasks", "show", ""][..],
+        &["tasks", "watch", " "],
+        &["jobs", "rm", ""],
+        &["jobs", "run", ""],
+        &["approvals", "approve", ""],
+        &["approvals", "deny", ""],
+        &["memory", "forget", ""],
+    ] {
+        let argv = std::iter::once("hermes-agent").chain(args.iter().copied());
+        let e = super::Cli::try_parse_from(argv).expect_err("refused");
+        assert!(
+            e.to_string().contains("an id cannot be empty"),
+            "{args:?}: {e}"
+        );
+    }
+    let argv = ["hermes-agent", "tasks", "show", " 4f2a "];
+    match super::Cli::try_parse_from(argv).map(|c| c.command) {
+        Ok(super::Command::Tasks(super::TasksCmd::Show { id, .. })) => assert_eq!(id, "4f2a"),
+        other => panic!("{other:?}"),
+    }
+}

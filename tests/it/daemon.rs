@@ -415,12 +415,34 @@ async fn the_cli_finds_a_daemon_on_port_0_through_its_address_file() {
         "{stderr}"
     );
     assert_eq!(text(&out.stdout).trim(), "answer to: summarise the news");
+    // Paused by the CLI, on the daemon.
+    let out = site.cli(&["jobs", "pause", &job_id], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), format!("job {job_id} paused"));
+    let (_, one) = d.get(&format!("/v1/jobs/{job_id}")).await;
+    assert_eq!(one["enabled"], false, "{one}");
+    let out = site.cli(&["jobs", "pause", "nosuchjob"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("nosuchjob"),
+        "{}",
+        text(&out.stderr)
+    );
     d.stop().await;
 
-    // Once it stopped, the same command works on the data dir.
-    let out = site.cli(&["jobs", "list"], &[]);
+    // Once it stopped, the same commands work on the data dir.
+    let out = site.cli(&["jobs", "resume", &job_id], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains(&job_id), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).starts_with(&format!("job {job_id} resumed; next run ")),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = site.cli(&["jobs", "list", "--json"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed["jobs"][0]["id"], job_id.as_str(), "{listed}");
+    assert_eq!(listed["jobs"][0]["enabled"], true, "{listed}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -191,6 +191,18 @@ impl Backend for Local {
         })
     }
 
+    fn pause_job<'a>(&'a self, id: &'a str, paused: bool) -> Reply<'a, JobView> {
+        Box::pin(async move {
+            let scheduler = &self.parts().await?.scheduler;
+            let job = if paused {
+                scheduler.pause(id).await?
+            } else {
+                scheduler.resume(id).await?
+            };
+            Ok(scheduler.view(job).await?)
+        })
+    }
+
     fn fire_job<'a>(&'a self, id: &'a str) -> Reply<'a, Fired> {
         Box::pin(async move {
             let parts = self.parts_with_tools().await?;

@@ -54,6 +54,8 @@ pub trait Backend: Send + Sync {
     fn remove_job<'a>(&'a self, id: &'a str) -> Reply<'a, ()>;
     /// Fire a job now, whatever its schedule.
     fn fire_job<'a>(&'a self, id: &'a str) -> Reply<'a, Fired>;
+    /// Pause a job (`paused`), or resume it; the job as it is then.
+    fn pause_job<'a>(&'a self, id: &'a str, paused: bool) -> Reply<'a, JobView>;
 
     fn remember<'a>(&'a self, text: &'a str, tags: &'a [String]) -> Reply<'a, Remembered>;
     fn recall<'a>(&'a self, query: &'a str, k: usize) -> Reply<'a, Vec<FoundFact>>;

@@ -131,7 +131,7 @@ impl Remote {
     /// `GET /v1/tasks/{id}/events`, read as it streams: a `step` event per trace row, then
     /// `state`, after which the task is fetched as it ended.
     async fn follow_events(&self, id: &str, on_step: &OnStep) -> Result<Task, ClientError> {
-        let url = format!("{}/v1/tasks/{}/events", self.base, seg(id));
+        let url = format!("{}/v1/tasks/{}/events", self.base, seg(id)?);
         let mut req = self.http.get(url).timeout(self.task_wait);
         if !self.token.is_empty() {
             req = req.bearer_auth(&self.token);
@@ -216,7 +216,7 @@ impl Backend for Remote {
 
     fn task<'a>(&'a self, id: &'a str) -> Reply<'a, TaskRecord> {
         Box::pin(async move {
-            let path = format!("/v1/tasks/{}", seg(id));
+            let path = format!("/v1/tasks/{}", seg(id)?);
             self.typed(Method::GET, &path, None).await
         })
     }
@@ -243,7 +243,7 @@ impl Backend for Remote {
 
     fn remove_job<'a>(&'a self, id: &'a str) -> Reply<'a, ()> {
         Box::pin(async move {
-            let path = format!("/v1/jobs/{}", seg(id));
+            let path = format!("/v1/jobs/{}", seg(id)?);
             self.call(Method::DELETE, &path, None).await.map(drop)
         })
     }
@@ -254,12 +254,20 @@ impl Backend for Remote {
             struct Started {
                 task_id: String,
             }
-            let path = format!("/v1/jobs/{}/run", seg(id));
+            let path = format!("/v1/jobs/{}/run", seg(id)?);
             let started: Started = self.typed(Method::POST, &path, None).await?;
             Ok(Fired::OnDaemon {
                 base: self.base.clone(),
                 task_id: started.task_id,
             })
+        })
+    }
+
+    fn pause_job<'a>(&'a self, id: &'a str, paused: bool) -> Reply<'a, JobView> {
+        Box::pin(async move {
+            let verb = if paused { "pause" } else { "resume" };
+            let path = format!("/v1/jobs/{}/{verb}", seg(id)?);
+            self.typed(Method::POST, &path, None).await
         })
     }
 
@@ -283,7 +291,7 @@ impl Backend for Remote {
 
     fn forget<'a>(&'a self, id: &'a str) -> Reply<'a, ()> {
         Box::pin(async move {
-            let path = format!("/v1/memory/{}", seg(id));
+            let path = format!("/v1/memory/{}", seg(id)?);
             self.call(Method::DELETE, &path, None).await.map(drop)
         })
     }
@@ -311,7 +319,7 @@ impl Backend for Remote {
                 Decision::Approve => ("approve", None),
                 Decision::Deny { reason } => ("deny", Some(json!({ "reason": reason }))),
             };
-            let path = format!("/v1/approvals/{}/{verb}", seg(id));
+            let path = format!("/v1/approvals/{}/{verb}", seg(id)?);
             let req = self
                 .http
                 .post(format!("{}{path}", self.base))
@@ -401,9 +409,15 @@ async fn answers_health(http: &reqwest::Client, base: &str) -> bool {
     )
 }
 
-/// An id as one URL path segment: `tasks show ../jobs` must not reach another endpoint.
-fn seg(id: &str) -> String {
-    form_urlencode(id)
+/// An id as one URL path segment: `tasks show ../jobs` must not reach another endpoint, nor
+/// an empty id the collection's own URL (its "no such endpoint" would hide the mistake).
+fn seg(id: &str) -> Result<String, ClientError> {
+    if id.trim().is_empty() {
+        return Err(ClientError::Invalid(
+            "the id is empty; the list commands (`tasks list`, `jobs list` …) show the ids".into(),
+        ));
+    }
+    Ok(form_urlencode(id))
 }
 
 fn form_urlencode(s: &str) -> String {
@@ -455,7 +469,9 @@ mod tests {
 
     #[test]
     fn ids_are_one_path_segment() {
-        assert_eq!(seg("../jobs"), "..%2Fjobs");
+        assert_eq!(seg("../jobs").ok().as_deref(), Some("..%2Fjobs"));
+        assert!(matches!(seg(""), Err(ClientError::Invalid(_))));
+        assert!(matches!(seg("  "), Err(ClientError::Invalid(_))));
         assert_eq!(form_urlencode("cat Miso"), "cat%20Miso");
     }
 }
