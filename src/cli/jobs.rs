@@ -82,13 +82,7 @@ pub async fn jobs(backend: &dyn Backend, cmd: JobsCmd) -> anyhow::Result<ExitCod
             if json {
                 print_json(&view)?;
             } else {
-                outln!(
-                    "job {} added; next run {}",
-                    view.id,
-                    view.next_run_at
-                        .map(render::time)
-                        .unwrap_or_else(|| "none".into())
-                );
+                outln!("job {} added; next run {}", view.id, next_run(&view));
             }
         }
         JobsCmd::Rm { id } => {
@@ -102,16 +96,17 @@ pub async fn jobs(backend: &dyn Backend, cmd: JobsCmd) -> anyhow::Result<ExitCod
         }
         JobsCmd::Resume { id } => {
             let view = backend.pause_job(&id, false).await?;
-            outln!(
-                "job {} resumed; next run {}",
-                view.id,
-                view.next_run_at
-                    .map(render::time)
-                    .unwrap_or_else(|| "none".into())
-            );
+            outln!("job {} resumed; next run {}", view.id, next_run(&view));
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// When a job fires next, for a person; `none` for a one-shot that has fired.
+fn next_run(job: &hermes_store::Job) -> String {
+    job.next_run_at
+        .map(render::time)
+        .unwrap_or_else(|| "none".into())
 }
 
 /// Fire a job now and print its task's outcome; the exit code is the task's.

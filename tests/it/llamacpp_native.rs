@@ -19,7 +19,7 @@ use hermes_config::Config;
 use hermes_engine::llm::scripted::{Reply, ScriptedModel};
 use hermes_engine::llm::{Gateway, ToolProbe, estimate_tokens};
 use hermes_store::TaskState;
-use hermes_surfaces::doctor::Verdict;
+use hermes_surfaces::doctor::{Check, Verdict};
 use serde_json::{Value, json};
 
 /// The server's answer to a native request whose model chose "message:".
@@ -161,16 +161,27 @@ async fn the_tool_probe_says_text_mode_where_native_calls_come_back_but_tasks_ca
     }
 }
 
-#[tokio::test]
-async fn doctor_gives_the_docs_verdict_for_llama_cpp_pythons_chatml_function_calling() {
+/// `doctor`'s check of the fast profile's tool calling, on the imitation of llama-cpp-python's
+/// `chatml-function-calling`, with the profile's `tool_mode` set to `mode`.
+async fn doctor_on_chatml_function_calling(mode: hermes_config::ToolMode) -> Check {
     let model = ScriptedModel::start_with(|req| imitate(CHATML_FUNCTION_CALLING, req)).await;
     let dir = tempfile::tempdir().unwrap();
-    let config = Config::from_settings(common::settings(&model.base_url()), dir.path().into());
+    let mut settings = common::settings(&model.base_url());
+    for p in settings.model.profiles.values_mut() {
+        p.tool_mode = mode;
+    }
+    let config = Config::from_settings(settings, dir.path().into());
     let checks = hermes_surfaces::doctor::models(&config, None).await;
-    let tools = checks
-        .iter()
+    model.stop().await;
+    checks
+        .into_iter()
         .find(|c| c.what == "model profile fast tools")
-        .unwrap_or_else(|| panic!("{checks:?}"));
+        .expect("a check of the profile's tools")
+}
+
+#[tokio::test]
+async fn doctor_gives_the_docs_verdict_for_llama_cpp_pythons_chatml_function_calling() {
+    let tools = doctor_on_chatml_function_calling(hermes_config::ToolMode::Auto).await;
     assert_eq!(tools.verdict, Verdict::Warn, "{}", tools.detail);
     assert!(
         !tools.detail.contains("native tool calls work"),
@@ -178,28 +189,15 @@ async fn doctor_gives_the_docs_verdict_for_llama_cpp_pythons_chatml_function_cal
         tools.detail
     );
     assert!(tools.detail.contains("tool_mode: text"), "{}", tools.detail);
-    model.stop().await;
 }
 
 #[tokio::test]
 async fn doctor_does_not_ask_a_profile_already_in_text_mode_to_set_it() {
-    let model = ScriptedModel::start_with(|req| imitate(CHATML_FUNCTION_CALLING, req)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut settings = common::settings(&model.base_url());
-    for p in settings.model.profiles.values_mut() {
-        p.tool_mode = hermes_config::ToolMode::Text;
-    }
-    let config = Config::from_settings(settings, dir.path().into());
-    let checks = hermes_surfaces::doctor::models(&config, None).await;
-    let tools = checks
-        .iter()
-        .find(|c| c.what == "model profile fast tools")
-        .unwrap_or_else(|| panic!("{checks:?}"));
+    let tools = doctor_on_chatml_function_calling(hermes_config::ToolMode::Text).await;
     assert_eq!(tools.verdict, Verdict::Ok, "{}", tools.detail);
     assert!(
         tools.detail.contains("tool_mode: text is set") && !tools.detail.contains("set model."),
         "{}",
         tools.detail
     );
-    model.stop().await;
 }

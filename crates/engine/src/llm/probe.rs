@@ -39,67 +39,54 @@ pub struct ProbeAdvice {
     pub words: String,
 }
 
+impl ProbeAdvice {
+    fn new(fits: bool, words: String) -> ProbeAdvice {
+        ProbeAdvice { fits, words }
+    }
+}
+
 impl ToolProbe {
     /// The verdict for profile `profile`, whose `tool_mode` is `set`. The probe itself always
     /// asks natively, so a profile already set to `text` is not told to set it again.
     pub fn advice(&self, profile: &str, set: ToolMode) -> ProbeAdvice {
         let text_set = set == ToolMode::Text;
-        let (fits, words) = match self {
-            ToolProbe::Native if text_set => (
-                true,
-                "native tool calls work too; tool_mode: text is set (native or auto would also do)"
-                    .into(),
-            ),
-            ToolProbe::Native => (
-                true,
-                "native tool calls work (tool_mode: native, or auto)".into(),
-            ),
-            ToolProbe::WroteText if text_set => (
-                true,
-                "the model writes tool calls as text, and tool_mode: text is set".into(),
-            ),
-            ToolProbe::WroteText => (
-                false,
-                format!(
-                    "the model writes tool calls as text: set model.profiles.{profile}.tool_mode: text"
-                ),
-            ),
-            ToolProbe::Ignored(why) if text_set => (
-                true,
-                format!("{why}; tool_mode: text is set, which does not need the server's tools"),
-            ),
-            ToolProbe::Ignored(why) => (
-                false,
-                format!(
-                    "{why}: set model.profiles.{profile}.tool_mode: text (auto would switch to it on the first task)"
-                ),
-            ),
-            ToolProbe::NoCall(said) if text_set => (
-                false,
-                format!(
-                    "asked natively, the model did not call the offered tool (it said: {said}); tool_mode: text is set — if its tasks end without calling tools, try a bigger model"
-                ),
-            ),
-            ToolProbe::NoCall(said) => (
-                false,
-                format!(
-                    "the model did not call the offered tool (it said: {said}); small models often cannot — try tool_mode: text, or a bigger model"
-                ),
-            ),
-            ToolProbe::CallsOnly(why) if text_set => (
-                true,
-                format!(
-                    "native tool calls come back, but {why}; tool_mode: text is set, which avoids it"
-                ),
-            ),
-            ToolProbe::CallsOnly(why) => (
-                false,
-                format!(
-                    "native tool calls come back, but {why}: set model.profiles.{profile}.tool_mode: text"
-                ),
-            ),
+        let seen = match self {
+            ToolProbe::Native => {
+                let words = if text_set {
+                    "native tool calls work too; tool_mode: text is set (native or auto would also do)"
+                } else {
+                    "native tool calls work (tool_mode: native, or auto)"
+                };
+                return ProbeAdvice::new(true, words.into());
+            }
+            ToolProbe::NoCall(said) => {
+                let seen = format!("the model did not call the offered tool (it said: {said})");
+                let words = if text_set {
+                    format!(
+                        "{seen}, asked natively; tool_mode: text is set — if its tasks end without calling tools, try a bigger model"
+                    )
+                } else {
+                    format!(
+                        "{seen}; small models often cannot — try tool_mode: text, or a bigger model"
+                    )
+                };
+                return ProbeAdvice::new(false, words);
+            }
+            ToolProbe::WroteText => "the model writes tool calls as text".to_string(),
+            ToolProbe::Ignored(why) => why.clone(),
+            ToolProbe::CallsOnly(why) => format!("native tool calls come back, but {why}"),
         };
-        ProbeAdvice { fits, words }
+        if text_set {
+            return ProbeAdvice::new(true, format!("{seen}; tool_mode: text is set"));
+        }
+        let auto = match self {
+            ToolProbe::Ignored(_) => " (auto would switch to it on the first task)",
+            _ => "",
+        };
+        ProbeAdvice::new(
+            false,
+            format!("{seen}: set model.profiles.{profile}.tool_mode: text{auto}"),
+        )
     }
 }
 
