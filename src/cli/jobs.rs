@@ -112,6 +112,10 @@ fn next_run(job: &hermes_store::Job) -> String {
 /// Fire a job now and print its task's outcome; the exit code is the task's.
 async fn run(backend: &dyn Backend, id: &str) -> anyhow::Result<ExitCode> {
     if backend.daemon().is_none() {
+        // Said before the task runs (it may take minutes), so only of a job that exists.
+        if !backend.jobs().await?.iter().any(|j| j.id == id) {
+            anyhow::bail!("no job '{id}'; `hermes-agent jobs list` shows the ids");
+        }
         errln!("job {id}: firing in this process (no daemon running)");
     }
     let record = match backend.fire_job(id).await? {

@@ -208,6 +208,8 @@ fn raw_mcp(
         .arg(site.data_dir_flag.as_ref().expect("set"))
         .arg("mcp")
         .env("XDG_CONFIG_HOME", dir.join("xdg-config"))
+        // Its own log filter, as a person running it gets (CI sets RUST_LOG).
+        .env_remove("RUST_LOG")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::fs::File::create(dir.join("stderr")).expect("stderr file"))
