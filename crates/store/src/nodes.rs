@@ -90,9 +90,16 @@ impl Store {
     }
 }
 
+/// A pid of this host that names no process now.
+fn gone(pid: i64) -> bool {
+    u32::try_from(pid).is_ok_and(|pid| !crate::util::process_alive(pid))
+}
+
 impl Nodes<'_> {
     /// Say this node is up. Refused when the same node id beat within `lease` from another
-    /// host or process: two daemons started from one data dir (copied to a second machine).
+    /// host, or from another live process on this one: two daemons started from one data dir
+    /// (copied to a second machine, or beside the first). A process of this host that is gone
+    /// was this node's own run before a crash: its restart joins at once.
     pub async fn join(
         self,
         host: &str,
@@ -110,7 +117,7 @@ impl Nodes<'_> {
                 .await?;
         if let Some((other_host, other_pid, seen)) = other
             && seen > at - lease
-            && (other_host != host || other_pid != i64::from(pid))
+            && !(other_host == host && (other_pid == i64::from(pid) || gone(other_pid)))
         {
             return Err(StoreError::NodeInUse {
                 node: id.to_string(),
@@ -327,6 +334,34 @@ mod tests {
             .add_run(&followed, now(), RunOutcome::Fired, Some(&job_task), None)
             .await
             .unwrap()
+    }
+
+    on_both_engines!(
+        Memory,
+        tokio::test,
+        async fn a_node_restarted_after_a_crash_rejoins_but_a_live_copy_is_refused(store: Store) {
+            let a = store.clone().with_node("node-a");
+            // A pid no process has: the run before this one, killed (systemd restarts it
+            // within a second, well inside the lease).
+            let dead = dead_pid();
+            a.nodes().join("host-a", dead, None, LEASE).await.unwrap();
+            a.nodes()
+                .join("host-a", std::process::id(), None, LEASE)
+                .await
+                .unwrap();
+            // The same node id in a live process on this host (a data dir copied beside the
+            // first) is still refused, as on another host.
+            let copy = a.nodes().join("host-a", 1, None, LEASE).await.unwrap_err();
+            assert!(matches!(copy, StoreError::NodeInUse { .. }), "{copy}");
+        }
+    );
+
+    /// A pid that names no process now.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
     }
 
     on_both_engines!(

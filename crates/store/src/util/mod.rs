@@ -71,6 +71,25 @@ pub fn configure<T>(inner: &mut std::sync::Arc<T>, set: impl FnOnce(&mut T)) {
     debug_assert!(alone, "a service configured after its handle was shared");
 }
 
+/// Whether a process `pid` exists on this machine (a signal 0 reaches it, or is refused only
+/// for want of permission). Off Unix, always true: the caution of not knowing.
+pub fn process_alive(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let Ok(pid) = libc::pid_t::try_from(pid) else {
+            return false;
+        };
+        // SAFETY: kill with signal 0 sends nothing; it only checks the pid.
+        let sent = unsafe { libc::kill(pid, 0) };
+        sent == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        true
+    }
+}
+
 /// Lock a mutex, taking the data even when another thread panicked while holding it.
 ///
 /// The one policy for poisoned locks in this crate: every mutex here guards plain maps and
