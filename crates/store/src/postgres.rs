@@ -28,10 +28,69 @@ pub fn parse_url(url: &str) -> std::result::Result<PgConnectOptions, PgUrlError>
             why: "it must start with postgres://".into(),
         });
     }
-    PgConnectOptions::from_str(url).map_err(|e| PgUrlError::Invalid {
+    let (supported, _) = supported_only(url);
+    PgConnectOptions::from_str(&supported).map_err(|e| PgUrlError::Invalid {
         url: redact_url(url),
         why: e.to_string(),
     })
+}
+
+/// The query parameters sqlx reads; it logs any other one with its value, which for a libpq
+/// parameter such as `sslpassword` is a secret.
+const SUPPORTED: [&str; 18] = [
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
+
+/// `url` without the query parameters sqlx does not read, and their names (never their
+/// values): those are dropped here, said once by [`Store::open_postgres`] without the value,
+/// instead of logged by sqlx with it.
+fn supported_only(url: &str) -> (String, Vec<String>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_string(), Vec::new());
+    };
+    let (query, fragment) = match query.split_once('#') {
+        Some((q, f)) => (q, Some(f)),
+        None => (query, None),
+    };
+    let mut kept = Vec::new();
+    let mut dropped = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        // `options[NAME]` is matched by its prefix.
+        let key = pair.split_once('=').map_or(pair, |(k, _)| k);
+        let known = SUPPORTED.contains(&key) || key.starts_with("options[");
+        if known {
+            kept.push(pair);
+        } else {
+            dropped.push(key.to_string());
+        }
+    }
+    let mut out = base.to_string();
+    if !kept.is_empty() {
+        out.push('?');
+        out.push_str(&kept.join("&"));
+    }
+    if let Some(f) = fragment {
+        out.push('#');
+        out.push_str(f);
+    }
+    (out, dropped)
 }
 
 /// The connection string for messages: every credential it can carry replaced by `***` — the
@@ -174,6 +233,13 @@ impl Store {
     pub async fn open_postgres(url: &str, opts: StoreOptions) -> Result<Store> {
         let shown = PathBuf::from(redact_url(url));
         let options = parse_url(url).map_err(|e| StoreError::BadUrl(e.to_string()))?;
+        let (_, ignored) = supported_only(url);
+        if !ignored.is_empty() {
+            tracing::warn!(
+                parameters = %ignored.join(", "),
+                "storage.url: connection parameters the PostgreSQL driver does not support are ignored"
+            );
+        }
         let options = options.application_name("hermes-agent");
         let pool = PgPoolOptions::new()
             // A server takes many connections, and reads and writes run in parallel there:
@@ -375,6 +441,21 @@ mod tests {
             assert!(!got.contains("hunter"), "{url} shown as {got}");
             assert!(got.contains("not shown"), "{got}");
         }
+    }
+
+    #[test]
+    fn parameters_the_driver_does_not_read_are_dropped_by_name_never_shown() {
+        let (kept, dropped) = supported_only(
+            "postgres://me@db:5432/x?sslmode=require&sslpassword=hunter2&options[search_path]=a&x#f",
+        );
+        assert_eq!(
+            kept,
+            "postgres://me@db:5432/x?sslmode=require&options[search_path]=a#f"
+        );
+        assert_eq!(dropped, ["sslpassword", "x"]);
+        assert!(parse_url("postgres://me@db/x?sslpassword=hunter2").is_ok());
+        let (kept, dropped) = supported_only("postgres://me@db/x?sslpassword=hunter2");
+        assert_eq!((kept.as_str(), dropped.len()), ("postgres://me@db/x", 1));
     }
 
     #[test]
