@@ -1184,6 +1184,11 @@ fn broken_manifests_name_the_file_the_line_and_the_field() {
         ),
         ("neither", "", &["neither.yaml:1: command:"]),
         (
+            "builtin",
+            "name: web_fetch\ndescription: d\nparameters: {type: object}\ncommand: {argv: [echo]}\n",
+            &["builtin.yaml:1: name:", "built-in tool"],
+        ),
+        (
             "name",
             "name: Check-Stock\ndescription: d\nparameters: {type: object}\ncommand: {argv: [echo]}\n",
             &["name.yaml:1: name:"],
@@ -1429,4 +1434,35 @@ async fn an_http_tool_follows_redirects_only_where_the_guard_allows() {
         );
         assert!(o.content.contains("refused"), "{name}: {}", o.content);
     }
+}
+
+/// The names a manifest may not take are exactly those of the tools an app registers itself.
+#[tokio::test]
+async fn the_reserved_names_are_the_built_in_tools() {
+    // With the services that only bring their tools when configured: a channel to notify and
+    // a sub-agent to delegate to.
+    let mut s = crate::common::settings("http://127.0.0.1:9/v1");
+    s.notify.webhooks.insert(
+        "ops".into(),
+        hermes_config::WebhookSettings {
+            url: "http://127.0.0.1:9/hook".into(),
+            secret: String::new(),
+        },
+    );
+    s.agents.insert(
+        "helper".into(),
+        hermes_config::SubAgent {
+            description: "test agent".into(),
+            profile: "fast".into(),
+            tools: vec![],
+            system_prompt: "You are a sub-agent.".into(),
+            timeout_s: 60,
+        },
+    );
+    let t = crate::common::app(s, vec![]).await;
+    let mut registered = t.app.agent.registry().names();
+    registered.sort();
+    let mut reserved = hermes_engine::tools::builtin::BUILTIN_NAMES.map(String::from);
+    reserved.sort();
+    assert_eq!(registered, reserved);
 }
