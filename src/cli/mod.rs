@@ -12,14 +12,17 @@
 /// `--json` output is printed by `render::print_json` instead, unchanged.
 macro_rules! outln {
     ($($arg:tt)*) => {
-        println!("{}", ::hermes_store::util::text::for_terminal(&format!($($arg)*)))
+        $crate::cli::write_out(&format!(
+            "{}\n",
+            ::hermes_store::util::text::for_terminal(&format!($($arg)*))
+        ))
     };
 }
 
 /// [`outln!`] without the newline: for tables and timelines that end in their own.
 macro_rules! out {
     ($($arg:tt)*) => {
-        print!("{}", ::hermes_store::util::text::for_terminal(&format!($($arg)*)))
+        $crate::cli::write_out(&::hermes_store::util::text::for_terminal(&format!($($arg)*)))
     };
 }
 
@@ -326,6 +329,25 @@ fn an_id(arg: &str) -> Result<String, String> {
         return Err("an id cannot be empty; the list commands show the ids".into());
     }
     Ok(id.to_string())
+}
+
+/// Write to stdout. A reader that went away (`config check | head -1`) ends the command
+/// quietly, as a pipe's writer is ended on Unix; any other failure (a full disk) ends it with
+/// the reason and exit 1 — where `println!` would panic in both.
+pub(crate) fn write_out(text: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            errln!("error: cannot write the output: {e}");
+            std::process::exit(1);
+        }
+    }
 }
 
 /// Exit code for an invalid configuration (`config check` and every command that loads one).

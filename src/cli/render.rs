@@ -20,7 +20,7 @@ pub(crate) fn print_json(v: &impl Serialize) -> anyhow::Result<()> {
     let value = serde_json::to_value(v)?;
     // Not through `for_terminal`: JSON escapes control characters itself, and a program reading
     // it must get the text exactly as stored.
-    println!("{}", serde_json::to_string_pretty(&value)?);
+    super::write_out(&format!("{}\n", serde_json::to_string_pretty(&value)?));
     Ok(())
 }
 

@@ -16,6 +16,41 @@ fn hermes(data_dir: &Path, args: &[&str]) -> Output {
         .expect("the binary runs")
 }
 
+/// `hermes-agent … | head -1`: the reader gone, the command ends quietly, never with a panic.
+#[test]
+fn output_into_a_closed_pipe_ends_the_command_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&["config", "check"][..], &["jobs", "list", "--json"]] {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_hermes-agent"))
+            .args(args)
+            .env("HERMES_DATA_DIR", dir.path())
+            .env_remove("HERMES_CONFIG")
+            .env("XDG_CONFIG_HOME", dir.path().join("xdg-config"))
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("the binary runs");
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?} {stderr}", out.status);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    // A full disk is an error, said as one.
+    if let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") {
+        let out = Command::new(env!("CARGO_BIN_EXE_hermes-agent"))
+            .args(["config", "check"])
+            .env_remove("HERMES_CONFIG")
+            .env("XDG_CONFIG_HOME", dir.path().join("xdg-config"))
+            .stdout(full)
+            .output()
+            .expect("the binary runs");
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("cannot write the output"), "{stderr}");
+    }
+}
+
 #[test]
 fn version_and_help() {
     let dir = tempfile::tempdir().unwrap();
