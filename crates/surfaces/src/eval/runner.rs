@@ -292,6 +292,8 @@ async fn run_task(
     let settings = eval_settings(req.config, fixtures.base());
     let mut config = Config::from_settings(settings, dir.path().to_path_buf());
     config.manifests_dir = req.config.manifests_dir.clone();
+    // The person's settings file, so that a model error names the file to change.
+    config.source = req.config.source.clone();
     let tools = eval_tools(fixtures.base()).map_err(|e| e.to_string())?;
     let options = BuildOptions {
         model_retry: req.model_retry,
