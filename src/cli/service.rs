@@ -79,8 +79,20 @@ pub(crate) fn service_install(config: &Config) -> anyhow::Result<ExitCode> {
     };
     let unit = render_unit(&exe, config_file.as_deref(), &data_dir);
     let path = unit_dir.join("hermes-agent.service");
+    let replaced = path.exists();
     std::fs::write(&path, unit).with_context(|| format!("cannot write {}", path.display()))?;
-    outln!("wrote {}", path.display());
+    outln!(
+        "{} {}",
+        if replaced { "replaced" } else { "wrote" },
+        path.display()
+    );
+    let named = [Some(exe.as_path()), config_file.as_deref(), Some(&data_dir)];
+    for hidden in named.into_iter().flatten().filter(|p| in_private_tmp(p)) {
+        outln!(
+            "warning: {} is under a temporary directory, which the service does not see (PrivateTmp=yes in the unit); put the binary on your PATH with `cargo install --path .`, and the config and data dir outside /tmp, then run this again",
+            hidden.display()
+        );
+    }
     outln!(
         "next:\n  systemctl --user daemon-reload\n  systemctl --user enable --now hermes-agent\n  journalctl --user -u hermes-agent -f"
     );
@@ -94,6 +106,11 @@ pub(crate) fn service_install(config: &Config) -> anyhow::Result<ExitCode> {
         ),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether `path` lies in a directory the unit's `PrivateTmp=yes` replaces with an empty one.
+fn in_private_tmp(path: &Path) -> bool {
+    path.starts_with("/tmp") || path.starts_with("/var/tmp")
 }
 
 fn linger_enabled() -> Option<bool> {
@@ -116,6 +133,16 @@ fn linger_enabled() -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_private_tmp_hides_from_the_service() {
+        assert!(in_private_tmp(Path::new("/tmp/trial/hermes-agent")));
+        assert!(in_private_tmp(Path::new("/var/tmp/x")));
+        assert!(!in_private_tmp(Path::new("/tmpfoo/hermes-agent")));
+        assert!(!in_private_tmp(Path::new(
+            "/home/a/.cargo/bin/hermes-agent"
+        )));
+    }
 
     #[test]
     fn unit_words_are_escaped_and_quoted_only_when_needed() {

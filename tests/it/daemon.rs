@@ -660,7 +660,20 @@ fn the_systemd_unit_installs_and_verifies() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let unit_path = home.join(".config/systemd/user/hermes-agent.service");
-    assert!(text(&out.stdout).contains(&unit_path.display().to_string()));
+    let said = text(&out.stdout);
+    assert!(
+        said.contains(&format!("wrote {}", unit_path.display())),
+        "{said}"
+    );
+    // The service's /tmp is its own (PrivateTmp=yes): a data dir there is said to be unseen.
+    assert_eq!(
+        said.contains(&format!(
+            "warning: {} is under a temporary directory",
+            data.display()
+        )),
+        data.starts_with("/tmp") || data.starts_with("/var/tmp"),
+        "{said}"
+    );
     assert!(data.is_dir(), "the data dir exists for ReadWritePaths");
     let unit = std::fs::read_to_string(&unit_path).unwrap();
     let exec = unit
@@ -698,6 +711,11 @@ fn the_systemd_unit_installs_and_verifies() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains(&format!("replaced {}", unit_path.display())),
+        "{}",
+        text(&out.stdout)
+    );
     let relative = std::fs::read_to_string(&unit_path).unwrap();
     let rw = relative
         .lines()
