@@ -29,6 +29,8 @@ pub async fn eval(config: Config, args: EvalArgs) -> anyhow::Result<ExitCode> {
                 .unwrap_or_default()
         );
     }
+    // Before anything is said or opened: a mistyped --profile is the whole answer.
+    eval::check_profiles(&config.settings, args.profile.as_deref(), &cases)?;
     let store = Store::open_configured(
         &config.data_dir,
         &config.settings.storage.url,

@@ -265,4 +265,12 @@ async fn eval_prints_a_table_records_the_run_and_exits_1_when_a_case_fails() {
         "{}",
         common::text(&out.stderr)
     );
+    // A mistyped profile is the whole answer, before any "running …".
+    let out = run(&["eval", "--profile", "turbo"]).await.expect("ran");
+    let stderr = common::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("error: unknown model profile 'turbo'; defined profiles: fast, pro"),
+        "{stderr}"
+    );
 }

@@ -22,6 +22,6 @@ mod watch;
 
 pub use case::{CaseError, EvalCase, Expect, Fixtures, Page, ToolExpect};
 pub use check::judge;
-pub use runner::{EvalError, EvalReport, EvalRequest, HELPER_AGENT, run};
+pub use runner::{EvalError, EvalReport, EvalRequest, HELPER_AGENT, check_profiles, run};
 pub use suite::{choose, load};
 pub use watch::ModelWatch;

@@ -86,31 +86,42 @@ impl EvalReport {
     }
 }
 
+/// Every profile the run would use is defined: `profile` (default: `model.default_profile`) and
+/// each case's own. [`run`] checks it first; a caller may too, before it says anything.
+pub fn check_profiles(
+    settings: &hermes_config::Settings,
+    profile: Option<&str>,
+    cases: &[EvalCase],
+) -> Result<(), EvalError> {
+    let main = profile.unwrap_or(&settings.model.default_profile);
+    let named = cases
+        .iter()
+        .map(|c| (c.profile.as_deref().unwrap_or(main), Some(c.name.as_str())));
+    for (profile, case) in std::iter::once((main, None)).chain(named) {
+        if !settings.model.profiles.contains_key(profile) {
+            let known: Vec<&str> = settings.model.profiles.keys().map(String::as_str).collect();
+            return Err(EvalError::UnknownProfile {
+                profile: profile.to_string(),
+                case: case.map(str::to_string),
+                known: known.join(", "),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Run the cases in order, recording each result as it comes; `on_result` sees each one.
 pub async fn run(
     req: EvalRequest<'_>,
     on_result: &(dyn Fn(&EvalResult) + Send + Sync),
 ) -> Result<EvalReport, EvalError> {
     let settings = &req.config.settings;
+    check_profiles(settings, req.profile.as_deref(), &req.cases)?;
     let main = req
         .profile
         .clone()
         .unwrap_or_else(|| settings.model.default_profile.clone());
     let profile_of = |c: &EvalCase| c.profile.clone().unwrap_or_else(|| main.clone());
-    for (profile, case) in std::iter::once((main.clone(), None)).chain(
-        req.cases
-            .iter()
-            .map(|c| (profile_of(c), Some(c.name.clone()))),
-    ) {
-        if !settings.model.profiles.contains_key(&profile) {
-            let known: Vec<&str> = settings.model.profiles.keys().map(String::as_str).collect();
-            return Err(EvalError::UnknownProfile {
-                profile,
-                case,
-                known: known.join(", "),
-            });
-        }
-    }
     if req.cases.is_empty() {
         return Err(EvalError::NoCases);
     }
