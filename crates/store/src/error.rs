@@ -59,7 +59,7 @@ pub enum StoreError {
     Conflict(String),
     /// The database cannot be written: a full disk, a read-only file, an I/O failure. The
     /// write did not happen (its transaction was rolled back).
-    #[error("the database cannot be written ({fault}): {detail}; {}", fault.hint())]
+    #[error("the database {} ({fault}): {detail}; {}", fault.headline(), fault.hint())]
     Unavailable { fault: StorageFault, detail: String },
     #[error("database error: {0}")]
     Sql(sqlx::Error),
@@ -96,6 +96,17 @@ pub enum StorageFault {
 }
 
 impl StorageFault {
+    /// What failed, as the first words of a message: a server away stops reads as well as
+    /// writes.
+    pub fn headline(self) -> &'static str {
+        match self {
+            StorageFault::Unreachable => "cannot be reached",
+            StorageFault::DiskFull | StorageFault::ReadOnly | StorageFault::Io => {
+                "cannot be written"
+            }
+        }
+    }
+
     /// What the person can do about it.
     pub fn hint(self) -> &'static str {
         match self {
@@ -202,4 +213,31 @@ fn is_connection_loss(io: &std::io::Error) -> bool {
             | HostUnreachable
             | NetworkUnreachable
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_away_is_not_called_unwritable() {
+        let away = StoreError::Unavailable {
+            fault: StorageFault::Unreachable,
+            detail: "connection refused".into(),
+        };
+        assert!(
+            away.to_string()
+                .starts_with("the database cannot be reached (database unreachable)"),
+            "{away}"
+        );
+        let full = StoreError::Unavailable {
+            fault: StorageFault::DiskFull,
+            detail: "no space".into(),
+        };
+        assert!(
+            full.to_string()
+                .starts_with("the database cannot be written (disk full)"),
+            "{full}"
+        );
+    }
 }

@@ -70,7 +70,11 @@ impl Agent {
 fn shown_row(task: &Task, out: &TaskOutcome, why: &StoreError) -> Task {
     let cause = match why {
         StoreError::Unavailable { fault, .. } => {
-            format!("the database cannot be written ({fault}); {}", fault.hint())
+            format!(
+                "the database {} ({fault}); {}",
+                fault.headline(),
+                fault.hint()
+            )
         }
         other => other.to_string(),
     };

@@ -66,13 +66,17 @@ impl From<hermes_store::StoreError> for ApiError {
             StoreError::NotFound { .. } => ApiError::not_found(e.to_string()),
             StoreError::Conflict(m) => ApiError::conflict(m),
             StoreError::Unavailable { fault, ref detail } => {
-                tracing::error!(%fault, detail, "the database cannot be written");
+                tracing::error!(%fault, detail, "the database failed");
                 ApiError {
                     storage: Some(fault),
                     ..ApiError::new(
                         StatusCode::SERVICE_UNAVAILABLE,
                         "storage_unavailable",
-                        format!("the database cannot be written ({fault}); {}", fault.hint()),
+                        format!(
+                            "the database {} ({fault}); {}",
+                            fault.headline(),
+                            fault.hint()
+                        ),
                     )
                 }
             }

@@ -248,8 +248,9 @@ async fn note_storage_faults(
         resp.status(),
         "storage_unavailable",
         format!(
-            "the database {} cannot be written ({fault}); {}",
+            "the database {} {} ({fault}); {}",
             store.path().display(),
+            fault.headline(),
             fault.hint()
         ),
     ))
