@@ -221,23 +221,21 @@ mod tests {
 
     #[test]
     fn a_server_away_is_not_called_unwritable() {
-        let away = StoreError::Unavailable {
-            fault: StorageFault::Unreachable,
-            detail: "connection refused".into(),
-        };
-        assert!(
-            away.to_string()
-                .starts_with("the database cannot be reached (database unreachable)"),
-            "{away}"
-        );
-        let full = StoreError::Unavailable {
-            fault: StorageFault::DiskFull,
-            detail: "no space".into(),
-        };
-        assert!(
-            full.to_string()
-                .starts_with("the database cannot be written (disk full)"),
-            "{full}"
-        );
+        for (fault, starts) in [
+            (
+                StorageFault::Unreachable,
+                "the database cannot be reached (database unreachable)",
+            ),
+            (
+                StorageFault::DiskFull,
+                "the database cannot be written (disk full)",
+            ),
+        ] {
+            let e = StoreError::Unavailable {
+                fault,
+                detail: "why".into(),
+            };
+            assert!(e.to_string().starts_with(starts), "{e}");
+        }
     }
 }

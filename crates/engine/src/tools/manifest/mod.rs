@@ -74,26 +74,25 @@ pub fn load_dir_with(
             tracing::warn!(tool = %tool.info.name, manifest = %path.display(), "tools.sandbox is warn: this tool's command runs unconfined");
         }
         let name = tool.info.name.clone();
-        if crate::tools::builtin::BUILTIN_NAMES.contains(&name.as_str()) {
-            return Err(ManifestError::Invalid(InvalidAt {
-                line: Some(tool.name_line),
-                path,
-                key: Some("name".into()),
-                message: format!(
-                    "'{name}' is the name of a built-in tool; pick another (built in: {})",
-                    crate::tools::builtin::BUILTIN_NAMES.join(", ")
-                ),
-            }));
-        }
-        if let Some(first) = seen.get(&name) {
-            return Err(ManifestError::Invalid(InvalidAt {
-                line: Some(tool.name_line),
-                path,
-                key: Some("name".into()),
-                message: format!(
+        let taken = if crate::tools::builtin::BUILTIN_NAMES.contains(&name.as_str()) {
+            Some(format!(
+                "'{name}' is the name of a built-in tool; pick another (built in: {})",
+                crate::tools::builtin::BUILTIN_NAMES.join(", ")
+            ))
+        } else {
+            seen.get(&name).map(|first| {
+                format!(
                     "the tool name '{name}' is already used by {}; names must be unique",
                     first.display()
-                ),
+                )
+            })
+        };
+        if let Some(message) = taken {
+            return Err(ManifestError::Invalid(InvalidAt {
+                line: Some(tool.name_line),
+                path,
+                key: Some("name".into()),
+                message,
             }));
         }
         seen.insert(name, path);
