@@ -211,6 +211,7 @@ fn confine(
         env.get("HOME").map(std::path::Path::new),
         format!("mcp.servers.{name}"),
     );
+    policy.warn_absent();
     let Some((program, args)) = server.command.split_first() else {
         return Ok(None);
     };

@@ -107,6 +107,29 @@ impl Policy {
         }
     }
 
+    /// Say, in the log, each path the widening names that does not exist: the kernel can only
+    /// grant a path that is there, so the tool gets nothing there until it is (and the daemon
+    /// restarted). Nothing when confinement is off.
+    pub fn warn_absent(&self) {
+        if self.mode == Mode::Off {
+            return;
+        }
+        for (key, path) in self.absent() {
+            tracing::warn!(
+                at = %self.widen_at,
+                path = %path.display(),
+                "sandbox.{key} names a path that does not exist: the tool gets no access there until it does (create it, then restart)"
+            );
+        }
+    }
+
+    /// The widening's paths that do not exist, with the field naming each.
+    fn absent(&self) -> impl Iterator<Item = (&'static str, &Path)> {
+        let read = self.read.iter().map(|p| ("read", p.as_path()));
+        let write = self.write.iter().map(|p| ("write", p.as_path()));
+        read.chain(write).filter(|(_, p)| !p.exists())
+    }
+
     pub(crate) fn set_mode(&mut self, mode: Mode) {
         self.mode = mode;
     }
@@ -371,5 +394,31 @@ impl Confinement {
     /// The work dir alone, to keep for as long as a long-running child (an MCP server) lives.
     pub fn into_workdir(self) -> tempfile::TempDir {
         self.workdir
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_widening_paths_that_are_not_there_are_named() {
+        let home = tempfile::tempdir().expect("home");
+        std::fs::create_dir(home.path().join("here")).expect("dir");
+        let widening = Widening {
+            read: vec!["~/here".into(), "/nonexistent-hermes-read".into()],
+            write: vec!["~/not-yet".into()],
+            ..Widening::default()
+        };
+        let policy = Policy::new(Mode::Enforce, &widening, false, Some(home.path()), "t.yaml");
+        let absent: Vec<(&str, PathBuf)> =
+            policy.absent().map(|(k, p)| (k, p.to_path_buf())).collect();
+        assert_eq!(
+            absent,
+            [
+                ("read", PathBuf::from("/nonexistent-hermes-read")),
+                ("write", home.path().join("not-yet")),
+            ]
+        );
     }
 }
