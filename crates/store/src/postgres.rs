@@ -72,13 +72,13 @@ fn supported_only(url: &str) -> (String, Vec<String>) {
     let mut kept = Vec::new();
     let mut dropped = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let key = decoded(pair.split_once('=').map_or(pair, |(k, _)| k));
         // `options[NAME]` is matched by its prefix.
-        let key = pair.split_once('=').map_or(pair, |(k, _)| k);
-        let known = SUPPORTED.contains(&key) || key.starts_with("options[");
+        let known = SUPPORTED.contains(&key.as_str()) || key.starts_with("options[");
         if known {
             kept.push(pair);
         } else {
-            dropped.push(key.to_string());
+            dropped.push(key);
         }
     }
     let mut out = base.to_string();
@@ -453,6 +453,16 @@ mod tests {
             "postgres://me@db:5432/x?sslmode=require&options[search_path]=a#f"
         );
         assert_eq!(dropped, ["sslpassword", "x"]);
+        // Keys as sqlx reads them: percent-escapes decoded.
+        let escaped = "postgres://me@db/x?options%5Bsynchronous_commit%5D=local&ssl%70assword=y";
+        let (kept, dropped) = supported_only(escaped);
+        assert_eq!(
+            (kept.as_str(), dropped.as_slice()),
+            (
+                "postgres://me@db/x?options%5Bsynchronous_commit%5D=local",
+                &["sslpassword".to_string()][..]
+            )
+        );
         assert!(parse_url("postgres://me@db/x?sslpassword=hunter2").is_ok());
         let (kept, dropped) = supported_only("postgres://me@db/x?sslpassword=hunter2");
         assert_eq!((kept.as_str(), dropped.len()), ("postgres://me@db/x", 1));
