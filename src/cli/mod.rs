@@ -6,7 +6,7 @@
 //!
 //! Must not: hold business logic; each command is a thin call into a part or a backend.
 
-/// `println!` for what a person reads: the line goes through
+/// A line on stdout for what a person reads, through [`write_out`]; the line goes through
 /// [`for_terminal`](hermes_store::util::text::for_terminal), so text from a model, a server, an MCP
 /// server or a fact cannot drive the terminal (retitle it, clear it, plant links, reverse text).
 /// `--json` output is printed by `render::print_json` instead, unchanged.
