@@ -296,3 +296,41 @@ fn hermes_mcp_answers_every_bad_line_and_stays_up() {
     let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap_or_default();
     assert!(!stderr.contains("ErrorData"), "{stderr}");
 }
+
+/// A burst of lines, answered by rmcp and refused by us in turn, then the end of stdin: every
+/// request gets its answer. Ours were written inside `receive`, which rmcp may drop at any
+/// await — and with it an answer half-sent or never sent.
+#[test]
+fn hermes_mcp_answers_every_line_of_a_burst() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut child, mut stdin, rx) = raw_mcp(dir.path());
+    let mut burst = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}})
+    .to_string();
+    burst.push_str("\n{\"jsonrpc\": \"2.0\", \"method\": \"notifications/initialized\"}\n");
+    const REQUESTS: i64 = 120;
+    for id in 1..=REQUESTS {
+        let line = match id % 3 {
+            0 => json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}),
+            1 => json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": "str"}),
+            _ => json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": 5}),
+        };
+        burst.push_str(&line.to_string());
+        burst.push('\n');
+    }
+    stdin.write_all(burst.as_bytes()).expect("write to stdin");
+    drop(stdin);
+    let mut answered = std::collections::BTreeSet::new();
+    while let Ok(line) = rx.recv_timeout(PATIENCE) {
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        if let Some(id) = v["id"].as_i64() {
+            assert!(answered.insert(id), "answered twice: {id}");
+        }
+    }
+    let status = child.wait().expect("it exits when stdin closes");
+    assert!(status.success(), "{status}");
+    let missing: Vec<i64> = (0..=REQUESTS).filter(|id| !answered.contains(id)).collect();
+    assert!(missing.is_empty(), "never answered: {missing:?}");
+}

@@ -26,11 +26,16 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::FramedRead;
+use tokio_util::task::TaskTracker;
 
 /// `hermes-agent mcp`'s end of a stdio session.
 pub(super) struct ServeIo<R, W> {
     read: FramedRead<R, BoundedLines>,
     write: LineWriter<W>,
+    /// Our answers to refused lines, each written by a task of its own: rmcp drops a
+    /// `receive` future whenever another of its events comes first, and an answer awaited
+    /// there would be lost with it (or cut mid-line). Waited for before the session closes.
+    answers: TaskTracker,
 }
 
 impl<R: AsyncRead, W: AsyncWrite + Unpin + Send + 'static> ServeIo<R, W> {
@@ -38,8 +43,16 @@ impl<R: AsyncRead, W: AsyncWrite + Unpin + Send + 'static> ServeIo<R, W> {
         ServeIo {
             read: FramedRead::new(read, BoundedLines::new(MAX_CLIENT_LINE)),
             write: LineWriter::new(write),
+            answers: TaskTracker::new(),
         }
     }
+}
+
+/// Every answer handed to a task written (or failed) before the stream ends. A function of the
+/// tracker alone: the transport's own reference would ask its reader to be `Sync`.
+async fn all_written(answers: &TaskTracker) {
+    answers.close();
+    answers.wait().await;
 }
 
 impl<R, W> Transport<RoleServer> for ServeIo<R, W>
@@ -58,9 +71,15 @@ where
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         loop {
-            let answer = match self.read.next().await? {
+            let Some(next) = self.read.next().await else {
+                // The client is done: what it was owed goes out before rmcp closes the session.
+                all_written(&self.answers).await;
+                return None;
+            };
+            let answer = match next {
                 Err(e) => {
                     tracing::debug!("MCP client's stdin failed: {e}");
+                    all_written(&self.answers).await;
                     return None;
                 }
                 Ok(Frame::Line(line)) if line.is_empty() => continue,
@@ -78,15 +97,15 @@ where
                     request.then(|| too_large(bytes, id))
                 }
             };
-            if let Some(answer) = answer
-                && self.write.send(&answer).await.is_err()
-            {
-                return None;
+            if let Some(answer) = answer {
+                // Not awaited here: this future may be dropped at any await (see `answers`).
+                self.answers.spawn(self.write.sending(answer));
             }
         }
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
+        all_written(&self.answers).await;
         self.write.close().await;
         Ok(())
     }
