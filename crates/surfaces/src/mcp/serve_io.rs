@@ -99,7 +99,7 @@ where
             };
             if let Some(answer) = answer {
                 // Not awaited here: this future may be dropped at any await (see `answers`).
-                self.answers.spawn(self.write.sending(answer));
+                self.answers.spawn(self.write.sending(on_the_wire(answer)));
             }
         }
     }
@@ -109,6 +109,16 @@ where
         self.write.close().await;
         Ok(())
     }
+}
+
+/// An answer as sent: JSON-RPC 2.0 wants `"id": null` on an error whose request's id could
+/// not be read (a parse error, an invalid request), where rmcp leaves the member out.
+fn on_the_wire(answer: ServerJsonRpcMessage) -> Value {
+    let mut v = serde_json::to_value(answer).unwrap_or_default();
+    if let Some(fields) = v.as_object_mut() {
+        fields.entry("id").or_insert(Value::Null);
+    }
+    v
 }
 
 /// The error a line gets instead of being passed on, and the id it answers when known.
@@ -205,8 +215,7 @@ mod tests {
 
     fn answer_to(line: &str) -> Value {
         match read_message(line.as_bytes()) {
-            Err(Some(r)) => serde_json::to_value(ServerJsonRpcMessage::error(r.error, r.id))
-                .expect("serialisable"),
+            Err(Some(r)) => on_the_wire(ServerJsonRpcMessage::error(r.error, r.id)),
             Err(None) => Value::Null,
             Ok(message) => panic!("passed on: {message:?}"),
         }
@@ -216,6 +225,7 @@ mod tests {
     fn each_bad_line_gets_its_json_rpc_error() {
         let not_json = answer_to("this is not json");
         assert_eq!(not_json["error"]["code"], json!(ErrorCode::PARSE_ERROR.0));
+        assert_eq!(not_json.get("id"), Some(&Value::Null), "{not_json}");
         let cut_short = answer_to("{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\":");
         assert_eq!(cut_short["error"]["code"], json!(-32700));
 
