@@ -16,11 +16,11 @@ pub async fn connect(config: Config) -> Box<dyn Backend> {
     connect_as(config, Origin::Cli).await
 }
 
-/// As [`connect`], for requests made on behalf of `origin` (the origin of what the local
-/// backend creates; the API records its own, `api`).
+/// As [`connect`], for requests made on behalf of `origin`: the origin of the tasks, jobs and
+/// facts created, through the daemon or on the data dir alike.
 pub(crate) async fn connect_as(config: Config, origin: Origin) -> Box<dyn Backend> {
     match Remote::detect(&config).await {
-        Some(remote) => Box::new(remote),
+        Some(remote) => Box::new(remote.acting_for(origin)),
         None => Box::new(Local::new(config, build_parts()).acting_for(origin)),
     }
 }

@@ -1293,3 +1293,58 @@ async fn every_page_is_html_under_a_strict_policy_and_cross_site_changes_are_ref
     );
     assert!(t.app.store.jobs().get(&job.id).await.expect("job").enabled);
 }
+
+/// The CLI and `hermes-agent mcp` say on whose behalf they create, in `X-Hermes-Origin`; the
+/// API records it (a task, a job, a fact), refuses any other claim, and says `api` without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origin_header_names_who_created_through_the_api() {
+    let api = api("").await;
+    let as_origin = |path: &str, body: Value, origin: &str| {
+        Request::post(path)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header("x-hermes-origin", origin)
+            .body(Body::from(body.to_string()))
+            .expect("a request")
+    };
+    let task = api
+        .send(as_origin("/v1/tasks", json!({"task": "hi"}), "mcp"))
+        .await;
+    assert_eq!(task.status, StatusCode::ACCEPTED, "{}", task.body);
+    let id = task.body["id"].as_str().expect("an id");
+    let stored = api.t.app.store.tasks().get(id).await.expect("the task");
+    assert_eq!(stored.origin, hermes_store::Origin::Mcp);
+    let job = json!({"task": "t", "schedule": "every 2h"});
+    let job = api.send(as_origin("/v1/jobs", job, "cli")).await;
+    assert_eq!(job.status, StatusCode::CREATED, "{}", job.body);
+    assert_eq!(job.body["origin"], "cli", "{}", job.body);
+    let fact = api
+        .send(as_origin(
+            "/v1/memory",
+            json!({"text": "I like oolong"}),
+            "mcp",
+        ))
+        .await;
+    assert_eq!(fact.status, StatusCode::CREATED, "{}", fact.body);
+    let id = fact.body["id"].as_str().expect("an id").to_string();
+    let stored = api.t.app.store.facts().get(&id).await.expect("the fact");
+    assert_eq!(stored.source, "mcp");
+
+    // Nothing else may be claimed: a job's origin decides what it may do.
+    let model = api
+        .send(as_origin(
+            "/v1/jobs",
+            json!({"task": "t", "schedule": "every 2h"}),
+            "model",
+        ))
+        .await;
+    assert_eq!(model.status, StatusCode::BAD_REQUEST, "{}", model.body);
+    assert!(
+        error_of(&model.body).1.contains("X-Hermes-Origin"),
+        "{}",
+        model.body
+    );
+    let plain = api.post("/v1/tasks", json!({"task": "hi"})).await;
+    let id = plain.body["id"].as_str().expect("an id");
+    let stored = api.t.app.store.tasks().get(id).await.expect("the task");
+    assert_eq!(stored.origin, hermes_store::Origin::Api);
+}

@@ -407,6 +407,7 @@ async fn the_cli_finds_a_daemon_on_port_0_through_its_address_file() {
     let job_id = job["id"].as_str().unwrap().to_string();
     let (_, jobs) = d.get("/v1/jobs").await;
     assert_eq!(jobs["jobs"][0]["id"], job_id.as_str(), "{jobs}");
+    assert_eq!(jobs["jobs"][0]["origin"], "cli", "made by the CLI: {jobs}");
     let out = site.cli(&["jobs", "run", &job_id], &[]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");

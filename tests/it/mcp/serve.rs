@@ -107,8 +107,8 @@ async fn hermes_mcp_works_through_a_running_daemon() {
     }
 
     let seen = drive_with_python(&d, dir.path(), &site).await;
-    // The API takes no origin: a task started through the daemon is recorded as `api`.
-    check_session(&seen, "api");
+    // Through the daemon as on the data dir, a task it starts is recorded as `mcp`.
+    check_session(&seen, "mcp");
 
     let _ = stop.send(());
     let ended = tokio::time::timeout(PATIENCE, daemon).await;

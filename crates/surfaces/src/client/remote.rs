@@ -8,7 +8,7 @@ use super::{Backend, ClientError, Fired, FoundFact, OnStep, Remembered, Reply};
 use hermes_config::Config;
 use hermes_engine::agent::{Decision, VIA_HEADER};
 use hermes_engine::scheduler::{JobRequest, JobView};
-use hermes_store::{Approval, ApprovalState, Task, TaskRecord, TaskState, Usage};
+use hermes_store::{Approval, ApprovalState, Origin, Task, TaskRecord, TaskState, Usage};
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -31,6 +31,9 @@ pub struct Remote {
     /// How long `run_task` waits: past the API's own bound on a waiting request
     /// (3 × `agent.task_timeout_s` + 30 s), so the API's answer comes first.
     task_wait: Duration,
+    /// On whose behalf it creates tasks, jobs and facts, told to the API in `X-Hermes-Origin`;
+    /// `None`: the API's own, `api`.
+    origin: Option<Origin>,
 }
 
 impl Remote {
@@ -49,6 +52,7 @@ impl Remote {
                     token: config.settings.server.token.clone(),
                     http,
                     task_wait: Duration::from_secs(task_s.saturating_mul(3).saturating_add(60)),
+                    origin: None,
                 });
             }
         }
@@ -62,6 +66,13 @@ impl Remote {
 
     pub fn base(&self) -> &str {
         &self.base
+    }
+
+    /// The same client, creating things on behalf of `origin` (the CLI: `cli`; `hermes-agent
+    /// mcp`: `mcp`), as the data-dir backend does.
+    pub fn acting_for(mut self, origin: Origin) -> Remote {
+        self.origin = Some(origin);
+        self
     }
 
     /// Call the API; a JSON error body becomes an error carrying its message.
@@ -83,6 +94,9 @@ impl Remote {
     ) -> Result<Value, ClientError> {
         if !self.token.is_empty() {
             req = req.bearer_auth(&self.token);
+        }
+        if let Some(origin) = self.origin {
+            req = req.header("x-hermes-origin", origin.as_str());
         }
         if let Some(b) = body {
             req = req.json(&b);
@@ -338,7 +352,6 @@ impl Backend for Remote {
 
     fn run_task<'a>(&'a self, task: &'a str, profile: Option<&'a str>) -> Reply<'a, Task> {
         Box::pin(async move {
-            // The API records the origin `api`: its body has no origin field.
             let body = json!({"task": task, "profile": profile, "wait": true});
             let req = self
                 .http

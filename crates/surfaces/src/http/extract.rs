@@ -25,6 +25,34 @@ impl<S: Send + Sync> FromRequestParts<S> for Id {
     }
 }
 
+/// On whose behalf a request creates a task, a job or a fact: the header `X-Hermes-Origin`,
+/// which the CLI (`cli`) and `hermes-agent mcp` (`mcp`) send when they go through the daemon,
+/// so what they make counts under their own origin as it does without one. Absent: `api`.
+/// Nothing else may be claimed (a job's origin decides what it may do).
+pub(crate) struct ClientOrigin(pub hermes_store::Origin);
+
+/// The header's name.
+pub(crate) const ORIGIN_HEADER: &str = "x-hermes-origin";
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientOrigin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<ClientOrigin, ApiError> {
+        use hermes_store::Origin;
+        let Some(value) = parts.headers.get(ORIGIN_HEADER) else {
+            return Ok(ClientOrigin(Origin::Api));
+        };
+        match value.to_str().map(str::trim) {
+            Ok("cli") => Ok(ClientOrigin(Origin::Cli)),
+            Ok("mcp") => Ok(ClientOrigin(Origin::Mcp)),
+            Ok("api") => Ok(ClientOrigin(Origin::Api)),
+            _ => Err(ApiError::bad_request(
+                "X-Hermes-Origin may only be cli, mcp or api (leave it out for api)",
+            )),
+        }
+    }
+}
+
 /// A route's query string read into `T`. An unknown or malformed parameter is a JSON 400
 /// naming it, not axum's plain-text rejection.
 pub(crate) struct Query<T>(pub T);

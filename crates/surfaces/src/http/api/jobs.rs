@@ -1,7 +1,7 @@
 //! Jobs: list, create, get one, delete, run now, their runs, pause and resume, and the schedule preview
 //! (`GET /v1/schedule?expr=&timezone=`) the dashboard's form asks as you type.
 
-use crate::http::extract::{Id, Query, bounded};
+use crate::http::extract::{ClientOrigin, Id, Query, bounded};
 use crate::http::{ApiError, ApiResult, ApiState};
 use axum::Json;
 use axum::extract::State;
@@ -9,7 +9,6 @@ use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use hermes_engine::scheduler::JobRequest;
-use hermes_store::Origin;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -20,10 +19,11 @@ pub(crate) async fn list_jobs(State(s): State<ApiState>) -> ApiResult {
 
 pub(crate) async fn create_job(
     State(s): State<ApiState>,
+    ClientOrigin(origin): ClientOrigin,
     body: Result<Json<JobRequest>, JsonRejection>,
 ) -> ApiResult {
     let Json(req) = body?;
-    let job = s.scheduler.add(req, Origin::Api).await?;
+    let job = s.scheduler.add(req, origin).await?;
     let view = s.scheduler.view(job).await?;
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }

@@ -1,6 +1,6 @@
 //! Long-term memory: `GET /v1/memory?q=`, `POST /v1/memory`, `DELETE /v1/memory/{id}`.
 
-use crate::http::extract::{Id, Query, bounded};
+use crate::http::extract::{ClientOrigin, Id, Query, bounded};
 use crate::http::{ApiError, ApiResult, ApiState};
 use axum::Json;
 use axum::extract::State;
@@ -51,6 +51,7 @@ pub(crate) struct AddFact {
 
 pub(crate) async fn add_memory(
     State(s): State<ApiState>,
+    ClientOrigin(origin): ClientOrigin,
     body: Result<Json<AddFact>, JsonRejection>,
 ) -> ApiResult {
     let Json(req) = body?;
@@ -62,7 +63,9 @@ pub(crate) async fn add_memory(
             "`text` is over 2000 characters; store one fact at a time",
         ));
     }
-    let (fact, how) = memory(&s)?.remember(&req.text, &req.tags, "api").await?;
+    let (fact, how) = memory(&s)?
+        .remember(&req.text, &req.tags, origin.as_str())
+        .await?;
     let merged = matches!(how, hermes_store::Upsert::Merged);
     Ok((
         StatusCode::CREATED,

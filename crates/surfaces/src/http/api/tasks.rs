@@ -1,7 +1,7 @@
 //! Tasks: `POST /v1/tasks` (optionally waiting), `GET /v1/tasks`, `GET /v1/tasks/{id}`,
 //! `POST /v1/tasks/{id}/cancel`. The live stream of one task is in `events`.
 
-use crate::http::extract::{Id, Query, bounded, word_filter};
+use crate::http::extract::{ClientOrigin, Id, Query, bounded, word_filter};
 use crate::http::{ApiError, ApiResult, ApiState};
 use axum::Json;
 use axum::extract::State;
@@ -9,7 +9,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use hermes_engine::agent::Submit;
-use hermes_store::{Origin, TaskFilter, TaskState};
+use hermes_store::{TaskFilter, TaskState};
 use serde::Deserialize;
 use serde_json::json;
 use std::time::Duration;
@@ -26,6 +26,7 @@ pub(crate) struct CreateTask {
 
 pub(crate) async fn create_task(
     State(s): State<ApiState>,
+    ClientOrigin(origin): ClientOrigin,
     body: Result<Json<CreateTask>, JsonRejection>,
 ) -> ApiResult {
     let Json(req) = body?;
@@ -33,7 +34,7 @@ pub(crate) async fn create_task(
     let rx = s.agent.subscribe();
     let task = s
         .agent
-        .submit(Submit::new(req.task, Origin::Api, req.profile))
+        .submit(Submit::new(req.task, origin, req.profile))
         .await?;
     if !req.wait {
         return Ok((
