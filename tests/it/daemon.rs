@@ -447,6 +447,61 @@ async fn the_cli_finds_a_daemon_on_port_0_through_its_address_file() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_data_dir_is_never_worked_on_through_another_data_dirs_daemon() {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let site = Site::new(&model.base_url(), &[], &[]);
+    // A fixed port, as in most settings files: the daemon is found there without its file.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let yaml = std::fs::read_to_string(site.config()).unwrap();
+    std::fs::write(
+        site.config(),
+        yaml.replace("port: 0", &format!("port: {port}")),
+    )
+    .unwrap();
+    let mut d = site.start(&[]);
+    d.ready().await;
+    let task = d.submit("what do I like to drink?").await;
+    d.finished(&task).await;
+
+    // The same settings, another data dir: its own (empty) history, not the daemon's.
+    let other = site.dir.path().join("other-data");
+    let mut cmd = base_command(site.dir.path(), &[]);
+    let out = cmd
+        .arg("--config")
+        .arg(site.config())
+        .arg("--data-dir")
+        .arg(&other)
+        .args(["tasks", "list", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed["tasks"], json!([]), "{listed}");
+    // Named by HERMES_DATA_DIR alike.
+    let other = other.display().to_string();
+    let mut cmd = base_command(site.dir.path(), &[("HERMES_DATA_DIR", &other)]);
+    let out = cmd
+        .arg("--config")
+        .arg(site.config())
+        .args(["tasks", "list", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed["tasks"], json!([]), "{listed}");
+
+    // Its own data dir still goes through it.
+    let out = site.cli(&["tasks", "list", "--json"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed["tasks"][0]["id"], task.as_str(), "{listed}");
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_goes_through_the_daemon_and_to_the_data_dir_once_it_stopped() {
     let model = ScriptedModel::start_with(echo_model).await;
     let site = Site::new(&model.base_url(), &[], &[]);

@@ -93,6 +93,10 @@ pub struct Config {
     pub source: ConfigSource,
     /// The resolved data directory (flag > env > `storage.data_dir` > XDG data dir).
     pub data_dir: PathBuf,
+    /// Whether this command named the data dir (`--data-dir`, `HERMES_DATA_DIR`) rather than
+    /// taking the settings' or the XDG one: the CLI then works on that data dir, never through
+    /// a daemon that serves another.
+    pub data_dir_named: bool,
     /// The resolved directory of manifest tools.
     pub manifests_dir: PathBuf,
     /// The zone in `settings.scheduler.timezone`, and where it came from.
@@ -114,12 +118,14 @@ impl Config {
             Err(looked_in) => (Settings::default(), ConfigSource::Defaults { looked_in }),
         };
         let data_dir = resolve_data_dir(sources, &env, &settings)?;
+        let data_dir_named = sources.data_dir_flag.is_some() || named_in_env(&env);
         let manifests_dir = resolve_relative(&source, &settings.tools.manifests_dir);
         let (settings, timezone) = with_zone(settings, env.get("TZ").map(String::as_str));
         Ok(Config {
             settings,
             source,
             data_dir,
+            data_dir_named,
             manifests_dir,
             timezone,
             evals_dir: xdg_evals_dir(),
@@ -136,6 +142,7 @@ impl Config {
             settings,
             source: ConfigSource::Defaults { looked_in: vec![] },
             data_dir,
+            data_dir_named: false,
             manifests_dir,
             timezone,
             evals_dir: None,
@@ -194,6 +201,11 @@ fn locate_file(sources: &Sources, env: &HashMap<String, String>) -> Result<PathB
         looked_in.push(p);
     }
     Err(looked_in)
+}
+
+/// `HERMES_DATA_DIR` set to a path (an empty one names nothing).
+fn named_in_env(env: &HashMap<String, String>) -> bool {
+    env.get("HERMES_DATA_DIR").is_some_and(|v| !v.is_empty())
 }
 
 fn resolve_data_dir(

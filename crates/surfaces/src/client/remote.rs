@@ -1,6 +1,6 @@
 //! The remote backend: a running daemon, reached over its HTTP API.
 //!
-//! Owns: finding the daemon (the configured address, then `DATA_DIR/daemon.addr`), the
+//! Owns: finding the daemon (`DATA_DIR/daemon.addr`, then the configured address), the
 //! bearer token, and turning API answers into typed values and API errors into messages.
 //! Must not: fall back to the data dir — `connect` decides that, before any call.
 
@@ -37,8 +37,9 @@ pub struct Remote {
 }
 
 impl Remote {
-    /// Look for a daemon: at the configured address (unless `server.port` is 0), then at the
-    /// address the daemon on this data dir wrote; `None` when nothing answers quickly.
+    /// Look for a daemon: at the address the daemon on this data dir wrote, then at the
+    /// configured one (unless `server.port` is 0, or the data dir was named for this command
+    /// and the address is on this machine); `None` when nothing answers quickly.
     pub async fn detect(config: &Config) -> Option<Remote> {
         let http = reqwest::Client::builder()
             .timeout(CALL_TIMEOUT)
@@ -367,29 +368,43 @@ impl Backend for Remote {
 /// person expects the daemon), then the one the daemon on this data dir wrote (the only way
 /// to find one bound to port 0, or to another port than this config says).
 fn candidates(config: &Config) -> Vec<String> {
-    let s = &config.settings.server;
     let mut bases = Vec::new();
-    if s.port != 0 {
+    // The data dir's own daemon first: one serving it on this machine always leaves its
+    // address there, so an answer at that address is the daemon of this data dir.
+    match super::addr::read_addr(&config.data_dir) {
+        Ok(Some(addr)) => bases.push(format!("http://{}", reachable(addr))),
+        Ok(None) => {}
+        // A broken file only costs the way to a daemon on another port; say why it was skipped.
+        Err(e) => tracing::warn!("{e}"),
+    }
+    let s = &config.settings.server;
+    // With the data dir named for this command, a daemon on this machine at the configured
+    // port that did not answer through that data dir's address serves another data dir: going
+    // through it would act on the wrong tasks, jobs and facts. One elsewhere (another host
+    // sharing the database) is still asked.
+    let another_data_dirs = config.data_dir_named && on_this_machine(&s.host);
+    if s.port != 0 && !another_data_dirs {
         let host = match s.host.as_str() {
             // A wildcard bind is reachable on loopback.
             "0.0.0.0" | "::" | "[::]" => "127.0.0.1".to_string(),
             h if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
             h => h.to_string(),
         };
-        bases.push(format!("http://{host}:{}", s.port));
-    }
-    match super::addr::read_addr(&config.data_dir) {
-        Ok(Some(addr)) => {
-            let base = format!("http://{}", reachable(addr));
-            if !bases.contains(&base) {
-                bases.push(base);
-            }
+        let base = format!("http://{host}:{}", s.port);
+        if !bases.contains(&base) {
+            bases.push(base);
         }
-        Ok(None) => {}
-        // A broken file only costs the way to a daemon on another port; say why it was skipped.
-        Err(e) => tracing::warn!("{e}"),
     }
     bases
+}
+
+/// Whether `server.host` is this machine: loopback, `localhost` or a wildcard bind.
+fn on_this_machine(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    bare.eq_ignore_ascii_case("localhost")
+        || bare
+            .parse::<IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
 }
 
 /// A bound address as a client reaches it: a wildcard bind answers on loopback.
@@ -459,7 +474,7 @@ mod tests {
     }
 
     #[test]
-    fn the_configured_port_first_then_the_address_file() {
+    fn the_address_file_first_then_the_configured_port() {
         let dir = tempfile::tempdir().expect("temp dir");
         let c = config("0.0.0.0", 8765, dir.path());
         assert_eq!(candidates(&c), ["http://127.0.0.1:8765"]);
@@ -467,7 +482,18 @@ mod tests {
         let _file = crate::client::addr::AddrFile::write(dir.path(), addr).expect("written");
         assert_eq!(
             candidates(&c),
-            ["http://127.0.0.1:8765", "http://127.0.0.1:41234"]
+            ["http://127.0.0.1:41234", "http://127.0.0.1:8765"]
+        );
+        // A data dir named for the command: a daemon here on the configured port is not its
+        // own; another host's still is.
+        let mut named = config("0.0.0.0", 8765, dir.path());
+        named.data_dir_named = true;
+        assert_eq!(candidates(&named), ["http://127.0.0.1:41234"]);
+        let mut far = config("192.0.2.7", 8765, dir.path());
+        far.data_dir_named = true;
+        assert_eq!(
+            candidates(&far),
+            ["http://127.0.0.1:41234", "http://192.0.2.7:8765"]
         );
         // Port 0 is no address to probe: only the file says where the daemon is.
         let c = config("127.0.0.1", 0, dir.path());
