@@ -36,6 +36,20 @@ fn deps() -> Deps {
     crate::deps::mcp().clone()
 }
 
+/// `GET /healthz` of the API over `app`, in process.
+async fn healthz(app: &App) -> Value {
+    use tower::ServiceExt;
+    let router = hermes_surfaces::http::router(hermes_surfaces::http::ApiState::new(app));
+    let req = axum::http::Request::get("/healthz")
+        .body(axum::body::Body::empty())
+        .expect("a request");
+    let resp = router.oneshot(req).await.expect("answered");
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .expect("a body");
+    serde_json::from_slice(&bytes).expect("JSON")
+}
+
 fn stdio(command: &[&str]) -> McpServer {
     McpServer {
         command: command.iter().map(|s| s.to_string()).collect(),
@@ -303,6 +317,10 @@ async fn servers_that_cannot_start_are_reported_and_the_rest_work() {
         NO_MODEL,
         vec![
             ("missing", stdio(&["hermes-no-such-program"])),
+            (
+                "missing_path",
+                stdio(&["/nonexistent/hermes-no-such-program"]),
+            ),
             ("dies", dies),
             (
                 "unreachable",
@@ -333,8 +351,25 @@ async fn servers_that_cannot_start_are_reported_and_the_rest_work() {
             && missing.contains("mcp.servers.missing.command"),
         "{missing}"
     );
+    // A path is not looked for on PATH.
+    let missing = status_of(&t.app, "missing_path").state.to_string();
+    assert!(
+        missing.contains("`/nonexistent/hermes-no-such-program` does not exist")
+            && !missing.contains("PATH"),
+        "{missing}"
+    );
     let dies = status_of(&t.app, "dies").state.to_string();
     assert!(dies.contains("it said: no API key given"), "{dies}");
+    // A monitor is told, by name only (a reason can name a command or a URL).
+    let health = healthz(&t.app).await;
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert_eq!(health["mcp"]["running"], 1, "{health}");
+    assert_eq!(
+        health["mcp"]["failed"],
+        json!(["dies", "missing", "missing_path", "unreachable"]),
+        "{health}"
+    );
+    assert!(!health.to_string().contains("s3cret"), "{health}");
     assert!(status_of(&t.app, "dies").tools.is_empty());
     let unreachable = status_of(&t.app, "unreachable").state.to_string();
     assert!(

@@ -37,13 +37,23 @@ pub use server::serve_stdio;
 pub use server::{ServeError, TOOL_NAMES};
 pub use status::{ServerState, ServerStatus};
 
+/// A program that is not there, said as it was looked for: a path is not searched on PATH.
+fn missing(program: &str) -> String {
+    if program.contains('/') {
+        format!("`{program}` does not exist")
+    } else {
+        format!("`{program}` not found on PATH")
+    }
+}
+
 /// Why an MCP server could not be started or used. Each names the server and says what to
 /// change; none carries an env value or a header value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum McpError {
     #[error(
-        "MCP server '{server}' could not start: `{program}` not found on PATH; install it or \
-         change mcp.servers.{server}.command"
+        "MCP server '{server}' could not start: {}; install it or change \
+         mcp.servers.{server}.command",
+        missing(program)
     )]
     NotFound { server: String, program: String },
     #[error(

@@ -55,6 +55,7 @@ pub(crate) async fn health(
     let memory_index = index_word(s.memory.is_some(), index_trouble.as_deref());
     // The mailbox comes back by itself; meanwhile mail waits there, nothing is lost.
     let inbox = s.inbox.health();
+    let mcp = mcp_health(&s.mcp);
     if !told {
         if matrix_down {
             matrix.error = Some(not_reading("Matrix"));
@@ -68,7 +69,8 @@ pub(crate) async fn health(
         || meaning_away.is_some()
         || matches!(inbox, hermes_engine::inbox::Health::Down { .. })
         || matrix.degraded()
-        || telegram.degraded();
+        || telegram.degraded()
+        || mcp.as_ref().is_some_and(|m| !m.failed.is_empty());
     Ok(Json(json!({
         "status": if degraded { "degraded" } else { "ok" },
         "storage": storage,
@@ -86,8 +88,36 @@ pub(crate) async fn health(
         // null without channels.telegram.
         "telegram": s.telegram.is_on().then_some(telegram),
         "sandbox": sandbox_health(s.agent.settings().tools.sandbox),
+        // null without mcp.servers.
+        "mcp": mcp,
     }))
     .into_response())
+}
+
+/// The MCP servers in two figures: how many run, and which failed to start (their tools are
+/// not offered until one does). Names only: a reason can name a command, a path or a URL, and
+/// `GET /v1/mcp` (with the token) gives it.
+#[derive(serde::Serialize)]
+struct McpHealth {
+    running: usize,
+    failed: Vec<String>,
+}
+
+fn mcp_health(mcp: &crate::mcp::McpManager) -> Option<McpHealth> {
+    let servers = mcp.status();
+    if servers.is_empty() {
+        return None;
+    }
+    let running = servers
+        .iter()
+        .filter(|s| s.state == crate::mcp::ServerState::Running)
+        .count();
+    let failed = servers
+        .into_iter()
+        .filter(|s| matches!(s.state, crate::mcp::ServerState::Failed(_)))
+        .map(|s| s.name)
+        .collect();
+    Some(McpHealth { running, failed })
 }
 
 /// The memory index's state in a word, or why it is being rebuilt: facts stay saved without the
