@@ -348,6 +348,25 @@ fn config_check_loads_the_manifests_it_names() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("fine"), "{}", text(&out.stdout));
+    assert!(!text(&out.stderr).contains("WARN"), "{}", text(&out.stderr));
+
+    // Valid, but its program is not installed: said before the first call fails.
+    std::fs::write(
+        tools.join("gone.yaml"),
+        "name: gone\ndescription: d\nparameters: {type: object}\ncommand: {argv: [hermes-no-such-program]}\n",
+    )
+    .unwrap();
+    let out = hermes(
+        dir.path(),
+        &["--config", config.to_str().unwrap(), "config", "check"],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("`hermes-no-such-program` is not found on PATH")
+            && stderr.contains("gone.yaml"),
+        "{stderr}"
+    );
 }
 
 /// What a hostile model, server, MCP server or fact could carry to a terminal: a window title

@@ -69,6 +69,7 @@ pub fn load_dir_with(
         let mut tool = parse(&text, &path, env)?;
         tool.sandbox.set_mode(mode);
         tool.sandbox.warn_absent();
+        tool.warn_missing_program(env);
         if mode == crate::tools::sandbox::Mode::Warn
             && matches!(tool.action, Action::Command { .. })
         {
@@ -131,6 +132,46 @@ enum Action {
     },
 }
 
+impl ManifestTool {
+    /// Say, in the log, that the command's program is not there: the manifest is valid, but
+    /// every call fails until the program is installed.
+    fn warn_missing_program(&self, env: &HashMap<String, String>) {
+        let Action::Command { program, .. } = &self.action else {
+            return;
+        };
+        if let Some(looked) = missing_program(program, env.get("PATH").map(String::as_str)) {
+            tracing::warn!(
+                tool = %self.info.name,
+                manifest = %self.source.display(),
+                "`{program}` {looked}: every call of this tool fails until it is installed, or command.argv names another"
+            );
+        }
+    }
+}
+
+/// How `program` was looked for when it is not there. `None` when it is, or when that cannot
+/// be told here (a path relative to the directory the command runs in).
+fn missing_program(program: &str, path: Option<&str>) -> Option<&'static str> {
+    let p = Path::new(program);
+    if p.is_absolute() {
+        return (!is_executable(p)).then_some("does not exist or is not executable");
+    }
+    if program.contains('/') {
+        return None;
+    }
+    let found = path
+        .unwrap_or_default()
+        .split(':')
+        .filter(|dir| !dir.is_empty())
+        .any(|dir| is_executable(&Path::new(dir).join(program)));
+    (!found).then_some("is not found on PATH")
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
 impl std::fmt::Debug for ManifestTool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ManifestTool")
@@ -162,6 +203,30 @@ mod tests {
         assert_eq!(Template::parse("{{.Name}}").literal(), Some("{{.Name}}"));
         assert_eq!(Template::parse("a {{ b").literal(), Some("a {{ b"));
         assert_eq!(Template::parse("{{x}}").sole_param(), Some("x"));
+    }
+
+    #[test]
+    fn a_missing_program_is_told_by_how_it_was_looked_for() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().display().to_string();
+        assert_eq!(
+            missing_program("hermes-no-such-program", Some(&path)),
+            Some("is not found on PATH")
+        );
+        assert_eq!(
+            missing_program("sh", Some("/nonexistent:/bin:/usr/bin")),
+            None
+        );
+        assert_eq!(missing_program("sh", None), Some("is not found on PATH"));
+        assert_eq!(missing_program("/bin/sh", None), None);
+        let plain = dir.path().join("not-executable");
+        std::fs::write(&plain, "#!/bin/sh\n").expect("write");
+        assert_eq!(
+            missing_program(&plain.display().to_string(), None),
+            Some("does not exist or is not executable")
+        );
+        // Relative to where the command runs: not for the check to say.
+        assert_eq!(missing_program("./bin/tool", Some(&path)), None);
     }
 
     #[test]
