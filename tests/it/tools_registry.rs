@@ -9,6 +9,7 @@ use hermes_engine::tools::builtin::working;
 use hermes_engine::tools::manifest::{self, ManifestError};
 use hermes_engine::tools::{
     Registry, RegistryBuilder, RegistryError, Tool, ToolContext, ToolError, ToolInfo, ToolOutcome,
+    Withdrawn,
 };
 use hermes_store::Origin;
 use hermes_store::{NewTask, Store};
@@ -1332,6 +1333,41 @@ async fn a_sources_tools_are_offered_replaced_and_guarded_like_any_other() {
         .execute(&call("files__read", json!({})), &s.ctx, None)
         .await;
     assert!(matches!(refused.error, Some(ToolError::NotAllowed(_))));
+
+    // The server ended: its tools leave at once, and a call meanwhile is told why.
+    s.registry.withdraw_source("time", Withdrawn::Restarting);
+    assert_eq!(offered(&s), ["echo"]);
+    let away = s
+        .registry
+        .execute(&call("time__now", json!({})), &s.ctx, None)
+        .await;
+    assert!(
+        matches!(&away.error, Some(ToolError::Unavailable { server, why: Withdrawn::Restarting, .. }) if server == "time"),
+        "{:?}",
+        away.error
+    );
+    assert!(
+        away.content.contains("its server 'time' is restarting"),
+        "{}",
+        away.content
+    );
+    // Still away when starting it again failed.
+    s.registry.withdraw_source("time", Withdrawn::Failed);
+    let away = s
+        .registry
+        .execute(&call("time__now", json!({})), &s.ctx, None)
+        .await;
+    assert!(
+        matches!(
+            &away.error,
+            Some(ToolError::Unavailable {
+                why: Withdrawn::Failed,
+                ..
+            })
+        ),
+        "{:?}",
+        away.error
+    );
 
     // The server restarted with a smaller list: the old tool is gone.
     assert!(s.registry.set_source_tools("time", vec![]).is_empty());

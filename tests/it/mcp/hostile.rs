@@ -266,12 +266,35 @@ async fn a_task_that_starts_while_a_server_starts_waits_for_its_tools() {
     let restarting = t
         .app
         .mcp
-        .wait_until(PATIENCE, |all| all[0].state == ServerState::Restarting)
+        .wait_until(PATIENCE, |all| {
+            matches!(all[0].state, ServerState::Restarting(_))
+        })
         .await;
     assert!(restarting, "{:#?}", t.app.mcp.status());
     assert!(registry.starting().names().is_empty());
+    // How it ended is said, as a failure's reason is.
+    let how = status_of(&t.app, "hostile").state;
+    assert!(
+        how.reason().is_some_and(|r| r.contains("closed")),
+        "{how:?}"
+    );
     let doctor = hermes_surfaces::doctor::mcp_server(&status_of(&t.app, "hostile"));
-    assert!(doctor.detail.starts_with("restarting"), "{}", doctor.detail);
+    assert!(
+        doctor.detail.starts_with("restarting ("),
+        "{}",
+        doctor.detail
+    );
+    // A model that calls the tool it was offered a step ago is told the server is away.
+    let away = call(&t.app, "hostile__stats", json!({})).await;
+    assert!(
+        matches!(away.error, Some(ToolError::Unavailable { .. })),
+        "{away:?}"
+    );
+    assert!(
+        away.content.contains("'hostile' is restarting"),
+        "{}",
+        away.content
+    );
     std::fs::write(&gate, "open").expect("open the gate again");
     running(&t.app, &["hostile"]).await;
     t.app.mcp.stop().await;

@@ -63,6 +63,15 @@ pub enum ToolError {
     NotAllowed(String),
     #[error("unknown tool '{0}'")]
     Unknown(String),
+    /// A tool the model was offered whose source (an MCP server) is away for now.
+    #[error(
+        "tool '{tool}' is unavailable for now: its server '{server}' {why}; answer without it, or call it again in a later step"
+    )]
+    Unavailable {
+        tool: String,
+        server: String,
+        why: Withdrawn,
+    },
     /// The breaker is open for this tool (`web_fetch`) or this tool on one target
     /// (`web_fetch for example.org`).
     #[error("tool '{0}' is temporarily disabled after repeated failures; try another way")]
@@ -99,6 +108,7 @@ impl ToolError {
             ToolError::Timeout(_) => "timeout",
             ToolError::NotAllowed(_) => "not_allowed",
             ToolError::Unknown(_) => "unknown",
+            ToolError::Unavailable { .. } => "unavailable",
             ToolError::CircuitOpen(_) => "circuit_open",
             ToolError::Repeated(_) => "repeated",
             ToolError::NeedsApproval(_) => "needs_approval",
@@ -314,6 +324,7 @@ where
     }
 }
 
+mod away;
 pub mod breaker;
 pub mod builtin;
 mod gate;
@@ -325,6 +336,7 @@ pub mod schema;
 pub mod shape;
 mod starting;
 
+pub use away::Withdrawn;
 pub(crate) use permit::Permit;
 pub use registry::{Registry, RegistryBuilder, RegistryError, ToolOutcome};
 pub use starting::{SOURCE_START_WAIT, SourceStart, ToolSources};

@@ -441,10 +441,10 @@ pub fn mcp_server(st: &ServerStatus) -> Check {
                 crate::mcp::RUN_START_WAIT.as_secs()
             ),
         ),
-        ServerState::Restarting => Check::new(
+        ServerState::Restarting(how) => Check::new(
             Verdict::Warn,
             what,
-            "restarting; its tools are offered again once it is back",
+            format!("restarting ({how}); its tools are offered again once it is back"),
         ),
     }
 }

@@ -18,7 +18,7 @@ use super::tool::{McpTool, PeerSlot};
 use super::{McpError, SEPARATOR};
 use hermes_config::{McpServer, McpSettings};
 use hermes_engine::tools::sandbox::Mode;
-use hermes_engine::tools::{Registry, RegistryError, SourceStart};
+use hermes_engine::tools::{Registry, RegistryError, SourceStart, Withdrawn};
 use hermes_store::util::{Backoff, lock};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -213,9 +213,9 @@ impl Inner {
     }
 
     /// The server's tools leave the registry and its connection slot.
-    fn withdraw(&self, server: &Server) {
+    fn withdraw(&self, server: &Server, why: Withdrawn) {
         *lock(&server.peer) = None;
-        self.registry.set_source_tools(&server.name, Vec::new());
+        self.registry.withdraw_source(&server.name, why);
     }
 }
 
@@ -238,7 +238,14 @@ async fn supervise(inner: Arc<Inner>, server: Arc<Server>, first: SourceStart) {
             Ok(conn) => serve(&inner, &server, conn, &changed, &mut first).await,
             Err(e) => Ended::Unusable(e),
         };
-        inner.withdraw(&server);
+        inner.withdraw(
+            &server,
+            match &ended {
+                Ended::Stopped => Withdrawn::Stopped,
+                Ended::Died(_) => Withdrawn::Restarting,
+                Ended::Unusable(_) => Withdrawn::Failed,
+            },
+        );
         match ended {
             Ended::Stopped => return,
             Ended::Died(reason) => {
@@ -247,7 +254,7 @@ async fn supervise(inner: Arc<Inner>, server: Arc<Server>, first: SourceStart) {
                     failures = 0;
                 }
                 inner.set(&server, |s| {
-                    s.state = ServerState::Restarting;
+                    s.state = ServerState::Restarting(reason);
                     s.restarts += 1;
                     s.tools.clear();
                     s.pid = None;
@@ -256,7 +263,7 @@ async fn supervise(inner: Arc<Inner>, server: Arc<Server>, first: SourceStart) {
             Ended::Unusable(e) => {
                 // Said once: a server that keeps failing the same way is retried quietly.
                 let reason = e.to_string();
-                if lock(&server.status).state.reason() == Some(reason.as_str()) {
+                if matches!(&lock(&server.status).state, ServerState::Failed(r) if *r == reason) {
                     tracing::debug!(server = %server.name, "{reason} (again)");
                 } else {
                     tracing::warn!(server = %server.name, "{reason}; trying again with backoff");
@@ -326,7 +333,7 @@ async fn serve(
         };
         tokio::select! {
             _ = inner.stop.cancelled() => {
-                inner.withdraw(server);
+                inner.withdraw(server, Withdrawn::Stopped);
                 stop.cancel();
                 if tokio::time::timeout(STOP_WAIT, ending).await.is_err() {
                     tracing::warn!(server = %server.name, "MCP server did not stop in time");

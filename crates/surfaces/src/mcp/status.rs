@@ -18,9 +18,9 @@ pub enum ServerState {
     /// The last attempt to start it failed (the reason says why and what to change); it is
     /// tried again with backoff. Its tools are not offered.
     Failed(String),
-    /// It was running and ended; it is being started again (with backoff). Its tools are not
-    /// offered meanwhile.
-    Restarting,
+    /// It was running and ended (the reason says how); it is being started again (with
+    /// backoff). Its tools are not offered meanwhile.
+    Restarting(String),
 }
 
 impl ServerState {
@@ -30,24 +30,25 @@ impl ServerState {
             ServerState::Starting => "starting",
             ServerState::Running => "running",
             ServerState::Failed(_) => "failed",
-            ServerState::Restarting => "restarting",
+            ServerState::Restarting(_) => "restarting",
         }
     }
 
-    /// Why it failed, when it did.
+    /// Why it failed, or how it ended before this restart.
     pub fn reason(&self) -> Option<&str> {
         match self {
-            ServerState::Failed(r) => Some(r),
-            _ => None,
+            ServerState::Failed(r) | ServerState::Restarting(r) => Some(r),
+            ServerState::Starting | ServerState::Running => None,
         }
     }
 }
 
-/// `starting`, `running`, `failed(REASON)`, `restarting`.
+/// `starting`, `running`, `failed(REASON)`, `restarting(REASON)`.
 impl std::fmt::Display for ServerState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ServerState::Failed(r) => write!(f, "failed({r})"),
+            ServerState::Restarting(r) => write!(f, "restarting({r})"),
             other => f.write_str(other.word()),
         }
     }
@@ -66,14 +67,14 @@ impl<'de> serde::Deserialize<'de> for ServerState {
         Ok(match w.state.as_str() {
             "starting" => ServerState::Starting,
             "running" => ServerState::Running,
-            "restarting" => ServerState::Restarting,
+            "restarting" => ServerState::Restarting(w.reason.unwrap_or_default()),
             "failed" => ServerState::Failed(w.reason.unwrap_or_default()),
             other => return Err(serde::de::Error::custom(format!("unknown state '{other}'"))),
         })
     }
 }
 
-/// `{"state": "failed", "reason": "…"}`; `reason` only for `failed`.
+/// `{"state": "failed", "reason": "…"}`; `reason` only for `failed` and `restarting`.
 impl Serialize for ServerState {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
@@ -134,7 +135,13 @@ mod tests {
         let v = serde_json::to_value(&status).expect("serialisable");
         assert_eq!(v["state"], json!("failed"));
         assert_eq!(v["reason"], json!("`uvx` not found"));
-        let v = serde_json::to_value(ServerState::Restarting).expect("serialisable");
-        assert_eq!(v, json!({"state": "restarting"}));
+        let v = serde_json::to_value(ServerState::Restarting("killed by signal 9".into()))
+            .expect("serialisable");
+        assert_eq!(
+            v,
+            json!({"state": "restarting", "reason": "killed by signal 9"})
+        );
+        let back: ServerState = serde_json::from_value(v).expect("readable");
+        assert_eq!(back, ServerState::Restarting("killed by signal 9".into()));
     }
 }

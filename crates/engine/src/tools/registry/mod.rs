@@ -9,6 +9,7 @@
 //! Must not: know about the agent loop or messages; it returns the text the model will see
 //! and the facts the trace needs, nothing more.
 
+use super::away::{Away, Withdrawn};
 use super::breaker::Breakers;
 use super::permit::Permit;
 use super::schema::{self, violation};
@@ -131,6 +132,7 @@ impl RegistryBuilder {
             breakers,
             offers: Mutex::default(),
             starting: Starting::default(),
+            away: Away::default(),
             metrics: self.metrics,
         }))
     }
@@ -161,6 +163,8 @@ struct Inner {
     offers: Mutex<Vec<(Vec<Weak<Entry>>, Toolset)>>,
     /// Sources on their first start, whose tools a new task waits for (bounded).
     starting: Starting,
+    /// The tools of sources that are away (restarting, failed), for what a call is told.
+    away: Away,
     /// Where each call is counted.
     metrics: Metrics,
 }
@@ -286,6 +290,7 @@ impl Registry {
     /// tool that cannot be registered (a bad name or schema, a name another tool has) is left
     /// out and reported; the rest are offered from the next step on.
     pub fn set_source_tools(&self, source: &str, tools: Vec<Arc<dyn Tool>>) -> Vec<RegistryError> {
+        self.0.away.back(source);
         let mut errors = Vec::new();
         let mut fresh = Vec::with_capacity(tools.len());
         for tool in tools {
@@ -310,6 +315,24 @@ impl Registry {
             entries.insert(e.spec.name.clone(), Arc::new(e));
         }
         errors
+    }
+
+    /// Take every tool of `source` out, for `why`: until it offers tools again, a call to one
+    /// of them is refused as unavailable, saying why, rather than as unknown.
+    pub fn withdraw_source(&self, source: &str, why: Withdrawn) {
+        let mut entries = self.entries_mut();
+        let names = entries
+            .iter()
+            .filter(|(_, e)| e.source.as_deref() == Some(source))
+            .map(|(name, _)| name.clone())
+            .collect();
+        entries.retain(|_, e| e.source.as_deref() != Some(source));
+        self.0
+            .offers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.0.away.withdrawn(source, why, names);
     }
 
     /// How many circuits are open now (`/metrics`).
@@ -384,11 +407,23 @@ impl Registry {
         }
     }
 
+    /// Why there is no tool `name`: its source is away, or it is unknown.
+    fn absent(&self, name: &str) -> ToolError {
+        match self.0.away.of(name) {
+            Some((server, why)) => ToolError::Unavailable {
+                tool: name.to_string(),
+                server,
+                why,
+            },
+            None => ToolError::Unknown(name.to_string()),
+        }
+    }
+
     /// Would `name` with `arguments` pass the checks before a call (it exists, is allowed,
     /// the arguments fit its schema)? Nothing runs.
     pub(crate) fn check_call(&self, name: &str, arguments: &Value) -> Result<(), ToolError> {
         let Some(entry) = self.entry(name) else {
-            return Err(ToolError::Unknown(name.to_string()));
+            return Err(self.absent(name));
         };
         if !self.allowed(name, None) {
             return Err(ToolError::NotAllowed(name.to_string()));
@@ -442,6 +477,10 @@ impl Registry {
             entry = self.entry(name);
         }
         let Some(entry) = entry else {
+            let absent = self.absent(name);
+            if matches!(absent, ToolError::Unavailable { .. }) {
+                return Err(absent.into());
+            }
             let available: Vec<String> = self
                 .offered(restrict)
                 .iter()
@@ -456,7 +495,7 @@ impl Registry {
                 message: format!(
                     "unknown tool '{name}'; the tools available to this task are: {list}"
                 ),
-                error: ToolError::Unknown(name.to_string()),
+                error: absent,
             });
         };
         if !self.allowed(name, restrict) {
