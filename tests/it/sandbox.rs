@@ -473,3 +473,214 @@ async fn a_thousand_calls() {
         .expect("the model is still reachable");
     assert!(reply.status().is_success(), "{}", reply.status());
 }
+
+/// A tool gets no terminal to type into: a session of its own (so no controlling terminal —
+/// `/dev/tty` is not there for it), and TIOCSTI refused on any descriptor it holds.
+#[tokio::test]
+async fn the_terminal_is_out_of_reach() {
+    assert_kernel_confines();
+    let w = world("");
+    // SAFETY: getsid(0) asks about this process only.
+    let mine = unsafe { libc::getsid(0) };
+    let out = run(&w, "/usr/bin/python3 -c 'import os; print(os.getsid(0))'")
+        .await
+        .expect("runs");
+    // A number on stdout reaches the model as JSON.
+    let theirs = out.as_i64().expect("a session id");
+    assert_ne!(theirs, 0);
+    let theirs = i32::try_from(theirs).expect("a pid");
+    assert_ne!(theirs, mine, "the tool shares the daemon's session");
+    let m = refused(
+        run(
+            &w,
+            "/usr/bin/python3 -c 'import fcntl,termios; fcntl.ioctl(1, termios.TIOCSTI, b\"x\")'",
+        )
+        .await,
+        "TIOCSTI",
+    );
+    assert!(m.contains("Operation not permitted"), "{m}");
+    refused(
+        run(&w, "/usr/bin/python3 -c 'open(\"/dev/tty\", \"w\")'").await,
+        "/dev/tty",
+    );
+}
+
+/// Run as root, the box holds no capability: nothing the kernel grants root alone (the
+/// hostname, the clock, raw sockets) is the tool's.
+#[tokio::test]
+async fn no_capability_is_left_in_the_box() {
+    assert_kernel_confines();
+    let w = world("");
+    let m = refused(
+        run(
+            &w,
+            "/usr/bin/python3 -c 'import ctypes,os,sys; l=ctypes.CDLL(None,use_errno=True); n=os.uname().nodename.encode(); r=l.sethostname(n,len(n)); sys.exit(\"sethostname: Operation not permitted\" if r!=0 else \"sethostname: allowed\")'",
+        )
+        .await,
+        "sethostname",
+    );
+    assert!(m.contains("Operation not permitted"), "{m}");
+    let m = refused(
+        run(
+            &w,
+            "/usr/bin/python3 -c 'import ctypes,sys; l=ctypes.CDLL(None,use_errno=True); sys.exit(\"capabilities in the bounding set: \" + str(sum(l.prctl(23,c,0,0,0)==1 for c in range(41))) + \" (Operation not permitted)\")'",
+        )
+        .await,
+        "the bounding set",
+    );
+    assert!(m.contains("bounding set: 0 "), "{m}");
+}
+
+/// Without `network`, no datagram or raw socket either: Landlock filters TCP only, and UDP
+/// carries data out as well as TCP does.
+#[tokio::test]
+async fn udp_is_refused_unless_network_is_declared() {
+    assert_kernel_confines();
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let port = socket.local_addr().expect("addr").port();
+    let send = format!(
+        "/usr/bin/python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b\"out\", (\"127.0.0.1\", {port}))'"
+    );
+    let m = refused(run(&world(""), &send).await, "UDP without network");
+    assert!(m.contains("PermissionError"), "{m}");
+    let declared = world("sandbox: {network: [\"127.0.0.1:53\"]}\n");
+    run(&declared, &send)
+        .await
+        .expect("with network declared, UDP (DNS) goes");
+    let mut got = [0u8; 8];
+    socket
+        .set_read_timeout(Some(CALL_BOUND))
+        .expect("a timeout");
+    let (n, _) = socket.recv_from(&mut got).expect("the datagram");
+    assert_eq!(&got[..n], b"out");
+}
+
+/// `sandbox: required` means confined or not at all: `tools.sandbox: warn` or `off` does not
+/// run it unconfined.
+#[tokio::test]
+async fn required_refuses_to_run_unconfined() {
+    let w = world("sandbox: required\n");
+    let dir = w.root.path().join("tools");
+    let env = HashMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+    for mode in [Mode::Off, Mode::Warn] {
+        let tools = manifest::load_dir_with(&dir, &env, mode).expect("load");
+        let open = World {
+            root: tempfile::tempdir().expect("tempdir"),
+            tools,
+        };
+        match run(&open, "echo ran").await {
+            Err(ToolError::Failed(m)) => {
+                assert!(
+                    m.contains("sandbox: required") && m.contains("tools.sandbox"),
+                    "{mode:?}: {m}"
+                )
+            }
+            other => panic!("{mode:?}: ran unconfined: {other:?}"),
+        }
+    }
+}
+
+/// `read: [/proc/self]` is the tool's own entry (what `df` needs), never the daemon's; `/proc`
+/// whole or another process's entry is refused at its line.
+#[tokio::test]
+async fn proc_self_is_the_tools_own_entry() {
+    assert_kernel_confines();
+    let w = world("sandbox: {read: [/proc/self]}\n");
+    let out = run(
+        &w,
+        // `exec`: the entry is the started process's, not its children's.
+        "exec /usr/bin/python3 -c 'import os; print(open(\"/proc/self/stat\").read().split()[0] == str(os.getpid()))'",
+    )
+    .await
+    .expect("its own /proc entry is readable");
+    assert_eq!(out, json!("True"));
+    let me = std::process::id();
+    refused(
+        run(&w, &format!("cat /proc/{me}/environ")).await,
+        "the spawner's environ",
+    );
+    for (path, what) in [("/proc", "/proc whole"), ("/proc/1", "another process")] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join("t.yaml"),
+            format!("name: t\ndescription: d\nparameters: {{type: object}}\ncommand: {{argv: [echo]}}\nsandbox: {{read: [{path}]}}\n"),
+        )
+        .expect("write");
+        let e = manifest::load_dir(dir.path(), &HashMap::new())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.contains("t.yaml:5: sandbox.read") && e.contains("/proc/self"),
+            "{what}: {e}"
+        );
+    }
+}
+
+/// A program in `~/bin` or `~/.local/bin` does not make home, or the data dir under
+/// `~/.local`, the tool's own: only an install prefix's `lib/` (a venv's, pip's) is.
+#[tokio::test]
+async fn a_program_under_home_does_not_open_home() {
+    assert_kernel_confines();
+    let probe = world("");
+    let home = probe.home();
+    let mut tools = Vec::new();
+    for bin in ["bin", ".local/bin"] {
+        let dir = home.join(bin);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let prog = dir.join("hometool");
+        std::fs::write(&prog, "#!/bin/sh\nexec /bin/sh -c \"$1\"\n").expect("write");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let tools_dir = probe
+            .root
+            .path()
+            .join(format!("tools-{}", bin.replace('/', "-")));
+        std::fs::create_dir_all(&tools_dir).expect("mkdir");
+        std::fs::write(
+            tools_dir.join("h.yaml"),
+            format!("name: h\ndescription: d\nparameters: {{type: object, properties: {{script: {{type: string}}}}}}\ncommand: {{argv: [{}, \"{{{{script}}}}\"]}}\n", prog.display()),
+        )
+        .expect("write manifest");
+        let env = HashMap::from([
+            ("PATH".to_string(), "/usr/bin:/bin".to_string()),
+            ("HOME".to_string(), home.to_string_lossy().into_owned()),
+        ]);
+        tools.extend(manifest::load_dir(&tools_dir, &env).expect("load"));
+    }
+    for tool in tools {
+        let w = World {
+            root: tempfile::tempdir().expect("tempdir"),
+            tools: vec![tool],
+        };
+        for secret in [
+            probe.home().join(".ssh/id_ed25519"),
+            probe.data().join("agent.sqlite"),
+        ] {
+            refused(
+                run(&w, &format!("cat '{}'", secret.display())).await,
+                "home through a program under it",
+            );
+        }
+    }
+}
+
+/// The shipped `disk_usage` runs in the default box with only its own `/proc` entry.
+#[tokio::test]
+async fn the_shipped_disk_usage_runs_confined() {
+    assert_kernel_confines();
+    let env = HashMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+    let shipped = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tools"));
+    let tools = manifest::load_dir(shipped, &env).expect("the shipped manifests load");
+    let df = tools
+        .iter()
+        .find(|t| t.info().name == "disk_usage")
+        .expect("disk_usage");
+    let ctx = ToolContext::default();
+    let call = df.call(json!({"path": "/"}), &ctx);
+    let out = tokio::time::timeout(CALL_BOUND, call)
+        .await
+        .expect("in time")
+        .expect("df runs confined");
+    assert!(out.to_string().contains("Mounted on"), "{out}");
+}

@@ -80,6 +80,9 @@ impl Widening {
                         format!("'{p}' must be an absolute path or start with ~/"),
                     ));
                 }
+                if let Some(why) = proc_refusal(p) {
+                    return Err((key.into(), format!("'{p}' {why}")));
+                }
             }
         }
         if let Some(m) = self.memory_mb
@@ -104,6 +107,28 @@ impl Widening {
             Network::To(hosts) => Some(hosts.iter().filter_map(|h| port_of(h)).collect()),
         }
     }
+}
+
+/// Why a `/proc` path may not be granted: `/proc` whole and another process's entry show
+/// every process's environment and memory maps (the daemon's secrets among them). The tool's
+/// own entry is `/proc/self`, bound to the tool when it starts.
+fn proc_refusal(path: &str) -> Option<&'static str> {
+    let rest = path.strip_prefix("/proc")?;
+    if !(rest.is_empty() || rest.starts_with('/')) {
+        return None;
+    }
+    let first = rest.trim_start_matches('/').split('/').next().unwrap_or("");
+    let per_process =
+        first.is_empty() || first == "thread-self" || first.bytes().all(|b| b.is_ascii_digit());
+    per_process.then_some(
+        "would show other processes' environment (the daemon's secrets among them); the tool's own entry is /proc/self",
+    )
+}
+
+/// Whether `path` names the tool's own `/proc` entry (`/proc/self` or a path in it).
+pub fn is_proc_self(path: &str) -> bool {
+    path.strip_prefix("/proc/self")
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 /// The port of `HOST:PORT` (`[::1]:443` too), when the host is not empty.
@@ -131,6 +156,30 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(w.check().map_err(|e| e.0), Err("network".to_string()));
+    }
+
+    #[test]
+    fn only_the_tools_own_proc_entry_and_system_files_of_proc() {
+        for bad in [
+            "/proc",
+            "/proc/",
+            "/proc/1",
+            "/proc/1/environ",
+            "/proc/thread-self",
+        ] {
+            assert!(proc_refusal(bad).is_some(), "{bad}");
+        }
+        for fine in [
+            "/proc/self",
+            "/proc/self/mountinfo",
+            "/proc/cpuinfo",
+            "/process",
+            "/tmp",
+        ] {
+            assert!(proc_refusal(fine).is_none(), "{fine}");
+        }
+        assert!(is_proc_self("/proc/self") && is_proc_self("/proc/self/mountinfo"));
+        assert!(!is_proc_self("/proc/selfish") && !is_proc_self("/proc/1"));
     }
 
     #[test]

@@ -3,9 +3,10 @@
 //! server's notifications.
 //!
 //! Owns: how a server's process is started — without a shell, with only PATH, HOME, LANG and
-//! its configured `env`, in its own process group (so a wrapper such as `uvx` or `npx` dies with
-//! its children), killed when dropped — and its stderr, kept as "last words" for the reason of
-//! a failure (logged at debug only: a server may print what it was given).
+//! its configured `env`, in its own session and process group (so a wrapper such as `uvx` or
+//! `npx` dies with its children, and no terminal is its), killed when dropped — and its
+//! stderr, kept as "last words" for the reason of a failure (logged at debug only: a server
+//! may print what it was given).
 //! Must not: restart anything (the manager does), log env values or header values, or let the
 //! server write to this process's stdout.
 
@@ -180,8 +181,8 @@ fn start(
         }
     }
     let mut wrapped = process_wrap::tokio::CommandWrap::from(command);
-    #[cfg(unix)]
-    wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
+    // A session of its own: a process group to end it with, and no terminal to type into.
+    wrapped.wrap(process_wrap::tokio::ProcessSession);
     let (mut child, stderr) =
         ChildTransport::spawn(name, wrapped).map_err(|e| spawn_error(name, &program, e))?;
     // The ruleset fd closes now; the work dir lives as long as the server.

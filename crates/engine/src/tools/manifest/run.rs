@@ -181,9 +181,12 @@ fn command(
         .stderr(Stdio::piped())
         // A timed-out call drops this future; the child must die with it.
         .kill_on_drop(true);
-    // Its own process group, so that everything it starts can be ended with it.
-    #[cfg(unix)]
-    cmd.process_group(0);
+    // Its own session, so that everything it starts can be ended with its group and no
+    // terminal is its (confined or not: a tool typing into the person's shell is no widening).
+    // SAFETY: setsid only, async-signal-safe as pre_exec requires.
+    unsafe {
+        cmd.pre_exec(crate::tools::sandbox::new_session);
+    }
     cmd
 }
 

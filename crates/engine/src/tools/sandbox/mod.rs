@@ -14,6 +14,7 @@ mod child;
 mod filter;
 mod policy;
 
+pub use child::new_session;
 pub use policy::{Confinement, Policy, SandboxError};
 // What a person writes about the box is settings, so it lives in `config`, below this part.
 pub use hermes_config::sandbox::{DEFAULT_MEMORY_MB, DEFAULT_PROCESSES, Mode, Network, Widening};
@@ -41,7 +42,7 @@ impl Support {
         static SUPPORT: OnceLock<Support> = OnceLock::new();
         *SUPPORT.get_or_init(|| Support {
             landlock_abi: landlock_abi(),
-            seccomp: filter::programs().is_ok() && seccomp_available(),
+            seccomp: filter::programs(false).is_ok() && seccomp_available(),
         })
     }
 

@@ -4,6 +4,7 @@
 
 use super::{DEFAULT_MEMORY_MB, DEFAULT_PROCESSES, Mode, Widening};
 use super::{Support, child, filter};
+use hermes_config::sandbox::is_proc_self;
 use landlock::{
     ABI, Access, AccessFs, AccessNet, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
     RulesetCreatedAttr, Scope,
@@ -13,24 +14,28 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// System directories every tool may read and execute: programs, libraries, ld.so's cache,
-/// resolver and certificate files. Not `/proc`: a rule cannot name the child's own
-/// `/proc/self` before it exists, and a rule on `/proc` let a confined child (as root) read
-/// the daemon's `/proc/PID/environ` (tests/it/sandbox.rs) — a tool that needs it (`df`
-/// reads /proc/self/mountinfo) declares `read: [/proc]`.
+/// resolver and certificate files. Not `/proc`: a rule on `/proc` lets a confined child read
+/// the daemon's `/proc/PID/environ` (tests/it/sandbox.rs) — a tool that needs its own entry
+/// (`df` reads /proc/self/mountinfo) declares `read: [/proc/self]`, bound in the child.
 const SYSTEM_READ: [&str; 8] = [
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt",
 ];
 /// Resolver state some systems link /etc/resolv.conf into.
 const RUN_READ: [&str; 1] = ["/run/systemd/resolve"];
-/// Devices a tool may read and write.
-const DEVICES: [&str; 6] = [
+/// Devices a tool may read and write. Not `/dev/tty`: a tool has no terminal (it starts in a
+/// session of its own), and one it could open would let it read what the person types.
+const DEVICES: [&str; 5] = [
     "/dev/null",
     "/dev/zero",
     "/dev/full",
     "/dev/random",
     "/dev/urandom",
-    "/dev/tty",
 ];
+/// What of an install prefix (the directory above a program's `bin/`) a tool may read: its
+/// libraries (a venv's site-packages, a node prefix's `node_modules`, pip's `--user` ones) and
+/// a venv's marker — never the whole prefix, which for `~/bin` is the home and for
+/// `~/.local/bin` holds the data dir.
+const PREFIX_PARTS: [&str; 3] = ["lib", "lib64", "pyvenv.cfg"];
 /// The largest file a tool may write.
 const FILE_SIZE_BYTES: u64 = 256 * 1024 * 1024;
 /// The most files a tool may have open.
@@ -56,6 +61,10 @@ pub enum SandboxError {
         "refused to run: the manifest says `sandbox: required` and this kernel lacks {0} (see `hermes-agent doctor`)"
     )]
     Unsupported(String),
+    #[error(
+        "refused to run: the manifest says `sandbox: required` and tools.sandbox is {0}, which runs it unconfined; set tools.sandbox: enforce"
+    )]
+    RequiredButOff(&'static str),
     #[error("cannot build the seccomp filter: {0}")]
     Seccomp(String),
 }
@@ -73,6 +82,10 @@ pub struct Policy {
     write: Vec<PathBuf>,
     /// TCP ports it may connect to; `None`: any.
     ports: Option<Vec<u16>>,
+    /// Its own `/proc/self` is readable (`read: [/proc/self]`), bound in the child.
+    own_proc: bool,
+    /// The daemon's home: never the tool's own, nor anything above it.
+    home: Option<PathBuf>,
     memory_mb: u64,
     processes: u64,
 }
@@ -94,14 +107,28 @@ impl Policy {
                 (None, _) => Some(PathBuf::from(p)),
             }
         };
+        // The tool's own /proc entry can only be named in the child (see `child::apply`).
+        let own_proc = widening
+            .read
+            .iter()
+            .chain(&widening.write)
+            .any(|p| is_proc_self(p));
+        let paths = |list: &[String]| -> Vec<PathBuf> {
+            list.iter()
+                .filter(|p| !is_proc_self(p))
+                .filter_map(expand)
+                .collect()
+        };
         Policy {
             mode,
             required,
             widen_at: widen_at.into(),
             own: Vec::new(),
-            read: widening.read.iter().filter_map(expand).collect(),
-            write: widening.write.iter().filter_map(expand).collect(),
+            read: paths(&widening.read),
+            write: paths(&widening.write),
             ports: widening.ports(),
+            own_proc,
+            home: home.map(Path::to_path_buf),
             memory_mb: widening.memory_mb.unwrap_or(DEFAULT_MEMORY_MB),
             processes: widening.processes.unwrap_or(DEFAULT_PROCESSES),
         }
@@ -142,16 +169,30 @@ impl Policy {
         &self.widen_at
     }
 
-    /// A directory of the tool's own (its manifest's, its script's): read and execute.
+    /// A directory of the tool's own (its manifest's, its script's, an MCP server's cwd): read
+    /// and execute. Never the home or a directory above it: that would hand the tool the SSH
+    /// keys, the settings and the data dir; a `read:` widening says so on purpose instead.
     pub fn own_dir(&mut self, dir: &Path) {
-        if !dir.as_os_str().is_empty() && !self.own.iter().any(|d| d == dir) {
-            self.own.push(dir.to_path_buf());
+        if dir.as_os_str().is_empty() || self.own.iter().any(|d| d == dir) {
+            return;
         }
+        if self
+            .home
+            .as_deref()
+            .is_some_and(|home| home.starts_with(dir))
+        {
+            tracing::warn!(
+                at = %self.widen_at,
+                dir = %dir.display(),
+                "not made readable for the tool: it is the home directory or holds it; widen `sandbox.read` with the paths it needs"
+            );
+            return;
+        }
+        self.own.push(dir.to_path_buf());
     }
 
     /// The program's directory, found on `path` (a `PATH` value) when it has no slash; and,
-    /// when that directory is a `bin/`, its install prefix (a venv's `lib/`, a node prefix's
-    /// `node_modules/`).
+    /// when that directory is a `bin/`, its install prefix's libraries ([`PREFIX_PARTS`]).
     pub fn own_program(&mut self, program: &str, path: Option<&str>) {
         let found = if program.contains('/') {
             Some(PathBuf::from(program))
@@ -183,7 +224,12 @@ impl Policy {
                 && prefix != Path::new("/")
                 && prefix != Path::new("/usr")
             {
-                self.own_dir(prefix);
+                for part in PREFIX_PARTS {
+                    let path = prefix.join(part);
+                    if path.exists() {
+                        self.own_dir(&path);
+                    }
+                }
             }
         }
     }
@@ -196,16 +242,22 @@ impl Policy {
     /// Prepare one start. `None`: not confined (`warn`, `off`). `timeout`: the call's,
     /// for the CPU limit.
     pub fn prepare(&self, timeout: Option<Duration>) -> Result<Option<Confinement>, SandboxError> {
-        if self.mode != Mode::Enforce {
-            return Ok(None);
+        match self.mode {
+            Mode::Enforce => {}
+            Mode::Warn if self.required => return Err(SandboxError::RequiredButOff("warn")),
+            Mode::Off if self.required => return Err(SandboxError::RequiredButOff("off")),
+            Mode::Warn | Mode::Off => return Ok(None),
         }
         let support = Support::get();
         let missing = self.missing(support);
         if self.required && !missing.is_empty() {
             return Err(SandboxError::Unsupported(missing.join("; ")));
         }
+        // No network at all: no datagram or raw socket either (Landlock filters TCP only). A
+        // tool that may reach a port keeps UDP, which its name lookups need.
+        let offline = self.ports.as_ref().is_some_and(Vec::is_empty);
         let programs = if support.seccomp {
-            filter::programs().map_err(SandboxError::Seccomp)?
+            filter::programs(offline).map_err(SandboxError::Seccomp)?
         } else {
             &[]
         };
@@ -233,9 +285,15 @@ impl Policy {
             ),
             (libc::RLIMIT_NOFILE, clamp(libc::RLIMIT_NOFILE, OPEN_FILES)),
         ];
+        let own_proc = if self.own_proc && support.landlock_abi >= 1 {
+            AccessFs::from_read(ABI::from(support.landlock_abi)).bits()
+        } else {
+            0
+        };
         Ok(Some(Confinement {
             workdir,
             ruleset,
+            own_proc,
             programs,
             limits,
         }))
@@ -358,6 +416,8 @@ fn nproc_limit(processes: u64) -> u64 {
 pub struct Confinement {
     workdir: tempfile::TempDir,
     ruleset: Option<OwnedFd>,
+    /// Access bits for the child's own `/proc/self` (0: none).
+    own_proc: u64,
     programs: &'static [seccompiler::BpfProgram],
     limits: child::Limits,
 }
@@ -384,10 +444,11 @@ impl Confinement {
         let ruleset = self.ruleset.as_ref().map_or(-1, |fd| fd.as_raw_fd());
         let programs = self.programs;
         let limits = self.limits;
+        let own_proc = self.own_proc;
         // SAFETY: the closure only makes system calls on values copied into it (an fd
-        // number, a 'static slice, an array): async-signal-safe, as pre_exec requires.
+        // number, a 'static slice, an array, a number): async-signal-safe, as pre_exec requires.
         unsafe {
-            cmd.pre_exec(move || child::apply(&limits, ruleset, programs));
+            cmd.pre_exec(move || child::apply(&limits, ruleset, own_proc, programs));
         }
     }
 
@@ -400,6 +461,35 @@ impl Confinement {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn home_and_what_holds_it_are_never_the_tools_own() {
+        let home = tempfile::tempdir().expect("home");
+        let mut policy = Policy::new(
+            Mode::Enforce,
+            &Widening::default(),
+            false,
+            Some(home.path()),
+            "mcp.servers.x",
+        );
+        // An MCP server's `cwd: ~`, a program in `~/bin`, `/`.
+        policy.own_dir(home.path());
+        policy.own_dir(home.path().parent().expect("a parent"));
+        policy.own_dir(Path::new("/"));
+        policy.own_dir(&home.path().join("project"));
+        assert_eq!(policy.own, [home.path().join("project")]);
+    }
+
+    #[test]
+    fn proc_self_is_bound_in_the_child_not_opened_here() {
+        let widening = Widening {
+            read: vec!["/proc/self".into(), "/usr/share/doc".into()],
+            ..Widening::default()
+        };
+        let policy = Policy::new(Mode::Enforce, &widening, false, None, "t.yaml");
+        assert!(policy.own_proc);
+        assert_eq!(policy.read, [PathBuf::from("/usr/share/doc")]);
+    }
 
     #[test]
     fn the_widening_paths_that_are_not_there_are_named() {
