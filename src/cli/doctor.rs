@@ -6,6 +6,7 @@
 
 use hermes_config::Config;
 use hermes_engine::agent::JobExecution;
+use hermes_engine::tools::manifest;
 use hermes_surfaces::app::App;
 use hermes_surfaces::client::Remote;
 use hermes_surfaces::doctor::{self, Check, Verdict};
@@ -121,17 +122,57 @@ pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
             report.print_all(doctor::telegram(&config.settings).await);
         }
     }
-    // With a daemon up, the memory index is the daemon's; open the rest only when it is not.
-    if daemon.is_some() {
-        report.print(Check::new(
-            Verdict::Ok,
-            "data dir",
-            format!("{} (in use by the daemon)", config.data_dir.display()),
-        ));
-    } else {
-        check_data_dir(&mut report, config).await;
+    // With a daemon up, the data dir and the memory index are the daemon's: its memory is
+    // asked of it, and the tools and notify channels are built beside it, on a throwaway one.
+    match &daemon {
+        Some(d) => {
+            report.print(Check::new(
+                Verdict::Ok,
+                "data dir",
+                format!("{} (in use by the daemon)", config.data_dir.display()),
+            ));
+            match d.get::<MemoryHealth>("/healthz").await {
+                Ok(h) => report.print(doctor::memory_of_daemon(&h.memory_index)),
+                Err(e) => report.print(Check::new(Verdict::Warn, "memory", e.to_string())),
+            }
+            check_beside_the_daemon(&mut report, config).await;
+        }
+        None => check_data_dir(&mut report, config).await,
     }
     Ok(report.exit_code())
+}
+
+/// `GET /healthz`'s memory index.
+#[derive(serde::Deserialize)]
+struct MemoryHealth {
+    memory_index: String,
+}
+
+/// The tools and notify channels as the settings make them, built on a throwaway data dir
+/// (SQLite) so that the daemon's is left alone.
+async fn check_beside_the_daemon(report: &mut Report, mut config: Config) {
+    let scratch = match tempfile::tempdir() {
+        Ok(dir) => dir,
+        Err(e) => {
+            let detail = format!("cannot make a scratch dir to check them in: {e}");
+            return report.print(Check::new(Verdict::Warn, "tools", detail));
+        }
+    };
+    config.data_dir = scratch.path().to_path_buf();
+    config.settings.storage.url.clear();
+    let missing = manifest::missing_programs(&config.manifests_dir, &hermes_config::env_map());
+    match App::build(config, JobExecution::Direct).await {
+        Ok(app) => {
+            report.print(doctor::tools(
+                app.agent.registry(),
+                &app.config.settings,
+                &missing,
+            ));
+            report.print_all(doctor::notify(&app.notifier).await);
+            app.store.close().await;
+        }
+        Err(e) => report.print(Check::new(Verdict::Fail, "tools", format!("{e:#}"))),
+    }
 }
 
 /// The data dir's database for reading, when there is one.
@@ -164,6 +205,11 @@ async fn check_data_dir(report: &mut Report, config: Config) {
     };
     report.print(doctor::data_dir(&app.config));
     report.print(doctor::memory(&app.store, app.memory.as_ref()).await);
-    report.print(doctor::tools(app.agent.registry(), &app.config.settings));
+    let missing = manifest::missing_programs(&app.config.manifests_dir, &hermes_config::env_map());
+    report.print(doctor::tools(
+        app.agent.registry(),
+        &app.config.settings,
+        &missing,
+    ));
     report.print_all(doctor::notify(&app.notifier).await);
 }

@@ -367,6 +367,20 @@ fn config_check_loads_the_manifests_it_names() {
             && stderr.contains("gone.yaml"),
         "{stderr}"
     );
+    // And doctor's verdict on the tools is a warning naming it, not ok.
+    let out = hermes(
+        dir.path(),
+        &["--config", config.to_str().unwrap(), "doctor"],
+    );
+    let stdout = text(&out.stdout);
+    let tools = stdout
+        .lines()
+        .find(|l| l.contains("] tools:"))
+        .unwrap_or_default();
+    assert!(
+        tools.starts_with("[warn]") && tools.contains("not installed: gone"),
+        "{stdout}"
+    );
 }
 
 /// What a hostile model, server, MCP server or fact could carry to a terminal: a window title

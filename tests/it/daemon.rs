@@ -376,6 +376,17 @@ async fn the_cli_finds_a_daemon_on_port_0_through_its_address_file() {
         d.log()
     );
 
+    // doctor checks memory, tools and notify with the daemon up too, leaving its data dir.
+    let out = site.cli(&["doctor"], &[]);
+    let stdout = text(&out.stdout);
+    for line in [
+        "] memory: the daemon's index is open",
+        "] tools: ",
+        "] notify: ",
+    ] {
+        assert!(stdout.contains(line), "{line}: {stdout}");
+    }
+
     // Tasks: the CLI shows what the API has.
     let task = d.submit("what do I like to drink?").await;
     d.finished(&task).await;

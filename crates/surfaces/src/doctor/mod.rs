@@ -277,21 +277,42 @@ pub async fn memory(store: &Store, memory: Option<&LongTerm>) -> Check {
     }
 }
 
-/// The tools offered to the model, and the fixed prompt they cost per call.
-pub fn tools(registry: &Registry, settings: &Settings) -> Check {
+/// The tools offered to the model, and the fixed prompt they cost per call; a warning when a
+/// manifest tool's program is not installed (`missing`, from `manifest::missing_programs`).
+pub fn tools(registry: &Registry, settings: &Settings, missing: &[String]) -> Check {
     let tools = registry.offered(None);
     let system = prompt::system_prompt(&settings.agent.system_prompt_extra, None);
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-    Check::new(
-        Verdict::Ok,
-        "tools",
-        format!(
-            "{} offered ({}); fixed prompt overhead ≈ {} tokens per model call",
-            tools.len(),
-            names.join(", "),
-            prompt::fixed_overhead_tokens(&system, &tools)
+    let mut detail = format!(
+        "{} offered ({}); fixed prompt overhead ≈ {} tokens per model call",
+        tools.len(),
+        names.join(", "),
+        prompt::fixed_overhead_tokens(&system, &tools)
+    );
+    if missing.is_empty() {
+        return Check::new(Verdict::Ok, "tools", detail);
+    }
+    detail.push_str("; not installed: ");
+    detail.push_str(&missing.join("; "));
+    Check::new(Verdict::Warn, "tools", detail)
+}
+
+/// The daemon's long-term memory, from its `/healthz` (`memory_index`): with a daemon up its
+/// index is its own, and only it can say how it is.
+pub fn memory_of_daemon(memory_index: &str) -> Check {
+    match memory_index {
+        "ok" => Check::new(Verdict::Ok, "memory", "the daemon's index is open"),
+        "off" => Check::new(
+            Verdict::Warn,
+            "memory",
+            "the daemon runs without long-term memory: its index could not be opened (its log says why)",
         ),
-    )
+        other => Check::new(
+            Verdict::Warn,
+            "memory",
+            format!("the daemon's index is {other}"),
+        ),
+    }
 }
 
 /// SMTP (connect, TLS, login; nothing sent) and each webhook reachable.
@@ -498,7 +519,9 @@ pub(crate) async fn running_daemon(p: Parts<'_>) -> Vec<Check> {
     ));
     checks.push(data_dir(p.config));
     checks.push(memory(p.store, p.memory).await);
-    checks.push(tools(p.registry, s));
+    let env = hermes_config::env_map();
+    let missing = hermes_engine::tools::manifest::missing_programs(&p.config.manifests_dir, &env);
+    checks.push(tools(p.registry, s, &missing));
     checks.extend(notify(p.notifier).await);
     checks.extend(mcp_servers(&p.mcp.status()));
     checks.extend(inbox_health(s, &p.inbox.health()));

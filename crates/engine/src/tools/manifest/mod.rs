@@ -136,17 +136,46 @@ impl ManifestTool {
     /// Say, in the log, that the command's program is not there: the manifest is valid, but
     /// every call fails until the program is installed.
     fn warn_missing_program(&self, env: &HashMap<String, String>) {
-        let Action::Command { program, .. } = &self.action else {
-            return;
-        };
-        if let Some(looked) = missing_program(program, env.get("PATH").map(String::as_str)) {
+        if let Some(problem) = self.missing_program(env) {
             tracing::warn!(
                 tool = %self.info.name,
                 manifest = %self.source.display(),
-                "`{program}` {looked}: every call of this tool fails until it is installed, or command.argv names another"
+                "{problem}"
             );
         }
     }
+
+    /// What is wrong with the command's program, when it is not there.
+    fn missing_program(&self, env: &HashMap<String, String>) -> Option<String> {
+        let Action::Command { program, .. } = &self.action else {
+            return None;
+        };
+        let looked = missing_program(program, env.get("PATH").map(String::as_str))?;
+        Some(format!(
+            "`{program}` {looked}: every call of this tool fails until it is installed, or command.argv names another"
+        ))
+    }
+}
+
+/// Each command tool in `dir` whose program is not installed, as `NAME: problem` (for
+/// `doctor`; loading warns of them too). Manifests that do not load are left to the load.
+pub fn missing_programs(dir: &Path, env: &HashMap<String, String>) -> Vec<String> {
+    let Ok(files) = yaml_files(dir, "manifests directory") else {
+        return Vec::new();
+    };
+    files
+        .iter()
+        .filter_map(|path| {
+            let text = read_text(path, "manifest").ok()?;
+            let tool = parse(&text, path, env).ok()?;
+            let problem = tool.missing_program(env)?;
+            Some(format!(
+                "{} ({}): {problem}",
+                tool.info.name,
+                path.display()
+            ))
+        })
+        .collect()
 }
 
 /// How `program` was looked for when it is not there. `None` when it is, or when that cannot
