@@ -250,6 +250,18 @@ async fn metadata_stays_refused_even_with_allow_private_and_through_redirects() 
         matches!(&err, ToolError::Failed(m) if m.contains("never")),
         "{err:?}"
     );
+    // Alibaba Cloud's, inside carrier-grade NAT (which allow_private opens).
+    let err = kit
+        .call(
+            "web_fetch",
+            json!({"url": "http://100.100.100.200/latest/meta-data"}),
+        )
+        .await
+        .expect_err("Alibaba Cloud metadata");
+    assert!(
+        matches!(&err, ToolError::Failed(m) if m.contains("never") && m.contains("metadata")),
+        "{err:?}"
+    );
     let err = kit
         .call(
             "web_fetch",
@@ -428,8 +440,9 @@ async fn caps_bytes_redirects_and_maps_statuses() {
         .call("web_fetch", json!({"url": format!("http://{addr}/hang")}))
         .await
         .expect_err("hang");
+    // The whole-fetch cap (tools.web_fetch.timeout_s): a timeout, never tried again.
     assert!(
-        matches!(&err, ToolError::Network(m) if m.contains("timeout_s")),
+        matches!(err, ToolError::Timeout(d) if d == Duration::from_secs(1)),
         "{err:?}"
     );
 
@@ -706,6 +719,47 @@ async fn fetch(r: &hermes_engine::tools::Registry, url: &str) -> Option<ToolErro
 
 fn offered(r: &hermes_engine::tools::Registry) -> bool {
     r.offered(None).iter().any(|t| t.name == "web_fetch")
+}
+
+/// `tools.web_fetch.timeout_s` caps the whole fetch: a page that never answers costs one
+/// attempt, not one per retry.
+#[tokio::test]
+async fn a_fetch_past_its_time_cap_is_not_retried() {
+    use hermes_config::ToolSettings;
+    let addr = start_server(Pages::default()).await;
+    let store = Store::open_in_memory().await.expect("store");
+    let settings = ToolSettings {
+        max_retries: 2,
+        web_fetch: WebFetchSettings {
+            allow_private: true,
+            timeout_s: 1,
+            ..WebFetchSettings::default()
+        },
+        ..ToolSettings::default()
+    };
+    let mut b = hermes_engine::tools::RegistryBuilder::new(settings.clone(), store.clone());
+    for t in tools(settings.web_fetch, store) {
+        b.register(t).expect("register");
+    }
+    let r = b.build();
+    let call = hermes_engine::llm::ToolCall {
+        id: "c".into(),
+        name: "web_fetch".into(),
+        arguments: json!({ "url": format!("http://{addr}/hang") }),
+    };
+    let started = Instant::now();
+    let outcome = r.execute(&call, &ToolContext::default(), None).await;
+    assert!(
+        matches!(outcome.error, Some(ToolError::Timeout(_))),
+        "{:?}",
+        outcome.error
+    );
+    assert_eq!(outcome.attempts, 1);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]

@@ -75,13 +75,11 @@ impl Fetcher {
             ))
         })?;
         let limit = Duration::from_secs(self.settings.timeout_s.max(1));
-        match tokio::time::timeout(limit, self.fetch_inner(client, url.clone())).await {
-            Ok(result) => result,
-            Err(_) => Err(ToolError::Network(format!(
-                "fetching {url} took longer than {} s (tools.web_fetch.timeout_s)",
-                limit.as_secs()
-            ))),
-        }
+        // A timeout, not a network error: the cap is on the whole fetch, so the registry does
+        // not try it again (three attempts were three times the cap).
+        tokio::time::timeout(limit, self.fetch_inner(client, url))
+            .await
+            .unwrap_or(Err(ToolError::Timeout(limit)))
     }
 
     async fn fetch_inner(

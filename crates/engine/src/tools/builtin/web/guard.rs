@@ -80,6 +80,12 @@ fn classify_v4(ip: Ipv4Addr) -> AddrClass {
         ([10, 0, 0, 0], 8, Private("RFC 1918 private network")),
         ([172, 16, 0, 0], 12, Private("RFC 1918 private network")),
         ([192, 168, 0, 0], 16, Private("RFC 1918 private network")),
+        // Inside carrier-grade NAT, so before it: Alibaba Cloud's metadata service.
+        (
+            [100, 100, 100, 200],
+            32,
+            Forbidden("cloud metadata (Alibaba Cloud)"),
+        ),
         ([100, 64, 0, 0], 10, Private("carrier-grade NAT")),
         (
             [169, 254, 0, 0],
