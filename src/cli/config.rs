@@ -110,6 +110,16 @@ fn print_tools(config: &Config, manifests: &[Arc<dyn Tool>]) {
             format!(": {}", names.join(", "))
         }
     );
+    let sandbox = match s.tools.sandbox {
+        hermes_engine::tools::sandbox::Mode::Enforce => {
+            "enforce (commands and MCP servers confined)"
+        }
+        hermes_engine::tools::sandbox::Mode::Warn => {
+            "warn (commands and MCP servers run unconfined)"
+        }
+        hermes_engine::tools::sandbox::Mode::Off => "off (commands and MCP servers run unconfined)",
+    };
+    outln!("sandbox: {sandbox}");
     for (name, server) in &s.mcp.servers {
         let how = match server.transport() {
             hermes_config::McpTransport::Stdio => server.command.join(" "),

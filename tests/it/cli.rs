@@ -84,6 +84,11 @@ fn config_check_on_the_shipped_settings_is_valid() {
     let out = hermes(dir.path(), &["--config", shipped, "config", "check"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("valid"));
+    assert!(
+        text(&out.stdout).contains("\nsandbox: enforce (commands and MCP servers confined)"),
+        "{}",
+        text(&out.stdout)
+    );
 }
 
 #[test]

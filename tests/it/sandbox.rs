@@ -337,6 +337,16 @@ fn required_and_unknown_keys_in_a_manifest() {
         .map(|e| e.to_string())
         .unwrap_or_default();
     assert!(e.contains("t.yaml:5: sandbox.network"), "{e}");
+    // Neither the word nor a map: said in the manifest's words, not serde's.
+    std::fs::write(dir.path().join("t.yaml"), format!("{base}sandbox: yes\n")).expect("write");
+    let e = manifest::load_dir(dir.path(), &HashMap::new())
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        e.contains("t.yaml:5") && e.contains("`required`, or a map") && !e.contains("RawSandbox"),
+        "{e}"
+    );
 }
 
 /// The spawning process after all the escapes: it still writes where the tools could not.

@@ -40,7 +40,10 @@ struct RawManifest {
 
 /// A manifest's `sandbox` field: the word `required`, or what the box is widened by.
 #[derive(Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "`required`, or a map of what widens the box: {network, read, write, memory_mb, processes}"
+)]
 enum RawSandbox {
     Word(SandboxWord),
     Widen(Widening),
