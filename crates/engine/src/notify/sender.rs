@@ -181,14 +181,17 @@ impl Notifier {
     }
 
     /// Notices queued for a channel that is no longer configured fail visibly, with the
-    /// channels there are now.
+    /// channels there are now. Configured means any lane: a chat's reply lane (`matrix`, the
+    /// thread an answer goes to) is none of the targets anyone may queue to, but its answers
+    /// queued before a restart are still to go out.
     async fn fail_orphans(&self) {
         let known = self.channels();
+        let lanes: Vec<String> = self.inner.lanes.keys().cloned().collect();
         let orphans = match self
             .inner
             .store
             .outbox()
-            .due_off(&known, Utc::now(), BATCH)
+            .due_off(&lanes, Utc::now(), BATCH)
             .await
         {
             Ok(o) => o,
@@ -401,6 +404,59 @@ mod tests {
         fn text(&self) -> String {
             String::from_utf8_lossy(&hermes_store::util::lock(&self.0)).into_owned()
         }
+    }
+
+    /// A chat account that sends everything, with a reply lane and one target.
+    struct Chat;
+
+    impl crate::notify::ChatSend for Chat {
+        fn lanes(&self) -> Vec<String> {
+            vec!["chat".into(), "chat:me".into()]
+        }
+        fn targets(&self) -> Vec<String> {
+            vec!["chat:me".into()]
+        }
+        fn ready(&self) -> futures::future::BoxFuture<'_, ()> {
+            Box::pin(async {})
+        }
+        fn send<'a>(
+            &'a self,
+            notice: &'a hermes_store::Notice,
+        ) -> futures::future::BoxFuture<'a, Result<String, crate::notify::SendError>> {
+            Box::pin(async move { Ok(format!("event-{}", notice.id)) })
+        }
+    }
+
+    /// An answer queued to a chat's reply lane (the thread it answers) before a restart is
+    /// sent after it: the reply lane is no target anyone may queue to, but it is configured.
+    #[tokio::test]
+    async fn answers_queued_to_a_chats_reply_lane_survive_a_restart() {
+        let store = Store::open_in_memory().await.unwrap();
+        let id = store
+            .outbox()
+            .enqueue(&hermes_store::NewNotice {
+                channel: "chat".into(),
+                title: "answer".into(),
+                body: "the answer".into(),
+                task_id: None,
+                job_id: None,
+                run_id: None,
+                recipient: None,
+                in_reply_to: None,
+                refs: None,
+            })
+            .await
+            .unwrap();
+        let notifier = Notifier::with_chat(
+            NotifySettings::default(),
+            store.clone(),
+            &[],
+            vec![Arc::new(Chat)],
+        )
+        .unwrap();
+        assert_eq!(notifier.deliver_due().await, 1);
+        let notice = store.outbox().get(id).await.unwrap().expect("the notice");
+        assert_eq!(notice.state, hermes_store::NoticeState::Sent, "{notice:?}");
     }
 
     #[tokio::test]
