@@ -285,3 +285,70 @@ async fn a_job_result_reaches_the_room_and_a_reply_in_its_thread_continues_the_r
         "the model was asked about a command"
     );
 }
+
+/// `matrix:NAME` for a person goes to an encrypted direct room they are in: never to a plain
+/// one they also have with the agent (a notice can carry an approval request's arguments), nor
+/// to one they left (it would reach no one) — a new encrypted one is made instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notices_to_a_person_go_to_an_encrypted_direct_room_they_are_in() {
+    let chat = Chat::new("").await;
+    let settings = chat.dir.path().join("settings.yaml");
+    let yaml = std::fs::read_to_string(&settings).expect("settings");
+    let with_me = yaml.replace(
+        "rooms: {home: ",
+        &format!("rooms: {{me: \"{}\", home: ", chat.me.user_id()),
+    );
+    assert_ne!(with_me, yaml);
+    std::fs::write(&settings, with_me).expect("settings");
+    let d = chat.start().await;
+    let plain = chat.me.create_plain_dm(chat.agent_id()).await;
+    chat.me
+        .wait_for_join(PATIENCE, &plain, chat.agent_id())
+        .await;
+    // The person leaves the encrypted one; once the agent answers in the plain room, it has
+    // seen everything before (the leave included).
+    chat.me
+        .client()
+        .get_room(chat.room())
+        .expect("the encrypted room")
+        .leave()
+        .await
+        .expect("leave");
+    chat.me.send_text(&plain, "hello").await;
+    chat.agent_says(|m| m.room_id == plain && m.body.contains("hello"))
+        .await;
+
+    let (status, job) = d
+        .post(
+            "/v1/jobs",
+            json!({"task": "news for me", "schedule": "0 8 * * *", "notify": ["matrix:me"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    let id = job["id"].as_str().expect("a job id");
+    let (status, run) = d.post(&format!("/v1/jobs/{id}/run"), json!({})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{run}");
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let (_, sent) = d.get("/v1/deliveries?state=sent").await;
+        let to_me = sent["deliveries"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|n| n["channel"] == "matrix:me");
+        if to_me {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not sent: {sent}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        d.log().contains("creating an encrypted direct room"),
+        "{}",
+        d.log()
+    );
+    assert_eq!(
+        chat.count_from_agent(|m| m.room_id == plain && m.body.contains("news for me")),
+        0
+    );
+}

@@ -176,6 +176,22 @@ impl Person {
         room.room_id().to_owned()
     }
 
+    /// A direct room with `other` made without encryption (as some clients and bridges do).
+    pub async fn create_plain_dm(&self, other: &UserId) -> OwnedRoomId {
+        use matrix_sdk::ruma::api::client::room::create_room::v3::{Request, RoomPreset};
+        let mut request = Request::new();
+        request.invite = vec![other.to_owned()];
+        request.is_direct = true;
+        request.preset = Some(RoomPreset::TrustedPrivateChat);
+        let room = self.client.create_room(request).await.unwrap_or_else(|e| {
+            panic!(
+                "{} cannot create a plain DM with {other}: {e}",
+                self.user_id
+            )
+        });
+        room.room_id().to_owned()
+    }
+
     /// Join a room the person is invited to (or a public one).
     pub async fn join(&self, room_id: &RoomId) {
         self.client

@@ -33,11 +33,12 @@ pub async fn probe(s: &MatrixSettings, data_dir: &Path) -> Result<Probe, String>
     for name in s.rooms.keys() {
         let found = match s.target(name) {
             Some(MatrixTarget::User(user)) => match UserId::parse(user) {
-                Ok(id) => match client.get_dm_room(&id) {
-                    Some(r) => Ok(format!("direct room {} with {user}", r.room_id())),
-                    None => Ok(format!(
-                        "no direct room with {user} yet; the first notice creates it, encrypted"
+                Ok(id) => match super::send::usable_dm(&client, &id).await {
+                    Ok(Some(r)) => Ok(format!("encrypted direct room {} with {user}", r.room_id())),
+                    Ok(None) => Ok(format!(
+                        "no encrypted direct room with {user} in it yet; the next notice creates one"
                     )),
+                    Err(e) => Err(format!("cannot read the direct rooms with {user}: {e}")),
                 },
                 Err(_) => Err(format!("'{user}' is not a user id")),
             },

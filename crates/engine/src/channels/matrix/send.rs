@@ -14,6 +14,7 @@ use crate::channels::Sends;
 use crate::notify::SendError;
 use hermes_config::MatrixTarget;
 use hermes_store::Notice;
+use matrix_sdk::ruma::events::room::member::MembershipState;
 use matrix_sdk::ruma::{OwnedTransactionId, RoomId, UserId};
 use matrix_sdk::{Client, Room, RoomMemberships};
 use serde_json::json;
@@ -116,16 +117,20 @@ impl Inner {
             .any(|m| self.settings.allowed(m.user_id().as_str()).is_some()))
     }
 
-    /// The agent's direct room with `user`: the one there is, or a new encrypted one (once:
-    /// two notices at the same moment wait for each other).
+    /// The agent's direct room with `user`: an encrypted one they are still in (a notice can
+    /// carry an approval request's arguments, and one to a room they left reaches no one), or
+    /// a new encrypted one (once: two notices at the same moment wait for each other).
     async fn direct_room(&self, client: &Client, user: &str) -> Result<Room, SendError> {
         let id = UserId::parse(user)
             .map_err(|_| SendError::Permanent(format!("'{user}' is not a Matrix user id")))?;
         let mut made = self.dm.lock().await;
-        if let Some(room) = client.get_dm_room(&id) {
+        if let Some(room) = usable_dm(client, &id).await.map_err(classify)? {
             return Ok(room);
         }
-        if let Some(room) = made.get(user).and_then(|r| client.get_room(r)) {
+        // Made here and not synced yet (not listed as direct): encrypted, as it was made.
+        if let Some(room) = made.get(user).and_then(|r| client.get_room(r))
+            && still_in(&room, &id).await.map_err(classify)?
+        {
             return Ok(room);
         }
         tracing::info!(user = %user, "creating an encrypted direct room");
@@ -133,6 +138,31 @@ impl Inner {
         made.insert(user.to_string(), room.room_id().to_owned());
         Ok(room)
     }
+}
+
+/// An encrypted direct room of the agent with `user` that they are in or invited to: where
+/// notices to them may go (doctor shows the same one).
+pub(super) async fn usable_dm(
+    client: &Client,
+    user: &UserId,
+) -> Result<Option<Room>, matrix_sdk::Error> {
+    for room in client.get_dm_rooms(user) {
+        if room.encryption_state().is_encrypted() && still_in(&room, user).await? {
+            return Ok(Some(room));
+        }
+    }
+    Ok(None)
+}
+
+/// Whether `user` is in `room` or invited to it.
+async fn still_in(room: &Room, user: &UserId) -> Result<bool, matrix_sdk::Error> {
+    let member = room.get_member(user).await?;
+    Ok(member.is_some_and(|m| {
+        matches!(
+            m.membership(),
+            MembershipState::Join | MembershipState::Invite
+        )
+    }))
 }
 
 /// How a failed send counts: a server busy, down or unreachable may pass; a refusal will not.
