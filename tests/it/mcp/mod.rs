@@ -38,16 +38,21 @@ fn deps() -> Deps {
 
 /// `GET /healthz` of the API over `app`, in process.
 async fn healthz(app: &App) -> Value {
+    serde_json::from_str(&get_text(app, "/healthz").await).expect("JSON")
+}
+
+/// `GET path` of the API and dashboard over `app`, in process (no token: loopback's).
+async fn get_text(app: &App, path: &str) -> String {
     use tower::ServiceExt;
     let router = hermes_surfaces::http::router(hermes_surfaces::http::ApiState::new(app));
-    let req = axum::http::Request::get("/healthz")
+    let req = axum::http::Request::get(path)
         .body(axum::body::Body::empty())
         .expect("a request");
     let resp = router.oneshot(req).await.expect("answered");
     let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
         .await
         .expect("a body");
-    serde_json::from_slice(&bytes).expect("JSON")
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 fn stdio(command: &[&str]) -> McpServer {
@@ -370,6 +375,12 @@ async fn servers_that_cannot_start_are_reported_and_the_rest_work() {
         "{health}"
     );
     assert!(!health.to_string().contains("s3cret"), "{health}");
+    // The dashboard's overview says the same as /healthz, not a fixed "ok".
+    let overview = get_text(&t.app, "/").await;
+    assert!(
+        overview.contains("degraded") && overview.contains("Not well: MCP servers"),
+        "{overview}"
+    );
     assert!(status_of(&t.app, "dies").tools.is_empty());
     let unreachable = status_of(&t.app, "unreachable").state.to_string();
     assert!(

@@ -64,13 +64,16 @@ pub(crate) async fn health(
             telegram.error = Some(not_reading("Telegram"));
         }
     }
-    let degraded = reading.fault.is_some()
-        || index_trouble.is_some()
-        || meaning_away.is_some()
-        || matches!(inbox, hermes_engine::inbox::Health::Down { .. })
-        || matrix.degraded()
-        || telegram.degraded()
-        || mcp.as_ref().is_some_and(|m| !m.failed.is_empty());
+    let degraded = !troubles(&Parts {
+        storage: reading.fault.is_some(),
+        memory_index: index_trouble.is_some(),
+        embeddings: meaning_away.is_some(),
+        inbox: matches!(inbox, hermes_engine::inbox::Health::Down { .. }),
+        matrix: matrix.degraded(),
+        telegram: telegram.degraded(),
+        mcp: mcp.as_ref().is_some_and(|m| !m.failed.is_empty()),
+    })
+    .is_empty();
     Ok(Json(json!({
         "status": if degraded { "degraded" } else { "ok" },
         "storage": storage,
@@ -92,6 +95,54 @@ pub(crate) async fn health(
         "mcp": mcp,
     }))
     .into_response())
+}
+
+/// Which parts are not well, each a flag: what makes `/healthz` say `degraded`.
+struct Parts {
+    storage: bool,
+    memory_index: bool,
+    embeddings: bool,
+    inbox: bool,
+    matrix: bool,
+    telegram: bool,
+    mcp: bool,
+}
+
+/// The parts not well, named for a person ("storage", "Matrix" …); empty: all are.
+fn troubles(p: &Parts) -> Vec<&'static str> {
+    [
+        (p.storage, "storage"),
+        (p.memory_index, "memory index"),
+        (p.embeddings, "embeddings"),
+        (p.inbox, "mailbox"),
+        (p.matrix, "Matrix"),
+        (p.telegram, "Telegram"),
+        (p.mcp, "MCP servers"),
+    ]
+    .into_iter()
+    .filter_map(|(bad, name)| bad.then_some(name))
+    .collect()
+}
+
+/// What `/healthz` would call degraded now, by part (the dashboard's overview shows it).
+pub(crate) async fn degraded_parts(s: &ApiState) -> Vec<&'static str> {
+    let storage = match s.agent.store().health().await {
+        Ok(reading) => reading.fault.is_some(),
+        Err(_) => true,
+    };
+    troubles(&Parts {
+        storage,
+        memory_index: s.memory.as_ref().and_then(LongTerm::trouble).is_some(),
+        embeddings: s
+            .memory
+            .as_ref()
+            .and_then(LongTerm::meaning_trouble)
+            .is_some(),
+        inbox: matches!(s.inbox.health(), hermes_engine::inbox::Health::Down { .. }),
+        matrix: s.matrix.status().degraded(),
+        telegram: s.telegram.status().degraded(),
+        mcp: mcp_health(&s.mcp).is_some_and(|m| !m.failed.is_empty()),
+    })
 }
 
 /// The MCP servers in two figures: how many run, and which failed to start (their tools are

@@ -67,10 +67,11 @@ pub(crate) async fn page(ctx: Ctx) -> PageResult {
         .into_iter()
         .filter_map(|m| m.unverified_change().cloned())
         .collect();
+    let troubles = crate::http::api::health::degraded_parts(s).await;
     let body = html! {
         // What only a person can unblock comes first.
         (waiting_for_you(&ctx, &open, &changed))
-        (cards(s, pending_count, tokens, &backlog, tz))
+        (cards(s, &troubles, pending_count, tokens, &backlog, tz))
         section aria-labelledby="h-running" {
             h2 #h-running { "Running and pending tasks" }
             (task_table(&ctx, &[running, pending].concat(), "Nothing is running or waiting."))
@@ -143,12 +144,24 @@ pub(crate) fn task_table(ctx: &Ctx, tasks: &[Task], empty: &str) -> Markup {
 }
 
 /// Health, tokens today, the outbox.
-fn cards(s: &ApiState, pending: i64, tokens: Tokens, backlog: &Backlog, tz: Tz) -> Markup {
+fn cards(
+    s: &ApiState,
+    troubles: &[&str],
+    pending: i64,
+    tokens: Tokens,
+    backlog: &Backlog,
+    tz: Tz,
+) -> Markup {
     html! {
         section.cards aria-label="At a glance" {
             div.card {
                 h2 { "Health" }
-                p.big { span.badge.good { "ok" } }
+                @if troubles.is_empty() {
+                    p.big { span.badge.good { "ok" } }
+                } @else {
+                    p.big { span.badge.bad { "degraded" } }
+                    p { "Not well: " (troubles.join(", ")) " — " a href="/settings" { "the checks" } " say why." }
+                }
                 p { "version " (env!("CARGO_PKG_VERSION")) " · memory " (if s.memory.is_some() { "on" } else { "off" }) }
                 p { (s.agent.running_count()) " running · " (pending) " pending" }
             }
