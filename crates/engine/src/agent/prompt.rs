@@ -29,8 +29,8 @@ pub fn system_prompt(extra: &str, agent_prompt: Option<&str>) -> String {
 }
 
 /// The task's user message: the moment (so "this morning" and "tomorrow" resolve), the facts
-/// recalled for the task — made inert, and never with system authority — then, for a reply by
-/// email, the message it answers (`earlier`, made inert too), then the task.
+/// recalled for the task — made inert, and never with system authority — then, for a reply (by
+/// email, in a chat thread), the message it answers (`earlier`, made inert too), then the task.
 pub(crate) fn task_message(
     now_local: &str,
     facts: &[Recalled],
@@ -49,7 +49,7 @@ pub(crate) fn task_message(
     }
     if let Some(e) = earlier.map(str::trim).filter(|e| !e.is_empty()) {
         text.push_str(
-            "<previous_message>The task is a reply by email to this message you sent earlier:\n",
+            "<previous_message>The task is a reply to this message you sent earlier:\n",
         );
         text.push_str(&neutralise(e));
         text.push_str("\n</previous_message>\n");

@@ -385,7 +385,8 @@ impl Run<'_> {
             Some(memory) => self.recall(memory).await,
             None => Vec::new(),
         };
-        // A reply by email continues what it answers: the notice goes into the first message.
+        // A reply (by email, in a chat thread) continues what it answers: the notice goes into
+        // the first message.
         let earlier = match self.task.origin {
             hermes_store::Origin::Email
             | hermes_store::Origin::Matrix

@@ -135,10 +135,19 @@ fn answer_body(task: &Task, public_url: &str, again: &str) -> String {
     body
 }
 
-/// What the next task's first message holds of the notice answered: its title and body, cut
-/// to [`CONTEXT_BUDGET`].
+/// What the next task's first message holds of the notice answered: its title (a chat
+/// thread's answer has none) and body without the task footer, cut to [`CONTEXT_BUDGET`].
 pub(crate) fn context(title: &str, body: &str) -> String {
-    let text = format!("Subject: {}\n\n{}", title.trim(), body.trim());
+    let body = body.trim();
+    // The `---` / `Task ID` footer of an answer is for the person, not the model.
+    let body = match body.rsplit_once("\n---\nTask ") {
+        Some((before, footer)) if !footer.contains('\n') => before.trim_end(),
+        _ => body,
+    };
+    let text = match title.trim() {
+        "" => body.to_string(),
+        title => format!("Subject: {title}\n\n{body}"),
+    };
     if text.chars().count() <= CONTEXT_BUDGET {
         return text;
     }
@@ -217,5 +226,10 @@ mod tests {
         assert!(c.chars().count() < CONTEXT_BUDGET + 60);
         assert!(c.ends_with("not shown]"));
         assert_eq!(context("T", "b"), "Subject: T\n\nb");
+        // A chat thread's answer: no subject, and the footer is the person's.
+        assert_eq!(
+            context("", "It is 12 EUR.\n\n---\nTask 0123456789abcdef"),
+            "It is 12 EUR."
+        );
     }
 }
