@@ -358,13 +358,17 @@ pub fn main() -> ExitCode {
     hermes_store::util::tune_allocator();
     let cli = Cli::parse();
     // The daemon logs its work; one-shot commands print their own output and only warn.
-    // rmcp narrates every MCP session at info; the daemon says what matters itself. Serving
-    // MCP, rmcp also warns with a debug dump of every error it answers (an unknown tool, say),
-    // which the client has already been sent.
+    // rmcp narrates every MCP session at info, and matrix-sdk every sync (a 1.5 KB line each
+    // 30 s) with, on an account without key backup, a warning that it has none; the channel
+    // says what matters itself. Serving MCP, rmcp also warns with a debug dump of every error
+    // it answers (an unknown tool, say), which the client has already been sent.
     init_tracing(match cli.command {
-        Command::Serve => "info,rmcp=warn",
+        Command::Serve => {
+            "info,rmcp=warn,matrix_sdk=warn,matrix_sdk_base=warn,matrix_sdk_crypto=warn,\
+             matrix_sdk_crypto::backups=error"
+        }
         Command::Mcp => "warn,rmcp=error",
-        _ => "warn",
+        _ => "warn,matrix_sdk_crypto::backups=error",
     });
     let runtime = match runtime(matches!(cli.command, Command::Serve)) {
         Ok(rt) => rt,
