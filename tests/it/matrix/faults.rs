@@ -412,3 +412,27 @@ async fn with_two_daemons_on_postgres_one_reads_the_channel_and_the_other_takes_
     let rows = b.inbox().await;
     assert_eq!(rows.len(), 2, "{rows:#?}");
 }
+
+/// A `recovery_key` that does not restore the backup is said where a person looks — `/healthz`
+/// (degraded) and doctor — not only in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_recovery_key_is_reported_not_only_logged() {
+    let chat = Chat::new("").await;
+    let settings = chat.dir.path().join("settings.yaml");
+    let yaml = std::fs::read_to_string(&settings).expect("settings");
+    let with_key = yaml.replace(
+        "    allow_from: ",
+        "    recovery_key: \"EsTc bogu sKey 1234 5678\"\n    allow_from: ",
+    );
+    assert_ne!(with_key, yaml);
+    std::fs::write(&settings, with_key).expect("settings");
+    let d = chat.start().await;
+    let (_, h) = d.get("/healthz").await;
+    assert_eq!(h["matrix"]["recovery_failed"], true, "{h}");
+    assert_eq!(h["status"], "degraded", "{h}");
+    let (_, out) = chat.cli(&["doctor"]);
+    assert!(
+        out.contains("recovery_key did not restore the key backup"),
+        "{out}"
+    );
+}

@@ -48,9 +48,7 @@ pub(crate) fn task_message(
         text.push_str("</memory>\n");
     }
     if let Some(e) = earlier.map(str::trim).filter(|e| !e.is_empty()) {
-        text.push_str(
-            "<previous_message>The task is a reply to this message you sent earlier:\n",
-        );
+        text.push_str("<previous_message>The task is a reply to this message you sent earlier:\n");
         text.push_str(&neutralise(e));
         text.push_str("\n</previous_message>\n");
     }

@@ -71,6 +71,14 @@ pub fn matrix_health(
                 status.protocol.undecryptable
             ),
         ),
+        State::Ok if status.protocol.recovery_failed => Check::new(
+            Verdict::Warn,
+            what,
+            format!(
+                "connected (device {device}), but channels.matrix.recovery_key did not restore \
+                 the key backup: check the key (the daemon's log says what the server answered)"
+            ),
+        ),
         State::Ok => Check::new(
             Verdict::Ok,
             what,

@@ -87,13 +87,19 @@ pub struct Encryption {
     pub undecryptable: u64,
     /// The last encrypted message could not be decrypted (cleared by one that could).
     pub decryption_failing: bool,
+    /// `channels.matrix.recovery_key` is set but did not restore the key backup (a wrong key,
+    /// or a backup made with another).
+    #[serde(default)]
+    pub recovery_failed: bool,
 }
 
 impl Status {
-    /// Whether `/healthz` should say `degraded`: the channel is down, or messages fail to
-    /// decrypt.
+    /// Whether `/healthz` should say `degraded`: the channel is down, messages fail to
+    /// decrypt, or the recovery key did not work.
     pub fn degraded(&self) -> bool {
-        self.state == State::Down || self.protocol.decryption_failing
+        self.state == State::Down
+            || self.protocol.decryption_failing
+            || self.protocol.recovery_failed
     }
 }
 

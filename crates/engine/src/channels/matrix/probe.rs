@@ -23,6 +23,12 @@ pub async fn probe(s: &MatrixSettings, data_dir: &Path) -> Result<Probe, String>
         Ok(Some(d)) if d.is_cross_signed_by_owner() => {
             "end-to-end encryption on; this device is cross-signed by the account".to_string()
         }
+        Ok(Some(_)) if !s.recovery_key.trim().is_empty() => {
+            "end-to-end encryption on; this device is not cross-signed although \
+             channels.matrix.recovery_key is set: check the key (the daemon restores the \
+             backup with it at start, and logs what the server answered)"
+                .to_string()
+        }
         Ok(Some(_)) => "end-to-end encryption on; this device is not cross-signed (set \
                         channels.matrix.recovery_key, or verify it from another session)"
             .to_string(),

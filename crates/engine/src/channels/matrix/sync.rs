@@ -82,7 +82,11 @@ pub(super) async fn run(inner: Arc<Inner>, feed: Feed) {
 async fn connection(inner: &Inner, feed: &Feed) -> Result<std::convert::Infallible, Ended> {
     let (inbox, metrics) = (&feed.inbox, &feed.metrics);
     let client = session::connect(&inner.settings, &inner.dir).await?;
-    recover(&client, &inner.settings).await;
+    let recovered = recover(&client, &inner.settings).await;
+    inner
+        .link
+        .status
+        .update(|s| s.protocol.recovery_failed = !recovered);
     let device = client.device_id().map(|d| d.to_string());
     let own = client
         .user_id()
@@ -390,16 +394,21 @@ async fn answer_invite(settings: &MatrixSettings, room: &Room) {
 }
 
 /// With `recovery_key`: restore the key backup and cross-sign this device. A failure is
-/// logged (never the key) and the channel works on without it.
-async fn recover(client: &Client, settings: &MatrixSettings) {
+/// logged (never the key) and the channel works on without it, marked degraded. False: the
+/// key is set and did not work.
+async fn recover(client: &Client, settings: &MatrixSettings) -> bool {
     let key = settings.recovery_key.trim();
     if key.is_empty() {
-        return;
+        return true;
     }
     match client.encryption().recovery().recover(key).await {
-        Ok(()) => tracing::info!("Matrix key backup restored with channels.matrix.recovery_key"),
+        Ok(()) => {
+            tracing::info!("Matrix key backup restored with channels.matrix.recovery_key");
+            true
+        }
         Err(e) => {
-            tracing::warn!(error = %e, "cannot recover the Matrix keys with channels.matrix.recovery_key; check it")
+            tracing::warn!(error = %e, "cannot recover the Matrix keys with channels.matrix.recovery_key; check it");
+            false
         }
     }
 }
