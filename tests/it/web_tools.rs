@@ -524,6 +524,43 @@ async fn watch_page_reports_added_and_removed_lines() {
     assert_eq!(again["changed"], false);
 }
 
+/// Each job watches a page for itself: a change seen by one job (its precheck, or its task) or
+/// by an ad hoc task is still news to every other job watching the same page.
+#[tokio::test]
+async fn each_job_watches_a_page_for_itself() {
+    let pages = Pages::default();
+    set_body(&pages.watch, "<main><p>Price: 12 EUR</p></main>");
+    let addr = start_server(pages.clone()).await;
+    let kit = Kit::new(loopback_settings()).await;
+    let url = format!("http://{addr}/watch");
+    let tool = kit
+        .tools
+        .iter()
+        .find(|t| t.info().name == "watch_page")
+        .expect("watch_page");
+    let look = |job: Option<&str>| {
+        let ctx = ToolContext {
+            job_id: job.map(str::to_string),
+            ..ToolContext::default()
+        };
+        let (tool, url) = (tool.clone(), url.clone());
+        async move {
+            tool.call(json!({ "url": url }), &ctx)
+                .await
+                .expect("watched")
+        }
+    };
+    for who in [Some("job-a"), Some("job-b"), None] {
+        assert_eq!(look(who).await["first_check"], true, "{who:?}");
+    }
+    set_body(&pages.watch, "<main><p>Price: 10 EUR</p></main>");
+    // An ad hoc task and job A see the change first; job B still does.
+    assert_eq!(look(None).await["changed"], true);
+    assert_eq!(look(Some("job-a")).await["changed"], true);
+    assert_eq!(look(Some("job-b")).await["changed"], true);
+    assert_eq!(look(Some("job-b")).await["changed"], false);
+}
+
 fn rss(items: &[(&str, &str)]) -> String {
     let mut s = String::from(
         r#"<?xml version="1.0" encoding="UTF-8"?><rss version="2.0"><channel><title>Kettle news</title>"#,

@@ -135,13 +135,24 @@ impl TypedTool for WebTool {
         })
     }
 
-    async fn run(&self, a: WebArgs, _ctx: &ToolContext) -> Result<Value, ToolError> {
+    async fn run(&self, a: WebArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
         let url = url_of(&a.url)?;
+        let watcher = watcher(ctx);
         match self.kind {
             Kind::Fetch => self.fetch_page(url, non_blank(&a.selector)).await,
-            Kind::Watch => self.watch_page(url, non_blank(&a.selector)).await,
-            Kind::Feed => self.read_feed(url, non_blank(&a.since)).await,
+            Kind::Watch => self.watch_page(url, non_blank(&a.selector), &watcher).await,
+            Kind::Feed => self.read_feed(url, non_blank(&a.since), &watcher).await,
         }
+    }
+}
+
+/// Whose last look a watch or a feed read compares against: a job's own (its precheck and its
+/// runs' tasks alike), so a change one job or task saw is still news to every other job; tasks
+/// of no job share one.
+fn watcher(ctx: &ToolContext) -> String {
+    match &ctx.job_id {
+        Some(job) => format!("job:{job}:"),
+        None => String::new(),
     }
 }
 
@@ -173,14 +184,19 @@ impl WebTool {
         Ok(content.into_result(&fetched, selector.is_some()))
     }
 
-    async fn watch_page(&self, url: &str, selector_text: Option<&str>) -> Result<Value, ToolError> {
+    async fn watch_page(
+        &self,
+        url: &str,
+        selector_text: Option<&str>,
+        watcher: &str,
+    ) -> Result<Value, ToolError> {
         let selector = selector_text.map(extract::parse_selector).transpose()?;
         let fetched = self.fetcher.fetch(url).await?;
         let content = content::interpret(&fetched, selector.as_ref());
         let note = content.note(&fetched, selector.is_some());
         let text = content.watch_text();
         // Keyed by the URL as given, so a redirect target change does not reset the watch.
-        let key = format!("page:{url}#{}", selector_text.unwrap_or(""));
+        let key = format!("{watcher}page:{url}#{}", selector_text.unwrap_or(""));
         let previous = self
             .store
             .snapshots()
@@ -226,7 +242,12 @@ impl WebTool {
         Ok(out)
     }
 
-    async fn read_feed(&self, url: &str, since: Option<&str>) -> Result<Value, ToolError> {
+    async fn read_feed(
+        &self,
+        url: &str,
+        since: Option<&str>,
+        watcher: &str,
+    ) -> Result<Value, ToolError> {
         let since = since
             .map(|s| {
                 DateTime::parse_from_rfc3339(s).map(|t| t.with_timezone(&Utc)).map_err(|e| {
@@ -248,7 +269,7 @@ impl WebTool {
                 fetched.url
             ))
         })?;
-        let key = format!("feed:{url}");
+        let key = format!("{watcher}feed:{url}");
         let previous = self
             .store
             .snapshots()
