@@ -50,6 +50,8 @@ struct Capture {
     current: Option<Mail>,
     login: Option<(String, String)>,
     auth_attempts: Arc<AtomicUsize>,
+    /// A recipient refused at RCPT (550), as for a mailbox that does not exist.
+    refuse: Option<String>,
 }
 
 impl Capture {
@@ -63,6 +65,14 @@ impl Capture {
 }
 
 impl Handler for Capture {
+    fn rcpt(&mut self, to: &str) -> Response {
+        if self.refuse.as_deref() == Some(to) {
+            response::NO_MAILBOX
+        } else {
+            response::OK
+        }
+    }
+
     fn data_start(&mut self, _domain: &str, from: &str, _is8bit: bool, to: &[String]) -> Response {
         self.current = Some(Mail {
             from: from.to_string(),
@@ -109,6 +119,7 @@ fn capture() -> (Capture, UnboundedReceiver<Mail>, Arc<AtomicUsize>) {
         current: None,
         login: None,
         auth_attempts: attempts.clone(),
+        refuse: None,
     };
     (handler, rx, attempts)
 }
@@ -116,8 +127,14 @@ fn capture() -> (Capture, UnboundedReceiver<Mail>, Arc<AtomicUsize>) {
 /// mailin-embedded on `listener`, on its own thread (its error type is not Send). The thread
 /// lives as long as the test process; it only ever serves loopback.
 fn start_smtp_on(listener: TcpListener) -> Smtp {
+    start_smtp_refusing(listener, None)
+}
+
+/// [`start_smtp_on`], refusing `refuse` at RCPT.
+fn start_smtp_refusing(listener: TcpListener, refuse: Option<&str>) -> Smtp {
     let addr = listener.local_addr().unwrap();
-    let (handler, mail, auth_attempts) = capture();
+    let (mut handler, mail, auth_attempts) = capture();
+    handler.refuse = refuse.map(str::to_string);
     std::thread::spawn(move || {
         let mut server = mailin_embedded::Server::new(handler);
         server.with_name("test.local").with_tcp_listener(listener);
@@ -502,6 +519,47 @@ async fn a_digest_reaches_every_recipient_as_text_and_html() {
     assert_eq!(row.attempts, 1);
     assert!(row.sent_at.is_some());
     assert_eq!(n.deliver_due().await, 0, "a sent notice is not sent again");
+}
+
+/// One recipient the server refuses (a mistyped or deleted mailbox) does not cost the others
+/// the notice: they get it, and the refused address is named.
+#[tokio::test]
+async fn a_refused_recipient_does_not_hold_the_notice_back_from_the_others() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut smtp = start_smtp_refusing(listener, Some("gone@example.org"));
+    let store = Store::open_in_memory().await.unwrap();
+    let to = ["ann@example.com", "gone@example.org"];
+    let settings = NotifySettings {
+        email: Some(email_settings(smtp.addr, &to)),
+        webhooks: BTreeMap::new(),
+        ..NotifySettings::default()
+    };
+    let n = Notifier::new(settings, store.clone())
+        .unwrap()
+        .with_retry(fast_retry(3));
+    let id = n.enqueue(notice("email", "Digest", "news")).await.unwrap();
+    let row = deliver_until_settled(&n, &store, id).await;
+    assert_eq!(row.state, NoticeState::Sent, "{row:?}");
+    let mail = next_mail(&mut smtp.mail).await;
+    assert_eq!(mail.rcpt, ["ann@example.com"]);
+    assert!(smtp.mail.try_recv().is_err(), "ann got it once");
+
+    // Every recipient refused: failed, naming them.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let smtp = start_smtp_refusing(listener, Some("gone@example.org"));
+    let settings = NotifySettings {
+        email: Some(email_settings(smtp.addr, &["gone@example.org"])),
+        webhooks: BTreeMap::new(),
+        ..NotifySettings::default()
+    };
+    let n = Notifier::new(settings, store.clone())
+        .unwrap()
+        .with_retry(fast_retry(3));
+    let id = n.enqueue(notice("email", "Digest", "news")).await.unwrap();
+    let row = deliver_until_settled(&n, &store, id).await;
+    assert_eq!(row.state, NoticeState::Failed, "{row:?}");
+    let err = row.last_error.unwrap_or_default();
+    assert!(err.contains("550"), "{err}");
 }
 
 #[tokio::test]

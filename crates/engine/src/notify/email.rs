@@ -14,9 +14,13 @@ use super::sender::SendError;
 use super::thread;
 use hermes_config::{EmailSettings, SmtpSecurity};
 use hermes_store::Notice;
+use hermes_store::util::lock;
+use lettre::address::Envelope;
 use lettre::message::{Mailbox, Mailboxes, MultiPart, header};
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// lettre applies this to the connection only, not to the dialogue after it; the sender's
@@ -25,6 +29,9 @@ const SMTP_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub(crate) struct EmailChannel {
     transport: AsyncSmtpTransport<Tokio1Executor>,
+    /// Per notice, the recipients it reached while another was deferred, so the retry goes to
+    /// the rest only. In memory: after a restart the retry reaches all again (at least once).
+    delivered: Mutex<HashMap<i64, BTreeSet<String>>>,
     from: Mailbox,
     to: Mailboxes,
     /// `host:port (security)`, for logs and `doctor`; never contains credentials.
@@ -88,6 +95,7 @@ impl EmailChannel {
             .collect();
         Ok(EmailChannel {
             transport: builder.build(),
+            delivered: Mutex::default(),
             from,
             to,
             label: format!("{}:{} ({security})", s.smtp_host, s.smtp_port),
@@ -174,13 +182,83 @@ impl EmailChannel {
             .map_err(|e| SendError::Permanent(format!("cannot build the email: {e}")))
     }
 
+    /// One message to every recipient at once; when the server refuses or defers a recipient
+    /// (a mistyped or full mailbox), one to each of the others alone, so they still get it.
     pub(crate) async fn send(&self, notice: &Notice) -> Result<(), SendError> {
         let message = self.message(notice)?;
-        self.transport
-            .send(message)
-            .await
-            .map(|_| ())
-            .map_err(|e| classify(&e, &self.label))
+        let recipients = self.recipients(notice)?;
+        // A retry after some recipients got it goes to the rest only.
+        if !self.reached(notice.id).is_empty() {
+            return self.each_alone(notice.id, &message, &recipients).await;
+        }
+        match self.transport.send(message.clone()).await {
+            Ok(_) => Ok(()),
+            Err(e) if recipients.iter().count() > 1 && refuses_a_recipient(&e) => {
+                tracing::info!(notice = notice.id, error = %e, "the SMTP server would not take the email for all its recipients at once; sending it to each alone");
+                self.each_alone(notice.id, &message, &recipients).await
+            }
+            Err(e) => Err(classify(&e, &self.label)),
+        }
+    }
+
+    /// The recipients notice `id` reached already while another was deferred.
+    fn reached(&self, id: i64) -> BTreeSet<String> {
+        lock(&self.delivered).get(&id).cloned().unwrap_or_default()
+    }
+
+    /// `message` to each of `recipients` it has not reached, in a transaction of its own.
+    /// Deferred ones make it a transient failure (the retry goes to them only); refused ones
+    /// are named in the log when others got it, and are the error when none did.
+    async fn each_alone(
+        &self,
+        id: i64,
+        message: &Message,
+        recipients: &Mailboxes,
+    ) -> Result<(), SendError> {
+        let bytes = message.formatted();
+        let from = message.envelope().from().cloned();
+        let done = self.reached(id);
+        let mut refused = Vec::new();
+        let mut deferred = Vec::new();
+        for mailbox in recipients.iter() {
+            let addr = mailbox.email.to_string();
+            if done.contains(&addr) {
+                continue;
+            }
+            let envelope =
+                Envelope::new(from.clone(), vec![mailbox.email.clone()]).map_err(|e| {
+                    SendError::Permanent(format!("cannot address the email to {addr}: {e}"))
+                })?;
+            match self.transport.send_raw(&envelope, &bytes).await {
+                Ok(_) => {
+                    lock(&self.delivered).entry(id).or_default().insert(addr);
+                }
+                Err(e) => match classify(&e, &self.label) {
+                    SendError::Permanent(m) => refused.push(format!("{addr}: {m}")),
+                    SendError::Transient(m) => deferred.push(format!("{addr}: {m}")),
+                },
+            }
+        }
+        if !deferred.is_empty() {
+            return Err(SendError::Transient(format!(
+                "not delivered yet to {}",
+                deferred.join("; ")
+            )));
+        }
+        let reached = lock(&self.delivered).remove(&id).map_or(0, |r| r.len());
+        match (refused.is_empty(), reached) {
+            (true, _) => Ok(()),
+            (false, 0) => Err(SendError::Permanent(refused.join("; "))),
+            (false, reached) => {
+                tracing::warn!(
+                    notice = id,
+                    reached,
+                    "email sent, but not to {}",
+                    refused.join("; ")
+                );
+                Ok(())
+            }
+        }
     }
 
     /// Connect, negotiate TLS, authenticate and NOOP, without sending anything.
@@ -197,6 +275,19 @@ impl EmailChannel {
             )),
         }
     }
+}
+
+/// Whether `e` is the server refusing or deferring one recipient (a reply at RCPT: 45x, 55x),
+/// rather than the connection, TLS or the login failing — which sending to each recipient
+/// alone would only repeat.
+fn refuses_a_recipient(e: &lettre::transport::smtp::Error) -> bool {
+    let Some(code) = e.status() else {
+        return false;
+    };
+    matches!(
+        code.to_string().as_str(),
+        "450" | "451" | "452" | "550" | "551" | "552" | "553"
+    )
 }
 
 /// `text` with control characters (a newline from the model) turned into spaces: one header line.
