@@ -1062,6 +1062,13 @@ async fn a_notice_for_a_channel_removed_from_the_config_fails_visibly() {
         .enqueue(&notice("old-hook", "t", "x"))
         .await
         .unwrap();
+    // Waiting for its retry when the channel went: it fails now, not "pending" for good.
+    let later = chrono::Utc::now() + chrono::Duration::hours(1);
+    store
+        .outbox()
+        .mark_attempt_failed(id, "500 from the hook", Some(later))
+        .await
+        .unwrap();
     let n = Notifier::new(
         webhooks(&[("ops", "http://127.0.0.1:9/x", "")]),
         store.clone(),

@@ -23,9 +23,10 @@ use tracing::{debug, error, info, warn};
 
 /// Notices fetched per query; a pass keeps fetching until nothing new is due.
 const BATCH: i64 = 50;
-/// Longest sleep with nothing due: notices queued by another process (the CLI writing to the
-/// same database) are picked up within this.
-const IDLE_POLL: Duration = Duration::from_secs(60);
+/// Longest sleep with nothing due: notices queued by another process (`run`, the CLI writing
+/// to the same database beside the daemon) are picked up within this — a person waits for
+/// them. One indexed query per lane each time.
+const IDLE_POLL: Duration = Duration::from_secs(10);
 /// The same for a chat account's lane on a database several daemons share: only the node
 /// holding the account sends its notices, while any node may queue them (its worker ran the
 /// task), and a person in a chat waits for the answer.
@@ -37,6 +38,9 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 const MIN_SLEEP: Duration = Duration::from_millis(50);
 /// A notice's lease outlasts its attempt (`notify.send_timeout_s`) by this, for recording it.
 const LEASE_MARGIN: Duration = Duration::from_secs(10);
+/// A retry further off than any backoff (an hour at most) — every pending notice of a removed
+/// channel is within it.
+const ORPHAN_HORIZON_DAYS: i64 = 36_500;
 
 /// How one delivery attempt failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,17 +185,19 @@ impl Notifier {
     }
 
     /// Notices queued for a channel that is no longer configured fail visibly, with the
-    /// channels there are now. Configured means any lane: a chat's reply lane (`matrix`, the
-    /// thread an answer goes to) is none of the targets anyone may queue to, but its answers
-    /// queued before a restart are still to go out.
+    /// channels there are now — those waiting for a retry too: no lane would ever take them.
+    /// Configured means any lane: a chat's reply lane (`matrix`, the thread an answer goes to)
+    /// is none of the targets anyone may queue to, but its answers queued before a restart are
+    /// still to go out.
     async fn fail_orphans(&self) {
         let known = self.channels();
         let lanes: Vec<String> = self.inner.lanes.keys().cloned().collect();
+        let whenever = Utc::now() + chrono::Duration::days(ORPHAN_HORIZON_DAYS);
         let orphans = match self
             .inner
             .store
             .outbox()
-            .due_off(&lanes, Utc::now(), BATCH)
+            .due_off(&lanes, whenever, BATCH)
             .await
         {
             Ok(o) => o,
