@@ -966,3 +966,36 @@ async fn through_the_daemon_control_sequences_reach_the_terminal_escaped() {
     }
     d.stop().await;
 }
+
+/// A job that sends to a channel the settings no longer have is named at start, not found out
+/// at its first run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_sending_to_a_channel_no_longer_configured_is_named_at_start() {
+    let site = Site::new("http://127.0.0.1:9/v1", &[], &[]);
+    let yaml = std::fs::read_to_string(site.config()).unwrap();
+    let with_hook =
+        format!("{yaml}notify:\n  webhooks:\n    plain: {{url: \"http://127.0.0.1:9/hook\"}}\n");
+    std::fs::write(site.config(), with_hook).unwrap();
+    let out = site.cli(
+        &[
+            "jobs",
+            "add",
+            "ping",
+            "--schedule",
+            "0 8 * * *",
+            "--notify",
+            "plain",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(site.config(), yaml).unwrap();
+    let mut d = site.start(&[]);
+    d.ready().await;
+    let log = d.log();
+    assert!(
+        log.contains("the job sends to plain, which the settings do not configure"),
+        "{log}"
+    );
+    d.stop().await;
+}

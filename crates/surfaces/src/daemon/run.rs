@@ -140,6 +140,33 @@ struct Services {
     telegram: hermes_engine::channels::telegram::Running,
 }
 
+/// Say, at start, each job that sends to a channel the settings no longer have: its runs are
+/// recorded, but nothing reaches that channel until it is configured again or the job changed.
+async fn warn_of_unknown_channels(app: &App) {
+    let known = app.notifier.channels();
+    let jobs = match app.store.jobs().list().await {
+        Ok(jobs) => jobs,
+        Err(e) => return tracing::warn!(error = %e, "cannot list the jobs to check their channels"),
+    };
+    for job in jobs {
+        let unknown: Vec<&str> = job
+            .notify
+            .iter()
+            .map(String::as_str)
+            .filter(|c| !known.iter().any(|k| k == c))
+            .collect();
+        if !unknown.is_empty() {
+            tracing::warn!(
+                job = %job.id,
+                name = %job.name,
+                "the job sends to {}, which the settings do not configure (configured: {}); its runs reach none of them until they are configured again or the job is changed",
+                unknown.join(", "),
+                if known.is_empty() { "none".to_string() } else { known.join(", ") }
+            );
+        }
+    }
+}
+
 impl Services {
     async fn start(app: &App) -> Result<Services, DaemonError> {
         let settings = &app.config.settings;
@@ -151,6 +178,7 @@ impl Services {
         app.agent
             .spawn_workers(settings.agent.workers as usize, &tracker, stop.clone());
         app.scheduler.start(&tracker, stop.clone()).await?;
+        warn_of_unknown_channels(app).await;
         // The outbox sender stops last, so answers of tasks that end during the grace period
         // are still sent before the process exits.
         let sender_stop = CancellationToken::new();
