@@ -3,8 +3,8 @@
 use super::aggregates::Jobs;
 use super::{Builder, DbRow, query, query_as, query_scalar};
 use super::{
-    Delivery, Origin, Result, RunOutcome, Store, WithJson, from_json, json_column, json_list,
-    limit_or, new_id, now,
+    Delivery, NoticeState, Origin, Result, RunOutcome, Store, WithJson, from_json, json_column,
+    json_list, limit_or, new_id, now,
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -217,13 +217,48 @@ impl Jobs<'_> {
         .bind(reason)
         .bind(delivery)
         .bind(run_id);
-        self.store.run(update).await
+        self.store.run(update).await?;
+        self.settle_run_delivery(run_id).await
     }
 
     pub async fn set_run_delivery(self, run_id: i64, delivery: &Delivery) -> Result<()> {
         let set = query("UPDATE job_runs SET delivery = ? WHERE id = ?")
             .bind(delivery)
             .bind(run_id);
+        self.store.run(set).await?;
+        self.settle_run_delivery(run_id).await
+    }
+
+    /// Once every notice of run `run_id` has settled, its `queued` delivery says how: `sent`,
+    /// or `failed: CHANNEL: ERROR; …` for those that failed for good. Called by the outbox as
+    /// each notice settles and after a run's delivery is written (whichever comes last sees
+    /// them all); while one is pending, or for another delivery, nothing changes.
+    pub async fn settle_run_delivery(self, run_id: i64) -> Result<()> {
+        let filter = crate::NoticeFilter {
+            run_id: Some(run_id),
+            ..Default::default()
+        };
+        let notices = self.store.outbox().list(&filter).await?;
+        if notices.is_empty() || notices.iter().any(|n| n.state == NoticeState::Pending) {
+            return Ok(());
+        }
+        let failed: Vec<String> = notices
+            .iter()
+            .filter(|n| n.state == NoticeState::Failed)
+            .map(|n| {
+                let why = n.last_error.as_deref().unwrap_or("failed");
+                format!("{}: {why}", n.queued.channel)
+            })
+            .collect();
+        let settled = if failed.is_empty() {
+            Delivery::Sent
+        } else {
+            Delivery::Failed(failed.join("; "))
+        };
+        let set = query("UPDATE job_runs SET delivery = ? WHERE id = ? AND delivery = ?")
+            .bind(&settled)
+            .bind(run_id)
+            .bind(Delivery::Queued);
         self.store.run(set).await
     }
 

@@ -394,13 +394,17 @@ word_enum! {
 pub enum Delivery {
     /// The job has no channels (or failure notices are off).
     None,
-    /// Queued in the outbox on every channel; the outbox shows each notice's progress.
+    /// Queued in the outbox on every channel, not all of it settled yet; the outbox shows
+    /// each notice's progress.
     Queued,
+    /// Every notice of the run went out.
+    Sent,
     /// The answer was exactly `[SILENT]`: recorded, not sent.
     Silent,
     /// The run failed again after a failure report; no further notice until it recovers.
     Suppressed,
-    /// Queuing failed on at least one channel: `CHANNEL: ERROR; …`.
+    /// Queuing failed on at least one channel, or a notice failed for good:
+    /// `CHANNEL: ERROR; …`.
     Failed(String),
 }
 
@@ -417,6 +421,7 @@ impl std::fmt::Display for Delivery {
         match self {
             Delivery::None => f.write_str("none"),
             Delivery::Queued => f.write_str("queued"),
+            Delivery::Sent => f.write_str("sent"),
             Delivery::Silent => f.write_str("silent"),
             Delivery::Suppressed => f.write_str("suppressed"),
             Delivery::Failed(why) => write!(f, "{}{why}", Delivery::FAILED_PREFIX),
@@ -430,6 +435,7 @@ impl std::str::FromStr for Delivery {
         Ok(match s {
             "none" => Delivery::None,
             "queued" => Delivery::Queued,
+            "sent" => Delivery::Sent,
             "silent" => Delivery::Silent,
             "suppressed" => Delivery::Suppressed,
             other => match other.strip_prefix(Delivery::FAILED_PREFIX) {
@@ -438,7 +444,14 @@ impl std::str::FromStr for Delivery {
                     return Err(UnknownWord {
                         what: "delivery state",
                         word: other.to_string(),
-                        known: vec!["none", "queued", "silent", "suppressed", "failed: REASON"],
+                        known: vec![
+                            "none",
+                            "queued",
+                            "sent",
+                            "silent",
+                            "suppressed",
+                            "failed: REASON",
+                        ],
                     });
                 }
             },
@@ -480,6 +493,7 @@ mod tests {
         let cases = [
             (Delivery::None, "none"),
             (Delivery::Queued, "queued"),
+            (Delivery::Sent, "sent"),
             (Delivery::Silent, "silent"),
             (
                 Delivery::Failed("email: down".into()),

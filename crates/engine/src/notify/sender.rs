@@ -226,6 +226,11 @@ impl Notifier {
             {
                 error!(notice = notice.id, error = %e, "cannot record a delivery outcome in the outbox");
             }
+            if let Some(run) = notice.queued.run_id
+                && let Err(e) = self.inner.store.jobs().settle_run_delivery(run).await
+            {
+                error!(notice = notice.id, run, error = %e, "cannot record the run's delivery");
+            }
         }
     }
 
@@ -264,6 +269,12 @@ impl Notifier {
             // A sent notice that cannot be marked stays pending and goes out again later:
             // delivery is at least once, never silently at most once.
             error!(notice = id, error = %e, "cannot record a delivery outcome in the outbox");
+        }
+        // A job run's delivery says `sent` (or what failed) once all its notices settled.
+        if let Some(run) = notice.queued.run_id
+            && let Err(e) = self.inner.store.jobs().settle_run_delivery(run).await
+        {
+            error!(notice = id, run, error = %e, "cannot record the run's delivery");
         }
         was_sent
     }
