@@ -17,7 +17,9 @@
 //!
 //! DST: a cron time that falls in a spring-forward gap fires once, at the first valid instant
 //! after the gap; a time repeated by a fall-back fires once, at the earlier instant (croner's
-//! fixed-time rule; the tests below pin it down). A local one-shot inside a gap is refused.
+//! fixed-time rule, extended here to patterns with several times in that hour); a pattern of
+//! every hour (`15 * * * *`) fires in both passes, being a rhythm of elapsed hours. The tests
+//! pin it down. A local one-shot inside a gap is refused.
 
 use chrono::{DateTime, Datelike, Duration, LocalResult, NaiveDateTime, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
@@ -26,6 +28,25 @@ use croner::parser::CronParser;
 
 mod zoned;
 pub use zoned::ZonedSchedule;
+
+/// The most matches a cron pattern can have in one repeated hour (one a minute): past them,
+/// the search has left the repeated hour.
+const REPEATED_HOUR_MATCHES: usize = 61;
+
+/// Whether the pattern names its hours (not `*`, not a step): its times are times of day, each
+/// run once, rather than a rhythm of elapsed hours.
+fn named_hours(cron: &Cron) -> bool {
+    let hours = &cron.pattern.hours;
+    !hours.from_wildcard && hours.step == 1
+}
+
+/// Whether `t` is the second instant of a local time that a fall-back repeats.
+fn second_pass(t: &DateTime<Tz>, tz: Tz) -> bool {
+    matches!(
+        tz.from_local_datetime(&t.naive_local()),
+        LocalResult::Ambiguous(_, later) if later == *t
+    )
+}
 
 /// The forms, for error messages.
 fn forms() -> String {
@@ -182,10 +203,20 @@ impl Schedule {
         match self {
             Schedule::Cron(cron) => {
                 // croner works in whole seconds; flooring keeps "strictly after" exact.
-                let floor = after.with_nanosecond(0).unwrap_or(after);
-                cron.find_next_occurrence(&floor.with_timezone(&tz), false)
-                    .ok()
-                    .map(|t| t.with_timezone(&Utc))
+                let mut from = after.with_nanosecond(0).unwrap_or(after);
+                // A wall-clock time repeated by a fall-back has fired in the first pass: a job
+                // of named hours (`0,30 2 * * *`) is not run again in the second, as croner
+                // already keeps a single fixed time to one.
+                for _ in 0..REPEATED_HOUR_MATCHES {
+                    let next = cron
+                        .find_next_occurrence(&from.with_timezone(&tz), false)
+                        .ok()?;
+                    if !(named_hours(cron) && second_pass(&next, tz)) {
+                        return Some(next.with_timezone(&Utc));
+                    }
+                    from = next.with_timezone(&Utc);
+                }
+                None
             }
             Schedule::Every { period, anchor } => {
                 if after < *anchor {
