@@ -29,17 +29,20 @@ pub(crate) fn report(u: &Usage) -> String {
         (Some(f), Some(l)) => (f.day.to_string(), l.day.to_string()),
         _ => (String::new(), String::new()),
     };
+    let span = match u.days {
+        1 => "day".to_string(),
+        n => format!("{n} days"),
+    };
     if u.totals.calls == 0 {
         return format!(
-            "No model calls yet in the last {} days ({first} to {last}, {}).\n",
-            u.days, u.timezone
+            "No model calls yet in the last {span} ({first} to {last}, {}).\n",
+            u.timezone
         );
     }
     let t = &u.totals;
     let mut out = format!(
-        "Last {} days ({first} to {last}, {}): {} tokens ({} prompt, {} completion), {} model \
+        "Last {span} ({first} to {last}, {}): {} tokens ({} prompt, {} completion), {} model \
          calls, {} of model time.\n",
-        u.days,
         u.timezone,
         grouped(t.total_tokens),
         grouped(t.prompt_tokens),

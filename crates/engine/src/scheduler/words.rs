@@ -115,8 +115,10 @@ fn time_part(minute: &str, hour: &str) -> Option<String> {
     }
     Some(match (minute, hour) {
         ("*", "*") => "every minute".into(),
+        (m, "*") if step(m) == Some(1) => "every minute".into(),
         (m, "*") if step(m).is_some() => format!("every {} minutes", step(m)?),
         (m, "*") => format!("every hour at minute {}", number(m, 59)?),
+        (m, h) if step(h) == Some(1) => format!("every hour at minute {}", number(m, 59)?),
         (m, h) if step(h).is_some() => {
             format!("every {} hours at minute {}", step(h)?, number(m, 59)?)
         }
@@ -271,6 +273,9 @@ mod tests {
             ("0 9 1 * *", "on the 1st of every month at 09:00"),
             ("@yearly", "on the 1st of January at 00:00"),
             ("*/15 * * * *", "every 15 minutes"),
+            ("* * * * *", "every minute"),
+            ("*/1 * * * *", "every minute"),
+            ("5 */1 * * *", "every hour at minute 5"),
             ("*/15 * * * 1-5", "every 15 minutes, on weekdays"),
             ("15 * * * *", "every hour at minute 15"),
             ("every 2h", "every 2 hours"),
