@@ -436,3 +436,62 @@ async fn a_wrong_recovery_key_is_reported_not_only_logged() {
         "{out}"
     );
 }
+
+/// A kill in the middle of a batch — some of its messages recorded, the sync position not yet
+/// saved — loses none of the rest: the restarted daemon reads the batch again and records what
+/// was left. Simulated exactly: the batch read whole, then the last messages' records and the
+/// position put back as they were before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_left_when_a_batch_was_cut_short_are_read_after_the_restart() {
+    let chat = Chat::new("").await;
+    let mut d = chat.start().await;
+    let h = d.health().await.unwrap_or_default();
+    let device = h["matrix"]["device"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(!device.is_empty(), "{h}");
+    d.stop().await;
+    let key = format!("matrix/{device}");
+    let db = chat.data().join("hermes.db");
+    let url = format!("sqlite://{}", db.display());
+    let position = {
+        use sqlx::Connection;
+        let mut c = sqlx::SqliteConnection::connect(&url).await.expect("the db");
+        let p: String =
+            sqlx::query_scalar("SELECT position FROM channel_cursors WHERE channel = ?")
+                .bind(&key)
+                .fetch_one(&mut c)
+                .await
+                .expect("a saved position");
+        p
+    };
+    let mut said = Vec::new();
+    for n in 1..=5 {
+        said.push(chat.say(&format!("question {n}")).await);
+    }
+    let mut d = chat.start().await;
+    d.recorded(&said[4], |m| m["task_id"].is_string()).await;
+    d.stop().await;
+    {
+        use sqlx::Connection;
+        let mut c = sqlx::SqliteConnection::connect(&url).await.expect("the db");
+        for id in &said[2..] {
+            sqlx::query("DELETE FROM inbox_messages WHERE message_id = ?")
+                .bind(id)
+                .execute(&mut c)
+                .await
+                .expect("delete");
+        }
+        sqlx::query("UPDATE channel_cursors SET position = ? WHERE channel = ?")
+            .bind(&position)
+            .bind(&key)
+            .execute(&mut c)
+            .await
+            .expect("put the position back");
+    }
+    let d = chat.start().await;
+    for id in &said[2..] {
+        d.recorded(id, |m| m["task_id"].is_string()).await;
+    }
+}
