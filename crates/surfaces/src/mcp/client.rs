@@ -213,6 +213,7 @@ fn confine(
         format!("mcp.servers.{name}"),
     );
     policy.warn_absent();
+    policy.warn_broad();
     let Some((program, args)) = server.command.split_first() else {
         return Ok(None);
     };

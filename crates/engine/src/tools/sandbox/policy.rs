@@ -150,6 +150,34 @@ impl Policy {
         }
     }
 
+    /// Say, in the log, each widening path that opens the home or the whole file system (`/`,
+    /// `~`, a directory holding the home): the person may mean it, but it hands the tool the
+    /// SSH keys, the settings and the data dir. Nothing when confinement is off.
+    pub fn warn_broad(&self) {
+        if self.mode == Mode::Off {
+            return;
+        }
+        for (key, path) in self.broad() {
+            tracing::warn!(
+                at = %self.widen_at,
+                path = %path.display(),
+                "sandbox.{key} opens the home directory (or all of the file system) to the tool: its SSH keys, the settings and the data dir too; name the directories it needs instead"
+            );
+        }
+    }
+
+    /// The widening's paths that hold the home, with the field naming each.
+    fn broad(&self) -> Vec<(&'static str, &Path)> {
+        let Some(home) = self.home.as_deref() else {
+            return Vec::new();
+        };
+        let read = self.read.iter().map(|p| ("read", p.as_path()));
+        let write = self.write.iter().map(|p| ("write", p.as_path()));
+        read.chain(write)
+            .filter(|(_, p)| home.starts_with(p))
+            .collect()
+    }
+
     /// The widening's paths that do not exist, with the field naming each.
     fn absent(&self) -> impl Iterator<Item = (&'static str, &Path)> {
         let read = self.read.iter().map(|p| ("read", p.as_path()));
@@ -478,6 +506,21 @@ mod tests {
         policy.own_dir(Path::new("/"));
         policy.own_dir(&home.path().join("project"));
         assert_eq!(policy.own, [home.path().join("project")]);
+    }
+
+    #[test]
+    fn a_widening_that_holds_the_home_is_named() {
+        let home = tempfile::tempdir().expect("home");
+        let widening = Widening {
+            read: vec!["/".into(), "~/docs".into()],
+            write: vec!["~".into()],
+            ..Widening::default()
+        };
+        let policy = Policy::new(Mode::Enforce, &widening, false, Some(home.path()), "t.yaml");
+        assert_eq!(
+            policy.broad(),
+            [("read", Path::new("/")), ("write", home.path())]
+        );
     }
 
     #[test]
