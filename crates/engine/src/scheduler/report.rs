@@ -106,7 +106,15 @@ impl Scheduler {
             reason = record.task.reason;
             text.push_str(&trace_causes(&record.steps));
         }
-        let _ = writeln!(text, "\n**What to do:** {}", advice(reason));
+        let what = match task_id {
+            Some(_) => advice(reason).replace("jobs run ID", &format!("jobs run {}", job.id)),
+            // No task ran (the precheck failed, or the task could not start): no trace.
+            None => format!(
+                "the run failed before any task ran (its precheck, or the task could not start): fix what the error above says, then run the job once with `hermes-agent jobs run {}`.",
+                job.id
+            ),
+        };
+        let _ = writeln!(text, "\n**What to do:** {what}");
         if let Some(id) = task_id {
             let _ = writeln!(text, "\nThe trace: `hermes-agent tasks show {id}`.");
         }
