@@ -101,15 +101,11 @@ async fn connection(inner: &Inner, feed: &Feed) -> Result<std::convert::Infallib
     };
     inner.link.connected(client.clone());
     let mut pending: Vec<Pending> = Vec::new();
-    // The first sync of a connection does not wait on the server: the channel is ok as soon
-    // as it has read what came meanwhile, not one long poll later.
-    let mut wait = Duration::ZERO;
     loop {
         let settings = SyncSettings::default()
             .token(position.clone())
-            .timeout(wait)
+            .timeout(LONG_POLL)
             .filter(filter());
-        wait = LONG_POLL;
         let response = client.sync_once(settings).await?;
         if !inner.store.chat().hold_channel(Channel::Matrix).await? {
             return Err(Ended::Elsewhere);
