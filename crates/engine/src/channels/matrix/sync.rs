@@ -25,6 +25,7 @@ use matrix_sdk::room::MessagesOptions;
 use matrix_sdk::ruma::api::client::filter::FilterDefinition;
 use matrix_sdk::ruma::api::client::sync::sync_events::v3::Filter;
 use matrix_sdk::ruma::{OwnedRoomId, UInt};
+use matrix_sdk::store::StateStoreDataKey;
 use matrix_sdk::{Client, Room, RoomMemberships};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -99,13 +100,38 @@ async fn connection(inner: &Inner, feed: &Feed) -> Result<std::convert::Infallib
         Some(p) => p,
         None => first_sync(inner, inbox, metrics, &client, &own, &key).await?,
     };
-    inner.link.connected(client.clone());
     let mut pending: Vec<Pending> = Vec::new();
+    // The SDK keeps the last sync token it processed and drops a response carrying it again
+    // as "received twice". After a run cut short between the SDK's processing of a batch and
+    // its records here (a kill -9), a sync from the saved position would come back empty and
+    // the rest of that batch be lost: what lies between the two positions is read back first.
+    if let Some(sdk) = sdk_position(&client).await
+        && sdk != position
+    {
+        tracing::info!("the last Matrix batch was cut short; reading the rest of it back");
+        catch_up(
+            inner,
+            inbox,
+            metrics,
+            &client,
+            &own,
+            (&position, &sdk),
+            &mut pending,
+        )
+        .await?;
+        inner.store.chat().set_cursor(&key, &sdk).await?;
+        position = sdk;
+    }
+    inner.link.connected(client.clone());
+    // The first sync of a connection does not wait on the server: the channel is ok as soon
+    // as it has read what came meanwhile, not one long poll later.
+    let mut wait = Duration::ZERO;
     loop {
         let settings = SyncSettings::default()
             .token(position.clone())
-            .timeout(LONG_POLL)
+            .timeout(wait)
             .filter(filter());
+        wait = LONG_POLL;
         let response = client.sync_once(settings).await?;
         if !inner.store.chat().hold_channel(Channel::Matrix).await? {
             return Err(Ended::Elsewhere);
@@ -223,6 +249,51 @@ async fn first_sync(
         .set_cursor(key, &response.next_batch)
         .await?;
     Ok(response.next_batch)
+}
+
+/// The sync token the SDK processed last (its own store's), if it synced before.
+async fn sdk_position(client: &Client) -> Option<String> {
+    client
+        .state_store()
+        .get_kv_data(StateStoreDataKey::SyncToken)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|v| v.into_sync_token())
+}
+
+/// Every joined room's events between two sync positions (`from`, `to`), read forward through
+/// `/messages` and handed to the inbox (those recorded already are known by their ids), at most
+/// [`BACKFILL_PAGES`] pages a room. What a page cannot be read for is an error: the caller keeps
+/// its position and reads the gap again.
+async fn catch_up(
+    inner: &Inner,
+    inbox: &Inbox,
+    metrics: &crate::metrics::Metrics,
+    client: &Client,
+    own: &str,
+    (from, to): (&str, &str),
+    pending: &mut Vec<Pending>,
+) -> Result<(), Ended> {
+    for room in client.joined_rooms() {
+        let direct = is_direct(&room).await;
+        let mut token = from.to_string();
+        for _ in 0..BACKFILL_PAGES {
+            let mut options = MessagesOptions::forward().from(Some(token.as_str()));
+            options.to = Some(to.to_string());
+            let page = room.messages(options).await.inspect_err(|e| {
+                tracing::warn!(room = %room.room_id(), error = %e, "cannot read back the rest of a cut-short batch; it is read again");
+            })?;
+            for event in &page.chunk {
+                take_in(inner, inbox, metrics, &room, direct, own, event, pending).await?;
+            }
+            match page.end {
+                Some(end) if !page.chunk.is_empty() => token = end,
+                _ => break,
+            }
+        }
+    }
+    Ok(())
 }
 
 fn filter() -> Filter {
