@@ -530,6 +530,7 @@ mod tests {
                 "messages_out": 0,
                 "undecryptable": 2,
                 "decryption_failing": false,
+                "recovery_failed": false,
             })
         );
         let back: matrix::Status = serde_json::from_value(json).expect("reads back");
