@@ -941,6 +941,29 @@ async fn schedules_are_previewed_and_jobs_paused_and_resumed() {
         a.body["next_run_at"], job["next_run_at"],
         "a future due time is kept"
     );
+
+    // A job in its own zone: its page shows times there, and its footer says so.
+    let zoned = api
+        .post(
+            "/v1/jobs",
+            json!({"task": "t", "schedule": "0 8 * * *", "timezone": "America/New_York"}),
+        )
+        .await
+        .body;
+    let zoned = zoned["id"].as_str().expect("an id");
+    let req = Request::get(format!("/jobs/{zoned}"))
+        .body(Body::empty())
+        .expect("a request");
+    let resp = api.router.clone().oneshot(req).await.expect("answered");
+    let page = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .expect("a body");
+    let page = String::from_utf8_lossy(&page);
+    assert!(
+        page.contains("Times are in America/New_York (the job&#39;s zone).")
+            || page.contains("Times are in America/New_York (the job's zone)."),
+        "{page}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

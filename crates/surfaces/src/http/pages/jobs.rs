@@ -8,7 +8,9 @@
 
 use super::flash::{Flash, flash};
 use super::guard::{CsrfForm, PageQuery, see_other};
-use super::layout::{Ctx, PageError, PageResult, Shown, badge, firing, long_text, render, when};
+use super::layout::{
+    Ctx, PageError, PageResult, Shown, badge, firing, long_text, render, render_in, when,
+};
 use crate::doctor::Verdict;
 use crate::http::extract::Id;
 use crate::http::{ApiError, ApiState};
@@ -267,7 +269,9 @@ pub(crate) async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<Done>) ->
             (runs_table(&runs, &notices, tz))
         }
     };
-    Ok(render(&ctx, &j.name, body).into_response())
+    // Its times are in its own zone, which the footer names.
+    let zone = html! { (tz.name()) " (the job's zone)" };
+    Ok(render_in(&ctx, &j.name, zone, body).into_response())
 }
 
 fn action(ctx: &Ctx, id: &str, what: &str, label: &str) -> Markup {

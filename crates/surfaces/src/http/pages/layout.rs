@@ -70,10 +70,16 @@ impl Ctx {
 
 /// A whole page: `title` in the head and as the heading, `body` under it.
 pub(crate) fn render(ctx: &Ctx, title: &str, body: Markup) -> Markup {
+    let zone = html! { (ctx.tz().name()) " (scheduler.timezone)" };
+    render_in(ctx, title, zone, body)
+}
+
+/// [`render`], for a page whose times are in another zone (a job's own): `zone` names it.
+pub(crate) fn render_in(ctx: &Ctx, title: &str, zone: Markup, body: Markup) -> Markup {
     let signed_in = !ctx.state.token.is_empty();
     let body = html! {
         (body)
-        p.zone.muted { "Times are in " (ctx.tz().name()) " (scheduler.timezone)." }
+        p.zone.muted { "Times are in " (zone) "." }
     };
     shell(
         title,
