@@ -129,7 +129,7 @@ pub use kinds::{
     RunOutcome, StepKind, TaskState, UnknownWord,
 };
 pub use lease::{Fenced, Lease};
-pub use models::{ModelChange, ModelStatus, NewModelChange};
+pub use models::{LastModel, ModelChange, ModelStatus, NewModelChange};
 pub use nodes::placeholder_prefix;
 pub use outbox::{NewNotice, Notice, NoticeFilter};
 pub use postgres::{DaemonLock, PgUrlError, parse_url, redact_url};

@@ -205,6 +205,7 @@ pub(crate) async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<Done>) ->
         })
         .await?;
     let last_model = s.agent.store().jobs().last_model(&id).await?;
+    // Its times are in its own zone, which the footer names.
     let tz: chrono_tz::Tz = view.timezone.parse().unwrap_or(ctx.tz());
     let j = &view.job;
     let body = html! {
@@ -225,19 +226,7 @@ pub(crate) async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<Done>) ->
                     None => {}
                 }
             }
-            dt { "Last model" } dd #last-model {
-                @if let Some(m) = &last_model {
-                    (m.profile) " · " code { (m.model.as_deref().unwrap_or("not reported")) }
-                    " "
-                    @if m.verified {
-                        (badge(Shown::Check(Verdict::Ok))) " verified"
-                    } @else {
-                        (badge(Shown::Check(Verdict::Warn))) " not verified"
-                    }
-                    " · " a href={"/tasks/" (m.task_id)} { (when(m.at, tz)) }
-                    @if let Some(i) = &m.identity { div.muted { "identity: " code { (i) } } }
-                } @else { span.muted { "no run yet" } }
-            }
+            dt { "Last model" } dd #last-model { (last_model_cell(last_model.as_ref(), tz)) }
             dt { "Delivers to" } dd { @if j.notify.is_empty() { span.muted { "nobody" } } @else { (j.notify.join(", ")) } }
             dt { "Profile" } dd { (j.profile.as_deref().unwrap_or("default")) }
             dt { "Origin" } dd { (j.origin) }
@@ -269,7 +258,6 @@ pub(crate) async fn show(ctx: Ctx, Id(id): Id, PageQuery(q): PageQuery<Done>) ->
             (runs_table(&runs, &notices, tz))
         }
     };
-    // Its times are in its own zone, which the footer names.
     let zone = html! { (tz.name()) " (the job's zone)" };
     Ok(render_in(&ctx, &j.name, zone, body).into_response())
 }
@@ -280,6 +268,23 @@ fn action(ctx: &Ctx, id: &str, what: &str, label: &str) -> Markup {
             (ctx.csrf())
             button class=(if what == "delete" { "danger" } else { "" }) type="submit" { (label) }
         }
+    }
+}
+
+/// The model the job's last run was answered by, and whether an eval verified it.
+fn last_model_cell(last: Option<&hermes_store::LastModel>, tz: chrono_tz::Tz) -> Markup {
+    html! {
+        @if let Some(m) = last {
+            (m.profile) " · " code { (m.model.as_deref().unwrap_or("not reported")) }
+            " "
+            @if m.verified {
+                (badge(Shown::Check(Verdict::Ok))) " verified"
+            } @else {
+                (badge(Shown::Check(Verdict::Warn))) " not verified"
+            }
+            " · " a href={"/tasks/" (m.task_id)} { (when(m.at, tz)) }
+            @if let Some(i) = &m.identity { div.muted { "identity: " code { (i) } } }
+        } @else { span.muted { "no run yet" } }
     }
 }
 
