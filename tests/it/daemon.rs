@@ -477,32 +477,24 @@ async fn a_named_data_dir_is_never_worked_on_through_another_data_dirs_daemon() 
     let task = d.submit("what do I like to drink?").await;
     d.finished(&task).await;
 
-    // The same settings, another data dir: its own (empty) history, not the daemon's.
+    // The same settings, another data dir (by the flag, or by HERMES_DATA_DIR): its own
+    // (empty) history, not the daemon's.
     let other = site.dir.path().join("other-data");
-    let mut cmd = base_command(site.dir.path(), &[]);
-    let out = cmd
-        .arg("--config")
-        .arg(site.config())
-        .arg("--data-dir")
-        .arg(&other)
-        .args(["tasks", "list", "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(listed["tasks"], json!([]), "{listed}");
-    // Named by HERMES_DATA_DIR alike.
-    let other = other.display().to_string();
-    let mut cmd = base_command(site.dir.path(), &[("HERMES_DATA_DIR", &other)]);
-    let out = cmd
-        .arg("--config")
-        .arg(site.config())
-        .args(["tasks", "list", "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(listed["tasks"], json!([]), "{listed}");
+    let other_text = other.display().to_string();
+    let by_flag = ["--data-dir", other_text.as_str()];
+    for (env, flag) in [(None, &by_flag[..]), (Some(other_text.as_str()), &[][..])] {
+        let env: Vec<(&str, &str)> = env.map(|d| ("HERMES_DATA_DIR", d)).into_iter().collect();
+        let out = base_command(site.dir.path(), &env)
+            .arg("--config")
+            .arg(site.config())
+            .args(flag)
+            .args(["tasks", "list", "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(listed["tasks"], json!([]), "{listed}");
+    }
 
     // Its own data dir still goes through it.
     let out = site.cli(&["tasks", "list", "--json"], &[]);

@@ -525,38 +525,30 @@ async fn a_digest_reaches_every_recipient_as_text_and_html() {
 /// the notice: they get it, and the refused address is named.
 #[tokio::test]
 async fn a_refused_recipient_does_not_hold_the_notice_back_from_the_others() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut smtp = start_smtp_refusing(listener, Some("gone@example.org"));
-    let store = Store::open_in_memory().await.unwrap();
-    let to = ["ann@example.com", "gone@example.org"];
-    let settings = NotifySettings {
-        email: Some(email_settings(smtp.addr, &to)),
-        webhooks: BTreeMap::new(),
-        ..NotifySettings::default()
-    };
-    let n = Notifier::new(settings, store.clone())
-        .unwrap()
-        .with_retry(fast_retry(3));
-    let id = n.enqueue(notice("email", "Digest", "news")).await.unwrap();
-    let row = deliver_until_settled(&n, &store, id).await;
+    // A notice to `to` through a server that refuses gone@: its settled row, and the server.
+    async fn send_to(to: &[&str]) -> (hermes_store::Notice, Smtp) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let smtp = start_smtp_refusing(listener, Some("gone@example.org"));
+        let store = Store::open_in_memory().await.unwrap();
+        let settings = NotifySettings {
+            email: Some(email_settings(smtp.addr, to)),
+            webhooks: BTreeMap::new(),
+            ..NotifySettings::default()
+        };
+        let n = Notifier::new(settings, store.clone())
+            .unwrap()
+            .with_retry(fast_retry(3));
+        let id = n.enqueue(notice("email", "Digest", "news")).await.unwrap();
+        (deliver_until_settled(&n, &store, id).await, smtp)
+    }
+    let (row, mut smtp) = send_to(&["ann@example.com", "gone@example.org"]).await;
     assert_eq!(row.state, NoticeState::Sent, "{row:?}");
     let mail = next_mail(&mut smtp.mail).await;
     assert_eq!(mail.rcpt, ["ann@example.com"]);
     assert!(smtp.mail.try_recv().is_err(), "ann got it once");
 
-    // Every recipient refused: failed, naming them.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let smtp = start_smtp_refusing(listener, Some("gone@example.org"));
-    let settings = NotifySettings {
-        email: Some(email_settings(smtp.addr, &["gone@example.org"])),
-        webhooks: BTreeMap::new(),
-        ..NotifySettings::default()
-    };
-    let n = Notifier::new(settings, store.clone())
-        .unwrap()
-        .with_retry(fast_retry(3));
-    let id = n.enqueue(notice("email", "Digest", "news")).await.unwrap();
-    let row = deliver_until_settled(&n, &store, id).await;
+    // Every recipient refused: failed, with the server's answer.
+    let (row, _) = send_to(&["gone@example.org"]).await;
     assert_eq!(row.state, NoticeState::Failed, "{row:?}");
     let err = row.last_error.unwrap_or_default();
     assert!(err.contains("550"), "{err}");

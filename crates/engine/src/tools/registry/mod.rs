@@ -300,13 +300,7 @@ impl Registry {
             }
         }
         let mut entries = self.entries_mut();
-        entries.retain(|_, e| e.source.as_deref() != Some(source));
-        // Sets that held the old tools cannot be offered again.
-        self.0
-            .offers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+        self.remove_source(&mut entries, source);
         for e in fresh {
             if entries.contains_key(&e.spec.name) {
                 errors.push(RegistryError::Duplicate(e.spec.name.clone()));
@@ -321,18 +315,29 @@ impl Registry {
     /// of them is refused as unavailable, saying why, rather than as unknown.
     pub fn withdraw_source(&self, source: &str, why: Withdrawn) {
         let mut entries = self.entries_mut();
+        let names = self.remove_source(&mut entries, source);
+        self.0.away.withdrawn(source, why, names);
+    }
+
+    /// Take `source`'s tools out of `entries`: their names.
+    fn remove_source(
+        &self,
+        entries: &mut BTreeMap<String, Arc<Entry>>,
+        source: &str,
+    ) -> Vec<String> {
         let names = entries
             .iter()
             .filter(|(_, e)| e.source.as_deref() == Some(source))
             .map(|(name, _)| name.clone())
             .collect();
         entries.retain(|_, e| e.source.as_deref() != Some(source));
+        // Sets that held the old tools cannot be offered again.
         self.0
             .offers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
-        self.0.away.withdrawn(source, why, names);
+        names
     }
 
     /// How many circuits are open now (`/metrics`).
