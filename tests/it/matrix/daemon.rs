@@ -79,6 +79,14 @@ impl Chat {
         self.dir.path().join("data")
     }
 
+    /// Put `with` in the settings file where `at` stands (once; the text must be there).
+    pub fn edit_settings(&self, at: &str, with: &str) {
+        let path = self.dir.path().join("settings.yaml");
+        let yaml = std::fs::read_to_string(&path).expect("settings");
+        assert!(yaml.contains(at), "no '{at}' in:\n{yaml}");
+        std::fs::write(&path, yaml.replacen(at, with, 1)).expect("settings");
+    }
+
     pub fn agent_id(&self) -> &UserId {
         <&UserId>::try_from(self.agent.as_str()).expect("the agent's id")
     }
@@ -292,14 +300,10 @@ async fn a_job_result_reaches_the_room_and_a_reply_in_its_thread_continues_the_r
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notices_to_a_person_go_to_an_encrypted_direct_room_they_are_in() {
     let chat = Chat::new("").await;
-    let settings = chat.dir.path().join("settings.yaml");
-    let yaml = std::fs::read_to_string(&settings).expect("settings");
-    let with_me = yaml.replace(
+    chat.edit_settings(
         "rooms: {home: ",
         &format!("rooms: {{me: \"{}\", home: ", chat.me.user_id()),
     );
-    assert_ne!(with_me, yaml);
-    std::fs::write(&settings, with_me).expect("settings");
     let d = chat.start().await;
     let plain = chat.me.create_plain_dm(chat.agent_id()).await;
     chat.me

@@ -212,8 +212,7 @@ fn confine(
         env.get("HOME").map(std::path::Path::new),
         format!("mcp.servers.{name}"),
     );
-    policy.warn_absent();
-    policy.warn_broad();
+    policy.warn_widening();
     let Some((program, args)) = server.command.split_first() else {
         return Ok(None);
     };

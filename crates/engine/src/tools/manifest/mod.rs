@@ -68,8 +68,7 @@ pub fn load_dir_with(
         let text = read_text(&path, "manifest")?;
         let mut tool = parse(&text, &path, env)?;
         tool.sandbox.set_mode(mode);
-        tool.sandbox.warn_absent();
-        tool.sandbox.warn_broad();
+        tool.sandbox.warn_widening();
         tool.warn_missing_program(env);
         if mode == crate::tools::sandbox::Mode::Warn
             && matches!(tool.action, Action::Command { .. })

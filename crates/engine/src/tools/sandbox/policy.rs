@@ -134,35 +134,23 @@ impl Policy {
         }
     }
 
-    /// Say, in the log, each path the widening names that does not exist: the kernel can only
-    /// grant a path that is there, so the tool gets nothing there until it is (and the daemon
-    /// restarted). Nothing when confinement is off.
-    pub fn warn_absent(&self) {
+    /// Say, in the log, what in the widening will not do what the person likely meant: a path
+    /// that does not exist (the kernel can only grant a path that is there, so the tool gets
+    /// nothing there until it is, and the daemon restarted), and one that opens the home or the
+    /// whole file system (`/`, `~`, a directory holding the home: the SSH keys, the settings and
+    /// the data dir with it). Nothing when confinement is off.
+    pub fn warn_widening(&self) {
         if self.mode == Mode::Off {
             return;
         }
-        for (key, path) in self.absent() {
-            tracing::warn!(
-                at = %self.widen_at,
-                path = %path.display(),
-                "sandbox.{key} names a path that does not exist: the tool gets no access there until it does (create it, then restart)"
-            );
-        }
-    }
-
-    /// Say, in the log, each widening path that opens the home or the whole file system (`/`,
-    /// `~`, a directory holding the home): the person may mean it, but it hands the tool the
-    /// SSH keys, the settings and the data dir. Nothing when confinement is off.
-    pub fn warn_broad(&self) {
-        if self.mode == Mode::Off {
-            return;
-        }
-        for (key, path) in self.broad() {
-            tracing::warn!(
-                at = %self.widen_at,
-                path = %path.display(),
-                "sandbox.{key} opens the home directory (or all of the file system) to the tool: its SSH keys, the settings and the data dir too; name the directories it needs instead"
-            );
+        let absent = self.absent().map(|(key, path)| {
+            (key, path, "names a path that does not exist: the tool gets no access there until it does (create it, then restart)")
+        });
+        let broad = self.broad().into_iter().map(|(key, path)| {
+            (key, path, "opens the home directory (or all of the file system) to the tool: its SSH keys, the settings and the data dir too; name the directories it needs instead")
+        });
+        for (key, path, what) in absent.chain(broad) {
+            tracing::warn!(at = %self.widen_at, path = %path.display(), "sandbox.{key} {what}");
         }
     }
 
