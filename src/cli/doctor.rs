@@ -52,6 +52,34 @@ struct ChatHealth {
     telegram: Option<hermes_engine::channels::telegram::Status>,
 }
 
+/// `GET /v1/channels/matrix/rooms`: each configured room as the daemon's connection finds it.
+#[derive(serde::Deserialize)]
+struct MatrixRooms {
+    rooms: Vec<RoomFound>,
+}
+
+#[derive(serde::Deserialize)]
+struct RoomFound {
+    name: String,
+    ok: bool,
+    detail: String,
+}
+
+/// The Matrix rooms of the settings, asked of the daemon (its session and keys are its own).
+async fn matrix_rooms_of(d: &Remote) -> Vec<Check> {
+    match d.get::<MatrixRooms>("/v1/channels/matrix/rooms").await {
+        Ok(list) => list
+            .rooms
+            .into_iter()
+            .map(|r| {
+                let verdict = if r.ok { Verdict::Ok } else { Verdict::Fail };
+                Check::new(verdict, format!("matrix:{}", r.name), r.detail)
+            })
+            .collect(),
+        Err(e) => vec![Check::new(Verdict::Warn, "matrix rooms", e.to_string())],
+    }
+}
+
 /// `GET /v1/mcp`: each MCP server's status as the daemon sees it.
 #[derive(serde::Deserialize)]
 struct McpServers {
@@ -108,15 +136,20 @@ pub async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
     // the bot's updates are its to read, so their status is asked for; else the Matrix
     // session is reused (or the first login made) here and the bot is asked who it is.
     match &daemon {
-        Some(d) => match d.get::<ChatHealth>("/healthz").await {
-            Ok(h) => {
-                let s = &config.settings;
-                let matrix = h.matrix.and_then(|m| doctor::matrix_health(s, &m));
-                let telegram = h.telegram.and_then(|t| doctor::telegram_health(s, &t));
-                report.print_all(matrix.into_iter().chain(telegram).collect());
+        Some(d) => {
+            match d.get::<ChatHealth>("/healthz").await {
+                Ok(h) => {
+                    let s = &config.settings;
+                    let matrix = h.matrix.and_then(|m| doctor::matrix_health(s, &m));
+                    let telegram = h.telegram.and_then(|t| doctor::telegram_health(s, &t));
+                    report.print_all(matrix.into_iter().chain(telegram).collect());
+                }
+                Err(e) => report.print(Check::new(Verdict::Warn, "chat channels", e.to_string())),
             }
-            Err(e) => report.print(Check::new(Verdict::Warn, "chat channels", e.to_string())),
-        },
+            if config.settings.channels.matrix.is_some() {
+                report.print_all(matrix_rooms_of(d).await);
+            }
+        }
         None => {
             report.print_all(doctor::matrix(&config.settings, &config.data_dir).await);
             report.print_all(doctor::telegram(&config.settings).await);

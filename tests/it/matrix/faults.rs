@@ -352,6 +352,8 @@ async fn doctor_logs_in_once_and_checks_the_room() {
     assert!(!d.log().contains("logged in to Matrix"), "{}", d.log());
     let (_, again) = chat.cli(&["doctor"]);
     assert!(again.contains("connected (device"), "{again}");
+    // The rooms too, asked of the daemon's connection.
+    assert!(again.contains("[ok  ] matrix:home: joined"), "{again}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -344,11 +344,20 @@ impl<S: Health + Send, C: Clone + Send + Sync> Linked<S> for Link<S, C> {
     }
 }
 
+/// Each configured destination of a channel as its live connection finds it: its name, and
+/// what was found or what is missing.
+pub type Targets = Vec<(String, Result<String, String>)>;
+
+/// A look at a channel's destinations through its connection (None: not connected now).
+type Look = Box<dyn Fn() -> BoxFuture<'static, Option<Targets>> + Send + Sync>;
+
 /// A configured channel, as its handle drives it.
 struct On<S> {
     link: Arc<dyn Linked<S>>,
     sender: Arc<dyn ChatSend>,
     intake: Box<dyn Fn(Feed) -> BoxFuture<'static, ()> + Send + Sync>,
+    /// How its destinations are looked at, where the protocol can (Matrix's rooms).
+    look: Option<Look>,
 }
 
 /// A chat channel (`S` is its status), cheap to clone: off, or its configured protocol's
@@ -401,8 +410,29 @@ impl<S: 'static> Handle<S> {
                 link,
                 sender,
                 intake: Box::new(move |feed| Box::pin(intake(protocol.clone(), feed))),
+                look: None,
             })),
         }
+    }
+
+    /// The channel, its destinations looked at through its connection by `look` (`doctor`
+    /// with a daemon up asks it).
+    #[cfg_attr(not(feature = "matrix"), allow(dead_code))]
+    pub(crate) fn with_look(
+        mut self,
+        look: impl Fn() -> BoxFuture<'static, Option<Targets>> + Send + Sync + 'static,
+    ) -> Handle<S> {
+        if let Some(on) = self.on.as_mut().and_then(Arc::get_mut) {
+            on.look = Some(Box::new(look));
+        }
+        self
+    }
+
+    /// Its destinations as the live connection finds them: None when the channel is off,
+    /// cannot tell, or is not connected now.
+    pub async fn look(&self) -> Option<Targets> {
+        let look = self.on.as_ref()?.look.as_ref()?;
+        look().await
     }
 
     /// Whether the channel is configured (and built).

@@ -185,6 +185,7 @@ fn api_routes(state: &ApiState, guarded: Router<ApiState>) -> Router<ApiState> {
         )
         .route("/v1/memory/{id}", delete(memory::forget_memory))
         .route("/v1/mcp", get(health::mcp_servers))
+        .route("/v1/channels/matrix/rooms", get(health::matrix_rooms))
         .route("/v1/inbox", get(inbox::list_inbox))
         .route("/v1/usage", get(usage::usage))
         .merge(guarded)

@@ -130,6 +130,7 @@ impl Matrix {
             return Handle::off(NAME);
         };
         let link = Arc::new(Link::new(Channel::Matrix, "Matrix", m.rooms.keys()));
+        let looked = (link.clone(), m.clone());
         let inner = Inner {
             settings: m,
             dir: data_dir.join("matrix"),
@@ -137,7 +138,13 @@ impl Matrix {
             link: link.clone(),
             dm: tokio::sync::Mutex::new(std::collections::HashMap::new()),
         };
-        Handle::on(NAME, link, Arc::new(inner), sync::run)
+        Handle::on(NAME, link, Arc::new(inner), sync::run).with_look(move || {
+            let (link, settings) = looked.clone();
+            Box::pin(async move {
+                let client = link.conn()?;
+                Some(probe::rooms(&client, &settings).await)
+            })
+        })
     }
 
     /// Without the `matrix` feature the channel is always off (`config check` refuses

@@ -2,12 +2,13 @@
 //! first login made, as the daemon would), encryption checked (this device's keys, the
 //! account's cross-signing), and each configured room found. Nothing is sent.
 //!
-//! With a daemon up the store is the daemon's: `doctor` asks it (`/healthz`) instead.
+//! With a daemon up the store is the daemon's: `doctor` asks it instead (`/healthz`, and
+//! `/v1/channels/matrix/rooms`, which runs [`rooms`] on the daemon's connection).
 
 use super::{Probe, session};
 use hermes_config::{MatrixSettings, MatrixTarget};
-use matrix_sdk::RoomMemberships;
 use matrix_sdk::ruma::{RoomId, UserId};
+use matrix_sdk::{Client, RoomMemberships};
 use std::path::Path;
 
 /// Log in (or reuse the session) under `data_dir` and look; why not, in words.
@@ -35,11 +36,26 @@ pub async fn probe(s: &MatrixSettings, data_dir: &Path) -> Result<Probe, String>
         Ok(None) => return Err("this device has no encryption keys yet".into()),
         Err(e) => return Err(format!("cannot read this device's keys: {e}")),
     };
+    let rooms = rooms(&client, s).await;
+    Ok(Probe {
+        user: s.user.trim().to_string(),
+        device,
+        encryption,
+        rooms,
+    })
+}
+
+/// Each configured room of `s` as `client` finds it: its name, and what was found or what is
+/// missing (also asked of a running daemon's connection, for `doctor`).
+pub(crate) async fn rooms(
+    client: &Client,
+    s: &MatrixSettings,
+) -> Vec<(String, Result<String, String>)> {
     let mut rooms = Vec::new();
     for name in s.rooms.keys() {
         let found = match s.target(name) {
             Some(MatrixTarget::User(user)) => match UserId::parse(user) {
-                Ok(id) => match super::send::usable_dm(&client, &id).await {
+                Ok(id) => match super::send::usable_dm(client, &id).await {
                     Ok(Some(r)) => Ok(format!("encrypted direct room {} with {user}", r.room_id())),
                     Ok(None) => Ok(format!(
                         "no encrypted direct room with {user} in it yet; the next notice creates one"
@@ -80,10 +96,5 @@ pub async fn probe(s: &MatrixSettings, data_dir: &Path) -> Result<Probe, String>
         };
         rooms.push((name.clone(), found));
     }
-    Ok(Probe {
-        user: s.user.trim().to_string(),
-        device,
-        encryption,
-        rooms,
-    })
+    rooms
 }

@@ -225,6 +225,33 @@ fn sandbox_health(mode: hermes_engine::tools::sandbox::Mode) -> serde_json::Valu
     })
 }
 
+/// Each configured room of the Matrix channel as the daemon's connection finds it
+/// (`{"rooms": [{name, ok, detail}]}`): what `doctor` shows with the daemon up, whose session
+/// and keys it cannot open itself.
+pub(crate) async fn matrix_rooms(State(s): State<ApiState>) -> ApiResult {
+    if !s.matrix.is_on() {
+        return Err(crate::http::ApiError::not_found(
+            "channels.matrix is not configured",
+        ));
+    }
+    let Some(rooms) = s.matrix.look().await else {
+        return Err(crate::http::ApiError::unavailable(
+            "the Matrix channel is not connected yet; /healthz says why",
+        ));
+    };
+    let rooms: Vec<serde_json::Value> = rooms
+        .into_iter()
+        .map(|(name, found)| {
+            let (ok, detail) = match found {
+                Ok(d) => (true, d),
+                Err(d) => (false, d),
+            };
+            json!({"name": name, "ok": ok, "detail": detail})
+        })
+        .collect();
+    Ok(Json(json!({ "rooms": rooms })).into_response())
+}
+
 /// Each MCP server's state and tools (`{"servers": [...]}`): for `doctor` and scripts.
 pub(crate) async fn mcp_servers(State(s): State<ApiState>) -> ApiResult {
     Ok(Json(json!({ "servers": s.mcp.status() })).into_response())
