@@ -15,11 +15,12 @@
 //!   (`2026-05-01T09:00:00+02:00`, `…Z`) or as local wall time in the job's zone
 //!   (`2026-05-01T09:00`, `2026-05-01 09:00:00`).
 //!
-//! DST: a cron time that falls in a spring-forward gap fires once, at the first valid instant
-//! after the gap; a time repeated by a fall-back fires once, at the earlier instant (croner's
-//! fixed-time rule, extended here to patterns with several times in that hour); a pattern of
-//! every hour (`15 * * * *`) fires in both passes, being a rhythm of elapsed hours. The tests
-//! pin it down. A local one-shot inside a gap is refused.
+//! DST: a pattern that names its hours is a list of times of day, matched on the wall clock:
+//! a time that falls in a spring-forward gap fires once, at the first valid instant after the
+//! gap (several in one gap, once), and a time repeated by a fall-back fires once, at the
+//! earlier instant. A pattern of every hour (`15 * * * *`, `0 */2 * * *`) is a rhythm of
+//! elapsed hours, left to croner: it skips a gap and fires in both passes of a repeated hour.
+//! The tests pin it down. A local one-shot inside a gap is refused.
 
 use chrono::{DateTime, Datelike, Duration, LocalResult, NaiveDateTime, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
@@ -29,9 +30,11 @@ use croner::parser::CronParser;
 mod zoned;
 pub use zoned::ZonedSchedule;
 
-/// The most matches a cron pattern can have in one repeated hour (one a minute): past them,
-/// the search has left the repeated hour.
-const REPEATED_HOUR_MATCHES: usize = 61;
+/// Wall-clock matches tried before giving up on finding one after a given instant: every
+/// minute of a repeated hour, and then some.
+const WALL_CLOCK_TRIES: usize = 1441;
+/// The longest a spring-forward gap lasts, in minutes (Lord Howe's is 30, most are 60).
+const GAP_MINUTES: i64 = 180;
 
 /// Whether the pattern names its hours (not `*`, not a step): its times are times of day, each
 /// run once, rather than a rhythm of elapsed hours.
@@ -40,11 +43,36 @@ fn named_hours(cron: &Cron) -> bool {
     !hours.from_wildcard && hours.step == 1
 }
 
-/// Whether `t` is the second instant of a local time that a fall-back repeats.
-fn second_pass(t: &DateTime<Tz>, tz: Tz) -> bool {
-    matches!(
-        tz.from_local_datetime(&t.naive_local()),
-        LocalResult::Ambiguous(_, later) if later == *t
+/// For a pattern of times of day: the first instant after `after` of the next local time it
+/// names, each local time run once — one in a spring-forward gap at the first instant after
+/// the gap (several in one gap, once), one a fall-back repeats in its first pass only.
+/// croner keeps a single fixed time so, not a list (`0,30 2 * * *`).
+fn next_on_the_wall_clock(cron: &Cron, tz: Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    // The pattern is matched on the wall clock: its local time, read as if it were UTC,
+    // where no clock ever changes.
+    let mut wall = Utc.from_utc_datetime(&after.with_timezone(&tz).naive_local());
+    for _ in 0..WALL_CLOCK_TRIES {
+        let next = cron.find_next_occurrence(&wall, false).ok()?;
+        let at = match tz.from_local_datetime(&next.naive_utc()) {
+            LocalResult::Single(t) | LocalResult::Ambiguous(t, _) => t,
+            LocalResult::None => after_the_gap(tz, next.naive_utc())?,
+        }
+        .with_timezone(&Utc);
+        if at > after {
+            return Some(at);
+        }
+        wall = next;
+    }
+    None
+}
+
+/// The first instant after the spring-forward gap that `local` falls in.
+fn after_the_gap(tz: Tz, local: NaiveDateTime) -> Option<DateTime<Tz>> {
+    (1..=GAP_MINUTES).find_map(
+        |m| match tz.from_local_datetime(&(local + Duration::minutes(m))) {
+            LocalResult::Single(t) | LocalResult::Ambiguous(t, _) => Some(t),
+            LocalResult::None => None,
+        },
     )
 }
 
@@ -203,20 +231,13 @@ impl Schedule {
         match self {
             Schedule::Cron(cron) => {
                 // croner works in whole seconds; flooring keeps "strictly after" exact.
-                let mut from = after.with_nanosecond(0).unwrap_or(after);
-                // A wall-clock time repeated by a fall-back has fired in the first pass: a job
-                // of named hours (`0,30 2 * * *`) is not run again in the second, as croner
-                // already keeps a single fixed time to one.
-                for _ in 0..REPEATED_HOUR_MATCHES {
-                    let next = cron
-                        .find_next_occurrence(&from.with_timezone(&tz), false)
-                        .ok()?;
-                    if !(named_hours(cron) && second_pass(&next, tz)) {
-                        return Some(next.with_timezone(&Utc));
-                    }
-                    from = next.with_timezone(&Utc);
+                let from = after.with_nanosecond(0).unwrap_or(after);
+                if named_hours(cron) {
+                    return next_on_the_wall_clock(cron, tz, from);
                 }
-                None
+                cron.find_next_occurrence(&from.with_timezone(&tz), false)
+                    .ok()
+                    .map(|t| t.with_timezone(&Utc))
             }
             Schedule::Every { period, anchor } => {
                 if after < *anchor {

@@ -238,6 +238,8 @@ const DST_CASES: &[(&str, &str, &str, &[&str])] = &[
     // New York, 2026-11-01: 01:30 happens twice (only 01:30 EDT fires); 02:30 once.
     ("30 1 * * *", "America/New_York", "2026-10-31..2026-11-03", &["2026-10-31T05:30", "2026-11-01T05:30", "2026-11-02T06:30"]),
     ("30 2 * * *", "America/New_York", "2026-10-31T12:00..2026-11-02T12:00", &["2026-11-01T07:30", "2026-11-02T07:30"]),
+    // Several times in the spring-forward gap: that day once, at the first instant after it.
+    ("0,30 2 * * *", "Europe/Berlin", "2026-03-28..2026-03-31", &["2026-03-28T01:00", "2026-03-28T01:30", "2026-03-29T01:00", "2026-03-30T00:00", "2026-03-30T00:30"]),
     // Several times in the repeated hour: each once, in the first pass (not again in CET).
     ("0,30 2 * * *", "Europe/Berlin", "2026-10-24..2026-10-27", &["2026-10-24T00:30", "2026-10-25T00:00", "2026-10-25T00:30", "2026-10-26T01:00", "2026-10-26T01:30"]),
     // An hourly job is about elapsed hours: it fires in both passes.
