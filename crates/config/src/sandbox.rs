@@ -112,7 +112,8 @@ impl Widening {
 /// Why a `/proc` path may not be granted: `/proc` whole and another process's entry show
 /// every process's environment and memory maps (the daemon's secrets among them). The tool's
 /// own entry is `/proc/self`, bound to the tool when it starts.
-fn proc_refusal(path: &str) -> Option<&'static str> {
+pub fn proc_refusal(path: &str) -> Option<&'static str> {
+    let path = lexical(path);
     let rest = path.strip_prefix("/proc")?;
     if !(rest.is_empty() || rest.starts_with('/')) {
         return None;
@@ -127,8 +128,28 @@ fn proc_refusal(path: &str) -> Option<&'static str> {
 
 /// Whether `path` names the tool's own `/proc` entry (`/proc/self` or a path in it).
 pub fn is_proc_self(path: &str) -> bool {
-    path.strip_prefix("/proc/self")
+    lexical(path)
+        .strip_prefix("/proc/self")
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// An absolute path with `.` and `..` taken out as written (`/proc/./1`, `/proc/self/../1`
+/// are `/proc/1`); a path that does not start with `/` is returned as it is.
+fn lexical(path: &str) -> String {
+    if !path.starts_with('/') {
+        return path.to_string();
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    format!("/{}", parts.join("/"))
 }
 
 /// The port of `HOST:PORT` (`[::1]:443` too), when the host is not empty.
@@ -169,6 +190,11 @@ mod tests {
         ] {
             assert!(proc_refusal(bad).is_some(), "{bad}");
         }
+        // Written round about, the same.
+        for bad in ["/proc/./1", "/proc/self/../1", "/tmp/../proc", "//proc//1/"] {
+            assert!(proc_refusal(bad).is_some(), "{bad}");
+        }
+        assert!(!is_proc_self("/proc/self/../1"));
         for fine in [
             "/proc/self",
             "/proc/self/mountinfo",

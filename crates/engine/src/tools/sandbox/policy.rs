@@ -4,7 +4,7 @@
 
 use super::{DEFAULT_MEMORY_MB, DEFAULT_PROCESSES, Mode, Widening};
 use super::{Support, child, filter};
-use hermes_config::sandbox::is_proc_self;
+use hermes_config::sandbox::{is_proc_self, proc_refusal};
 use landlock::{
     ABI, Access, AccessFs, AccessNet, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
     RulesetCreatedAttr, Scope,
@@ -84,6 +84,8 @@ pub struct Policy {
     ports: Option<Vec<u16>>,
     /// Its own `/proc/self` is readable (`read: [/proc/self]`), bound in the child.
     own_proc: bool,
+    /// Widening paths left out because they resolve into another process's `/proc` entry.
+    into_proc: Vec<(&'static str, PathBuf)>,
     /// The daemon's home: never the tool's own, nor anything above it.
     home: Option<PathBuf>,
     memory_mb: u64,
@@ -119,13 +121,22 @@ impl Policy {
                 .filter_map(expand)
                 .collect()
         };
+        // A path the settings allow may still lead into /proc through a link (the kernel
+        // grants what it resolves to): such a one is left out, and named by the warnings.
+        let (read, into_proc_read) = split_proc(paths(&widening.read));
+        let (write, into_proc_write) = split_proc(paths(&widening.write));
         Policy {
             mode,
             required,
             widen_at: widen_at.into(),
             own: Vec::new(),
-            read: paths(&widening.read),
-            write: paths(&widening.write),
+            read,
+            write,
+            into_proc: into_proc_read
+                .into_iter()
+                .map(|p| ("read", p))
+                .chain(into_proc_write.into_iter().map(|p| ("write", p)))
+                .collect(),
             ports: widening.ports(),
             own_proc,
             home: home.map(Path::to_path_buf),
@@ -149,7 +160,10 @@ impl Policy {
         let broad = self.broad().into_iter().map(|(key, path)| {
             (key, path, "opens the home directory (or all of the file system) to the tool: its SSH keys, the settings and the data dir too; name the directories it needs instead")
         });
-        for (key, path, what) in absent.chain(broad) {
+        let into_proc = self.into_proc.iter().map(|(key, path)| {
+            (*key, path.as_path(), "leads into /proc, where it would show other processes' environment: not granted (the tool's own entry is /proc/self)")
+        });
+        for (key, path, what) in absent.chain(broad).chain(into_proc) {
             tracing::warn!(at = %self.widen_at, path = %path.display(), "sandbox.{key} {what}");
         }
     }
@@ -192,11 +206,13 @@ impl Policy {
         if dir.as_os_str().is_empty() || self.own.iter().any(|d| d == dir) {
             return;
         }
-        if self
-            .home
-            .as_deref()
-            .is_some_and(|home| home.starts_with(dir))
-        {
+        // Compared as resolved: `~/.ssh/..` and a link to the home are the home.
+        let resolved = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let holds_home = |home: &Path| {
+            let home = std::fs::canonicalize(home).unwrap_or_else(|_| home.to_path_buf());
+            home.starts_with(&resolved)
+        };
+        if self.home.as_deref().is_some_and(holds_home) {
             tracing::warn!(
                 at = %self.widen_at,
                 dir = %dir.display(),
@@ -350,6 +366,15 @@ impl Policy {
         }
         Ok(created.into())
     }
+}
+
+/// `paths` split into those to grant and those that resolve (through a link, or `..`) into a
+/// `/proc` entry the settings refuse.
+fn split_proc(paths: Vec<PathBuf>) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    paths.into_iter().partition(|p| {
+        let resolved = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+        proc_refusal(&resolved.to_string_lossy()).is_none()
+    })
 }
 
 /// The interpreter a `#!` line names, if the file starts with one.
@@ -509,6 +534,33 @@ mod tests {
             policy.broad(),
             [("read", Path::new("/")), ("write", home.path())]
         );
+    }
+
+    #[test]
+    fn a_link_or_dots_do_not_get_round_the_home_and_proc_rules() {
+        let home = tempfile::tempdir().expect("home");
+        let elsewhere = tempfile::tempdir().expect("elsewhere");
+        std::fs::create_dir(home.path().join(".ssh")).expect("mkdir");
+        let to_home = elsewhere.path().join("homeln");
+        std::os::unix::fs::symlink(home.path(), &to_home).expect("link");
+        let to_proc = elsewhere.path().join("procln");
+        std::os::unix::fs::symlink("/proc", &to_proc).expect("link");
+        let widening = Widening {
+            read: vec![to_proc.display().to_string(), "/usr/share".into()],
+            ..Widening::default()
+        };
+        let mut policy = Policy::new(
+            Mode::Enforce,
+            &widening,
+            false,
+            Some(home.path()),
+            "mcp.servers.x",
+        );
+        assert_eq!(policy.read, [PathBuf::from("/usr/share")]);
+        assert_eq!(policy.into_proc, [("read", to_proc)]);
+        policy.own_dir(&to_home);
+        policy.own_dir(&home.path().join(".ssh/.."));
+        assert!(policy.own.is_empty(), "{:?}", policy.own);
     }
 
     #[test]
