@@ -259,7 +259,14 @@ pub(crate) fn job_table(jobs: &[JobView]) -> String {
         return "no jobs — add one with `hermes-agent jobs add \"TASK\" --schedule \"0 8 * * *\"`\n"
             .into();
     }
-    let mut table = Table::new(&["ID", "NAME", "SCHEDULE", "NEXT (UTC)", "LAST RUN"]);
+    let mut table = Table::new(&[
+        "ID",
+        "NAME",
+        "SCHEDULE",
+        "NEXT (UTC)",
+        "LAST RUN",
+        "DELIVERY",
+    ]);
     for j in jobs {
         let last = match &j.last_run {
             Some(r) => format!(
@@ -273,6 +280,12 @@ pub(crate) fn job_table(jobs: &[JobView]) -> String {
             ),
             None => "never".into(),
         };
+        // Of the last run: queued, sent, or what failed (cut: the column is for a glance).
+        let delivery = j
+            .last_run
+            .as_ref()
+            .map(|r| cell(&r.delivery.to_string(), 40))
+            .unwrap_or_default();
         // To the second: the fraction the API gives only widens the column.
         let next = match (j.enabled, j.pause_reason) {
             (false, Some(PauseReason::ModelChanged)) => "paused: model changed".to_string(),
@@ -288,6 +301,7 @@ pub(crate) fn job_table(jobs: &[JobView]) -> String {
             cell(&j.schedule, 40),
             next,
             last,
+            delivery,
         ]);
     }
     table.render()

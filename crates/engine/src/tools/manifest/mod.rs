@@ -181,6 +181,9 @@ pub fn missing_programs(dir: &Path, env: &HashMap<String, String>) -> Vec<String
 /// How `program` was looked for when it is not there. `None` when it is, or when that cannot
 /// be told here (a path relative to the directory the command runs in).
 fn missing_program(program: &str, path: Option<&str>) -> Option<&'static str> {
+    if program.starts_with('~') {
+        return Some("is not expanded (`~` means nothing in a program's path; write it in full)");
+    }
     let p = Path::new(program);
     if p.is_absolute() {
         return (!is_executable(p)).then_some("does not exist or is not executable");
@@ -256,6 +259,7 @@ mod tests {
         );
         // Relative to where the command runs: not for the check to say.
         assert_eq!(missing_program("./bin/tool", Some(&path)), None);
+        assert!(missing_program("~/bin/tool", Some(&path)).is_some_and(|m| m.contains("~")));
     }
 
     #[test]
