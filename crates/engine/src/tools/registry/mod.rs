@@ -5,11 +5,12 @@
 //! network-class errors with exponential backoff, circuit breaking, result shaping and
 //! capping (large results go to working memory, up to `memory.working_max_bytes`),
 //! delimiting, one log line per call, and which sources are still on their first start
-//! (`starting.rs`); how a successful result is shown to the model is in `present.rs`.
+//! (`starting.rs`); how a successful result is shown to the model is in `present.rs`, and how
+//! a source's tools come and go in `sources.rs`.
 //! Must not: know about the agent loop or messages; it returns the text the model will see
 //! and the facts the trace needs, nothing more.
 
-use super::away::{Away, Withdrawn};
+use super::away::Away;
 use super::breaker::Breakers;
 use super::permit::Permit;
 use super::schema::{self, violation};
@@ -28,6 +29,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 mod present;
+mod sources;
 
 /// At most this many schema violations are reported for one call; the model fixes them in
 /// a few rounds anyway, and a long list costs tokens.
@@ -284,60 +286,6 @@ impl Registry {
     /// Every tool's name, sorted, whatever the allowlist says.
     pub fn names(&self) -> Vec<String> {
         self.entries().keys().cloned().collect()
-    }
-
-    /// Make `tools` the current tools of `source` (an MCP server), replacing what it had. A
-    /// tool that cannot be registered (a bad name or schema, a name another tool has) is left
-    /// out and reported; the rest are offered from the next step on.
-    pub fn set_source_tools(&self, source: &str, tools: Vec<Arc<dyn Tool>>) -> Vec<RegistryError> {
-        self.0.away.back(source);
-        let mut errors = Vec::new();
-        let mut fresh = Vec::with_capacity(tools.len());
-        for tool in tools {
-            match Entry::compile(tool, Some(source)) {
-                Ok(e) => fresh.push(e),
-                Err(e) => errors.push(e),
-            }
-        }
-        let mut entries = self.entries_mut();
-        self.remove_source(&mut entries, source);
-        for e in fresh {
-            if entries.contains_key(&e.spec.name) {
-                errors.push(RegistryError::Duplicate(e.spec.name.clone()));
-                continue;
-            }
-            entries.insert(e.spec.name.clone(), Arc::new(e));
-        }
-        errors
-    }
-
-    /// Take every tool of `source` out, for `why`: until it offers tools again, a call to one
-    /// of them is refused as unavailable, saying why, rather than as unknown.
-    pub fn withdraw_source(&self, source: &str, why: Withdrawn) {
-        let mut entries = self.entries_mut();
-        let names = self.remove_source(&mut entries, source);
-        self.0.away.withdrawn(source, why, names);
-    }
-
-    /// Take `source`'s tools out of `entries`: their names.
-    fn remove_source(
-        &self,
-        entries: &mut BTreeMap<String, Arc<Entry>>,
-        source: &str,
-    ) -> Vec<String> {
-        let names = entries
-            .iter()
-            .filter(|(_, e)| e.source.as_deref() == Some(source))
-            .map(|(name, _)| name.clone())
-            .collect();
-        entries.retain(|_, e| e.source.as_deref() != Some(source));
-        // Sets that held the old tools cannot be offered again.
-        self.0
-            .offers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
-        names
     }
 
     /// How many circuits are open now (`/metrics`).
