@@ -3,9 +3,10 @@
 //! Owns: building the transport (STARTTLS, implicit TLS, or plain for a loopback relay), the
 //! multipart message (plain text + rendered HTML) addressed to every configured recipient — or,
 //! for a reply, to the one recipient it names, which must be an address of the settings — with
-//! its Message-ID (the notice's token inside, see `thread`) and threading headers, and sorting
-//! SMTP failures into transient (4xx, connection, timeout) and permanent (5xx, TLS,
-//! client-side) ones.
+//! its Message-ID (the notice's token inside, see `thread`) and threading headers, sending it
+//! to each recipient alone when the server refuses or defers one (and remembering, in memory,
+//! whom a deferred notice reached), and sorting SMTP failures into transient (4xx,
+//! connection, timeout) and permanent (5xx, TLS, client-side) ones.
 //! Must not: take an address from anywhere but the settings; touch the outbox.
 
 use super::NotifyError;
