@@ -1,6 +1,7 @@
 //! Reading a room's timeline event into a [`ChatMessage`]: text messages (`m.room.message`),
 //! reactions (`m.reaction`) and encrypted events the agent could not decrypt. Everything else
-//! (state, edits, redactions, receipts, the agent's own messages) is no message.
+//! (state, edits, redactions, receipts, notices from bots, the agent's own messages) is no
+//! message.
 //!
 //! The event's JSON is read directly, after the SDK has decrypted it: only the few fields the
 //! inbox needs, so an unusual event is at worst no message, never an error.
@@ -110,8 +111,11 @@ pub(super) fn read(event: &TimelineEvent, facts: &RoomFacts<'_>) -> Option<Read>
                 if replaces || c.new_content.is_some() {
                     return None;
                 }
+                // `m.notice` is what bots send (the spec asks that no automated message answer
+                // one): obeying it would let another bot's output start tasks, or two agents
+                // answer each other for ever.
                 match c.msgtype.as_deref() {
-                    Some("m.text" | "m.notice" | "m.emote") => {}
+                    Some("m.text" | "m.emote") => {}
                     _ => return None,
                 }
                 // A person's message, without the quote of the message it answers that older
@@ -170,6 +174,37 @@ fn strip_reply_fallback(body: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn text_event(msgtype: &str) -> TimelineEvent {
+        let json = serde_json::json!({
+            "type": "m.room.message",
+            "event_id": "$e1",
+            "sender": "@person:x",
+            "origin_server_ts": 1,
+            "content": {"msgtype": msgtype, "body": "pause the digest"},
+        });
+        let raw =
+            serde_json::value::to_raw_value(&json).map(matrix_sdk::ruma::serde::Raw::from_json);
+        TimelineEvent::from_plaintext(raw.unwrap())
+    }
+
+    #[test]
+    fn a_notice_is_no_instruction_but_text_and_emote_are() {
+        let facts = RoomFacts {
+            room: "!r:x",
+            own: "@hermes:x",
+            direct: true,
+            encrypted: false,
+        };
+        assert!(read(&text_event("m.notice"), &facts).is_none());
+        for msgtype in ["m.text", "m.emote"] {
+            let read = read(&text_event(msgtype), &facts);
+            assert!(
+                matches!(read.map(|r| r.message.kind), Some(ChatKind::Text(t)) if t == "pause the digest"),
+                "{msgtype}"
+            );
+        }
+    }
 
     #[test]
     fn a_reply_fallback_is_dropped() {
