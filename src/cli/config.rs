@@ -53,7 +53,8 @@ fn load_checked(src: &Sources) -> Option<(Config, Vec<Arc<dyn Tool>>)> {
         }
     };
     // `serve` refuses a bad manifest; so does the check, rather than say valid.
-    match manifest::load_dir(&config.manifests_dir, &env_map()) {
+    let sandbox = config.settings.tools.sandbox;
+    match manifest::load_dir_with(&config.manifests_dir, &env_map(), sandbox) {
         Ok(m) => Some((config, m)),
         Err(e) => {
             errln!("error: {e}");

@@ -1250,6 +1250,31 @@ fn two_manifests_with_one_name_are_refused() {
     assert!(e.contains("b.yaml:1: name:") && e.contains("a.yaml"), "{e}");
 }
 
+#[test]
+fn every_wrong_manifest_is_named_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = "name: same\ndescription: d\nparameters: {type: object}\ncommand: {argv: [echo]}\n";
+    write(dir.path(), "a.yaml", m);
+    write(dir.path(), "b.yaml", m);
+    write(
+        dir.path(),
+        "c.yaml",
+        "name: c\ndescription: d\nparameters: {type: object}\n",
+    );
+    write(dir.path(), "d.yaml", &m.replace("same", "fine"));
+    let e = manifest::load_dir(dir.path(), &HashMap::new())
+        .map(|_| ())
+        .expect_err("two wrong manifests");
+    assert!(
+        matches!(&e, ManifestError::Several(all) if all.len() == 2),
+        "{e}"
+    );
+    let e = e.to_string();
+    assert!(e.starts_with("2 manifests are invalid:"), "{e}");
+    assert!(e.contains("b.yaml:1: name:") && e.contains("c.yaml"), "{e}");
+    assert!(!e.contains("d.yaml"), "{e}");
+}
+
 // ---------------------------------------------------------------------------------------
 // The shipped manifests
 

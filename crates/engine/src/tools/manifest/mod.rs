@@ -43,10 +43,29 @@ pub enum ManifestError {
     Read(#[from] ReadError),
     #[error(transparent)]
     Invalid(InvalidAt),
+    /// More than one manifest is wrong: each is named, so one `config check` shows them all.
+    #[error("{} manifests are invalid:\n  {}", .0.len(), join_lines(.0))]
+    Several(Vec<ManifestError>),
+}
+
+fn join_lines(errors: &[ManifestError]) -> String {
+    let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    lines.join("\n  ")
+}
+
+impl ManifestError {
+    /// One error for all the manifests that failed: itself when only one did.
+    fn gather(mut errors: Vec<ManifestError>) -> Option<ManifestError> {
+        match errors.len() {
+            0 => None,
+            1 => errors.pop(),
+            _ => Some(ManifestError::Several(errors)),
+        }
+    }
 }
 
 /// Load every `*.yaml` / `*.yml` in `dir`, in file-name order. A missing directory holds no
-/// tools. `env` expands `${VAR}` in the files and supplies the commands' small environment.
+/// tools; when any manifest is wrong, none loads, and the error names every wrong one. `env` expands `${VAR}` in the files and supplies the commands' small environment.
 /// Commands run confined (`tools.sandbox: enforce`, the default).
 pub fn load_dir(
     dir: &Path,
@@ -64,9 +83,18 @@ pub fn load_dir_with(
     let files = yaml_files(dir, "manifests directory")?;
     let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
     let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
+    let mut errors = Vec::new();
     for path in files {
-        let text = read_text(&path, "manifest")?;
-        let mut tool = parse(&text, &path, env)?;
+        let tool = read_text(&path, "manifest")
+            .map_err(ManifestError::from)
+            .and_then(|text| parse(&text, &path, env));
+        let mut tool = match tool {
+            Ok(tool) => tool,
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
+        };
         tool.sandbox.set_mode(mode);
         tool.sandbox.warn_widening();
         tool.warn_missing_program(env);
@@ -90,17 +118,21 @@ pub fn load_dir_with(
             })
         };
         if let Some(message) = taken {
-            return Err(ManifestError::Invalid(InvalidAt {
+            errors.push(ManifestError::Invalid(InvalidAt {
                 line: Some(tool.name_line),
                 path,
                 key: Some("name".into()),
                 message,
             }));
+            continue;
         }
         seen.insert(name, path);
         tools.push(Arc::new(tool));
     }
-    Ok(tools)
+    match ManifestError::gather(errors) {
+        Some(e) => Err(e),
+        None => Ok(tools),
+    }
 }
 
 /// A tool loaded from a manifest.
