@@ -12,7 +12,7 @@
 //! here beside the rules above.
 
 use super::aggregates::{Jobs, Nodes, Tasks};
-use super::{FailReason, Lease, Result, Store, StoreError, now, query, query_as};
+use super::{Builder, FailReason, Lease, Result, Store, StoreError, now, query, query_as};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
@@ -216,22 +216,31 @@ impl Nodes<'_> {
 
 impl Tasks<'_> {
     /// End the tasks `node` was running under no lease its row holds (not those waiting for a
-    /// person: any node continues them once answered). After [`Nodes::revoke`] that is
-    /// all of them; a node that already joined again keeps what it claimed since.
-    pub async fn fail_running_on(self, node: &str, reason: FailReason) -> Result<u64> {
-        let fail = query(
-            "UPDATE tasks SET state = 'failed', reason = ?, error = COALESCE(error, ?), \
-             finished_at = ? WHERE state = 'running' AND waiting = FALSE AND node_id = ? \
-             AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = tasks.node_id \
-                             AND n.epoch = tasks.node_epoch)",
-        )
-        .bind(reason)
-        .bind(format!(
-            "task was running on node {node}, which stopped ({reason})"
-        ))
-        .bind(now())
-        .bind(node);
-        self.store.rows(fail).await
+    /// person: any node continues them once answered, nor those of the live processes in
+    /// `spare`, see [`Tasks::live_owners`]). After [`Nodes::revoke`] that is all of them; a
+    /// node that already joined again keeps what it claimed since.
+    pub async fn fail_running_on(
+        self,
+        node: &str,
+        reason: FailReason,
+        spare: &[i64],
+    ) -> Result<u64> {
+        let mut fail = Builder::new("UPDATE tasks SET state = 'failed', reason = ");
+        fail.push_bind(reason)
+            .push(", error = COALESCE(error, ")
+            .push_bind(format!(
+                "task was running on node {node}, which stopped ({reason})"
+            ))
+            .push("), finished_at = ")
+            .push_bind(now())
+            .push(" WHERE state = 'running' AND waiting = FALSE AND node_id = ")
+            .push_bind(node.to_string())
+            .push(
+                " AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = tasks.node_id \
+                 AND n.epoch = tasks.node_epoch)",
+            );
+        super::tasks::sparing(&mut fail, spare);
+        self.store.rows(fail.build()).await
     }
 
     /// End the running tasks claimed under a lease no node holds any more, whoever's: what a
@@ -416,7 +425,7 @@ mod tests {
             assert!(!b.nodes().revoke("node-a", since).await.unwrap(), "once");
             assert_eq!(
                 b.tasks()
-                    .fail_running_on("node-a", FailReason::Interrupted)
+                    .fail_running_on("node-a", FailReason::Interrupted, &[])
                     .await
                     .unwrap(),
                 2

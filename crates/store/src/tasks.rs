@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 macro_rules! insert_tasks {
     () => {
         "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at, node_id, \
-         node_epoch) "
+         node_epoch, owner_pid) "
     };
 }
 
@@ -129,14 +129,14 @@ pub struct TaskFilter {
 
 impl Store {
     /// The values of [`insert_tasks!`] for a new task made at `at`; a task claimed as it is
-    /// made is running already, under this node's lease `epoch`.
+    /// made is running already, under this node's lease `epoch`, owned by this process.
     fn task_row(
         &self,
         id: &str,
         new: &NewTask,
         at: DateTime<Utc>,
         epoch: Option<&str>,
-    ) -> [Arg; 11] {
+    ) -> [Arg; 12] {
         let (state, started) = if new.claimed {
             (TaskState::Running, Some(at))
         } else {
@@ -154,6 +154,7 @@ impl Store {
             started.arg(),
             new.claimed.then(|| self.node()).flatten().arg(),
             new.claimed.then_some(epoch).flatten().arg(),
+            new.claimed.then(|| i64::from(std::process::id())).arg(),
         ]
     }
 
@@ -176,7 +177,7 @@ impl Tasks<'_> {
         // The row comes back from the insert itself: one round trip, not an insert and a read.
         let mut insert = query_as(concat!(
             insert_tasks!(),
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ",
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ",
             columns!(tasks)
         ));
         for value in self.store.task_row(&id, new, now(), epoch.as_deref()) {
@@ -189,7 +190,7 @@ impl Tasks<'_> {
     /// order given.
     pub async fn create_many(self, new: &[NewTask]) -> Result<Vec<Task>> {
         let mut created = Vec::with_capacity(new.len());
-        // 11 bound values a row, well under SQLite's 32,766-variable limit.
+        // 12 bound values a row, well under SQLite's 32,766-variable limit.
         let epoch = self.store.stamp();
         for chunk in new.chunks(500) {
             let at = now();
@@ -387,25 +388,52 @@ impl Tasks<'_> {
         self.store.rows(fail).await
     }
 
-    /// Mark every task still `running` or `pending` as failed with `reason`, except those
-    /// waiting for a person (they continue from their checkpoint once answered). Used at start-up
-    /// (`interrupted`: the previous process died) and at shutdown (`shutdown`).
-    pub async fn fail_unfinished(self, states: &[TaskState], reason: FailReason) -> Result<u64> {
+    /// Mark every task still in one of `states` as failed with `reason`, except those waiting
+    /// for a person (they continue from their checkpoint once answered) and those claimed by a
+    /// process in `spare` ([`Tasks::live_owners`]: a `run` still running its task). Used at
+    /// start-up (`interrupted`: the previous process died).
+    pub async fn fail_unfinished(
+        self,
+        states: &[TaskState],
+        reason: FailReason,
+        spare: &[i64],
+    ) -> Result<u64> {
         let mut total = 0;
         for state in states {
-            let fail = query(
-                "UPDATE tasks SET state = 'failed', reason = ?, \
-                 error = COALESCE(error, ?), finished_at = ? WHERE state = ? AND waiting = FALSE",
-            )
-            .bind(reason)
-            .bind(format!(
-                "task was {state} when the daemon stopped ({reason})"
-            ))
-            .bind(now())
-            .bind(*state);
-            total += self.store.rows(fail).await?;
+            let mut fail = Builder::new("UPDATE tasks SET state = 'failed', reason = ");
+            fail.push_bind(reason)
+                .push(", error = COALESCE(error, ")
+                .push_bind(format!(
+                    "task was {state} when the daemon stopped ({reason})"
+                ))
+                .push("), finished_at = ")
+                .push_bind(now())
+                .push(" WHERE state = ")
+                .push_bind(*state)
+                .push(" AND waiting = FALSE");
+            sparing(&mut fail, spare);
+            total += self.store.rows(fail.build()).await?;
         }
         Ok(total)
+    }
+
+    /// The processes of this machine running tasks they claimed as they made them (`run`,
+    /// `mcp` and `eval` on the data dir), still alive and not this one: their tasks are theirs
+    /// to finish, not a dead process's to end.
+    pub async fn live_owners(self) -> Result<Vec<i64>> {
+        let owners: Vec<(i64,)> = self
+            .store
+            .all(query_as(
+                "SELECT DISTINCT owner_pid FROM tasks WHERE state = 'running' \
+                 AND owner_pid IS NOT NULL",
+            ))
+            .await?;
+        let me = i64::from(std::process::id());
+        Ok(owners
+            .into_iter()
+            .map(|(pid,)| pid)
+            .filter(|&pid| pid != me && u32::try_from(pid).is_ok_and(crate::util::process_alive))
+            .collect())
     }
 
     /// Count of tasks per state, for `doctor` (a scan of every task: not for `/healthz`).
@@ -464,4 +492,20 @@ impl Tasks<'_> {
             notices,
         }))
     }
+}
+
+/// ` AND (owner_pid IS NULL OR owner_pid NOT IN (…))`: leave the tasks of the processes in
+/// `spare` alone.
+pub(crate) fn sparing(statement: &mut Builder, spare: &[i64]) {
+    if spare.is_empty() {
+        return;
+    }
+    statement.push(" AND (owner_pid IS NULL OR owner_pid NOT IN (");
+    for (i, pid) in spare.iter().enumerate() {
+        if i > 0 {
+            statement.push(", ");
+        }
+        statement.push_bind(*pid);
+    }
+    statement.push("))");
 }

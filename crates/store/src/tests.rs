@@ -207,7 +207,7 @@ on_both_engines!(
         let pending = task(&store).await;
         let n = store
             .tasks()
-            .fail_unfinished(&[TaskState::Running], FailReason::Interrupted)
+            .fail_unfinished(&[TaskState::Running], FailReason::Interrupted, &[])
             .await
             .unwrap();
         assert_eq!(n, 1);
@@ -218,6 +218,41 @@ on_both_engines!(
             store.tasks().get(&pending.id).await.unwrap().state,
             TaskState::Pending
         );
+    }
+);
+
+on_both_engines!(
+    Memory,
+    tokio::test,
+    async fn a_task_claimed_by_a_live_process_is_spared_by_name(store: Store) {
+        let claimed = store
+            .tasks()
+            .create(&NewTask {
+                task: "run here".into(),
+                origin: Origin::Cli,
+                profile: "fast".into(),
+                claimed: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        // This process owns it, and is never its own "other live process".
+        assert_eq!(
+            store.tasks().live_owners().await.unwrap(),
+            Vec::<i64>::new()
+        );
+        let me = i64::from(std::process::id());
+        let tasks = store.tasks();
+        let running = [TaskState::Running];
+        let spare = [me, me + 1];
+        let spared = tasks.fail_unfinished(&running, FailReason::Interrupted, &spare);
+        assert_eq!(spared.await.unwrap(), 0);
+        assert_eq!(
+            tasks.get(&claimed.id).await.unwrap().state,
+            TaskState::Running
+        );
+        let ended = tasks.fail_unfinished(&running, FailReason::Interrupted, &[]);
+        assert_eq!(ended.await.unwrap(), 1);
     }
 );
 

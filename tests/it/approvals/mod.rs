@@ -20,7 +20,7 @@ use tokio_util::task::TaskTracker;
 
 mod dashboard;
 mod lifecycle;
-mod process;
+pub(crate) mod process;
 
 const PATIENCE: Duration = Duration::from_secs(20);
 

@@ -332,7 +332,7 @@ async fn a_job_firing_held_across_a_restart_is_delivered_and_recorded_once_appro
 
 /// `run` in its own process, its stderr read line by line until `needle`; the child and the
 /// line.
-fn run_until(
+pub(crate) fn run_until(
     site: &Site,
     args: &[&str],
     needle: &str,

@@ -326,7 +326,7 @@ async fn sweep(app: &App, lease: Duration, reach: &mut Reach) -> Result<(), Swee
         let failed = app
             .store
             .tasks()
-            .fail_running_on(&node, FailReason::Interrupted)
+            .fail_running_on(&node, FailReason::Interrupted, &[])
             .await?;
         let freed = app.store.jobs().release_placeholders_of(&node).await?;
         let taken = app.scheduler.take_over(&node).await?;

@@ -97,12 +97,18 @@ pub async fn run(
 /// by a crash. One node among several (`shared`) marks only its own tasks; its job tasks still
 /// pending are followed by its scheduler's restore, not failed.
 async fn mark_interrupted(app: &App, shared: bool) -> Result<(), DaemonError> {
+    // A `run` (or `mcp`, `eval`) on this data dir may be running its own task right now: that
+    // task is its process's to finish, and ending it would throw its answer away.
+    let spare = app.store.tasks().live_owners().await?;
+    if !spare.is_empty() {
+        tracing::info!(processes = ?spare, "tasks run by other live processes of this data dir are left to them");
+    }
     if shared {
         let me = app.store.node().unwrap_or_default();
         let interrupted = app
             .store
             .tasks()
-            .fail_running_on(me, FailReason::Interrupted)
+            .fail_running_on(me, FailReason::Interrupted, &spare)
             .await?;
         if interrupted > 0 {
             tracing::warn!(
@@ -112,17 +118,19 @@ async fn mark_interrupted(app: &App, shared: bool) -> Result<(), DaemonError> {
         }
         return Ok(());
     }
-    let interrupted = app
-        .store
-        .tasks().fail_unfinished(&[TaskState::Running], FailReason::Interrupted)
+    let tasks = app.store.tasks();
+    let interrupted = tasks
+        .fail_unfinished(&[TaskState::Running], FailReason::Interrupted, &spare)
         .await?
         // Job tasks still queued by the previous daemon: their firing is over (the scheduler
         // records it as interrupted), so running them now would deliver nowhere.
-        + app.store.tasks().fail_pending_of_origin(Origin::Job, FailReason::Interrupted).await?;
+        + tasks
+            .fail_pending_of_origin(Origin::Job, FailReason::Interrupted)
+            .await?;
     if interrupted > 0 {
         tracing::warn!(
             count = interrupted,
-            "tasks left running by the previous process marked failed (interrupted)"
+            "tasks left running by an earlier process marked failed (interrupted)"
         );
     }
     Ok(())
