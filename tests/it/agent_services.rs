@@ -277,3 +277,83 @@ async fn a_job_naming_an_unknown_profile_is_refused_when_made() {
         400
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_task_stops_the_sub_agent_it_is_waiting_on() {
+    let model = ScriptedModel::start_with(|req: &Value| {
+        let has_tool = req["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+        match common::task_text(req).as_str() {
+            "think for a long time" => {
+                Reply::Delay(Duration::from_secs(30), Box::new(Reply::text("too late")))
+            }
+            _ if !has_tool => Reply::tool_calls(&[(
+                "delegate",
+                json!({"agent": "slow", "task": "think for a long time"}),
+            )]),
+            _ => Reply::text("done"),
+        }
+    })
+    .await;
+    let mut s = common::settings(&model.base_url());
+    s.agents.insert(
+        "slow".into(),
+        SubAgent {
+            description: "test agent".into(),
+            profile: "fast".into(),
+            tools: vec![],
+            system_prompt: "You are a sub-agent.".into(),
+            timeout_s: 120,
+        },
+    );
+    let t = common::app(s, vec![]).await;
+    let agent = t.app.agent.clone();
+    let parent = agent
+        .create(hermes_engine::agent::Submit {
+            task: "ask the slow one".into(),
+            origin: Origin::Cli,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let running = tokio::spawn({
+        let (agent, id) = (agent.clone(), parent.id.clone());
+        async move { agent.execute(&id, Default::default()).await }
+    });
+    // The sub-agent's model call is in flight.
+    assert!(model.wait_for_requests(2, Duration::from_secs(10)).await);
+    let cancelled = std::time::Instant::now();
+    let done = agent.cancel(&parent.id).await.expect("cancel");
+    assert_eq!(done.state, TaskState::Cancelled);
+    let child = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let tasks = t.app.store.tasks().list(&Default::default()).await.unwrap();
+            let child = tasks
+                .into_iter()
+                .find(|c| c.parent_id.as_deref() == Some(parent.id.as_str()));
+            match child {
+                Some(c) if c.state.is_finished() => return c,
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    })
+    .await
+    .expect("the sub-agent ends with its parent");
+    assert!(cancelled.elapsed() < Duration::from_secs(10));
+    assert_eq!(child.state, TaskState::Cancelled, "{child:?}");
+    assert!(
+        child
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("delegated it ended"),
+        "{child:?}"
+    );
+    let _ = running.await;
+    assert_eq!(
+        model.request_count(),
+        2,
+        "nothing more was asked of the model"
+    );
+}

@@ -119,6 +119,10 @@ impl Agent {
         };
         let end = run.bounded(resume, &token, &why).await;
         self.unregister_running(&task.id, &why);
+        if !matches!(end, Ok(LoopEnd::Held)) {
+            // A sub-agent whose call was dropped (this task's limit, a cancel) still runs.
+            self.stop_children(&task.id);
+        }
         if let Err(StoreError::Fenced(_)) = end {
             // Declared dead meanwhile: what was not written stays unwritten, and the end is
             // the one the other nodes wrote.
@@ -145,6 +149,7 @@ impl Agent {
                 stop: token.clone(),
                 why: why.clone(),
                 epoch: task.node_epoch.clone(),
+                parent: task.parent_id.clone(),
             },
         );
         (token, why)
@@ -285,6 +290,10 @@ impl Run<'_> {
                     error: "the daemon stopped before the task finished".into(),
                 }),
                 Some(StopReason::Fenced) => Err(StoreError::Fenced(hermes_store::Fenced)),
+                Some(StopReason::ParentEnded) => Ok(LoopEnd::Failed {
+                    reason: FailReason::Cancelled,
+                    error: "cancelled: the task that delegated it ended first".into(),
+                }),
                 _ => Ok(LoopEnd::Failed { reason: FailReason::Cancelled, error: "cancelled".into() }),
             },
         }

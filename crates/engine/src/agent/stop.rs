@@ -15,6 +15,9 @@ pub(super) enum StopReason {
     Shutdown,
     /// This node lost the lease the task was claimed under: the task is the others' now.
     Fenced,
+    /// The sub-agent's parent task ended (cancelled, timed out, failed): nobody takes its
+    /// answer any more, and every model call it made would be spent for nothing.
+    ParentEnded,
 }
 
 /// A running task's stop switch and why it was pulled (the first reason wins).
@@ -23,6 +26,8 @@ pub(super) struct Running {
     pub(super) why: Arc<Mutex<Option<StopReason>>>,
     /// The lease epoch it was claimed under (`crates/store/src/lease.rs`), if any.
     pub(super) epoch: Option<String>,
+    /// The task that delegated it, for a sub-agent: stopping that one stops this one too.
+    pub(super) parent: Option<String>,
 }
 
 impl Agent {
@@ -51,14 +56,31 @@ impl Agent {
             .count()
     }
 
+    /// Pull `id`'s switch, and those of its sub-agents running here (theirs with
+    /// [`StopReason::ParentEnded`], all the way down). False when `id` does not run here.
     pub(super) fn stop_running(&self, id: &str, why: StopReason) -> bool {
-        match lock(&self.inner.running).get(id) {
+        let stopped = match lock(&self.inner.running).get(id) {
             Some(running) => {
                 lock(&running.why).get_or_insert(why);
                 running.stop.cancel();
                 true
             }
             None => false,
-        }
+        };
+        self.stop_children(id);
+        stopped
+    }
+
+    /// Stop the sub-agents of `parent` still running here: it ended, or is being stopped.
+    pub(super) fn stop_children(&self, parent: &str) -> usize {
+        let children: Vec<String> = lock(&self.inner.running)
+            .iter()
+            .filter(|(_, r)| r.parent.as_deref() == Some(parent))
+            .map(|(id, _)| id.clone())
+            .collect();
+        children
+            .iter()
+            .filter(|id| self.stop_running(id, StopReason::ParentEnded))
+            .count()
     }
 }
