@@ -361,6 +361,78 @@ async fn a_server_answering_as_another_model_holds_the_jobs_until_an_eval_passes
         "the background run and this one are recorded"
     );
 
+    // Within the hour, a third model: the verification settled the change before, so this is
+    // news of its own (told, the job held again), not that change's flap going on.
+    *version.lock().expect("version") = "v3";
+    model.report_model("smollm2-v3");
+    common::run_task(&t, "hello again").await;
+    eventually("the job held again", || async {
+        let j = app.store.jobs().get(&job.id).await.expect("job");
+        j.pause_reason == Some(PauseReason::ModelChanged)
+    })
+    .await;
+    let status = app.store.models().status("fast").await.expect("status");
+    let change = status.change.expect("the change is recorded");
+    assert!(change.new_identity.starts_with("smollm2-v3"), "{change:?}");
+    assert_eq!(change.flap_of, None, "{change:?}");
+    assert_eq!(change.paused_jobs, std::slice::from_ref(&job.id));
+
+    stop.cancel();
+    tracker.close();
+    tracker.wait().await;
+}
+
+#[tokio::test]
+async fn with_checks_off_the_first_reply_after_a_restart_is_compared_with_the_verified_model() {
+    let model = ScriptedModel::start_with(|req| {
+        Reply::text(&format!("Paris, you asked: {}", common::task_text(req)))
+    })
+    .await;
+    model.report_model("m-1");
+    let mut settings = common::settings(&model.base_url());
+    settings.model.identity_check_s = 0;
+    let dir = tempfile::tempdir().expect("data dir");
+    {
+        let app = common::app_in(settings.clone(), vec![], dir.path()).await;
+        let report = common::run_evals(
+            &app,
+            Some("fast"),
+            &["plain-answer"],
+            Some(common::fast_retry()),
+            &|_| {},
+        )
+        .await;
+        assert!(report.all_passed(), "{:?}", report.run.results);
+        let status = app.store.models().status("fast").await.expect("status");
+        assert_eq!(status.verified.map(|v| v.identity).as_deref(), Some("m-1"));
+    }
+
+    // The next process: the server now answers as another model under the same name.
+    model.report_model("m-2");
+    let app = common::app_in(settings, vec![], dir.path()).await;
+    let tracker = TaskTracker::new();
+    let stop = CancellationToken::new();
+    ModelWatch::new(&app, &tracker, stop.clone()).spawn();
+    let task = app
+        .agent
+        .create(hermes_engine::agent::Submit {
+            task: "hello".into(),
+            origin: Origin::Cli,
+            ..Default::default()
+        })
+        .await
+        .expect("task");
+    app.agent
+        .execute(&task.id, Default::default())
+        .await
+        .expect("ran");
+    eventually("the change from the verified model recorded", || async {
+        let status = app.store.models().status("fast").await.expect("status");
+        status
+            .unverified_change()
+            .is_some_and(|c| c.old_identity == "m-1" && c.new_identity == "m-2")
+    })
+    .await;
     stop.cancel();
     tracker.close();
     tracker.wait().await;

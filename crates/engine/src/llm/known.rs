@@ -89,20 +89,25 @@ pub(super) struct Tracker {
 
 impl Tracker {
     /// A reply of `profile` reported `model`: a different id than the last one asks for a
-    /// check (the first one reported is only noted).
+    /// check, and so does the first one while no check established the profile's identity
+    /// (checks off, or the check at start failed): it must still be compared with the model
+    /// an eval verified before this process started.
     pub(super) fn reported(&self, profile: &str, model: Option<&str>) {
         let Some(model) = model.filter(|m| !m.trim().is_empty()) else {
             return;
         };
-        let changed = {
+        let (changed, first) = {
             let mut known = lock(&self.known);
             let k = known.entry(profile.to_string()).or_default();
             let changed = k.reported.as_deref().is_some_and(|m| m != model);
+            let first = k.reported.is_none() && k.identity.is_none();
             k.reported = Some(model.to_string());
-            changed
+            (changed, first)
         };
         if changed {
             tracing::info!(profile, model, "the model server reports another model id");
+        }
+        if changed || first {
             lock(&self.wanted).insert(profile.to_string());
             self.notify.notify_waiters();
         }
@@ -160,14 +165,32 @@ mod tests {
     }
 
     #[test]
-    fn only_a_different_reported_id_asks_for_a_check() {
+    fn a_different_reported_id_asks_for_a_check_and_so_does_a_first_unchecked_one() {
+        let taken = |t: &Tracker| std::mem::take(&mut *lock(&t.wanted));
         let t = Tracker::default();
+        t.set(
+            "fast",
+            Identity {
+                model: "a".into(),
+                told: None,
+            },
+        );
         t.reported("fast", Some("a"));
-        assert!(lock(&t.wanted).is_empty(), "the first id is only noted");
+        assert!(
+            taken(&t).is_empty(),
+            "a checked profile's first id is only noted"
+        );
         t.reported("fast", Some("a"));
         t.reported("fast", None);
-        assert!(lock(&t.wanted).is_empty());
+        assert!(taken(&t).is_empty());
         t.reported("fast", Some("b"));
-        assert_eq!(lock(&t.wanted).iter().collect::<Vec<_>>(), ["fast"]);
+        assert_eq!(taken(&t).into_iter().collect::<Vec<_>>(), ["fast"]);
+
+        // Never checked (checks off): the first id is compared with the verified one too.
+        let t = Tracker::default();
+        t.reported("fast", Some("a"));
+        assert_eq!(taken(&t).into_iter().collect::<Vec<_>>(), ["fast"]);
+        t.reported("fast", Some("a"));
+        assert!(taken(&t).is_empty());
     }
 }

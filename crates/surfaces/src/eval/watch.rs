@@ -151,12 +151,15 @@ impl ModelWatch {
         // A change within the window of the last one told is that one's flap going on: recorded
         // as part of it, and nothing told, held or run (a server reporting another id on every
         // reply would otherwise send a notice and start an eval for each).
+        // A model verified since the change was told settled it: what comes after is news.
         let told = store.models().last_told_change(profile).await?;
         let window = flap_window(self.app.config.settings.model.identity_check_s);
+        let settled_at = before.verified.as_ref().and_then(|v| v.verified_at);
         let within = told.as_ref().filter(|c| {
-            (hermes_store::now() - c.seen_at)
+            let young = (hermes_store::now() - c.seen_at)
                 .to_std()
-                .is_ok_and(|age| age < window)
+                .is_ok_and(|age| age < window);
+            young && settled_at.is_none_or(|at| at < c.seen_at)
         });
         let new = NewModelChange {
             profile: profile.to_string(),
