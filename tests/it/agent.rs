@@ -210,6 +210,58 @@ async fn a_hanging_tool_times_out_and_the_task_goes_on() {
 }
 
 #[tokio::test]
+async fn a_reply_of_too_many_calls_runs_the_first_sixteen_a_few_at_a_time() {
+    let queries: Vec<Value> = (0..20)
+        .map(|i| json!({"query": format!("item {i}")}))
+        .collect();
+    let calls: Vec<(&str, Value)> = queries.iter().map(|q| ("lookup", q.clone())).collect();
+    let model = ScriptedModel::start(vec![
+        Reply::tool_calls(&calls),
+        Reply::text("sixteen prices"),
+    ])
+    .await;
+    let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (now, top) = (running.clone(), most.clone());
+    let counted = tool_fn(
+        ToolInfo::new(
+            "lookup",
+            "Look up a product's price.",
+            json!({"type": "object", "properties": {"query": {"type": "string"}},
+                   "required": ["query"], "additionalProperties": false}),
+        ),
+        move |args: Value, _| {
+            let (now, top) = (now.clone(), top.clone());
+            async move {
+                let n = now.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                top.fetch_max(n, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                now.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                Ok(json!({"query": args["query"], "price": "12 EUR"}))
+            }
+        },
+    );
+    let t = common::app(common::settings(&model.base_url()), vec![counted]).await;
+    let r = common::run_task(&t, "price twenty items").await;
+    assert_eq!(r.task.state, TaskState::Succeeded);
+    let rows: Vec<_> = r.steps.iter().filter(|s| s.row.name == "lookup").collect();
+    assert_eq!(rows.len(), 20);
+    let refused: Vec<_> = rows.iter().filter(|s| s.row.error.is_some()).collect();
+    assert_eq!(refused.len(), 4, "{rows:?}");
+    for s in &refused {
+        let e = s.row.error.as_deref().unwrap_or_default();
+        assert!(e.contains("at most 16 tool calls"), "{e}");
+        let args = s.row.arguments.as_deref().unwrap_or_default();
+        assert!(
+            (16..20).any(|i| args.contains(&format!("item {i}\""))),
+            "{args}"
+        );
+    }
+    let most = most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!((1..=4).contains(&most), "{most} calls ran at once");
+}
+
+#[tokio::test]
 async fn a_5_mb_tool_result_never_reaches_the_model_whole() {
     let model = ScriptedModel::start(vec![
         Reply::tool_calls(&[("huge", json!({}))]),

@@ -2,7 +2,8 @@
 //!
 //! Owns: the order of a round: results of sub-tasks that were waited for; then the gate: if any
 //! call needs a person who has not answered, nothing of the round runs and the task is held
-//! (one request per distinct call); else the calls run concurrently, each once — approved ones
+//! (one request per distinct call); else the calls run concurrently (a few at a time, at most
+//! [`MAX_CALLS_PER_REPLY`] of a reply), each once — approved ones
 //! with exactly the approved arguments, declined ones not at all. A delegate call whose
 //! sub-agent waits for a person holds the round too, keeping the results of the calls that
 //! already ran so that they never run again.
@@ -16,8 +17,17 @@ use super::trace;
 use crate::llm::ToolCall;
 use crate::memory::ShortTerm;
 use crate::tools::{Permit, ToolContext, ToolError, ToolOutcome};
-use futures::future::join_all;
+use futures::StreamExt as _;
 use hermes_store::StoreError;
+
+/// The most tool calls one model reply may make; those past it are answered "not run" without
+/// being gated or run. A reply of hundreds of calls (a model looping inside one answer) must
+/// not start hundreds of processes, sub-agents or approval requests at once.
+pub(crate) const MAX_CALLS_PER_REPLY: usize = 16;
+
+/// How many calls of one reply run at once; the rest start as those finish, in order. Keeps a
+/// fan-out of sub-agents (each its own model calls and tools) within reach of `agent.workers`.
+const CONCURRENT_CALLS: usize = 4;
 
 impl Run<'_> {
     /// The tool globs the task's job pre-approved (none for a task no job started).
@@ -42,6 +52,7 @@ impl Run<'_> {
     ) -> Result<RoundEnd, StoreError> {
         let calls: Vec<ToolCall> = round.calls().to_vec();
         self.finish_waited_subs(ctx, step, &calls, &mut round).await;
+        self.refuse_past_cap(step, &calls, &mut round);
         let gates = self.gates(&calls, &round.slots, pre_approved).await?;
         if gates.iter().flatten().any(Gate::waits) {
             self.ask(step, &calls, &gates).await?;
@@ -132,6 +143,17 @@ impl Run<'_> {
             .collect())
     }
 
+    /// Answer the calls past [`MAX_CALLS_PER_REPLY`] without running them.
+    fn refuse_past_cap(&self, step: i64, calls: &[ToolCall], round: &mut HeldRound) {
+        for (i, call) in calls.iter().enumerate().skip(MAX_CALLS_PER_REPLY) {
+            if matches!(round.slots[i], Slot::ToRun) {
+                let o = not_run(call, ToolError::TooMany(MAX_CALLS_PER_REPLY));
+                self.record(trace::tool(step, call, &o));
+                round.slots[i] = Slot::Done { content: o.content };
+            }
+        }
+    }
+
     /// Runs the round's calls concurrently and fills their slots; `true` when a delegate's
     /// sub-agent waits for a person, so the round must be held with what already ran.
     async fn run_calls(
@@ -153,10 +175,18 @@ impl Run<'_> {
             })
             .collect();
         self.ensure_lease().await?;
-        let outcomes = join_all(calls.iter().zip(gates).zip(verdicts).zip(&contexts).map(
-            |(((c, g), v), ctx)| self.run_call(step, c, g.as_ref(), v.as_ref(), ctx, restrict),
-        ))
-        .await;
+        // Made first, then streamed: a stream over a borrowing closure is not provably `Send`.
+        let runs: Vec<_> = calls
+            .iter()
+            .zip(gates)
+            .zip(verdicts)
+            .zip(&contexts)
+            .map(|(((c, g), v), ctx)| self.run_call(step, c, g.as_ref(), v.as_ref(), ctx, restrict))
+            .collect();
+        let outcomes: Vec<Option<ToolOutcome>> = futures::stream::iter(runs)
+            .buffered(CONCURRENT_CALLS)
+            .collect()
+            .await;
         let mut waits = false;
         for (i, (call, o)) in calls.iter().zip(outcomes).enumerate() {
             let Some(o) = o else { continue };

@@ -92,6 +92,11 @@ pub enum ToolError {
         "not run: a person declined this call ({0}); do not ask for it again — answer without it, or say what you would have needed"
     )]
     Declined(String),
+    /// Not run: the reply made more calls than one reply may.
+    #[error(
+        "not run: one reply may make at most {0} tool calls, and this one made more; make the calls you still need in your next reply"
+    )]
+    TooMany(usize),
 }
 
 impl ToolError {
@@ -113,6 +118,7 @@ impl ToolError {
             ToolError::Repeated(_) => "repeated",
             ToolError::NeedsApproval(_) => "needs_approval",
             ToolError::Declined(_) => "declined",
+            ToolError::TooMany(_) => "too_many",
         }
     }
 }
