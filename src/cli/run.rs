@@ -73,8 +73,16 @@ async fn run_task(app: &App, args: RunArgs, daemon_up: bool) -> anyhow::Result<E
         r = &mut exec => r?,
         _ = tokio::signal::ctrl_c() => {
             errln!("interrupted: cancelling task {}", task.id);
-            app.agent.cancel(&task.id).await?;
-            exec.await?
+            // Both at once: the cancel waits for the task's end, which only the task's own
+            // future, polled here, can reach.
+            let (cancelled, done) = tokio::join!(app.agent.cancel(&task.id), &mut exec);
+            let done = done?;
+            if let Err(e) = cancelled
+                && !done.state.is_finished()
+            {
+                return Err(e.into());
+            }
+            done
         }
     };
     let _ = printer.await;
