@@ -763,7 +763,10 @@ async fn a_server_that_counts_no_tools_switches_an_auto_profile_to_text_mode() {
             "choices": [{"message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 40, "completion_tokens": 2}
         })),
-        Reply::text("Paris."),
+        Reply::Body(json!({
+            "choices": [{"message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 900, "completion_tokens": 3}
+        })),
     ])
     .await;
     let gw = gateway_for(&model);
@@ -772,6 +775,11 @@ async fn a_server_that_counts_no_tools_switches_an_auto_profile_to_text_mode() {
         .await
         .unwrap();
     assert_eq!(reply.content, "Paris.");
+    // The reply given up on was spent too: both count.
+    assert_eq!(
+        (reply.usage.prompt_tokens, reply.usage.completion_tokens),
+        (940, 5)
+    );
     assert_eq!(reply.notes.len(), 1, "{:?}", reply.notes);
     assert!(
         reply.notes[0].contains("counted 40 prompt tokens"),

@@ -252,6 +252,8 @@ impl Gateway {
         let profile = self.profile(profile_name)?;
         let tools = ask.tools;
         let mut notes = Vec::new();
+        // The tokens of replies given up on as evidence: spent all the same, so counted.
+        let mut spent = Usage::default();
         loop {
             let mode = self.tool_mode(profile_name, profile);
             let result = self.exchange(profile_name, profile, ask, mode).await;
@@ -265,11 +267,15 @@ impl Gateway {
                 _ => None,
             };
             if let Some(why) = evidence {
+                if let Ok(reply) = &result {
+                    spent = spent.plus(reply.usage);
+                }
                 notes.push(self.switch_to_text(profile_name, profile, &why));
                 continue;
             }
             return result.map(|mut reply| {
                 reply.notes = notes;
+                reply.usage = reply.usage.plus(spent);
                 reply
             });
         }

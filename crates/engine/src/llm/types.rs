@@ -96,6 +96,17 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Both counts together (estimated when either was).
+    pub(crate) fn plus(self, other: Usage) -> Usage {
+        Usage {
+            prompt_tokens: self.prompt_tokens.saturating_add(other.prompt_tokens),
+            completion_tokens: self
+                .completion_tokens
+                .saturating_add(other.completion_tokens),
+            estimated: self.estimated || other.estimated,
+        }
+    }
+
     /// The tokens a reply reports, or estimated from the request and the reply when it reports
     /// none.
     pub(crate) fn of_reply(
