@@ -297,6 +297,14 @@ async fn server_error_then_success_retries() {
     assert_eq!(reply.content, "ok");
     assert_eq!(reply.attempts, 2);
     assert_eq!(model.request_count(), 2);
+    // The task's trace says so, and why.
+    assert!(
+        reply.notes.iter().any(|n| n.contains("tried 2 times")
+            && n.contains("attempt 1 failed")
+            && n.contains("HTTP 500")),
+        "{:?}",
+        reply.notes
+    );
     model.stop().await;
 }
 

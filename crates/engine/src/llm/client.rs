@@ -274,6 +274,7 @@ impl Gateway {
                 continue;
             }
             return result.map(|mut reply| {
+                notes.append(&mut reply.notes);
                 reply.notes = notes;
                 reply.usage = reply.usage.plus(spent);
                 reply
@@ -336,6 +337,8 @@ impl Gateway {
             reason: e.to_string(),
         })?;
         let mut attempts = 0u32;
+        // Why each earlier attempt failed, for the task's trace.
+        let mut retried: Vec<String> = Vec::new();
         loop {
             attempts += 1;
             let started = Instant::now();
@@ -349,7 +352,7 @@ impl Gateway {
             let failure = match outcome {
                 Ok(reply) => {
                     let text_fallback = !tools.is_empty();
-                    return self.read_reply(
+                    let read = self.read_reply(
                         profile_name,
                         profile,
                         &body,
@@ -357,6 +360,15 @@ impl Gateway {
                         text_fallback,
                         attempts,
                     );
+                    return read.map(|mut reply| {
+                        if !retried.is_empty() {
+                            reply.notes.push(format!(
+                                "the call to profile '{profile_name}' was tried {attempts} times: {}",
+                                retried.join("; ")
+                            ));
+                        }
+                        reply
+                    });
                 }
                 Err(f) => f,
             };
@@ -372,6 +384,11 @@ impl Gateway {
                 error = %error.retry_cause(),
                 "model call failed; retrying"
             );
+            retried.push(format!(
+                "attempt {attempts} failed ({}), retried after {} ms",
+                error.retry_cause(),
+                delay.as_millis()
+            ));
             tokio::time::sleep(delay).await;
         }
     }
