@@ -535,6 +535,48 @@ async fn a_429_is_honoured_before_the_answer_is_sent_again() {
     assert!(answer.shown.contains("are you rate limited"), "{answer:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_on_getupdates_is_retried_soon_and_answers_go_out_meanwhile() {
+    let model = ScriptedModel::start_with(|req: &Value| {
+        let task = task_text(req);
+        if task.contains("slow one") {
+            Reply::Delay(
+                Duration::from_secs(2),
+                Box::new(Reply::text("the slow answer")),
+            )
+        } else {
+            Reply::text(&format!("echo: {task}"))
+        }
+    })
+    .await;
+    let w = World::with(model, NO_TOOLS).await;
+    let d = w.start().await;
+    let slow = w.bot.say(&me(), "the slow one");
+    d.until("the slow task to start", || async {
+        (!telegram_tasks(&d).await.is_empty()).then_some(())
+    })
+    .await;
+    // Another poller of the same bot (or the old long poll of a restart) takes the updates
+    // three times in a row; a stranger's message makes the current long poll return.
+    for _ in 0..3 {
+        w.bot.fail_next("getUpdates", Fault::Conflict);
+    }
+    w.bot.say(&Person::new(999, "Stranger"), "poke");
+    let answer = w.answer_to(slow).await;
+    assert!(answer.shown.contains("the slow answer"), "{answer:?}");
+    d.health_until("the channel down for the conflict", |h| {
+        h["telegram"]["state"] == "down"
+            || w.bot.calls("getUpdates").iter().any(|c| c.status == 409)
+    })
+    .await;
+    // Reading comes back after a short backoff, not the longest wait.
+    let later = w.bot.say(&me(), "are you back");
+    let answer = w.answer_to(later).await;
+    assert!(answer.shown.contains("are you back"), "{answer:?}");
+    let conflicts = w.bot.calls("getUpdates");
+    assert_eq!(conflicts.iter().filter(|c| c.status == 409).count(), 3);
+}
+
 const MALFORMED: &str = "**bold _nested `code <tag> & [link](javascript:x)";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -55,6 +55,8 @@ pub enum Fault {
     /// The next `sendMessage` that has a `parse_mode`.
     CantParseEntities,
     Unauthorized,
+    /// 409: another `getUpdates` took over (a second poller of the same bot).
+    Conflict,
 }
 
 /// An accepted `sendMessage`.

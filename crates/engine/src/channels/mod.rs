@@ -194,13 +194,16 @@ impl<S: Health, C: Clone> Link<S, C> {
     }
 
     /// Read the channel until `stop`: hold it (one daemon at a time), run `connect`'s
-    /// connection until it fails, then say so and wait as `retry` says of the failure.
+    /// connection until it fails, then say so and wait as `retry` says of the failure. The
+    /// outbox keeps sending with the connection meanwhile when `sends_on` says the failure
+    /// leaves it usable (Telegram's sends do not depend on its polling).
     pub(crate) async fn keep_reading<E, F>(
         &self,
         store: &Store,
         stop: &CancellationToken,
         mut connect: impl FnMut() -> F,
         mut retry: impl FnMut(&E) -> Retry,
+        sends_on: fn(&E) -> bool,
     ) where
         E: From<StoreError> + std::fmt::Display,
         F: Future<Output = Result<Infallible, E>>,
@@ -213,7 +216,9 @@ impl<S: Health, C: Clone> Link<S, C> {
             }
         };
         reconnect::keep_connected(stop, held, |e: &E, failures| {
-            self.lost();
+            if !sends_on(e) {
+                self.lost();
+            }
             let wait = match retry(e) {
                 Retry::Soon => RECONNECT.delay(failures),
                 Retry::After(wait) => wait,

@@ -50,6 +50,13 @@ impl BotApi {
                     "can't parse entities: Can't find end of the entity starting at byte offset 0",
                 ),
                 Fault::Unauthorized => unauthorized(),
+                Fault::Conflict => Refusal(
+                    409,
+                    "Conflict: terminated by other getUpdates request; make sure that only one \
+                     bot instance is running"
+                        .into(),
+                    None,
+                ),
             })
         } else if method.eq_ignore_ascii_case("getUpdates") {
             self.get_updates(&body).await

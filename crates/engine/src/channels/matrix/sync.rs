@@ -75,7 +75,7 @@ pub(super) async fn run(inner: Arc<Inner>, feed: Feed) {
     tracing::info!(homeserver = %inner.settings.homeserver, user = %inner.settings.user, "Matrix channel started");
     let connect = || connection(&inner, &feed);
     (inner.link)
-        .keep_reading(&inner.store, &feed.stop, connect, Ended::retry)
+        .keep_reading(&inner.store, &feed.stop, connect, Ended::retry, |_| false)
         .await;
 }
 

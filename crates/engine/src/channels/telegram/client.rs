@@ -35,6 +35,12 @@ pub(super) enum Failure {
     /// 400 message is too long.
     #[error("Telegram refused the message as too long")]
     TooLong,
+    /// 409: another program reads this bot's updates (a second poller, a webhook), or the long
+    /// poll of this daemon's previous run is still open at Telegram. Worth another try soon.
+    #[error(
+        "another program reads this bot's updates ({0}); a bot has one reader at a time: stop the other one (another hermes-agent with its own database, a bot framework). Trying again meanwhile"
+    )]
+    Conflict(String),
     /// Any other refusal (a chat not found, the bot blocked or kicked): sending it again will
     /// not help.
     #[error("Telegram refused the request: {0}")]
@@ -50,6 +56,9 @@ impl From<RequestError> for Failure {
             RequestError::Api(ApiError::InvalidToken) => Failure::Revoked,
             RequestError::Api(ApiError::MessageIsTooLong) => Failure::TooLong,
             RequestError::Api(ApiError::CantParseEntities(why)) => Failure::Formatting(why),
+            RequestError::Api(
+                e @ (ApiError::TerminatedByOtherGetUpdates | ApiError::CantGetUpdates),
+            ) => Failure::Conflict(e.to_string()),
             RequestError::Api(ApiError::Unknown(why))
                 if !(why.starts_with("Bad Request") || why.starts_with("Forbidden")) =>
             {
@@ -62,9 +71,11 @@ impl From<RequestError> for Failure {
                 "the group became a supergroup with the id {}; put that id in channels.telegram.chats",
                 to.0
             )),
+            // With its causes: "error sending request" alone says neither "refused" nor
+            // "timed out".
             other @ (RequestError::Network(_)
             | RequestError::InvalidJson { .. }
-            | RequestError::Io(_)) => Failure::Unavailable(other.to_string()),
+            | RequestError::Io(_)) => Failure::Unavailable(hermes_store::util::error_chain(&other)),
         }
     }
 }

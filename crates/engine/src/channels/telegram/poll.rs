@@ -53,6 +53,12 @@ impl Ended {
             _ => Retry::Soon,
         }
     }
+
+    /// Whether the bot may still send after this: sending does not depend on polling, only on
+    /// the token and on this node holding the channel.
+    fn sends_on(&self) -> bool {
+        !matches!(self, Ended::Elsewhere | Ended::Api(Failure::Revoked))
+    }
 }
 
 pub(super) async fn run(inner: Arc<Inner>, feed: Feed) {
@@ -67,7 +73,7 @@ pub(super) async fn run(inner: Arc<Inner>, feed: Feed) {
         retry
     };
     (inner.link)
-        .keep_reading(&inner.store, &feed.stop, connect, retry)
+        .keep_reading(&inner.store, &feed.stop, connect, retry, Ended::sends_on)
         .await;
 }
 

@@ -165,7 +165,7 @@ impl Inner {
                 f @ (Failure::Refused(_) | Failure::TooLong | Failure::Formatting(_)) => {
                     return Err(SendError::Permanent(f.to_string()));
                 }
-                f @ (Failure::RetryAfter(_) | Failure::Unavailable(_)) => {
+                f @ (Failure::RetryAfter(_) | Failure::Unavailable(_) | Failure::Conflict(_)) => {
                     return Err(SendError::Transient(f.to_string()));
                 }
             }
