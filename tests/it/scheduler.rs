@@ -791,6 +791,66 @@ async fn a_loop_that_wakes_late_runs_one_catch_up_at_most() {
 }
 
 #[tokio::test]
+async fn a_run_whose_task_ended_just_before_a_crash_is_recorded_and_delivered_at_start() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    let mut r = req("digest", "every 1h");
+    r.notify = vec!["email".into()];
+    let job = c.sched.add(r, Origin::Cli).await.unwrap();
+    // The state a SIGKILL leaves right after the task's end was written: the task succeeded,
+    // the run is still `fired`, the lock held, nothing queued.
+    let task_id = c.runner.create(&job).await.unwrap().id().to_string();
+    c.store.tasks().start(&task_id).await.unwrap();
+    let answer = TaskOutcome::answered("Today: tea is 12 EUR.");
+    assert!(c.store.tasks().finish(&task_id, &answer).await.unwrap());
+    let run_id = c
+        .store
+        .jobs()
+        .add_run(
+            &job.id,
+            utc("2026-06-01T10:00:00Z"),
+            RunOutcome::Fired,
+            Some(&task_id),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(c.store.jobs().lock(&job.id, &task_id).await.unwrap());
+
+    let restarted = scheduler_on(&c.store, &c.runner, settings(), clock.clone());
+    let tracker = TaskTracker::new();
+    let cancel = CancellationToken::new();
+    restarted.start(&tracker, cancel.clone()).await.unwrap();
+    let r = runs(&c.store, &job.id).await;
+    assert_eq!(r[0].id, run_id);
+    assert_eq!(r[0].outcome, RunOutcome::Fired, "{:?}", r[0]);
+    let notices = c.store.outbox().for_run(run_id).await.unwrap();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert!(
+        notices[0].queued.body.contains("tea is 12 EUR"),
+        "{notices:?}"
+    );
+    assert_eq!(
+        c.store.jobs().get(&job.id).await.unwrap().running_task_id,
+        None
+    );
+
+    // A crash after the notice was queued but before the lock was freed: the next start
+    // queues nothing more.
+    cancel.cancel();
+    tracker.close();
+    tracker.wait().await;
+    assert!(c.store.jobs().lock(&job.id, &task_id).await.unwrap());
+    let again = scheduler_on(&c.store, &c.runner, settings(), clock.clone());
+    let tracker = TaskTracker::new();
+    again
+        .start(&tracker, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(c.store.outbox().for_run(run_id).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
 async fn a_run_lock_left_by_a_crash_is_cleared_at_start() {
     let clock = ManualClock::at("2026-06-01T10:00:00Z");
     let c = setup(settings(), clock.clone()).await;

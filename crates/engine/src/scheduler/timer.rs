@@ -5,7 +5,7 @@
 use super::fire::Started;
 use super::{RESCAN, Scheduler, SchedulerError};
 use chrono::{DateTime, Utc};
-use hermes_store::{Job, RunOutcome, StoreError};
+use hermes_store::{Delivery, Job, JobRun, RunOutcome, StoreError, Task, TaskState};
 use std::time::Duration;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
@@ -46,7 +46,8 @@ impl Scheduler {
 
     /// At start: runs a crash interrupted are recorded `failed` and their locks cleared; a run
     /// whose task waits for a person (its wait survives restarts) keeps its lock and is
-    /// followed to its end, delivered and recorded as if the daemon had never stopped. Then
+    /// followed to its end, delivered and recorded as if the daemon had never stopped; a run
+    /// whose task had ended is recorded and delivered now. Then
     /// the due times missed while down are handled (one catch-up at most per job).
     pub(crate) async fn restore(&self) -> Result<(), SchedulerError> {
         if self.inner.store.shared().is_some() {
@@ -146,8 +147,16 @@ impl Scheduler {
                 Err(StoreError::NotFound { .. }) => None,
                 Err(e) => return Err(e.into()),
             };
-            if task.is_some_and(|t| t.waiting && !t.state.is_finished()) {
+            if task
+                .as_ref()
+                .is_some_and(|t| t.waiting && !t.state.is_finished())
+            {
                 followed.push((job, run));
+                continue;
+            }
+            if let Some(done) = task.filter(|t| t.state.is_finished()) {
+                // The task ended before the stop; only its run was not recorded yet.
+                self.complete_ended(job, run, done).await?;
                 continue;
             }
             let reason = "interrupted: the daemon stopped during this run";
@@ -195,6 +204,38 @@ impl Scheduler {
 
     /// A run whose lock this node holds, ready to be followed here. A task this node cannot
     /// follow gives the lock back, else the job could never fire again; `None` then.
+    /// A run whose task had ended when the daemon stopped: recorded, and delivered as its end
+    /// would have been — unless the stop came after its notices were queued.
+    async fn complete_ended(
+        &self,
+        job: Job,
+        run: JobRun,
+        task: Task,
+    ) -> Result<(), SchedulerError> {
+        let store = &self.inner.store;
+        if store.outbox().for_run(run.id).await?.is_empty() {
+            tracing::warn!(job = %job.id, task = %task.id, "job run ended just before a stop; recording and delivering it now");
+            let started = Started {
+                job,
+                run_id: run.id,
+                task: Box::new(Ended(task)),
+                scheduled_at: run.scheduled_at,
+            };
+            self.finish(started).await;
+            return Ok(());
+        }
+        let (outcome, reason) = match task.state {
+            TaskState::Succeeded => (RunOutcome::Fired, None),
+            _ => (RunOutcome::Failed, task.error.as_deref()),
+        };
+        store
+            .jobs()
+            .update_run(run.id, outcome, reason, &Delivery::Queued)
+            .await?;
+        store.jobs().release_lock(&job.id, &task.id).await?;
+        Ok(())
+    }
+
     async fn follow_held(
         &self,
         job: Job,
@@ -220,5 +261,24 @@ impl Scheduler {
                 Ok(None)
             }
         }
+    }
+}
+
+/// A task that ended already: its run has nothing left to wait for.
+struct Ended(Task);
+
+impl super::JobTask for Ended {
+    fn id(&self) -> &str {
+        &self.0.id
+    }
+
+    fn run(
+        self: Box<Self>,
+    ) -> futures::future::BoxFuture<'static, Result<Task, super::RunnerError>> {
+        Box::pin(std::future::ready(Ok(self.0)))
+    }
+
+    fn abandon(self: Box<Self>, _why: String) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(std::future::ready(()))
     }
 }
