@@ -497,6 +497,28 @@ async fn a_named_data_dir_is_never_worked_on_through_another_data_dirs_daemon() 
         assert_eq!(listed["tasks"], json!([]), "{listed}");
     }
 
+    // A data dir whose own daemon was killed, leaving its address file, while this daemon
+    // took that port: the answer there is another node's, so not used.
+    let stale = site.dir.path().join("stale-data");
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::copy(addr_path(&site.data()), addr_path(&stale)).unwrap();
+    std::fs::write(
+        stale.join(hermes_engine::metrics::NODE_ID_FILE),
+        "00000000-0000-4000-8000-000000000001\n",
+    )
+    .unwrap();
+    let out = base_command(site.dir.path(), &[])
+        .arg("--config")
+        .arg(site.config())
+        .arg("--data-dir")
+        .arg(&stale)
+        .args(["tasks", "list", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed["tasks"], json!([]), "{listed}");
+
     // Its own data dir still goes through it.
     let out = site.cli(&["tasks", "list", "--json"], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));

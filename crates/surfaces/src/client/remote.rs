@@ -45,8 +45,8 @@ impl Remote {
             .timeout(CALL_TIMEOUT)
             .build()
             .ok()?;
-        for base in candidates(config) {
-            if answers_health(&http, &base).await {
+        for (base, node) in candidates(config) {
+            if answers_health(&http, &base, node.as_deref()).await {
                 let task_s = config.settings.agent.task_timeout_s;
                 return Some(Remote {
                     base,
@@ -367,12 +367,13 @@ impl Backend for Remote {
 /// The base URLs to probe, in order: the configured address (a fixed port is where the
 /// person expects the daemon), then the one the daemon on this data dir wrote (the only way
 /// to find one bound to port 0, or to another port than this config says).
-fn candidates(config: &Config) -> Vec<String> {
+fn candidates(config: &Config) -> Vec<(String, Option<String>)> {
     let mut bases = Vec::new();
     // The data dir's own daemon first: one serving it on this machine always leaves its
-    // address there, so an answer at that address is the daemon of this data dir.
+    // address there. A file left by a daemon killed since may name a port another data dir's
+    // daemon took: the answer there must carry this data dir's node id.
     match super::addr::read_addr(&config.data_dir) {
-        Ok(Some(addr)) => bases.push(format!("http://{}", reachable(addr))),
+        Ok(Some(addr)) => bases.push((format!("http://{}", reachable(addr)), own_node(config))),
         Ok(None) => {}
         // A broken file only costs the way to a daemon on another port; say why it was skipped.
         Err(e) => tracing::warn!("{e}"),
@@ -391,11 +392,19 @@ fn candidates(config: &Config) -> Vec<String> {
             h => h.to_string(),
         };
         let base = format!("http://{host}:{}", s.port);
-        if !bases.contains(&base) {
-            bases.push(base);
+        if !bases.iter().any(|(b, _)| *b == base) {
+            // Another host sharing the database is another node: any node id answers.
+            bases.push((base, None));
         }
     }
     bases
+}
+
+/// This data dir's node id, if a daemon ever served it (read only: the CLI writes none).
+fn own_node(config: &Config) -> Option<String> {
+    let path = config.data_dir.join(hermes_engine::metrics::NODE_ID_FILE);
+    let text = std::fs::read_to_string(path).ok()?;
+    Some(text.trim().to_string()).filter(|t| !t.is_empty())
 }
 
 /// Whether `server.host` is this machine: loopback, `localhost` or a wildcard bind.
@@ -417,7 +426,9 @@ fn reachable(addr: SocketAddr) -> SocketAddr {
     SocketAddr::new(ip, addr.port())
 }
 
-async fn answers_health(http: &reqwest::Client, base: &str) -> bool {
+/// Whether a daemon answers at `base`, healthy enough to talk to, and (with `node`) is the
+/// node that serves this data dir.
+async fn answers_health(http: &reqwest::Client, base: &str, node: Option<&str>) -> bool {
     let Ok(probe) = http
         .get(format!("{base}/healthz"))
         .timeout(PROBE_TIMEOUT)
@@ -429,6 +440,12 @@ async fn answers_health(http: &reqwest::Client, base: &str) -> bool {
     let Ok(body) = probe.json::<Value>().await else {
         return false;
     };
+    if let (Some(want), Some(serves)) = (node, body.get("node").and_then(Value::as_str))
+        && want != serves
+    {
+        tracing::info!(%base, "the daemon at this data dir's old address serves another data dir now; not used");
+        return false;
+    }
     // A degraded daemon (its disk full, say) still owns the data dir: talk to it, and let its
     // errors say what is wrong.
     matches!(

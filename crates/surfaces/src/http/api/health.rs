@@ -79,6 +79,9 @@ pub(crate) async fn health(
         "storage": storage,
         "memory_index": memory_index,
         "version": env!("CARGO_PKG_VERSION"),
+        // Which data dir this daemon serves (its node id, a UUID naming nothing): a client
+        // that found it through a data dir's address file checks it is that data dir's.
+        "node": store.node(),
         "running": s.agent.running_count(),
         // With the database unreachable the count is unknown: null, and health still answers.
         "pending": reading.pending,
