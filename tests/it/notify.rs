@@ -1161,6 +1161,40 @@ async fn a_stalled_smtp_server_is_a_temporary_failure_after_the_send_deadline() 
 }
 
 #[tokio::test]
+async fn a_slow_webhook_receiver_is_waited_for_up_to_the_send_deadline_and_gets_it_once() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // A receiver that takes 11 s to answer: longer than a fixed 10 s cut, well within
+    // notify.send_timeout_s (60 s by default).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                let _ = conn.read(&mut buf).await;
+                tokio::time::sleep(Duration::from_secs(11)).await;
+                let _ = conn
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    let store = Store::open_in_memory().await.unwrap();
+    let n = Notifier::new(webhooks(&[("slow", &url, "")]), store.clone()).unwrap();
+    let id = n.enqueue(notice("slow", "Digest", "x")).await.unwrap();
+    let sent = tokio::time::timeout(Duration::from_secs(30), n.deliver_due())
+        .await
+        .expect("the attempt ends");
+    let row = store.outbox().get(id).await.unwrap().unwrap();
+    assert_eq!(sent, 1, "{row:?}");
+    assert_eq!((row.state, row.attempts), (NoticeState::Sent, 1));
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
 async fn deliveries_and_failed_attempts_are_counted_by_channel_and_kind() {
     use hermes_engine::metrics::{Metrics, Reading};
     // `flaky` fails once then takes the notice; `gone` refuses for good; `down` never answers

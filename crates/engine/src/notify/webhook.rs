@@ -20,8 +20,6 @@ use std::time::Duration;
 
 /// The signature header's name.
 pub(crate) const SIGNATURE_HEADER: &str = "X-Hermes-Signature";
-/// Whole-request timeout for a delivery.
-const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Timeout for `doctor`'s reachability probe.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 /// How much of a refusing receiver's body goes into the notice's error.
@@ -98,7 +96,9 @@ impl WebhookChannel {
         let mut request = self
             .client
             .post(self.url.clone())
-            .timeout(SEND_TIMEOUT)
+            // No bound of its own: the attempt's is `notify.send_timeout_s`, as for every
+            // channel; a shorter one here cut slow receivers off after they had the notice,
+            // which the retry then sent again.
             .header(reqwest::header::CONTENT_TYPE, "application/json");
         if !self.secret.is_empty() {
             request = request.header(SIGNATURE_HEADER, signature(&self.secret, &body));
