@@ -300,13 +300,19 @@ impl Holds<'_> {
         .await?;
         let hold = hold.into_iter().next();
         if let Some(h) = &hold {
-            // Its taker runs it from here: the task is this node's now (see `nodes.rs`).
-            query("UPDATE tasks SET waiting = FALSE, node_id = ?, node_epoch = ? WHERE id = ?")
-                .bind(self.store.node())
-                .bind(self.store.stamp())
-                .bind(&h.task_id)
-                .execute(&mut tx)
-                .await?;
+            // Its taker runs it from here: the task is this node's now (see `nodes.rs`), and
+            // this process's when a `run` takes its own (a daemon's worker owns none).
+            let taker = owner.as_option().map(|_| i64::from(std::process::id()));
+            query(
+                "UPDATE tasks SET waiting = FALSE, node_id = ?, node_epoch = ?, owner_pid = ? \
+                 WHERE id = ?",
+            )
+            .bind(self.store.node())
+            .bind(self.store.stamp())
+            .bind(taker)
+            .bind(&h.task_id)
+            .execute(&mut tx)
+            .await?;
         }
         tx.commit().await?;
         Ok(hold)

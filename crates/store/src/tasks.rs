@@ -417,6 +417,46 @@ impl Tasks<'_> {
         Ok(total)
     }
 
+    /// End the running tasks of this node whose own process (a `run`, `mcp` or `eval` on this
+    /// machine, [`Tasks::live_owners`]) is gone without finishing them: killed, nobody else
+    /// would. How many.
+    pub async fn fail_abandoned(self, reason: FailReason) -> Result<u64> {
+        let Some(node) = self.store.node() else {
+            return Ok(0);
+        };
+        let owned: Vec<(String, i64)> = self
+            .store
+            .all(
+                query_as(
+                    "SELECT id, owner_pid FROM tasks WHERE state = 'running' AND waiting = FALSE \
+                     AND owner_pid IS NOT NULL AND node_id = ?",
+                )
+                .bind(node),
+            )
+            .await?;
+        let me = i64::from(std::process::id());
+        let mut ended = 0;
+        for (id, pid) in owned {
+            if pid == me || u32::try_from(pid).is_ok_and(crate::util::process_alive) {
+                continue;
+            }
+            let fail = query(
+                "UPDATE tasks SET state = 'failed', reason = ?, error = COALESCE(error, ?), \
+                 finished_at = ? WHERE id = ? AND state = 'running' AND waiting = FALSE \
+                 AND owner_pid = ?",
+            )
+            .bind(reason)
+            .bind(format!(
+                "the process running this task (pid {pid}) ended before it finished ({reason})"
+            ))
+            .bind(now())
+            .bind(&id)
+            .bind(pid);
+            ended += self.store.rows(fail).await?;
+        }
+        Ok(ended)
+    }
+
     /// The processes of this machine running tasks they claimed as they made them (`run`,
     /// `mcp` and `eval` on the data dir), still alive and not this one: their tasks are theirs
     /// to finish, not a dead process's to end.

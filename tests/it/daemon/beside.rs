@@ -89,6 +89,19 @@ async fn a_daemon_starting_leaves_a_live_runs_task_alone_and_ends_a_dead_ones() 
         (Some("succeeded"), Some("done")),
         "{t}"
     );
+
+    // A `run` killed while the daemon is up: its sweep ends the task, not the next start.
+    std::fs::write(&gate, "").unwrap();
+    let (mut killed, _, seen) = run_until(&site, &["wait at the gate again"], "→ tools");
+    let killed_task = task_id(&seen);
+    killed.kill().expect("kill run");
+    killed.wait().expect("run reaped");
+    let t = daemon.finished(&killed_task).await;
+    assert_eq!(
+        (t["state"].as_str(), t["reason"].as_str()),
+        (Some("failed"), Some("interrupted")),
+        "{t}"
+    );
     daemon.stop().await;
 }
 

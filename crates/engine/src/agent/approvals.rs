@@ -219,6 +219,20 @@ impl Approvals {
         if !adopted.is_empty() {
             self.agent.wake_for_holds();
         }
+        // A `run` killed while its task ran (not waiting): nothing is left to continue, and
+        // nobody else would end it.
+        let ended = self
+            .agent
+            .store()
+            .tasks()
+            .fail_abandoned(hermes_store::FailReason::Interrupted)
+            .await?;
+        if ended > 0 {
+            tracing::warn!(
+                count = ended,
+                "tasks whose `run` process died while running them marked failed (interrupted)"
+            );
+        }
         Ok(())
     }
 
