@@ -117,9 +117,9 @@ impl Config {
             }
             Err(looked_in) => (Settings::default(), ConfigSource::Defaults { looked_in }),
         };
-        let data_dir = resolve_data_dir(sources, &env, &settings)?;
+        let data_dir = resolve_data_dir(sources, &env, &settings, &source)?;
         let data_dir_named = sources.data_dir_flag.is_some() || named_in_env(&env);
-        let manifests_dir = resolve_relative(&source, &settings.tools.manifests_dir);
+        let manifests_dir = resolve_relative(&source, &env, &settings.tools.manifests_dir);
         let (settings, timezone) = with_zone(settings, env.get("TZ").map(String::as_str));
         Ok(Config {
             settings,
@@ -212,6 +212,7 @@ fn resolve_data_dir(
     sources: &Sources,
     env: &HashMap<String, String>,
     settings: &Settings,
+    source: &ConfigSource,
 ) -> Result<PathBuf, ConfigError> {
     if let Some(p) = &sources.data_dir_flag {
         return Ok(p.clone());
@@ -220,14 +221,24 @@ fn resolve_data_dir(
         return Ok(PathBuf::from(p));
     }
     if !settings.storage.data_dir.is_empty() {
-        return Ok(PathBuf::from(&settings.storage.data_dir));
+        return Ok(resolve_relative(source, env, &settings.storage.data_dir));
     }
     xdg_data_dir().ok_or(ConfigError::NoDataDir)
 }
 
 /// Relative paths in a config file are taken from the file's own directory, so a service
-/// started from `$HOME` finds the same `tools/` as a shell started next to the file.
-fn resolve_relative(source: &ConfigSource, p: &str) -> PathBuf {
+/// started from `$HOME` finds the same `tools/` and data dir as a shell started next to the
+/// file; `~/` is the home (`HOME`), as a shell would read it.
+fn resolve_relative(source: &ConfigSource, env: &HashMap<String, String>, p: &str) -> PathBuf {
+    let home = env.get("HOME").filter(|h| !h.is_empty());
+    if let Some(home) = home {
+        if p == "~" {
+            return PathBuf::from(home);
+        }
+        if let Some(rest) = p.strip_prefix("~/") {
+            return Path::new(home).join(rest);
+        }
+    }
     let path = Path::new(p);
     if path.is_absolute() {
         return path.to_path_buf();

@@ -200,13 +200,27 @@ fn secrets_do_not_show_in_debug_output() {
 }
 
 #[test]
-fn relative_paths_resolve_against_the_config_file() {
+fn relative_paths_resolve_against_the_config_file_and_tilde_is_the_home() {
     let src = ConfigSource::File(PathBuf::from("/home/u/.config/hermes-agent/settings.yaml"));
+    let e = env(&[("HOME", "/home/u")]);
     assert_eq!(
-        resolve_relative(&src, "./tools"),
+        resolve_relative(&src, &e, "./tools"),
         PathBuf::from("/home/u/.config/hermes-agent/./tools")
     );
-    assert_eq!(resolve_relative(&src, "/opt/t"), PathBuf::from("/opt/t"));
+    assert_eq!(resolve_relative(&src, &e, "/opt/t"), PathBuf::from("/opt/t"));
+    assert_eq!(
+        resolve_relative(&src, &e, "~/hermes-data"),
+        PathBuf::from("/home/u/hermes-data")
+    );
+    assert_eq!(resolve_relative(&src, &e, "~"), PathBuf::from("/home/u"));
+    // The data dir too, wherever the command starts from.
+    let mut settings = Settings::default();
+    settings.storage.data_dir = "hermes-data".into();
+    let sources = Sources::default();
+    assert_eq!(
+        resolve_data_dir(&sources, &e, &settings, &src).unwrap(),
+        PathBuf::from("/home/u/.config/hermes-agent/hermes-data")
+    );
 }
 
 #[test]
