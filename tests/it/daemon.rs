@@ -361,6 +361,15 @@ async fn a_public_bind_without_a_token_refuses_to_start() {
         !site.data().exists(),
         "it refused before touching the data dir"
     );
+    // `config check` says so too, at the line.
+    let out = site.cli(&["config", "check"], &[]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("server.host") && err.contains("server.token"),
+        "{err}"
+    );
+    assert!(err.contains("settings.yaml:"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,7 +29,7 @@ pub use files::{ReadError, read_text, yaml_files};
 pub use inbox::*;
 pub use locate::line_of_key;
 pub use settings::*;
-pub use validate::Violation;
+pub use validate::{Violation, is_loopback_host};
 pub(crate) use zone::TimeZone;
 
 use std::collections::HashMap;

@@ -207,7 +207,10 @@ fn relative_paths_resolve_against_the_config_file_and_tilde_is_the_home() {
         resolve_relative(&src, &e, "./tools"),
         PathBuf::from("/home/u/.config/hermes-agent/./tools")
     );
-    assert_eq!(resolve_relative(&src, &e, "/opt/t"), PathBuf::from("/opt/t"));
+    assert_eq!(
+        resolve_relative(&src, &e, "/opt/t"),
+        PathBuf::from("/opt/t")
+    );
     assert_eq!(
         resolve_relative(&src, &e, "~/hermes-data"),
         PathBuf::from("/home/u/hermes-data")
@@ -592,4 +595,17 @@ fn channels_matrix_is_refused_only_by_a_build_without_the_channel() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn loopback_hosts() {
+    use crate::is_loopback_host;
+    assert!(is_loopback_host("127.0.0.1"));
+    assert!(is_loopback_host("127.8.0.1"));
+    assert!(is_loopback_host("::1"));
+    assert!(is_loopback_host("[::1]"));
+    assert!(is_loopback_host("localhost"));
+    assert!(!is_loopback_host("0.0.0.0"));
+    assert!(!is_loopback_host("192.168.1.4"));
+    assert!(!is_loopback_host("example.org"));
 }

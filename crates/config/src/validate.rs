@@ -366,6 +366,15 @@ impl Settings {
         if s.host.trim().is_empty() {
             return bad("server.host", "must be an address such as 127.0.0.1");
         }
+        if s.token.is_empty() && !is_loopback_host(&s.host) {
+            return bad(
+                "server.host",
+                format!(
+                    "'{}' is reachable from the network, and without server.token anyone there could run tasks: set server.token (e.g. token: ${{HERMES_TOKEN}}) or use host: 127.0.0.1",
+                    s.host
+                ),
+            );
+        }
         if let Some(h) = s
             .allowed_hosts
             .iter()
@@ -555,4 +564,14 @@ pub(super) fn is_loopback(host: &str) -> bool {
     h.eq_ignore_ascii_case("localhost")
         || h.parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Whether `host` is a loopback address (or `localhost`); a bind anywhere else needs a token.
+pub fn is_loopback_host(host: &str) -> bool {
+    if host.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    host.trim_matches(['[', ']'])
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback())
 }

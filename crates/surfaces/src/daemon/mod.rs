@@ -17,7 +17,6 @@ pub use lock::lock_data_dir;
 pub use run::run;
 
 use crate::app::{App, AppError};
-use crate::http;
 use hermes_config::Config;
 use hermes_engine::agent::JobExecution;
 use hermes_engine::scheduler::SchedulerError;
@@ -91,7 +90,7 @@ impl From<AppError> for DaemonError {
 /// `DATA_DIR/daemon.addr`.
 pub async fn serve(config: Config) -> Result<(), DaemonError> {
     let s = &config.settings.server;
-    if s.token.is_empty() && !http::is_loopback_host(&s.host) {
+    if s.token.is_empty() && !hermes_config::is_loopback_host(&s.host) {
         return Err(DaemonError::PublicWithoutToken {
             host: s.host.clone(),
         });

@@ -256,31 +256,3 @@ async fn note_storage_faults(
         ),
     ))
 }
-
-/// Whether `host` is a loopback address (or `localhost`); non-loopback binds need a token.
-pub(crate) fn is_loopback_host(host: &str) -> bool {
-    if host.eq_ignore_ascii_case("localhost") {
-        return true;
-    }
-    host.trim_matches(['[', ']'])
-        .parse::<std::net::IpAddr>()
-        .map(|ip| ip.is_loopback())
-        .unwrap_or(false)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn loopback_hosts() {
-        assert!(is_loopback_host("127.0.0.1"));
-        assert!(is_loopback_host("127.8.0.1"));
-        assert!(is_loopback_host("::1"));
-        assert!(is_loopback_host("[::1]"));
-        assert!(is_loopback_host("localhost"));
-        assert!(!is_loopback_host("0.0.0.0"));
-        assert!(!is_loopback_host("192.168.1.4"));
-        assert!(!is_loopback_host("example.org"));
-    }
-}
