@@ -9,9 +9,21 @@ use std::process::ExitCode;
 
 const UNIT_TEMPLATE: &str = include_str!("../../systemd/hermes-agent.service");
 
-/// The unit text for this machine: ExecStart at this binary, the data dir writable. Paths are
-/// written as unit-file words (see `unit_word`), so a space or a `%` in them survives.
-pub(crate) fn render_unit(exe: &Path, config: Option<&Path>, data_dir: &Path) -> String {
+/// What systemd waits for a stopping daemon beyond `agent.shutdown_grace_s` before it kills it:
+/// the steps after the grace take at most about 40 s (`daemon/run.rs`).
+const STOP_MARGIN_S: u64 = 60;
+/// The template's `TimeoutStopSec`, kept as the least.
+const STOP_TIMEOUT_S: u64 = 90;
+
+/// The unit text for this machine: ExecStart at this binary, the data dir writable, time to
+/// stop for `grace_s` (`agent.shutdown_grace_s`). Paths are written as unit-file words (see
+/// `unit_word`), so a space or a `%` in them survives.
+pub(crate) fn render_unit(
+    exe: &Path,
+    config: Option<&Path>,
+    data_dir: &Path,
+    grace_s: u64,
+) -> String {
     let mut exec = format!("ExecStart={}", unit_word(&exe.to_string_lossy(), true));
     if let Some(c) = config {
         exec.push_str(&format!(
@@ -28,6 +40,9 @@ pub(crate) fn render_unit(exe: &Path, config: Option<&Path>, data_dir: &Path) ->
         .map(|l| {
             if l.starts_with("ExecStart=") {
                 exec.clone()
+            } else if l.starts_with("TimeoutStopSec=") {
+                let stop = grace_s.saturating_add(STOP_MARGIN_S).max(STOP_TIMEOUT_S);
+                format!("TimeoutStopSec={stop}s")
             } else if l.starts_with("ReadWritePaths=") {
                 format!(
                     "ReadWritePaths={}",
@@ -77,7 +92,8 @@ pub(crate) fn service_install(config: &Config) -> anyhow::Result<ExitCode> {
         hermes_config::ConfigSource::File(p) => Some(std::fs::canonicalize(p).unwrap_or(p.clone())),
         hermes_config::ConfigSource::Defaults { .. } => None,
     };
-    let unit = render_unit(&exe, config_file.as_deref(), &data_dir);
+    let grace = config.settings.agent.shutdown_grace_s;
+    let unit = render_unit(&exe, config_file.as_deref(), &data_dir, grace);
     let path = unit_dir.join("hermes-agent.service");
     let replaced = path.exists();
     std::fs::write(&path, unit).with_context(|| format!("cannot write {}", path.display()))?;
@@ -163,6 +179,7 @@ mod tests {
             Path::new("/opt/hermes/bin/hermes-agent"),
             Some(Path::new("/etc/hermes settings.yaml")),
             Path::new("/var/lib/hermes"),
+            30,
         );
         assert!(unit.contains(
             "ExecStart=/opt/hermes/bin/hermes-agent --config \"/etc/hermes settings.yaml\" \
@@ -173,5 +190,9 @@ mod tests {
         assert!(unit.contains("Restart=on-failure"));
         // The HTTP connection cap is half of it (server::conn).
         assert!(unit.contains("\nLimitNOFILE=4096\n"));
+        assert!(unit.contains("\nTimeoutStopSec=90s\n"));
+        // A longer grace gets the time it needs to drain before systemd kills it.
+        let long = render_unit(Path::new("/x"), None, Path::new("/d"), 300);
+        assert!(long.contains("\nTimeoutStopSec=360s\n"), "{long}");
     }
 }
