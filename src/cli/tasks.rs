@@ -15,6 +15,8 @@ pub async fn tasks(backend: &dyn Backend, cmd: TasksCmd) -> anyhow::Result<ExitC
             let list = backend.tasks(state, limit).await?;
             if json {
                 print_json(&json!({ "tasks": list }))?;
+            } else if let (true, Some(state)) = (list.is_empty(), state) {
+                outln!("no {state} tasks");
             } else {
                 out!("{}", render::task_table(&list));
             }
