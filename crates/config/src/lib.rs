@@ -382,6 +382,16 @@ fn yaml_error_message(raw: &str) -> String {
     {
         return unset_var_message(name);
     }
+    // The parser's advice is for programmers (a policy in its options), not for this file.
+    if let Some(key) = first
+        .strip_prefix("duplicate mapping key: ")
+        .and_then(|r| r.split(", set DuplicateKeyPolicy").next())
+    {
+        return format!("'{key}' is written twice in the same section; keep one");
+    }
+    if first == "expected mapping start" {
+        return "expected a section of `key: value` lines here (a settings file and a manifest are maps, not lists)".into();
+    }
     let expected = match first {
         "invalid u8" => Some("expected a whole number from 0 to 255"),
         "invalid u16" => Some("expected a whole number from 0 to 65535"),
