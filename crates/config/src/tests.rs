@@ -615,7 +615,10 @@ fn a_duplicate_key_and_a_list_instead_of_a_map_are_said_in_the_files_words() {
     let dup = "model:\n  profiles:\n    fast:\n      tool_mode: text\n      tool_mode: auto\n";
     let e = read_yaml::<Settings>(dup, &env(&[])).unwrap_err();
     assert_eq!(e.line, Some(5));
-    assert_eq!(e.message, "'tool_mode' is written twice in the same section; keep one");
+    assert_eq!(
+        e.message,
+        "'tool_mode' is written twice in the same section; keep one"
+    );
     let list = read_yaml::<Settings>("- a\n- b\n", &env(&[])).unwrap_err();
     assert!(list.message.contains("`key: value`"), "{}", list.message);
 }

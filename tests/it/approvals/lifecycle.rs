@@ -124,6 +124,10 @@ async fn an_unanswered_request_expires_as_a_denial() {
     let a = p.app().agent.approvals().of_task(&held.id).await.unwrap();
     assert_eq!(a[0].state, ApprovalState::Expired);
     assert_eq!(a[0].reason.as_deref(), Some("expired"));
+    // The model hears that nobody answered, not that a person declined.
+    let told = serde_json::to_string(&model.requests().last().unwrap()["messages"]).unwrap();
+    assert!(told.contains("nobody answered the request"), "{told}");
+    assert!(!told.contains("a person declined"), "{told}");
     p.stop().await;
 }
 

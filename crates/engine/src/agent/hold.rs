@@ -164,8 +164,13 @@ pub(super) enum Gate {
         arguments: Value,
         by: String,
     },
-    /// A person declined this call (or it expired); not run, not asked again.
-    Declined { reason: String, by: String },
+    /// A person declined this call, or nobody answered in time (`unanswered`: it expired, or
+    /// `run --approval-timeout` ran out); not run, not asked again.
+    Declined {
+        reason: String,
+        by: String,
+        unanswered: bool,
+    },
     /// Asked already; still open.
     Open,
     /// Ask a person.
@@ -212,6 +217,8 @@ pub(super) fn judge(call: &ToolCall, known: &[Approval], pre_approved: &[String]
         return Gate::Declined {
             reason: a.reason.clone().unwrap_or_else(|| "declined".into()),
             by: a.decided_by.clone().unwrap_or_default(),
+            unanswered: a.state == ApprovalState::Expired
+                || a.decided_by.as_deref() == Some(super::own::TIMEOUT_DECIDER),
         };
     }
     Gate::Ask

@@ -255,10 +255,19 @@ impl Run<'_> {
                     }
                 }
             }
-            Gate::Declined { reason, by } => {
+            Gate::Declined {
+                reason,
+                by,
+                unanswered,
+            } => {
                 let error = format!("denied by {by}: {reason}");
                 self.record(trace::approval(step, call, "denied".into(), Some(error)));
-                not_run(call, ToolError::Declined(reason.clone()))
+                let told = if *unanswered {
+                    ToolError::Unanswered(reason.clone())
+                } else {
+                    ToolError::Declined(reason.clone())
+                };
+                not_run(call, told)
             }
             // Held before anything runs (see `tool_round`).
             Gate::Open | Gate::Ask => not_run(call, ToolError::NeedsApproval(call.name.clone())),

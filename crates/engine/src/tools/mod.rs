@@ -92,6 +92,11 @@ pub enum ToolError {
         "not run: a person declined this call ({0}); do not ask for it again — answer without it, or say what you would have needed"
     )]
     Declined(String),
+    /// Nobody answered the request for this call in time (it expired); it did not run.
+    #[error(
+        "not run: nobody answered the request to approve this call in time ({0}); do not ask for it again — answer without it, or say what you would have needed"
+    )]
+    Unanswered(String),
     /// Not run: the reply made more calls than one reply may.
     #[error(
         "not run: one reply may make at most {0} tool calls, and this one made more; make the calls you still need in your next reply"
@@ -118,6 +123,7 @@ impl ToolError {
             ToolError::Repeated(_) => "repeated",
             ToolError::NeedsApproval(_) => "needs_approval",
             ToolError::Declined(_) => "declined",
+            ToolError::Unanswered(_) => "unanswered",
             ToolError::TooMany(_) => "too_many",
         }
     }
