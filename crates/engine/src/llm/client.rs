@@ -421,6 +421,11 @@ impl Gateway {
                     } else {
                         "past the task's time limit".to_string()
                     },
+                    setting: if too_long {
+                        "model.max_retry_after_s"
+                    } else {
+                        "agent.task_timeout_s"
+                    },
                 });
             }
         }

@@ -142,7 +142,7 @@ pub enum LlmError {
     Encode { profile: String, reason: String },
 
     #[error(
-        "the model server at {base_url} is rate limited until {until}, {why}: not waiting. Try again later, use another profile than '{profile}', or raise model.max_retry_after_s"
+        "the model server at {base_url} is rate limited until {until}, {why}: not waiting. Try again later, use another profile than '{profile}', or raise {setting}"
     )]
     RateLimited {
         profile: String,
@@ -151,6 +151,8 @@ pub enum LlmError {
         until: String,
         /// Why the wait was not taken.
         why: String,
+        /// The setting whose bound the wait passed.
+        setting: &'static str,
     },
 
     /// Every profile of a fallback chain failed; `tried` says how each one did, in order.
