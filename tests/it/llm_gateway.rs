@@ -353,6 +353,28 @@ async fn rate_limit_honours_retry_after() {
 }
 
 #[tokio::test]
+async fn a_context_too_long_says_so_and_what_to_change() {
+    let model = ScriptedModel::start(vec![Reply::Status {
+        status: 400,
+        headers: vec![],
+        body: r#"{"error": {"message": "This model's maximum context length is 8192 tokens", "code": "context_length_exceeded"}}"#.into(),
+    }])
+    .await;
+    let gw = gateway_for(&model);
+    let e = gw
+        .chat("fast", &ask("hi"), &[])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("context window") && e.contains("max_dialog_rounds"),
+        "{e}"
+    );
+    assert!(!e.contains("tool calling"), "{e}");
+    model.stop().await;
+}
+
+#[tokio::test]
 async fn client_error_is_not_retried_and_quotes_the_body() {
     let model = ScriptedModel::start(vec![
         Reply::Status {

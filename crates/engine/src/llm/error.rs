@@ -293,6 +293,13 @@ pub(crate) fn status_hint(status: u16, profile: &str, model: &str, place: &str) 
     }
 }
 
+/// What to suggest when the request was longer than the model's context window.
+pub(crate) fn context_hint(profile: &str, place: &str) -> String {
+    format!(
+        "The conversation is longer than the model's context window: use a model with a larger one for model.profiles.{profile} {place}, serve it with a larger context (llama.cpp -c, Ollama num_ctx), or keep less of it (context.max_dialog_rounds, memory.recall_top_k)"
+    )
+}
+
 /// Replaces every occurrence of `key` in `text`: a server may echo the key back (an "invalid
 /// key sk-…" body), and that text must not reach an error or a log.
 pub(crate) fn redact(text: &str, key: &str) -> String {
@@ -424,5 +431,7 @@ mod tests {
         let unknown = settings_place(&ConfigSource::Defaults { looked_in: vec![] });
         assert!(unknown.contains(DEFAULT_SETTINGS_FILE), "{unknown}");
         assert!(status_hint(401, "fast", "m", &place).contains(&place));
+        let context = context_hint("fast", &place);
+        assert!(context.contains("context window") && !context.contains("tool calling"));
     }
 }

@@ -7,7 +7,7 @@
 //! API key.
 
 use super::LlmError;
-use super::error::{body_detail, connect_hint, redact, status_hint};
+use super::error::{body_detail, connect_hint, context_hint, redact, status_hint};
 use super::kind::StatusCause;
 use hermes_config::Profile;
 use std::time::Duration;
@@ -105,17 +105,24 @@ impl Failure {
                     attempts,
                 }
             }
-            Failure::Status { status, body, .. } => LlmError::Status {
-                tools_rejected: super::wire::rejects_tools(status, &body),
-                cause: super::kind::status_cause(status, &body),
-                status,
-                profile: profile_name.to_string(),
-                base_url: profile.base_url.clone(),
-                model: profile.model.clone(),
-                detail: redact(&body_detail(&body, ERROR_BODY_CHARS), key),
-                attempts,
-                hint: status_hint(status, profile_name, &profile.model, place).into(),
-            },
+            Failure::Status { status, body, .. } => {
+                let cause = super::kind::status_cause(status, &body);
+                let hint = match cause {
+                    StatusCause::ContextLength => context_hint(profile_name, place),
+                    _ => status_hint(status, profile_name, &profile.model, place),
+                };
+                LlmError::Status {
+                    tools_rejected: super::wire::rejects_tools(status, &body),
+                    cause,
+                    status,
+                    profile: profile_name.to_string(),
+                    base_url: profile.base_url.clone(),
+                    model: profile.model.clone(),
+                    detail: redact(&body_detail(&body, ERROR_BODY_CHARS), key),
+                    attempts,
+                    hint: hint.into(),
+                }
+            }
             Failure::BadResponse(reason) => LlmError::BadResponse {
                 profile: profile_name.to_string(),
                 base_url: profile.base_url.clone(),
