@@ -484,3 +484,46 @@ async fn on_a_full_disk_memory_forget_is_a_503_and_the_fact_stays() {
     let (status, v) = send(&api, forget).await;
     assert_eq!(status, StatusCode::NO_CONTENT, "{v}");
 }
+
+/// `doctor` on a data dir whose database file was damaged: the check fails and says what to do,
+/// for a file that is no database at all and for one whose pages were overwritten.
+#[tokio::test]
+async fn doctor_names_a_damaged_database_and_what_to_do() {
+    use std::io::{Seek, SeekFrom, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    {
+        let store = Store::open(&data).await.unwrap();
+        for i in 0..200 {
+            let fact = format!("fact number {i} about the tea {}", "x".repeat(200));
+            store.facts().upsert(&fact, &[], "test").await.unwrap();
+        }
+        store.close().await;
+    }
+    let doctor = |data: &Path| {
+        let out = crate::process::base_command(dir.path(), &[])
+            .arg("--data-dir")
+            .arg(data)
+            .arg("doctor")
+            .output()
+            .unwrap();
+        common::text(&out.stdout)
+    };
+    let sound = doctor(&data);
+    assert!(sound.contains("[ok  ] database: SQLite") && sound.contains("sound"), "{sound}");
+
+    // Pages in the middle overwritten, the header kept: SQLite opens it, its check does not pass.
+    let db = data.join(hermes_store::DB_FILE);
+    let mut file = std::fs::OpenOptions::new().write(true).open(&db).unwrap();
+    file.seek(SeekFrom::Start(3 * 4096)).unwrap();
+    file.write_all(&[0xA5; 8 * 4096]).unwrap();
+    drop(file);
+    let damaged = doctor(&data);
+    assert!(damaged.contains("[FAIL] database"), "{damaged}");
+    assert!(damaged.contains("damaged") && damaged.contains("backup"), "{damaged}");
+
+    // No database at all.
+    std::fs::write(&db, vec![0x5A; 8192]).unwrap();
+    let garbage = doctor(&data);
+    assert!(garbage.contains("[FAIL] database") && garbage.contains("damaged"), "{garbage}");
+}

@@ -15,6 +15,11 @@ pub enum StoreError {
     },
     #[error("cannot open the database {path}: {source}")]
     Open { path: PathBuf, source: sqlx::Error },
+    /// SQLite says the file is not a database, or a damaged one.
+    #[error(
+        "the database {path} is damaged ({source}): stop the daemon, keep a copy of the file, then restore it from a backup, or move it aside to start with an empty database"
+    )]
+    Damaged { path: PathBuf, source: sqlx::Error },
     #[error(
         "cannot connect to the PostgreSQL database {url}: {source}; check that the server is running and reachable from here, that the database exists, and the user and password (in storage.url as ${{VAR}}, or PGPASSWORD)"
     )]
@@ -238,4 +243,29 @@ mod tests {
             assert!(e.to_string().starts_with(starts), "{e}");
         }
     }
+}
+
+/// The error opening the SQLite database at `path`: [`StoreError::Damaged`] when SQLite says
+/// the file is corrupt or no database at all.
+pub(crate) fn opening(path: &std::path::Path, source: sqlx::Error) -> StoreError {
+    let path = path.to_path_buf();
+    if damaged(&source) {
+        StoreError::Damaged { path, source }
+    } else {
+        StoreError::Open { path, source }
+    }
+}
+
+/// SQLite's "database disk image is malformed" and "file is not a database".
+pub(crate) fn damaged(e: &sqlx::Error) -> bool {
+    const SQLITE_CORRUPT: i64 = 11;
+    const SQLITE_NOTADB: i64 = 26;
+    let sqlx::Error::Database(db) = e else {
+        return false;
+    };
+    if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_none() {
+        return false;
+    }
+    let code = db.code().and_then(|c| c.parse::<i64>().ok());
+    matches!(code.map(|c| c & 0xff), Some(SQLITE_CORRUPT | SQLITE_NOTADB))
 }

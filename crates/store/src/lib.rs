@@ -240,10 +240,7 @@ impl Store {
             .after_release(|conn, _| Box::pin(release_check(conn)))
             .connect_with(options)
             .await
-            .map_err(|source| StoreError::Open {
-                path: path.clone(),
-                source,
-            })?;
+            .map_err(|source| error::opening(&path, source))?;
         let store = Store::new(Engine::Sqlite(pool), &path);
         store.migrate().await?;
         Ok(store)
@@ -335,6 +332,9 @@ impl Store {
                     known,
                 })
             }
+            Err(sqlx::migrate::MigrateError::Execute(e)) if error::damaged(&e) => {
+                Err(error::opening(&self.path, e))
+            }
             Err(source) => Err(StoreError::Migrate {
                 path: self.path.to_path_buf(),
                 source,
@@ -354,6 +354,16 @@ impl Store {
                 .fetch_one(self)
                 .await?;
         Ok(v.unwrap_or(0))
+    }
+
+    /// SQLite's own check of the file (`PRAGMA quick_check`): the problems it found, none when
+    /// the file is sound. PostgreSQL keeps its own: none asked there.
+    pub async fn quick_check(&self) -> Result<Vec<String>> {
+        if self.is_postgres() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<String> = query_scalar("PRAGMA quick_check").fetch_all(self).await?;
+        Ok(rows.into_iter().filter(|r| r != "ok").collect())
     }
 
     pub(crate) fn engine(&self) -> &Engine {

@@ -193,12 +193,7 @@ async fn tool_calling(gateway: &Gateway, name: &str, set: ToolMode) -> Check {
 pub async fn database(config: &Config) -> (Check, Option<Store>) {
     let url = config.settings.storage.url.trim();
     if url.is_empty() {
-        let detail = format!(
-            "SQLite, {} (schema v{} in this build)",
-            config.data_dir.join(hermes_store::DB_FILE).display(),
-            Store::schema_version()
-        );
-        return (Check::new(Verdict::Ok, "database", detail), None);
+        return (sqlite(&config.data_dir).await, None);
     }
     let opts = hermes_store::StoreOptions {
         max_connections: 1,
@@ -221,6 +216,63 @@ pub async fn database(config: &Config) -> (Check, Option<Store>) {
         Err(e) => Check::new(Verdict::Fail, "database", e.to_string()),
     };
     (check, Some(store))
+}
+
+/// The SQLite database of `data_dir`: a place it can be written (a read-only mount, another
+/// owner or a full disk stops every write), and a file SQLite finds sound. Read only: never
+/// created or migrated here.
+async fn sqlite(data_dir: &std::path::Path) -> Check {
+    let path = data_dir.join(hermes_store::DB_FILE);
+    let fail = |detail: String| Check::new(Verdict::Fail, "database", detail);
+    if data_dir.is_dir()
+        && let Err(e) = tempfile::tempfile_in(data_dir)
+    {
+        return fail(format!(
+            "cannot write in the data dir {} ({e}): every task, job and fact is written there. Free some space, give it to the user the daemon runs as, or choose another --data-dir",
+            data_dir.display()
+        ));
+    }
+    if !path.is_file() {
+        return Check::new(
+            Verdict::Ok,
+            "database",
+            format!("SQLite, {}: made at the first start", path.display()),
+        );
+    }
+    let options = hermes_store::StoreOptions {
+        read_only: true,
+        max_connections: 1,
+        ..Default::default()
+    };
+    let damaged = |why: String| {
+        fail(format!(
+            "SQLite, {}: the file is damaged ({why}). Stop the daemon, keep a copy of the file, then restore it from a backup, or move it aside to start with an empty database",
+            path.display()
+        ))
+    };
+    let store = match Store::open_with(data_dir, options).await {
+        Ok(store) => store,
+        Err(e) => return fail(e.to_string()),
+    };
+    let checked = store.quick_check().await;
+    let version = store.applied_version().await;
+    store.close().await;
+    let (problems, v) = match (checked, version) {
+        (Ok(problems), Ok(v)) => (problems, v),
+        (Err(e), _) | (_, Err(e)) => return damaged(e.to_string()),
+    };
+    if !problems.is_empty() {
+        return damaged(problems.join("; "));
+    }
+    Check::new(
+        Verdict::Ok,
+        "database",
+        format!(
+            "SQLite, {}: sound, schema v{v} (this build knows v{})",
+            path.display(),
+            Store::schema_version()
+        ),
+    )
 }
 
 /// How tools are confined (`tools.sandbox`), and what this kernel cannot enforce.
