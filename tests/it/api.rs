@@ -168,7 +168,11 @@ fn bad_inputs() -> Vec<Bad> {
         long.len() < BODY_LIMIT,
         "under the body limit, over the text limit"
     );
-    let big = json!({"task": "x".repeat(70 * 1024)}).to_string();
+    // The longest task written as escaped JSON (Python's default): over the text limit's
+    // count, never over the body's.
+    let escaped = format!("{{\"task\": \"{}\"}}", "\\ud83d\\ude00".repeat(20_001));
+    assert!(escaped.len() < BODY_LIMIT, "{}", escaped.len());
+    let big = json!({"task": "x".repeat(BODY_LIMIT + 1024)}).to_string();
     let t = "/v1/tasks";
     vec![
         bad(M::POST, t, Some(("application/json", "{\"task\": ".into())), S::BAD_REQUEST, "bad_json", ""),
@@ -178,8 +182,9 @@ fn bad_inputs() -> Vec<Bad> {
         bad(M::POST, t, json_body(json!([])), S::UNPROCESSABLE_ENTITY, "invalid_body", "expected a JSON object at line"),
         bad(M::POST, "/v1/jobs", json_body(json!("digest")), S::UNPROCESSABLE_ENTITY, "invalid_body", "expected a JSON object at line"),
         bad(M::POST, t, json_body(json!({"task": "   "})), S::BAD_REQUEST, "bad_request", "empty"),
-        bad(M::POST, t, Some(("application/json", big)), S::PAYLOAD_TOO_LARGE, "too_large", "65536"),
+        bad(M::POST, t, Some(("application/json", big)), S::PAYLOAD_TOO_LARGE, "too_large", "262144"),
         bad(M::POST, t, Some(("application/json", long)), S::PAYLOAD_TOO_LARGE, "too_large", "20000"),
+        bad(M::POST, t, Some(("application/json", escaped)), S::PAYLOAD_TOO_LARGE, "too_large", "20000"),
         bad(M::POST, t, json_body(json!({"task": "x", "profile": "turbo"})), S::BAD_REQUEST, "bad_request", "turbo"),
         bad(M::GET, "/v1/tasks?state=done", None, S::BAD_REQUEST, "bad_request", "done"),
         bad(M::GET, "/v1/tasks?limit=many", None, S::BAD_REQUEST, "bad_request", "limit"),

@@ -510,7 +510,10 @@ async fn doctor_names_a_damaged_database_and_what_to_do() {
         common::text(&out.stdout)
     };
     let sound = doctor(&data);
-    assert!(sound.contains("[ok  ] database: SQLite") && sound.contains("sound"), "{sound}");
+    assert!(
+        sound.contains("[ok  ] database: SQLite") && sound.contains("sound"),
+        "{sound}"
+    );
 
     // Pages in the middle overwritten, the header kept: SQLite opens it, its check does not pass.
     let db = data.join(hermes_store::DB_FILE);
@@ -520,10 +523,16 @@ async fn doctor_names_a_damaged_database_and_what_to_do() {
     drop(file);
     let damaged = doctor(&data);
     assert!(damaged.contains("[FAIL] database"), "{damaged}");
-    assert!(damaged.contains("damaged") && damaged.contains("backup"), "{damaged}");
+    assert!(
+        damaged.contains("damaged") && damaged.contains("backup"),
+        "{damaged}"
+    );
 
     // No database at all.
     std::fs::write(&db, vec![0x5A; 8192]).unwrap();
     let garbage = doctor(&data);
-    assert!(garbage.contains("[FAIL] database") && garbage.contains("damaged"), "{garbage}");
+    assert!(
+        garbage.contains("[FAIL] database") && garbage.contains("damaged"),
+        "{garbage}"
+    );
 }

@@ -42,8 +42,10 @@ use hermes_engine::notify::Notifier;
 use hermes_engine::scheduler::Scheduler;
 use std::sync::Arc;
 
-/// Largest request body accepted (a task text is capped well below this).
-pub const BODY_LIMIT: usize = 64 * 1024;
+/// Largest request body accepted. The longest task text (`MAX_TASK_CHARS`, 20,000 characters)
+/// fits even written as escaped JSON, where one character takes up to 12 bytes
+/// (`\ud83d\ude00`): the text limit then answers, in characters, not this one in bytes.
+pub const BODY_LIMIT: usize = 256 * 1024;
 
 /// What a handler returns: a response, or an error that becomes a JSON (or page) answer.
 pub(crate) type ApiResult<T = axum::response::Response> = Result<T, ApiError>;
