@@ -490,37 +490,52 @@ mod tests {
         Config::from_settings(s, data_dir.to_path_buf())
     }
 
+    /// The candidates' addresses, in order.
+    fn bases(c: &Config) -> Vec<String> {
+        candidates(c).into_iter().map(|(base, _)| base).collect()
+    }
+
     #[test]
     fn the_address_file_first_then_the_configured_port() {
         let dir = tempfile::tempdir().expect("temp dir");
         let c = config("0.0.0.0", 8765, dir.path());
-        assert_eq!(candidates(&c), ["http://127.0.0.1:8765"]);
+        assert_eq!(bases(&c), ["http://127.0.0.1:8765"]);
         let addr: SocketAddr = "0.0.0.0:41234".parse().expect("an address");
         let _file = crate::client::addr::AddrFile::write(dir.path(), addr).expect("written");
         assert_eq!(
-            candidates(&c),
+            bases(&c),
             ["http://127.0.0.1:41234", "http://127.0.0.1:8765"]
         );
         // A data dir named for the command: a daemon here on the configured port is not its
         // own; another host's still is.
         let mut named = config("0.0.0.0", 8765, dir.path());
         named.data_dir_named = true;
-        assert_eq!(candidates(&named), ["http://127.0.0.1:41234"]);
+        assert_eq!(bases(&named), ["http://127.0.0.1:41234"]);
         let mut far = config("192.0.2.7", 8765, dir.path());
         far.data_dir_named = true;
         assert_eq!(
-            candidates(&far),
+            bases(&far),
             ["http://127.0.0.1:41234", "http://192.0.2.7:8765"]
         );
+        // The file's daemon must be this data dir's node, once one ever served it; the
+        // configured port's may be another host's.
+        assert!(candidates(&c).iter().all(|(_, node)| node.is_none()));
+        std::fs::write(
+            dir.path().join(hermes_engine::metrics::NODE_ID_FILE),
+            "n-1\n",
+        )
+        .expect("node id");
+        let nodes: Vec<_> = candidates(&c).into_iter().map(|(_, node)| node).collect();
+        assert_eq!(nodes, [Some("n-1".to_string()), None]);
         // Port 0 is no address to probe: only the file says where the daemon is.
         let c = config("127.0.0.1", 0, dir.path());
-        assert_eq!(candidates(&c), ["http://127.0.0.1:41234"]);
+        assert_eq!(bases(&c), ["http://127.0.0.1:41234"]);
         // The same address twice is probed once.
         let c = config("::1", 41234, dir.path());
         let _file =
             crate::client::addr::AddrFile::write(dir.path(), "[::1]:41234".parse().expect("v6"))
                 .expect("written");
-        assert_eq!(candidates(&c), ["http://[::1]:41234"]);
+        assert_eq!(bases(&c), ["http://[::1]:41234"]);
     }
 
     #[test]
