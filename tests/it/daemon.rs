@@ -657,6 +657,86 @@ async fn sigterm_finishes_what_fits_in_the_grace_and_records_the_rest() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_answers_a_client_waiting_on_a_task_no_worker_took_and_it_runs_after_restart() {
+    let model = ScriptedModel::start_with(echo_model).await;
+    let site = Site::new(&model.base_url(), &["shutdown_grace_s: 1"], &[]);
+    let yaml = std::fs::read_to_string(site.config()).unwrap();
+    std::fs::write(site.config(), yaml.replace("workers: 4", "workers: 1")).unwrap();
+    let mut d = site.start(&[]);
+    d.ready().await;
+    // The one worker is busy; the next task waits, pending, with a client waiting on it.
+    d.submit("a slow task").await;
+    assert!(model.wait_for_requests(1, PATIENCE).await);
+    let waiter = {
+        let http = d.http().clone();
+        let url = format!("{}/v1/tasks", d.base());
+        tokio::spawn(async move {
+            let r = http
+                .post(url)
+                .json(&json!({"task": "a task behind it", "wait": true}))
+                .send()
+                .await?;
+            Ok::<_, reqwest::Error>((r.status(), r.json::<Value>().await?))
+        })
+    };
+    d.until("the second task to be pending", || async {
+        let (_, v) = d.get("/v1/tasks?state=pending").await;
+        v["tasks"]
+            .as_array()
+            .is_some_and(|t| !t.is_empty())
+            .then_some(())
+    })
+    .await;
+    // A job fired now waits, pending, behind them too.
+    let (status, job) = d
+        .post(
+            "/v1/jobs",
+            json!({"task": "the digest", "schedule": "0 8 * * *"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    let job = job["id"].as_str().expect("a job id").to_string();
+    let (status, fired) = d.post(&format!("/v1/jobs/{job}/run"), json!({})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{fired}");
+    let job_task = fired["task_id"].as_str().expect("its task").to_string();
+    let signalled = Instant::now();
+    d.signal("-TERM");
+    let (status, waited) = waiter
+        .await
+        .unwrap()
+        .expect("the waiting client got an answer, not a dropped connection");
+    assert_eq!(status, StatusCode::ACCEPTED, "{waited}");
+    assert_eq!(waited["state"], "pending", "{waited}");
+    let id = waited["id"].as_str().expect("its id").to_string();
+    assert_eq!(d.exited(PATIENCE).await.code(), Some(0), "{}", d.log());
+    // The grace (1 s) and the bounded steps after it; the firing left waiting holds none up.
+    let took = signalled.elapsed();
+    assert!(
+        took < Duration::from_secs(8),
+        "shutdown took {took:?}\n{}",
+        d.log()
+    );
+    assert!(!d.log().contains("did not stop in time"), "{}", d.log());
+
+    // Neither is lost: the next start runs both, and the job's run is delivered as fired.
+    let mut d = site.start(&[]);
+    d.ready().await;
+    let done = d.finished(&id).await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+    let done = d.finished(&job_task).await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+    d.until("the job's run recorded", || async {
+        let (_, v) = d.get(&format!("/v1/jobs/{job}/runs")).await;
+        let run = v["runs"][0].clone();
+        (run["task_id"] == job_task.as_str() && run["outcome"] == "fired").then_some(())
+    })
+    .await;
+    let (_, j) = d.get(&format!("/v1/jobs/{job}")).await;
+    assert!(j.get("running_task_id").is_some_and(Value::is_null), "{j}");
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_then_restart_keeps_what_was_committed_and_marks_the_cut_task() {
     let model = ScriptedModel::start_with(echo_model).await;
     let site = Site::new(&model.base_url(), &[], &[]);

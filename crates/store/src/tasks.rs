@@ -373,13 +373,15 @@ impl Tasks<'_> {
         self.store.one_row(cancel).await
     }
 
-    /// Fail the pending tasks of one origin (at daemon start: job tasks queued by a previous
-    /// daemon, whose firing is over and whose answer would have nowhere to go).
+    /// Fail the pending tasks of one origin that no job's open run holds (at daemon start: job
+    /// tasks queued by a previous daemon whose firing is over, so their answer would have
+    /// nowhere to go; a run still open is followed to its end by the scheduler instead).
     pub async fn fail_pending_of_origin(self, origin: Origin, reason: FailReason) -> Result<u64> {
         let fail = query(
             "UPDATE tasks SET state = 'failed', reason = ?, \
              error = 'task was pending when the daemon stopped (' || ? || ')', finished_at = ? \
-             WHERE state = 'pending' AND origin = ?",
+             WHERE state = 'pending' AND origin = ? \
+             AND NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.running_task_id = tasks.id)",
         )
         .bind(reason)
         .bind(reason.as_str())

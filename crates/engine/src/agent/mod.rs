@@ -174,6 +174,9 @@ struct Inner {
     /// Set when the daemon begins to shut down: no new task is queued from then on (one
     /// would only wait, pending, for the next start).
     closed: std::sync::atomic::AtomicBool,
+    /// Cancelled with `closed`: a wait on a task still pending ends then (its answer is "it
+    /// runs at the next start"), rather than hold its client until the server stops.
+    closing: tokio_util::sync::CancellationToken,
     /// Where task ends and model calls are counted ([`Agent::with_metrics`]).
     metrics: crate::metrics::Metrics,
 }
@@ -204,6 +207,7 @@ impl Agent {
                 holds: Default::default(),
                 notifier: Default::default(),
                 closed: Default::default(),
+                closing: Default::default(),
                 metrics: Default::default(),
             }),
         }
@@ -342,6 +346,7 @@ impl Agent {
         self.inner
             .closed
             .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.inner.closing.cancel();
     }
 
     /// Wake an idle worker (a task was created some other way, e.g. by a job firing).
@@ -407,9 +412,11 @@ impl Agent {
         // A task on a shared database may run on another daemon: its end is news from there.
         let elsewhere = self.watch_elsewhere(id);
         let poll = self.poll_without_news(id);
+        let closing = &self.inner.closing;
         loop {
             let t = self.read_waited(id, deadline).await?;
-            if settled(&t) {
+            // Still pending while the daemon stops: no worker takes it before the next start.
+            if settled(&t) || (t.state == TaskState::Pending && closing.is_cancelled()) {
                 return Ok(t);
             }
             // Other tasks' announcements are skipped without touching the store: with many
@@ -419,6 +426,7 @@ impl Agent {
                     got = tokio::time::timeout_at(deadline, rx.recv()) => got,
                     _ = elsewhere.news() => break,
                     _ = elsewhere::poll(poll) => break,
+                    _ = closing.cancelled(), if !closing.is_cancelled() => break,
                 };
                 match heard {
                     Err(_) => return Ok(self.as_known(self.inner.store.tasks().get(id).await?)),

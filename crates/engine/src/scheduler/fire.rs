@@ -430,7 +430,7 @@ impl Scheduler {
         let task_id = task.id().to_string();
         let Some(result) = self.run_to_end(task).await else {
             tracing::info!(job = %job.id, task = %task_id, run = run_id,
-                "job run waits for a person across the stop; the next start follows it");
+                "job run not over at the stop (its task waits for a person or a worker); the next start follows it");
             return;
         };
         if let Err(e) = store.jobs().release_lock(&job.id, &task_id).await {
@@ -504,10 +504,12 @@ impl Scheduler {
             _ = stopping.cancelled() => {}
         }
         // Stopping: a task still running gets the grace to end; one that waits (now, or once
-        // its round reaches a held call) is left for the next start.
+        // its round reaches a held call) is left for the next start, and so is one no worker
+        // took yet (none will before then).
         loop {
             match self.inner.store.tasks().get(&id).await {
                 Ok(t) if t.waiting && !t.state.is_finished() => return None,
+                Ok(t) if t.state == TaskState::Pending => return None,
                 _ => {}
             }
             tokio::select! {

@@ -147,10 +147,11 @@ impl Scheduler {
                 Err(StoreError::NotFound { .. }) => None,
                 Err(e) => return Err(e.into()),
             };
-            if task
-                .as_ref()
-                .is_some_and(|t| t.waiting && !t.state.is_finished())
-            {
+            // Waiting for a person, or for a worker (still pending at the stop): followed to
+            // its end from here, as if the daemon had never stopped.
+            let open =
+                |t: &Task| (t.waiting && !t.state.is_finished()) || t.state == TaskState::Pending;
+            if task.as_ref().is_some_and(open) {
                 followed.push((job, run));
                 continue;
             }

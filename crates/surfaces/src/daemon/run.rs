@@ -122,8 +122,8 @@ async fn mark_interrupted(app: &App, shared: bool) -> Result<(), DaemonError> {
     let interrupted = tasks
         .fail_unfinished(&[TaskState::Running], FailReason::Interrupted, &spare)
         .await?
-        // Job tasks still queued by the previous daemon: their firing is over (the scheduler
-        // records it as interrupted), so running them now would deliver nowhere.
+        // Job tasks still queued by the previous daemon with no open run: nothing would deliver
+        // their answer. One whose run is still open is followed by the scheduler's restore.
         + tasks
             .fail_pending_of_origin(Origin::Job, FailReason::Interrupted)
             .await?;
