@@ -68,7 +68,13 @@ fn message(m: &Message, username: &str) -> Option<ChatMessage> {
     if from.is_bot {
         return None;
     }
-    let text = m.text()?;
+    // A photo or file comes with its words as a caption: the words are the instruction, and
+    // the model is told there was something it cannot see.
+    let (text, attached) = match (m.text(), m.caption()) {
+        (Some(text), _) => (text, false),
+        (None, Some(caption)) => (caption, true),
+        (None, None) => return None,
+    };
     let chat = m.chat.id.0;
     let mention = format!("@{username}");
     let mentioned = !username.is_empty() && contains_word(text, &mention);
@@ -85,8 +91,17 @@ fn message(m: &Message, username: &str) -> Option<ChatMessage> {
         reply_to: reply.map(|r| remote_id(chat, r.id.0)),
         addressed: m.chat.is_private() || mentioned || replies_to_bot,
         plain_in_encrypted_room: false,
-        kind: ChatKind::Text(words(text, &mention)),
+        kind: ChatKind::Text(with_attachment(words(text, &mention), attached)),
     })
+}
+
+/// The words of a message that came with a photo or a file, saying so.
+fn with_attachment(words: String, attached: bool) -> String {
+    if attached {
+        format!("{words}\n\n[The message came with a photo or a file, which the agent cannot see.]")
+    } else {
+        words
+    }
 }
 
 /// Whether `text` has `word` as a whole word (not `@hermes_bot2` for `@hermes_bot`), in any
@@ -102,12 +117,20 @@ fn contains_word(text: &str, word: &str) -> bool {
     })
 }
 
+/// `/start` as a task.
+const START: &str = "The person just opened this chat with you (Telegram's /start). Greet them in one or two sentences and say what you can do for them.";
+
 /// The text as the inbox reads it: the bot's mention taken out, and a leading bot command
 /// (`/run_now@hermes_bot`) written as its words (`run now`).
 fn words(text: &str, mention: &str) -> String {
     let text = text.trim();
     let (first, rest) = text.split_once(char::is_whitespace).unwrap_or((text, ""));
     let text = match first.strip_prefix('/') {
+        // What a Telegram client sends when a person opens the chat: a greeting is wanted, not
+        // a task named "start".
+        Some(command) if command.split('@').next() == Some("start") && rest.trim().is_empty() => {
+            START.to_string()
+        }
         Some(command) if !command.is_empty() => {
             let command = command
                 .split_once('@')
@@ -152,6 +175,9 @@ mod tests {
         );
         assert_eq!(words("plain words", "@hermes_bot"), "plain words");
         assert_eq!(words("/", "@hermes_bot"), "/");
+        // The first message of a chat asks for a greeting, not a task named "start".
+        assert_eq!(words("/start", "@hermes_bot"), START);
+        assert_eq!(words("/start@hermes_bot", "@hermes_bot"), START);
     }
 
     #[test]
@@ -225,5 +251,27 @@ mod tests {
             }
         );
         assert_eq!(message.event_id, "cb:q1");
+    }
+
+    #[test]
+    fn a_caption_is_read_and_says_what_came_with_it() {
+        let chat = serde_json::json!({"id": 111, "type": "private", "first_name": "Me"});
+        let photo = update(serde_json::json!({"update_id": 5, "message": {
+            "message_id": 10, "date": 0, "chat": chat, "from": user(111, false, "me"),
+            "photo": [{"file_id": "f", "file_unique_id": "u", "width": 1, "height": 1}],
+            "caption": "what is this plant?"}}));
+        let Read::Message(m) = read(&photo, "hermes_bot") else {
+            panic!("a captioned photo is read");
+        };
+        let ChatKind::Text(text) = m.kind else {
+            panic!("as text");
+        };
+        assert!(text.starts_with("what is this plant?"), "{text}");
+        assert!(text.contains("cannot see"), "{text}");
+        let sticker = update(serde_json::json!({"update_id": 6, "message": {
+            "message_id": 11, "date": 0, "chat": chat, "from": user(111, false, "me"),
+            "sticker": {"file_id": "s", "file_unique_id": "v", "type": "regular", "width": 1,
+                        "height": 1, "is_animated": false, "is_video": false}}}));
+        assert!(matches!(read(&sticker, "hermes_bot"), Read::Nothing));
     }
 }

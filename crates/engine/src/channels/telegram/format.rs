@@ -258,13 +258,35 @@ fn escape(s: &str, attribute: bool) -> String {
 /// refuses the formatting, so the notice still arrives.
 pub(crate) fn plain(html: &str) -> String {
     let mut out = String::with_capacity(html.len());
-    for token in tokenize(html).into_iter().filter(|t| !is_tag(t)) {
-        match entity(token) {
-            Some(c) => out.push(c),
-            None => out.push_str(token),
+    // The link being read: its target, and where its text began. Without the tag the target
+    // would be lost, so it follows the text (unless the text is the target).
+    let mut link: Option<(String, usize)> = None;
+    for token in tokenize(html) {
+        if !is_tag(token) {
+            match entity(token) {
+                Some(c) => out.push(c),
+                None => out.push_str(token),
+            }
+            continue;
+        }
+        if !tag_name(token).eq_ignore_ascii_case("a") {
+            continue;
+        }
+        if !token.starts_with("</") {
+            link = href_of(token).map(|href| (href, out.len()));
+        } else if let Some((href, start)) = link.take()
+            && out[start..].trim() != href
+        {
+            out.push_str(&format!(" ({href})"));
         }
     }
     out
+}
+
+/// The target of an `<a href="…">` tag, its entities decoded.
+fn href_of(tag: &str) -> Option<String> {
+    let value = tag.split_once("href=\"")?.1.split_once('"')?.0;
+    Some(plain(value))
 }
 
 /// The character an entity token (`&...;`) stands for, if known.
@@ -457,6 +479,15 @@ mod tests {
         assert!(stack.is_empty(), "unclosed {stack:?} in {html:?}");
     }
 
+    /// The text a part shows, without the link targets [`plain`] adds: what a split must
+    /// neither lose nor repeat.
+    fn text_only(html: &str) -> String {
+        let shown = tokenize(html).into_iter().filter(|t| !is_tag(t));
+        shown
+            .map(|t| entity(t).map_or(t.to_string(), String::from))
+            .collect()
+    }
+
     /// `split`, checked: parts within `limit`, balanced, with text, losing only whitespace.
     fn check_parts(html: &str, limit: usize) -> Vec<String> {
         let parts = split(html, limit);
@@ -466,8 +497,8 @@ mod tests {
             check_balanced(part);
         }
         let squeeze = |s: &str| s.split_whitespace().collect::<String>();
-        let joined: String = parts.iter().map(|p| plain(p)).collect();
-        assert_eq!(squeeze(&joined), squeeze(&plain(html)));
+        let joined: String = parts.iter().map(|p| text_only(p)).collect();
+        assert_eq!(squeeze(&joined), squeeze(&text_only(html)));
         parts
     }
 
@@ -512,7 +543,12 @@ mod tests {
     #[test]
     fn plain_strips_tags_and_decodes() {
         let html = to_html("**a** < [b](https://x.org/?q=\"1\") & `c>d` &#39;");
-        assert_eq!(plain(&html), "a < b & c>d '");
+        assert_eq!(plain(&html), "a < b (https://x.org/?q=\"1\") & c>d '");
+        // A link whose text is its target is shown once.
+        assert_eq!(
+            plain(&to_html("see <https://e.org/?a=1&b=2>")),
+            "see https://e.org/?a=1&b=2"
+        );
         assert_eq!(plain("&lt;&gt;&amp;&quot;&#39;&#x1F600;&#65;"), "<>&\"'😀A");
         assert_eq!(plain("&bogus; & &#xZZ; <b"), "&bogus; & &#xZZ; <b");
         assert_eq!(plain("<pre><code class=\"language-x\">y</code></pre>"), "y");
