@@ -694,6 +694,8 @@ async fn doctor_asks_the_bot_api_whose_token_it_is_or_the_daemon_how_it_polls() 
         said.contains("401") && said.contains("@BotFather"),
         "{said}"
     );
+    // No daemon runs: nothing stopped, nothing to restart.
+    assert!(!said.contains("restart the daemon"), "{said}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,6 +14,14 @@ pub async fn probe(s: &TelegramSettings) -> Result<String, String> {
             me.username(),
             me.user.id.0
         )),
-        Err(e) => Err(Failure::from(e).to_string()),
+        // No channel runs here to have stopped: say only what to change.
+        Err(e) => match Failure::from(e) {
+            Failure::Revoked => Err(REFUSED.to_string()),
+            other => Err(other.to_string()),
+        },
     }
 }
+
+/// A refused token, as `doctor` says it with no daemon running.
+const REFUSED: &str = "the Bot API refused the bot token (401 Unauthorized): it was revoked or is \
+     wrong. Get the token from @BotFather and set channels.telegram.bot_token";
