@@ -51,9 +51,15 @@ pub enum MemoryError {
     )]
     Index { path: PathBuf, source: TantivyError },
     #[error(
-        "the memory index {path} is in use by another hermes-agent process; stop the daemon, or add and search memory through its HTTP API"
+        "the memory index {path} is in use by another hermes-agent process (the daemon, or a `run` on the same data dir); stop it, or add and search memory through the daemon's HTTP API"
     )]
     Locked { path: PathBuf },
+    /// This process let go of its index to rebuild it (it failed, e.g. on a full disk): until
+    /// the rebuild succeeds, facts are kept in the database only.
+    #[error(
+        "the memory index {path} is being rebuilt after a failure (the log says which); the fact is kept in the database and indexed once the rebuild succeeds"
+    )]
+    Rebuilding { path: PathBuf },
     #[error("cannot prepare the memory index directory {path}: {source} (check its permissions)")]
     Io {
         path: PathBuf,
@@ -479,7 +485,7 @@ impl Inner {
             // A reopen that failed has let go of the process lock, and another process may
             // hold it now: writing would be two writers on one index. The repair relocks.
             if opened.lock.is_none() {
-                return Err(MemoryError::Locked {
+                return Err(MemoryError::Rebuilding {
                     path: self.path.clone(),
                 });
             }

@@ -113,7 +113,9 @@ impl From<hermes_engine::memory::MemoryError> for ApiError {
             MemoryError::EmptyFact | MemoryError::FactTooLong(_) => {
                 ApiError::bad_request(e.to_string())
             }
-            MemoryError::Locked { .. } => ApiError::unavailable(e.to_string()),
+            MemoryError::Locked { .. } | MemoryError::Rebuilding { .. } => {
+                ApiError::unavailable(e.to_string())
+            }
             MemoryError::Index { .. } | MemoryError::Io { .. } | MemoryError::Worker(_) => {
                 ApiError::internal(e)
             }
