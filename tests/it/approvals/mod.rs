@@ -98,6 +98,12 @@ pub(crate) fn model(req: &Value) -> Reply {
             _ => Reply::text(&format!("done: {}", conversation(req))),
         };
     }
+    if task.contains("[double]") {
+        return match seen {
+            0 => Reply::tool_calls(&[send.clone(), send]),
+            _ => Reply::text(&format!("done: {}", conversation(req))),
+        };
+    }
     if task.contains("[twice]") {
         return match seen {
             0 | 1 => Reply::tool_calls(&[send]),
@@ -345,6 +351,34 @@ async fn parallel_calls_in_one_reply_all_wait_and_each_runs_once() {
     assert_eq!(done.state, TaskState::Succeeded);
     assert_eq!(ran.lookups(), 1);
     assert_eq!(ran.sends().len(), 1);
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_call_twice_in_one_reply_is_asked_once_and_runs_once() {
+    let model = ScriptedModel::start_with(model).await;
+    let ran = Ran::default();
+    let p = Pool::start(gated_settings(&model.base_url()), &ran, 1).await;
+    let held = p.submit("[double] tell bob, twice").await;
+    p.settled(&held.id).await;
+    let open = p.open().await;
+    assert_eq!(open.len(), 1, "one request for one distinct call: {open:?}");
+    p.app()
+        .agent
+        .approvals()
+        .decide(&open[0].id, Decision::Approve, "test")
+        .await
+        .unwrap();
+    let done = p.finished(&held.id).await;
+    assert_eq!(done.state, TaskState::Succeeded);
+    assert_eq!(ran.sends().len(), 1);
+    // The second is told why it did not run, not that nobody can be asked.
+    let told = done.answer.unwrap_or_default();
+    assert!(
+        told.contains("approved this exact call for one run"),
+        "{told}"
+    );
+    assert!(!told.contains("cannot be asked for here"), "{told}");
     p.stop().await;
 }
 

@@ -249,10 +249,14 @@ impl Run<'_> {
                             .execute_approved(&approved, ctx, restrict, Permit::granted())
                             .await
                     }
-                    // Used already (it runs once), or unreadable: not run.
-                    Ok(false) | Err(_) => {
-                        not_run(call, ToolError::NeedsApproval(call.name.clone()))
-                    }
+                    // Used already: the same call twice in one reply runs once.
+                    Ok(false) => not_run(call, ToolError::ApprovedOnce),
+                    Err(e) => not_run(
+                        call,
+                        ToolError::Failed(format!(
+                            "not run: its approval could not be read ({e}); try again in a later step"
+                        )),
+                    ),
                 }
             }
             Gate::Declined {

@@ -97,6 +97,12 @@ pub enum ToolError {
         "not run: nobody answered the request to approve this call in time ({0}); do not ask for it again — answer without it, or say what you would have needed"
     )]
     Unanswered(String),
+    /// Not run: a person approved this exact call for one run, and it had it (the same call
+    /// twice in one reply).
+    #[error(
+        "not run: a person approved this exact call for one run, which it had (its result is here too); make the call again in a later step if it must run again, and a person will be asked"
+    )]
+    ApprovedOnce,
     /// Not run: the reply made more calls than one reply may.
     #[error(
         "not run: one reply may make at most {0} tool calls, and this one made more; make the calls you still need in your next reply"
@@ -125,6 +131,7 @@ impl ToolError {
             ToolError::Declined(_) => "declined",
             ToolError::Unanswered(_) => "unanswered",
             ToolError::TooMany(_) => "too_many",
+            ToolError::ApprovedOnce => "approved_once",
         }
     }
 }
