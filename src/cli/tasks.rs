@@ -24,7 +24,19 @@ pub async fn tasks(backend: &dyn Backend, cmd: TasksCmd) -> anyhow::Result<ExitC
         TasksCmd::Watch { id } => {
             let print = |step: &hermes_store::Step| outln!("{}", render::step_line(step));
             let task = backend.watch(&id, &print).await?;
-            let record = backend.task(&task.id).await?;
+            // The stream told the end already; a daemon stopping right after it (the end was
+            // its shutdown) must not turn that into an error.
+            let record = match backend.task(&task.id).await {
+                Ok(record) => record,
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot read the task back after its end");
+                    hermes_store::TaskRecord {
+                        task,
+                        steps: Vec::new(),
+                        notices: Vec::new(),
+                    }
+                }
+            };
             return render::print_outcome(&record, false);
         }
         TasksCmd::Show { id, json } => {
