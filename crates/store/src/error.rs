@@ -220,31 +220,6 @@ fn is_connection_loss(io: &std::io::Error) -> bool {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_server_away_is_not_called_unwritable() {
-        for (fault, starts) in [
-            (
-                StorageFault::Unreachable,
-                "the database cannot be reached (database unreachable)",
-            ),
-            (
-                StorageFault::DiskFull,
-                "the database cannot be written (disk full)",
-            ),
-        ] {
-            let e = StoreError::Unavailable {
-                fault,
-                detail: "why".into(),
-            };
-            assert!(e.to_string().starts_with(starts), "{e}");
-        }
-    }
-}
-
 /// The error opening the SQLite database at `path`: [`StoreError::Damaged`] when SQLite says
 /// the file is corrupt or no database at all.
 pub(crate) fn opening(path: &std::path::Path, source: sqlx::Error) -> StoreError {
@@ -268,4 +243,29 @@ pub(crate) fn damaged(e: &sqlx::Error) -> bool {
     }
     let code = db.code().and_then(|c| c.parse::<i64>().ok());
     matches!(code.map(|c| c & 0xff), Some(SQLITE_CORRUPT | SQLITE_NOTADB))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_away_is_not_called_unwritable() {
+        for (fault, starts) in [
+            (
+                StorageFault::Unreachable,
+                "the database cannot be reached (database unreachable)",
+            ),
+            (
+                StorageFault::DiskFull,
+                "the database cannot be written (disk full)",
+            ),
+        ] {
+            let e = StoreError::Unavailable {
+                fault,
+                detail: "why".into(),
+            };
+            assert!(e.to_string().starts_with(starts), "{e}");
+        }
+    }
 }
