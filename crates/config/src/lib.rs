@@ -501,4 +501,6 @@ fn expand_quoted(settings: Settings, env: &HashMap<String, String>) -> Result<Se
 }
 
 #[cfg(test)]
+mod files_tests;
+#[cfg(test)]
 mod tests;
