@@ -119,9 +119,16 @@ impl Agent {
         };
         let end = run.bounded(resume, &token, &why).await;
         self.unregister_running(&task.id, &why);
-        if !matches!(end, Ok(LoopEnd::Held)) {
+        match &end {
+            Ok(LoopEnd::Held) => {}
+            // Declared dead: its sub-agents are the other nodes' too.
+            Err(StoreError::Fenced(_)) => {
+                self.stop_children(&task.id, StopReason::Fenced);
+            }
             // A sub-agent whose call was dropped (this task's limit, a cancel) still runs.
-            self.stop_children(&task.id);
+            _ => {
+                self.stop_children(&task.id, StopReason::ParentEnded);
+            }
         }
         if let Err(StoreError::Fenced(_)) = end {
             // Declared dead meanwhile: what was not written stays unwritten, and the end is

@@ -67,12 +67,18 @@ impl Agent {
             }
             None => false,
         };
-        self.stop_children(id);
+        self.stop_children(id, why);
         stopped
     }
 
-    /// Stop the sub-agents of `parent` still running here: it ended, or is being stopped.
-    pub(super) fn stop_children(&self, parent: &str) -> usize {
+    /// Stop the sub-agents of `parent` still running here: it ended, or is being stopped for
+    /// `why`. A shutdown or a lost lease is theirs too (a fenced task must write nothing);
+    /// anything else ends them as [`StopReason::ParentEnded`].
+    pub(super) fn stop_children(&self, parent: &str, why: StopReason) -> usize {
+        let theirs = match why {
+            StopReason::Shutdown | StopReason::Fenced => why,
+            StopReason::Cancelled | StopReason::ParentEnded => StopReason::ParentEnded,
+        };
         let children: Vec<String> = lock(&self.inner.running)
             .iter()
             .filter(|(_, r)| r.parent.as_deref() == Some(parent))
@@ -80,7 +86,7 @@ impl Agent {
             .collect();
         children
             .iter()
-            .filter(|id| self.stop_running(id, StopReason::ParentEnded))
+            .filter(|id| self.stop_running(id, theirs))
             .count()
     }
 }
