@@ -582,6 +582,21 @@ async fn memory_goes_through_the_daemon_and_to_the_data_dir_once_it_stopped() {
     assert!(text(&out.stdout).contains(&fact), "{}", text(&out.stdout));
 }
 
+/// A client submitting `task` with `wait: true`, in the background: the status and the body
+/// it got, or why it got none.
+fn waiting_client(
+    d: &crate::process::Daemon,
+    task: &str,
+) -> tokio::task::JoinHandle<Result<(StatusCode, Value), reqwest::Error>> {
+    let http = d.http().clone();
+    let url = format!("{}/v1/tasks", d.base());
+    let body = json!({"task": task, "wait": true});
+    tokio::spawn(async move {
+        let r = http.post(url).json(&body).send().await?;
+        Ok((r.status(), r.json::<Value>().await?))
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_what_fits_in_the_grace_and_records_the_rest() {
     let model = ScriptedModel::start_with(echo_model).await;
@@ -593,18 +608,7 @@ async fn sigterm_finishes_what_fits_in_the_grace_and_records_the_rest() {
     let quick = d.submit("a quick task").await;
     assert!(model.wait_for_requests(2, PATIENCE).await);
     // A client waiting on the slow task gets its outcome, not a reset connection.
-    let waiter = {
-        let http = d.http().clone();
-        let url = format!("{}/v1/tasks", d.base());
-        tokio::spawn(async move {
-            let r = http
-                .post(url)
-                .json(&json!({"task": "another slow task", "wait": true}))
-                .send()
-                .await?;
-            Ok::<_, reqwest::Error>((r.status(), r.json::<Value>().await?))
-        })
-    };
+    let waiter = waiting_client(&d, "another slow task");
     assert!(model.wait_for_requests(3, PATIENCE).await);
     let signalled = Instant::now();
     d.signal("-TERM");
@@ -667,18 +671,7 @@ async fn sigterm_answers_a_client_waiting_on_a_task_no_worker_took_and_it_runs_a
     // The one worker is busy; the next task waits, pending, with a client waiting on it.
     d.submit("a slow task").await;
     assert!(model.wait_for_requests(1, PATIENCE).await);
-    let waiter = {
-        let http = d.http().clone();
-        let url = format!("{}/v1/tasks", d.base());
-        tokio::spawn(async move {
-            let r = http
-                .post(url)
-                .json(&json!({"task": "a task behind it", "wait": true}))
-                .send()
-                .await?;
-            Ok::<_, reqwest::Error>((r.status(), r.json::<Value>().await?))
-        })
-    };
+    let waiter = waiting_client(&d, "a task behind it");
     d.until("the second task to be pending", || async {
         let (_, v) = d.get("/v1/tasks?state=pending").await;
         v["tasks"]

@@ -790,6 +790,33 @@ async fn a_loop_that_wakes_late_runs_one_catch_up_at_most() {
     assert_eq!(tasks_of(&c.store, &job.id).await.len(), 1);
 }
 
+/// What a SIGKILL during `job`'s run at 10:00 leaves: its task started (and ended with `end`,
+/// when given), the run `fired`, the job's lock held. The task's and the run's ids.
+async fn killed_during_a_run(c: &Ctx, job: &Job, end: Option<&TaskOutcome>) -> (String, i64) {
+    let task_id = c.runner.create(job).await.unwrap().id().to_string();
+    c.store.tasks().start(&task_id).await.unwrap();
+    if let Some(end) = end {
+        assert!(c.store.tasks().finish(&task_id, end).await.unwrap());
+    }
+    let at = utc("2026-06-01T10:00:00Z");
+    let jobs = c.store.jobs();
+    let run_id = jobs
+        .add_run(&job.id, at, RunOutcome::Fired, Some(&task_id), None)
+        .await
+        .unwrap();
+    assert!(jobs.lock(&job.id, &task_id).await.unwrap());
+    (task_id, run_id)
+}
+
+/// A new scheduler on the same store, started (restored) as a daemon's next start does.
+async fn restart(c: &Ctx, clock: &Arc<ManualClock>) -> (Scheduler, TaskTracker, CancellationToken) {
+    let restarted = scheduler_on(&c.store, &c.runner, settings(), clock.clone());
+    let tracker = TaskTracker::new();
+    let cancel = CancellationToken::new();
+    restarted.start(&tracker, cancel.clone()).await.unwrap();
+    (restarted, tracker, cancel)
+}
+
 #[tokio::test]
 async fn a_run_whose_task_ended_just_before_a_crash_is_recorded_and_delivered_at_start() {
     let clock = ManualClock::at("2026-06-01T10:00:00Z");
@@ -799,28 +826,9 @@ async fn a_run_whose_task_ended_just_before_a_crash_is_recorded_and_delivered_at
     let job = c.sched.add(r, Origin::Cli).await.unwrap();
     // The state a SIGKILL leaves right after the task's end was written: the task succeeded,
     // the run is still `fired`, the lock held, nothing queued.
-    let task_id = c.runner.create(&job).await.unwrap().id().to_string();
-    c.store.tasks().start(&task_id).await.unwrap();
     let answer = TaskOutcome::answered("Today: tea is 12 EUR.");
-    assert!(c.store.tasks().finish(&task_id, &answer).await.unwrap());
-    let run_id = c
-        .store
-        .jobs()
-        .add_run(
-            &job.id,
-            utc("2026-06-01T10:00:00Z"),
-            RunOutcome::Fired,
-            Some(&task_id),
-            None,
-        )
-        .await
-        .unwrap();
-    assert!(c.store.jobs().lock(&job.id, &task_id).await.unwrap());
-
-    let restarted = scheduler_on(&c.store, &c.runner, settings(), clock.clone());
-    let tracker = TaskTracker::new();
-    let cancel = CancellationToken::new();
-    restarted.start(&tracker, cancel.clone()).await.unwrap();
+    let (task_id, run_id) = killed_during_a_run(&c, &job, Some(&answer)).await;
+    let (_restarted, tracker, cancel) = restart(&c, &clock).await;
     let r = runs(&c.store, &job.id).await;
     assert_eq!(r[0].id, run_id);
     assert_eq!(r[0].outcome, RunOutcome::Fired, "{:?}", r[0]);
@@ -841,12 +849,7 @@ async fn a_run_whose_task_ended_just_before_a_crash_is_recorded_and_delivered_at
     tracker.close();
     tracker.wait().await;
     assert!(c.store.jobs().lock(&job.id, &task_id).await.unwrap());
-    let again = scheduler_on(&c.store, &c.runner, settings(), clock.clone());
-    let tracker = TaskTracker::new();
-    again
-        .start(&tracker, CancellationToken::new())
-        .await
-        .unwrap();
+    let _again = restart(&c, &clock).await;
     assert_eq!(c.store.outbox().for_run(run_id).await.unwrap().len(), 1);
 }
 
@@ -860,26 +863,8 @@ async fn a_run_lock_left_by_a_crash_is_cleared_at_start() {
         .await
         .unwrap();
     // The state a SIGKILL mid-run leaves: a running task, a fired run, the lock held.
-    let task_id = c.runner.create(&job).await.unwrap().id().to_string();
-    c.store.tasks().start(&task_id).await.unwrap();
-    let run_id = c
-        .store
-        .jobs()
-        .add_run(
-            &job.id,
-            utc("2026-06-01T10:00:00Z"),
-            RunOutcome::Fired,
-            Some(&task_id),
-            None,
-        )
-        .await
-        .unwrap();
-    assert!(c.store.jobs().lock(&job.id, &task_id).await.unwrap());
-
-    let restarted = scheduler_on(&c.store, &c.runner, settings(), clock.clone());
-    let tracker = TaskTracker::new();
-    let cancel = CancellationToken::new();
-    restarted.start(&tracker, cancel.clone()).await.unwrap();
+    let (_, run_id) = killed_during_a_run(&c, &job, None).await;
+    let (restarted, _tracker, cancel) = restart(&c, &clock).await;
     let j = c.store.jobs().get(&job.id).await.unwrap();
     assert_eq!(j.running_task_id, None);
     let r = runs(&c.store, &job.id).await;
