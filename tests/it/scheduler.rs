@@ -862,15 +862,23 @@ async fn a_run_lock_left_by_a_crash_is_cleared_at_start() {
         .add(req("crashy", "every 1h"), Origin::Cli)
         .await
         .unwrap();
-    // The state a SIGKILL mid-run leaves: a running task, a fired run, the lock held.
+    // The state a SIGKILL mid-run leaves: a running task, a fired run, the lock held; the
+    // daemon's start ends the task (`mark_interrupted`) before its scheduler restores.
     let (_, run_id) = killed_during_a_run(&c, &job, None).await;
+    let ended = c.store.tasks();
+    let ended = ended.fail_unfinished(&[TaskState::Running], FailReason::Interrupted, &[]);
+    assert_eq!(ended.await.unwrap(), 1);
     let (restarted, _tracker, cancel) = restart(&c, &clock).await;
     let j = c.store.jobs().get(&job.id).await.unwrap();
     assert_eq!(j.running_task_id, None);
     let r = runs(&c.store, &job.id).await;
     assert_eq!(r[0].id, run_id);
     assert_eq!(r[0].outcome, RunOutcome::Failed);
-    assert!(r[0].reason.as_deref().unwrap().starts_with("interrupted"));
+    assert!(
+        r[0].reason.as_deref().unwrap().contains("interrupted"),
+        "{:?}",
+        r[0]
+    );
 
     // And the job fires again at its next due time.
     clock.set("2026-06-01T11:00:00Z");

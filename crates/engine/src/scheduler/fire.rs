@@ -433,10 +433,6 @@ impl Scheduler {
                 "job run not over at the stop (its task waits for a person or a worker); the next start follows it");
             return;
         };
-        if let Err(e) = store.jobs().release_lock(&job.id, &task_id).await {
-            // The next firing frees a lock its ended task still holds (`free_ended`).
-            tracing::error!(job = %job.id, error = %e, "cannot release the job's run lock; the next firing frees it");
-        }
         match store.jobs().get(&job.id).await {
             Ok(_) => {}
             Err(StoreError::NotFound { .. }) => {
@@ -485,6 +481,13 @@ impl Scheduler {
             .await
         {
             tracing::error!(job = %job.id, run = run_id, error = %e, "cannot record the run's end");
+        }
+        // Only now: a stop before this leaves the lock naming the ended task, and the next
+        // start records and delivers what is missing (`complete_ended`) — freed earlier, the
+        // run would look over and its answer be lost.
+        if let Err(e) = store.jobs().release_lock(&job.id, &task_id).await {
+            // The next firing frees a lock its ended task still holds (`free_ended`).
+            tracing::error!(job = %job.id, error = %e, "cannot release the job's run lock; the next firing frees it");
         }
         tracing::info!(job = %job.id, task = %task_id, run = run_id, outcome = ?outcome,
             delivery = %delivery, reason = reason.as_deref().unwrap_or(""), "job run finished");

@@ -128,7 +128,8 @@ impl Scheduler {
         Ok(taken)
     }
 
-    /// The only daemon on its database (SQLite): nothing can be running at start.
+    /// The only daemon on its database (SQLite): nothing a dead process ran is still running
+    /// (the start-up ended those before this).
     async fn restore_alone(&self) -> Result<(), SchedulerError> {
         let store = &self.inner.store;
         let mut followed = Vec::new();
@@ -147,11 +148,11 @@ impl Scheduler {
                 Err(StoreError::NotFound { .. }) => None,
                 Err(e) => return Err(e.into()),
             };
-            // Waiting for a person, or for a worker (still pending at the stop): followed to
-            // its end from here, as if the daemon had never stopped.
-            let open =
-                |t: &Task| (t.waiting && !t.state.is_finished()) || t.state == TaskState::Pending;
-            if task.as_ref().is_some_and(open) {
+            // Not over: waiting for a person, for a worker (pending at the stop), or running
+            // already — the start-up ended every task a dead process left running, so one
+            // running now is this daemon's worker's (it took the pending task meanwhile) or a
+            // live `run`'s. Followed to its end from here, as if the daemon had never stopped.
+            if task.as_ref().is_some_and(|t| !t.state.is_finished()) {
                 followed.push((job, run));
                 continue;
             }
@@ -193,7 +194,7 @@ impl Scheduler {
             else {
                 continue;
             };
-            tracing::info!(job = %started.job.id, task = %task_id, "job run still waits for a person; followed");
+            tracing::info!(job = %started.job.id, task = %task_id, "job run not over at the last stop; followed to its end");
             let me = self.clone();
             self.spawn(async move { me.finish(started).await });
         }
