@@ -302,14 +302,15 @@ impl Holds<'_> {
         if let Some(h) = &hold {
             // Its taker runs it from here: the task is this node's now (see `nodes.rs`), and
             // this process's when a `run` takes its own (a daemon's worker owns none).
-            let taker = owner.as_option().map(|_| i64::from(std::process::id()));
+            let taker = owner.as_option().map(|_| std::process::id());
             query(
-                "UPDATE tasks SET waiting = FALSE, node_id = ?, node_epoch = ?, owner_pid = ? \
-                 WHERE id = ?",
+                "UPDATE tasks SET waiting = FALSE, node_id = ?, node_epoch = ?, owner_pid = ?, \
+                 owner_start = ? WHERE id = ?",
             )
             .bind(self.store.node())
             .bind(self.store.stamp())
-            .bind(taker)
+            .bind(taker.map(i64::from))
+            .bind(taker.and_then(crate::util::process_started))
             .bind(&h.task_id)
             .execute(&mut tx)
             .await?;

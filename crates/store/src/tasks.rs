@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 macro_rules! insert_tasks {
     () => {
         "INSERT INTO tasks (id, state, origin, parent_id, job_id, profile, task, created_at, started_at, node_id, \
-         node_epoch, owner_pid) "
+         node_epoch, owner_pid, owner_start) "
     };
 }
 
@@ -136,7 +136,7 @@ impl Store {
         new: &NewTask,
         at: DateTime<Utc>,
         epoch: Option<&str>,
-    ) -> [Arg; 12] {
+    ) -> [Arg; 13] {
         let (state, started) = if new.claimed {
             (TaskState::Running, Some(at))
         } else {
@@ -155,6 +155,10 @@ impl Store {
             new.claimed.then(|| self.node()).flatten().arg(),
             new.claimed.then_some(epoch).flatten().arg(),
             new.claimed.then(|| i64::from(std::process::id())).arg(),
+            new.claimed
+                .then(|| crate::util::process_started(std::process::id()))
+                .flatten()
+                .arg(),
         ]
     }
 
@@ -177,7 +181,7 @@ impl Tasks<'_> {
         // The row comes back from the insert itself: one round trip, not an insert and a read.
         let mut insert = query_as(concat!(
             insert_tasks!(),
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ",
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ",
             columns!(tasks)
         ));
         for value in self.store.task_row(&id, new, now(), epoch.as_deref()) {
@@ -190,7 +194,7 @@ impl Tasks<'_> {
     /// order given.
     pub async fn create_many(self, new: &[NewTask]) -> Result<Vec<Task>> {
         let mut created = Vec::with_capacity(new.len());
-        // 12 bound values a row, well under SQLite's 32,766-variable limit.
+        // 13 bound values a row, well under SQLite's 32,766-variable limit.
         let epoch = self.store.stamp();
         for chunk in new.chunks(500) {
             let at = now();
@@ -426,20 +430,20 @@ impl Tasks<'_> {
         let Some(node) = self.store.node() else {
             return Ok(0);
         };
-        let owned: Vec<(String, i64)> = self
+        let owned: Vec<(String, i64, Option<i64>)> = self
             .store
             .all(
                 query_as(
-                    "SELECT id, owner_pid FROM tasks WHERE state = 'running' AND waiting = FALSE \
-                     AND owner_pid IS NOT NULL AND node_id = ?",
+                    "SELECT id, owner_pid, owner_start FROM tasks WHERE state = 'running' \
+                     AND waiting = FALSE AND owner_pid IS NOT NULL AND node_id = ?",
                 )
                 .bind(node),
             )
             .await?;
         let me = i64::from(std::process::id());
         let mut ended = 0;
-        for (id, pid) in owned {
-            if pid == me || u32::try_from(pid).is_ok_and(crate::util::process_alive) {
+        for (id, pid, started) in owned {
+            if pid == me || crate::util::owner_alive(pid, started) {
                 continue;
             }
             let fail = query(
@@ -463,18 +467,18 @@ impl Tasks<'_> {
     /// `mcp` and `eval` on the data dir), still alive and not this one: their tasks are theirs
     /// to finish, not a dead process's to end.
     pub async fn live_owners(self) -> Result<Vec<i64>> {
-        let owners: Vec<(i64,)> = self
+        let owners: Vec<(i64, Option<i64>)> = self
             .store
             .all(query_as(
-                "SELECT DISTINCT owner_pid FROM tasks WHERE state = 'running' \
+                "SELECT DISTINCT owner_pid, owner_start FROM tasks WHERE state = 'running' \
                  AND owner_pid IS NOT NULL",
             ))
             .await?;
         let me = i64::from(std::process::id());
         Ok(owners
             .into_iter()
-            .map(|(pid,)| pid)
-            .filter(|&pid| pid != me && u32::try_from(pid).is_ok_and(crate::util::process_alive))
+            .filter(|&(pid, started)| pid != me && crate::util::owner_alive(pid, started))
+            .map(|(pid, _)| pid)
             .collect())
     }
 

@@ -90,6 +90,32 @@ pub fn process_alive(pid: u32) -> bool {
     }
 }
 
+/// When process `pid` started, in clock ticks since boot (Linux: field 22 of
+/// `/proc/PID/stat`): with its pid, what tells it from a later process given the same pid.
+/// `None` when it cannot be read — gone, a zombie (dead, not yet reaped), another system.
+pub fn process_started(pid: u32) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The name (field 2) is in parentheses and may hold spaces: count from after its end.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let mut fields = rest.split_whitespace();
+    if matches!(fields.next()?, "Z" | "X") {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
+}
+
+/// Whether the process that recorded itself as `pid` (started at `started`, when known) is
+/// still running: the same pid alone would take a program that reused it for the owner.
+pub fn owner_alive(pid: i64, started: Option<i64>) -> bool {
+    let Ok(pid) = u32::try_from(pid) else {
+        return false;
+    };
+    match started {
+        Some(at) => process_started(pid) == Some(at),
+        None => process_alive(pid),
+    }
+}
+
 /// Lock a mutex, taking the data even when another thread panicked while holding it.
 ///
 /// The one policy for poisoned locks in this crate: every mutex here guards plain maps and
@@ -132,6 +158,34 @@ pub fn glob_matches(pattern: &str, name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn an_owner_is_its_pid_and_its_start_not_a_zombie_nor_a_reused_pid() {
+        let me = std::process::id();
+        let started = process_started(me).expect("this process's start");
+        assert!(owner_alive(i64::from(me), Some(started)));
+        // The same pid, started at another time: a program that reused it.
+        assert!(!owner_alive(i64::from(me), Some(started + 1)));
+        assert!(owner_alive(i64::from(me), None));
+        // A child that exited and is not reaped yet: a zombie, dead.
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.2")
+            .spawn()
+            .expect("sleep runs");
+        let pid = child.id();
+        let recorded = process_started(pid).expect("its start, while it runs");
+        assert!(owner_alive(i64::from(pid), Some(recorded)));
+        let start = std::time::Instant::now();
+        while process_started(pid).is_some() && start.elapsed() < std::time::Duration::from_secs(10)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(process_alive(pid), "kill(0) still reaches a zombie");
+        assert!(!owner_alive(i64::from(pid), Some(recorded)));
+        child.wait().expect("reaped");
+        assert!(!owner_alive(i64::from(pid), None));
+    }
 
     #[derive(Debug, thiserror::Error)]
     #[error("outer failed")]
