@@ -69,9 +69,10 @@ async fn run_task(app: &App, args: RunArgs, daemon_up: bool) -> anyhow::Result<E
             .await
     };
     tokio::pin!(exec);
+    let interrupted = interrupted();
     let done = tokio::select! {
         r = &mut exec => r?,
-        _ = tokio::signal::ctrl_c() => {
+        _ = interrupted => {
             errln!("interrupted: cancelling task {}", task.id);
             // Both at once: the cancel waits for the task's end, which only the task's own
             // future, polled here, can reach.
@@ -101,4 +102,38 @@ async fn run_task(app: &App, args: RunArgs, daemon_up: bool) -> anyhow::Result<E
         .await?
         .ok_or_else(|| anyhow::anyhow!("task {} disappeared from the store", done.id))?;
     print_outcome(&record, args.json)
+}
+
+/// Ctrl-C, SIGTERM (a `kill`, a service manager) or SIGHUP (the terminal closed): each ends the
+/// task as cancelled, rather than leave it `running` in the store with nobody to finish it.
+/// Installed by this call, before the task starts.
+fn interrupted() -> impl std::future::Future<Output = ()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let int = signal(SignalKind::interrupt());
+        let term = signal(SignalKind::terminate());
+        let hup = signal(SignalKind::hangup());
+        async move {
+            match (int, term, hup) {
+                (Ok(mut int), Ok(mut term), Ok(mut hup)) => {
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                        _ = hup.recv() => {}
+                    }
+                }
+                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                    tracing::warn!(error = %e, "cannot listen for SIGTERM and SIGHUP; Ctrl-C alone cancels the task");
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! The daemon beside other processes of its data dir: a `run` (or `mcp`, `eval`) that claimed
 //! its own task is running it; a daemon starting then must leave that task alone, and end only
-//! those whose process is gone. And Ctrl-C on a `run`: its task ends cancelled, at once.
+//! those whose process is gone. And a `run` interrupted (Ctrl-C, SIGTERM, SIGHUP): its task
+//! ends cancelled, at once.
 
 use crate::approvals::process::run_until;
 use crate::approvals::results_seen;
@@ -106,27 +107,30 @@ async fn a_daemon_starting_leaves_a_live_runs_task_alone_and_ends_a_dead_ones() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ctrl_c_cancels_a_runs_task_at_once() {
+async fn ctrl_c_sigterm_or_a_closed_terminal_cancels_a_runs_task_at_once() {
     let model = ScriptedModel::start_with(gate_model).await;
     let (site, _gate) = site(&model.base_url());
-    let (child, _, seen) = run_until(&site, &["wait at the gate"], "→ tools");
-    let task = task_id(&seen);
-    let interrupted = std::time::Instant::now();
-    let kill = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(kill.success());
-    let out = child.wait_with_output().expect("run ends");
-    // The task's own loop hears the cancel at once; before, `run` waited out the cancel's
-    // 5 s bound without polling the task it was cancelling.
-    assert!(
-        interrupted.elapsed() < std::time::Duration::from_secs(3),
-        "{:?}",
-        interrupted.elapsed()
-    );
-    assert!(!out.status.success());
-    let show = site.cli(&["tasks", "show", &task, "--json"], &[]);
-    let v: Value = serde_json::from_slice(&show.stdout).expect("json");
-    assert_eq!(v["state"], "cancelled", "{v}");
+    for signal in ["-INT", "-TERM", "-HUP"] {
+        let (child, _, seen) = run_until(&site, &["wait at the gate"], "→ tools");
+        let task = task_id(&seen);
+        let interrupted = std::time::Instant::now();
+        let kill = std::process::Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(kill.success());
+        let out = child.wait_with_output().expect("run ends");
+        // The task's own loop hears the cancel at once; before, `run` waited out the
+        // cancel's 5 s bound without polling the task it was cancelling (Ctrl-C), or died
+        // leaving the task `running` (SIGTERM, SIGHUP).
+        assert!(
+            interrupted.elapsed() < std::time::Duration::from_secs(3),
+            "{signal}: {:?}",
+            interrupted.elapsed()
+        );
+        assert!(!out.status.success(), "{signal}");
+        let show = site.cli(&["tasks", "show", &task, "--json"], &[]);
+        let v: Value = serde_json::from_slice(&show.stdout).expect("json");
+        assert_eq!(v["state"], "cancelled", "{signal}: {v}");
+    }
 }
