@@ -25,6 +25,9 @@ use teloxide_core::types::{AllowedUpdate, CallbackQueryId, ChatId, MessageId};
 /// loop goes on, since the press itself is recorded.
 const ANSWER_PRESS: Duration = Duration::from_secs(5);
 
+/// How long after a 409 (another reader of the bot's updates) polling tries again.
+const CONFLICT_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Why a connection ended.
 #[derive(Debug, thiserror::Error)]
 enum Ended {
@@ -50,6 +53,9 @@ impl Ended {
             Ended::Api(Failure::Revoked) => Retry::Never,
             Ended::Api(Failure::RetryAfter(wait)) => Retry::After(*wait),
             Ended::BadOffset(..) | Ended::Api(Failure::Refused(_)) => Retry::Late,
+            // Not the doubling backoff: after a long conflict (a second poller left running for
+            // minutes) it would keep the bot deaf for minutes more once the other one stops.
+            Ended::Api(Failure::Conflict(_)) => Retry::After(CONFLICT_RETRY),
             _ => Retry::Soon,
         }
     }
