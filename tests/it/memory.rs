@@ -261,6 +261,23 @@ async fn open(dir: &Path) -> (Store, LongTerm) {
     (store, memory)
 }
 
+/// The memory of `dir` opened again after its last handle was dropped. The index lock goes
+/// with the last clone of the old handle, which a blocking thread of the runtime may still be
+/// letting go of under load: `Locked` is waited out (bounded), any other error is the test's.
+async fn reopen(dir: &Path, store: Store) -> Result<LongTerm, hermes_engine::memory::MemoryError> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match LongTerm::open(dir, store.clone()).await {
+            Err(hermes_engine::memory::MemoryError::Locked { .. })
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 async fn ids(memory: &LongTerm, query: &str) -> Vec<String> {
     memory
         .recall(query, 10)
@@ -434,7 +451,7 @@ async fn duplicates_merge_into_one_document() {
     );
     // Reopening recounts documents against rows: still one, so no rebuild is needed.
     drop(memory);
-    let reopened = LongTerm::open(dir.path(), store).await.expect("reopen");
+    let reopened = reopen(dir.path(), store).await.expect("reopen");
     assert_eq!(
         reopened.recall("oolong", 10).await.expect("recall").len(),
         1
@@ -464,7 +481,7 @@ async fn a_deleted_index_is_rebuilt_with_the_same_answers() {
     let before = answers(&memory).await;
     drop(memory);
     std::fs::remove_dir_all(dir.path().join("memory-index")).expect("delete index");
-    let memory = LongTerm::open(dir.path(), store).await.expect("reopen");
+    let memory = reopen(dir.path(), store).await.expect("reopen");
     assert!(dir.path().join("memory-index").join("meta.json").exists());
     assert_eq!(answers(&memory).await, before);
 }
@@ -496,7 +513,7 @@ async fn a_corrupt_index_is_rebuilt_with_the_same_answers() {
             std::fs::write(&path, b"junk").expect("truncate segment file");
         }
     }
-    let memory = LongTerm::open(dir.path(), store)
+    let memory = reopen(dir.path(), store)
         .await
         .expect("reopen after damaged segments");
     assert_eq!(answers(&memory).await, before);
@@ -514,7 +531,7 @@ async fn an_index_that_missed_writes_is_rebuilt() {
         .upsert("The user's dentist is Dr. Ng", &[], "test")
         .await
         .expect("upsert");
-    let memory = LongTerm::open(dir.path(), store).await.expect("reopen");
+    let memory = reopen(dir.path(), store).await.expect("reopen");
     assert_eq!(ids(&memory, "dentist").await, vec![late.id]);
     assert_eq!(memory.rebuild().await.expect("rebuild"), 8);
     assert_eq!(ids(&memory, "dentist").await.len(), 1);
