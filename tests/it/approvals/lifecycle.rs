@@ -40,12 +40,7 @@ async fn a_job_firing_waits_unless_its_person_pre_approved_the_tool() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(ran.sends().is_empty());
-    p.app()
-        .agent
-        .approvals()
-        .decide(&open[0].id, Decision::Approve, "test")
-        .await
-        .unwrap();
+    p.approve(&open[0].id).await;
     let run = tokio::time::timeout(PATIENCE, firing)
         .await
         .expect("the firing ends")
@@ -221,12 +216,7 @@ async fn each_request_is_noticed_once_with_goal_tool_arguments_and_link_and_a_re
     let found = p.app().agent.approvals().for_notice(n.id).await.unwrap();
     assert_eq!(found.map(|a| a.id), Some(open[0].id.clone()));
     // Decisions are not noticed.
-    p.app()
-        .agent
-        .approvals()
-        .decide(&open[0].id, Decision::Approve, "test")
-        .await
-        .unwrap();
+    p.approve(&open[0].id).await;
     p.finished(&held.id).await;
     assert_eq!(
         p.app()

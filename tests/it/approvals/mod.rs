@@ -196,6 +196,16 @@ impl Pool {
         t
     }
 
+    /// Approve request `id` as a person would.
+    async fn approve(&self, id: &str) {
+        self.app()
+            .agent
+            .approvals()
+            .decide(id, Decision::Approve, "test")
+            .await
+            .expect("approved");
+    }
+
     async fn open(&self) -> Vec<hermes_store::Approval> {
         self.app()
             .agent
@@ -341,12 +351,7 @@ async fn parallel_calls_in_one_reply_all_wait_and_each_runs_once() {
     );
     assert!(ran.sends().is_empty());
     let open = p.open().await;
-    p.app()
-        .agent
-        .approvals()
-        .decide(&open[0].id, Decision::Approve, "test")
-        .await
-        .unwrap();
+    p.approve(&open[0].id).await;
     let done = p.finished(&held.id).await;
     assert_eq!(done.state, TaskState::Succeeded);
     assert_eq!(ran.lookups(), 1);
@@ -363,12 +368,7 @@ async fn the_same_call_twice_in_one_reply_is_asked_once_and_runs_once() {
     p.settled(&held.id).await;
     let open = p.open().await;
     assert_eq!(open.len(), 1, "one request for one distinct call: {open:?}");
-    p.app()
-        .agent
-        .approvals()
-        .decide(&open[0].id, Decision::Approve, "test")
-        .await
-        .unwrap();
+    p.approve(&open[0].id).await;
     let done = p.finished(&held.id).await;
     assert_eq!(done.state, TaskState::Succeeded);
     assert_eq!(ran.sends().len(), 1);
@@ -396,12 +396,7 @@ async fn text_tool_mode_is_gated_too() {
     assert!(t.waiting, "{t:?}");
     assert!(ran.sends().is_empty());
     let open = p.open().await;
-    p.app()
-        .agent
-        .approvals()
-        .decide(&open[0].id, Decision::Approve, "test")
-        .await
-        .unwrap();
+    p.approve(&open[0].id).await;
     assert_eq!(p.finished(&held.id).await.state, TaskState::Succeeded);
     assert_eq!(ran.sends().len(), 1);
     p.stop().await;
@@ -436,12 +431,7 @@ async fn a_sub_agents_held_call_holds_its_parent_and_both_go_on_once_approved() 
     let other = p.submit("hello").await;
     assert_eq!(p.finished(&other.id).await.state, TaskState::Succeeded);
 
-    p.app()
-        .agent
-        .approvals()
-        .decide(&open[0].id, Decision::Approve, "test")
-        .await
-        .unwrap();
+    p.approve(&open[0].id).await;
     let done = p.finished(&parent.id).await;
     assert_eq!(done.state, TaskState::Succeeded, "{done:?}");
     assert_eq!(ran.sends().len(), 1);
