@@ -1,8 +1,9 @@
 //! `eval`: run the regression cases (the starter suite of `evals/`, then the person's own) in
 //! throwaway data dirs, print a table — case, verdict, model calls, tokens, seconds, and why a
 //! case failed — and exit 1 when any failed. The run is recorded in the data dir's database
-//! (shown by `GET /v1/evals` and the dashboard's `/evals`); a profile whose every case passed
-//! has the model it served verified, and the jobs held for a change to it resume.
+//! (shown by `GET /v1/evals` and the dashboard's `/evals`); a profile whose every case of the
+//! whole suite passed has the model it served verified, and the jobs held for a change to it
+//! resume. A run narrowed by `--case` verifies nothing.
 //!
 //! Must not: hold the run's logic (`hermes_surfaces::eval` has it); it chooses, prints and exits.
 
@@ -17,7 +18,9 @@ use std::process::ExitCode;
 
 pub async fn eval(config: Config, args: EvalArgs) -> anyhow::Result<ExitCode> {
     let all = eval::load(config.evals_dir.as_deref())?;
+    let suite = all.len();
     let cases = eval::choose(all, &args.case);
+    let narrowed = cases.len() < suite;
     if cases.is_empty() {
         anyhow::bail!(
             "no regression case matches {}; the names are those in evals/*.yaml{}",
@@ -61,6 +64,7 @@ pub async fn eval(config: Config, args: EvalArgs) -> anyhow::Result<ExitCode> {
         gateway: &gateway,
         profile: args.profile.clone(),
         cases,
+        narrowed,
         trigger: EvalTrigger::Cli,
         scheduler: None,
         model_retry: None,
@@ -82,6 +86,12 @@ pub async fn eval(config: Config, args: EvalArgs) -> anyhow::Result<ExitCode> {
         );
         for (profile, identity) in &report.verified {
             outln!("verified: profile {profile} serving {identity}");
+        }
+        if report.narrowed && report.all_passed() {
+            outln!(
+                "verified nothing: --case ran {} of the {suite} cases; run `hermes-agent eval` without --case to verify the model",
+                run.results.len()
+            );
         }
         if !report.resumed.is_empty() {
             outln!(

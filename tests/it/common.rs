@@ -179,7 +179,10 @@ pub async fn run_evals(
             store: &app.store,
             gateway: app.agent.gateway(),
             profile: profile.map(str::to_string),
+            // These cases are the suite of the test's run: they verify as a whole suite does
+            // (what `eval --case` narrows is the CLI's, tested there).
             cases: eval::choose(eval::load(None).expect("the built-in suite"), &names),
+            narrowed: false,
             trigger: hermes_store::EvalTrigger::Cli,
             scheduler: Some(&app.scheduler),
             model_retry: retry,

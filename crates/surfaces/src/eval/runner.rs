@@ -2,7 +2,8 @@
 //! on a temporary directory from the person's settings, so nothing it does — jobs, facts,
 //! notices — touches their data), against a loopback fixture server; the run recorded in the
 //! real store with the identity each profile was seen serving. A profile whose every case
-//! passed has that identity verified, and the jobs held for a model change on it resume.
+//! passed has that identity verified, and the jobs held for a model change on it resume —
+//! unless the run was narrowed to chosen cases.
 //!
 //! Owns: a run's order — identities, cases, record, verification, release. Must not: print
 //! (the caller gets each result as it comes), or send a notice (the throwaway outbox is never
@@ -62,6 +63,10 @@ pub struct EvalRequest<'a> {
     /// `--profile`; else `model.default_profile`. A case may name its own.
     pub profile: Option<String>,
     pub cases: Vec<EvalCase>,
+    /// The cases are a part of the suite chosen by name (`eval --case`): the run is recorded
+    /// but verifies no model and resumes no job. A model that fails the suite must not pass
+    /// as verified because the one case someone ran to look into it passed.
+    pub narrowed: bool,
     pub trigger: EvalTrigger,
     /// The live scheduler, to resume held jobs through (the daemon); without it they are
     /// resumed in the store, and a running daemon's timer sees them within its rescan.
@@ -78,6 +83,8 @@ pub struct EvalReport {
     pub verified: Vec<(String, String)>,
     /// Jobs held for a model change that this run resumed.
     pub resumed: Vec<String>,
+    /// It ran chosen cases only ([`EvalRequest::narrowed`]), so it verified nothing.
+    pub narrowed: bool,
 }
 
 impl EvalReport {
@@ -171,11 +178,16 @@ pub async fn run(
             });
         }
     }
-    let (verified, resumed) = verify(&req, &run, &identities).await?;
+    let (verified, resumed) = if req.narrowed {
+        (Vec::new(), Vec::new())
+    } else {
+        verify(&req, &run, &identities).await?
+    };
     Ok(EvalReport {
         run,
         verified,
         resumed,
+        narrowed: req.narrowed,
     })
 }
 

@@ -279,6 +279,7 @@ impl ModelWatch {
                 .into_iter()
                 .filter(|c| c.profile.as_deref().is_none_or(|p| p == change.profile))
                 .collect(),
+            narrowed: false,
             trigger: EvalTrigger::ModelChange,
             scheduler: Some(&app.scheduler),
             model_retry: None,
