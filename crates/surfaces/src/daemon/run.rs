@@ -121,16 +121,23 @@ async fn mark_interrupted(app: &App, shared: bool) -> Result<(), DaemonError> {
     let tasks = app.store.tasks();
     let interrupted = tasks
         .fail_unfinished(&[TaskState::Running], FailReason::Interrupted, &spare)
-        .await?
-        // Job tasks still queued by the previous daemon with no open run: nothing would deliver
-        // their answer. One whose run is still open is followed by the scheduler's restore.
-        + tasks
-            .fail_pending_of_origin(Origin::Job, FailReason::Interrupted)
-            .await?;
+        .await?;
     if interrupted > 0 {
         tracing::warn!(
             count = interrupted,
             "tasks left running by an earlier process marked failed (interrupted)"
+        );
+    }
+    // Job tasks still queued by the previous daemon with no open run (its job removed, or its
+    // run already recorded): nothing would deliver their answer. They never ran, so the log
+    // says so apart. One whose run is still open is followed by the scheduler's restore.
+    let unstarted = tasks
+        .fail_pending_of_origin(Origin::Job, FailReason::Interrupted)
+        .await?;
+    if unstarted > 0 {
+        tracing::warn!(
+            count = unstarted,
+            "job tasks queued but never started before the last stop, with no run left to deliver them, marked failed"
         );
     }
     Ok(())
