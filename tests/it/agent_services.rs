@@ -253,6 +253,77 @@ async fn delegate_parallel_reports_success_failure_and_timeout_per_sub_agent() {
 }
 
 #[tokio::test]
+async fn one_task_runs_at_most_eight_sub_agents_at_once() {
+    // One reply, three delegate_parallel calls of eight: 24 sub-agents asked for at once.
+    let model = ScriptedModel::start_with(|req: &Value| {
+        let user = common::task_text(req);
+        let has_tool = req["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+        if user.starts_with("part ") {
+            // Long enough that every call of the reply starts while the first eight run.
+            return Reply::Delay(Duration::from_millis(800), Box::new(Reply::text("done")));
+        }
+        if has_tool {
+            return Reply::text("all parts handled");
+        }
+        let call = |c: usize| {
+            let tasks: Vec<Value> = (0..8)
+                .map(|i| json!({"agent": "worker", "task": format!("part {c}.{i}")}))
+                .collect();
+            ("delegate_parallel", json!({ "tasks": tasks }))
+        };
+        Reply::tool_calls(&[call(0), call(1), call(2)])
+    })
+    .await;
+    let mut s = common::settings(&model.base_url());
+    s.agents.insert(
+        "worker".into(),
+        SubAgent {
+            description: "does a part".into(),
+            profile: "fast".into(),
+            tools: vec![],
+            system_prompt: "You are a sub-agent.".into(),
+            timeout_s: 30,
+        },
+    );
+    let t = common::app(s, vec![]).await;
+    let record = common::run_task(&t, "split this into 24 parts").await;
+    assert_eq!(
+        record.task.state,
+        TaskState::Succeeded,
+        "{:?}",
+        record.task.error
+    );
+    let children = t
+        .app
+        .store
+        .tasks()
+        .list(&hermes_store::TaskFilter {
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .expect("tasks")
+        .into_iter()
+        .filter(|c| c.parent_id.as_deref() == Some(record.task.id.as_str()))
+        .count();
+    assert_eq!(children, 8, "only eight sub-agents were started");
+    let outputs: Vec<&str> = record
+        .steps
+        .iter()
+        .filter(|s| s.row.name == "delegate_parallel")
+        .filter_map(|s| s.row.output.as_deref())
+        .collect();
+    assert_eq!(outputs.len(), 3, "{outputs:?}");
+    let refused = outputs
+        .iter()
+        .map(|o| o.matches("already has 8 sub-agents running").count())
+        .sum::<usize>();
+    assert_eq!(refused, 16, "the rest told why: {outputs:?}");
+}
+
+#[tokio::test]
 async fn a_job_naming_an_unknown_profile_is_refused_when_made() {
     let model = ScriptedModel::start(vec![]).await;
     let t = common::app(common::settings(&model.base_url()), vec![]).await;

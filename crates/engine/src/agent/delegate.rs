@@ -12,12 +12,17 @@ use hermes_config::SubAgent;
 use hermes_store::{FailReason, Origin, Task, TaskState};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Sub-agents may not delegate beyond this depth (a top-level task is depth 0).
 pub(crate) const MAX_DEPTH: u32 = 2;
+
+/// At most this many sub-agents of one task run at once (`delegate_parallel`'s own limit): a
+/// reply of sixteen `delegate_parallel` calls would otherwise start 128. One bound per parent,
+/// not one for all: a parent holding a slot while its children wait for one would deadlock.
+pub(crate) const MAX_LIVE_SUBAGENTS: usize = 8;
 
 /// What a sub-agent's caller hears when no agent serves the queue any more.
 const SHUTTING_DOWN: &str = "the agent is shutting down";
@@ -27,6 +32,7 @@ const SHUTTING_DOWN: &str = "the agent is shutting down";
 #[derive(Clone)]
 pub struct DelegateTools {
     queue: TaskQueue,
+    live: Live,
 }
 
 /// The tools' state: the queue, and the sub-agents they were made with (the ones their
@@ -35,11 +41,53 @@ pub struct DelegateTools {
 struct Delegation {
     queue: TaskQueue,
     agents: Arc<BTreeMap<String, SubAgent>>,
+    live: Live,
+}
+
+/// How many sub-agents each parent task has running, by the parent's id.
+#[derive(Clone, Default)]
+struct Live(Arc<Mutex<HashMap<String, usize>>>);
+
+/// One running sub-agent of `parent`, counted until dropped (the call ended or was dropped).
+struct Slot {
+    live: Live,
+    parent: String,
+}
+
+impl Live {
+    /// A slot under `parent`, or none when it has [`MAX_LIVE_SUBAGENTS`] running already.
+    fn take(&self, parent: &str) -> Option<Slot> {
+        let mut counts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = counts.entry(parent.to_string()).or_default();
+        if *n >= MAX_LIVE_SUBAGENTS {
+            return None;
+        }
+        *n += 1;
+        Some(Slot {
+            live: self.clone(),
+            parent: parent.to_string(),
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut counts = self.live.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = counts.get_mut(&self.parent) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                counts.remove(&self.parent);
+            }
+        }
+    }
 }
 
 impl DelegateTools {
     pub fn new(queue: TaskQueue) -> DelegateTools {
-        DelegateTools { queue }
+        DelegateTools {
+            queue,
+            live: Live::default(),
+        }
     }
 
     /// The two tools, or none when no sub-agents are configured.
@@ -51,6 +99,7 @@ impl DelegateTools {
         let state = Delegation {
             queue: self.queue.clone(),
             agents: Arc::new(settings.agents.clone()),
+            live: self.live.clone(),
         };
         vec![
             tool_with(state.clone(), one, |d, a: SubTask, ctx| async move {
@@ -87,6 +136,12 @@ impl Delegation {
         }
         let Some(def) = self.agents.get(name) else {
             return failed(format!("no sub-agent '{name}'"));
+        };
+        // Taken before anything is awaited, so the calls of one reply count each other.
+        let Some(_slot) = self.live.take(&ctx.task_id) else {
+            return failed(format!(
+                "this task already has {MAX_LIVE_SUBAGENTS} sub-agents running; wait for their results before delegating more, or do this part yourself"
+            ));
         };
         let profile = (!def.profile.is_empty())
             .then(|| def.profile.clone())
