@@ -20,6 +20,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod beside;
+mod database_file;
 mod limits;
 mod metrics;
 

@@ -77,6 +77,7 @@ mod error;
 mod evals;
 mod facts;
 mod feed;
+mod file;
 mod health;
 mod inbox;
 mod inbox_kinds;
@@ -115,6 +116,7 @@ pub use error::{Result, StorageFault, StoreError};
 pub use evals::{EvalResult, EvalRun};
 pub use facts::{Fact, Upsert};
 pub use feed::{Change, ChangeFeed};
+pub use file::FileLost;
 #[cfg(test)]
 use health::FAULT_MEMORY;
 pub use health::Health;
@@ -185,6 +187,8 @@ pub struct Store {
     engine: Engine,
     /// The database file, or PostgreSQL's address without its password, for messages.
     path: Arc<PathBuf>,
+    /// The SQLite file as opened, to tell when its path leads elsewhere ([`Store::file_lost`]).
+    file: Option<Arc<file::Opened>>,
     /// The last storage fault someone noticed, and when: `/healthz` reports it for a while.
     fault: Arc<Mutex<Option<(StorageFault, Instant)>>>,
     /// The node (daemon) this store works for: the tasks it claims and the runs it fires are
@@ -241,8 +245,10 @@ impl Store {
             .connect_with(options)
             .await
             .map_err(|source| error::opening(&path, source))?;
-        let store = Store::new(Engine::Sqlite(pool), &path);
+        let mut store = Store::new(Engine::Sqlite(pool), &path);
         store.migrate().await?;
+        // After the migration's writes, so the write-ahead log is there to note.
+        store.file = file::Opened::at(&path).map(Arc::new);
         Ok(store)
     }
 
@@ -281,6 +287,7 @@ impl Store {
         Store {
             engine,
             path: Arc::new(path.to_path_buf()),
+            file: None,
             fault: Arc::default(),
             node: None,
             lease: Lease::default(),

@@ -73,6 +73,22 @@ pub enum DaemonError {
         path: PathBuf,
         fault: hermes_store::StorageFault,
     },
+    #[error(
+        "the database {} was {} while the daemon ran, so it stopped: what it would write now no \
+         later start could read. {}",
+        path.display(),
+        lost.as_str(),
+        match lost {
+            hermes_store::FileLost::Deleted =>
+                "Start it again for a new, empty database, or put the file back from a backup first",
+            hermes_store::FileLost::Replaced =>
+                "Start it again to work on the file now in place",
+        }
+    )]
+    DatabaseLost {
+        path: PathBuf,
+        lost: hermes_store::FileLost,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]

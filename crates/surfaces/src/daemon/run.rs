@@ -32,6 +32,8 @@ const SENDER_STOP: Duration = Duration::from_secs(5);
 /// `mcp::limits::STOP_WAIT` of 8 s): well inside the unit's
 /// `TimeoutStopSec=90s`, so systemd never has to SIGKILL a draining daemon.
 const SERVER_STOP: Duration = Duration::from_secs(5);
+/// How often the daemon looks whether its database file is still at its path: one `stat`.
+const FILE_CHECK_EVERY: Duration = Duration::from_secs(2);
 
 /// Run the daemon on `listener` until `shutdown` completes, then drain.
 pub async fn run(
@@ -75,7 +77,21 @@ pub async fn run(
         addr_file.path().display()
     );
 
-    shutdown.await;
+    let lost = tokio::select! {
+        _ = shutdown => None,
+        lost = file_lost(&app.store) => Some(lost),
+    };
+    if let Some(lost) = lost {
+        tracing::error!(
+            path = %app.store.path().display(),
+            "the database file was {} under the running daemon: stopping at once (SQLite refuses every write to it now)",
+            lost.as_str()
+        );
+        // First of all, before any part opens a connection on whatever is at the path now.
+        for path in app.store.abandon_file().await {
+            tracing::info!(path = %path.display(), "removed the lost database's write-ahead file, which the next start would have replayed into the file now in place");
+        }
+    }
     // A request already on a kept-alive connection may still reach a handler: it is refused.
     app.agent.close_intake();
     // Stop accepting first: a task submitted now would only wait as `pending` until the next
@@ -83,14 +99,36 @@ pub async fn run(
     api.stop.cancel();
     // The address is no longer served: the CLI must not wait on it from now on.
     drop(addr_file);
-    services.drain(&app).await;
+    // Nothing can be recorded any more once the file is lost: no grace.
+    let grace = match lost {
+        Some(_) => Duration::ZERO,
+        None => Duration::from_secs(app.config.settings.agent.shutdown_grace_s),
+    };
+    services.drain(&app, grace).await;
     if let Some(node) = node {
         node.leave().await;
     }
     api.finish().await;
     app.store.close().await;
     tracing::info!("stopped");
-    Ok(())
+    match lost {
+        Some(lost) => Err(DaemonError::DatabaseLost {
+            path: app.store.path().to_path_buf(),
+            lost,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Resolves once the SQLite file the store opened is deleted or replaced at its path; never
+/// on PostgreSQL.
+async fn file_lost(store: &hermes_store::Store) -> hermes_store::FileLost {
+    loop {
+        tokio::time::sleep(FILE_CHECK_EVERY).await;
+        if let Some(lost) = store.file_lost() {
+            return lost;
+        }
+    }
 }
 
 /// Nothing of this daemon can be running at start: a task still marked running was cut off
@@ -230,13 +268,12 @@ impl Services {
     }
 
     /// Give running tasks the grace, stop what is left, send what was queued, stop the sender.
-    async fn drain(mut self, app: &App) {
+    async fn drain(mut self, app: &App, grace: Duration) {
         // No mail becomes a task from now on; what arrives waits in the mailbox for the next
         // start (the watermark has not passed it).
         self.inbox.stop_intake().await;
         self.matrix.stop_intake().await;
         self.telegram.stop_intake().await;
-        let grace = Duration::from_secs(app.config.settings.agent.shutdown_grace_s);
         tracing::info!(
             running = app.agent.running_count(),
             "shutting down: taking no new tasks; running tasks get {} s to finish",
