@@ -456,6 +456,18 @@ async fn a_running_task_can_be_cancelled() {
     t.app.agent.cancel(&task.id).await.unwrap();
     let done = run.await.unwrap().unwrap();
     assert_eq!(done.state, TaskState::Cancelled);
+    // The model call the cancel cut off is in the trace, with how long it ran and why it ended.
+    let steps = t.app.store.tasks().steps(&task.id).await.unwrap();
+    let model_row = steps
+        .iter()
+        .find(|s| s.row.kind == StepKind::Model)
+        .unwrap_or_else(|| panic!("the cut model call is in the trace: {steps:?}"));
+    let error = model_row.row.error.as_deref().unwrap_or("");
+    assert!(
+        error.starts_with("cut off after") && error.ends_with(": cancelled"),
+        "{model_row:?}"
+    );
+    assert_eq!(model_row.row.name, "fast");
 }
 
 /// The model row of a step is written together with its tools' rows, after they ran; a task

@@ -137,6 +137,20 @@ impl Agent {
                 "fenced: this node lost its lease on the database while running the task; the other nodes ended it, and it does nothing more for it here");
             return Ok(self.inner.store.tasks().get(&task.id).await?);
         }
+        // A model call the loop was dropped in: its time, and why; its tokens are unknown.
+        if let Some((step, took)) = tally.cut_call() {
+            let why = match &end {
+                Ok(LoopEnd::Failed { error, .. }) => error.as_str(),
+                _ => "the task ended",
+            };
+            let error = format!("cut off after {:.1} s: {why}", took.as_secs_f64());
+            run.record(trace::model_error(
+                step,
+                &task.profile,
+                error,
+                took.as_millis() as i64,
+            ));
+        }
         // Rows the loop recorded before it was cut off (a model call whose tools were running).
         let end = match run.flush().await {
             Ok(()) => end,
@@ -458,10 +472,12 @@ impl Run<'_> {
         self.ensure_lease().await?;
         let tools = inner.registry.offered(self.opts.restrict.as_deref());
         let t0 = Instant::now();
+        self.tally.calling(step);
         let reply = inner
             .gateway
             .chat_until(profile, &window.messages(), &tools, Some(self.deadline))
             .await;
+        self.tally.called();
         let took = t0.elapsed();
         let ms = took.as_millis() as i64;
         let (outcome, tokens_in, tokens_out) = match &reply {

@@ -10,6 +10,7 @@ use hermes_store::util::lock;
 use hermes_store::{FailReason, NewStep, Step, StoreError, TaskOutcome, TaskState, now};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
 
 /// What must survive the loop being dropped by a timeout or a cancel: the token counters, and
 /// the trace rows recorded but not yet written.
@@ -19,6 +20,9 @@ pub(super) struct Tally {
     completion_tokens: AtomicI64,
     parse_failures: AtomicI64,
     trace: Mutex<Unwritten>,
+    /// The model call under way, its step and start, until it answers or fails: a cancel or
+    /// the task's limit that drops it mid-call still gets it into the trace.
+    calling: Mutex<Option<(i64, Instant)>>,
 }
 
 /// Trace rows numbered by the runner — the only writer of its task's trace — and written in
@@ -70,6 +74,24 @@ impl Tally {
         let step = row.into_step(trace.last_seq, now());
         show(&step);
         trace.rows.push(step);
+    }
+
+    /// A model call for `step` starts now.
+    pub(super) fn calling(&self, step: i64) {
+        *lock(&self.calling) = Some((step, Instant::now()));
+    }
+
+    /// The model call under way came back (with an answer or an error).
+    pub(super) fn called(&self) {
+        *lock(&self.calling) = None;
+    }
+
+    /// The model call that was under way when the loop was dropped: its step and how long it
+    /// had run.
+    pub(super) fn cut_call(&self) -> Option<(i64, Duration)> {
+        lock(&self.calling)
+            .take()
+            .map(|(step, at)| (step, at.elapsed()))
     }
 
     /// The rows numbered since the last call, to be written in one go.
