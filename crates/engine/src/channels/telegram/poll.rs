@@ -208,6 +208,16 @@ async fn take_in(
     }
 }
 
+/// What Telegram says when a press replayed after a restart, or a second quick press, asks
+/// again for what was done: its query answered already, its buttons gone. Nothing to warn of.
+fn already_done(e: &teloxide_core::RequestError) -> bool {
+    use teloxide_core::ApiError;
+    matches!(
+        e,
+        teloxide_core::RequestError::Api(ApiError::MessageNotModified | ApiError::InvalidQueryId)
+    )
+}
+
 /// Stop the spinner on the person's button and take the buttons away: the answer is decided
 /// once, and the inbox's confirmation says how. Best effort — the press is recorded already.
 async fn answer_press(bot: &Bot, query: String, chat: i64, on: i32) {
@@ -221,10 +231,34 @@ async fn answer_press(bot: &Bot, query: String, chat: i64, on: i32) {
     .await;
     match done {
         Ok((a, r)) => {
-            for e in [a.err(), r.err()].into_iter().flatten() {
+            for e in [a.err(), r.err()]
+                .into_iter()
+                .flatten()
+                .filter(|e| !already_done(e))
+            {
                 tracing::warn!(error = %Failure::from(e), "cannot answer a button press; it is recorded");
             }
         }
         Err(_) => tracing::warn!("answering a button press took too long; it is recorded"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::already_done;
+    use teloxide_core::{ApiError, RequestError};
+
+    #[test]
+    fn a_press_answered_or_edited_before_is_not_a_fault() {
+        assert!(already_done(&RequestError::Api(
+            ApiError::MessageNotModified
+        )));
+        assert!(already_done(&RequestError::Api(ApiError::InvalidQueryId)));
+        assert!(!already_done(&RequestError::Api(
+            ApiError::MessageCantBeEdited
+        )));
+        assert!(!already_done(&RequestError::RetryAfter(
+            teloxide_core::types::Seconds::from_seconds(3)
+        )));
     }
 }
