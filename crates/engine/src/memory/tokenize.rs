@@ -42,9 +42,8 @@ pub(crate) fn terms(text: &str) -> Vec<String> {
 
 /// Words that say nothing of what a question is about: in English the function words, in
 /// Chinese the single characters of pronouns, particles and question words. Only the query
-/// side of recall by meaning's keyword ranking drops them (an index term is never dropped, and
-/// keyword-only recall searches every term as it always has): there, a fact found by "my" or
-/// "的" alone would be fused as if the words had found it.
+/// side of recall drops them (an index term is never dropped): a fact found by "my" or "的"
+/// alone would be recalled, or fused, as if the words had found it.
 const STOP_WORDS: &[&str] = &[
     "a", "about", "am", "an", "and", "any", "are", "as", "at", "be", "been", "but", "by", "can",
     "could", "did", "do", "does", "doing", "for", "from", "get", "got", "had", "has", "have", "he",
@@ -57,13 +56,19 @@ const STOP_WORDS: &[&str] = &[
     "么", "哪", "谁", "几", "怎", "样", "这", "那", "个", "会", "要", "对", "给", "把", "被",
 ];
 
-/// [`terms`] without the [`STOP_WORDS`] (as the analyzer makes them); all of them when every
-/// term is one.
+/// [`terms`] without the [`STOP_WORDS`] (as the analyzer makes them), nor the CJK bigrams made
+/// of two of them ("我的", "什么"); all of them when every term is one.
 pub(crate) fn content_terms(text: &str) -> Vec<String> {
     let all = terms(text);
     let stop: std::collections::HashSet<String> =
         STOP_WORDS.iter().flat_map(|w| terms(w)).collect();
-    let content: Vec<String> = all.iter().filter(|t| !stop.contains(*t)).cloned().collect();
+    let says_nothing = |t: &String| {
+        stop.contains(t)
+            || (t.chars().count() == 2
+                && t.chars()
+                    .all(|c| is_cjk(c) && stop.contains(&c.to_string())))
+    };
+    let content: Vec<String> = all.iter().filter(|t| !says_nothing(t)).cloned().collect();
     if content.is_empty() { all } else { content }
 }
 
@@ -199,6 +204,7 @@ mod tests {
             "{zh:?}"
         );
         assert!(zh.iter().any(|t| t == "颜色"), "{zh:?}");
+        assert!(!zh.iter().any(|t| t == "我的" || t == "什么"), "{zh:?}");
         assert_eq!(
             super::content_terms("what is it"),
             super::terms("what is it")

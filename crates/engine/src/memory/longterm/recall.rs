@@ -21,7 +21,8 @@ impl LongTerm {
     /// `memory.embeddings` by its meaning as well, the two rankings fused by reciprocal rank.
     /// Equal keyword scores put the most recently updated fact first.
     pub async fn recall(&self, query: &str, k: usize) -> Result<Vec<Recalled>, MemoryError> {
-        let terms = tokenize::terms(query);
+        // A fact that shares only "is" or "的" with the query is not about it.
+        let terms = tokenize::content_terms(query);
         if k == 0 || (terms.is_empty() && self.inner.meaning.is_none()) {
             return Ok(Vec::new());
         }
@@ -29,9 +30,8 @@ impl LongTerm {
             return self.recall_by_words(&terms, k).await;
         };
         let n = (k * CANDIDATES_PER_RESULT).max(MIN_CANDIDATES);
-        let content = tokenize::content_terms(query);
         let (by_words, by_meaning) =
-            tokio::join!(self.keyword_hits(&content, n), meaning.nearest(query, n));
+            tokio::join!(self.keyword_hits(&terms, n), meaning.nearest(query, n));
         let by_words = by_words?;
         let Some(by_meaning) = by_meaning.filter(|v| !v.is_empty()) else {
             // The server away or slow, or nothing near enough: exactly keyword recall.

@@ -46,6 +46,39 @@ async fn empty_query_or_zero_k_finds_nothing() {
 }
 
 #[tokio::test]
+async fn a_fact_sharing_only_function_words_with_the_query_is_not_recalled() {
+    let (_dir, memory) = memory().await;
+    for fact in [
+        "The dentist appointment is on 14 December",
+        "The bike lock code is 4711",
+        "我的猫叫小白",
+        "用户喜欢乌龙茶",
+    ] {
+        memory.remember(fact, &[], "test").await.expect("remember");
+    }
+    let texts =
+        |found: Vec<Recalled>| -> Vec<String> { found.into_iter().map(|r| r.fact.text).collect() };
+    let found = texts(
+        memory
+            .recall("What is the bike lock code?", 5)
+            .await
+            .expect("recall"),
+    );
+    assert_eq!(found, ["The bike lock code is 4711"]);
+    let found = texts(memory.recall("我的茶是什么", 5).await.expect("recall"));
+    assert_eq!(
+        found,
+        ["用户喜欢乌龙茶"],
+        "'的', '是' and '我' alone find nothing"
+    );
+    // A query of nothing but function words still searches them: better something than nothing.
+    assert_eq!(
+        memory.recall("what is it", 5).await.expect("recall").len(),
+        2
+    );
+}
+
+#[tokio::test]
 async fn tags_are_searchable() {
     let (_dir, memory) = memory().await;
     memory
