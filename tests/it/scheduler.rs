@@ -853,45 +853,107 @@ async fn a_run_whose_task_ended_just_before_a_crash_is_recorded_and_delivered_at
     assert_eq!(c.store.outbox().for_run(run_id).await.unwrap().len(), 1);
 }
 
+/// A run the daemon cut off — killed mid-run (its task ended `interrupted` at the next start)
+/// or stopped past the grace (`shutdown`) — served nothing: it is recorded `missed`, not a
+/// failure (no report, no streak), and its due time runs again at the start, as a catch-up.
 #[tokio::test]
-async fn a_run_lock_left_by_a_crash_is_cleared_at_start() {
+async fn a_run_cut_off_by_a_stop_runs_again_at_start_and_is_no_failure() {
+    for reason in [FailReason::Interrupted, FailReason::Shutdown] {
+        let clock = ManualClock::at("2026-06-01T10:00:00Z");
+        let mut s = settings();
+        s.failure_report_after = 1;
+        let c = setup(s, clock.clone()).await;
+        let mut r = req("crashy", "every 1h");
+        r.notify = vec!["email".into()];
+        let job = c.sched.add(r, Origin::Cli).await.unwrap();
+        let (task_id, run_id) = killed_during_a_run(&c, &job, None).await;
+        let ended = c.store.tasks();
+        let ended = ended.fail_unfinished(&[TaskState::Running], reason, &[]);
+        assert_eq!(ended.await.unwrap(), 1);
+        clock.set("2026-06-01T10:05:00Z");
+        let (restarted, _tracker, cancel) = restart(&c, &clock).await;
+        eventually("the catch-up's run recorded", || async {
+            runs(&c.store, &job.id).await.len() == 2
+                && c.store
+                    .jobs()
+                    .get(&job.id)
+                    .await
+                    .unwrap()
+                    .running_task_id
+                    .is_none()
+        })
+        .await;
+        let r = runs(&c.store, &job.id).await;
+        assert_eq!(r[0].id, run_id);
+        assert_eq!(r[0].outcome, RunOutcome::Missed, "{reason}: {:?}", r[0]);
+        assert_eq!(r[0].task_id.as_deref(), Some(task_id.as_str()));
+        assert!(
+            r[0].reason
+                .as_deref()
+                .unwrap()
+                .starts_with("the daemon stopped during this run"),
+            "{:?}",
+            r[0]
+        );
+        assert_eq!(r[0].delivery, Delivery::None, "no failure report");
+        assert_eq!(r[1].outcome, RunOutcome::Fired, "{r:?}");
+        assert_eq!(r[1].reason.as_deref(), Some("catch-up"));
+        assert_eq!(r[1].scheduled_at, utc("2026-06-01T10:00:00Z"));
+        assert_ne!(r[1].task_id.as_deref(), Some(task_id.as_str()));
+        let notices = c.store.outbox().for_run(run_id).await.unwrap();
+        assert!(notices.is_empty(), "{notices:?}");
+        let delivered = c.store.outbox().for_run(r[1].id).await.unwrap();
+        assert_eq!(delivered.len(), 1, "the catch-up's answer: {delivered:?}");
+        assert!(
+            !delivered[0].queued.title.contains("failing"),
+            "{delivered:?}"
+        );
+        let j = c.store.jobs().get(&job.id).await.unwrap();
+        assert_eq!(j.next_run_at, Some(utc("2026-06-01T11:00:00Z")));
+
+        // And the job fires again at its next due time.
+        clock.set("2026-06-01T11:00:00Z");
+        restarted.wake();
+        eventually("the next firing", || async {
+            runs(&c.store, &job.id)
+                .await
+                .iter()
+                .any(|r| r.scheduled_at == utc("2026-06-01T11:00:00Z"))
+        })
+        .await;
+        cancel.cancel();
+        idle(&restarted).await;
+    }
+}
+
+/// Cut off past the catch-up grace: missed, and nothing runs for it.
+#[tokio::test]
+async fn a_run_cut_off_long_before_the_start_is_missed_only() {
     let clock = ManualClock::at("2026-06-01T10:00:00Z");
-    let c = setup(settings(), clock.clone()).await;
+    let c = setup(settings(), clock.clone()).await; // grace 3600 s
     let job = c
         .sched
-        .add(req("crashy", "every 1h"), Origin::Cli)
+        .add(req("crashy", "0 10 * * *"), Origin::Cli)
         .await
         .unwrap();
-    // The state a SIGKILL mid-run leaves: a running task, a fired run, the lock held; the
-    // daemon's start ends the task (`mark_interrupted`) before its scheduler restores.
     let (_, run_id) = killed_during_a_run(&c, &job, None).await;
     let ended = c.store.tasks();
     let ended = ended.fail_unfinished(&[TaskState::Running], FailReason::Interrupted, &[]);
     assert_eq!(ended.await.unwrap(), 1);
+    clock.set("2026-06-01T13:00:00Z");
     let (restarted, _tracker, cancel) = restart(&c, &clock).await;
-    let j = c.store.jobs().get(&job.id).await.unwrap();
-    assert_eq!(j.running_task_id, None);
+    idle(&restarted).await;
     let r = runs(&c.store, &job.id).await;
     assert_eq!(r[0].id, run_id);
-    assert_eq!(r[0].outcome, RunOutcome::Failed);
+    assert_eq!(r[0].outcome, RunOutcome::Missed, "{r:?}");
     assert!(
-        r[0].reason.as_deref().unwrap().contains("interrupted"),
-        "{:?}",
-        r[0]
+        r.iter().all(|r| r.outcome != RunOutcome::Fired),
+        "nothing ran for it: {r:?}"
     );
-
-    // And the job fires again at its next due time.
-    clock.set("2026-06-01T11:00:00Z");
-    restarted.wake();
-    eventually("the next firing", || async {
-        runs(&c.store, &job.id)
-            .await
-            .iter()
-            .any(|r| r.outcome == RunOutcome::Fired)
-    })
-    .await;
+    assert_eq!(tasks_of(&c.store, &job.id).await.len(), 1);
+    let j = c.store.jobs().get(&job.id).await.unwrap();
+    assert_eq!(j.next_run_at, Some(utc("2026-06-02T10:00:00Z")));
     cancel.cancel();
-    idle(&restarted).await;
 }
 
 #[tokio::test]

@@ -174,7 +174,8 @@ word_enum! {
         Fired = "fired",
         /// Not run: the previous run was still going, or the precheck saw no change.
         Skipped = "skipped",
-        /// Not run: the daemon was down past the catch-up grace.
+        /// Not run: the daemon was down past the catch-up grace; or cut off by a stop (its
+        /// task's end named), its due time run again as a catch-up when within the grace.
         Missed = "missed",
         /// The run or its start failed.
         Failed = "failed",

@@ -282,41 +282,76 @@ async fn a_node_killed_mid_work_is_taken_over_by_another_within_its_lease() {
         "taken over after {failover:?}"
     );
     eprintln!("failover after SIGKILL: {failover:?} (lease {LEASE_S} s)");
-    // The job's run A was following is recorded by B, and its lock freed: it can run again.
+    // The job's run A was following is recorded by B as cut off — missed, not a failure —
+    // and its due time, a few seconds old, runs again on B as a catch-up.
     let (_, runs) = b.get(&format!("/v1/jobs/{job_id}/runs")).await;
-    let run = &runs["runs"][0];
+    // Newest first: the cut run is the oldest, whether the catch-up is there yet or not.
+    let cut_id = runs["runs"]
+        .as_array()
+        .and_then(|rs| rs.last())
+        .map(|r| r["id"].clone())
+        .unwrap_or(Value::Null);
+    let cut_of = |runs: &Value| {
+        runs["runs"]
+            .as_array()
+            .and_then(|rs| rs.iter().find(|r| r["id"] == cut_id).cloned())
+            .unwrap_or(Value::Null)
+    };
     let deadline = Instant::now() + PATIENCE;
-    let mut run = run.clone();
-    while run["outcome"] == "fired" {
+    let mut runs = runs;
+    while cut_of(&runs)["outcome"] == "fired" {
         assert!(
             Instant::now() < deadline,
-            "the run was never recorded: {run}"
+            "the run was never recorded: {runs}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-        run = b.get(&format!("/v1/jobs/{job_id}/runs")).await.1["runs"][0].clone();
+        runs = b.get(&format!("/v1/jobs/{job_id}/runs")).await.1;
     }
-    assert_eq!(run["outcome"], "failed", "{run}");
+    let cut = cut_of(&runs);
+    assert_eq!(cut["outcome"], "missed", "{cut}");
     assert!(
-        run["reason"]
+        cut["reason"]
             .as_str()
             .unwrap_or_default()
-            .contains("interrupted"),
-        "{run}"
+            .starts_with("the daemon stopped during this run; its due time was run again"),
+        "{cut}"
     );
-    assert_eq!(
-        count(
-            &db,
-            &format!("SELECT COUNT(*) FROM jobs WHERE id = '{job_id}' AND running_task_id IS NULL")
-        )
-        .await,
-        1
-    );
+    let deadline = Instant::now() + PATIENCE;
+    let catch_up = loop {
+        let runs = b.get(&format!("/v1/jobs/{job_id}/runs")).await.1;
+        let found = runs["runs"].as_array().and_then(|rs| {
+            rs.iter()
+                .find(|r| r["reason"] == "catch-up" && r["task_id"].is_string())
+                .cloned()
+        });
+        if let Some(run) = found {
+            break run;
+        }
+        assert!(Instant::now() < deadline, "no catch-up: {runs}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let task = catch_up["task_id"].as_str().expect("its task");
+    assert_eq!(b.finished(task).await["state"], "succeeded");
+    let deadline = Instant::now() + PATIENCE;
+    while count(
+        &db,
+        &format!("SELECT COUNT(*) FROM jobs WHERE id = '{job_id}' AND running_task_id IS NULL"),
+    )
+    .await
+        != 1
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the catch-up's lock was never freed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // A is forgotten; nothing ran twice; nothing is left running.
     assert_eq!(count(&db, "SELECT COUNT(*) FROM nodes").await, 1);
     let fired_later = super::fired_run(&b, &later).await;
     let task = fired_later["task_id"].as_str().expect("its task");
     assert_eq!(b.finished(task).await["state"], "succeeded");
-    assert_eq!(count(&db, "SELECT COUNT(*) FROM job_runs").await, 2);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM job_runs").await, 3);
     assert_eq!(
         count(
             &db,

@@ -2,10 +2,11 @@
 //! reads the jobs from the store, fires the due ones, and sleeps until the earliest
 //! `next_run_at` (at most [`RESCAN`]), a wake-up, or cancellation.
 
-use super::fire::Started;
+use super::fire::{Begin, Started, Trigger};
 use super::{RESCAN, Scheduler, SchedulerError};
 use chrono::{DateTime, Utc};
-use hermes_store::{Delivery, Job, JobRun, RunOutcome, StoreError, Task, TaskState};
+use futures::future::BoxFuture;
+use hermes_store::{Delivery, FailReason, Job, JobRun, RunOutcome, StoreError, Task, TaskState};
 use std::time::Duration;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
@@ -133,6 +134,7 @@ impl Scheduler {
     async fn restore_alone(&self) -> Result<(), SchedulerError> {
         let store = &self.inner.store;
         let mut followed = Vec::new();
+        let mut cut = Vec::new();
         for job in store.jobs().list().await? {
             let Some(holder) = job.running_task_id.clone() else {
                 continue;
@@ -157,6 +159,11 @@ impl Scheduler {
                 continue;
             }
             if let Some(done) = task.filter(|t| t.state.is_finished()) {
+                if cut_by_a_stop(&done) {
+                    // Run again below, once the locks a crash left are cleared.
+                    cut.push((job, run, done));
+                    continue;
+                }
                 // The task ended before the stop; only its run was not recorded yet.
                 self.complete_ended(job, run, done).await?;
                 continue;
@@ -201,7 +208,59 @@ impl Scheduler {
         if cleared > 0 {
             tracing::warn!(count = cleared, "cleared job run locks left by a crash");
         }
+        for (job, run, task) in cut {
+            self.run_cut_again(job, run.id, run.scheduled_at, &task)
+                .await?;
+        }
         Ok(())
+    }
+
+    /// A run whose task the daemon stopped — its grace ran out, it was killed, or its node was
+    /// declared dead — served nothing: recorded `missed` (neither a failure nor a break in a
+    /// failure streak), and its due time fired again now as a catch-up when still within
+    /// `scheduler.catch_up_grace_s`, as if the daemon had been down at that time.
+    ///
+    /// A boxed future: the catch-up it fires ends in [`Scheduler::finish`], which may come
+    /// back here, and a cycle of `async fn`s has no type the compiler can check for `Send`.
+    pub(crate) fn run_cut_again<'a>(
+        &'a self,
+        job: Job,
+        run_id: i64,
+        scheduled_at: DateTime<Utc>,
+        task: &'a Task,
+    ) -> BoxFuture<'a, Result<(), SchedulerError>> {
+        Box::pin(async move {
+            let store = &self.inner.store;
+            store.jobs().release_lock(&job.id, &task.id).await?;
+            let grace = chrono::Duration::seconds(
+                i64::try_from(self.inner.settings.catch_up_grace_s).unwrap_or(i64::MAX / 1000),
+            );
+            let again = self.inner.clock.now() - scheduled_at <= grace;
+            let reason = if again {
+                "the daemon stopped during this run; its due time was run again (catch-up)"
+            } else {
+                "the daemon stopped during this run, and came back after scheduler.catch_up_grace_s: not run again"
+            };
+            store
+                .jobs()
+                .update_run(run_id, RunOutcome::Missed, Some(reason), &Delivery::None)
+                .await?;
+            tracing::info!(job = %job.id, task = %task.id, run = run_id, again, "job run cut off by a stop");
+            self.count_firing(RunOutcome::Missed, 1, None);
+            if again {
+                let me = self.clone();
+                self.spawn(async move {
+                match me.begin(&job, scheduled_at, Trigger::CatchUp).await {
+                    Ok(Begin::Started(started)) => me.finish(*started).await,
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::error!(job = %job.id, error = %e, "job firing could not be recorded")
+                    }
+                }
+            });
+            }
+            Ok(())
+        })
     }
 
     /// A run whose lock this node holds, ready to be followed here. A task this node cannot
@@ -264,6 +323,16 @@ impl Scheduler {
             }
         }
     }
+}
+
+/// Whether the daemon, not the task, ended it: stopped past the shutdown grace, or found cut
+/// off by a crash (its node's start, or the other nodes, ended it `interrupted`).
+pub(crate) fn cut_by_a_stop(task: &Task) -> bool {
+    task.state == TaskState::Failed
+        && matches!(
+            task.reason,
+            Some(FailReason::Shutdown | FailReason::Interrupted)
+        )
 }
 
 /// A task that ended already: its run has nothing left to wait for.
