@@ -1008,6 +1008,51 @@ async fn a_run_lock_whose_release_was_lost_is_freed_at_the_next_firing() {
 // ---------------------------------------------------------------------------------------------
 // Validation and limits
 
+/// A one-shot that has fired can never fire again: it stays listed with its run, but no
+/// longer takes one of `scheduler.max_jobs`.
+#[tokio::test]
+async fn a_fired_one_shot_no_longer_counts_against_max_jobs() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let s = SchedulerSettings {
+        max_jobs: 2,
+        ..settings()
+    };
+    let c = setup(s, clock.clone()).await;
+    let once = c
+        .sched
+        .add(req("remind me", "in 5m"), Origin::Cli)
+        .await
+        .unwrap();
+    let daily = c
+        .sched
+        .add(req("digest", "0 8 * * *"), Origin::Cli)
+        .await
+        .unwrap();
+    let full = c.sched.add(req("third", "in 10m"), Origin::Cli).await;
+    assert!(
+        matches!(full, Err(SchedulerError::TooManyJobs { .. })),
+        "{full:?}"
+    );
+    // A paused job still counts: it can be resumed.
+    c.sched.pause(&daily.id).await.unwrap();
+    clock.set("2026-06-01T10:05:00Z");
+    assert_eq!(c.sched.tick().await.unwrap(), 1);
+    idle(&c.sched).await;
+    assert_eq!(runs(&c.store, &once.id).await[0].outcome, RunOutcome::Fired);
+    let third = c.sched.add(req("third", "in 10m"), Origin::Cli).await;
+    assert!(third.is_ok(), "{third:?}");
+    assert_eq!(
+        c.store.jobs().list().await.unwrap().len(),
+        3,
+        "the fired one is still listed"
+    );
+    let full = c.sched.add(req("fourth", "in 10m"), Origin::Cli).await;
+    assert!(
+        matches!(full, Err(SchedulerError::TooManyJobs { .. })),
+        "{full:?}"
+    );
+}
+
 #[tokio::test]
 async fn validation_errors_are_precise() {
     let clock = ManualClock::at("2026-06-01T10:00:00Z");

@@ -136,8 +136,12 @@ impl Jobs<'_> {
         )
     }
 
+    /// The jobs that can still fire: enabled with a next due time, or paused (a resume gives
+    /// them one). A fired one-shot stays listed with its run, but counts no more.
     pub async fn count(self) -> Result<i64> {
-        self.store.count("SELECT COUNT(*) FROM jobs").await
+        self.store
+            .count("SELECT COUNT(*) FROM jobs WHERE enabled = FALSE OR next_run_at IS NOT NULL")
+            .await
     }
 
     /// Returns false when there was no such job.
