@@ -7,7 +7,6 @@ use super::{JobTask, RunnerError, Scheduler, SchedulerError};
 use chrono::{DateTime, Duration, Utc};
 use hermes_store::{Delivery, Job, NewNotice, RunOutcome, StoreError, Task, TaskState, new_id};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 /// Counting missed due times stops here (a per-minute job down for months).
 const MISSED_COUNT_CAP: u64 = 100_000;
@@ -445,17 +444,7 @@ impl Scheduler {
         if let Ok(task) = &result
             && super::timer::cut_by_a_stop(task)
         {
-            // Stopping now: the run stays `fired`, its lock held, for the next start to run
-            // again. Live (a take-over, the restore): run again now.
-            let stopping = hermes_store::util::lock(&self.inner.stopping)
-                .as_ref()
-                .is_some_and(CancellationToken::is_cancelled);
-            if stopping {
-                tracing::info!(job = %job.id, task = %task_id, run = run_id,
-                    "job run cut off by the stop; the next start runs its due time again");
-            } else if let Err(e) = self.run_cut_again(job, run_id, scheduled_at, task).await {
-                tracing::error!(run = run_id, error = %e, "cannot record a job run cut off by a stop");
-            }
+            self.cut_off(job, run_id, scheduled_at, task).await;
             return;
         }
         let (outcome, reason, delivery) = match result {

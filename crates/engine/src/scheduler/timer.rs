@@ -215,6 +215,27 @@ impl Scheduler {
         Ok(())
     }
 
+    /// A run's task ended by the daemon ([`cut_by_a_stop`]). Stopping now: the run stays
+    /// `fired`, its lock held, for the next start to run again. Live (a take-over, the
+    /// restore): run again now.
+    pub(crate) async fn cut_off(
+        &self,
+        job: Job,
+        run_id: i64,
+        scheduled_at: DateTime<Utc>,
+        task: &Task,
+    ) {
+        let stopping = hermes_store::util::lock(&self.inner.stopping)
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled);
+        if stopping {
+            tracing::info!(job = %job.id, task = %task.id, run = run_id,
+                "job run cut off by the stop; the next start runs its due time again");
+        } else if let Err(e) = self.run_cut_again(job, run_id, scheduled_at, task).await {
+            tracing::error!(run = run_id, error = %e, "cannot record a job run cut off by a stop");
+        }
+    }
+
     /// A run whose task the daemon stopped — its grace ran out, it was killed, or its node was
     /// declared dead — served nothing: recorded `missed` (neither a failure nor a break in a
     /// failure streak), and its due time fired again now as a catch-up when still within
