@@ -261,21 +261,10 @@ async fn open(dir: &Path) -> (Store, LongTerm) {
     (store, memory)
 }
 
-/// The memory of `dir` opened again after its last handle was dropped. The index lock goes
-/// with the last clone of the old handle, which a blocking thread of the runtime may still be
-/// letting go of under load: `Locked` is waited out (bounded), any other error is the test's.
+/// The memory of `dir` opened again after its last handle was dropped: the index's locks go
+/// with it, whatever children were forked meanwhile (unit tests in `longterm/tests.rs`).
 async fn reopen(dir: &Path, store: Store) -> Result<LongTerm, hermes_engine::memory::MemoryError> {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        match LongTerm::open(dir, store.clone()).await {
-            Err(hermes_engine::memory::MemoryError::Locked { .. })
-                if tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-            other => return other,
-        }
-    }
+    LongTerm::open(dir, store).await
 }
 
 async fn ids(memory: &LongTerm, query: &str) -> Vec<String> {

@@ -22,7 +22,7 @@ pub use meaning::{MeaningError, MeaningStatus, ServerState};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::{IndexRecordOption, Value};
@@ -376,42 +376,51 @@ impl LongTerm {
             return;
         };
         tracing::warn!(error = %e, "memory index write failed; facts stay saved, recall reads the database until the index is rebuilt");
+        eprintln!("DIAG after_index_write: {e}; spawning repair (holds a Weak now)");
         *hermes_store::util::lock(&self.inner.trouble) = Some(e.to_string());
         if !self.inner.repairing.swap(true, Ordering::SeqCst) {
-            let me = self.clone();
-            tokio::spawn(async move { me.repair().await });
+            tokio::spawn(LongTerm::repair(Arc::downgrade(&self.inner)));
         }
     }
 
     /// Reopen the index (recreating its directory) and rebuild it from the database, retrying
-    /// with backoff until it works.
-    async fn repair(&self) {
+    /// with backoff until it works, or until the last handle is dropped: the repair holds the
+    /// index only during an attempt, so it does not keep the index (and its lock) open past
+    /// the owner's drop, for up to a minute between attempts.
+    async fn repair(inner: Weak<Inner>) {
         let mut attempt = 0;
         loop {
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            let me = LongTerm { inner };
             let result = async {
-                let _gate = self.inner.write_gate.lock().await;
-                let seq = self.inner.store.facts().change_seq().await?;
-                let facts = self.inner.store.facts().all().await?;
-                let n = self
+                let _gate = me.inner.write_gate.lock().await;
+                let seq = me.inner.store.facts().change_seq().await?;
+                let facts = me.inner.store.facts().all().await?;
+                let n = me
                     .blocking(move |inner| inner.reopen_with(&facts, seq))
                     .await?;
-                self.applied_up_to(seq);
-                self.inner.rebuilds.fetch_add(1, Ordering::SeqCst);
+                me.applied_up_to(seq);
+                me.inner.rebuilds.fetch_add(1, Ordering::SeqCst);
                 Ok::<_, MemoryError>(n)
             }
             .await;
             match result {
                 Ok(n) => {
+                    eprintln!("DIAG repair done (attempt {attempt})");
                     tracing::info!(facts = n, "memory index rebuilt; recall uses it again");
-                    *hermes_store::util::lock(&self.inner.trouble) = None;
-                    self.inner.repairing.store(false, Ordering::SeqCst);
+                    *hermes_store::util::lock(&me.inner.trouble) = None;
+                    me.inner.repairing.store(false, Ordering::SeqCst);
                     return;
                 }
                 Err(e) => {
                     let delay = REPAIR_BACKOFF.delay(attempt);
                     attempt = attempt.saturating_add(1);
+                    eprintln!("DIAG repair failed: {e}");
                     tracing::warn!(error = %e, retry_in_s = delay.as_secs(), "memory index repair failed");
-                    *hermes_store::util::lock(&self.inner.trouble) = Some(e.to_string());
+                    *hermes_store::util::lock(&me.inner.trouble) = Some(e.to_string());
+                    drop(me);
                     tokio::time::sleep(delay).await;
                 }
             }

@@ -7,14 +7,22 @@
 use super::super::tokenize::{self, ANALYZER_NAME};
 use super::MemoryError;
 use hermes_store::Fact;
+use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
-use tantivy::directory::error::LockError;
-use tantivy::directory::{Directory, DirectoryLock, Lock};
+use std::sync::Arc;
+use tantivy::directory::error::{
+    DeleteError, LockError, OpenDirectoryError, OpenReadError, OpenWriteError,
+};
+use tantivy::directory::{
+    Directory, DirectoryLock, FileHandle, Lock, MmapDirectory, WatchCallback, WatchHandle, WritePtr,
+};
 use tantivy::indexer::IndexWriterOptions;
 use tantivy::schema::{
     Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
 };
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, TantivyError};
+use tantivy::{
+    Index, IndexReader, IndexSettings, IndexWriter, ReloadPolicy, TantivyDocument, TantivyError,
+};
 
 /// The writer's indexing arena. Tantivy's minimum; it is only allocated while documents are
 /// being indexed, by a writer that lives for one write.
@@ -41,6 +49,79 @@ pub(super) fn schema() -> (Schema, Fields) {
     let text = builder.add_text_field("text", analysed.clone());
     let tags = builder.add_text_field("tags", analysed);
     (builder.build(), Fields { id, text, tags })
+}
+
+/// tantivy's `MmapDirectory`, but its locks (this process's and tantivy's writer lock) are let
+/// go by an explicit unlock when dropped. tantivy's own locks are let go by closing their file
+/// only: an flock belongs to the open file, which a child forked meanwhile (a tool's process,
+/// or in tests another test's, between its fork and its exec) shares until it execs — so the
+/// lock outlived the handle that held it, and a reopen right after a drop was refused.
+#[derive(Clone, Debug)]
+struct Unlocking {
+    root: PathBuf,
+    inner: MmapDirectory,
+}
+
+/// A lock file held by flock, unlocked (for every copy of its descriptor) on drop.
+struct HeldLock(File);
+
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
+    }
+}
+
+impl Unlocking {
+    fn open(root: &Path) -> Result<Unlocking, OpenDirectoryError> {
+        Ok(Unlocking {
+            root: root.to_path_buf(),
+            inner: MmapDirectory::open(root)?,
+        })
+    }
+}
+
+impl Directory for Unlocking {
+    fn get_file_handle(&self, path: &Path) -> Result<Arc<dyn FileHandle>, OpenReadError> {
+        self.inner.get_file_handle(path)
+    }
+    fn delete(&self, path: &Path) -> Result<(), DeleteError> {
+        self.inner.delete(path)
+    }
+    fn exists(&self, path: &Path) -> Result<bool, OpenReadError> {
+        self.inner.exists(path)
+    }
+    fn open_write(&self, path: &Path) -> Result<WritePtr, OpenWriteError> {
+        self.inner.open_write(path)
+    }
+    fn atomic_read(&self, path: &Path) -> Result<Vec<u8>, OpenReadError> {
+        self.inner.atomic_read(path)
+    }
+    fn atomic_write(&self, path: &Path, data: &[u8]) -> std::io::Result<()> {
+        self.inner.atomic_write(path, data)
+    }
+    fn sync_directory(&self) -> std::io::Result<()> {
+        self.inner.sync_directory()
+    }
+    fn watch(&self, callback: WatchCallback) -> tantivy::Result<WatchHandle> {
+        self.inner.watch(callback)
+    }
+    fn acquire_lock(&self, lock: &Lock) -> Result<DirectoryLock, LockError> {
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.root.join(&lock.filepath))
+            .map_err(LockError::wrap_io_error)?;
+        if lock.is_blocking {
+            file.lock().map_err(LockError::wrap_io_error)?;
+        } else {
+            file.try_lock().map_err(|e| match e {
+                TryLockError::WouldBlock => LockError::LockBusy,
+                TryLockError::Error(e) => LockError::wrap_io_error(e),
+            })?;
+        }
+        Ok(DirectoryLock::from(Box::new(HeldLock(file))))
+    }
 }
 
 /// The index, opened and locked for this process, or why not.
@@ -77,8 +158,9 @@ pub(super) fn try_open(path: &Path, schema: &Schema) -> Result<Opened, OpenFailu
 
 pub(super) fn try_open_inner(path: &Path, schema: &Schema) -> Result<Opened, OpenFailure> {
     let unusable = |e: TantivyError| OpenFailure::Unusable(e.to_string());
+    let directory = Unlocking::open(path).map_err(|e| OpenFailure::Unusable(e.to_string()))?;
     let index = if path.join("meta.json").exists() {
-        let index = Index::open_in_dir(path).map_err(unusable)?;
+        let index = Index::open(directory).map_err(unusable)?;
         if &index.schema() != schema {
             return Err(OpenFailure::Unusable(
                 "it was built with another schema".into(),
@@ -86,7 +168,7 @@ pub(super) fn try_open_inner(path: &Path, schema: &Schema) -> Result<Opened, Ope
         }
         index
     } else {
-        Index::create_in_dir(path, schema.clone()).map_err(unusable)?
+        Index::create(directory, schema.clone(), IndexSettings::default()).map_err(unusable)?
     };
     index
         .tokenizers()

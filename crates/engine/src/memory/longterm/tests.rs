@@ -186,3 +186,77 @@ async fn a_second_process_is_refused_the_index() {
         1
     );
 }
+
+/// Start a child on another thread whose `pre_exec` (after fork, before exec) lingers for
+/// `linger`: the child shares every descriptor the parent has open at the fork, close-on-exec
+/// or not, until it execs — as a tool's sandboxed child does for a moment.
+fn fork_lingering_child(linger: std::time::Duration) -> std::thread::JoinHandle<()> {
+    use std::os::unix::process::CommandExt;
+    std::thread::spawn(move || {
+        let mut cmd = std::process::Command::new("true");
+        // SAFETY: the closure only sleeps, which is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                std::thread::sleep(linger);
+                Ok(())
+            });
+        }
+        let _ = cmd.status();
+    })
+}
+
+/// An flock belongs to the open file, which a child forked meanwhile shares: the index's
+/// locks are unlocked when let go, not merely closed, so a child between its fork and its
+/// exec does not keep the index from the next open.
+#[tokio::test]
+async fn a_child_forked_meanwhile_does_not_keep_the_index_locked_after_a_drop() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Store::open_in_memory().await.expect("store");
+    let memory = LongTerm::open(dir.path(), store.clone())
+        .await
+        .expect("open");
+    memory
+        .remember("kept", &[], "test")
+        .await
+        .expect("remember");
+    let child = fork_lingering_child(std::time::Duration::from_millis(800));
+    // Long enough for the fork to have happened; the child then lingers for 600 ms more.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(
+        Arc::strong_count(&memory.inner),
+        1,
+        "no other clone of the handle"
+    );
+    drop(memory);
+    let again = LongTerm::open(dir.path(), store).await;
+    assert!(again.is_ok(), "reopen refused: {:?}", again.err());
+    child.join().expect("child thread");
+}
+
+/// A failed write starts a repair in the background; the repair must not keep the index (and
+/// its lock) open once the last handle is dropped.
+#[tokio::test]
+async fn a_repair_under_way_does_not_keep_the_index_after_a_drop() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Store::open_in_memory().await.expect("store");
+    let memory = LongTerm::open(dir.path(), store.clone())
+        .await
+        .expect("open");
+    // tantivy's writer lock held elsewhere for a moment.
+    let held = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.path().join(INDEX_DIR).join(".tantivy-writer.lock"))
+        .expect("writer lock file");
+    held.try_lock().expect("take the writer lock");
+    memory
+        .remember("kept", &[], "test")
+        .await
+        .expect("the fact is saved");
+    assert!(memory.trouble().is_some(), "the index write failed");
+    drop(held);
+    drop(memory);
+    let again = LongTerm::open(dir.path(), store).await;
+    assert!(again.is_ok(), "reopen refused: {:?}", again.err());
+}
