@@ -1065,8 +1065,8 @@ async fn through_the_daemon_control_sequences_reach_the_terminal_escaped() {
     d.stop().await;
 }
 
-/// A job that sends to a channel the settings no longer have is named at start, not found out
-/// at its first run.
+/// A job that sends to a channel, or uses a model profile, the settings no longer have is
+/// named at start, not found out at its first run; running it now says why it cannot start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_sending_to_a_channel_no_longer_configured_is_named_at_start() {
     let site = Site::new("http://127.0.0.1:9/v1", &[], &[]);
@@ -1087,13 +1087,46 @@ async fn a_job_sending_to_a_channel_no_longer_configured_is_named_at_start() {
         &[],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
-    std::fs::write(site.config(), yaml).unwrap();
+    let out = site.cli(
+        &[
+            "jobs",
+            "add",
+            "pro digest",
+            "--schedule",
+            "0 9 * * *",
+            "--profile",
+            "pro",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let pro_job = text(&out.stdout)
+        .split_whitespace()
+        .find(|w| w.starts_with("j_"))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no job id: {}", text(&out.stdout)));
+    let without_pro: String = yaml
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("pro:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(site.config(), without_pro).unwrap();
     let mut d = site.start(&[]);
     d.ready().await;
     let log = d.log();
     assert!(
-        log.contains("the job sends to plain, which the settings do not configure"),
+        log.contains("the job sends to plain, which the settings do not configure")
+            && log.contains("remove the job and add it again"),
         "{log}"
     );
+    assert!(
+        log.contains("the job uses model profile pro, which the settings do not define"),
+        "{log}"
+    );
+    let (status, v) = d.post(&format!("/v1/jobs/{pro_job}/run"), json!({})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{v}");
+    assert_eq!(v["error"]["code"], "not_started", "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("unknown model profile 'pro'"), "{v}");
     d.stop().await;
 }

@@ -197,6 +197,7 @@ struct Services {
 /// recorded, but nothing reaches that channel until it is configured again or the job changed.
 async fn warn_of_unknown_channels(app: &App) {
     let known = app.notifier.channels();
+    let profiles = &app.config.settings.model.profiles;
     let jobs = match app.store.jobs().list().await {
         Ok(jobs) => jobs,
         Err(e) => return tracing::warn!(error = %e, "cannot list the jobs to check their channels"),
@@ -212,9 +213,22 @@ async fn warn_of_unknown_channels(app: &App) {
             tracing::warn!(
                 job = %job.id,
                 name = %job.name,
-                "the job sends to {}, which the settings do not configure (configured: {}); its runs reach none of them until they are configured again or the job is changed",
+                "the job sends to {}, which the settings do not configure (configured: {}); its runs reach none of them until they are configured again, or remove the job and add it again with other channels",
                 unknown.join(", "),
                 if known.is_empty() { "none".to_string() } else { known.join(", ") }
+            );
+        }
+        if let Some(profile) = job
+            .profile
+            .as_deref()
+            .filter(|p| !profiles.contains_key(*p))
+        {
+            let defined: Vec<&str> = profiles.keys().map(String::as_str).collect();
+            tracing::warn!(
+                job = %job.id,
+                name = %job.name,
+                "the job uses model profile {profile}, which the settings do not define (defined: {}); its runs fail until it is defined again, or remove the job and add it again with another --profile",
+                defined.join(", ")
             );
         }
     }

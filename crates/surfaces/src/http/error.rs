@@ -180,7 +180,7 @@ fn without_type_names(text: &str) -> String {
 }
 
 /// A scheduler error's status and code: 400 for a request to fix, 413 for a task too long,
-/// 403 for nesting, 404, 409 for a busy job; a failure inside is a 500 whose details are
+/// 403 for nesting, 404, 409 for a busy job or one that cannot start; a failure inside is a 500 whose details are
 /// logged, not sent.
 impl From<hermes_engine::scheduler::SchedulerError> for ApiError {
     fn from(e: hermes_engine::scheduler::SchedulerError) -> ApiError {
@@ -199,7 +199,10 @@ impl From<hermes_engine::scheduler::SchedulerError> for ApiError {
             E::NestedNotAllowed => (StatusCode::FORBIDDEN, "nested_job"),
             E::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             E::Busy { .. } => (StatusCode::CONFLICT, "busy"),
-            E::Runner(_) | E::NotStarted(_) | E::Store(_) => return ApiError::internal(e),
+            // Recorded in the run row as well: its precheck failed, or its task cannot be made
+            // (a profile no longer defined) — the job's, not the server's, to fix.
+            E::NotStarted(_) => (StatusCode::CONFLICT, "not_started"),
+            E::Runner(_) | E::Store(_) => return ApiError::internal(e),
         };
         ApiError::new(status, code, e.to_string())
     }
