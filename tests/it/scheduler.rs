@@ -139,22 +139,31 @@ impl TaskRunner for TestRunner {
         })
     }
 
+    /// Answers as configured; a change is written down as `watch_page` writes it, as the
+    /// job's new look at the page.
     fn precheck<'a>(
         &'a self,
         tool: &'a str,
         arguments: Value,
-        _job: &'a Job,
+        job: &'a Job,
     ) -> BoxFuture<'a, Result<Value, RunnerError>> {
         Box::pin(async move {
+            let url = arguments["url"].as_str().unwrap_or_default().to_string();
             self.prechecks
                 .lock()
                 .unwrap()
                 .push((tool.to_string(), arguments));
-            self.precheck
-                .lock()
-                .unwrap()
-                .clone()
-                .map_err(RunnerError::Tool)
+            let answer = self.precheck.lock().unwrap().clone();
+            if let Ok(a) = &answer
+                && a["changed"] == true
+            {
+                let key = format!("{}page:{url}#", hermes_store::job_snapshots(&job.id));
+                self.store
+                    .snapshots()
+                    .put(&key, "seen by the precheck")
+                    .await?;
+            }
+            answer.map_err(RunnerError::Tool)
         })
     }
 }
@@ -573,6 +582,41 @@ async fn precheck_without_change_skips_without_a_task() {
         c.store.jobs().get(&job.id).await.unwrap().running_task_id,
         None
     );
+}
+
+/// A run that fails after its precheck saw a change reported nothing: the job's look at the
+/// page is put back, so the next run sees the change again instead of "no change".
+#[tokio::test]
+async fn a_failed_run_leaves_the_change_its_precheck_saw_for_the_next() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    let mut r = req("Tell me what changed on the page", "every 1h");
+    r.precheck = Some(json!({"tool": "watch_page", "arguments": {"url": "http://127.0.0.1:1/x"}}));
+    let job = c.sched.add(r, Origin::Api).await.unwrap();
+    let key = format!(
+        "{}page:http://127.0.0.1:1/x#",
+        hermes_store::job_snapshots(&job.id)
+    );
+    c.store
+        .snapshots()
+        .put(&key, "the page before")
+        .await
+        .unwrap();
+    let look = || async { c.store.snapshots().get(&key).await.unwrap().map(|l| l.0) };
+
+    c.runner.fail("the model server answered HTTP 500");
+    clock.set("2026-06-01T11:00:00Z");
+    c.sched.tick().await.unwrap();
+    idle(&c.sched).await;
+    assert_eq!(runs(&c.store, &job.id).await[0].outcome, RunOutcome::Failed);
+    assert_eq!(look().await.as_deref(), Some("the page before"));
+
+    c.runner.answer("the price fell");
+    clock.set("2026-06-01T12:00:00Z");
+    c.sched.tick().await.unwrap();
+    idle(&c.sched).await;
+    assert_eq!(runs(&c.store, &job.id).await[1].outcome, RunOutcome::Fired);
+    assert_eq!(look().await.as_deref(), Some("seen by the precheck"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

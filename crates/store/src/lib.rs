@@ -98,6 +98,7 @@ pub mod test_postgres;
 mod usage;
 mod vectors;
 mod working;
+pub use working::{SavedSnapshot, job_snapshots};
 mod write;
 
 pub mod util;

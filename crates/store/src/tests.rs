@@ -300,6 +300,43 @@ on_both_engines!(
 on_both_engines!(
     Memory,
     tokio::test,
+    async fn a_jobs_snapshots_are_put_back_as_they_were(store: Store) {
+        let snaps = || store.snapshots();
+        snaps()
+            .put("job:j_1:page:http://x/a_%#", "old")
+            .await
+            .unwrap();
+        snaps()
+            .put("job:j_10:page:http://x/", "another job's")
+            .await
+            .unwrap();
+        let saved = snaps().under("job:j_1:").await.unwrap();
+        assert_eq!(saved.len(), 1, "a prefix, not a pattern: {saved:?}");
+        snaps()
+            .put("job:j_1:page:http://x/a_%#", "new")
+            .await
+            .unwrap();
+        snaps()
+            .put("job:j_1:feed:http://x/f", "first look")
+            .await
+            .unwrap();
+        snaps().restore("job:j_1:", &saved).await.unwrap();
+        let got = |k: &'static str| async move { snaps().get(k).await.unwrap().map(|s| s.0) };
+        assert_eq!(
+            got("job:j_1:page:http://x/a_%#").await.as_deref(),
+            Some("old")
+        );
+        assert_eq!(got("job:j_1:feed:http://x/f").await, None);
+        assert_eq!(
+            got("job:j_10:page:http://x/").await.as_deref(),
+            Some("another job's")
+        );
+    }
+);
+
+on_both_engines!(
+    Memory,
+    tokio::test,
     async fn jobs_and_runs_round_trip_and_claims_are_exclusive(store: Store) {
         let due = Utc::now();
         let job = store

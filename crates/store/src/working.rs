@@ -80,4 +80,55 @@ impl Snapshots<'_> {
         .await?;
         Ok(())
     }
+
+    /// Every snapshot whose key starts with `prefix` (a job's looks: `job:ID:`), to put back
+    /// with [`Snapshots::restore`]. Compared by `substr`, not `LIKE`: keys hold URLs, whose
+    /// `%` and `_` would be wildcards.
+    pub async fn under(self, prefix: &str) -> Result<Vec<SavedSnapshot>> {
+        self.store
+            .all(
+                query_as(
+                    "SELECT key, content, updated_at FROM snapshots \
+                     WHERE substr(key, 1, length(?)) = ?",
+                )
+                .bind(prefix)
+                .bind(prefix),
+            )
+            .await
+    }
+
+    /// Put the snapshots under `prefix` back as [`Snapshots::under`] read them: those written
+    /// since are set back, those first written since are deleted. In one transaction.
+    pub async fn restore(self, prefix: &str, saved: &[SavedSnapshot]) -> Result<()> {
+        let mut tx = self.store.begin().await?;
+        query("DELETE FROM snapshots WHERE substr(key, 1, length(?)) = ?")
+            .bind(prefix)
+            .bind(prefix)
+            .execute(&mut tx)
+            .await?;
+        for s in saved {
+            query("INSERT INTO snapshots (key, content, updated_at) VALUES (?, ?, ?)")
+                .bind(&s.key)
+                .bind(&s.content)
+                .bind(s.updated_at)
+                .execute(&mut tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// The prefix of job `job_id`'s snapshots (its precheck's and its runs' tasks' looks at pages
+/// and feeds), which a failed run puts back ([`Snapshots::restore`]).
+pub fn job_snapshots(job_id: &str) -> String {
+    format!("job:{job_id}:")
+}
+
+/// A snapshot as [`Snapshots::under`] read it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct SavedSnapshot {
+    pub key: String,
+    pub content: String,
+    pub updated_at: DateTime<Utc>,
 }

@@ -182,6 +182,7 @@ impl Scheduler {
                 run_id,
                 task,
                 scheduled_at: claim.due,
+                looks: None,
             });
         }
         Ok(fired)

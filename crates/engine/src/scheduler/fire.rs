@@ -5,7 +5,7 @@
 use super::schedule::{ScheduleError, ZonedSchedule, parse_timezone};
 use super::{JobTask, RunnerError, Scheduler, SchedulerError};
 use chrono::{DateTime, Duration, Utc};
-use hermes_store::{Delivery, Job, NewNotice, RunOutcome, StoreError, Task, TaskState, new_id};
+use hermes_store::{Delivery, Job, RunOutcome, SavedSnapshot, StoreError, Task, TaskState, new_id};
 use serde_json::Value;
 
 /// Counting missed due times stops here (a per-minute job down for months).
@@ -44,6 +44,10 @@ pub(crate) struct Started {
     pub(crate) run_id: i64,
     pub(crate) task: Box<dyn JobTask>,
     pub(crate) scheduled_at: DateTime<Utc>,
+    /// The job's looks at pages and feeds before this firing's precheck, put back when its
+    /// run fails or is cut off: the change it saw stays news for the next run. `None` where
+    /// unknown (a run followed after a restart, a burst's).
+    pub(crate) looks: Option<Vec<SavedSnapshot>>,
 }
 
 /// How the start of a firing went.
@@ -268,6 +272,10 @@ impl Scheduler {
         token: &str,
     ) -> Result<Begin, StoreError> {
         let store = &self.inner.store;
+        let looks = store
+            .snapshots()
+            .under(&hermes_store::job_snapshots(&job.id))
+            .await?;
         if trigger != Trigger::RunNow
             && let Some(precheck) = &job.precheck
             && let Some(ended) = self.precheck(job, precheck, scheduled_at, token).await?
@@ -318,6 +326,7 @@ impl Scheduler {
             run_id,
             task,
             scheduled_at,
+            looks: Some(looks),
         })))
     }
 
@@ -425,6 +434,7 @@ impl Scheduler {
             run_id,
             task,
             scheduled_at,
+            looks,
         } = started;
         let store = &self.inner.store;
         let task_id = task.id().to_string();
@@ -444,6 +454,7 @@ impl Scheduler {
         if let Ok(task) = &result
             && super::timer::cut_by_a_stop(task)
         {
+            self.put_looks_back(&job, looks).await;
             self.cut_off(job, run_id, scheduled_at, task).await;
             return;
         }
@@ -463,6 +474,7 @@ impl Scheduler {
                 (RunOutcome::Fired, None, delivery)
             }
             Ok(task) => {
+                self.put_looks_back(&job, looks).await;
                 let why = match (task.error, task.reason) {
                     (Some(e), _) => e,
                     (None, Some(r)) => format!("task {} ({r})", task.state),
@@ -474,6 +486,7 @@ impl Scheduler {
                 (RunOutcome::Failed, Some(why), delivery)
             }
             Err(e) => {
+                self.put_looks_back(&job, looks).await;
                 let message = e.to_string();
                 let delivery = self
                     .failure_notice(&job, run_id, Some(&task_id), &message)
@@ -525,42 +538,6 @@ impl Scheduler {
                 r = &mut run => return Some(r),
                 _ = tokio::time::sleep(STOPPING_CHECK) => {}
             }
-        }
-    }
-
-    /// Queue `text` on every channel of the job; the run's delivery state.
-    pub(crate) async fn deliver_all(
-        &self,
-        job: &Job,
-        run_id: i64,
-        task_id: Option<&str>,
-        title: &str,
-        text: &str,
-    ) -> Delivery {
-        if job.notify.is_empty() {
-            return Delivery::None;
-        }
-        let mut errors = Vec::new();
-        for channel in &job.notify {
-            let notice = NewNotice {
-                channel: channel.clone(),
-                title: title.to_string(),
-                body: text.to_string(),
-                task_id: task_id.map(str::to_string),
-                job_id: Some(job.id.clone()),
-                run_id: Some(run_id),
-                ..NewNotice::default()
-            };
-            let r = self.inner.deliver.deliver(notice).await;
-            if let Err(e) = r {
-                tracing::warn!(job = %job.id, run = run_id, channel = %channel, error = %e, "delivery failed");
-                errors.push(format!("{channel}: {e}"));
-            }
-        }
-        if errors.is_empty() {
-            Delivery::Queued
-        } else {
-            Delivery::Failed(errors.join("; "))
         }
     }
 }

@@ -3,13 +3,13 @@
 //! trace and what to do —, nothing more while it keeps failing (the runs are still recorded,
 //! their delivery `suppressed`), and one short "recovered" notice at its next success.
 //!
-//! Owns: counting a job's failure streak from its run rows, and the wording of the report and
-//! the recovery notice. Must not: decide a run's outcome (`fire` does) or send anything but
+//! Owns: counting a job's failure streak from its run rows, the wording of the report and the
+//! recovery notice, and queueing a job's notices on its channels (`deliver_all`). Must not: decide a run's outcome (`fire` does) or send anything but
 //! through the job's channels.
 
 use super::Scheduler;
 use hermes_store::util::text::one_line;
-use hermes_store::{Delivery, FailReason, Job, JobRun, RunOutcome, StepKind};
+use hermes_store::{Delivery, FailReason, Job, JobRun, NewNotice, RunOutcome, StepKind};
 use std::fmt::Write;
 
 /// Runs looked at to count a streak; a job failing longer than this is reported as "at least".
@@ -122,6 +122,44 @@ impl Scheduler {
             "\nNo further failure notices while it keeps failing; you will hear when it recovers.",
         );
         text
+    }
+}
+
+impl Scheduler {
+    /// Queue `text` on every channel of the job; the run's delivery state.
+    pub(crate) async fn deliver_all(
+        &self,
+        job: &Job,
+        run_id: i64,
+        task_id: Option<&str>,
+        title: &str,
+        text: &str,
+    ) -> Delivery {
+        if job.notify.is_empty() {
+            return Delivery::None;
+        }
+        let mut errors = Vec::new();
+        for channel in &job.notify {
+            let notice = NewNotice {
+                channel: channel.clone(),
+                title: title.to_string(),
+                body: text.to_string(),
+                task_id: task_id.map(str::to_string),
+                job_id: Some(job.id.clone()),
+                run_id: Some(run_id),
+                ..NewNotice::default()
+            };
+            let r = self.inner.deliver.deliver(notice).await;
+            if let Err(e) = r {
+                tracing::warn!(job = %job.id, run = run_id, channel = %channel, error = %e, "delivery failed");
+                errors.push(format!("{channel}: {e}"));
+            }
+        }
+        if errors.is_empty() {
+            Delivery::Queued
+        } else {
+            Delivery::Failed(errors.join("; "))
+        }
     }
 }
 

@@ -6,7 +6,9 @@ use super::fire::{Begin, Started, Trigger};
 use super::{RESCAN, Scheduler, SchedulerError};
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
-use hermes_store::{Delivery, FailReason, Job, JobRun, RunOutcome, StoreError, Task, TaskState};
+use hermes_store::{
+    Delivery, FailReason, Job, JobRun, RunOutcome, SavedSnapshot, StoreError, Task, TaskState,
+};
 use std::time::Duration;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
@@ -215,6 +217,19 @@ impl Scheduler {
         Ok(())
     }
 
+    /// A run that failed or was cut off reported nothing: the looks its precheck or its task
+    /// took at pages and feeds are put back as they were before it, so the next run still sees
+    /// the change. Best effort: a failure here is logged, and the change is then lost.
+    pub(crate) async fn put_looks_back(&self, job: &Job, looks: Option<Vec<SavedSnapshot>>) {
+        let Some(looks) = looks else {
+            return;
+        };
+        let prefix = hermes_store::job_snapshots(&job.id);
+        if let Err(e) = self.inner.store.snapshots().restore(&prefix, &looks).await {
+            tracing::warn!(job = %job.id, error = %e, "cannot put the job's page snapshots back after a failed run; a change it saw may not be reported again");
+        }
+    }
+
     /// A run's task ended by the daemon ([`cut_by_a_stop`]). Stopping now: the run stays
     /// `fired`, its lock held, for the next start to run again. Live (a take-over, the
     /// restore): run again now.
@@ -302,6 +317,7 @@ impl Scheduler {
                 run_id: run.id,
                 task: Box::new(Ended(task)),
                 scheduled_at: run.scheduled_at,
+                looks: None,
             };
             self.finish(started).await;
             return Ok(());
@@ -332,6 +348,7 @@ impl Scheduler {
                 run_id,
                 task,
                 scheduled_at,
+                looks: None,
             })),
             Err(e) => {
                 tracing::error!(job = %job.id, task = %task_id, error = %e, "cannot follow {what}");

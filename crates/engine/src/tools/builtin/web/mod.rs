@@ -151,7 +151,7 @@ impl TypedTool for WebTool {
 /// of no job share one.
 fn watcher(ctx: &ToolContext) -> String {
     match &ctx.job_id {
-        Some(job) => format!("job:{job}:"),
+        Some(job) => hermes_store::job_snapshots(job),
         None => String::new(),
     }
 }
