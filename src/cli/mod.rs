@@ -209,7 +209,8 @@ pub enum JobsCmd {
         #[arg(value_parser = an_id)]
         id: String,
     },
-    /// Fire a job now (through the daemon if it runs, else in this process).
+    /// Fire a job now (through the daemon if it runs, else in this process). Its precheck
+    /// runs too, and its failure fails the run; a "no change" does not skip it.
     Run {
         /// The job's id (`jobs list` shows them).
         #[arg(value_parser = an_id)]

@@ -584,6 +584,32 @@ async fn precheck_without_change_skips_without_a_task() {
     );
 }
 
+/// "Run now" runs the precheck, so it checks a fix to a failing one (a failure report says to
+/// run the job once): a precheck still failing fails it, and no "recovered" notice follows; a
+/// "no change" does not skip it.
+#[tokio::test]
+async fn run_now_runs_the_precheck_but_fires_without_a_change() {
+    let clock = ManualClock::at("2026-06-01T10:00:00Z");
+    let c = setup(settings(), clock.clone()).await;
+    let mut r = req("Tell me what changed on the page", "every 1h");
+    r.precheck = Some(json!({"tool": "watch_page", "arguments": {"url": "http://127.0.0.1:1/x"}}));
+    let job = c.sched.add(r, Origin::Api).await.unwrap();
+
+    *c.runner.precheck.lock().unwrap() = Err("connection refused".into());
+    let e = c.sched.run_now_wait(&job.id).await.unwrap_err();
+    assert!(
+        matches!(&e, SchedulerError::NotStarted(why) if why.contains("connection refused")),
+        "{e:?}"
+    );
+    assert!(all_tasks(&c.store).await.is_empty());
+    assert_eq!(runs(&c.store, &job.id).await[0].outcome, RunOutcome::Failed);
+
+    *c.runner.precheck.lock().unwrap() = Ok(json!({"changed": false}));
+    let run = c.sched.run_now_wait(&job.id).await.unwrap();
+    assert_eq!(run.outcome, RunOutcome::Fired, "{run:?}");
+    assert_eq!(c.runner.prechecks.lock().unwrap().len(), 2);
+}
+
 /// A run that fails after its precheck saw a change reported nothing: the job's look at the
 /// page is put back, so the next run sees the change again instead of "no change".
 #[tokio::test]

@@ -191,7 +191,8 @@ impl Scheduler {
         Ok(())
     }
 
-    /// "Run now": the same start as a timer firing, minus claim and precheck.
+    /// "Run now": the same start as a timer firing, minus the claim; its precheck runs, but a
+    /// "no change" does not skip it.
     pub(crate) async fn begin_now(&self, id: &str) -> Result<Started, SchedulerError> {
         let job = self.inner.store.jobs().get(id).await?;
         let now = self.inner.clock.now();
@@ -276,9 +277,12 @@ impl Scheduler {
             .snapshots()
             .under(&hermes_store::job_snapshots(&job.id))
             .await?;
-        if trigger != Trigger::RunNow
-            && let Some(precheck) = &job.precheck
-            && let Some(ended) = self.precheck(job, precheck, scheduled_at, token).await?
+        // "Run now" runs the precheck too — it is how a person checks a fix to a failing one —
+        // but fires whatever change it reports: the person asked for a run.
+        if let Some(precheck) = &job.precheck
+            && let Some(ended) = self
+                .precheck(job, precheck, scheduled_at, token, trigger)
+                .await?
         {
             return Ok(ended);
         }
@@ -330,14 +334,15 @@ impl Scheduler {
         })))
     }
 
-    /// Run the job's precheck; the firing's end when it says "no change" or fails (the run
-    /// lock released), `None` to go on.
+    /// Run the job's precheck; the firing's end when it fails, or says "no change" to a firing
+    /// that is not "run now" (the run lock released); `None` to go on.
     async fn precheck(
         &self,
         job: &Job,
         precheck: &Value,
         scheduled_at: DateTime<Utc>,
         token: &str,
+        trigger: Trigger,
     ) -> Result<Option<Begin>, StoreError> {
         let tool = precheck.get("tool").and_then(Value::as_str).unwrap_or("");
         let arguments = precheck
@@ -345,7 +350,10 @@ impl Scheduler {
             .cloned()
             .unwrap_or_else(|| Value::Object(Default::default()));
         let ended = match self.inner.runner.precheck(tool, arguments, job).await {
-            Ok(result) if result.get("changed") == Some(&Value::Bool(false)) => {
+            Ok(result)
+                if trigger != Trigger::RunNow
+                    && result.get("changed") == Some(&Value::Bool(false)) =>
+            {
                 self.inner.store.jobs().release_lock(&job.id, token).await?;
                 self.record_skipped(job, scheduled_at, "precheck: no change")
                     .await?
