@@ -115,7 +115,7 @@ pub enum ScheduleError {
     )]
     CronFieldCount { schedule: String, fields: usize },
     #[error(
-        "invalid cron expression '{schedule}': {message}; use 5 fields (minute hour day-of-month month day-of-week), e.g. '0 8 * * *' or '*/15 * * * MON-FRI'"
+        "invalid cron expression '{schedule}': {message}; the 5 fields are minute (0-59), hour (0-23), day of month (1-31), month (1-12 or JAN-DEC) and day of week (0-7 or SUN-SAT), e.g. '0 8 * * *' or '*/15 * * * MON-FRI'"
     )]
     Cron { schedule: String, message: String },
     #[error("unknown cron alias '{0}'; use @hourly, @daily, @weekly, @monthly or @yearly")]
@@ -391,8 +391,39 @@ fn parse_cron(pattern: &str, original: &str) -> Result<Schedule, ScheduleError> 
         .map(|c| Schedule::Cron(Box::new(c)))
         .map_err(|e| ScheduleError::Cron {
             schedule: original.to_string(),
-            message: e.to_string(),
+            // croner says "Number out of bounds" without which: name the field when it is that.
+            message: out_of_range(pattern).unwrap_or_else(|| e.to_string()),
         })
+}
+
+/// The five fields' names and ranges.
+const CRON_FIELDS: [(&str, u32, u32); 5] = [
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day of month", 1, 31),
+    ("month", 1, 12),
+    ("day of week", 0, 7),
+];
+
+/// The first number of a 5-field pattern outside its field's range, said in words.
+fn out_of_range(pattern: &str) -> Option<String> {
+    let fields: Vec<&str> = pattern.split_whitespace().collect();
+    if fields.len() != CRON_FIELDS.len() {
+        return None;
+    }
+    for (field, (name, lo, hi)) in fields.iter().zip(CRON_FIELDS) {
+        for part in field.split(',') {
+            let range = part.split('/').next().unwrap_or(part);
+            for value in range.split('-').filter_map(|v| v.parse::<u32>().ok()) {
+                if value < lo || value > hi {
+                    return Some(format!(
+                        "{value} is out of range for the {name} field ({lo}-{hi})"
+                    ));
+                }
+            }
+        }
+    }
+    None
 }
 
 /// `YYYY-MM-DD…`: the start of an ISO date (no cron field looks like that).
@@ -413,12 +444,17 @@ fn parse_time(s: &str, tz: Tz) -> Result<DateTime<Utc>, ScheduleError> {
     if let Ok(t) = DateTime::parse_from_rfc3339(s) {
         return Ok(t.with_timezone(&Utc));
     }
+    // ISO 8601's "Z" for UTC, where RFC 3339 (which needs seconds) did not take it.
+    let offset = match s.strip_suffix(['Z', 'z']) {
+        Some(utc) => format!("{utc}+00:00"),
+        None => s.to_string(),
+    };
     for f in [
         "%Y-%m-%dT%H:%M%:z",
         "%Y-%m-%d %H:%M%:z",
         "%Y-%m-%d %H:%M:%S%:z",
     ] {
-        if let Ok(t) = DateTime::parse_from_str(s, f) {
+        if let Ok(t) = DateTime::parse_from_str(&offset, f) {
             return Ok(t.with_timezone(&Utc));
         }
     }

@@ -78,6 +78,29 @@ fn bad_cron_and_gibberish() {
     let now = utc("2026-06-01T00:00:00Z");
     let e = Schedule::parse("61 8 * * *", tz("UTC"), now).unwrap_err();
     assert!(matches!(e, ScheduleError::Cron { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("61 is out of range for the minute field (0-59)"),
+        "{e}"
+    );
+    for (s, said) in [
+        ("0 25 * * *", "25 is out of range for the hour field (0-23)"),
+        (
+            "0 8 32 * *",
+            "32 is out of range for the day of month field (1-31)",
+        ),
+        (
+            "0 8 * 1-13 *",
+            "13 is out of range for the month field (1-12)",
+        ),
+        (
+            "0 8 * * 1,8",
+            "8 is out of range for the day of week field (0-7)",
+        ),
+    ] {
+        let e = Schedule::parse(s, tz("UTC"), now).unwrap_err();
+        assert!(e.to_string().contains(said), "{s}: {e}");
+    }
     let e = Schedule::parse("0 8 * * FOO", tz("UTC"), now).unwrap_err();
     assert!(matches!(e, ScheduleError::Cron { .. }), "{e}");
     let e = Schedule::parse("tomorrow", tz("UTC"), now).unwrap_err();
@@ -160,6 +183,8 @@ fn one_shots() {
         ("2026-06-02T09:00:00+05:00", "2026-06-02T04:00:00Z"),
         ("2026-06-02T04:00:00Z", "2026-06-02T04:00:00Z"),
         ("2026-06-02T09:00+05:00", "2026-06-02T04:00:00Z"),
+        ("2026-06-02T04:00Z", "2026-06-02T04:00:00Z"),
+        ("2026-06-02 04:00Z", "2026-06-02T04:00:00Z"),
     ] {
         let s = Schedule::parse(text, z, now).unwrap();
         assert_eq!(s.next_after(z, now), Some(utc(at)), "{text}");
