@@ -279,12 +279,16 @@ impl Scheduler {
     /// The footer of a run's answer (see [`words::digest_footer`]), with the job's next run as
     /// stored now (the firing has already moved it on).
     pub(crate) async fn digest_footer(&self, job: &Job, task_id: &str) -> String {
+        use words::NextRun;
         let next = match self.inner.store.jobs().get(&job.id).await {
-            Ok(j) if j.enabled => j.next_run_at,
-            _ => None,
+            Ok(j) if !j.enabled => NextRun::Paused,
+            Ok(Job {
+                next_run_at: Some(t),
+                ..
+            }) => NextRun::At(words::in_zone(t, &job.timezone)),
+            _ => NextRun::Never,
         };
         let url = self.inner.public_url.as_str();
-        let next = next.map(|t| words::in_zone(t, &job.timezone));
         words::digest_footer(&job.name, &job.id, task_id, next, url)
     }
 }

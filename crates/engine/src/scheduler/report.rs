@@ -104,7 +104,7 @@ impl Scheduler {
             && let Ok(Some(record)) = self.inner.store.tasks().record(id).await
         {
             reason = record.task.reason;
-            text.push_str(&trace_causes(&record.steps));
+            text.push_str(&trace_causes(&record.steps, error));
         }
         let what = match task_id {
             Some(_) => advice(reason).replace("jobs run ID", &format!("jobs run {}", job.id)),
@@ -177,13 +177,15 @@ fn streak_of(runs: &[JobRun], run_id: i64) -> u32 {
 }
 
 /// The model errors, the tool errors and the step the task stopped at, from its trace.
-fn trace_causes(steps: &[hermes_store::Step]) -> String {
+fn trace_causes(steps: &[hermes_store::Step], said: &str) -> String {
     let mut out = String::new();
+    // The task's own error is said already as the last error: not again as a cause.
     let errors = |kind: StepKind| {
         steps
             .iter()
             .filter(move |s| s.row.kind == kind)
             .filter_map(|s| s.row.error.as_deref().map(|e| (s.row.name.as_str(), e)))
+            .filter(|(_, e)| e.trim() != said.trim())
     };
     let model: Vec<_> = errors(StepKind::Model).take(MAX_CAUSES).collect();
     let tools: Vec<_> = errors(StepKind::Tool).take(MAX_CAUSES).collect();
@@ -252,5 +254,28 @@ mod tests {
         assert_eq!(streak_of(&runs, 9), 2, "the run itself is not counted");
         assert_eq!(streak_of(&runs, 10), 3);
         assert_eq!(streak_of(&[run(1, Fired)], 2), 0);
+    }
+
+    #[test]
+    fn the_last_error_is_not_said_again_as_a_cause() {
+        let step = |seq: i64, kind: StepKind, error: &str| hermes_store::Step {
+            seq,
+            row: hermes_store::NewStep {
+                error: Some(error.into()),
+                ..hermes_store::NewStep::new(1, kind, "fast")
+            },
+            created_at: Utc::now(),
+        };
+        let said = "the model server answered HTTP 500";
+        let steps = [
+            step(1, StepKind::Model, "timed out after 30 s"),
+            step(2, StepKind::Model, said),
+        ];
+        let causes = trace_causes(&steps, said);
+        assert!(
+            causes.contains("- Model error: timed out after 30 s"),
+            "{causes}"
+        );
+        assert!(!causes.contains(said), "{causes}");
     }
 }

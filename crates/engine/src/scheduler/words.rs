@@ -207,18 +207,29 @@ fn and_list(items: &[String]) -> String {
     }
 }
 
+/// What comes after a run, for its footer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum NextRun {
+    At(DateTime<Tz>),
+    /// Paused: it runs again once resumed.
+    Paused,
+    /// A one-shot that has fired, or a schedule with no time left.
+    Never,
+}
+
 /// The Markdown footer of a run's answer: the job by name, its next run in its zone, and
 /// with `public_url` set, links to the run's task page and the job's page on the dashboard.
 pub(crate) fn digest_footer(
     job_name: &str,
     job_id: &str,
     task_id: &str,
-    next: Option<DateTime<Tz>>,
+    next: NextRun,
     public_url: &str,
 ) -> String {
     let next = match next {
-        Some(t) => format!("next run {}", t.format("%a %Y-%m-%d %H:%M %Z")),
-        None => "no further runs scheduled".into(),
+        NextRun::At(t) => format!("next run {}", t.format("%a %Y-%m-%d %H:%M %Z")),
+        NextRun::Paused => "paused: no run until it is resumed".into(),
+        NextRun::Never => "no further runs scheduled".into(),
     };
     let mut footer = format!("\n\n---\n\nJob **{}** · {next}", escape_markdown(job_name));
     let base = public_url.trim().trim_end_matches('/');
@@ -298,14 +309,16 @@ mod tests {
             "News *digest*",
             "j_1",
             "t1",
-            Some(next),
+            NextRun::At(next),
             "https://h.example/",
         );
         assert!(f.contains(r"Job **News \*digest\***"), "{f}");
         assert!(f.contains("next run Mon 2026-03-02 08:00 CET"), "{f}");
         assert!(f.contains("[this run](https://h.example/tasks/t1)"), "{f}");
         assert!(f.contains("[the job](https://h.example/jobs/j_1)"), "{f}");
-        let f = digest_footer("n", "j", "t", None, "");
+        let f = digest_footer("n", "j", "t", NextRun::Never, "");
         assert!(f.contains("no further runs") && !f.contains("]("), "{f}");
+        let f = digest_footer("n", "j", "t", NextRun::Paused, "");
+        assert!(f.contains("paused: no run until it is resumed"), "{f}");
     }
 }
