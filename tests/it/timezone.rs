@@ -70,7 +70,7 @@ async fn doctor_shows_the_zone_and_where_it_came_from() {
 
 #[tokio::test]
 async fn a_task_is_told_the_time_in_the_machines_zone_and_jobs_fire_in_it() {
-    let model = ScriptedModel::start(vec![Reply::text("noted")]).await;
+    let model = ScriptedModel::start_with(|_| Reply::text("noted")).await;
     let dir = tempfile::tempdir().expect("temp dir");
     let cfg = config(dir.path(), &model.base_url(), "");
     let out = hermes(dir.path(), &cfg, "Asia/Tokyo")
@@ -106,4 +106,27 @@ async fn a_task_is_told_the_time_in_the_machines_zone_and_jobs_fire_in_it() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let job: Value = serde_json::from_slice(&out.stdout).expect("a job as JSON");
     assert_eq!(job["timezone"], "America/New_York", "{job}");
+
+    // A job's task is told the time in the job's zone, the one its schedule and its notice's
+    // date are in, not the machine's.
+    let out = hermes(dir.path(), &cfg, "Asia/Tokyo")
+        .args(["jobs", "run", job["id"].as_str().expect("an id")])
+        .output()
+        .await
+        .expect("jobs run runs");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let requests = model.requests();
+    let user = requests
+        .last()
+        .and_then(|r| r["messages"].as_array().cloned())
+        .into_iter()
+        .flatten()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str().map(str::to_string))
+        .unwrap_or_default();
+    let now = user.lines().next().unwrap_or_default();
+    assert!(
+        now.starts_with("Now: ") && (now.contains(" EST (") || now.contains(" EDT (")),
+        "{now}"
+    );
 }

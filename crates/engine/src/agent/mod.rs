@@ -15,6 +15,7 @@ mod follow;
 mod guard;
 mod hold;
 mod jobs;
+mod opening;
 mod own;
 mod pool;
 pub mod prompt;

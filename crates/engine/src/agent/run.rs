@@ -6,14 +6,14 @@
 use super::guard::LoopGuard;
 use super::hold::{Checkpoint, HeldRound};
 use super::tally::{LoopEnd, Tally, final_outcome};
-use super::{Agent, RunOptions, StopReason, prompt, trace};
+use super::{Agent, RunOptions, StopReason, trace};
 use crate::llm::{Gateway, LlmError, Message, ModelReply, ToolCall};
 use crate::memory::{ShortTerm, Summariser, SummaryModel};
 use crate::metrics::ModelOutcome;
 use crate::tools::{ToolContext, ToolError, ToolOutcome, shape};
 use futures::future::BoxFuture;
 use hermes_store::util::{Backoff, lock};
-use hermes_store::{FailReason, NewStep, StorageFault, StoreError, Task, now};
+use hermes_store::{FailReason, NewStep, StorageFault, StoreError, Task};
 use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -376,88 +376,6 @@ impl Run<'_> {
                 "no final answer after {max_steps} model calls (agent.max_steps); the trace shows what was tried"
             ),
         })
-    }
-
-    /// A new execution's window: the tool sources waited for, then the prompt and recall.
-    async fn start_window(&self) -> Result<ShortTerm, StoreError> {
-        let inner = &self.agent.inner;
-        // Tool sources still on their first start (an MCP server the daemon just launched)
-        // would be missing from this task's offer: wait for them, bounded, and say so when
-        // one is still not up.
-        let late = (inner.registry.starting())
-            .wait(crate::tools::SOURCE_START_WAIT)
-            .await;
-        if !late.is_empty() {
-            let text = format!(
-                "tools of {} still starting after {} s; they are offered once they are up",
-                late.join(", "),
-                crate::tools::SOURCE_START_WAIT.as_secs()
-            );
-            self.record(trace::note(0, Some(text), None));
-        }
-        self.prepare_window().await
-    }
-
-    /// The task's message window at its start: the stable system prompt, then one user message
-    /// with the time, the facts memory recalls for the task, and the task itself.
-    async fn prepare_window(&self) -> Result<ShortTerm, StoreError> {
-        let s = &self.agent.inner.settings;
-        let tz: chrono_tz::Tz = s.scheduler.timezone.parse().unwrap_or(chrono_tz::UTC);
-        let now_local = now()
-            .with_timezone(&tz)
-            .format("%Y-%m-%d %H:%M %Z (%A)")
-            .to_string();
-        let system = prompt::system_prompt(
-            &s.agent.system_prompt_extra,
-            self.opts.agent_prompt.as_deref(),
-        );
-        let facts = match &self.agent.inner.memory {
-            Some(memory) => self.recall(memory).await,
-            None => Vec::new(),
-        };
-        // A reply (by email, in a chat thread) continues what it answers: the notice goes into
-        // the first message.
-        let earlier = match self.task.origin {
-            hermes_store::Origin::Email
-            | hermes_store::Origin::Matrix
-            | hermes_store::Origin::Telegram => {
-                self.agent
-                    .inner
-                    .store
-                    .inbox()
-                    .context(&self.task.id)
-                    .await?
-            }
-            _ => None,
-        };
-        let goal = prompt::task_message(&now_local, &facts, earlier.as_deref(), &self.task.task);
-        Ok(ShortTerm::new(
-            vec![Message::system(system)],
-            Message::user(goal),
-            s.context.max_dialog_rounds as usize,
-            s.context.summary_max_length as usize,
-        ))
-    }
-
-    /// The facts memory recalls for the task, noted in the trace; none when recall fails
-    /// (the task goes on without them, and the trace says why).
-    async fn recall(&self, memory: &crate::memory::LongTerm) -> Vec<crate::memory::Recalled> {
-        let k = self.agent.inner.settings.memory.recall_top_k as usize;
-        match memory.recall(&self.task.task, k).await {
-            Ok(facts) => {
-                if !facts.is_empty() {
-                    let text = format!("recalled {} fact(s) from memory", facts.len());
-                    self.record(trace::note(0, Some(text), None));
-                }
-                facts
-            }
-            Err(e) => {
-                tracing::warn!(task = %self.task.id, error = %e, "memory recall failed; continuing without");
-                let error = format!("memory recall failed: {e}");
-                self.record(trace::note(0, None, Some(error)));
-                Vec::new()
-            }
-        }
     }
 
     /// One model call with the window and the tools on offer, recorded; the reply, or the end
