@@ -83,6 +83,12 @@ pub async fn jobs(backend: &dyn Backend, cmd: JobsCmd) -> anyhow::Result<ExitCod
                 print_json(&view)?;
             } else {
                 outln!("job {} added; next run {}", view.id, next_run(&view));
+                if view.notify.is_empty() {
+                    // Not an error (a job may only act, or only remember), but easily missed.
+                    errln!(
+                        "note: the job has no --notify channel: its answers are kept (`tasks list`, the dashboard) but sent nowhere"
+                    );
+                }
             }
         }
         JobsCmd::Rm { id } => {

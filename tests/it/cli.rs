@@ -544,6 +544,11 @@ async fn control_sequences_in_facts_and_jobs_reach_the_terminal_escaped() {
         ],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("the job has no --notify channel"),
+        "a job that sends nowhere says so: {}",
+        text(&out.stderr)
+    );
     let out = hermes_with(dir.path(), &config, &["jobs", "list"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_inert("jobs list", &out.stdout);

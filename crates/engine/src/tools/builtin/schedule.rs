@@ -71,7 +71,8 @@ fn schedule_info(scheduler: &Scheduler) -> ToolInfo {
     };
     let description = format!(
         "Run a task later, or again and again, as a fresh task knowing nothing of this one: write \
-         it in full. Not for now. schedule: cron '0 8 * * *', 'every 30m|2h|1d', 'in 45m' or \
+         it in full. Not for now. schedule: cron '0 8 * * *' (a time of day), 'every 30m|2h', \
+         'in 45m' or \
          '{}', in timezone (default {}).{delivery}",
         crate::scheduler::example_time(),
         scheduler.settings().timezone
