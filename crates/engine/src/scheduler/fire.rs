@@ -5,7 +5,9 @@
 use super::schedule::{ScheduleError, ZonedSchedule, parse_timezone};
 use super::{JobTask, RunnerError, Scheduler, SchedulerError};
 use chrono::{DateTime, Duration, Utc};
-use hermes_store::{Delivery, Job, RunOutcome, SavedSnapshot, StoreError, Task, TaskState, new_id};
+use hermes_store::{
+    Delivery, FailReason, Job, RunOutcome, SavedSnapshot, StoreError, Task, TaskState, new_id,
+};
 use serde_json::Value;
 
 /// Counting missed due times stops here (a per-minute job down for months).
@@ -460,7 +462,7 @@ impl Scheduler {
             Err(e) => tracing::error!(job = %job.id, error = %e, "cannot re-read the job"),
         }
         if let Ok(task) = &result
-            && super::timer::cut_by_a_stop(task)
+            && cut_by_a_stop(task)
         {
             self.put_looks_back(&job, looks).await;
             self.cut_off(job, run_id, scheduled_at, task).await;
@@ -555,6 +557,16 @@ impl Scheduler {
 /// died can be freed by the others (see `store::placeholder_prefix`).
 pub(super) fn firing_token(node: Option<&str>) -> String {
     format!("{}{}", hermes_store::placeholder_prefix(node), new_id())
+}
+
+/// Whether the daemon, not the task, ended it: stopped past the shutdown grace, or found cut
+/// off by a crash (its node's start, or the other nodes, ended it `interrupted`).
+pub(crate) fn cut_by_a_stop(task: &Task) -> bool {
+    task.state == TaskState::Failed
+        && matches!(
+            task.reason,
+            Some(FailReason::Shutdown | FailReason::Interrupted)
+        )
 }
 
 /// The date of `t` in the job's zone (UTC if the zone no longer parses).

@@ -2,13 +2,11 @@
 //! reads the jobs from the store, fires the due ones, and sleeps until the earliest
 //! `next_run_at` (at most [`RESCAN`]), a wake-up, or cancellation.
 
-use super::fire::{Begin, Started, Trigger};
+use super::fire::{Begin, Started, Trigger, cut_by_a_stop};
 use super::{RESCAN, Scheduler, SchedulerError};
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
-use hermes_store::{
-    Delivery, FailReason, Job, JobRun, RunOutcome, SavedSnapshot, StoreError, Task, TaskState,
-};
+use hermes_store::{Delivery, Job, JobRun, RunOutcome, SavedSnapshot, StoreError, Task, TaskState};
 use std::time::Duration;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
@@ -361,16 +359,6 @@ impl Scheduler {
             }
         }
     }
-}
-
-/// Whether the daemon, not the task, ended it: stopped past the shutdown grace, or found cut
-/// off by a crash (its node's start, or the other nodes, ended it `interrupted`).
-pub(crate) fn cut_by_a_stop(task: &Task) -> bool {
-    task.state == TaskState::Failed
-        && matches!(
-            task.reason,
-            Some(FailReason::Shutdown | FailReason::Interrupted)
-        )
 }
 
 /// A task that ended already: its run has nothing left to wait for.
