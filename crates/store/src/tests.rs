@@ -302,24 +302,15 @@ on_both_engines!(
     tokio::test,
     async fn a_jobs_snapshots_are_put_back_as_they_were(store: Store) {
         let snaps = || store.snapshots();
-        snaps()
-            .put("job:j_1:page:http://x/a_%#", "old")
-            .await
-            .unwrap();
-        snaps()
-            .put("job:j_10:page:http://x/", "another job's")
-            .await
-            .unwrap();
+        let put = |key: &'static str, text: &'static str| async move {
+            snaps().put(key, text).await.unwrap();
+        };
+        put("job:j_1:page:http://x/a_%#", "old").await;
+        put("job:j_10:page:http://x/", "another job's").await;
         let saved = snaps().under("job:j_1:").await.unwrap();
         assert_eq!(saved.len(), 1, "a prefix, not a pattern: {saved:?}");
-        snaps()
-            .put("job:j_1:page:http://x/a_%#", "new")
-            .await
-            .unwrap();
-        snaps()
-            .put("job:j_1:feed:http://x/f", "first look")
-            .await
-            .unwrap();
+        put("job:j_1:page:http://x/a_%#", "new").await;
+        put("job:j_1:feed:http://x/f", "first look").await;
         snaps().restore("job:j_1:", &saved).await.unwrap();
         let got = |k: &'static str| async move { snaps().get(k).await.unwrap().map(|s| s.0) };
         assert_eq!(
