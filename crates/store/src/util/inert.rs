@@ -14,13 +14,14 @@
 use std::borrow::Cow;
 
 /// The tag names the prompt uses as delimiters.
-const TAGS: [&str; 6] = [
+const TAGS: [&str; 7] = [
     "tool_result",
     "tool_error",
     "tool_call",
     "memory",
     "tools",
     "previous_message",
+    "precheck",
 ];
 
 /// Control tokens of the common chat templates (beyond the generic `<|…|>` family), and what
