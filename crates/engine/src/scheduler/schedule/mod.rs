@@ -508,6 +508,9 @@ fn parse_duration(text: &str, unit_alone: bool) -> Result<Duration, String> {
                 .trim_start_matches(|c: char| c.is_ascii_alphabetic())
                 .len();
         if letters == 0 {
+            if rest.starts_with(['.', ',']) {
+                return Err("whole numbers only: write 1.5h as 1h30m or 90m".into());
+            }
             return Err(format!("'{n}' needs a unit (s, m, h, d or w)"));
         }
         let unit = unit_seconds(&rest[..letters])?;

@@ -101,6 +101,8 @@ fn bad_cron_and_gibberish() {
         let e = Schedule::parse(s, tz("UTC"), now).unwrap_err();
         assert!(e.to_string().contains(said), "{s}: {e}");
     }
+    let e = Schedule::parse("every 1.5h", tz("UTC"), now).unwrap_err();
+    assert!(e.to_string().contains("write 1.5h as 1h30m"), "{e}");
     let e = Schedule::parse("0 8 * * FOO", tz("UTC"), now).unwrap_err();
     assert!(matches!(e, ScheduleError::Cron { .. }), "{e}");
     let e = Schedule::parse("tomorrow", tz("UTC"), now).unwrap_err();
