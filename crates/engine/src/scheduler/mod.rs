@@ -43,6 +43,7 @@
 mod burst;
 mod fire;
 mod jobs;
+mod precheck;
 mod report;
 pub mod schedule;
 mod timer;
