@@ -132,3 +132,7 @@ pub struct SavedSnapshot {
     pub content: String,
     pub updated_at: DateTime<Utc>,
 }
+
+#[cfg(test)]
+#[path = "working_tests.rs"]
+mod tests;
