@@ -135,6 +135,19 @@ impl World {
     }
 }
 
+/// Wait (bounded) until the outbox has a notice recorded sent: a kill -9 before that may send
+/// it again after the restart, as at-least-once delivery must.
+async fn recorded_sent(d: &Daemon) {
+    d.until("an answer recorded as sent", || async {
+        let v = d.get_ok("/v1/deliveries?state=sent").await;
+        v["deliveries"]
+            .as_array()
+            .is_some_and(|n| !n.is_empty())
+            .then_some(())
+    })
+    .await;
+}
+
 /// The tasks whose origin is Telegram.
 async fn telegram_tasks(d: &Daemon) -> Vec<Value> {
     let v = d.get_ok("/v1/tasks?limit=1000").await;
@@ -493,14 +506,7 @@ async fn after_kill_9_a_message_said_while_down_is_acted_on_once_and_none_twice(
     // and the Bot API has no way to ask whether a message went out), which is not what this
     // test is about — that A is not taken in and acted on again.
     w.answer_to(a).await;
-    d.until("A's answer recorded as sent", || async {
-        let v = d.get_ok("/v1/deliveries?state=sent").await;
-        v["deliveries"]
-            .as_array()
-            .is_some_and(|n| !n.is_empty())
-            .then_some(())
-    })
-    .await;
+    recorded_sent(&d).await;
     d.kill9();
     let b = w.bot.say(&me(), "message B while down");
     let restarted = Instant::now();
@@ -737,14 +743,7 @@ async fn with_two_daemons_on_postgres_one_polls_and_the_other_takes_over_once_it
 
     // A dies — once the answer is recorded sent, or B would rightly send it again (delivery is
     // at least once); once its lease lapsed B holds the channel and polls from the saved offset.
-    a.until("the answer recorded as sent", || async {
-        let v = a.get_ok("/v1/deliveries?state=sent").await;
-        v["deliveries"]
-            .as_array()
-            .is_some_and(|n| !n.is_empty())
-            .then_some(())
-    })
-    .await;
+    recorded_sent(&a).await;
     a.kill9();
     b.health_until("node b polling", |h| h["telegram"]["state"] == "ok")
         .await;
