@@ -90,9 +90,7 @@ impl Scheduler {
             tracing::debug!(job = %job.id, due = %due, "due time already claimed elsewhere");
             return Ok(false);
         }
-        let grace = Duration::seconds(
-            i64::try_from(self.inner.settings.catch_up_grace_s).unwrap_or(i64::MAX / 1000),
-        );
+        let grace = self.catch_up_grace();
         let window = if at_start {
             grace
         } else {
@@ -114,18 +112,30 @@ impl Scheduler {
             } else {
                 Trigger::Timer
             };
-            let me = self.clone();
-            self.spawn(async move {
-                match me.begin(&job, at, trigger).await {
-                    Ok(Begin::Started(started)) => me.finish(*started).await,
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::error!(job = %job.id, error = %e, "job firing could not be recorded")
-                    }
-                }
-            });
+            self.fire_apart(job, at, trigger);
         }
         Ok(true)
+    }
+
+    /// `scheduler.catch_up_grace_s`: how late a due time may still run.
+    pub(crate) fn catch_up_grace(&self) -> Duration {
+        Duration::seconds(
+            i64::try_from(self.inner.settings.catch_up_grace_s).unwrap_or(i64::MAX / 1000),
+        )
+    }
+
+    /// Fire `job` for its due time `at` on the scheduler's tracker, and run it to its end.
+    pub(crate) fn fire_apart(&self, job: Job, at: DateTime<Utc>, trigger: Trigger) {
+        let me = self.clone();
+        self.spawn(async move {
+            match me.begin(&job, at, trigger).await {
+                Ok(Begin::Started(started)) => me.finish(*started).await,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!(job = %job.id, error = %e, "job firing could not be recorded")
+                }
+            }
+        });
     }
 
     /// A stored job that no longer parses (a zone dropped from tzdata): stop it, visibly,

@@ -2,10 +2,9 @@
 //! reads the jobs from the store, fires the due ones, and sleeps until the earliest
 //! `next_run_at` (at most [`RESCAN`]), a wake-up, or cancellation.
 
-use super::fire::{Begin, Started, Trigger, cut_by_a_stop};
+use super::fire::{Started, Trigger, cut_by_a_stop};
 use super::{RESCAN, Scheduler, SchedulerError};
 use chrono::{DateTime, Utc};
-use futures::future::BoxFuture;
 use hermes_store::{Delivery, Job, JobRun, RunOutcome, SavedSnapshot, StoreError, Task, TaskState};
 use std::time::Duration;
 use tokio::time::{Instant, sleep_until};
@@ -253,48 +252,31 @@ impl Scheduler {
     /// declared dead — served nothing: recorded `missed` (neither a failure nor a break in a
     /// failure streak), and its due time fired again now as a catch-up when still within
     /// `scheduler.catch_up_grace_s`, as if the daemon had been down at that time.
-    ///
-    /// A boxed future: the catch-up it fires ends in [`Scheduler::finish`], which may come
-    /// back here, and a cycle of `async fn`s has no type the compiler can check for `Send`.
-    pub(crate) fn run_cut_again<'a>(
-        &'a self,
+    pub(crate) async fn run_cut_again(
+        &self,
         job: Job,
         run_id: i64,
         scheduled_at: DateTime<Utc>,
-        task: &'a Task,
-    ) -> BoxFuture<'a, Result<(), SchedulerError>> {
-        Box::pin(async move {
-            let store = &self.inner.store;
-            store.jobs().release_lock(&job.id, &task.id).await?;
-            let grace = chrono::Duration::seconds(
-                i64::try_from(self.inner.settings.catch_up_grace_s).unwrap_or(i64::MAX / 1000),
-            );
-            let again = self.inner.clock.now() - scheduled_at <= grace;
-            let reason = if again {
-                "the daemon stopped during this run; its due time was run again (catch-up)"
-            } else {
-                "the daemon stopped during this run, and came back after scheduler.catch_up_grace_s: not run again"
-            };
-            store
-                .jobs()
-                .update_run(run_id, RunOutcome::Missed, Some(reason), &Delivery::None)
-                .await?;
-            tracing::info!(job = %job.id, task = %task.id, run = run_id, again, "job run cut off by a stop");
-            self.count_firing(RunOutcome::Missed, 1, None);
-            if again {
-                let me = self.clone();
-                self.spawn(async move {
-                match me.begin(&job, scheduled_at, Trigger::CatchUp).await {
-                    Ok(Begin::Started(started)) => me.finish(*started).await,
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::error!(job = %job.id, error = %e, "job firing could not be recorded")
-                    }
-                }
-            });
-            }
-            Ok(())
-        })
+        task: &Task,
+    ) -> Result<(), SchedulerError> {
+        let store = &self.inner.store;
+        store.jobs().release_lock(&job.id, &task.id).await?;
+        let again = self.inner.clock.now() - scheduled_at <= self.catch_up_grace();
+        let reason = if again {
+            "the daemon stopped during this run; its due time was run again (catch-up)"
+        } else {
+            "the daemon stopped during this run, and came back after scheduler.catch_up_grace_s: not run again"
+        };
+        store
+            .jobs()
+            .update_run(run_id, RunOutcome::Missed, Some(reason), &Delivery::None)
+            .await?;
+        tracing::info!(job = %job.id, task = %task.id, run = run_id, again, "job run cut off by a stop");
+        self.count_firing(RunOutcome::Missed, 1, None);
+        if again {
+            self.fire_apart(job, scheduled_at, Trigger::CatchUp);
+        }
+        Ok(())
     }
 
     /// A run whose lock this node holds, ready to be followed here. A task this node cannot
