@@ -272,6 +272,13 @@ fn utc(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
 }
 
+impl Ctx {
+    /// Add a job doing `task` on `schedule`, as the CLI would.
+    async fn add(&self, task: &str, schedule: &str) -> Result<Job, SchedulerError> {
+        self.sched.add(req(task, schedule), Origin::Cli).await
+    }
+}
+
 fn req(task: &str, schedule: &str) -> JobRequest {
     JobRequest {
         task: task.into(),
@@ -916,6 +923,16 @@ async fn killed_during_a_run(c: &Ctx, job: &Job, end: Option<&TaskOutcome>) -> (
     (task_id, run_id)
 }
 
+/// A run the daemon cut off: killed mid-run, its task ended with `reason` as the next start
+/// (`interrupted`) or a stop past the grace (`shutdown`) ends it. The task's and the run's ids.
+async fn cut_off(c: &Ctx, job: &Job, reason: FailReason) -> (String, i64) {
+    let ids = killed_during_a_run(c, job, None).await;
+    let ended = c.store.tasks();
+    let ended = ended.fail_unfinished(&[TaskState::Running], reason, &[]);
+    assert_eq!(ended.await.unwrap(), 1);
+    ids
+}
+
 /// A new scheduler on the same store, started (restored) as a daemon's next start does.
 async fn restart(c: &Ctx, clock: &Arc<ManualClock>) -> (Scheduler, TaskTracker, CancellationToken) {
     let restarted = scheduler_on(&c.store, &c.runner, settings(), clock.clone());
@@ -974,10 +991,7 @@ async fn a_run_cut_off_by_a_stop_runs_again_at_start_and_is_no_failure() {
         let mut r = req("crashy", "every 1h");
         r.notify = vec!["email".into()];
         let job = c.sched.add(r, Origin::Cli).await.unwrap();
-        let (task_id, run_id) = killed_during_a_run(&c, &job, None).await;
-        let ended = c.store.tasks();
-        let ended = ended.fail_unfinished(&[TaskState::Running], reason, &[]);
-        assert_eq!(ended.await.unwrap(), 1);
+        let (task_id, run_id) = cut_off(&c, &job, reason).await;
         clock.set("2026-06-01T10:05:00Z");
         let (restarted, _tracker, cancel) = restart(&c, &clock).await;
         eventually("the catch-up's run recorded", || async {
@@ -1039,15 +1053,8 @@ async fn a_run_cut_off_by_a_stop_runs_again_at_start_and_is_no_failure() {
 async fn a_run_cut_off_long_before_the_start_is_missed_only() {
     let clock = ManualClock::at("2026-06-01T10:00:00Z");
     let c = setup(settings(), clock.clone()).await; // grace 3600 s
-    let job = c
-        .sched
-        .add(req("crashy", "0 10 * * *"), Origin::Cli)
-        .await
-        .unwrap();
-    let (_, run_id) = killed_during_a_run(&c, &job, None).await;
-    let ended = c.store.tasks();
-    let ended = ended.fail_unfinished(&[TaskState::Running], FailReason::Interrupted, &[]);
-    assert_eq!(ended.await.unwrap(), 1);
+    let job = c.add("crashy", "0 10 * * *").await.unwrap();
+    let (_, run_id) = cut_off(&c, &job, FailReason::Interrupted).await;
     clock.set("2026-06-01T13:00:00Z");
     let (restarted, _tracker, cancel) = restart(&c, &clock).await;
     idle(&restarted).await;
@@ -1126,17 +1133,9 @@ async fn a_fired_one_shot_no_longer_counts_against_max_jobs() {
         ..settings()
     };
     let c = setup(s, clock.clone()).await;
-    let once = c
-        .sched
-        .add(req("remind me", "in 5m"), Origin::Cli)
-        .await
-        .unwrap();
-    let daily = c
-        .sched
-        .add(req("digest", "0 8 * * *"), Origin::Cli)
-        .await
-        .unwrap();
-    let full = c.sched.add(req("third", "in 10m"), Origin::Cli).await;
+    let once = c.add("remind me", "in 5m").await.unwrap();
+    let daily = c.add("digest", "0 8 * * *").await.unwrap();
+    let full = c.add("third", "in 10m").await;
     assert!(
         matches!(full, Err(SchedulerError::TooManyJobs { .. })),
         "{full:?}"
@@ -1147,14 +1146,14 @@ async fn a_fired_one_shot_no_longer_counts_against_max_jobs() {
     assert_eq!(c.sched.tick().await.unwrap(), 1);
     idle(&c.sched).await;
     assert_eq!(runs(&c.store, &once.id).await[0].outcome, RunOutcome::Fired);
-    let third = c.sched.add(req("third", "in 10m"), Origin::Cli).await;
+    let third = c.add("third", "in 10m").await;
     assert!(third.is_ok(), "{third:?}");
     assert_eq!(
         c.store.jobs().list().await.unwrap().len(),
         3,
         "the fired one is still listed"
     );
-    let full = c.sched.add(req("fourth", "in 10m"), Origin::Cli).await;
+    let full = c.add("fourth", "in 10m").await;
     assert!(
         matches!(full, Err(SchedulerError::TooManyJobs { .. })),
         "{full:?}"
